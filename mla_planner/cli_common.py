@@ -1,0 +1,69 @@
+"""What every CLI command shares: the error guard, output helpers, and common option types."""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from typing import Annotated, Any, Callable
+
+import typer
+from rich.console import Console
+
+from .errors import PlanError
+
+DEFAULT_MODEL = "deepseek-v3"
+DEFAULT_TOPOLOGY = "2x8xh100-ib"
+
+ModelOpt = Annotated[str, typer.Option("--model", "-m", help="Built-in model name (see `mla-plan models`), a YAML "
+                                       "spec, a Hugging Face config.json, or a snapshot folder holding one.")]
+TopologyOpt = Annotated[str, typer.Option("--topology", "-t", help="Built-in topology (see `mla-plan topologies`) "
+                                          "or a topology YAML file.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON instead of tables.")]
+
+
+def console() -> Console:
+    """Rich console on stdout; width follows the terminal (tests fix COLUMNS)."""
+    return Console(highlight=False, soft_wrap=False)
+
+
+def guard(fn: Callable) -> Callable:
+    """Turn the library's PlanError family into one red line on stderr and exit status 2."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except PlanError as exc:
+            Console(stderr=True, highlight=False).print(f"[red]error:[/red] {exc}", markup=True, soft_wrap=True)
+            raise typer.Exit(2) from None
+    return wrapper
+
+
+def print_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, sort_keys=False, default=_jsonable) + "\n")
+
+
+def _jsonable(obj: Any):
+    if hasattr(obj, "model_dump"):
+        return obj.model_dump()
+    if hasattr(obj, "__dataclass_fields__"):
+        from dataclasses import asdict
+        return asdict(obj)
+    if isinstance(obj, (set, tuple)):
+        return list(obj)
+    raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
+
+
+def human_bytes(n: float) -> str:
+    """Binary units, as the engines print them (vLLM GiB; SGLang's 'GB' is also 2^30)."""
+    for unit, scale in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(n) >= scale:
+            return f"{n / scale:,.2f} {unit}"
+    return f"{n:,.0f} B"
+
+
+def human_count(n: float) -> str:
+    for unit, scale in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if abs(n) >= scale:
+            return f"{n / scale:,.2f}{unit}"
+    return f"{n:,.0f}"

@@ -1,0 +1,24 @@
+"""The one family of user-facing errors. Only the CLI turns them into a red line and exit 2."""
+
+from __future__ import annotations
+
+import difflib
+
+
+class PlanError(Exception):
+    """Bad input or an impossible request: shown to the user as one line, exit status 2."""
+
+
+class InputError(PlanError):
+    """A problem in a user-supplied file or flag, naming where (file, field) and what was expected."""
+
+    def __init__(self, where: str, message: str, field: str | None = None):
+        self.where, self.field, self.message = where, field, message
+        loc = f"{where}: {field}" if field else where
+        super().__init__(f"{loc}: {message}")
+
+
+def did_you_mean(word: str, choices) -> str:
+    """A ' (did you mean X?)' suffix when `word` is close to one of `choices`, else ''."""
+    close = difflib.get_close_matches(str(word), [str(c) for c in choices], n=1, cutoff=0.6)
+    return f" (did you mean '{close[0]}'?)" if close else ""

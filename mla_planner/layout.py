@@ -1,0 +1,130 @@
+"""The layout: how one deployment is spread over GPUs. The vocabulary every command shares.
+
+Per pipeline stage, attention runs as `tp` (tensor parallel) x `dp` (data-parallel attention groups)
+and the MoE as `moe_tp` x `ep` over the same GPUs (tp*dp == moe_tp*ep). `pp` stages, `dcp` decode
+context parallelism (reuses TP ranks; each holds 1/dcp of a sequence's cached tokens), `replicas`
+independent copies behind a load balancer, and `kv_layout` for how a TP group holds the latent cache:
+  replicated      every TP rank stores every token's full latent (vLLM and SGLang under plain TP;
+                  the seed's Route A)
+  latent-sharded  each TP rank keeps kv_lora_rank/tp of the latent width (the seed's Route B)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+
+from .errors import PlanError
+from .spec import ModelSpec
+
+KV_LAYOUTS = ("replicated", "latent-sharded")
+
+
+@dataclass(frozen=True, order=True)
+class Layout:
+    tp: int = 1
+    pp: int = 1
+    dp: int = 1
+    ep: int = 1
+    dcp: int = 1
+    kv_layout: str = "replicated"
+    replicas: int = 1
+
+    @property
+    def stage_gpus(self) -> int:
+        return self.tp * self.dp
+
+    @property
+    def moe_tp(self) -> int:
+        return self.stage_gpus // self.ep
+
+    @property
+    def instance_gpus(self) -> int:
+        return self.stage_gpus * self.pp
+
+    @property
+    def total_gpus(self) -> int:
+        return self.instance_gpus * self.replicas
+
+    @property
+    def label(self) -> str:
+        parts = [f"tp{self.tp}"]
+        for name in ("pp", "dp", "ep", "dcp"):
+            if getattr(self, name) > 1:
+                parts.append(f"{name}{getattr(self, name)}")
+        if self.kv_layout != "replicated":
+            parts.append("latent-sharded")
+        text = "·".join(parts)
+        return f"{self.replicas}x({text})" if self.replicas > 1 else text
+
+    def kv_holding(self) -> str:
+        """Plain words for how the latent cache is held on this layout."""
+        if self.kv_layout == "latent-sharded":
+            how = f"latent width split over {self.tp} TP ranks"
+        elif self.tp > 1:
+            how = f"replicated on every TP rank ({self.tp} copies)"
+        else:
+            how = "one copy per rank"
+        if self.dcp > 1:
+            how += f", tokens split over {self.dcp} DCP ranks"
+        if self.dp > 1:
+            how += f", requests split over {self.dp} DP-attention ranks"
+        return how
+
+
+def parse_layout(text: str) -> Layout:
+    """`"tp=8,pp=2"`, `"tp=1,dp=16,ep=16"`, `"tp=8,kv=latent-sharded"`, `"tp=8,replicas=2"`."""
+    names = {f.name for f in fields(Layout)}
+    values: dict = {}
+    for item in filter(None, (p.strip() for p in text.replace(" ", ",").split(","))):
+        key, sep, val = item.partition("=")
+        key = {"kv": "kv_layout"}.get(key.strip(), key.strip())
+        if not sep or key not in names:
+            raise PlanError(f"layout '{text}': expected key=value with keys {sorted(names - {'kv_layout'}) + ['kv']}, "
+                            f"got '{item}'")
+        if key == "kv_layout":
+            if val not in KV_LAYOUTS:
+                raise PlanError(f"layout '{text}': kv must be one of {', '.join(KV_LAYOUTS)}, got '{val}'")
+            values[key] = val
+            continue
+        if not val.isdigit() or int(val) < 1:
+            raise PlanError(f"layout '{text}': {key} must be a positive integer, got '{val}'")
+        values[key] = int(val)
+    if not values:
+        raise PlanError(f"layout '{text}': empty; expected e.g. 'tp=8,pp=2'")
+    layout = Layout(**values)
+    if "ep" not in values and layout.dp > 1:
+        layout = replace(layout, ep=layout.stage_gpus)  # DP attention goes with EP over the stage (SGLang/vLLM recipes)
+    return layout
+
+
+def layout_problems(layout: Layout, spec: ModelSpec, gpus_per_node: int, total_gpus: int) -> list[str]:
+    """Why `layout` cannot exist for this model on this cluster (empty when it can)."""
+    out = []
+    H = spec.num_attention_heads
+    if H % layout.tp:
+        out.append(f"{H} attention heads are not divisible by tp={layout.tp}")
+    if spec.attention == "gqa" and layout.tp > spec.kv_heads and layout.tp % spec.kv_heads:
+        out.append(f"tp={layout.tp} neither divides nor is a multiple of {spec.kv_heads} KV heads")
+    if layout.stage_gpus % layout.ep:
+        out.append(f"ep={layout.ep} does not divide the stage's tp*dp={layout.stage_gpus} GPUs")
+    if layout.ep > 1 and not spec.is_moe:
+        out.append("ep>1 needs a mixture-of-experts model")
+    if spec.is_moe and spec.n_routed_experts % layout.ep:
+        out.append(f"{spec.n_routed_experts} routed experts are not divisible by ep={layout.ep}")
+    if layout.tp % layout.dcp:
+        out.append(f"tp={layout.tp} is not divisible by dcp={layout.dcp} (vLLM: tp_size must be divisible by dcp_size)")
+    if layout.dcp > 1 and spec.attention != "mla":
+        out.append("dcp is modelled for the MLA latent cache only")
+    if layout.kv_layout == "latent-sharded":
+        if spec.attention != "mla":
+            out.append("latent-sharded KV needs an MLA model")
+        elif layout.tp == 1 or spec.kv_lora_rank % layout.tp:
+            out.append(f"latent-sharded KV needs tp>1 dividing kv_lora_rank={spec.kv_lora_rank}")
+    if layout.pp > spec.num_hidden_layers:
+        out.append(f"pp={layout.pp} exceeds {spec.num_hidden_layers} layers")
+    stage = layout.stage_gpus
+    if (stage > gpus_per_node and stage % gpus_per_node) or (stage < gpus_per_node and gpus_per_node % stage):
+        out.append(f"a stage of {stage} GPUs does not pack into nodes of {gpus_per_node}")
+    if layout.total_gpus > total_gpus:
+        out.append(f"needs {layout.total_gpus} GPUs, the cluster has {total_gpus}")
+    return out

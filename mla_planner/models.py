@@ -1,0 +1,88 @@
+"""Model specs from their sources: a built-in name, a YAML spec, a HF config.json or a snapshot folder.
+
+Never touches the network. A HF config is mapped key-for-key onto `ModelSpec` (the spec's fields are
+named like config.json keys), keyed by `architectures`, never by model name (aiconfigurator issue 850:
+R1 failed when looked up by name although it shares V3's architecture).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import InputError, did_you_mean
+from .resources import data_dir
+from .spec import ModelSpec
+from .yamlio import read_mapping, validate
+
+MLA_ARCHITECTURES = {"DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM", "KimiK2ForCausalLM"}
+GQA_ARCHITECTURES = {"LlamaForCausalLM", "Qwen2ForCausalLM", "MistralForCausalLM"}
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    spec: ModelSpec
+    model_path: str   # what an engine serves: the HF id of a built-in, or the local folder/file's folder
+    source: str       # "built-in", "spec", "config.json"
+
+
+def builtin_names() -> list[str]:
+    return sorted(p.stem for p in data_dir("models").glob("*.yaml"))
+
+
+def load_model(ref: str) -> LoadedModel:
+    """Resolve `ref`: built-in name first, then a path (YAML spec, config.json, or folder holding one)."""
+    path = Path(ref).expanduser()
+    if ref.lower() in builtin_names() and not path.exists():
+        spec = validate(ModelSpec, read_mapping(data_dir("models") / f"{ref.lower()}.yaml"), f"built-in:{ref}")
+        return LoadedModel(spec, spec.hf_id or spec.name, "built-in")
+    if path.is_dir():
+        cfg = path / "config.json"
+        if not cfg.exists():
+            raise InputError(str(path), "folder holds no config.json (expected a Hugging Face snapshot)")
+        return LoadedModel(spec_from_hf_config(cfg), str(path), "config.json")
+    if path.suffix == ".json":
+        return LoadedModel(spec_from_hf_config(path), str(path.parent), "config.json")
+    if path.suffix in (".yaml", ".yml") or path.exists():
+        spec = validate(ModelSpec, read_mapping(path), str(path))
+        return LoadedModel(spec, spec.hf_id or str(path.parent), "spec")
+    raise InputError(ref, "not a built-in model, nor an existing file or folder" + did_you_mean(ref, builtin_names())
+                     + f"; built-ins: {', '.join(builtin_names())}")
+
+
+def spec_from_hf_config(path: Path) -> ModelSpec:
+    """Map a Hugging Face config.json onto a ModelSpec (keys shared by name, plus the weight dtype)."""
+    cfg = read_mapping(path)
+    where = str(path)
+    archs = cfg.get("architectures") or []
+    arch = next((a for a in archs if a in MLA_ARCHITECTURES | GQA_ARCHITECTURES), None)
+    if arch is None:
+        supported = ", ".join(sorted(MLA_ARCHITECTURES | GQA_ARCHITECTURES))
+        raise InputError(where, f"unsupported architecture {archs or 'none given'}; supported: {supported}",
+                         "architectures")
+    fields = {k: v for k, v in cfg.items() if k in ModelSpec.model_fields and k not in ("name", "attention")}
+    fields["name"] = path.parent.name or path.stem
+    fields["attention"] = "mla" if arch in MLA_ARCHITECTURES else "gqa"
+    if arch == "Qwen2ForCausalLM":
+        fields["attention_bias"] = True  # Qwen2 always has q/k/v biases
+    fields.update(_weight_dtypes(cfg.get("quantization_config"), where))
+    return validate(ModelSpec, fields, where)
+
+
+def _weight_dtypes(quant: dict | None, where: str) -> dict:
+    """Weight storage from `quantization_config`: fp8 block-scaled (DeepSeek-V3), or int4 group-quantised
+    experts via compressed-tensors (Kimi-K2-Thinking style); none means bf16."""
+    if not quant:
+        return {"weight_dtype": "bf16"}
+    method = quant.get("quant_method")
+    if method == "fp8":
+        block = quant.get("weight_block_size") or [128, 128]
+        return {"weight_dtype": "fp8", "weight_block_size": tuple(block)}
+    if method == "compressed-tensors":
+        groups = quant.get("config_groups") or {}
+        weights = next(iter(groups.values()), {}).get("weights", {}) if groups else {}
+        if weights.get("num_bits") == 4:
+            return {"weight_dtype": "bf16", "expert_weight_dtype": "int4",
+                    "int4_group_size": weights.get("group_size") or 32}
+    raise InputError(where, f"unsupported quant_method {method!r}; supported: fp8 (block-scaled), "
+                            "compressed-tensors int4 experts", "quantization_config")

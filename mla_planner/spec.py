@@ -1,0 +1,127 @@
+"""The model spec: the architecture facts the planner needs, named like Hugging Face config.json keys.
+
+One flat, frozen record (DeepSeek-V3 `inference/model.py` ModelArgs style); unknown keys fail loudly.
+An MLA model (DeepSeek-V2/V3/R1, Kimi-K2) and a conventional GQA/MHA model (Llama, Qwen2) share it:
+the MLA fields are null for GQA, the GQA fields are unused for MLA.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, model_validator
+
+WeightDtype = Literal["bf16", "fp8", "int4"]
+
+
+class ModelSpec(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    # identity
+    name: str = Field(min_length=1)
+    hf_id: Optional[str] = None
+    attention: Literal["mla", "gqa"] = "mla"
+    # trunk
+    hidden_size: PositiveInt
+    num_hidden_layers: PositiveInt
+    num_attention_heads: PositiveInt
+    num_key_value_heads: Optional[PositiveInt] = None
+    vocab_size: PositiveInt
+    tie_word_embeddings: bool = False
+    max_position_embeddings: PositiveInt
+    rms_norm_eps: float = Field(default=1e-6, gt=0)
+    # mla
+    q_lora_rank: Optional[PositiveInt] = None
+    kv_lora_rank: Optional[PositiveInt] = None
+    qk_nope_head_dim: Optional[PositiveInt] = None
+    qk_rope_head_dim: Optional[PositiveInt] = None
+    v_head_dim: Optional[PositiveInt] = None
+    # gqa
+    head_dim: Optional[PositiveInt] = None
+    attention_bias: bool = False
+    # ffn / moe
+    intermediate_size: PositiveInt
+    first_k_dense_replace: NonNegativeInt = 0
+    moe_intermediate_size: Optional[PositiveInt] = None
+    n_routed_experts: NonNegativeInt = 0
+    n_shared_experts: NonNegativeInt = 0
+    num_experts_per_tok: NonNegativeInt = 0
+    topk_method: Optional[str] = None
+    # mtp
+    num_nextn_predict_layers: NonNegativeInt = 0
+    # rope
+    rope_theta: float = Field(default=10000.0, gt=0)
+    rope_scaling: Optional[dict] = None
+    # weights as stored in the checkpoint
+    weight_dtype: WeightDtype = "bf16"
+    expert_weight_dtype: Optional[WeightDtype] = None
+    weight_block_size: tuple[PositiveInt, PositiveInt] = (128, 128)
+    int4_group_size: PositiveInt = 32
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "ModelSpec":
+        if self.attention == "mla":
+            for key in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
+                if getattr(self, key) is None:
+                    raise ValueError(f"{key} is required for an MLA model (attention: mla)")
+            if self.num_key_value_heads not in (None, self.num_attention_heads):
+                raise ValueError("num_key_value_heads must equal num_attention_heads for MLA "
+                                 f"(got {self.num_key_value_heads} vs {self.num_attention_heads})")
+        else:
+            kv_heads = self.num_key_value_heads or self.num_attention_heads
+            if self.num_attention_heads % kv_heads:
+                raise ValueError(f"num_attention_heads={self.num_attention_heads} is not a multiple of "
+                                 f"num_key_value_heads={kv_heads}")
+            if self.head_dim is None and self.hidden_size % self.num_attention_heads:
+                raise ValueError(f"hidden_size={self.hidden_size} is not divisible by "
+                                 f"num_attention_heads={self.num_attention_heads}; give head_dim")
+        if self.first_k_dense_replace > self.num_hidden_layers:
+            raise ValueError("first_k_dense_replace is larger than num_hidden_layers")
+        if self.n_routed_experts:
+            if self.moe_intermediate_size is None:
+                raise ValueError("moe_intermediate_size is required when n_routed_experts > 0")
+            if not 1 <= self.num_experts_per_tok <= self.n_routed_experts:
+                raise ValueError(f"num_experts_per_tok must be in 1..n_routed_experts={self.n_routed_experts}")
+        return self
+
+    # ---- derived geometry (no arithmetic beyond the config) ----
+    @property
+    def is_moe(self) -> bool:
+        return self.n_routed_experts > 0
+
+    @property
+    def num_dense_layers(self) -> int:
+        return self.num_hidden_layers if not self.is_moe else self.first_k_dense_replace
+
+    @property
+    def num_moe_layers(self) -> int:
+        return self.num_hidden_layers - self.num_dense_layers
+
+    @property
+    def kv_heads(self) -> int:
+        return self.num_key_value_heads or self.num_attention_heads
+
+    @property
+    def gqa_head_dim(self) -> int:
+        return self.head_dim or self.hidden_size // self.num_attention_heads
+
+    @property
+    def qk_head_dim(self) -> int:
+        """MLA query/key head dim d_n + d_r (192 for DeepSeek); the plain head dim for GQA."""
+        if self.attention == "gqa":
+            return self.gqa_head_dim
+        return self.qk_nope_head_dim + self.qk_rope_head_dim
+
+    @property
+    def latent_dim(self) -> int:
+        """Cached elements per token per layer for MLA: kv_lora_rank + qk_rope_head_dim (576)."""
+        return self.kv_lora_rank + self.qk_rope_head_dim
+
+    @property
+    def expert_dtype(self) -> WeightDtype:
+        return self.expert_weight_dtype or self.weight_dtype
+
+    @property
+    def has_gate_bias(self) -> bool:
+        """noaux_tc routing keeps a per-expert score-correction bias (DeepSeek-V3 e_score_correction_bias)."""
+        return self.topk_method == "noaux_tc"

@@ -1,0 +1,152 @@
+"""Cluster topology: nodes of GPUs, the link inside a node and the fabric between nodes.
+
+Every number carries its unit in its name. The GPU is named from the built-in table
+(`mla_planner/data/gpus.yaml`, each figure with its source) or given inline.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+from typing import Literal, Optional
+
+import yaml
+from pydantic import (BaseModel, ConfigDict, Field, NonNegativeFloat, NonNegativeInt, PositiveFloat,
+                      PositiveInt, field_validator, model_validator)
+
+from .errors import InputError, did_you_mean
+from .resources import data_dir
+from .yamlio import read_mapping, validate
+
+Strict = ConfigDict(frozen=True, extra="forbid")
+
+
+class GPU(BaseModel):
+    model_config = Strict
+    name: str
+    memory_bytes: PositiveInt
+    hbm_bytes_per_s: PositiveFloat
+    bf16_flops_per_s: PositiveFloat
+    fp8_flops_per_s: NonNegativeFloat = 0.0
+    compute_capability: str = Field(pattern=r"^\d+\.\d+$")
+    nvlink_bytes_per_s: NonNegativeFloat = 0.0
+    source: Optional[str] = None
+
+    @property
+    def sm(self) -> int:
+        """Compute capability as an integer, 9.0 -> 90."""
+        major, minor = self.compute_capability.split(".")
+        return int(major) * 10 + int(minor)
+
+    @property
+    def arch(self) -> str:
+        return {8: "ampere" if self.sm < 89 else "ada", 9: "hopper", 10: "blackwell", 12: "blackwell"}.get(
+            self.sm // 10, "other")
+
+    @property
+    def has_fp8(self) -> bool:
+        return self.fp8_flops_per_s > 0 and self.sm >= 89
+
+
+class IntraNode(BaseModel):
+    model_config = Strict
+    kind: Literal["nvswitch", "nvlink", "pcie"] = "nvswitch"
+    gbytes_per_s: Optional[PositiveFloat] = None   # per GPU, per direction; default: the GPU's NVLink or PCIe
+    latency_us: PositiveFloat = 3.0
+    nvls: Optional[bool] = None                    # NVLink SHARP all-reduce; default on for NVSwitch, SM90+
+
+
+class InterNode(BaseModel):
+    model_config = Strict
+    fabric: Literal["infiniband", "roce", "ethernet"]
+    nics_per_node: PositiveInt
+    nic_gbit_per_s: PositiveFloat
+    latency_us: PositiveFloat = 5.0
+    socket_ifname: Optional[str] = None   # NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME
+    ib_hca: Optional[str] = None          # NCCL_IB_HCA, e.g. "mlx5_0,mlx5_1"
+    ib_gid_index: Optional[NonNegativeInt] = None  # NCCL_IB_GID_INDEX (RoCE v2: usually 3)
+
+
+class Topology(BaseModel):
+    model_config = Strict
+    name: str
+    description: str = ""
+    nodes: PositiveInt
+    gpus_per_node: PositiveInt
+    gpu: GPU
+    intra_node: IntraNode = IntraNode()
+    inter_node: Optional[InterNode] = None
+    efficiency: dict[str, float] = {}
+
+    @field_validator("gpu", mode="before")
+    @classmethod
+    def _gpu_by_name(cls, value):
+        if isinstance(value, str):
+            table = gpu_table()
+            if value not in table:
+                raise ValueError(f"unknown GPU '{value}'{did_you_mean(value, table)}; built-in: {', '.join(table)}")
+            return table[value]
+        return value
+
+    @field_validator("efficiency")
+    @classmethod
+    def _fractions(cls, value: dict):
+        for key, frac in value.items():
+            if not 0 < frac <= 1:
+                raise ValueError(f"efficiency.{key} must be in (0, 1], got {frac}")
+        return value
+
+    @model_validator(mode="after")
+    def _fabric_when_multinode(self):
+        if self.nodes > 1 and self.inter_node is None:
+            raise ValueError("inter_node is required when nodes > 1")
+        return self
+
+    @property
+    def total_gpus(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+    @property
+    def intra_bytes_per_s(self) -> float:
+        """Per-GPU, per-direction bandwidth inside a node. PCIe default: Gen4 x16 ~25 GB/s achievable
+        per direction (32 GB/s line); NVLink default: the GPU table's figure."""
+        if self.intra_node.gbytes_per_s:
+            return self.intra_node.gbytes_per_s * 1e9
+        if self.intra_node.kind == "pcie" or not self.gpu.nvlink_bytes_per_s:
+            return 25e9
+        return self.gpu.nvlink_bytes_per_s
+
+    @property
+    def nic_bytes_per_s_per_node(self) -> float:
+        """Aggregate line rate of a node's NICs, bytes/s (Gb/s / 8)."""
+        if not self.inter_node:
+            return 0.0
+        return self.inter_node.nics_per_node * self.inter_node.nic_gbit_per_s * 1e9 / 8
+
+    @property
+    def uses_nvls(self) -> bool:
+        if self.intra_node.nvls is not None:
+            return self.intra_node.nvls
+        return self.intra_node.kind == "nvswitch" and self.gpu.sm >= 90
+
+
+@lru_cache(maxsize=1)
+def gpu_table() -> dict[str, GPU]:
+    raw = yaml.safe_load((data_dir("gpus.yaml")).read_text())
+    return {name: GPU(name=name, **fields) for name, fields in raw.items()}
+
+
+def builtin_topologies() -> dict[str, Path]:
+    return {p.stem: p for p in sorted(data_dir("topologies").glob("*.yaml"))}
+
+
+def load_topology(ref: str) -> Topology:
+    """A built-in topology name or a YAML file path."""
+    builtin = builtin_topologies()
+    path = Path(ref).expanduser()
+    if ref in builtin and not path.exists():
+        path = builtin[ref]
+    elif not path.exists():
+        raise InputError(ref, "not a built-in topology nor an existing file" + did_you_mean(ref, builtin)
+                         + f"; built-ins: {', '.join(builtin)}")
+    return validate(Topology, read_mapping(path), str(path))

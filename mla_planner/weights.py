@@ -1,0 +1,137 @@
+"""The weight inventory: every stored tensor of a model, with how tensor/expert parallelism splits it.
+
+Table-driven in the manner of gpt-fast's `tp.py`: each entry names its shape, how many copies the
+model has (one per layer), the group it is reported under, and its split under parallelism:
+  replicated  every TP rank holds all of it (wq_a, wkv_a, norms, the router gate)
+  column      output rows split by TP (wq_b, wkv_b, w1/w3; Megatron column-parallel)
+  row         input columns split by TP (wo, w2; row-parallel, followed by an all-reduce)
+  expert      routed experts: split by EP, and each expert by the MoE TP degree
+  vocab       embedding / lm_head rows split over TP (vocab-parallel)
+Shapes follow DeepSeek-V3 `inference/model.py` and the HF checkpoints (../shared/reference/MLA_MATH.md
+sections 2-3). MoE FFN parameters are SwiGLU: w1, w3 [I, d] column and w2 [d, I] row.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from math import ceil, prod
+
+from .spec import ModelSpec
+
+Split = str  # "replicated" | "column" | "row" | "expert_column" | "expert_row" | "vocab"
+
+
+@dataclass(frozen=True)
+class Tensor:
+    name: str              # e.g. "attn.wkv_b"
+    group: str             # reporting group, e.g. "attention", "routed_experts"
+    shape: tuple[int, ...]
+    count: int             # copies in the model (layers x experts)
+    split: Split
+    dtype: str             # storage dtype: bf16, fp8, int4, fp32
+    where: str = "layers"  # "first" (embedding, first PP stage), "last" (lm_head), "layers", "mtp"
+
+    @property
+    def numel(self) -> int:
+        return prod(self.shape) * self.count
+
+
+def bytes_of(t: Tensor, block: tuple[int, int] = (128, 128), int4_group: int = 32) -> float:
+    """Stored bytes of a tensor including quantisation scales.
+
+    fp8 block-scaled (DeepSeek-V3 `quantization_config.weight_block_size` 128x128): one fp32
+    `weight_scale_inv` per block, 1 + 4*ceil(r/128)*ceil(c/128)/(r*c) bytes/param (MLA_MATH.md section 2).
+    int4 group-quantised experts (compressed-tensors, Kimi-K2-Thinking style): 0.5 B/param plus one
+    bf16 scale per `int4_group` values. bf16 2 B, fp32 4 B.
+    """
+    n = prod(t.shape)
+    if t.dtype == "fp8" and len(t.shape) == 2:
+        per = n + 4 * ceil(t.shape[0] / block[0]) * ceil(t.shape[1] / block[1])
+    elif t.dtype == "int4":
+        per = n / 2 + 2 * ceil(n / int4_group)
+    else:
+        per = n * {"bf16": 2, "fp8": 1, "fp32": 4}[t.dtype]
+    return per * t.count
+
+
+def _attention(spec: ModelSpec, layers: int, dt: str, where: str) -> list[Tensor]:
+    d, H = spec.hidden_size, spec.num_attention_heads
+    if spec.attention == "gqa":
+        hd, kv = spec.gqa_head_dim, spec.kv_heads
+        out = [Tensor("attn.q_proj", "attention", (H * hd, d), layers, "column", dt, where),
+               Tensor("attn.k_proj", "attention", (kv * hd, d), layers, "column", dt, where),
+               Tensor("attn.v_proj", "attention", (kv * hd, d), layers, "column", dt, where),
+               Tensor("attn.o_proj", "attention", (d, H * hd), layers, "row", dt, where)]
+        if spec.attention_bias:
+            out.append(Tensor("attn.qkv_bias", "attention", ((H + 2 * kv) * hd,), layers, "column", "bf16", where))
+        return out
+    qk, dc, dr = spec.qk_head_dim, spec.kv_lora_rank, spec.qk_rope_head_dim
+    out = []
+    if spec.q_lora_rank:
+        rq = spec.q_lora_rank
+        out += [Tensor("attn.wq_a", "attention", (rq, d), layers, "replicated", dt, where),
+                Tensor("attn.q_norm", "attention", (rq,), layers, "replicated", "bf16", where),
+                Tensor("attn.wq_b", "attention", (H * qk, rq), layers, "column", dt, where)]
+    else:
+        out.append(Tensor("attn.wq", "attention", (H * qk, d), layers, "column", dt, where))
+    out += [Tensor("attn.wkv_a", "attention", (dc + dr, d), layers, "replicated", dt, where),
+            Tensor("attn.kv_norm", "attention", (dc,), layers, "replicated", "bf16", where),
+            Tensor("attn.wkv_b", "attention", (H * (spec.qk_nope_head_dim + spec.v_head_dim), dc), layers,
+                   "column", dt, where),
+            Tensor("attn.wo", "attention", (d, H * spec.v_head_dim), layers, "row", dt, where)]
+    return out
+
+
+def _ffn(group: str, d: int, inter: int, count: int, dt: str, where: str, expert: bool = False) -> list[Tensor]:
+    col, row = ("expert_column", "expert_row") if expert else ("column", "row")
+    return [Tensor(f"{group}.w1", group, (inter, d), count, col, dt, where),
+            Tensor(f"{group}.w3", group, (inter, d), count, col, dt, where),
+            Tensor(f"{group}.w2", group, (d, inter), count, row, dt, where)]
+
+
+def _moe(spec: ModelSpec, layers: int, where: str) -> list[Tensor]:
+    d, E, inter = spec.hidden_size, spec.n_routed_experts, spec.moe_intermediate_size
+    out = _ffn("routed_experts", d, inter, layers * E, spec.expert_dtype, where, expert=True)
+    if spec.n_shared_experts:
+        out += _ffn("shared_experts", d, inter * spec.n_shared_experts, layers, spec.weight_dtype, where)
+    out.append(Tensor("gate.weight", "gate", (E, d), layers, "replicated", "bf16", where))
+    if spec.has_gate_bias:
+        out.append(Tensor("gate.bias", "gate", (E,), layers, "replicated", "fp32", where))
+    return out
+
+
+def _decoder_layers(spec: ModelSpec, n_dense: int, n_moe: int, where: str) -> list[Tensor]:
+    dt, d, n = spec.weight_dtype, spec.hidden_size, n_dense + n_moe
+    out = _attention(spec, n, dt, where)
+    out.append(Tensor("norms.layer", "norms", (d,), 2 * n, "replicated", "bf16", where))
+    if n_dense:
+        out += _ffn("dense_ffn", d, spec.intermediate_size, n_dense, dt, where)
+    if n_moe:
+        out += _moe(spec, n_moe, where)
+    return out
+
+
+def inventory(spec: ModelSpec) -> list[Tensor]:
+    """Every tensor of the main model (MTP excluded; see `mtp_inventory`)."""
+    d, V = spec.hidden_size, spec.vocab_size
+    out = [Tensor("embed_tokens", "embedding", (V, d), 1, "vocab", "bf16", "first")]
+    out += _decoder_layers(spec, spec.num_dense_layers, spec.num_moe_layers, "layers")
+    out.append(Tensor("norm", "norms", (d,), 1, "replicated", "bf16", "last"))
+    if not spec.tie_word_embeddings:
+        out.append(Tensor("lm_head", "lm_head", (V, d), 1, "vocab", "bf16", "last"))
+    return out
+
+
+def mtp_inventory(spec: ModelSpec) -> list[Tensor]:
+    """The multi-token-prediction module(s) (`num_nextn_predict_layers`): per module one full
+    decoder layer (MoE when the model is MoE) plus enorm, hnorm, eh_proj [d, 2d] and the shared-head
+    norm; embedding and head are shared with the main model (DeepSeek-V3 README_WEIGHTS.md)."""
+    n, d = spec.num_nextn_predict_layers, spec.hidden_size
+    if not n:
+        return []
+    moe = spec.is_moe
+    out = [t.__class__(t.name, "mtp", t.shape, t.count, t.split, t.dtype, "mtp")
+           for t in _decoder_layers(spec, 0 if moe else n, n if moe else 0, "mtp")]
+    out += [Tensor("mtp.eh_proj", "mtp", (d, 2 * d), n, "replicated", spec.weight_dtype, "mtp"),
+            Tensor("mtp.norms", "mtp", (d,), 3 * n, "replicated", "bf16", "mtp")]
+    return out

@@ -1,0 +1,19 @@
+import os
+
+import pytest
+
+os.environ.setdefault("COLUMNS", "160")  # stable rich table widths under CliRunner
+
+
+@pytest.fixture
+def cli():
+    """Invoke the app as a user would; returns typer's Result (exit_code, stdout, stderr)."""
+    from typer.testing import CliRunner
+
+    from mla_planner.cli import app
+
+    runner = CliRunner()
+
+    def run(*args: str):
+        return runner.invoke(app, list(args), env={"COLUMNS": "160"})
+    return run
