@@ -38,3 +38,5 @@ app.command("show")(show_cmd)
 
 def main() -> None:
     app()
+if __name__ == "__main__":
+    main()

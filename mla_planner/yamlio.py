@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import get_args
 
 import yaml
 from pydantic import BaseModel, ValidationError
@@ -55,11 +56,12 @@ def pydantic_to_input_error(exc: ValidationError, model: type[BaseModel], where:
 
 
 def _known_fields(model: type[BaseModel], parents: tuple) -> list[str]:
+    """Field names of the (possibly nested, possibly Optional) model an unknown key sits in."""
     for part in parents:
         field = model.model_fields.get(str(part)) if isinstance(part, str) else None
         ann = getattr(field, "annotation", None) if field else None
-        if isinstance(ann, type) and issubclass(ann, BaseModel):
-            model = ann
-        else:
+        nested = [a for a in (ann, *get_args(ann)) if isinstance(a, type) and issubclass(a, BaseModel)]
+        if not nested:
             return []
+        model = nested[0]
     return list(model.model_fields)

@@ -1,0 +1,93 @@
+"""Every user error: one line naming the file and field, exit status 2, never a traceback."""
+
+import json
+
+import pytest
+import yaml
+
+GOOD_SPEC = yaml.safe_load(open("mla_planner/data/models/deepseek-v2-lite.yaml"))
+GOOD_TOPO = yaml.safe_load(open("topologies/2x8xh100-ib.yaml"))
+
+
+def one_line_error(result, *needles):
+    assert result.exit_code == 2, result.output
+    lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("error:")
+    assert "Traceback" not in result.output
+    for n in needles:
+        assert n in lines[0], lines[0]
+
+
+def write(tmp_path, name, data):
+    p = tmp_path / name
+    p.write_text(data if isinstance(data, str) else yaml.safe_dump(data))
+    return str(p)
+
+
+def test_missing_file(cli, tmp_path):
+    one_line_error(cli("show", str(tmp_path / "nope.yaml")), "nope.yaml")
+
+
+def test_unknown_model_name_suggests(cli):
+    one_line_error(cli("show", "deepseek-v33"), "did you mean 'deepseek-v3'")
+
+
+def test_empty_file(cli, tmp_path):
+    one_line_error(cli("show", write(tmp_path, "m.yaml", "")), "m.yaml", "empty")
+
+
+def test_not_yaml(cli, tmp_path):
+    one_line_error(cli("show", write(tmp_path, "m.yaml", "name: [unclosed\n  x: :")), "m.yaml", "not valid YAML")
+
+
+def test_not_a_mapping(cli, tmp_path):
+    one_line_error(cli("show", write(tmp_path, "m.yaml", "- a\n- b\n")), "expected a mapping")
+
+
+def test_wrong_type(cli, tmp_path):
+    one_line_error(cli("show", write(tmp_path, "m.yaml", {**GOOD_SPEC, "hidden_size": "big"})), "hidden_size")
+
+
+@pytest.mark.parametrize("value", [0, -5])
+def test_zero_or_negative_size(cli, tmp_path, value):
+    one_line_error(cli("show", write(tmp_path, "m.yaml", {**GOOD_SPEC, "num_hidden_layers": value})),
+                   "num_hidden_layers", "greater than 0")
+
+
+def test_unknown_key_did_you_mean(cli, tmp_path):
+    one_line_error(cli("show", write(tmp_path, "m.yaml", {**GOOD_SPEC, "kv_lora_rnak": 512})),
+                   "kv_lora_rnak", "did you mean 'kv_lora_rank'")
+
+
+def test_heads_not_matching_dims(cli, tmp_path):
+    bad = {**GOOD_SPEC, "num_key_value_heads": 8}          # MLA: the HF field must equal the query heads
+    one_line_error(cli("show", write(tmp_path, "m.yaml", bad)), "num_key_value_heads")
+    gqa = yaml.safe_load(open("mla_planner/data/models/llama-3.1-70b.yaml"))
+    one_line_error(cli("show", write(tmp_path, "g.yaml", {**gqa, "num_key_value_heads": 7})), "num_key_value_heads")
+
+
+def test_unsupported_architecture(cli, tmp_path):
+    cfg = json.load(open("tests/fixtures/hf/DeepSeek-V3/config.json"))
+    cfg["architectures"] = ["MixtralForCausalLM"]
+    one_line_error(cli("show", write(tmp_path, "config.json", json.dumps(cfg))), "architectures", "unsupported")
+
+
+def test_config_json_not_json(cli, tmp_path):
+    one_line_error(cli("show", write(tmp_path, "config.json", "{nope")), "config.json", "not valid JSON")
+
+
+def test_folder_without_config(cli, tmp_path):
+    one_line_error(cli("show", str(tmp_path)), "no config.json")
+
+
+def test_topology_errors(cli, tmp_path):
+    one_line_error(cli("show", "--topology", write(tmp_path, "t.yaml", {**GOOD_TOPO, "gpu": "H1000"})),
+                   "gpu", "unknown GPU")
+    one_line_error(cli("show", "--topology", write(tmp_path, "t.yaml", {**GOOD_TOPO, "nodes": -1})), "nodes")
+    one_line_error(cli("show", "--topology", write(tmp_path, "t.yaml", {**GOOD_TOPO, "inter_node": None})),
+                   "inter_node is required")
+    nic = {**GOOD_TOPO, "inter_node": {**GOOD_TOPO["inter_node"], "nic_gbps": 400}}
+    one_line_error(cli("show", "--topology", write(tmp_path, "t.yaml", nic)), "inter_node.nic_gbps",
+                   "did you mean 'nic_gbit_per_s'")
+    one_line_error(cli("show", "--topology", "no-such-cluster"), "no-such-cluster")

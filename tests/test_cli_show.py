@@ -1,0 +1,51 @@
+"""The catalogue commands as a user runs them."""
+
+import json
+
+from mla_planner import __version__
+
+
+def test_version_and_help(cli):
+    r = cli("--version")
+    assert r.exit_code == 0 and __version__ in r.stdout
+    r = cli("-h")
+    assert r.exit_code == 0 and "show" in r.stdout and "models" in r.stdout
+
+
+def test_models_lists_builtins(cli):
+    r = cli("models", "--json")
+    assert r.exit_code == 0
+    names = {m["name"] for m in json.loads(r.stdout)}
+    assert {"deepseek-v3", "deepseek-r1", "deepseek-v2", "deepseek-v2-lite", "kimi-k2", "llama-3.1-70b"} <= names
+    assert "deepseek-v3" in cli("models").stdout
+
+
+def test_topologies_lists_builtins(cli):
+    r = cli("topologies", "--json")
+    assert r.exit_code == 0
+    names = {t["name"] for t in json.loads(r.stdout)}
+    assert {"8xh100", "2x8xh100-ib", "8xh200", "4x8xh800-roce", "2x8xh20-roce", "4x8xa100-ib", "8xb200",
+            "2x8xl40s-eth"} <= names
+
+
+def test_show_model_table_and_json(cli):
+    r = cli("show", "deepseek-v3")
+    assert r.exit_code == 0
+    assert "671,026,419,200" in r.stdout and "70,272" in r.stdout
+    data = json.loads(cli("show", "deepseek-v3", "--json").stdout)
+    assert data["params"]["total"] == 671_026_419_200
+    assert data["kv_cache"]["fp8"]["bytes_per_token"] == 35_136
+    assert data["model_path"] == "deepseek-ai/DeepSeek-V3"
+
+
+def test_show_hf_snapshot_folder_serves_the_folder(cli):
+    data = json.loads(cli("show", "tests/fixtures/hf/DeepSeek-V2-Lite", "--json").stdout)
+    assert data["params"]["total"] == 15_706_484_224
+    assert data["model_path"].endswith("DeepSeek-V2-Lite")
+
+
+def test_show_topology(cli):
+    r = cli("show", "--topology", "2x8xh100-ib")
+    assert r.exit_code == 0 and "infiniband" in r.stdout
+    data = json.loads(cli("show", "--topology", "topologies/2x8xl40s-eth.yaml", "--json").stdout)
+    assert data["total_gpus"] == 16 and data["nvls"] is False

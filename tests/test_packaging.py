@@ -1,0 +1,31 @@
+"""The wheel carries the built-in data, and the planner never needs torch."""
+
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_planner_imports_without_torch():
+    code = ("import sys, mla_planner.cli, mla_planner.models, mla_planner.topology;"
+            "assert 'torch' not in sys.modules, 'torch imported by the planner'")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
+
+
+def test_wheel_carries_data_and_runs_outside_the_checkout(tmp_path):
+    subprocess.run([sys.executable, "-m", "pip", "wheel", str(ROOT), "--no-deps", "-q", "-w", str(tmp_path)],
+                   check=True, capture_output=True)
+    wheel = next(tmp_path.glob("mla_plan-*.whl"))
+    names = zipfile.ZipFile(wheel).namelist()
+    for needed in ("mla_planner/topologies/2x8xh100-ib.yaml", "mla_planner/data/gpus.yaml",
+                   "mla_planner/data/models/deepseek-v3.yaml", "mla_planner/data/backends.yaml"):
+        assert needed in names
+    assert any(n.startswith("mla_planner/templates/") for n in names)
+    site = tmp_path / "site"
+    zipfile.ZipFile(wheel).extractall(site)
+    out = subprocess.run([sys.executable, "-m", "mla_planner.cli", "topologies", "--json"], cwd=tmp_path,
+                         env={"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin"}, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert "2x8xh100-ib" in out.stdout and str(ROOT) not in out.stdout
