@@ -1,0 +1,172 @@
+"""`mla-plan memory`: will it fit, and how many KV tokens will the engine give me? Parse, call, render."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Annotated, Optional
+
+import typer
+from rich.table import Table
+
+from .cli_common import (DEFAULT_MODEL, DEFAULT_TOPOLOGY, JsonOpt, ModelOpt, TopologyOpt, console, guard, human_bytes,
+                         print_json)
+from .engine_memory import default_memory_fraction, engine_default_knobs
+from .errors import PlanError
+from .knobs import Knobs
+from .layout import KV_LAYOUTS, Layout, layout_problems
+from .memory import MemoryReport, memory_report
+from .models import load_model
+from .topology import load_topology
+
+KV_DTYPE_CHOICES = {"auto": "bf16", "bf16": "bf16", "fp8": "fp8", "fp8_ds_mla": "fp8_ds_mla"}
+FRACTION_FLAG = {"vllm": "--gpu-memory-utilization", "sglang": "--mem-fraction-static"}
+
+IntOpt = Optional[int]
+
+
+@guard
+def memory_cmd(
+    model: ModelOpt = DEFAULT_MODEL,
+    topology: TopologyOpt = DEFAULT_TOPOLOGY,
+    tp: Annotated[int, typer.Option("--tp", help="Tensor parallel size of attention (vLLM -tp per DP rank; "
+                                    "SGLang --tp-size is tp x dp).")] = 8,
+    pp: Annotated[int, typer.Option("--pp", help="Pipeline stages (vLLM -pp, SGLang --pp-size).")] = 1,
+    dp: Annotated[int, typer.Option("--dp", help="Data-parallel attention ranks per stage (vLLM -dp with "
+                                    "--enable-expert-parallel, SGLang --attn-dp-size).")] = 1,
+    ep: Annotated[IntOpt, typer.Option("--ep", help="Expert parallel size of the MoE (default: tp x dp when "
+                                       "--dp > 1, else 1; vLLM --enable-expert-parallel, SGLang --ep-size).")] = None,
+    dcp: Annotated[int, typer.Option("--dcp", help="Decode context parallel size: the tp ranks split each "
+                                     "sequence's cached tokens (vLLM -dcp, SGLang --dcp-size).")] = 1,
+    kv_layout: Annotated[str, typer.Option("--kv-layout", help="How a TP group holds the latent cache: "
+                                           "replicated (what both engines do) or latent-sharded (the "
+                                           "seed's Route B, a planning figure).")] = "replicated",
+    engine: Annotated[str, typer.Option("--engine", help="vllm (V1, 0.33 accounting) or sglang (0.5.23).")] = "vllm",
+    gpu_memory_utilization: Annotated[Optional[float], typer.Option(
+        "--gpu-memory-utilization", help="vLLM's --gpu-memory-utilization: share of total GPU memory for "
+        "weights + activations + KV (+ CUDA graphs). Default 0.92.")] = None,
+    mem_fraction_static: Annotated[Optional[float], typer.Option(
+        "--mem-fraction-static", help="SGLang's --mem-fraction-static: share of pre-load free memory for "
+        "weights + KV pool. Default: SGLang's computed value for this GPU and layout.")] = None,
+    kv_cache_dtype: Annotated[str, typer.Option("--kv-cache-dtype", help="--kv-cache-dtype: auto (= bf16), "
+                                                "bf16, fp8 (576 B/token/layer) or fp8_ds_mla (656 B).")] = "auto",
+    block_size: Annotated[IntOpt, typer.Option("--block-size", help="vLLM --block-size / SGLang --page-size, "
+                                               "tokens per KV block (default: the engine's).")] = None,
+    max_model_len: Annotated[IntOpt, typer.Option("--max-model-len", help="vLLM --max-model-len / SGLang "
+                                                  "--context-length (default: the model's maximum).")] = None,
+    max_num_seqs: Annotated[IntOpt, typer.Option("--max-num-seqs", help="vLLM --max-num-seqs / SGLang "
+                                                 "--max-running-requests, per DP rank.")] = None,
+    max_num_batched_tokens: Annotated[IntOpt, typer.Option(
+        "--max-num-batched-tokens", help="vLLM --max-num-batched-tokens / SGLang --chunked-prefill-size: "
+        "tokens of the profiled forward that sizes the activation peak.")] = None,
+    mtp: Annotated[bool, typer.Option("--mtp", help="Serve with the MTP draft layer (vLLM --speculative-config "
+                                      "deepseek_mtp): its weights and KV on the last stage.")] = False,
+    enforce_eager: Annotated[bool, typer.Option("--enforce-eager", help="No CUDA graphs (vLLM --enforce-eager, "
+                                                "SGLang --cuda-graph-backend-decode disabled).")] = False,
+    engine_version: Annotated[Optional[str], typer.Option(
+        "--engine-version", help="Model an older release's accounting, e.g. 0.8.4 (vLLM < 0.10 charged the "
+        "CUDA context and NCCL buffers to the budget and captured graphs after it).")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Per-GPU memory and the KV capacity the engine will report, with a FITS / DOES NOT FIT verdict.
+
+    Counts like the engine: vLLM's gpu-memory-utilization budget (num_blocks = available // page //
+    layers) or SGLang's mem-fraction-static; the MLA latent cache (576 values per token per layer) is
+    NOT divided by TP, so KV tokens per GPU do not grow with TP; DP attention, dcp and PP multiply them.
+    """
+    spec, topo = load_model(model).spec, load_topology(topology)
+    layout = _layout(tp, pp, dp, ep, dcp, kv_layout)
+    problems = layout_problems(layout, spec, topo.gpus_per_node, topo.total_gpus)
+    if problems:
+        raise PlanError(f"layout {layout.label} cannot exist on {topo.name}: {'; '.join(problems)}")
+    knobs = _knobs(spec, topo, layout, engine, gpu_memory_utilization, mem_fraction_static,
+                   dict(kv_cache_dtype=_kv_dtype(kv_cache_dtype), block_size=_positive("--block-size", block_size),
+                        max_model_len=_positive("--max-model-len", max_model_len),
+                        max_num_seqs=_positive("--max-num-seqs", max_num_seqs),
+                        max_num_batched_tokens=_positive("--max-num-batched-tokens", max_num_batched_tokens),
+                        mtp=mtp, cuda_graphs=not enforce_eager))
+    report = memory_report(spec, topo, layout, knobs, engine_version)
+    data = report_dict(report, spec.name, topo.name)
+    if as_json:
+        return print_json(data)
+    _render(report, data)
+
+
+def _layout(tp: int, pp: int, dp: int, ep: Optional[int], dcp: int, kv_layout: str) -> Layout:
+    for flag, value in (("--tp", tp), ("--pp", pp), ("--dp", dp), ("--ep", ep), ("--dcp", dcp)):
+        _positive(flag, value)
+    if kv_layout not in KV_LAYOUTS:
+        raise PlanError(f"--kv-layout must be one of {', '.join(KV_LAYOUTS)}, got '{kv_layout}'")
+    return Layout(tp=tp, pp=pp, dp=dp, ep=ep or (tp * dp if dp > 1 else 1), dcp=dcp, kv_layout=kv_layout)
+
+
+def _positive(flag: str, value: Optional[int]) -> Optional[int]:
+    if value is not None and value < 1:
+        raise PlanError(f"{flag} must be a positive integer, got {value}")
+    return value
+
+
+def _kv_dtype(text: str) -> str:
+    if text not in KV_DTYPE_CHOICES:
+        raise PlanError(f"--kv-cache-dtype must be one of {', '.join(KV_DTYPE_CHOICES)}, got '{text}'")
+    return KV_DTYPE_CHOICES[text]
+
+
+def _knobs(spec, topo, layout: Layout, engine: str, util: Optional[float], static: Optional[float],
+           given: dict) -> Knobs:
+    """Engine defaults, the user's flags over them, then the memory fraction (given or the engine's)."""
+    if engine not in FRACTION_FLAG:
+        raise PlanError(f"--engine must be vllm or sglang, got '{engine}'")
+    if util is not None and static is not None:
+        raise PlanError("give one of --gpu-memory-utilization (vLLM) and --mem-fraction-static (SGLang), not both")
+    fraction = util if util is not None else static
+    if fraction is not None:
+        flag = "--gpu-memory-utilization" if util is not None else "--mem-fraction-static"
+        if flag != FRACTION_FLAG[engine]:
+            raise PlanError(f"{flag} is not a {engine} flag; with --engine {engine} use {FRACTION_FLAG[engine]}")
+        if not 0 < fraction <= 1:
+            raise PlanError(f"{flag} must be in (0, 1], got {fraction:g}")
+    knobs = engine_default_knobs(engine, spec, topo, **given)
+    if fraction is None:
+        fraction = default_memory_fraction(engine, spec, topo, layout, knobs)
+    return Knobs(**{**asdict(knobs), "memory_fraction": fraction})
+
+
+def report_dict(r: MemoryReport, model: str, topology: str) -> dict:
+    """The JSON form: the verdict, the engine-reported capacity, and each stage's terms."""
+    return {"model": model, "topology": topology, "engine": r.engine, "engine_version": r.engine_version,
+            "layout": asdict(r.layout), "layout_label": r.layout.label, "knobs": asdict(r.knobs),
+            "memory_fraction_flag": FRACTION_FLAG[r.engine], "fits": r.fits,
+            "kv_capacity_tokens": r.kv_capacity_tokens, "kv_tokens_per_replica": r.kv_tokens_per_replica,
+            "kv_holding": r.kv_holding, "binding_stage": r.binding_stage, "max_concurrency": r.max_concurrency,
+            "max_model_len_fit": r.max_model_len_fit, "safe_memory_fraction": r.safe_fraction,
+            "reasons": r.reasons, "ways_out": r.ways_out, "notes": r.notes,
+            "per_gpu": [asdict(g) for g in r.per_gpu]}
+
+
+def _render(r: MemoryReport, d: dict) -> None:
+    out, k = console(), r.knobs
+    out.print(f"[bold]{d['model']}[/bold] on {d['topology']}, {r.layout.label}, {r.engine} {r.engine_version}: "
+              f"{d['memory_fraction_flag']} {k.memory_fraction:g}, KV {k.kv_cache_dtype}, block {k.block_size}, "
+              f"max-model-len {k.max_model_len:,}, max-num-batched-tokens {k.max_num_batched_tokens:,}")
+    table = Table("term", *[f"stage {g.pp_stage} ({g.layers} layers)" for g in r.per_gpu],
+                  title="Memory of one GPU per pipeline stage")
+    names = list(dict.fromkeys(name for g in r.per_gpu for name in g.terms))
+    names.sort(key=lambda name: not name.startswith("weights/"))  # stable: weights first, then the rest in order
+    for name in names:
+        table.add_row(name, *[human_bytes(g.terms.get(name, 0.0)) for g in r.per_gpu])
+    table.add_row("[bold]total[/bold]", *[human_bytes(g.total_bytes) for g in r.per_gpu])
+    out.print(table)
+    for g in r.per_gpu:
+        out.print(f"stage {g.pp_stage}: {g.kv_bytes_per_token:,.0f} B per cached token on each GPU, "
+                  f"pool {human_bytes(g.kv_pool_bytes)} = {g.kv_tokens:,} tokens")
+    out.print(f"KV tokens per GPU (what the engine reports): {r.kv_capacity_tokens:,} "
+              f"(binding stage {r.binding_stage})")
+    out.print(f"KV tokens per replica: {r.kv_tokens_per_replica:,} (latent {r.kv_holding})")
+    out.print(f"max concurrency at --max-model-len {k.max_model_len:,}: {r.max_concurrency:,.2f}x; "
+              f"largest max-model-len that fits: {r.max_model_len_fit:,}; "
+              f"safe {d['memory_fraction_flag']}: {r.safe_fraction:.3f}")
+    verdict = "[bold green]FITS[/bold green]" if r.fits else "[bold red]DOES NOT FIT[/bold red]"
+    out.print(verdict)
+    for line, items in (("why" if not r.fits else "risk", r.reasons), ("way out", r.ways_out), ("note", r.notes)):
+        for item in items:
+            out.print(f"  {line}: {item}", soft_wrap=True)

@@ -1,0 +1,210 @@
+"""How vLLM V1 and SGLang turn a GPU's memory into a KV pool, and their defaults that decide it.
+
+Modelled on the engines' own code (versions in ENGINES.md: vLLM 0.33.0, SGLang 0.5.23; `EngineRules`
+also carries the older vLLM 0.8 accounting that the public vLLM log in validation.yaml came from):
+
+vLLM (`vllm/v1/worker/gpu_worker.py` determine_available_memory, `vllm/v1/core/kv_cache_utils.py`):
+    available = total x gpu_memory_utilization - (weights + peak activation + non-torch [+ CUDA graphs])
+    num_blocks = available // page_size // num_layers,  page_size = block_size x bytes/token/layer
+    "GPU KV cache size" = num_blocks x block_size (x dcp), the minimum over workers and PP stages
+  >= 0.10: the worker snapshots memory after CUDA/NCCL init, so the context and NCCL buffers are not
+  charged (they live in the 1 - utilization margin); >= 0.21: the CUDA-graph estimate is charged
+  (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS default on). 0.8.x charged all non-torch memory and
+  captured graphs after sizing the pool.
+SGLang (`kv_cache_configurator._profile_available_bytes`, `pool_configurator.calculate_pool_sizes`):
+    rest = available_after_weights - pre_load_free x (1 - mem_fraction_static)
+    max_total_num_tokens = rest // cell_size // page_size x page_size, cell = (d_c + d_r) x layers x bytes
+  then a req_to_token table (max_running_requests + 1) x (context_len + 4) int32 out of the slack.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from .knobs import Knobs
+from .layout import Layout
+from .spec import ModelSpec
+from .topology import GPU, Topology
+
+GiB = 2**30
+MiB = 2**20
+DRIVER_RESERVE_BYTES = 560 * MiB   # nvidia-smi total minus what torch sees (gpus.yaml: H100 81,559 MiB vs 79.10 GiB)
+VLLM_DEFAULT_UTILIZATION = 0.92    # vLLM 0.33 --gpu-memory-utilization default (ENGINES.md; 0.9 before)
+REQ_TO_TOKEN_EXTRA_LEN = 4         # SGLang req_to_token row headroom (get_req_to_token_extra_context_len)
+
+
+@dataclass(frozen=True)
+class EngineRules:
+    engine: str
+    version: str
+    graphs_in_budget: bool          # the CUDA-graph estimate is taken out of the KV budget
+    baseline_outside_budget: bool   # CUDA context + NCCL buffers are measured before the budget starts
+
+
+def engine_rules(engine: str, version: Optional[str] = None) -> EngineRules:
+    """Accounting rules of `engine` at `version` (default: the versions ENGINES.md was checked on)."""
+    if engine == "sglang":
+        return EngineRules("sglang", version or "0.5.23", graphs_in_budget=False, baseline_outside_budget=True)
+    version = version or "0.33.0"
+    minor = _minor(version)
+    return EngineRules("vllm", version, graphs_in_budget=minor >= 21, baseline_outside_budget=minor >= 10)
+
+
+def _minor(version: str) -> int:
+    parts = version.split(".")
+    return int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else 0
+
+
+@dataclass(frozen=True)
+class StageCosts:
+    """What one GPU of a stage spends besides its KV pool, and what one token slot costs it."""
+    weights_bytes: float
+    activation_bytes: float
+    cuda_graph_bytes: float
+    nccl_bytes: float
+    runtime_bytes: float
+    slot_bytes: float           # bytes one physical token slot costs this GPU (all its layers)
+
+
+def kv_pool(rules: EngineRules, knobs: Knobs, total_bytes: float, c: StageCosts, dcp: int) -> tuple[float, int]:
+    """(pool bytes, tokens as the engine reports them) for one GPU; tokens count x dcp (each DCP rank
+    keeps 1/dcp of every sequence: vLLM PR #23734 'kv token budget increased by dcp times')."""
+    if c.slot_bytes <= 0:
+        return 0.0, 0
+    if rules.engine == "sglang":
+        slots = _sglang_slots(knobs, total_bytes, c)
+    else:
+        slots = _vllm_slots(rules, knobs, total_bytes, c)
+    return slots * c.slot_bytes, slots * dcp
+
+
+def _vllm_slots(rules: EngineRules, knobs: Knobs, total_bytes: float, c: StageCosts) -> int:
+    """num_blocks = available // (block_size x bytes/token/layer) // layers, in whole blocks."""
+    charged = c.weights_bytes + c.activation_bytes
+    charged += c.cuda_graph_bytes if rules.graphs_in_budget and knobs.cuda_graphs else 0.0
+    charged += 0.0 if rules.baseline_outside_budget else c.runtime_bytes + c.nccl_bytes
+    available = total_bytes * knobs.memory_fraction - charged
+    blocks = int(available // (knobs.block_size * c.slot_bytes)) if available > 0 else 0
+    return blocks * knobs.block_size
+
+
+def _sglang_slots(knobs: Knobs, total_bytes: float, c: StageCosts) -> int:
+    """rest = (pre_load - weights) - pre_load x (1 - f); tokens = rest // cell, floored to the page."""
+    pre_load = total_bytes - c.runtime_bytes - c.nccl_bytes
+    rest = pre_load * knobs.memory_fraction - c.weights_bytes
+    tokens = int(rest // c.slot_bytes) if rest > 0 else 0
+    return tokens // knobs.block_size * knobs.block_size
+
+
+def sglang_req_to_token_bytes(knobs: Knobs, tokens: int) -> float:
+    """SGLang ReqToTokenPool: (max_running_requests + 1) x (context_len + 4) int32, the requests capped at
+    tokens // 2 (kv_cache_configurator.resolve_max_num_reqs; memory_pool.ReqToTokenPool)."""
+    reqs = min(knobs.max_num_seqs, max(tokens // 2, 1))
+    return float((reqs + 1) * (knobs.max_model_len + REQ_TO_TOKEN_EXTRA_LEN) * 4)
+
+
+def nvidia_smi_mib(gpu: GPU) -> float:
+    """Total memory in MiB as nvidia-smi prints it (what SGLang's get_nvgpu_memory_capacity reads)."""
+    return (gpu.memory_bytes + DRIVER_RESERVE_BYTES) / MiB
+
+
+def sglang_chunked_prefill(gpu: GPU) -> int:
+    """SGLang default --chunked-prefill-size by GPU memory (arg_groups/memory_hook.handle_gpu_memory_settings)."""
+    mib = nvidia_smi_mib(gpu)
+    return 2048 if mib < 20 * 1024 else 4096 if mib < 60 * 1024 else 8192 if mib < 160 * 1024 else 16384
+
+
+def sglang_cuda_graph_max_bs(gpu: GPU, tp_size: int) -> int:
+    """SGLang default decode cuda-graph max batch by GPU memory and --tp-size (memory_hook buckets)."""
+    mib = nvidia_smi_mib(gpu)
+    if mib < 20 * 1024:
+        return 8
+    if mib < 60 * 1024:
+        return (48 if mib < 35 * 1024 else 32) if tp_size < 4 else 160
+    return 512 if mib >= 160 * 1024 or tp_size >= 4 else 256
+
+
+def sglang_default_fraction(gpu: GPU, layout: Layout, knobs: Knobs) -> float:
+    """SGLang 0.5.23 computed --mem-fraction-static (memory_hook.handle_gpu_memory_settings), in MiB:
+    reserved = 512 + max(chunked, 2048) x 1.5 + tp x pp / 8 x 1024 + graphs, floored at 10 GiB on
+    > 60 GiB GPUs; graphs = decode max_bs x 2 [+ max_bs x dp x 3 (+ x 1.5 when max_bs > 300) under
+    DP attention] + 1.5 GiB for the MLA prefill graph. f = round((gpu - reserved) / gpu, 3).
+    Reproduces ENGINES.md's resolved 0.886 (TP8 H200) and 0.758 (TP8, DP attention 8); not modelled:
+    DeepEP (+2 GiB) and speculative-decoding reserves."""
+    mib, tp_size = nvidia_smi_mib(gpu), layout.stage_gpus
+    max_bs = sglang_cuda_graph_max_bs(gpu, tp_size)
+    reserved = 512 + max(knobs.max_num_batched_tokens, 2048) * 1.5 + tp_size * layout.pp / 8 * 1024
+    if knobs.cuda_graphs:
+        reserved += max_bs * 2 + 1.5 * 1024
+        if layout.dp > 1:
+            reserved += max_bs * layout.dp * 3 + (max_bs * layout.dp * 1.5 if max_bs > 300 else 0)
+    if mib > 60 * 1024:
+        reserved = max(reserved, 10 * 1024)
+    return round((mib - reserved) / mib, 3)
+
+
+def default_memory_fraction(engine: str, spec: ModelSpec, topo: Topology, layout: Layout,
+                            knobs: Optional[Knobs] = None) -> float:
+    """The engine's own default: vLLM --gpu-memory-utilization 0.92 (0.33.0); SGLang's computed
+    --mem-fraction-static (`sglang_default_fraction`) for its default chunked prefill and graphs."""
+    if engine == "vllm":
+        return VLLM_DEFAULT_UTILIZATION
+    knobs = knobs or engine_default_knobs("sglang", spec, topo)
+    return sglang_default_fraction(topo.gpu, layout, knobs)
+
+
+def engine_default_knobs(engine: str, spec: ModelSpec, topo: Topology, **given) -> Knobs:
+    """Knobs as the engine resolves them when a flag is not given (None in `given` means default):
+    vLLM 0.33: block 16 (CacheConfig.DEFAULT_BLOCK_SIZE; FLASH_ATTN_MLA on Hopper takes multiples
+    of 16) or 64 on Blackwell (FLASHINFER_MLA rejects 16), max-num-seqs 1024, max-num-batched-tokens
+    8192 below 160 GiB else 16384; SGLang: page 1 (fa3) or 64 (trtllm_mla on Blackwell),
+    chunked-prefill by GPU memory, max-running-requests 2048 (its auto floor). Both: max-model-len =
+    the model's max_position_embeddings, bf16 KV."""
+    gpu, blackwell = topo.gpu, topo.gpu.arch == "blackwell"
+    if engine == "sglang":
+        base = dict(block_size=64 if blackwell else 1, max_num_seqs=2048,
+                    max_num_batched_tokens=sglang_chunked_prefill(gpu))
+    else:
+        base = dict(block_size=64 if blackwell else 16, max_num_seqs=1024,
+                    max_num_batched_tokens=8192 if gpu.memory_bytes < 160 * GiB else 16384)
+    base.update(engine=engine, kv_cache_dtype="bf16", max_model_len=spec.max_position_embeddings,
+                memory_fraction=VLLM_DEFAULT_UTILIZATION)
+    base.update({k: v for k, v in given.items() if v is not None})
+    return Knobs(**base)
+
+
+def vllm_capture_sizes(knobs: Knobs, gpu: GPU) -> list[int]:
+    """vLLM 0.33 `_set_cudagraph_sizes`: max = min(max_num_seqs x 2, 512 (1024 on Blackwell),
+    max_num_batched_tokens); sizes 1, 2, 4, then every 8 below 256, then every 16."""
+    if not knobs.cuda_graphs:
+        return []
+    top = min(knobs.max_num_seqs * 2, 1024 if gpu.arch == "blackwell" else 512, knobs.max_num_batched_tokens)
+    sizes = [s for s in (1, 2, 4) if s <= top] + list(range(8, min(top + 1, 256), 8)) + list(range(256, top + 1, 16))
+    return sizes
+
+
+def sglang_capture_sizes(knobs: Knobs, gpu: GPU, layout: Layout) -> list[int]:
+    """SGLang decode graph batch sizes: 1, 2, 4, 8, 12, every 8 to 256, every 16 to 512, every 32 up to
+    cuda_graph_max_bs (cuda_graph_hook.generate_decode_cuda_graph_batch_sizes)."""
+    if not knobs.cuda_graphs:
+        return []
+    top = sglang_cuda_graph_max_bs(gpu, layout.stage_gpus)
+    sizes = [1, 2, 4, 8, 12] + list(range(16, 257, 8)) + list(range(272, 512, 16)) + list(range(512, top + 1, 32))
+    return [s for s in sizes if s <= top]
+
+
+def capture_plan(rules: EngineRules, knobs: Knobs, gpu: GPU, layout: Layout) -> tuple[list[int], int]:
+    """(captured batch sizes, graph modes): vLLM >= 0.21 FULL_AND_PIECEWISE captures each size twice
+    (FULL decode + PIECEWISE), older vLLM piecewise only; SGLang one decode graph per size."""
+    if rules.engine == "sglang":
+        return sglang_capture_sizes(knobs, gpu, layout), 1
+    return vllm_capture_sizes(knobs, gpu), 2 if rules.graphs_in_budget else 1
+
+
+def activation_tokens(rules: EngineRules, knobs: Knobs, layout: Layout) -> int:
+    """Tokens of the profiled forward: vLLM max_num_batched_tokens per DP rank; SGLang's chunked
+    prefill is divided by the DP-attention size (8192 -> 1024 at dp 8, ENGINES.md)."""
+    if rules.engine == "sglang" and layout.dp > 1:
+        return max(knobs.max_num_batched_tokens // layout.dp, 1)
+    return knobs.max_num_batched_tokens

@@ -1,0 +1,75 @@
+"""Ways out of a layout that does not fit: alternatives re-run through the memory model, cheapest first.
+
+Each candidate changes one thing (a knob, the layout on the same GPUs, or more nodes) and is judged by
+`memory.evaluate` on the same engine accounting; only candidates that fit are offered, each with the
+KV capacity it buys. Order = cost to the user: a flag, then a layout on the same GPUs, then hardware.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Iterator, Optional
+
+from .knobs import Knobs
+from .layout import Layout
+from .memory import evaluate, safe_memory_fraction
+from .spec import ModelSpec
+from .topology import InterNode, Topology
+
+Candidate = tuple[str, Topology, Layout, Knobs]
+
+
+def ways_out(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs,
+             engine_version: Optional[str] = None, limit: int = 4) -> list[str]:
+    """Up to `limit` one-line alternatives that fit, cheapest first."""
+    found = []
+    for label, t, lay, kn in _candidates(spec, topo, layout, knobs, engine_version):
+        report = evaluate(spec, t, lay, kn, engine_version)
+        if report.fits:
+            found.append(f"{label}: fits, {report.kv_capacity_tokens:,} KV tokens per GPU "
+                         f"({report.kv_tokens_per_replica:,} per replica)")
+        if len(found) >= limit:
+            break
+    return found or ["none of: safe memory fraction, fp8 KV, shorter max-model-len, dcp, more pipeline stages, "
+                     "DP attention, or twice the nodes makes this fit"]
+
+
+def _candidates(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs,
+                engine_version: Optional[str]) -> Iterator[Candidate]:
+    flag = "--gpu-memory-utilization" if knobs.engine == "vllm" else "--mem-fraction-static"
+    safe = safe_memory_fraction(spec, topo, layout, knobs, engine_version)
+    if 0 < safe != knobs.memory_fraction:
+        yield f"{flag} {safe:.3f} (the safe fraction)", topo, layout, replace(knobs, memory_fraction=safe)
+    if knobs.kv_cache_dtype == "bf16" and spec.attention == "mla":
+        yield "fp8 KV cache (--kv-cache-dtype fp8)", topo, layout, replace(knobs, kv_cache_dtype="fp8")
+    fit_len = evaluate(spec, topo, layout, replace(knobs, max_model_len=1), engine_version).max_model_len_fit
+    if 0 < fit_len < knobs.max_model_len:
+        yield f"--max-model-len {fit_len:,}", topo, layout, replace(knobs, max_model_len=fit_len)
+    yield from _layouts(spec, topo, layout, knobs)
+
+
+def _layouts(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs) -> Iterator[Candidate]:
+    """Same GPUs re-arranged (dcp over the TP group, PP inside the cluster, DP attention), then twice
+    the nodes with twice the pipeline stages."""
+    if layout.tp > 1 and layout.dcp == 1 and spec.attention == "mla":
+        yield f"decode context parallel -dcp {layout.tp}", topo, replace(layout, dcp=layout.tp), knobs
+    if layout.total_gpus * 2 <= topo.total_gpus:
+        yield f"pipeline parallel pp={layout.pp * 2} ({layout.total_gpus * 2} GPUs)", topo, \
+            replace(layout, pp=layout.pp * 2), knobs
+    if layout.dp == 1 and layout.tp > 1 and spec.is_moe:
+        dp_layout = replace(layout, tp=1, dp=layout.tp, ep=layout.tp, dcp=1, kv_layout="replicated")
+        yield f"DP attention (tp=1, dp={layout.tp}, ep={layout.tp})", topo, dp_layout, knobs
+    if layout.total_gpus * 2 > topo.total_gpus:
+        bigger = _more_nodes(topo)
+        yield (f"more nodes: {bigger.nodes} x {bigger.gpus_per_node} {bigger.gpu.name} with pp={layout.pp * 2}",
+               bigger, replace(layout, pp=layout.pp * 2), knobs)
+
+
+def _more_nodes(topo: Topology) -> Topology:
+    """The same cluster with twice the nodes (an inter-node fabric is assumed like the existing one, or
+    400 Gb/s InfiniBand per GPU for a single node)."""
+    update: dict = {"nodes": topo.nodes * 2, "name": f"{topo.name}-x2"}
+    if topo.inter_node is None:
+        update["inter_node"] = InterNode(fabric="infiniband", nics_per_node=topo.gpus_per_node, nic_gbit_per_s=400)
+    return topo.model_copy(update=update)
+

@@ -1,0 +1,104 @@
+"""Weight bytes held by one GPU of one pipeline stage: the weight inventory walked with each tensor's split.
+
+Table-driven like gpt-fast's `tp.py`: `weights.inventory` says how each tensor splits; this module turns
+that into per-GPU bytes for one stage of a `Layout`:
+  replicated       whole on every GPU
+  column / row     1/tp of the matrix (attention-TP; see `dense_tp` for the FFN under DP attention)
+  vocab            1/tp of the rows (embedding on the first stage, lm_head + final norm on the last)
+  expert_*         experts / ep, each expert's intermediate dim / moe_tp
+Layer tensors count once per layer: a stage holds its share of them, dense-first layers
+(`first_k_dense_replace`) falling on the stages that own layers [0, n_dense). fp8 block scales are
+counted on the *shard's* shape by `weights.bytes_of`, so ceil(rows/128) rounding is exact per GPU.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import replace
+from math import ceil
+
+from .layout import Layout
+from .spec import ModelSpec
+from .weights import Tensor, bytes_of, inventory, mtp_inventory
+
+MOE_GROUPS = ("routed_experts", "shared_experts", "gate")  # tensors present once per MoE layer
+DENSE_GROUPS = ("dense_ffn",)                              # tensors present once per dense-FFN layer
+
+
+def stage_weight_terms(spec: ModelSpec, layout: Layout, layers: range, first: bool, last: bool,
+                       engine: str = "vllm", mtp: bool = False) -> "OrderedDict[str, float]":
+    """Bytes of weights one GPU of the stage owning decoder `layers` holds, per reporting group.
+
+    Walks `inventory(spec)` (+ `mtp_inventory` on the last stage when `mtp`, vLLM/SGLang run the
+    MTP drafter beside the last stage's layers) and adds `mla_absorb`, the bf16 W_UK/W_UV copies
+    both engines derive from a quantized `wkv_b` (see `mla_absorb_bytes`). Groups are keyed
+    `weights/<group>`.
+    """
+    out: OrderedDict[str, float] = OrderedDict()
+    tensors = inventory(spec) + (mtp_inventory(spec) if mtp and last else [])
+    for t in tensors:
+        count = _stage_count(spec, t, layers, first, last)
+        if count:
+            shard = _shard(replace(t, count=count), layout, dense_tp(layout, engine, t.group))
+            key = f"weights/{t.group}"
+            out[key] = out.get(key, 0.0) + bytes_of(shard, spec.weight_block_size, spec.int4_group_size)
+    absorb = mla_absorb_bytes(spec, layout, len(layers) + (spec.num_nextn_predict_layers if mtp and last else 0))
+    if absorb:
+        out["weights/mla_absorb"] = absorb
+    return out
+
+
+def mla_absorb_bytes(spec: ModelSpec, layout: Layout, layers: int) -> float:
+    """bf16 copies of the per-head up-projections W_UK and W_UV that the engines build from a
+    quantized `wkv_b`: H/tp x (d_n + d_v) x d_c x 2 bytes per layer.
+
+    vLLM `MLACommonImpl.process_weights_after_loading` dequantizes kv_b_proj and keeps W_UK_T / W_UV
+    (views of the bf16 copy); SGLang `DeepseekV2ForCausalLM.post_load_weights` builds w_kc / w_vc.
+    A bf16 checkpoint's views alias the weight itself, so nothing extra is held (zero).
+    """
+    if spec.attention != "mla" or spec.weight_dtype == "bf16":
+        return 0.0
+    heads = ceil(spec.num_attention_heads / layout.tp)
+    return float(layers * heads * (spec.qk_nope_head_dim + spec.v_head_dim) * spec.kv_lora_rank * 2)
+
+
+def _stage_count(spec: ModelSpec, t: Tensor, layers: range, first: bool, last: bool) -> int:
+    """Copies of tensor `t` on this stage: whole-model tensors by placement, layer tensors by the
+    number of this stage's layers of the tensor's kind (every layer, dense-FFN layers, MoE layers)."""
+    if t.where == "first":
+        return t.count if first else 0
+    if t.where in ("last", "mtp"):
+        return t.count if last else 0
+    n_dense = spec.num_dense_layers
+    dense_here = len(range(max(layers.start, 0), min(layers.stop, n_dense)))
+    if t.group in DENSE_GROUPS:
+        total, here = n_dense, dense_here
+    elif t.group in MOE_GROUPS:
+        total, here = spec.num_moe_layers, len(layers) - dense_here
+    else:
+        total, here = spec.num_hidden_layers, len(layers)
+    return t.count // total * here if total else 0
+
+
+def dense_tp(layout: Layout, engine: str, group: str) -> int:
+    """TP degree of column/row/vocab-split tensors. Attention always splits over the attention-TP
+    group (`tp`). Under DP attention vLLM keeps each DP rank a full TP replica for everything but
+    the routed experts (vLLM DP+EP docs), while SGLang's dense MLP, shared experts and lm_head split
+    over its whole `--tp-size` = tp x dp (SGLang `moedense_tp_size` / `enable_dp_lm_head` off)."""
+    if engine == "sglang" and layout.dp > 1 and group != "attention":
+        return layout.stage_gpus
+    return layout.tp
+
+
+def _shard(t: Tensor, layout: Layout, tp: int) -> Tensor:
+    """The slice of `t` one GPU holds (shape and count), for `bytes_of` to price with its scales."""
+    shape = t.shape
+    if t.split in ("column", "vocab"):
+        shape = (ceil(shape[0] / tp),) + shape[1:]
+    elif t.split == "row":
+        shape = (shape[0], ceil(shape[1] / tp))
+    elif t.split == "expert_column":
+        return replace(t, count=ceil(t.count / layout.ep), shape=(ceil(shape[0] / layout.moe_tp), shape[1]))
+    elif t.split == "expert_row":
+        return replace(t, count=ceil(t.count / layout.ep), shape=(shape[0], ceil(shape[1] / layout.moe_tp)))
+    return replace(t, shape=shape)

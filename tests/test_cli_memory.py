@@ -1,0 +1,88 @@
+"""`mla-plan memory` as a user runs it."""
+
+import json
+
+import pytest
+
+
+def one_line_error(result, *needles):
+    assert result.exit_code == 2, result.output
+    lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("error:") and "Traceback" not in result.output
+    for n in needles:
+        assert n in lines[0], lines[0]
+
+
+def test_default_is_v3_on_the_seed_cluster(cli):
+    r = cli("memory")
+    assert r.exit_code == 0, r.output
+    assert "deepseek-v3 on 2x8xh100-ib" in r.stdout and "tp8" in r.stdout
+    assert "DOES NOT FIT" in r.stdout and "way out" in r.stdout  # FP8 V3 does not fit 8 x 80 GB
+
+
+def test_seed_layout_tp8_pp2_table(cli):
+    r = cli("memory", "--tp", "8", "--pp", "2")
+    assert r.exit_code == 0, r.output
+    out = r.stdout
+    for needle in ("stage 0 (31 layers)", "stage 1 (30 layers)", "weights/routed_experts", "kv_pool",
+                   "activation_peak", "cuda_graph", "nccl_buffers", "runtime_overhead", "free",
+                   "replicated on every TP rank", "max concurrency at --max-model-len", "largest max-model-len",
+                   "binding stage 1", "FITS"):
+        assert needle in out, needle
+
+
+def test_json_carries_the_contract(cli):
+    r = cli("memory", "--topology", "8xh200", "--json")
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.stdout)
+    assert data["fits"] is True and data["kv_capacity_tokens"] > 163840
+    assert data["kv_tokens_per_replica"] == data["kv_capacity_tokens"]
+    assert data["knobs"]["memory_fraction"] == 0.92
+    for g in data["per_gpu"]:
+        assert {"pp_stage", "weights_bytes", "kv_pool_bytes", "kv_bytes_per_token", "kv_tokens", "terms"} <= set(g)
+        assert sum(g["terms"].values()) == pytest.approx(g["total_bytes"])
+
+
+def test_sglang_uses_its_computed_default_fraction(cli):
+    data = json.loads(cli("memory", "-t", "8xh200", "--engine", "sglang", "--json").stdout)
+    assert data["knobs"]["memory_fraction"] == 0.886
+    assert data["memory_fraction_flag"] == "--mem-fraction-static"
+    assert "req_to_token" in data["per_gpu"][0]["terms"]
+
+
+def test_flags_reach_the_model(cli):
+    base = json.loads(cli("memory", "-t", "8xh200", "--json").stdout)
+    fp8 = json.loads(cli("memory", "-t", "8xh200", "--kv-cache-dtype", "fp8", "--json").stdout)
+    assert fp8["per_gpu"][0]["kv_bytes_per_token"] == base["per_gpu"][0]["kv_bytes_per_token"] / 2
+    dcp = json.loads(cli("memory", "-t", "8xh200", "--dcp", "8", "--block-size", "64", "--json").stdout)
+    assert dcp["kv_capacity_tokens"] > 7 * base["kv_capacity_tokens"]
+    dp = json.loads(cli("memory", "-t", "8xh200", "--tp", "1", "--dp", "8", "--json").stdout)
+    assert dp["layout"]["ep"] == 8 and dp["kv_tokens_per_replica"] == 8 * dp["kv_capacity_tokens"]
+    mtp = json.loads(cli("memory", "-t", "8xh200", "--mtp", "--json").stdout)
+    assert "weights/mtp" in mtp["per_gpu"][0]["terms"]
+    eager = json.loads(cli("memory", "-t", "8xh200", "--enforce-eager", "--json").stdout)
+    assert eager["per_gpu"][0]["terms"]["cuda_graph"] == 0
+
+
+@pytest.mark.parametrize("args, needle", [
+    (("--gpu-memory-utilization", "1.5"), "(0, 1]"),
+    (("--gpu-memory-utilization", "0.9", "--mem-fraction-static", "0.9"), "not both"),
+    (("--mem-fraction-static", "0.9"), "--gpu-memory-utilization"),
+    (("--tp", "3"), "not divisible by tp=3"),
+    (("--tp", "8", "--pp", "4"), "needs 32 GPUs"),
+    (("--kv-cache-dtype", "fp9"), "--kv-cache-dtype"),
+    (("--engine", "trtllm"), "--engine"),
+    (("--max-model-len", "0"), "--max-model-len"),
+    (("--kv-layout", "sideways"), "--kv-layout"),
+])
+def test_bad_input_is_one_line(cli, args, needle):
+    one_line_error(cli("memory", *args), needle)
+
+
+def test_help_teaches_the_engine_flags(cli):
+    r = cli("memory", "--help")
+    assert r.exit_code == 0
+    for flag in ("--gpu-memory-utilization", "--mem-fraction-static", "--max-running-requests", "--page-size",
+                 "--chunked-prefill-size", "--context-length", "NOT divided by TP"):
+        assert flag in r.stdout, flag

@@ -1,0 +1,206 @@
+"""The per-GPU memory model: weights split by layout, the MLA KV cost per GPU, engine accounting, verdicts."""
+
+from dataclasses import replace
+
+import pytest
+
+from mla_planner import sizing
+from mla_planner.engine_memory import (default_memory_fraction, engine_default_knobs, engine_rules,
+                                       vllm_capture_sizes)
+from mla_planner.layout import Layout
+from mla_planner.memory import (ALLOCATOR_MARGIN_BYTES, memory_report, safe_memory_fraction, stage_layers)
+from mla_planner.memory_weights import stage_weight_terms
+from mla_planner.models import load_model
+from mla_planner.topology import load_topology
+
+V3 = load_model("deepseek-v3").spec
+GiB = 2**30
+
+
+def knobs_for(engine, topo, **given):
+    return engine_default_knobs(engine, V3, topo, **given)
+
+
+def report(topo_name, layout, engine="vllm", spec=V3, **given):
+    topo = load_topology(topo_name)
+    knobs = engine_default_knobs(engine, spec, topo, **given)
+    if "memory_fraction" not in given:
+        knobs = replace(knobs, memory_fraction=default_memory_fraction(engine, spec, topo, layout, knobs))
+    return memory_report(spec, topo, layout, knobs)
+
+
+# ---- layers over pipeline stages -------------------------------------------------------------------
+
+def test_stage_layers_follow_each_engine():
+    # vLLM get_pp_indices: remainder to the stages before the last (61 layers at PP4 -> [15,15,16,15],
+    # vllm PR 46217 as quoted in USER_PROBLEMS.md #21); SGLang: remainder to the last stages.
+    assert stage_layers(61, 2) == [31, 30]
+    assert stage_layers(61, 4) == [15, 15, 16, 15]
+    assert stage_layers(61, 2, engine="sglang") == [30, 31]
+    assert stage_layers(60, 4) == [15, 15, 15, 15]
+    for pp in range(1, 9):
+        assert sum(stage_layers(61, pp)) == 61 == sum(stage_layers(61, pp, "sglang"))
+
+
+# ---- weights ---------------------------------------------------------------------------------------
+
+def test_tp1_pp1_holds_the_whole_checkpoint():
+    terms = stage_weight_terms(V3, Layout(tp=1), range(61), True, True)
+    whole = sum(v for k, v in terms.items() if k != "weights/mla_absorb")
+    assert whole == pytest.approx(sizing.weight_bytes_breakdown(V3)["total"], rel=1e-12)
+
+
+def test_pipeline_stages_partition_the_weights():
+    layout = Layout(tp=1, pp=2)
+    first = stage_weight_terms(V3, layout, range(0, 31), True, False)
+    last = stage_weight_terms(V3, layout, range(31, 61), False, True)
+    both = sum(first.values()) + sum(last.values())
+    whole = stage_weight_terms(V3, Layout(tp=1), range(61), True, True)
+    assert both == pytest.approx(sum(whole.values()), rel=1e-12)
+    assert "weights/embedding" in first and "weights/embedding" not in last
+    assert "weights/lm_head" in last and "weights/lm_head" not in first
+    assert "weights/dense_ffn" in first and "weights/dense_ffn" not in last  # first_k_dense_replace = 3
+
+
+def test_tp_splits_matrices_but_not_replicated_ones():
+    tp8 = stage_weight_terms(V3, Layout(tp=8), range(61), True, True)
+    tp1 = stage_weight_terms(V3, Layout(tp=1), range(61), True, True)
+    # routed experts: 2048/8 = 256 rows keep whole 128x128 scale blocks, so exactly 1/8
+    assert tp8["weights/routed_experts"] == pytest.approx(tp1["weights/routed_experts"] / 8, rel=1e-12)
+    assert tp8["weights/gate"] == tp1["weights/gate"]  # the router is replicated
+    assert tp1["weights/attention"] / 8 < tp8["weights/attention"] < tp1["weights/attention"]  # wq_a, wkv_a whole
+
+
+def test_dp_attention_keeps_full_attention_per_rank_and_splits_experts():
+    dp8 = stage_weight_terms(V3, Layout(tp=1, dp=8, ep=8), range(61), True, True)
+    tp1 = stage_weight_terms(V3, Layout(tp=1), range(61), True, True)
+    assert dp8["weights/attention"] == tp1["weights/attention"]
+    assert dp8["weights/routed_experts"] == pytest.approx(tp1["weights/routed_experts"] / 8, rel=1e-12)
+
+
+def test_mtp_lives_on_the_last_stage():
+    r = report("2x8xh100-ib", Layout(tp=8, pp=2), mtp=True, max_model_len=8192)
+    assert "weights/mtp" not in r.per_gpu[0].terms
+    assert r.per_gpu[1].terms["weights/mtp"] > 1 * GiB
+    assert r.per_gpu[1].layers == 30 + 1  # the MTP layer's cache too
+
+
+# ---- the MLA KV cost per GPU ---------------------------------------------------------------------------
+
+def test_kv_per_token_is_not_divided_by_tp():
+    r = report("8xh200", Layout(tp=8))
+    assert r.per_gpu[0].kv_bytes_per_token == 61 * 576 * 2 == 70_272
+    assert report("8xh200", Layout(tp=8), kv_cache_dtype="fp8").per_gpu[0].kv_bytes_per_token == 35_136
+    assert report("8xh200", Layout(tp=8, kv_layout="latent-sharded")).per_gpu[0].kv_bytes_per_token == 70_272 / 8
+    assert report("8xh200", Layout(tp=8, dcp=8)).per_gpu[0].kv_bytes_per_token == 70_272 / 8
+
+
+def test_h100_node_does_not_fit_deepseek_v3_fp8():
+    r = report("8xh100", Layout(tp=8))
+    assert not r.fits and r.kv_capacity_tokens == 0
+    assert any("weights" in reason for reason in r.reasons)
+    assert r.ways_out and any("more nodes" in w or "pp=2" in w for w in r.ways_out)
+
+
+def test_h200_node_fits_and_tp8_holds_one_replicas_worth():
+    r = report("8xh200", Layout(tp=8))
+    assert r.fits
+    assert r.kv_tokens_per_replica == r.kv_capacity_tokens == r.per_gpu[0].kv_tokens  # not 8x
+    assert "replicated on every TP rank" in r.kv_holding
+    assert r.kv_capacity_tokens >= V3.max_position_embeddings
+    assert r.max_model_len_fit == V3.max_position_embeddings
+
+
+def test_dp_attention_multiplies_distinct_tokens():
+    r = report("8xh200", Layout(tp=1, dp=8, ep=8))
+    assert r.kv_tokens_per_replica == 8 * r.kv_capacity_tokens
+
+
+def test_uneven_pipeline_names_the_binding_stage():
+    r = report("2x8xh100-ib", Layout(tp=8, pp=2))
+    assert [g.layers for g in r.per_gpu] == [31, 30]
+    tokens = [g.kv_tokens for g in r.per_gpu]
+    assert tokens[0] != tokens[1]
+    assert r.binding_stage == tokens.index(min(tokens))
+    assert r.kv_capacity_tokens == min(tokens)
+    assert any(f"stage {r.binding_stage} binds" in n for n in r.notes)
+
+
+def test_layouts_that_cannot_exist_say_why():
+    bad = report("8xh200", Layout(tp=3))
+    assert not bad.fits and any("not divisible by tp=3" in x for x in bad.reasons)
+    assert any("needs 16 GPUs" in x for x in report("8xh200", Layout(tp=8, pp=2)).reasons)
+    assert any("ep=3" in x for x in report("8xh200", Layout(tp=1, dp=3, ep=3)).reasons)
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+@pytest.mark.parametrize("topo_name, layout", [
+    ("8xh100", Layout(tp=8)), ("8xh200", Layout(tp=8)), ("2x8xh100-ib", Layout(tp=8, pp=2)),
+    ("8xh200", Layout(tp=1, dp=8, ep=8)), ("8xh200", Layout(tp=8, dcp=4)), ("2x8xh200-ib", Layout(tp=4, pp=4)),
+])
+def test_terms_sum_to_the_gpu(engine, topo_name, layout):
+    r = report(topo_name, layout, engine)
+    for g in r.per_gpu:
+        assert sum(g.terms.values()) == pytest.approx(g.total_bytes, rel=1e-12)
+        assert g.weights_bytes == pytest.approx(sum(v for k, v in g.terms.items() if k.startswith("weights/")))
+        assert g.kv_pool_bytes == g.terms["kv_pool"]
+        assert g.kv_tokens * g.kv_bytes_per_token == pytest.approx(g.kv_pool_bytes)
+        assert g.kv_tokens % (r.knobs.block_size * layout.dcp) == 0
+
+
+def test_gqa_model_works_too():
+    llama = load_model("llama-3.1-70b").spec
+    r = report("8xh100", Layout(tp=8), spec=llama, max_model_len=8192)
+    assert r.fits and r.per_gpu[0].kv_bytes_per_token == sizing.kv_bytes_per_token(llama) / 8
+
+
+# ---- engine rules and defaults -------------------------------------------------------------------------
+
+def test_engine_rules_by_version():
+    assert engine_rules("vllm") == engine_rules("vllm", "0.33.0")
+    new, old = engine_rules("vllm"), engine_rules("vllm", "0.8.4")
+    assert new.graphs_in_budget and new.baseline_outside_budget
+    assert not old.graphs_in_budget and not old.baseline_outside_budget
+
+
+def test_default_fractions_match_engines_md():
+    h200, b200 = load_topology("8xh200"), load_topology("8xb200")
+    assert default_memory_fraction("vllm", V3, h200, Layout(tp=8)) == 0.92
+    assert default_memory_fraction("sglang", V3, h200, Layout(tp=8)) == 0.886  # ENGINES.md resolved value
+    assert default_memory_fraction("sglang", V3, b200, Layout(tp=8)) == pytest.approx(0.843, abs=0.0015)
+    assert 0.74 <= default_memory_fraction("sglang", V3, h200, Layout(tp=1, dp=8, ep=8)) <= 0.76
+
+
+def test_vllm_capture_sizes():
+    h200 = load_topology("8xh200")
+    sizes = vllm_capture_sizes(knobs_for("vllm", h200), h200.gpu)
+    assert sizes[:4] == [1, 2, 4, 8] and sizes[-1] == 512 and len(sizes) == 51
+    assert vllm_capture_sizes(knobs_for("vllm", h200, max_num_seqs=16), h200.gpu)[-1] == 32
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_safe_fraction_leaves_the_margin(engine):
+    topo, layout = load_topology("8xh200"), Layout(tp=8)
+    knobs = knobs_for(engine, topo)
+    safe = safe_memory_fraction(V3, topo, layout, knobs)
+    assert 0.8 < safe < 1
+    r = memory_report(V3, topo, layout, replace(knobs, memory_fraction=safe))
+    assert min(g.terms["free"] for g in r.per_gpu) >= ALLOCATOR_MARGIN_BYTES * 0.95
+    over = memory_report(V3, topo, layout, replace(knobs, memory_fraction=0.99))
+    assert any("above the safe" in n for n in over.notes)
+
+
+def test_ways_out_come_from_rerunning_the_model():
+    r = report("8xh200", Layout(tp=8), max_model_len=1_000_000)
+    assert not r.fits and any("fewer than --max-model-len" in x for x in r.reasons)
+    assert any(w.startswith("fp8 KV cache") for w in r.ways_out)
+    assert any(w.startswith("decode context parallel") for w in r.ways_out)
+    for w in r.ways_out:
+        assert "fits" in w
+
+
+def test_vllm_counts_whole_blocks_and_sglang_whole_pages():
+    v = report("8xh200", Layout(tp=8), block_size=64)
+    s = report("8xh200", Layout(tp=8), engine="sglang", block_size=64)
+    assert v.kv_capacity_tokens % 64 == 0 and s.kv_capacity_tokens % 64 == 0
+    assert s.per_gpu[0].terms["req_to_token"] > 0 and "req_to_token" not in v.per_gpu[0].terms
