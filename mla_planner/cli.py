@@ -7,6 +7,8 @@ from typing import Annotated, Optional
 import typer
 
 from . import __version__
+from .cli_compare import compare_cmd
+from .cli_emit import emit_cmd
 from .cli_memory import memory_cmd
 from .cli_show import models_cmd, show_cmd, topologies_cmd
 
@@ -35,7 +37,9 @@ def _root(ctx: typer.Context,
 app.command("models")(models_cmd)
 app.command("topologies")(topologies_cmd)
 app.command("show")(show_cmd)
+app.command("compare")(compare_cmd)
 app.command("memory")(memory_cmd)
+app.command("emit")(emit_cmd)
 
 
 def main() -> None:

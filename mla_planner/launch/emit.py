@@ -1,0 +1,81 @@
+"""From a plan candidate to a launch folder: node-K.sh per node, bench.sh and README.md.
+
+`build` maps the candidate to NodeCommands (vllm.py / sglang.py), checks the GPUs they claim against
+the placement (claims.py), and `emit_plan` renders and writes them (render.py, templates/).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+from ..backends import backend, backend_problems
+from ..errors import PlanError
+from ..knobs import ENGINES
+from ..planfile import Candidate, Plan, pick
+from . import sglang, vllm
+from .claims import check_gpu_counts
+from .command import LaunchInputs, NodeCommand
+from .folder import folder_files
+from .placement import place
+from .render import one_line, write_folder
+
+
+def launch_inputs(plan: Plan, cand: Candidate, mode: str = "native", model_path: Optional[str] = None) -> LaunchInputs:
+    partition = cand.memory.get("pp_layer_partition") if isinstance(cand.memory, dict) else None
+    return LaunchInputs(plan.spec, plan.topology, plan.workload, cand.layout, cand.knobs,
+                        model_path if model_path is not None else plan.model_path, mode,
+                        tuple(partition) if partition else None)
+
+
+def _check_backend(inp: LaunchInputs, engine: str) -> None:
+    k = inp.knobs
+    if k.attention_backend is None:
+        return
+    problems = backend_problems(backend(engine, k.attention_backend), inp.topology.gpu, k.kv_cache_dtype,
+                                inp.layout.dcp, k.block_size)
+    if problems:
+        raise PlanError(f"attention backend {k.attention_backend}: " + "; ".join(problems))
+
+
+def build(inp: LaunchInputs, engine: str) -> list[NodeCommand]:
+    """Every node's commands for `engine`, GPU counts checked against the placement."""
+    if engine not in ENGINES:
+        raise PlanError(f"engine '{engine}' is not one of {', '.join(ENGINES)}")
+    _check_backend(inp, engine)
+    commands = (vllm if engine == "vllm" else sglang).node_commands(inp)
+    check_gpu_counts(engine, commands, place(inp.layout, inp.topology), inp.layout)
+    return commands
+
+
+def emit_plan(plan: Plan, candidate: int, engine: str, out_dir: Path, mode: str = "native",
+              model_path: Optional[str] = None, head_address: Optional[str] = None,
+              force: bool = False) -> list[Path]:
+    """Write the launch folder for candidate `candidate` (1-based) and return the files written."""
+    cand = pick(plan, candidate, "emit")
+    inp = launch_inputs(plan, cand, mode, model_path)
+    commands = build(inp, engine)
+    heads = {c.replica for c in commands if "HEAD_IP" in c.needs}
+    if head_address is not None and len(heads) > 1:
+        raise PlanError(f"--head-address names one head, but {len(heads)} multi-node replicas each have their own; "
+                        "leave it out and export HEAD_IP on each replica's nodes")
+    if head_address is not None and not head_address:
+        raise PlanError("--head-address is empty")
+    files = folder_files(inp, engine, commands, candidate, cand.warnings, head_address)
+    return write_folder(files, Path(out_dir), force)
+
+
+def single_node_command(plan: Plan, candidate: int, engine: str) -> Optional[str]:
+    """The one-line command (env assignments first) when the candidate is one command on one node,
+    else None (multi-node, replicas, or a layout the engine cannot express)."""
+    cand = pick(plan, candidate, "plan")
+    try:
+        commands = build(launch_inputs(plan, cand), engine)
+    except PlanError:
+        return None
+    if len(commands) != 1:
+        return None
+    c = commands[0]
+    env = " ".join(f"{name}={one_line([value])}" for name, value in c.env.items())
+    return (env + " " if env else "") + one_line(c.argv)
+

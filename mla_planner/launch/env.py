@@ -1,0 +1,90 @@
+"""The environment a node needs: the network variables from the topology (USER_PROBLEMS.md Facts E)
+and the pipeline layer split.
+
+Network (multi-node instances only; inside a node NCCL uses NVLink/PCIe):
+  NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME  the routable interface (else NCCL gets the exclusion list
+                  `^lo,docker,veth`; Gloo takes one name, so it is left to the user). Gloo otherwise
+                  falls back to loopback or the wrong NIC: "Gloo connectFullMesh failed".
+  NCCL_IB_HCA     the HCAs, when the topology names them
+  NCCL_IB_DISABLE 0 on InfiniBand/RoCE, 1 on plain Ethernet (TCP sockets, with a warning)
+  NCCL_IB_GID_INDEX  the topology's value; 3 on RoCE v2 when unset (startup hangs otherwise)
+  NVSHMEM_IB_GID_INDEX  the same, for DeepEP's NVSHMEM on RoCE
+Pipeline split: vLLM `VLLM_PP_LAYER_PARTITION` and SGLang `SGLANG_PP_LAYER_PARTITION` (both read in
+their `distributed/utils.py:get_pp_indices`, checked in the vLLM 0.33.0 / SGLang 0.5.23 wheels), set
+whenever the layers do not split evenly, so the split the plan sized (memory.stage_layers: each engine's
+own default split, unless the candidate's memory carries `pp_layer_partition`) is the split the engine runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+from ..errors import PlanError
+from ..memory import stage_layers
+from ..topology import Topology
+
+ROCE_V2_GID_INDEX = 3
+NCCL_IFNAME_EXCLUDE = "^lo,docker,veth"
+
+
+@dataclass(frozen=True)
+class NetworkEnv:
+    env: dict[str, str]
+    notes: list[str] = field(default_factory=list)   # fixed text for the script's comments
+
+
+def network_env(topology: Topology, deepep: bool = False) -> NetworkEnv:
+    """Variables for a node of a multi-node instance."""
+    inter = topology.inter_node
+    if inter is None:
+        return NetworkEnv({})
+    env, notes = {"NCCL_SOCKET_IFNAME": inter.socket_ifname or NCCL_IFNAME_EXCLUDE}, []
+    if inter.socket_ifname:
+        env["GLOO_SOCKET_IFNAME"] = inter.socket_ifname
+    else:
+        notes.append("The topology names no socket interface: export GLOO_SOCKET_IFNAME=<cluster interface> "
+                     "before running (Gloo otherwise picks loopback or the wrong NIC).")
+    if inter.fabric == "ethernet":
+        env["NCCL_IB_DISABLE"] = "1"
+        notes.append("WARNING: Ethernet fabric - NCCL runs over TCP sockets (NET/Socket), 4-20x slower "
+                     "cross-node collectives than InfiniBand or RoCE.")
+        return NetworkEnv(env, notes)
+    env["NCCL_IB_DISABLE"] = "0"
+    if inter.ib_hca:
+        env["NCCL_IB_HCA"] = inter.ib_hca
+    gid = inter.ib_gid_index if inter.ib_gid_index is not None else (
+        ROCE_V2_GID_INDEX if inter.fabric == "roce" else None)
+    if gid is not None:
+        env["NCCL_IB_GID_INDEX"] = str(gid)
+        if deepep:
+            env["NVSHMEM_IB_GID_INDEX"] = str(gid)
+    return NetworkEnv(env, notes)
+
+
+def partition_env(engine: str, layers: int, pp: int, partition: Optional[tuple[int, ...]]) -> dict[str, str]:
+    """`{ENGINE_PP_LAYER_PARTITION: "31,30"}` when the split is uneven (or the plan gives one), else {}."""
+    if pp == 1:
+        return {}
+    parts = list(partition) if partition else stage_layers(layers, pp, engine)
+    if len(parts) != pp or sum(parts) != layers or min(parts) < 1:
+        raise PlanError(f"pipeline partition {parts} does not split {layers} layers into {pp} non-empty stages")
+    if not partition and layers % pp == 0:
+        return {}
+    name = "VLLM_PP_LAYER_PARTITION" if engine == "vllm" else "SGLANG_PP_LAYER_PARTITION"
+    return {name: ",".join(str(p) for p in parts)}
+
+
+def instance_env(engine: str, topology: Topology, multi_node: bool, visible_devices: Optional[str],
+                 layers: int, pp: int, partition: Optional[tuple[int, ...]], deepep: bool = False) -> NetworkEnv:
+    """Everything one command of an instance exports: GPUs, network (multi-node), layer split."""
+    env: dict[str, str] = {}
+    notes: list[str] = []
+    if visible_devices is not None:
+        env["CUDA_VISIBLE_DEVICES"] = visible_devices
+    if multi_node:
+        net = network_env(topology, deepep)
+        env.update(net.env)
+        notes += net.notes
+    env.update(partition_env(engine, layers, pp, partition))
+    return NetworkEnv(env, notes)

@@ -1,0 +1,120 @@
+"""The launch folder's files: which template renders each node, and the words around the commands
+(titles, start order, health checks) for README.md and bench.sh."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from .. import __version__
+from ..backends import engine_version
+from ..layout import Layout
+from . import sglang, vllm
+from .command import LaunchInputs, NodeCommand
+from .placement import place
+from .render import render
+
+ENGINE_NAMES = {"vllm": "vLLM", "sglang": "SGLang"}
+VERSION_NOTES = {
+    "vllm": "Flags are those of vLLM 0.33.0: the attention backend is `--attention-backend` (the "
+            "VLLM_ATTENTION_BACKEND variable is gone) and multi-node runs without Ray via `--nnodes`/`--headless`; "
+            "older releases need other flags.",
+    "sglang": "Flags are those of SGLang 0.5.23: DP attention is `--attn-dp-size` (not `--enable-dp-attention`), "
+              "CUDA graphs are switched off per phase with `--cuda-graph-backend-*`, and `cutlass_mla` is no longer "
+              "a backend; older releases need other flags.",
+}
+BENCH_TOOLS = {"vllm": "`vllm bench serve`", "sglang": "`python3 -m sglang.benchmark.serving`"}
+
+
+def describe(layout: Layout) -> str:
+    parts = " ".join(f"{name}={getattr(layout, name)}" for name in ("tp", "pp", "dp", "ep", "dcp")
+                     if name == "tp" or getattr(layout, name) > 1)
+    return f"{layout.replicas} x ({parts})" if layout.replicas > 1 else parts
+
+
+def engine_label(engine: str) -> str:
+    return f"{ENGINE_NAMES[engine]} {engine_version(engine)}"
+
+
+def _role_text(c: NodeCommand) -> str:
+    return {"server": f"engine ranks and the HTTP API on port {c.port}",
+            "headless": "engine ranks only (headless)",
+            "ray-head": f"Ray head, then the HTTP API on port {c.port}",
+            "ray-worker": "Ray worker (joins the head's cluster)"}[c.role]
+
+
+def _start_order(inp: LaunchInputs, engine: str, commands: list[NodeCommand]) -> list[str]:
+    multi = [c for c in commands if c.needs]
+    if not multi:
+        steps = ["Run each node-K.sh on node K; the instances are independent."]
+    elif inp.mode == "ray":
+        steps = ["Run node-0.sh on the head node: it starts the Ray head and waits until every GPU has joined.",
+                 "Run the other node-K.sh on their nodes: each starts a Ray worker that joins the head.",
+                 "The head then starts vLLM on the whole cluster."]
+    elif engine == "vllm":
+        steps = ["Start node-0.sh on the head node first (it runs the rendezvous and the HTTP API).",
+                 "Start the other node-K.sh on their nodes within a few minutes; they run headless and wait "
+                 "for the head."]
+    else:
+        steps = ["Start every node-K.sh on its node, in any order, within a few minutes of each other; they "
+                 "meet at HEAD_IP (--dist-init-addr). Node rank 0 serves HTTP."]
+    if inp.layout.replicas > 1 and multi:
+        steps.append("Each replica's node group is a separate instance with its own head; start each group the "
+                     "same way.")
+    steps.append("When /health answers, run ./bench.sh on node 0.")
+    return steps
+
+
+def _node_script(inp: LaunchInputs, engine: str, node: int, cmds: list[NodeCommand], heads: dict[int, int],
+                 head_address: Optional[str], n_nodes: int) -> str:
+    shared = {k: v for k, v in cmds[0].env.items() if all(c.env.get(k) == v for c in cmds)}
+    notes = list(dict.fromkeys(n for c in cmds for n in c.notes))
+    roles = "; ".join(f"replica {c.replica}: {_role_text(c)}" for c in cmds)
+    inter = inp.topology.inter_node
+    ctx = dict(title=f"node {node} of {n_nodes} - {engine_label(engine)} serving {inp.model_path} "
+                     f"({describe(inp.layout)}): {roles}",
+               version=__version__, engine_label=engine_label(engine), notes=notes,
+               needs=sorted({n for c in cmds for n in c.needs}), head_ip=head_address,
+               head_node=heads[cmds[0].replica], ifname=inter.socket_ifname if inter else None,
+               env=list(shared.items()))
+    head = next((c for c in cmds if c.role == "ray-head"), None)
+    if head is not None:
+        return render("ray-head.sh.j2", ray_start=head.before[0], serve=head.argv, cluster_gpus=head.cluster_gpus,
+                      **ctx)
+    commands = [dict(argv=c.argv, env=[(k, v) for k, v in c.env.items() if k not in shared],
+                     background=len(cmds) > 1) for c in cmds]
+    return render("node.sh.j2", commands=commands, **ctx)
+
+
+def folder_files(inp: LaunchInputs, engine: str, commands: list[NodeCommand], candidate: int,
+                 warnings: list[str], head_address: Optional[str]) -> dict[str, tuple[str, bool]]:
+    """{file name: (text, executable)} for the whole launch folder."""
+    heads = {p.replica: p.head for p in place(inp.layout, inp.topology)}
+    nodes = sorted({c.node_rank for c in commands})
+    files = {f"node-{n}.sh": (_node_script(inp, engine, n, [c for c in commands if c.node_rank == n], heads,
+                                           head_address, len(nodes)), True) for n in nodes}
+    L, w = inp.layout, inp.workload
+    common = dict(title=f"{engine_label(engine)} serving {inp.model_path} as {describe(L)} on {inp.topology.name}",
+                  version=__version__, engine_label=engine_label(engine), head_node=heads[0],
+                  port=next(c.port for c in commands if c.port is not None), input_len=w.input_len,
+                  output_len=w.output_len, concurrency=w.concurrency or inp.knobs.max_num_seqs * L.dp * L.replicas)
+    bench = (vllm if engine == "vllm" else sglang).bench_argv(inp, common["concurrency"])
+    files["bench.sh"] = (render("bench.sh.j2", argv=bench, num_prompts=4 * common["concurrency"], **common), True)
+    files["README.md"] = (_readme(inp, engine, commands, candidate, warnings, head_address, common), False)
+    return files
+
+
+def _readme(inp: LaunchInputs, engine: str, commands: list[NodeCommand], candidate: int, warnings: list[str],
+            head_address: Optional[str], common: dict) -> str:
+    inter = inp.topology.inter_node
+    needs = {n for c in commands for n in c.needs}
+    host_ip_how = (f"The scripts read it from interface {inter.socket_ifname} when it is unset; on multi-NIC hosts "
+                   "export it explicitly." if inter and inter.socket_ifname else "Export it on every node.")
+    rows = [dict(node=c.node_rank, script=f"node-{c.node_rank}.sh", gpus=c.gpus,
+                 what=f"replica {c.replica}: {_role_text(c)}") for c in commands]
+    health = [dict(node=c.node_rank, port=c.port, url=f"http://127.0.0.1:{c.port}") for c in commands if c.port]
+    return render("README.md.j2", candidate=candidate, version_note=VERSION_NOTES[engine], model_path=inp.model_path,
+                  nodes=rows, multi_node=bool(needs), fabric=inter.fabric if inter else "none",
+                  needs_head_ip="HEAD_IP" in needs, head_ip=head_address, needs_host_ip="VLLM_HOST_IP" in needs,
+                  host_ip_how=host_ip_how, ray=inp.mode == "ray", deepep=any("deepep" in c.argv for c in commands),
+                  order=_start_order(inp, engine, commands), health=health, replicas=inp.layout.replicas,
+                  bench_tool=BENCH_TOOLS[engine], warnings=warnings, **common)

@@ -1,0 +1,120 @@
+"""Rendering the launch folder: Jinja2 templates in which every substituted value is shell-quoted.
+
+The environment's `finalize` hook quotes whatever a template prints (`shlex.quote` for strings, ints
+as digits) unless it is `Shell` text this module produced itself: an argv rendered word by word by
+the `argv` filter, or a comment / prose line with its control characters escaped. A model path,
+interface name, HCA list or head address therefore reaches the script as exactly one shell word,
+whatever it contains. Undefined names fail (StrictUndefined). Files are written to a temporary folder
+beside the target and moved into place only when all of them rendered.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import tempfile
+from functools import lru_cache
+from pathlib import Path
+
+import jinja2
+
+from ..errors import PlanError
+from ..resources import data_dir
+from .command import ShellRef
+
+
+class Shell(str):
+    """Text already safe to paste into a shell script (produced by the filters below)."""
+
+
+def quote_word(word: str) -> str:
+    if "\x00" in str(word):
+        raise PlanError(f"{str(word)!r} contains a NUL byte, which no shell word can hold")
+    if isinstance(word, ShellRef):
+        return '"${' + word.var + '}"' + (shlex.quote(word.suffix) if word.suffix else "")
+    return shlex.quote(str(word))
+
+
+def argv_filter(argv: list[str], indent: int = 4) -> Shell:
+    """One command, a continuation line per flag: `vllm serve MODEL \\` / `    --flag value \\` ..."""
+    lines: list[list[str]] = [[]]
+    for word in argv:
+        if word.startswith("--") and lines[-1] and not isinstance(word, ShellRef):
+            lines.append([])
+        lines[-1].append(quote_word(word))
+    return Shell((" \\\n" + " " * indent).join(" ".join(line) for line in lines))
+
+
+def one_line(argv: list[str]) -> Shell:
+    return Shell(" ".join(quote_word(w) for w in argv))
+
+
+def _escape_controls(text: str) -> str:
+    return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in str(text))
+
+
+def comment_filter(text: str) -> Shell:
+    """Text for a `# ...` line: no character can end the comment (newlines and controls are escaped)."""
+    return Shell(_escape_controls(text))
+
+
+def prose_filter(text: str) -> Shell:
+    """Plain text for the README (markdown, never executed): one line, controls escaped."""
+    return Shell(_escape_controls(text))
+
+
+def _finalize(value):
+    if isinstance(value, Shell):
+        return value
+    if isinstance(value, bool) or value is None:
+        raise TypeError(f"template printed {value!r}; booleans and None must be tested, not printed")
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, str):
+        return quote_word(value)
+    raise TypeError(f"template printed a {type(value).__name__}; render it with a filter")
+
+
+@lru_cache(maxsize=1)
+def environment() -> jinja2.Environment:
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(data_dir("templates"))),
+                             undefined=jinja2.StrictUndefined, finalize=_finalize, autoescape=False,
+                             keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True)
+    env.filters.update(argv=argv_filter, comment=comment_filter, prose=prose_filter, one_line=one_line)
+    return env
+
+
+def render(template: str, **context) -> str:
+    return environment().get_template(template).render(**context)
+
+
+def write_folder(files: dict[str, tuple[str, bool]], out_dir: Path, force: bool = False) -> list[Path]:
+    """Write {name: (text, executable)} into `out_dir`, all or nothing. A non-empty folder is refused
+    unless `force`; then the files are replaced and stale node-*.sh scripts of an earlier emit removed."""
+    out_dir = Path(out_dir)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise PlanError(f"--out {out_dir}: exists and is not a folder")
+    occupied = out_dir.exists() and any(out_dir.iterdir())
+    if occupied and not force:
+        raise PlanError(f"--out {out_dir}: folder is not empty; pass --force to overwrite")
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
+    try:
+        for name, (text, executable) in files.items():
+            (tmp / name).write_text(text)
+            (tmp / name).chmod(0o755 if executable else 0o644)
+        tmp.chmod(0o755)
+        if not occupied:
+            if out_dir.exists():
+                out_dir.rmdir()
+            tmp.rename(out_dir)
+        else:
+            for stale in out_dir.glob("node-*.sh"):
+                if stale.name not in files:
+                    stale.unlink()
+            for name in files:
+                os.replace(tmp / name, out_dir / name)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return [out_dir / name for name in files]

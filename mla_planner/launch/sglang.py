@@ -1,0 +1,98 @@
+"""SGLang 0.5.23 commands: `python3 -m sglang.launch_server --model-path MODEL ...` for every node.
+
+Flags and recipes from ENGINES.md (a) and (b), checked against the SGLang 0.5.23 wheel:
+  layout   --tp-size is the *total* TP of a pipeline stage's group and spans every GPU of a
+           DP-attention group: tp*dp; dp > 1 -> --attn-dp-size dp (not the deprecated
+           --enable-dp-attention); --ep-size ep (and --moe-a2a-backend deepep when the experts span
+           nodes); --pp-size; --dcp-size
+  knobs    --page-size, --kv-cache-dtype (bf16 pinned, fp8 -> fp8_e4m3: `auto` may turn into FP8 for
+           some DeepSeek variants), --mem-fraction-static, --max-running-requests and
+           --chunked-prefill-size (both totals over the attention-DP ranks: SGLang divides them by
+           attn_dp_size, so knobs per DP rank are multiplied by dp), --context-length,
+           --disable-radix-cache, --attention-backend, --cuda-graph-backend-{decode,prefill} disabled
+           (not the deprecated --disable-cuda-graph), MTP as EAGLE with one draft step
+  nodes    the same command on every node, only --node-rank differs: --nnodes --node-rank
+           --dist-init-addr HEAD:PORT (+ --dist-timeout for slow loads); --host/--port on rank 0.
+SGLang has no Ray form here (`--use-ray` is an HTTP mode, not a multi-node launcher).
+"""
+
+from __future__ import annotations
+
+from ..errors import PlanError
+from .command import LaunchInputs, NodeCommand, ShellRef, check_inputs, flag_words
+from .env import instance_env
+from .placement import InstancePlacement, place
+
+PROGRAM = ["python3", "-m", "sglang.launch_server"]
+KV_CACHE_DTYPES = {"bf16": "bf16", "fp8": "fp8_e4m3"}
+DIST_TIMEOUT_S = 3600   # SGLang DeepSeek FAQ: slow multi-node loads
+
+
+def check_expressible(inp: LaunchInputs) -> None:
+    check_inputs(inp, "sglang")
+    if inp.mode != "native":
+        raise PlanError("SGLang is launched natively on every node (--nnodes/--node-rank/--dist-init-addr); "
+                        "--mode ray is vLLM's form")
+    if inp.knobs.kv_cache_dtype not in KV_CACHE_DTYPES:
+        raise PlanError(f"SGLang 0.5.23 has no '{inp.knobs.kv_cache_dtype}' KV cache dtype; "
+                        f"choices here: {', '.join(KV_CACHE_DTYPES)}")
+
+
+def sizing_flags(inp: LaunchInputs, multi_node: bool) -> list[str]:
+    L, k = inp.layout, inp.knobs
+    deepep = L.ep > 1 and multi_node
+    return flag_words([
+        ("--model-path", inp.model_path),
+        ("--tp-size", L.tp * L.dp),
+        ("--pp-size", L.pp if L.pp > 1 else None),
+        ("--attn-dp-size", L.dp if L.dp > 1 else None),
+        ("--ep-size", L.ep if L.ep > 1 else None),
+        ("--moe-a2a-backend", "deepep" if deepep else None),
+        ("--dcp-size", L.dcp if L.dcp > 1 else None),
+        ("--page-size", k.block_size),
+        ("--kv-cache-dtype", KV_CACHE_DTYPES[k.kv_cache_dtype]),
+        ("--mem-fraction-static", k.memory_fraction),
+        ("--max-running-requests", k.max_num_seqs * L.dp),
+        ("--chunked-prefill-size", k.max_num_batched_tokens * L.dp),
+        ("--context-length", k.max_model_len),
+        ("--disable-radix-cache", not k.prefix_caching),
+        ("--attention-backend", k.attention_backend),
+        ("--cuda-graph-backend-decode", None if k.cuda_graphs else "disabled"),
+        ("--cuda-graph-backend-prefill", None if k.cuda_graphs else "disabled"),
+        ("--speculative-algorithm", "EAGLE" if k.mtp else None),
+        ("--speculative-num-steps", 1 if k.mtp else None),
+        ("--speculative-eagle-topk", 1 if k.mtp else None),
+        ("--speculative-num-draft-tokens", 2 if k.mtp else None),
+        ("--trust-remote-code", True),
+    ])
+
+
+def node_commands(inp: LaunchInputs) -> list[NodeCommand]:
+    check_expressible(inp)
+    return [_command(inp, inst, i) for inst in place(inp.layout, inp.topology) for i in range(len(inst.nodes))]
+
+
+def _command(inp: LaunchInputs, inst: InstancePlacement, i: int) -> NodeCommand:
+    L, ports = inp.layout, inp.ports
+    deepep = L.ep > 1 and inst.multi_node
+    e = instance_env("sglang", inp.topology, inst.multi_node, inst.visible_devices, inp.spec.num_hidden_layers,
+                     L.pp, inp.pp_partition, deepep)
+    nodes = flag_words([("--nnodes", len(inst.nodes)), ("--node-rank", i),
+                        ("--dist-init-addr", ShellRef("HEAD_IP", f":{ports.of(ports.sglang_dist_init, inst.replica)}")),
+                        ("--dist-timeout", DIST_TIMEOUT_S)]) if inst.multi_node else []
+    port = ports.of(ports.sglang_api, inst.replica) if i == 0 else None
+    serve = flag_words([("--host", "0.0.0.0"), ("--port", port)]) if port else []
+    return NodeCommand(inst.nodes[i], PROGRAM + sizing_flags(inp, inst.multi_node) + nodes + serve, e.env,
+                       inst.gpus_per_node, inst.replica, "server" if i == 0 else "headless", port, len(PROGRAM),
+                       needs=("HEAD_IP",) if inst.multi_node else (), notes=e.notes)
+
+
+def bench_argv(inp: LaunchInputs, concurrency: int) -> list[str]:
+    """`python3 -m sglang.benchmark.serving` (0.5.23 deprecates the old `sglang.bench_serving` path) with
+    the workload's fixed lengths: --random-range-ratio 1 (SGLang's default 0 samples lengths in [1, len])."""
+    w = inp.workload
+    return ["python3", "-m", "sglang.benchmark.serving"] + flag_words([
+        ("--backend", "sglang"), ("--host", ShellRef("BENCH_HOST")), ("--port", ShellRef("BENCH_PORT")),
+        ("--model", inp.model_path), ("--dataset-name", "random"), ("--random-input-len", w.input_len),
+        ("--random-output-len", w.output_len), ("--random-range-ratio", 1.0),
+        ("--max-concurrency", concurrency), ("--num-prompts", 4 * concurrency)])

@@ -1,0 +1,141 @@
+"""vLLM 0.33.0 commands: `vllm serve MODEL ...` for every node of a layout.
+
+Flags and recipes from ENGINES.md (a) and (b), checked against the vLLM 0.33.0 wheel:
+  layout   tp -> --tensor-parallel-size, pp -> --pipeline-parallel-size, dp -> --data-parallel-size
+           (attention DP; each DP rank is its own engine with tp*pp GPUs), ep > 1 ->
+           --enable-expert-parallel (vLLM's EP group is always tp*dp), dcp -> --decode-context-parallel-size
+  knobs    --block-size, --kv-cache-dtype (bf16 -> auto), --gpu-memory-utilization, --max-num-seqs and
+           --max-num-batched-tokens (both per DP rank: each DP engine has its own scheduler),
+           --max-model-len, prefix caching on/off, --attention-backend, --enforce-eager (graphs off),
+           --speculative-config deepseek_mtp (MTP)
+  nodes    one node: plain; tp*pp across nodes: --nnodes/--node-rank/--master-addr/--master-port and
+           --headless off the head (mp executor, no Ray); DP across nodes: --data-parallel-size-local,
+           --data-parallel-start-rank, --data-parallel-address, --data-parallel-rpc-port, --headless;
+           Ray: `ray start` everywhere, one `vllm serve --distributed-executor-backend ray` (or
+           `--data-parallel-backend ray`) on the head.
+"""
+
+from __future__ import annotations
+
+from ..errors import PlanError
+from .command import LaunchInputs, NodeCommand, ShellRef, check_inputs, flag_words
+from .env import instance_env
+from .placement import InstancePlacement, place
+
+PROGRAM = ["vllm", "serve"]
+KV_CACHE_DTYPES = {"bf16": "auto", "fp8": "fp8", "fp8_ds_mla": "fp8_ds_mla"}
+MTP_CONFIG = '{"method":"deepseek_mtp","num_speculative_tokens":1}'
+ENGINE_READY_TIMEOUT_S = 3600   # multi-node loads of a 671B checkpoint outlast the 600 s default
+
+
+def check_expressible(inp: LaunchInputs) -> None:
+    check_inputs(inp, "vllm")
+    L, per_node = inp.layout, inp.topology.gpus_per_node
+    if L.ep > 1 and L.ep != L.tp * L.dp:
+        raise PlanError(f"{L.label}: vLLM's expert-parallel group is always tp*dp = {L.tp * L.dp} GPUs "
+                        f"(--enable-expert-parallel has no size); ep={L.ep} cannot be expressed in vLLM")
+    if L.dp > 1 and L.instance_gpus > per_node and (L.tp * L.pp > per_node or per_node % (L.tp * L.pp)):
+        raise PlanError(f"{L.label}: a vLLM data-parallel rank (tp*pp = {L.tp * L.pp} GPUs) must fit whole on a "
+                        f"node of {per_node} GPUs for multi-node data parallelism")
+
+
+def sizing_flags(inp: LaunchInputs) -> list[str]:
+    """The flags every node of the instance shares, in ENGINES.md table order."""
+    L, k = inp.layout, inp.knobs
+    return flag_words([
+        ("--tensor-parallel-size", L.tp),
+        ("--pipeline-parallel-size", L.pp if L.pp > 1 else None),
+        ("--data-parallel-size", L.dp if L.dp > 1 else None),
+        ("--enable-expert-parallel", L.ep > 1),
+        ("--decode-context-parallel-size", L.dcp if L.dcp > 1 else None),
+        ("--block-size", k.block_size),
+        ("--kv-cache-dtype", KV_CACHE_DTYPES[k.kv_cache_dtype]),
+        ("--gpu-memory-utilization", k.memory_fraction),
+        ("--max-num-seqs", k.max_num_seqs),
+        ("--max-num-batched-tokens", k.max_num_batched_tokens),
+        ("--max-model-len", k.max_model_len),
+        ("--enable-prefix-caching" if k.prefix_caching else "--no-enable-prefix-caching", True),
+        ("--attention-backend", k.attention_backend),
+        ("--enforce-eager", not k.cuda_graphs),
+        ("--speculative-config", MTP_CONFIG if k.mtp else None),
+        ("--trust-remote-code", True),
+    ])
+
+
+def node_commands(inp: LaunchInputs) -> list[NodeCommand]:
+    check_expressible(inp)
+    out: list[NodeCommand] = []
+    for inst in place(inp.layout, inp.topology):
+        if not inst.multi_node:
+            if inp.mode == "ray":
+                raise PlanError(f"{inp.layout.label}: each instance fits one node, so there is no Ray cluster to "
+                                "form; use --mode native")
+            out.append(_command(inp, inst, inst.head, [], "server"))
+        elif inp.mode == "ray":
+            out += _ray(inp, inst)
+        else:
+            out += [_command(inp, inst, node, _multi_node_flags(inp, inst, i), "headless" if i else "server")
+                    for i, node in enumerate(inst.nodes)]
+    return out
+
+
+def _multi_node_flags(inp: LaunchInputs, inst: InstancePlacement, i: int) -> list[str]:
+    """Per-node flags of the native (mp executor) forms, rank arithmetic done here."""
+    ports, L, r = inp.ports, inp.layout, inst.replica
+    if L.dp == 1:
+        return flag_words([("--nnodes", len(inst.nodes)), ("--node-rank", i), ("--master-addr", ShellRef("HEAD_IP")),
+                           ("--master-port", ports.of(ports.vllm_master, r)), ("--headless", i > 0)])
+    local = inst.gpus_per_node // (L.tp * L.pp)   # DP ranks on this node; the start rank sums the nodes before
+    return flag_words([("--data-parallel-size-local", local), ("--data-parallel-start-rank", i * local if i else None),
+                       ("--data-parallel-address", ShellRef("HEAD_IP")),
+                       ("--data-parallel-rpc-port", ports.of(ports.vllm_dp_rpc, r)), ("--headless", i > 0)])
+
+
+def _command(inp: LaunchInputs, inst: InstancePlacement, node: int, extra: list[str], role: str) -> NodeCommand:
+    e = _env(inp, inst)
+    port = inp.ports.of(inp.ports.vllm_api, inst.replica) if role == "server" else None
+    argv = PROGRAM + [inp.model_path] + sizing_flags(inp) + extra + flag_words([("--port", port)])
+    needs = ("HEAD_IP", "VLLM_HOST_IP") if inst.multi_node else ()
+    return NodeCommand(node, argv, e.env, inst.gpus_per_node, inst.replica, role, port, len(PROGRAM),
+                       needs=needs, notes=e.notes)
+
+
+def _env(inp: LaunchInputs, inst: InstancePlacement):
+    e = instance_env("vllm", inp.topology, inst.multi_node, inst.visible_devices, inp.spec.num_hidden_layers,
+                     inp.layout.pp, inp.pp_partition)
+    if inst.multi_node:
+        e.env["VLLM_ENGINE_READY_TIMEOUT_S"] = str(ENGINE_READY_TIMEOUT_S)
+    return e
+
+
+def _ray(inp: LaunchInputs, inst: InstancePlacement) -> list[NodeCommand]:
+    """ENGINES.md recipe 2: a Ray cluster per instance; the head serves once every GPU has joined."""
+    L, ray_port = inp.layout, inp.ports.ray
+    e = _env(inp, inst)
+    if L.dp > 1:
+        extra = flag_words([("--data-parallel-backend", "ray"),
+                            ("--data-parallel-size-local", inst.gpus_per_node // (L.tp * L.pp)),
+                            ("--data-parallel-address", ShellRef("VLLM_HOST_IP"))])
+    else:
+        extra = flag_words([("--distributed-executor-backend", "ray")])
+    port = inp.ports.of(inp.ports.vllm_api, inst.replica)
+    head_start = ["ray", "start", "--head", "--port", str(ray_port), "--node-ip-address", ShellRef("VLLM_HOST_IP")]
+    head = NodeCommand(inst.head, PROGRAM + [inp.model_path] + sizing_flags(inp) + extra + ["--port", str(port)],
+                       e.env, inst.gpus_per_node, inst.replica, "ray-head", port, len(PROGRAM), [head_start],
+                       ("VLLM_HOST_IP",), inst.total_gpus, e.notes)
+    join = ["ray", "start", "--address", ShellRef("HEAD_IP", f":{ray_port}"), "--node-ip-address",
+            ShellRef("VLLM_HOST_IP"), "--block"]
+    workers = [NodeCommand(node, join, e.env, inst.gpus_per_node, inst.replica, "ray-worker", None, 2,
+                           needs=("HEAD_IP", "VLLM_HOST_IP"), notes=e.notes) for node in inst.nodes[1:]]
+    return [head] + workers
+
+
+def bench_argv(inp: LaunchInputs, concurrency: int) -> list[str]:
+    """`vllm bench serve` with the workload's fixed lengths (random dataset, range ratio 0 by default;
+    --ignore-eos so every request decodes its full output)."""
+    w = inp.workload
+    return ["vllm", "bench", "serve"] + flag_words([
+        ("--model", inp.model_path), ("--host", ShellRef("BENCH_HOST")), ("--port", ShellRef("BENCH_PORT")),
+        ("--dataset-name", "random"), ("--random-input-len", w.input_len), ("--random-output-len", w.output_len),
+        ("--max-concurrency", concurrency), ("--num-prompts", 4 * concurrency), ("--ignore-eos", True),
+        ("--trust-remote-code", True)])
