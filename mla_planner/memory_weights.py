@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import replace
+from functools import lru_cache
 from math import ceil
 
 from .layout import Layout
@@ -27,6 +28,17 @@ DENSE_GROUPS = ("dense_ffn",)                              # tensors present onc
 
 def stage_weight_terms(spec: ModelSpec, layout: Layout, layers: range, first: bool, last: bool,
                        engine: str = "vllm", mtp: bool = False) -> "OrderedDict[str, float]":
+    """Bytes of weights one GPU of the stage holds, per group (see `_stage_weight_terms`).
+
+    Memoised: the plan search asks for the same stage under many knob settings, and only
+    tp, dp and ep (not pp, dcp, the KV layout or replicas) change how weights split."""
+    key = replace(layout, pp=1, dcp=1, kv_layout="replicated", replicas=1)
+    return OrderedDict(_stage_weight_terms(spec, key, layers, first, last, engine, mtp))
+
+
+@lru_cache(maxsize=4096)
+def _stage_weight_terms(spec: ModelSpec, layout: Layout, layers: range, first: bool, last: bool,
+                        engine: str, mtp: bool) -> tuple:
     """Bytes of weights one GPU of the stage owning decoder `layers` holds, per reporting group.
 
     Walks `inventory(spec)` (+ `mtp_inventory` on the last stage when `mtp`, vLLM/SGLang run the
@@ -45,7 +57,7 @@ def stage_weight_terms(spec: ModelSpec, layout: Layout, layers: range, first: bo
     absorb = mla_absorb_bytes(spec, layout, len(layers) + (spec.num_nextn_predict_layers if mtp and last else 0))
     if absorb:
         out["weights/mla_absorb"] = absorb
-    return out
+    return tuple(out.items())
 
 
 def mla_absorb_bytes(spec: ModelSpec, layout: Layout, layers: int) -> float:

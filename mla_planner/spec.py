@@ -84,6 +84,11 @@ class ModelSpec(BaseModel):
                 raise ValueError(f"num_experts_per_tok must be in 1..n_routed_experts={self.n_routed_experts}")
         return self
 
+    def __hash__(self) -> int:
+        """Hash by content (rope_scaling is a dict, so pydantic's field hash cannot be used); lets
+        memoised model functions key on the spec."""
+        return hash(self.model_dump_json())
+
     # ---- derived geometry (no arithmetic beyond the config) ----
     @property
     def is_moe(self) -> bool:

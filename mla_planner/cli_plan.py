@@ -1,0 +1,138 @@
+"""`mla-plan plan`: search every layout, choose the launch knobs, rank, explain. Parse, call, render."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+import yaml
+from rich.table import Table
+
+from .calibration import load_calibration
+from .cli_common import DEFAULT_MODEL, DEFAULT_TOPOLOGY, JsonOpt, console, guard, print_json
+from .errors import PlanError
+from .knobs import ENGINES, Workload
+from .layout import parse_layout
+from .models import load_model
+from .pareto import ascii_scatter, png_plot
+from .plan import to_plan
+from .planfile import Plan, plan_to_dict
+from .search import SearchResult, search
+from .topology import load_topology
+
+Opt = typer.Option
+
+
+def parse_length(text: str, flag: str) -> tuple[int, int]:
+    """`2048` (fixed) or `p50=1024,p90=4096,p99=8192` -> (typical = p50, longest = the highest percentile)."""
+    try:
+        if "=" not in text:
+            value = int(text)
+            if value < 1:
+                raise ValueError
+            return value, value
+        pct = {int(k.strip().lstrip("p")): int(v) for k, v in (p.split("=") for p in text.split(","))}
+        if not pct or min(pct.values()) < 1 or 50 not in pct:
+            raise ValueError
+        return pct[50], pct[max(pct)]
+    except ValueError:
+        raise PlanError(f"{flag} '{text}': expected a positive token count or percentiles like "
+                        "'p50=1024,p90=4096,p99=8192' (p50 required)") from None
+
+
+def workload_from(input_len: str, output_len: str, concurrency: Optional[int], request_rate: Optional[float],
+                  ttft_ms: float, tpot_ms: float, prefix_hit_rate: float) -> Workload:
+    inp, inp_max = parse_length(input_len, "--input-len")
+    out, out_max = parse_length(output_len, "--output-len")
+    if concurrency is not None and concurrency < 1:
+        raise PlanError("--concurrency must be a positive number of requests")
+    if ttft_ms <= 0 or tpot_ms <= 0:
+        raise PlanError("--ttft-ms and --tpot-ms must be positive")
+    if not 0 <= prefix_hit_rate < 1:
+        raise PlanError("--prefix-hit-rate must be in [0, 1)")
+    if request_rate is not None:
+        if request_rate <= 0:
+            raise PlanError("--request-rate must be positive (requests per second)")
+        # Little's law: requests in flight = arrival rate x time in system (TTFT + output x TPOT at target)
+        concurrency = concurrency or max(1, round(request_rate * (ttft_ms + out * tpot_ms) / 1e3))
+    return Workload(inp, out, inp_max, out_max, concurrency, request_rate, ttft_ms, tpot_ms, prefix_hit_rate)
+
+
+def run_plan(model: str, topology: str, workload: Workload, engine: Optional[str], kv_cache_dtype: Optional[str],
+             layouts: Optional[list[str]], calibration: Optional[Path]) -> tuple[Plan, SearchResult, str]:
+    loaded, topo = load_model(model), load_topology(topology)
+    calib = load_calibration(calibration, topo)
+    if engine and engine not in ENGINES:
+        raise PlanError(f"--engine must be one of {', '.join(ENGINES)}, got '{engine}'")
+    kv = {"auto": None, None: None, "bf16": "bf16", "fp8": "fp8"}.get(kv_cache_dtype, "bad")
+    if kv == "bad":
+        raise PlanError(f"--kv-cache-dtype must be auto, bf16 or fp8, got '{kv_cache_dtype}'")
+    chosen = [parse_layout(text) for text in layouts] if layouts else None
+    result = search(loaded.spec, topo, workload, calib, (engine,) if engine else ENGINES, kv, chosen)
+    return to_plan(loaded.spec, loaded.model_path, topo, workload, result), result, loaded.model_path
+
+
+@guard
+def plan_cmd(
+    model: Annotated[str, Opt("--model", "-m", help="Built-in name, YAML spec, config.json or snapshot folder.")]
+    = DEFAULT_MODEL,
+    topology: Annotated[str, Opt("--topology", "-t", help="Built-in topology or a topology YAML.")] = DEFAULT_TOPOLOGY,
+    input_len: Annotated[str, Opt("--input-len", help="Prompt tokens: '2048' or 'p50=1024,p99=8192'.")] = "2048",
+    output_len: Annotated[str, Opt("--output-len", help="Output tokens: '512' or 'p50=256,p99=2048'.")] = "512",
+    concurrency: Annotated[Optional[int], Opt("--concurrency", help="Requests in flight you expect "
+                                                                   "(default: as many as the targets allow).")] = None,
+    request_rate: Annotated[Optional[float], Opt("--request-rate", help="Arrivals per second; turned into a "
+                                                 "concurrency by Little's law at the targets.")] = None,
+    ttft_ms: Annotated[float, Opt("--ttft-ms", help="Time-to-first-token target, ms.")] = 3000.0,
+    tpot_ms: Annotated[float, Opt("--tpot-ms", help="Time-per-output-token target, ms (50 ms = 20 tok/s "
+                                  "per user).")] = 50.0,
+    prefix_hit_rate: Annotated[float, Opt("--prefix-hit-rate", help="Share of prompt tokens served from the "
+                                          "prefix cache, 0..1 (informs the prefix-caching choice).")] = 0.0,
+    engine: Annotated[Optional[str], Opt("--engine", help="Only vllm or only sglang (default: both).")] = None,
+    kv_cache_dtype: Annotated[str, Opt("--kv-cache-dtype", help="auto (search bf16 and fp8), bf16 or fp8.")]
+    = "auto",
+    layout: Annotated[Optional[list[str]], Opt("--layout", help="Restrict the search to these layouts, e.g. "
+                                               "--layout tp=16 --layout tp=8,pp=2.")] = None,
+    top: Annotated[int, Opt("--top", help="Candidates to show.")] = 5,
+    explain: Annotated[bool, Opt("--explain", help="Also list rejected layouts with one-line reasons.")] = False,
+    as_json: JsonOpt = False,
+    as_yaml: Annotated[bool, Opt("--yaml", help="Print the full plan as YAML.")] = False,
+    plot: Annotated[Optional[Path], Opt("--plot", help="Write the Pareto plot as PNG (needs mla-plan[plot]).")]
+    = None,
+    emit: Annotated[Optional[Path], Opt("--emit", help="Write launch scripts for the best candidate here.")] = None,
+    calibration: Annotated[Optional[Path], Opt("--calibration", help="Efficiency factors measured by "
+                                               "`mla-plan verify --write-calibration`.")] = None,
+) -> None:
+    """Search every layout of MODEL on TOPOLOGY, choose every launch knob, rank, explain.
+
+    With no arguments: DeepSeek-V3 on the seed article's 2 x 8 H100 InfiniBand cluster."""
+    if top < 1:
+        raise PlanError("--top must be at least 1")
+    workload = workload_from(input_len, output_len, concurrency, request_rate, ttft_ms, tpot_ms, prefix_hit_rate)
+    plan, result, _ = run_plan(model, topology, workload, engine, kv_cache_dtype, layout, calibration)
+    data = plan_to_dict(plan)
+    data["pareto"] = [i + 1 for i in result.pareto]
+    if plot:
+        _plot(plot, plan, result)
+    if emit and plan.candidates:
+        from .launch import emit_plan
+        emit_plan(plan, 1, plan.candidates[0].knobs.engine, emit)
+    if as_json or as_yaml:
+        return print_json(data) if as_json else typer.echo(yaml.safe_dump(data, sort_keys=False), nl=False)
+    from .plan_render import render_plan
+    render_plan(plan, result, top, explain, model == DEFAULT_MODEL and topology == DEFAULT_TOPOLOGY, emit)
+
+
+def _plot(path: Path, plan: Plan, result: SearchResult) -> None:
+    points = [(c.performance["throughput_tokens_per_s_per_gpu"], c.performance["tokens_per_s_per_user"])
+              for c in plan.candidates]
+    labels = [f"{c.layout.label} {c.knobs.engine} {c.knobs.kv_cache_dtype}" for c in plan.candidates]
+    png_plot(path, points, labels, result.pareto)
+
+
+def rejected_summary(rejected: list[dict], limit: int = 40) -> list[str]:
+    """One line per distinct (layout, reason), most informative first; engine/KV merged where equal."""
+    seen = Counter((r["layout"], r["reason"]) for r in rejected)
+    return [f"{lay}: {why}" + (f" (x{n})" if n > 1 else "") for (lay, why), n in list(seen.items())[:limit]]

@@ -1,0 +1,113 @@
+"""The plan as a person reads it: what was planned, the top candidates, why #1, warnings, the Pareto plot."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+from rich.table import Column, Table
+
+from .cli_common import console
+from .pareto import ascii_scatter
+from .planfile import Plan
+from .search import SearchResult
+
+
+def headline(plan: Plan, is_default: bool) -> str:
+    t, w = plan.topology, plan.workload
+    first = ("No model or topology given: planning the built-in default, " if is_default else "Planning ")
+    inp = f"{w.input_len}" + (f" (p99 {w.input_len_max})" if w.input_len_max and w.input_len_max != w.input_len else "")
+    out = f"{w.output_len}" + (f" (p99 {w.output_len_max})" if w.output_len_max and w.output_len_max != w.output_len
+                               else "")
+    return (f"{first}{plan.spec.name} on {t.name} ({t.nodes} x {t.gpus_per_node} {t.gpu.name}) for {inp} prompt / "
+            f"{out} output tokens, TPOT <= {w.tpot_ms:g} ms, TTFT <= {w.ttft_ms:g} ms"
+            + (f", {w.concurrency} concurrent requests" if w.concurrency else ""))
+
+
+def candidates_table(plan: Plan, top: int) -> Table:
+    t = Table("#", Column("layout", no_wrap=True), "engine", "KV", "tok/s/GPU", "tok/s/user", "concurrency", "step ms", "net wait",
+              "mem util", "TTFT ms", "targets", title="Best candidates: output tokens/s per GPU, among those "
+              "meeting the targets")
+    for i, c in enumerate(plan.candidates[:top], 1):
+        p, k = c.performance, c.knobs
+        t.add_row(str(i), c.layout.label, k.engine, k.kv_cache_dtype, f"{p['throughput_tokens_per_s_per_gpu']:,.0f}",
+                  f"{p['tokens_per_s_per_user']:.1f}", f"{p['concurrency']:,}", f"{p['step_s'] * 1e3:.1f}",
+                  f"{p['network_wait_share']:.0%}", f"{p['memory_utilization']:.0%}", f"{p['ttft_s'] * 1e3:,.0f}",
+                  "met" if p["meets_targets"] else "missed")
+    return t
+
+
+def knobs_table(plan: Plan, top: int) -> Table:
+    t = Table("#", "backend", "block", "mem fraction", "max seqs / DP rank", "batched tokens", "max model len",
+              "KV pool tokens", title="Their launch knobs")
+    for i, c in enumerate(plan.candidates[:top], 1):
+        k = c.knobs
+        t.add_row(str(i), k.attention_backend or "auto", str(k.block_size), f"{k.memory_fraction:.3f}",
+                  str(k.max_num_seqs), f"{k.max_num_batched_tokens:,}", f"{k.max_model_len:,}",
+                  f"{c.memory['kv_capacity_tokens']:,}")
+    return t
+
+
+def render_plan(plan: Plan, result: SearchResult, top: int, explain: bool, is_default: bool,
+                emitted: Optional[Path]) -> None:
+    out = console()
+    out.print(headline(plan, is_default))
+    if not plan.candidates:
+        out.print("[bold red]No candidate fits.[/bold red] " + _nothing_fits(plan, result))
+        if explain:
+            _explain(plan)
+        return
+    out.print(candidates_table(plan, top))
+    out.print(knobs_table(plan, top))
+    best = plan.candidates[0]
+    out.print(f"[bold]Why #1 ({best.layout.label}, {best.knobs.engine}, KV {best.knobs.kv_cache_dtype}):[/bold] "
+              f"{best.memory['kv_holding']}; pool {best.memory['kv_capacity_tokens']:,} tokens per engine instance")
+    for reason in best.reasons:
+        out.print(f"  - {reason}")
+    _warnings(plan, top)
+    _launch_hint(plan, emitted)
+    out.print(ascii_scatter([(c.performance["throughput_tokens_per_s_per_gpu"],
+                              c.performance["tokens_per_s_per_user"]) for c in plan.candidates], result.pareto))
+    if explain:
+        _explain(plan)
+    else:
+        out.print(f"{len(plan.rejected)} layout/engine/KV combinations were rejected or screened out; "
+                  "--explain lists them with reasons.")
+
+
+def _warnings(plan: Plan, top: int) -> None:
+    out = console()
+    for i, c in enumerate(plan.candidates[:top], 1):
+        for w in c.warnings:
+            out.print(f"[yellow]warning[/yellow] #{i} {c.layout.label}: {w}")
+
+
+def _launch_hint(plan: Plan, emitted: Optional[Path]) -> None:
+    from .launch import single_node_command
+    out = console()
+    best = plan.candidates[0]
+    cmd = single_node_command(plan, 1, best.knobs.engine)
+    if cmd:
+        out.print("[bold]Launch #1:[/bold]")
+        out.print(cmd, soft_wrap=True, markup=False)
+    if emitted:
+        out.print(f"Per-node launch scripts for #1 written to {emitted}/ (see its README.md).")
+    elif not cmd:
+        out.print("#1 spans several nodes: add --emit DIR for per-node launch scripts.")
+
+
+def _nothing_fits(plan: Plan, result: SearchResult) -> str:
+    fitting = [r for r in plan.rejected if r["reason"].startswith("weights alone")]
+    biggest = plan.topology.total_gpus
+    need = next((r["reason"] for r in plan.rejected if r["layout"].startswith(f"tp{min(8, biggest)}")), None)
+    hint = (f"Even spreading the weights over all {biggest} GPUs leaves no room: " if fitting else "") + \
+        (need or (plan.rejected[0]["reason"] if plan.rejected else "no layout exists"))
+    return hint + ". Ways out: more or larger GPUs (`mla-plan memory` lists what fits), fp8 KV, a smaller model."
+
+
+def _explain(plan: Plan) -> None:
+    from .cli_plan import rejected_summary
+    out = console()
+    out.print(f"[bold]Rejected or screened out ({len(plan.rejected)}):[/bold]")
+    for line in rejected_summary(plan.rejected, limit=60):
+        out.print(f"  - {line}", markup=False)

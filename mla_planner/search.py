@@ -1,0 +1,150 @@
+"""The plan search: every layout x engine x KV dtype, screened cheaply, the best tuned, then ranked.
+
+1. Layouts (layouts.py) that cannot exist are rejected with their reasons.
+2. Screening, per (layout, KV dtype): draft knobs and the engine's memory accounting decide whether
+   it fits; an upper bound on output tokens/s per GPU is one decode step at the batch the KV pool
+   holds (the TPOT target and prefill stalls can only lower it).
+3. Per engine, the layouts with the highest bounds are tuned in full (tuning.py) - every knob with
+   its reason and the five metrics. Screened-out layouts are listed with their bound, so `--explain`
+   can say why each lost.
+4. Ranking: candidates meeting the targets first, then output tokens/s per GPU, then tokens/s per
+   user, then the label - deterministic for the same input.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from .calibration import Calibration
+from .knobs import ENGINES, Workload
+from .layout import Layout
+from .layouts import candidate_layouts
+from .memory import memory_report
+from .metrics import tokens_per_request
+from .pareto import pareto_front
+from .sizing import weight_bytes_breakdown
+from .spec import ModelSpec
+from .step import decode_step
+from .topology import Topology
+from .tuning import Rejected, Tuned, draft_knobs, tune
+
+TUNED_PER_ENGINE = 6   # layouts tuned in full per engine, best screening bounds first
+
+
+@dataclass(frozen=True)
+class Option:
+    layout: Layout
+    engine: str
+    kv_dtype: str
+    tuned: Tuned
+    warnings: list = field(default_factory=list)
+
+    @property
+    def key(self) -> tuple:
+        m = self.tuned.metrics
+        return (not m.meets_targets, -round(m.throughput_tokens_per_s_per_gpu, 6),
+                -round(m.tokens_per_s_per_user, 6), self.layout.label, self.engine, self.kv_dtype)
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    options: list                      # Option, best first
+    rejected: list                     # dicts: layout, engine, kv_dtype, reason
+    pareto: list                       # indices into options
+    screened: int
+
+
+def kv_dtypes_for(spec: ModelSpec, topo: Topology, requested: str | None) -> list[str]:
+    if requested:
+        return [requested]
+    return ["bf16", "fp8"] if topo.gpu.has_fp8 else ["bf16"]
+
+
+def _quick_weights_problem(spec: ModelSpec, topo: Topology, layout: Layout) -> str | None:
+    """A lower bound: the checkpoint spread evenly over the instance must fit beside nothing else."""
+    per_gpu = weight_bytes_breakdown(spec)["total"] / layout.instance_gpus
+    if per_gpu > topo.gpu.memory_bytes:
+        return (f"weights alone need at least {per_gpu / 2**30:,.1f} GiB per GPU; "
+                f"{topo.gpu.name} has {topo.gpu.memory_bytes / 2**30:,.1f} GiB")
+    return None
+
+
+def _screen(spec, topo, layout, engine, kv, workload, calib) -> float:
+    """Upper bound on output tokens/s per GPU; raises Rejected when the layout cannot serve at all."""
+    knobs, _ = draft_knobs(spec, topo, layout, engine, kv, workload)
+    mem = memory_report(spec, topo, layout, knobs)
+    if not mem.fits:
+        raise Rejected(mem.reasons[0] if mem.reasons else "does not fit")
+    batch = min(knobs.max_num_seqs, mem.kv_capacity_tokens // tokens_per_request(workload, knobs.block_size))
+    if batch < 1:
+        raise Rejected(f"the KV pool ({mem.kv_capacity_tokens:,} tokens) cannot hold one "
+                       f"{workload.mean_decode_context:,}-token request")
+    step = decode_step(spec, topo, layout, knobs, batch, workload.mean_decode_context, calib)
+    return batch * layout.dp * layout.replicas / step.tpot_s / layout.total_gpus
+
+
+def _engine_problem(layout: Layout, engine: str) -> str | None:
+    if layout.kv_layout == "latent-sharded":
+        return ("no engine implements latent-width sharding (the seed's Route B): vLLM and SGLang replicate "
+                "the latent per TP rank, or split it by request (DP attention) or by token (DCP)")
+    return None
+
+
+def warnings_for(spec: ModelSpec, topo: Topology, layout: Layout, tuned: Tuned, workload: Workload) -> list[str]:
+    out = []
+    if layout.tp > topo.gpus_per_node:
+        out.append(f"tensor parallelism spans {layout.tp // topo.gpus_per_node} nodes: every layer's all-reduce "
+                   "crosses the inter-node fabric")
+    if not tuned.knobs.cuda_graphs:
+        out.append("eager mode (no CUDA graphs): every decode kernel pays a CPU launch")
+    if spec.weight_dtype == "fp8" and not topo.gpu.has_fp8:
+        out.append(f"FP8 checkpoint on {topo.gpu.name} (sm{topo.gpu.sm}) without FP8 tensor cores: the engines "
+                   "need a BF16/INT8 conversion; memory here is priced at the checkpoint's FP8 size")
+    if workload.concurrency and layout.dp * layout.replicas > workload.concurrency:
+        out.append(f"{layout.dp * layout.replicas} DP ranks for an offered concurrency of {workload.concurrency}: "
+                   "some ranks will sit idle (DP attention needs concurrency >= DP size)")
+    out += [f"memory: {r}" for r in tuned.metrics.memory.reasons if "risk" in r or "only" in r]
+    out += [n for n in tuned.metrics.notes if n.startswith("TTFT") or "misses" in n]
+    return out
+
+
+def search(spec: ModelSpec, topo: Topology, workload: Workload, calib: Calibration,
+           engines: tuple = ENGINES, kv_dtype: str | None = None, layouts: list[Layout] | None = None,
+           tuned_per_engine: int = TUNED_PER_ENGINE) -> SearchResult:
+    legal, illegal = candidate_layouts(spec, topo) if layouts is None else (layouts, [])
+    rejected = [{"layout": lay.label, "engine": "any", "kv_dtype": "any", "reason": why} for lay, why in illegal]
+    bounds: dict = {e: [] for e in engines}
+    screened = 0
+    for layout in legal:
+        quick = _quick_weights_problem(spec, topo, layout)
+        if quick:
+            rejected.append({"layout": layout.label, "engine": "any", "kv_dtype": "any", "reason": quick})
+            continue
+        for engine in engines:
+            problem = _engine_problem(layout, engine)
+            for kv in kv_dtypes_for(spec, topo, kv_dtype):
+                if problem:
+                    rejected.append({"layout": layout.label, "engine": engine, "kv_dtype": kv, "reason": problem})
+                    continue
+                try:
+                    screened += 1
+                    bounds[engine].append((_screen(spec, topo, layout, engine, kv, workload, calib), layout, kv))
+                except Rejected as exc:
+                    rejected.append({"layout": layout.label, "engine": engine, "kv_dtype": kv, "reason": str(exc)})
+    options = []
+    for engine in engines:
+        ranked = sorted(bounds[engine], key=lambda t: (-t[0], t[1].label, t[2]))
+        for bound, layout, kv in ranked[:tuned_per_engine]:
+            try:
+                tuned = tune(spec, topo, layout, engine, kv, workload, calib)
+                options.append(Option(layout, engine, kv, tuned, warnings_for(spec, topo, layout, tuned, workload)))
+            except Rejected as exc:
+                rejected.append({"layout": layout.label, "engine": engine, "kv_dtype": kv, "reason": str(exc)})
+        for bound, layout, kv in ranked[tuned_per_engine:]:
+            rejected.append({"layout": layout.label, "engine": engine, "kv_dtype": kv,
+                             "reason": f"screened out: at most {bound:,.0f} output tokens/s per GPU even with the "
+                                       f"whole KV pool busy, below the {tuned_per_engine} best"})
+    options.sort(key=lambda o: o.key)
+    points = [(o.tuned.metrics.throughput_tokens_per_s_per_gpu, o.tuned.metrics.tokens_per_s_per_user)
+              for o in options]
+    return SearchResult(options, rejected, pareto_front(points), screened)

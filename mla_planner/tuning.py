@@ -1,0 +1,136 @@
+"""Launch knobs for one layout, each chosen from the models with its reason.
+
+Order matters and mirrors how the engines fail: the attention backend first (the GPU architecture,
+the KV dtype and DCP decide which ones run), then the block size that backend accepts, then the
+memory fraction the memory model says is safe, then the concurrency the KV pool and the TPOT target
+allow, then the prefill chunk that keeps decode steps within the TPOT target.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from math import ceil
+
+from .backends import choose_block_size, usable_backends
+from .calibration import Calibration
+from .errors import PlanError
+from .knobs import Knobs, Workload
+from .layout import Layout
+from .memory import memory_report, safe_memory_fraction
+from .metrics import Metrics, evaluate, mean_tpot_s
+from .spec import ModelSpec
+from .topology import Topology
+
+CHUNK_CANDIDATES = (2048, 4096, 8192, 16384)   # max-num-batched-tokens / chunked-prefill-size tried
+MAX_NUM_SEQS_CAP = 1024                         # vLLM 0.33's own default on H100/H200 (ENGINES.md)
+
+
+class Rejected(PlanError):
+    """This layout cannot serve the workload with this engine and KV dtype; the message says why."""
+
+
+@dataclass(frozen=True)
+class Tuned:
+    knobs: Knobs
+    metrics: Metrics
+    reasons: dict
+
+
+def draft_knobs(spec: ModelSpec, topo: Topology, layout: Layout, engine: str, kv_dtype: str,
+                workload: Workload) -> tuple[Knobs, dict]:
+    """Backend, block size, max-model-len and the safe memory fraction; sizing knobs at their caps."""
+    gpu = topo.gpu
+    found = usable_backends(engine, gpu, kv_dtype, layout.dcp)
+    if not found:
+        raise Rejected(f"no {engine} MLA backend runs a {kv_dtype} KV cache on {gpu.name} (sm{gpu.sm})"
+                       + (f" with dcp={layout.dcp}" if layout.dcp > 1 else ""))
+    backend = found[0]
+    block, why_block = choose_block_size(backend, prefix_caching=True)
+    context = workload.max_context_len
+    if context > spec.max_position_embeddings:
+        raise Rejected(f"the workload's {context:,}-token context exceeds the model's "
+                       f"max_position_embeddings {spec.max_position_embeddings:,}")
+    max_len = ceil(context / max(block, 1)) * max(block, 1)
+    cap = _seq_cap(layout, workload)
+    knobs = Knobs(engine=engine, block_size=block, kv_cache_dtype=kv_dtype, memory_fraction=0.9,
+                  max_num_seqs=cap, max_num_batched_tokens=8192, max_model_len=min(max_len, spec.max_position_embeddings),
+                  attention_backend=backend.name, prefix_caching=True, cuda_graphs=True)
+    # the fraction is sized for the largest chunk and sequence cap tried, so the final (smaller) knobs stay safe
+    worst = replace(knobs, max_num_batched_tokens=CHUNK_CANDIDATES[-1])
+    knobs = replace(knobs, memory_fraction=_floor3(safe_memory_fraction(spec, topo, layout, worst)))
+    reasons = {
+        "attention_backend": f"{backend.name}: {backend.note} (first usable in {engine}'s own order for "
+                             f"{gpu.arch} with {kv_dtype} KV)",
+        "block_size": why_block,
+        "max_model_len": f"{knobs.max_model_len:,}: the workload's longest request ({context:,} tokens) rounded "
+                         f"to whole blocks; never the model's {spec.max_position_embeddings:,} default",
+        "memory_fraction": f"{knobs.memory_fraction}: the highest fraction that leaves the activations, CUDA "
+                           "graphs, NCCL buffers and runtime the memory model predicts, plus a 2 GiB margin",
+        "kv_cache_dtype": "fp8 halves the latent cache (576 B/token/layer) on a backend that supports it"
+                          if kv_dtype == "fp8" else "bf16 (the engine's `auto` for this checkpoint)",
+        "prefix_caching": "on: hits skip prefill, and a miss costs only the hash of each full block"
+                          + (f"; expected hit rate {workload.prefix_hit_rate:.0%}" if workload.prefix_hit_rate else ""),
+        "cuda_graphs": "on: decode without CUDA graphs pays a CPU launch per kernel (see --enforce-eager's cost)",
+    }
+    return knobs, reasons
+
+
+def _floor3(x: float) -> float:
+    return int(x * 1000) / 1000
+
+
+def _seq_cap(layout: Layout, workload: Workload) -> int:
+    """Per DP rank: the offered concurrency spread over DP ranks and replicas, or the engine's cap."""
+    if workload.concurrency:
+        return max(1, min(MAX_NUM_SEQS_CAP, ceil(workload.concurrency / (layout.dp * layout.replicas))))
+    return MAX_NUM_SEQS_CAP
+
+
+def choose_chunk(spec, topo, layout, knobs: Knobs, workload: Workload, calib: Calibration,
+                 batch: int) -> tuple[int, str]:
+    """The largest prefill chunk whose stalls keep mean TPOT within target at `batch`; bigger chunks
+    cut TTFT (fewer rounds) but stretch the decode steps that carry them (USER_PROBLEMS.md problem 18)."""
+    target = workload.tpot_ms / 1e3
+    best, why = CHUNK_CANDIDATES[0], None
+    for chunk in CHUNK_CANDIDATES:
+        k = replace(knobs, max_num_batched_tokens=chunk)
+        tpot, _, pre = mean_tpot_s(spec, topo, layout, k, workload, calib, max(batch, 1))
+        if tpot <= target or chunk == CHUNK_CANDIDATES[0]:
+            best, why = chunk, (f"{chunk:,}: TTFT {pre.ttft_s * 1e3:,.0f} ms with mean TPOT {tpot * 1e3:.1f} ms "
+                                f"at {batch} running requests per DP rank (target {workload.tpot_ms:g} ms)")
+    return best, why + "; larger chunks would push decode steps past the TPOT target" \
+        if best < CHUNK_CANDIDATES[-1] else why
+
+
+def tune(spec: ModelSpec, topo: Topology, layout: Layout, engine: str, kv_dtype: str, workload: Workload,
+         calib: Calibration) -> Tuned:
+    """Every knob for this layout, engine and KV dtype, and the metrics they give; Rejected if it can't serve."""
+    knobs, reasons = draft_knobs(spec, topo, layout, engine, kv_dtype, workload)
+    mem = memory_report(spec, topo, layout, knobs)
+    if not mem.fits:
+        raise Rejected(mem.reasons[0] if mem.reasons else "does not fit")
+    first = evaluate(spec, topo, layout, knobs, workload, calib)
+    if not first.concurrency_per_dp_rank:
+        raise Rejected("; ".join(first.notes[-1:]) or "cannot serve one request within the targets")
+    chunk, reasons["max_num_batched_tokens"] = choose_chunk(spec, topo, layout, knobs, workload, calib,
+                                                            first.concurrency_per_dp_rank)
+    knobs = replace(knobs, max_num_batched_tokens=chunk)
+    m = evaluate(spec, topo, layout, knobs, workload, calib) if chunk != knobs_chunk(first) else first
+    seqs = max(1, m.concurrency_per_dp_rank)
+    reasons["max_num_seqs"] = (f"{seqs} per DP rank: limited by {_limit_words(m, workload)}; the pool holds "
+                               f"{m.memory.kv_capacity_tokens:,} tokens")
+    knobs = replace(knobs, max_num_seqs=seqs)
+    # fewer sequences mean fewer CUDA graphs to capture: re-count memory for the final knobs (the metrics
+    # were computed at the larger cap, so they stay a slight underestimate of the KV room)
+    return Tuned(knobs, replace(m, memory=memory_report(spec, topo, layout, knobs)), reasons)
+
+
+def knobs_chunk(m: Metrics) -> int:
+    return m.memory.knobs.max_num_batched_tokens
+
+
+def _limit_words(m: Metrics, workload: Workload) -> str:
+    return {"kv": "the KV pool at the workload's lengths (no preemption)",
+            "tpot": f"the {workload.tpot_ms:g} ms TPOT target",
+            "max_num_seqs": "the offered concurrency / the engine's cap",
+            "none": "nothing (it cannot serve)"}.get(m.concurrency_limit, m.concurrency_limit)
