@@ -10,6 +10,7 @@ from . import __version__
 from .cli_compare import compare_cmd
 from .cli_emit import emit_cmd
 from .cli_memory import memory_cmd
+from .cli_plan import plan_cmd
 from .cli_show import models_cmd, show_cmd, topologies_cmd
 
 app = typer.Typer(name="mla-plan", no_args_is_help=False, add_completion=False, rich_markup_mode="rich",
@@ -34,6 +35,7 @@ def _root(ctx: typer.Context,
 
 
 # commands
+app.command("plan")(plan_cmd)
 app.command("models")(models_cmd)
 app.command("topologies")(topologies_cmd)
 app.command("show")(show_cmd)

@@ -119,10 +119,16 @@ def plan_cmd(
     if emit and plan.candidates:
         from .launch import emit_plan
         emit_plan(plan, 1, plan.candidates[0].knobs.engine, emit)
+    if not plan.candidates:
+        from .plan import nothing_fits_advice
+        data["nothing_fits"] = nothing_fits_advice(plan.spec, plan.topology, workload)
     if as_json or as_yaml:
-        return print_json(data) if as_json else typer.echo(yaml.safe_dump(data, sort_keys=False), nl=False)
-    from .plan_render import render_plan
-    render_plan(plan, result, top, explain, model == DEFAULT_MODEL and topology == DEFAULT_TOPOLOGY, emit)
+        print_json(data) if as_json else typer.echo(yaml.safe_dump(data, sort_keys=False), nl=False)
+    else:
+        from .plan_render import render_plan
+        render_plan(plan, result, top, explain, model == DEFAULT_MODEL and topology == DEFAULT_TOPOLOGY, emit)
+    if not plan.candidates:
+        raise typer.Exit(1)
 
 
 def _plot(path: Path, plan: Plan, result: SearchResult) -> None:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+
 from .knobs import Workload
-from .memory import stage_layers
+from .layout import Layout
+from .memory import memory_report, stage_layers
 from .planfile import Candidate, Plan
 from .search import Option, SearchResult
 from .spec import ModelSpec
@@ -37,3 +39,19 @@ def to_plan(spec: ModelSpec, model_path: str, topo: Topology, workload: Workload
     cands = [Candidate(o.layout, o.tuned.knobs, memory_dict(o, spec), performance_dict(o), o.warnings,
                        [f"{k}: {v}" for k, v in o.tuned.reasons.items()]) for o in options]
     return Plan(spec, model_path, topo, workload, cands, result.rejected)
+
+
+def nothing_fits_advice(spec: ModelSpec, topo: Topology, workload: Workload) -> list[str]:
+    """Why one node's worth of plain TP does not serve, and what would (memory.ways_out re-runs the model
+    on each alternative: fp8 KV, shorter context, dcp, PP, DP attention, more nodes)."""
+    from .tuning import draft_knobs, Rejected
+    tp = max(d for d in range(1, topo.gpus_per_node + 1)
+             if spec.num_attention_heads % d == 0 and topo.gpus_per_node % d == 0)
+    layout = Layout(tp=tp)
+    try:
+        knobs, _ = draft_knobs(spec, topo, layout, "vllm", "bf16", workload)
+    except Rejected as exc:
+        return [str(exc)]
+    mem = memory_report(spec, topo, layout, knobs)
+    lines = [f"{layout.label} on one node: {r}" for r in mem.reasons[:2]]
+    return lines + [f"would fit: {w}" for w in mem.ways_out]

@@ -53,7 +53,8 @@ def render_plan(plan: Plan, result: SearchResult, top: int, explain: bool, is_de
     out = console()
     out.print(headline(plan, is_default))
     if not plan.candidates:
-        out.print("[bold red]No candidate fits.[/bold red] " + _nothing_fits(plan, result))
+        out.print("[bold red]No candidate fits this model, cluster and workload.[/bold red]")
+        out.print(_nothing_fits(plan), markup=False)
         if explain:
             _explain(plan)
         return
@@ -96,13 +97,10 @@ def _launch_hint(plan: Plan, emitted: Optional[Path]) -> None:
         out.print("#1 spans several nodes: add --emit DIR for per-node launch scripts.")
 
 
-def _nothing_fits(plan: Plan, result: SearchResult) -> str:
-    fitting = [r for r in plan.rejected if r["reason"].startswith("weights alone")]
-    biggest = plan.topology.total_gpus
-    need = next((r["reason"] for r in plan.rejected if r["layout"].startswith(f"tp{min(8, biggest)}")), None)
-    hint = (f"Even spreading the weights over all {biggest} GPUs leaves no room: " if fitting else "") + \
-        (need or (plan.rejected[0]["reason"] if plan.rejected else "no layout exists"))
-    return hint + ". Ways out: more or larger GPUs (`mla-plan memory` lists what fits), fp8 KV, a smaller model."
+def _nothing_fits(plan: Plan) -> str:
+    from .plan import nothing_fits_advice
+    lines = nothing_fits_advice(plan.spec, plan.topology, plan.workload)
+    return "\n".join(f"  - {line}" for line in lines)
 
 
 def _explain(plan: Plan) -> None:

@@ -1,0 +1,170 @@
+"""Efficiency factors and fixed overheads of the comm and step models, and where each value came from.
+
+Three layers, later wins:
+  1. defaults      `mla_planner/data/efficiency.yaml`: every factor with its unit and published source
+  2. topology      the topology file's `efficiency:` mapping (fractions and seconds in (0, 1])
+  3. calibration   a file given with `--calibration FILE`, written by `mla-plan verify --write-calibration`
+
+Calibration file format (YAML or JSON; unknown keys are rejected with a did-you-mean):
+
+    format: mla-plan-calibration/1        # required, this exact string
+    gpu: H100-SXM-80G                      # optional: GPU the numbers were measured on (a mismatch is noted)
+    topology: 8xh100                       # optional: where it was measured
+    measured_at: "2025-06-01T12:00:00Z"    # optional
+    tool: "mla-plan verify 0.1.0"          # optional
+    efficiency:                            # required: any subset of the names in efficiency.yaml
+      hbm_efficiency: 0.87
+      attention_hbm_efficiency: 0.86
+      nvlink_ring_efficiency: 0.80
+    measurements:                          # optional evidence, not read by the model:
+      attention_core: {predicted_s: 2.1e-4, measured_s: 2.3e-4, bytes: 6.1e8}
+
+Fractions (`*_efficiency`) must lie in (0, 1]; times (`*_s`) in seconds, > 0; `kernels_per_layer` is a
+positive integer. `dump_calibration` writes exactly this format.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Literal, Optional
+
+import yaml
+from pydantic import BaseModel, ConfigDict
+
+from .errors import InputError, did_you_mean
+from .resources import data_dir
+from .topology import Topology
+from .yamlio import read_mapping, validate
+
+FORMAT = "mla-plan-calibration/1"
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Every factor the comm and step models use; `origin` maps a name to where its value came from."""
+    # NVLink / NVSwitch (used for any intra-node link)
+    nvlink_ring_efficiency: float
+    nvlink_allgather_efficiency: float
+    nvls_allreduce_efficiency: float
+    nvlink_all_to_all_efficiency: float
+    nvlink_p2p_efficiency: float
+    # between nodes
+    nic_efficiency: float
+    rdma_all_to_all_efficiency: float
+    socket_efficiency: float
+    # latencies
+    nccl_base_latency_s: float
+    internode_latency_s: float
+    nvlink_step_latency_s: float
+    # HBM and tensor cores
+    hbm_efficiency: float
+    attention_hbm_efficiency: float
+    tensor_core_efficiency: float
+    attention_tensor_core_efficiency: float
+    # kernel launch
+    graph_kernel_overhead_s: float
+    eager_kernel_launch_s: float
+    kernels_per_layer: int
+    origin: dict = field(default_factory=dict, compare=False)
+    notes: tuple = ()
+
+    def source(self, name: str) -> str:
+        """Where the value of `name` came from: the default's published source, or the override's file."""
+        where = self.origin.get(name, "default")
+        return default_sources()[name] if where == "default" else where
+
+
+def factor_names() -> list[str]:
+    return [f.name for f in fields(Calibration) if f.name not in ("origin", "notes")]
+
+
+@lru_cache(maxsize=1)
+def _defaults_raw() -> dict:
+    return yaml.safe_load(data_dir("efficiency.yaml").read_text(encoding="utf-8"))
+
+
+def default_values() -> dict[str, float]:
+    return {name: entry["value"] for name, entry in _defaults_raw().items()}
+
+
+def default_sources() -> dict[str, str]:
+    return {name: entry["source"] for name, entry in _defaults_raw().items()}
+
+
+def default_units() -> dict[str, str]:
+    return {name: entry["unit"] for name, entry in _defaults_raw().items()}
+
+
+class CalibrationFile(BaseModel):
+    """What `--calibration FILE` holds (the edge: validated here, plain `Calibration` inside)."""
+    model_config = ConfigDict(extra="forbid")
+    format: Literal["mla-plan-calibration/1"]
+    gpu: Optional[str] = None
+    topology: Optional[str] = None
+    measured_at: Optional[str] = None
+    tool: Optional[str] = None
+    efficiency: dict[str, float]
+    measurements: dict[str, Any] = {}
+
+
+def check_overrides(values: dict, where: str, section: str = "efficiency") -> dict:
+    """Reject unknown names (with a did-you-mean) and out-of-range values; return a clean copy."""
+    known = factor_names()
+    out = {}
+    for name, value in values.items():
+        if name not in known:
+            raise InputError(where, f"unknown efficiency factor{did_you_mean(name, known)}; known: "
+                             f"{', '.join(known)}", f"{section}.{name}")
+        out[name] = _checked(name, value, where, section)
+    return out
+
+
+def _checked(name: str, value, where: str, section: str):
+    loc = f"{section}.{name}"
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InputError(where, f"must be a number, got {value!r}", loc)
+    if name == "kernels_per_layer":
+        if int(value) != value or value < 1:
+            raise InputError(where, f"must be a positive integer, got {value}", loc)
+        return int(value)
+    if name.endswith("_efficiency") and not 0 < value <= 1:
+        raise InputError(where, f"must be a fraction in (0, 1], got {value}", loc)
+    if value <= 0:
+        raise InputError(where, f"must be > 0, got {value}", loc)
+    return float(value)
+
+
+def load_calibration(path: str | Path | None, topo: Topology) -> Calibration:
+    """Defaults, then the topology's `efficiency:` overrides, then the calibration file (if any)."""
+    values, origin, notes = dict(default_values()), {}, []
+    for name, value in check_overrides(topo.efficiency, f"topology {topo.name}").items():
+        values[name], origin[name] = value, f"topology {topo.name}"
+    if path is not None:
+        where = str(path)
+        cal = validate(CalibrationFile, read_mapping(Path(path).expanduser()), where)
+        for name, value in check_overrides(cal.efficiency, where).items():
+            values[name], origin[name] = value, f"calibration {where}"
+        if cal.gpu and cal.gpu != topo.gpu.name:
+            notes.append(f"calibration {where} was measured on {cal.gpu}, the topology has {topo.gpu.name}")
+    return Calibration(**values, origin=origin, notes=tuple(notes))
+
+
+def default_calibration(topo: Topology | None = None) -> Calibration:
+    """Defaults only (or defaults + topology overrides): for tests and library callers."""
+    if topo is not None:
+        return load_calibration(None, topo)
+    return Calibration(**default_values())
+
+
+def dump_calibration(efficiency: dict, gpu: str | None = None, topology: str | None = None,
+                     measured_at: str | None = None, tool: str | None = None,
+                     measurements: dict | None = None) -> str:
+    """YAML text of a calibration file in the documented format (validated before writing)."""
+    check_overrides(efficiency, "calibration")
+    doc = {"format": FORMAT, "gpu": gpu, "topology": topology, "measured_at": measured_at, "tool": tool,
+           "efficiency": dict(efficiency), "measurements": measurements or {}}
+    doc = {k: v for k, v in doc.items() if v not in (None, {})} | {"efficiency": dict(efficiency)}
+    CalibrationFile.model_validate(doc)
+    return yaml.safe_dump(doc, sort_keys=False)

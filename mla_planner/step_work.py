@@ -1,0 +1,205 @@
+"""The work of one decoder layer on one GPU: HBM bytes and FLOPs per operation, for a batch under a layout.
+
+Named operations (nanoGPT-sizing style), each with the bytes it moves and the FLOPs it does:
+  attn.proj     q/kv down and up projections, W_UK/W_UV absorption, wo: 2 x tokens x the rank's
+                attention matrix parameters FLOPs (every weight element is one MAC per token, MLA_MATH.md
+                section 8 table) and the rank's attention weight bytes (weights.py splits)
+  attn.core     decode: the absorbed MLA core from attention_cost (the functions `verify` uses)
+  attn.prefill  a prefill chunk: the naive/MHA form over the prefix plus K/V up-projection of the latent
+  ffn.dense     dense SwiGLU FFN (first_k_dense_replace layers), split by TP
+  moe.gate      router: E x d bf16 weights, 2 x tokens x d x E FLOPs
+  moe.shared    shared experts, split by TP
+  moe.experts   routed experts actually hit: E_local x (1 - (1 - k/E)^N) distinct experts per EP rank
+                for N tokens in the MoE group (each token picks k of E uniformly; expectation of the
+                number of distinct experts hit), each read once, split by moe_tp
+Sources: ../shared/reference/MLA_MATH.md sections 2, 3 and 8; attention_cost.py (FlashMLA test formulas).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from math import ceil
+
+from . import attention_cost
+from .knobs import Knobs
+from .layout import Layout
+from .memory_weights import dense_tp as _memory_dense_tp
+from .sizing import kv_bytes_per_token_layer
+from .spec import ModelSpec
+from .weights import Tensor, bytes_of, inventory
+
+ACT_BYTES = 2  # bf16 activations
+
+
+@dataclass(frozen=True)
+class Op:
+    name: str
+    bytes: float
+    flops: float
+    kind: str = "gemm"     # "gemm" (weights-streaming) or "attention" (the attention kernel)
+    fp8: bool = False      # runs on fp8 tensor cores (fp8 weights on a GPU with fp8)
+
+
+@dataclass(frozen=True)
+class Batch:
+    """What one DP rank runs in one forward pass: `decode` sequences of `context` tokens (the new token
+    included) and optionally a prefill chunk of `prefill` tokens after `prefix` cached tokens."""
+    decode: int
+    context: int
+    prefill: int = 0
+    prefix: int = 0
+
+    @property
+    def tokens(self) -> int:
+        return self.decode + self.prefill
+
+
+@dataclass(frozen=True)
+class LayerWeights:
+    """Per layer, per GPU: stored bytes and matrix parameters of each group under the layout's splits."""
+    attn_bytes: float
+    attn_params: float
+    absorb_params: float     # wkv_b on this rank: W_UK / W_UV absorbed in decode, K/V up-projection in prefill
+    dense_bytes: float
+    dense_params: float
+    shared_bytes: float
+    shared_params: float
+    gate_bytes: float
+    expert_bytes: float      # one whole routed expert (w1, w2, w3), before the moe_tp split
+    expert_params: float
+    weight_fp8: bool
+    expert_fp8: bool
+
+
+def dense_tp(layout: Layout, engine: str, group: str = "dense_ffn") -> int:
+    """TP degree of a split tensor of `group`: the memory model's rule (memory_weights.dense_tp): the
+    attention TP group, except SGLang under DP attention splits dense MLP / shared experts over tp x dp."""
+    return _memory_dense_tp(layout, engine, group)
+
+
+def _share(t: Tensor, layout: Layout, engine: str) -> float:
+    return 1.0 if t.split == "replicated" else 1.0 / dense_tp(layout, engine, t.group)
+
+
+def dense_token_factor(layout: Layout, engine: str) -> int:
+    """Rows a GPU's dense FFN / shared experts see per DP rank's token: SGLang gathers the dp ranks'
+    tokens before its tp x dp-split dense MLP (so dp x the tokens on 1/(tp x dp) of the weights)."""
+    return layout.dp if dense_tp(layout, engine) != layout.tp else 1
+
+
+def layer_weights(spec: ModelSpec, layout: Layout, engine: str = "vllm") -> LayerWeights:
+    """Per-layer, per-GPU weight bytes and parameters from the weight inventory (weights.py), split as
+    the memory model splits them."""
+    sums: dict[str, list[float]] = {}
+    for t in inventory(spec):
+        if t.where != "layers":
+            continue
+        per = bytes_of(t, spec.weight_block_size, spec.int4_group_size) / t.count
+        params = t.numel / t.count if len(t.shape) == 2 else 0.0
+        share = 1.0 if t.group == "routed_experts" else _share(t, layout, engine)
+        acc = sums.setdefault(t.group, [0.0, 0.0])
+        acc[0] += per * share
+        acc[1] += params * share
+    get = lambda g: sums.get(g, [0.0, 0.0])  # noqa: E731
+    absorb = 0.0
+    if spec.attention == "mla":
+        absorb = spec.num_attention_heads * (spec.qk_nope_head_dim + spec.v_head_dim) * spec.kv_lora_rank / layout.tp
+    return LayerWeights(attn_bytes=get("attention")[0], attn_params=get("attention")[1], absorb_params=absorb,
+                        dense_bytes=get("dense_ffn")[0], dense_params=get("dense_ffn")[1],
+                        shared_bytes=get("shared_experts")[0], shared_params=get("shared_experts")[1],
+                        gate_bytes=get("gate")[0], expert_bytes=get("routed_experts")[0],
+                        expert_params=get("routed_experts")[1],
+                        weight_fp8=spec.weight_dtype == "fp8", expert_fp8=spec.expert_dtype == "fp8")
+
+
+def experts_hit(local_experts: float, n_experts: int, top_k: int, tokens: float) -> float:
+    """Expected distinct experts hit among `local_experts` when `tokens` tokens each pick `top_k` of
+    `n_experts` uniformly: local x (1 - (1 - k/E)^tokens) (each expert is missed by one token with
+    probability 1 - k/E)."""
+    if tokens <= 0:
+        return 0.0
+    return local_experts * (1.0 - (1.0 - top_k / n_experts) ** tokens)
+
+
+def attention_ops(spec: ModelSpec, layout: Layout, knobs: Knobs, batch: Batch, w: LayerWeights) -> list[Op]:
+    """attn.proj, attn.core and attn.prefill for this rank (heads split by TP; KV layout as in layout.py).
+    Prefill tokens skip the W_UK / W_UV absorption (wkv_b up-projects the cached latent instead, counted
+    in attn.prefill), so their projection FLOPs leave wkv_b out."""
+    flops = 2.0 * (batch.decode * w.attn_params + batch.prefill * (w.attn_params - w.absorb_params))
+    proj = Op("attn.proj", w.attn_bytes, flops, "gemm", w.weight_fp8)
+    ops = [proj]
+    if batch.decode:
+        ops.append(_decode_core(spec, layout, knobs, batch))
+    if batch.prefill:
+        ops.append(_prefill_core(spec, layout, knobs, batch))
+    return ops
+
+
+def _decode_core(spec: ModelSpec, layout: Layout, knobs: Knobs, batch: Batch) -> Op:
+    """Absorbed core (attention_cost). replicated: H/tp heads over every cached token; dcp: q heads
+    all-gathered over the DCP group, so H/tp x dcp heads over 1/dcp of the tokens; latent-sharded: all H
+    heads over a 1/tp slice of the 576-wide latent (kv_lora_rank/tp and rope/tp)."""
+    kv_b = kv_bytes_per_token_layer(spec, knobs.kv_cache_dtype)
+    H, tp, b = spec.num_attention_heads, layout.tp, batch.decode
+    if spec.attention == "gqa":
+        return _gqa_core(spec, layout, kv_b, batch)
+    dc, dr = spec.kv_lora_rank, spec.qk_rope_head_dim
+    if layout.kv_layout == "latent-sharded":
+        heads, total, dc, dr, kv_b = H, b * batch.context, dc // tp, dr // tp, kv_b / tp
+    else:
+        heads, total = H // tp * layout.dcp, ceil(b * batch.context / layout.dcp)
+    flops = attention_cost.absorbed_core_flops(heads, total, dc, dr)
+    nbytes = attention_cost.absorbed_core_bytes(b, heads, total, kv_b, dc, dr, act_bytes=ACT_BYTES)
+    return Op("attn.core", nbytes, flops, "attention")
+
+
+def _gqa_core(spec: ModelSpec, layout: Layout, kv_b: float, batch: Batch) -> Op:
+    """GQA decode: per-head K/V cache split by TP down to one KV head per rank (attention_cost naive form)."""
+    hd, heads = spec.gqa_head_dim, spec.num_attention_heads // layout.tp
+    kv_share = max(1, spec.kv_heads // layout.tp) / spec.kv_heads
+    total = batch.decode * batch.context
+    flops = attention_cost.naive_core_flops(heads, total, hd, hd)
+    return Op("attn.core", total * kv_b * kv_share + 2 * batch.decode * heads * hd * ACT_BYTES, flops, "attention")
+
+
+def _prefill_core(spec: ModelSpec, layout: Layout, knobs: Knobs, batch: Batch) -> Op:
+    """Prefill chunk of c tokens after a prefix P (vLLM/SGLang run prefill in the naive/MHA form): causal
+    scores over sum_i (P + i) = c*P + c(c+1)/2 key positions (attention_cost.naive_core_flops), plus the
+    K/V up-projection of all P + c cached latents, 2 (P + c) d_c H_t (d_n + d_v) FLOPs (MLA_MATH.md
+    section 8, "recompute K/V"); bytes: the latent read and written, and the materialised K/V."""
+    c, P = batch.prefill, batch.prefix
+    heads = spec.num_attention_heads // layout.tp
+    pairs = c * P + c * (c + 1) / 2
+    kv_b = kv_bytes_per_token_layer(spec, knobs.kv_cache_dtype)
+    if spec.attention == "gqa":
+        hd = spec.gqa_head_dim
+        return Op("attn.prefill", (P + c) * kv_b, attention_cost.naive_core_flops(heads, pairs, hd, hd), "attention")
+    flops = attention_cost.naive_core_flops(heads, pairs, spec.qk_head_dim, spec.v_head_dim)
+    flops += 2.0 * (P + c) * spec.kv_lora_rank * heads * (spec.qk_nope_head_dim + spec.v_head_dim)
+    kv_mat = (P + c) * heads * (spec.qk_head_dim + spec.v_head_dim) * ACT_BYTES
+    return Op("attn.prefill", (P + c) * kv_b + c * kv_b + kv_mat, flops, "attention")
+
+
+def ffn_ops(spec: ModelSpec, layout: Layout, batch: Batch, w: LayerWeights, moe: bool,
+            engine: str = "vllm") -> list[Op]:
+    """ffn.dense for a dense layer; moe.gate, moe.shared and moe.experts for an MoE layer."""
+    n = batch.tokens
+    rows = n * dense_token_factor(layout, engine)
+    if not moe:
+        return [Op("ffn.dense", w.dense_bytes, 2.0 * rows * w.dense_params, "gemm", w.weight_fp8)]
+    E, k = spec.n_routed_experts, spec.num_experts_per_tok
+    ops = [Op("moe.gate", w.gate_bytes, 2.0 * n * spec.hidden_size * E)]
+    if w.shared_bytes:
+        ops.append(Op("moe.shared", w.shared_bytes, 2.0 * rows * w.shared_params, "gemm", w.weight_fp8))
+    group_tokens = batch.decode * layout.dp + batch.prefill   # distinct tokens entering the MoE group
+    hit = experts_hit(E / layout.ep, E, k, group_tokens)
+    routed_pairs = group_tokens * k / layout.ep                # token-expert pairs landing on this EP rank
+    ops.append(Op("moe.experts", hit * w.expert_bytes / layout.moe_tp,
+                  2.0 * routed_pairs * w.expert_params / layout.moe_tp, "gemm", w.expert_fp8))
+    return ops
+
+
+def head_ops(spec: ModelSpec, layout: Layout, tokens: int) -> list[Op]:
+    """lm_head on the last stage: vocab-parallel V x d bf16 split by TP; logits only for decoding rows."""
+    V, d = spec.vocab_size, spec.hidden_size
+    return [Op("lm_head", V * d * ACT_BYTES / layout.tp, 2.0 * tokens * V * d / layout.tp)]

@@ -1,0 +1,70 @@
+"""Efficiency defaults, their precedence (defaults < topology < calibration file) and the file format."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from mla_planner.calibration import (Calibration, default_sources, default_units, default_values, dump_calibration,
+                                     factor_names, load_calibration)
+from mla_planner.errors import InputError
+from mla_planner.topology import Topology, load_topology
+
+
+def _topo(**efficiency) -> Topology:
+    return Topology(name="t", nodes=1, gpus_per_node=8, gpu="H100-SXM-80G", efficiency=efficiency)
+
+
+def test_every_factor_has_a_default_with_unit_and_source():
+    assert set(default_values()) == set(factor_names())
+    for name in factor_names():
+        assert default_sources()[name].strip() and default_units()[name].strip(), name
+    cal = load_calibration(None, load_topology("8xh100"))
+    assert isinstance(cal, Calibration) and cal.origin == {}
+    # published figures the defaults come from (validation.yaml): 370/450 ring, 47/50 per NDR NIC
+    assert cal.nvlink_ring_efficiency == pytest.approx(370 / 450, rel=0.01)
+    assert cal.nic_efficiency == pytest.approx(47 / 50, rel=0.01)
+    assert "validation.yaml" in cal.source("attention_hbm_efficiency")
+
+
+def test_precedence_defaults_topology_file(tmp_path):
+    topo = _topo(hbm_efficiency=0.9, nic_efficiency=0.5)
+    path = tmp_path / "cal.yaml"
+    path.write_text(dump_calibration({"hbm_efficiency": 0.8}, gpu="H100-SXM-80G", tool="test"))
+    cal = load_calibration(path, topo)
+    assert cal.hbm_efficiency == 0.8 and cal.origin["hbm_efficiency"].startswith("calibration")
+    assert cal.nic_efficiency == 0.5 and cal.origin["nic_efficiency"] == "topology t"
+    assert cal.tensor_core_efficiency == default_values()["tensor_core_efficiency"]
+    assert cal.source("hbm_efficiency").endswith(str(path)) and not cal.notes
+
+
+def test_calibration_file_round_trip_and_gpu_mismatch_note(tmp_path):
+    path = tmp_path / "cal.yaml"
+    text = dump_calibration({"kernels_per_layer": 40, "eager_kernel_launch_s": 1.2e-5}, gpu="H200-SXM-141G",
+                            measurements={"attention_core": {"predicted_s": 1e-4, "measured_s": 1.1e-4}})
+    assert yaml.safe_load(text)["format"] == "mla-plan-calibration/1"
+    path.write_text(text)
+    cal = load_calibration(path, _topo())
+    assert cal.kernels_per_layer == 40 and cal.eager_kernel_launch_s == 1.2e-5
+    assert "H200-SXM-141G" in cal.notes[0]
+
+
+@pytest.mark.parametrize("body, expect", [
+    ({"format": "mla-plan-calibration/1", "efficiency": {"hbm_efficency": 0.9}}, "did you mean 'hbm_efficiency'"),
+    ({"format": "mla-plan-calibration/1", "efficiency": {}, "measurement": {}}, "did you mean 'measurements'"),
+    ({"format": "mla-plan-calibration/2", "efficiency": {}}, "format"),
+    ({"format": "mla-plan-calibration/1", "efficiency": {"hbm_efficiency": 1.5}}, "(0, 1]"),
+    ({"format": "mla-plan-calibration/1", "efficiency": {"kernels_per_layer": 2.5}}, "positive integer"),
+    ({"format": "mla-plan-calibration/1", "efficiency": {"nccl_base_latency_s": -1}}, "> 0"),
+])
+def test_bad_calibration_files_are_one_line_errors(tmp_path, body, expect):
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(body))
+    with pytest.raises(InputError) as err:
+        load_calibration(path, _topo())
+    assert expect in str(err.value) and "\n" not in str(err.value)
+
+
+def test_unknown_topology_efficiency_key_is_rejected():
+    with pytest.raises(InputError, match="did you mean 'nic_efficiency'"):
+        load_calibration(None, _topo(nic_eficiency=0.9))

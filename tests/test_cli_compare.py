@@ -1,0 +1,70 @@
+"""`mla-plan compare` through the CLI: the table, --json, knobs, and bad input as one-line errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+SEED = ("compare", "--model", "deepseek-v2", "--layout", "tp=16", "--layout", "tp=8,pp=2")
+
+
+def test_table_side_by_side_with_ratios(cli):
+    r = cli(*SEED)
+    assert r.exit_code == 0, r.output
+    for text in ("tp16", "tp8·pp2", "network wait share", "effective memory utilization", "TTFT", "x)"):
+        assert text in r.stdout
+
+
+def test_json_carries_metrics_and_terms(cli):
+    r = cli(*SEED, "--json")
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.stdout)
+    tp16, pp2 = data["layouts"]
+    assert data["model"] == "deepseek-v2" and data["engine"] == "vllm"
+    assert pp2["throughput_tokens_per_s"] > tp16["throughput_tokens_per_s"]
+    assert pp2["network_wait_pct"] < tp16["network_wait_pct"]
+    stage = pp2["detail"]["stages"][0]
+    assert "pp_handoff" in stage["terms_s"] and pp2["detail"]["micro_batches"] == 2
+    assert "attn.core" in tp16["detail"]["layers"]["moe"]["bytes"]
+    assert tp16["knobs"]["engine"] == "vllm"
+
+
+def test_enforce_eager_has_a_visible_cost(cli):
+    graphs = json.loads(cli(*SEED, "--json").stdout)["layouts"]
+    eager = json.loads(cli(*SEED, "--json", "--enforce-eager").stdout)["layouts"]
+    for g, e in zip(graphs, eager):
+        assert e["alone_tpot_ms"] > 1.2 * g["alone_tpot_ms"]
+        assert e["knobs"]["cuda_graphs"] is False
+
+
+def test_calibration_file_changes_the_answer(cli, tmp_path):
+    path = tmp_path / "cal.yaml"
+    path.write_text("format: mla-plan-calibration/1\n"
+                    "efficiency: {hbm_efficiency: 0.5, attention_hbm_efficiency: 0.5}\n")
+    base = json.loads(cli(*SEED, "--json").stdout)["layouts"][0]
+    slow = json.loads(cli(*SEED, "--json", "--calibration", str(path)).stdout)["layouts"][0]
+    assert slow["alone_tpot_ms"] > base["alone_tpot_ms"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (("compare",), "at least one --layout"),
+    (("compare", "--layout", "tp=3", "--model", "deepseek-v2"), "not divisible"),
+    (("compare", "--layout", "tp=8,foo=2"), "expected key=value"),
+    (("compare", "--layout", "tp=8", "--engine", "trt"), "--engine"),
+    (("compare", "--layout", "tp=8", "--kv-cache-dtype", "fp4"), "--kv-cache-dtype"),
+    (("compare", "--layout", "tp=8", "--memory-fraction", "1.5"), "--memory-fraction"),
+    (("compare", "--layout", "tp=8", "--input-len", "0"), "--input-len"),
+    (("compare", "--layout", "tp=8", "--calibration", "/nonexistent/cal.yaml"), "no such file"),
+])
+def test_bad_input_is_one_red_line(cli, args, message):
+    r = cli(*args)
+    assert r.exit_code == 2
+    assert message in r.stderr and r.stderr.strip().count("\n") == 0 and "Traceback" not in r.output
+
+
+def test_unknown_calibration_key_did_you_mean(cli, tmp_path):
+    path = tmp_path / "cal.yaml"
+    path.write_text("format: mla-plan-calibration/1\nefficiency: {nic_eficiency: 0.9}\n")
+    r = cli("compare", "--layout", "tp=8", "--topology", "8xh200", "--calibration", str(path))
+    assert r.exit_code == 2 and "did you mean 'nic_efficiency'" in r.stderr
