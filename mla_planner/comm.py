@@ -16,6 +16,7 @@ algbw x 2(p-1)/p (all-reduce), x (p-1)/p (all-gather, reduce-scatter, all-to-all
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from math import ceil, log2
 
 from .calibration import Calibration
@@ -156,9 +157,11 @@ def _inter_gather(kind, S, n, g, net, calib, nic) -> list[tuple[str, float, floa
     return out
 
 
+@lru_cache(maxsize=65536)
 def collective(kind: str, message_bytes: float, group_size: int, topo: Topology, calib: Calibration,
                spans_nodes: bool | None = None, algorithm: str | None = None) -> CollectiveCost:
-    """Cost of one collective: the fastest algorithm (or `algorithm`), with its algbw and busbw."""
+    """Cost of one collective: the fastest algorithm (or `algorithm`), with its algbw and busbw.
+    Memoised: a plan search prices the same few messages over the same groups many times."""
     if kind not in KINDS:
         raise PlanError(f"unknown collective '{kind}'; expected one of {', '.join(KINDS)}")
     if group_size < 1 or message_bytes < 0:

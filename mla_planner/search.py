@@ -22,7 +22,6 @@ from .layouts import candidate_layouts
 from .memory import memory_report
 from .metrics import tokens_per_request
 from .pareto import pareto_front
-from .sizing import weight_bytes_breakdown
 from .spec import ModelSpec
 from .step import decode_step
 from .topology import Topology
@@ -58,15 +57,6 @@ def kv_dtypes_for(spec: ModelSpec, topo: Topology, requested: str | None) -> lis
     if requested:
         return [requested]
     return ["bf16", "fp8"] if topo.gpu.has_fp8 else ["bf16"]
-
-
-def _quick_weights_problem(spec: ModelSpec, topo: Topology, layout: Layout) -> str | None:
-    """A lower bound: the checkpoint spread evenly over the instance must fit beside nothing else."""
-    per_gpu = weight_bytes_breakdown(spec)["total"] / layout.instance_gpus
-    if per_gpu > topo.gpu.memory_bytes:
-        return (f"weights alone need at least {per_gpu / 2**30:,.1f} GiB per GPU; "
-                f"{topo.gpu.name} has {topo.gpu.memory_bytes / 2**30:,.1f} GiB")
-    return None
 
 
 def _screen(spec, topo, layout, engine, kv, workload, calib) -> float:
@@ -116,10 +106,6 @@ def search(spec: ModelSpec, topo: Topology, workload: Workload, calib: Calibrati
     bounds: dict = {e: [] for e in engines}
     screened = 0
     for layout in legal:
-        quick = _quick_weights_problem(spec, topo, layout)
-        if quick:
-            rejected.append({"layout": layout.label, "engine": "any", "kv_dtype": "any", "reason": quick})
-            continue
         for engine in engines:
             problem = _engine_problem(layout, engine)
             for kv in kv_dtypes_for(spec, topo, kv_dtype):

@@ -7,6 +7,7 @@ the MLA fields are null for GQA, the GQA fields are unused for MLA.
 
 from __future__ import annotations
 
+from functools import cached_property
 from typing import Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, model_validator
@@ -84,10 +85,14 @@ class ModelSpec(BaseModel):
                 raise ValueError(f"num_experts_per_tok must be in 1..n_routed_experts={self.n_routed_experts}")
         return self
 
-    def __hash__(self) -> int:
-        """Hash by content (rope_scaling is a dict, so pydantic's field hash cannot be used); lets
-        memoised model functions key on the spec."""
+    @cached_property
+    def _content_hash(self) -> int:
         return hash(self.model_dump_json())
+
+    def __hash__(self) -> int:
+        """Hash by content, computed once (rope_scaling is a dict, so pydantic's field hash cannot be
+        used); lets memoised model functions key on the spec."""
+        return self._content_hash
 
     # ---- derived geometry (no arithmetic beyond the config) ----
     @property

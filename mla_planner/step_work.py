@@ -17,7 +17,8 @@ Sources: ../shared/reference/MLA_MATH.md sections 2, 3 and 8; attention_cost.py 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import lru_cache
 from math import ceil
 
 from . import attention_cost
@@ -89,7 +90,13 @@ def dense_token_factor(layout: Layout, engine: str) -> int:
 
 def layer_weights(spec: ModelSpec, layout: Layout, engine: str = "vllm") -> LayerWeights:
     """Per-layer, per-GPU weight bytes and parameters from the weight inventory (weights.py), split as
-    the memory model splits them."""
+    the memory model splits them. Memoised on what splits weights (tp, dp, ep), as the plan search asks
+    for the same layer under many batches and knobs."""
+    return _layer_weights(spec, replace(layout, pp=1, dcp=1, kv_layout="replicated", replicas=1), engine)
+
+
+@lru_cache(maxsize=4096)
+def _layer_weights(spec: ModelSpec, layout: Layout, engine: str) -> LayerWeights:
     sums: dict[str, list[float]] = {}
     for t in inventory(spec):
         if t.where != "layers":

@@ -6,7 +6,7 @@ Every number carries its unit in its name. The GPU is named from the built-in ta
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Literal, Optional
 
@@ -101,6 +101,14 @@ class Topology(BaseModel):
         if self.nodes > 1 and self.inter_node is None:
             raise ValueError("inter_node is required when nodes > 1")
         return self
+
+    @cached_property
+    def _content_hash(self) -> int:
+        return hash(self.model_dump_json())
+
+    def __hash__(self) -> int:
+        """Hash by content, computed once (`efficiency` is a dict); lets memoised models key on it."""
+        return self._content_hash
 
     @property
     def total_gpus(self) -> int:
