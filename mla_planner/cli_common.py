@@ -9,6 +9,7 @@ from typing import Annotated, Any, Callable
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from .errors import PlanError
 
@@ -34,7 +35,8 @@ def guard(fn: Callable) -> Callable:
         try:
             return fn(*args, **kwargs)
         except PlanError as exc:
-            Console(stderr=True, highlight=False).print(f"[red]error:[/red] {exc}", markup=True, soft_wrap=True)
+            Console(stderr=True, highlight=False).print(f"[red]error:[/red] {escape(str(exc))}", markup=True,
+                                                        soft_wrap=True)
             raise typer.Exit(2) from None
     return wrapper
 

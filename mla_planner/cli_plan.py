@@ -16,7 +16,7 @@ from .errors import PlanError
 from .knobs import ENGINES, Workload
 from .layout import parse_layout
 from .models import load_model
-from .pareto import ascii_scatter, png_plot
+from .pareto import png_plot
 from .plan import to_plan
 from .planfile import Plan, plan_to_dict
 from .search import SearchResult, search
@@ -113,7 +113,9 @@ def plan_cmd(
     workload = workload_from(input_len, output_len, concurrency, request_rate, ttft_ms, tpot_ms, prefix_hit_rate)
     plan, result, _ = run_plan(model, topology, workload, engine, kv_cache_dtype, layout, calibration)
     data = plan_to_dict(plan)
-    data["pareto"] = [i + 1 for i in result.pareto]
+    data["pareto"] = [{"candidate": result.points[i].option + 1, "batch_per_dp_rank": result.points[i].batch_per_dp_rank,
+                       "tokens_per_s_per_gpu": result.points[i].tokens_per_s_per_gpu,
+                       "tokens_per_s_per_user": result.points[i].tokens_per_s_per_user} for i in result.pareto]
     if plot:
         _plot(plot, plan, result)
     if emit and plan.candidates:
@@ -132,9 +134,11 @@ def plan_cmd(
 
 
 def _plot(path: Path, plan: Plan, result: SearchResult) -> None:
-    points = [(c.performance["throughput_tokens_per_s_per_gpu"], c.performance["tokens_per_s_per_user"])
-              for c in plan.candidates]
-    labels = [f"{c.layout.label} {c.knobs.engine} {c.knobs.kv_cache_dtype}" for c in plan.candidates]
+    points = [(p.tokens_per_s_per_gpu, p.tokens_per_s_per_user) for p in result.points]
+    labels = []
+    for p in result.points:
+        c = plan.candidates[p.option]
+        labels.append(f"#{p.option + 1} {c.layout.label} {c.knobs.engine} {c.knobs.kv_cache_dtype} B={p.batch_per_dp_rank}")
     png_plot(path, points, labels, result.pareto)
 
 

@@ -67,13 +67,29 @@ def render_plan(plan: Plan, result: SearchResult, top: int, explain: bool, is_de
         out.print(f"  - {reason}")
     _warnings(plan, top)
     _launch_hint(plan, emitted)
-    out.print(ascii_scatter([(c.performance["throughput_tokens_per_s_per_gpu"],
-                              c.performance["tokens_per_s_per_user"]) for c in plan.candidates], result.pareto))
+    _pareto(plan, result)
     if explain:
         _explain(plan)
     else:
         out.print(f"{len(plan.rejected)} layout/engine/KV combinations were rejected or screened out; "
                   "--explain lists them with reasons.")
+
+
+def _pareto(plan: Plan, result: SearchResult) -> None:
+    """The front of throughput per GPU vs speed per user over every candidate's batch sweep."""
+    out = console()
+    points = [(p.tokens_per_s_per_gpu, p.tokens_per_s_per_user) for p in result.points]
+    best = [i for i, p in enumerate(result.points) if p.option == 0 and p.batch_per_dp_rank ==
+            plan.candidates[0].knobs.max_num_seqs]
+    order = best + [i for i in range(len(points)) if i not in best]
+    out.print("[bold]Pareto front[/bold] (each candidate swept over its running batch; 1 = #1 as planned):")
+    out.print(ascii_scatter([points[i] for i in order], [order.index(i) for i in result.pareto]), markup=False)
+    for i in result.pareto:
+        p = result.points[i]
+        c = plan.candidates[p.option]
+        out.print(f"  #{p.option + 1} {c.layout.label} {c.knobs.engine} {c.knobs.kv_cache_dtype} at "
+                  f"{p.batch_per_dp_rank} per DP rank: {p.tokens_per_s_per_gpu:,.0f} tok/s/GPU, "
+                  f"{p.tokens_per_s_per_user:.1f} tok/s/user", markup=False)
 
 
 def _warnings(plan: Plan, top: int) -> None:

@@ -20,7 +20,7 @@ from .knobs import ENGINES, Workload
 from .layout import Layout
 from .layouts import candidate_layouts
 from .memory import memory_report
-from .metrics import tokens_per_request
+from .metrics import mean_tpot_s, tokens_per_request
 from .pareto import pareto_front
 from .spec import ModelSpec
 from .step import decode_step
@@ -28,6 +28,7 @@ from .topology import Topology
 from .tuning import Rejected, Tuned, draft_knobs, tune
 
 TUNED_PER_ENGINE = 6   # layouts tuned in full per engine, best screening bounds first
+CURVES_FOR = 8         # best candidates whose batch sweep makes up the Pareto front
 
 
 @dataclass(frozen=True)
@@ -46,10 +47,19 @@ class Option:
 
 
 @dataclass(frozen=True)
+class TradeoffPoint:
+    option: int                        # index into SearchResult.options
+    batch_per_dp_rank: int
+    tokens_per_s_per_gpu: float
+    tokens_per_s_per_user: float
+
+
+@dataclass(frozen=True)
 class SearchResult:
     options: list                      # Option, best first
     rejected: list                     # dicts: layout, engine, kv_dtype, reason
-    pareto: list                       # indices into options
+    points: list                       # TradeoffPoint: each option's throughput/latency curve
+    pareto: list                       # indices into points: the front of tokens/s per GPU vs per user
     screened: int
 
 
@@ -131,6 +141,22 @@ def search(spec: ModelSpec, topo: Topology, workload: Workload, calib: Calibrati
                              "reason": f"screened out: at most {bound:,.0f} output tokens/s per GPU even with the "
                                        f"whole KV pool busy, below the {tuned_per_engine} best"})
     options.sort(key=lambda o: o.key)
-    points = [(o.tuned.metrics.throughput_tokens_per_s_per_gpu, o.tuned.metrics.tokens_per_s_per_user)
-              for o in options]
-    return SearchResult(options, rejected, pareto_front(points), screened)
+    points = [p for i, o in enumerate(options[:CURVES_FOR])
+              for p in tradeoff_curve(spec, topo, i, o, workload, calib)]
+    front = pareto_front([(p.tokens_per_s_per_gpu, p.tokens_per_s_per_user) for p in points])
+    return SearchResult(options, rejected, points, front, screened)
+
+
+def tradeoff_curve(spec: ModelSpec, topo: Topology, index: int, o: Option, workload: Workload,
+                   calib: Calibration) -> list[TradeoffPoint]:
+    """Throughput per GPU against speed per user as the running batch grows (powers of two up to what
+    the KV pool holds, plus the chosen batch): the latency/throughput trade each layout offers, so the
+    Pareto front shows which layout wins at which TPOT, not only at the target."""
+    m, knobs, lay = o.tuned.metrics, o.tuned.knobs, o.layout
+    kv_max = m.memory.kv_capacity_tokens // tokens_per_request(workload, knobs.block_size)
+    batches = sorted({b for b in (2 ** i for i in range(12)) if b <= kv_max} | {m.concurrency_per_dp_rank} - {0})
+    out = []
+    for b in batches:
+        tpot = mean_tpot_s(spec, topo, lay, knobs, workload, calib, b)[0]
+        out.append(TradeoffPoint(index, b, b * lay.dp * lay.replicas / tpot / lay.total_gpus, 1.0 / tpot))
+    return out

@@ -1,0 +1,98 @@
+"""`mla-plan plan` as a user runs it: defaults, JSON contract, determinism, errors, emit."""
+
+import json
+
+import pytest
+
+
+def test_defaults_say_what_is_planned(cli):
+    r = cli("plan")
+    assert r.exit_code == 0, r.output
+    first = r.stdout.splitlines()[0]
+    assert first.startswith("No model or topology given: planning the built-in default, deepseek-v3 on 2x8xh100-ib")
+    assert "Why #1" in r.stdout and "Best candidates" in r.stdout
+    assert "--explain" in r.stdout
+
+
+def test_json_contract():
+    from typer.testing import CliRunner
+
+    from mla_planner.cli import app
+    r = CliRunner().invoke(app, ["plan", "-m", "deepseek-v2", "-t", "2x8xh100-ib", "--json"])
+    assert r.exit_code == 0
+    plan = json.loads(r.stdout)
+    assert plan["candidates"], "expected candidates"
+    for c in plan["candidates"]:
+        assert {"layout", "knobs", "memory", "performance", "warnings"} <= set(c)
+        assert {"tp", "pp", "dp", "ep", "dcp", "kv_layout", "replicas"} <= set(c["layout"])
+        assert {"kv_capacity_tokens", "fits", "per_gpu"} <= set(c["memory"])
+        assert {"throughput_tokens_per_s_per_gpu", "tokens_per_s_per_user", "step_s", "network_wait_share",
+                "memory_utilization", "concurrency", "ttft_s"} <= set(c["performance"])
+    per_gpu = [c["performance"]["throughput_tokens_per_s_per_gpu"] for c in plan["candidates"]
+               if c["performance"]["meets_targets"]]
+    assert per_gpu == sorted(per_gpu, reverse=True)             # best first
+    assert plan["rejected"] and all(r["reason"] for r in plan["rejected"])
+    assert plan["pareto"]
+
+
+def test_byte_identical_output(cli):
+    args = ("plan", "-m", "deepseek-v2-lite", "-t", "8xh100", "--json")
+    assert cli(*args).stdout == cli(*args).stdout
+    assert cli("plan", "--top", "3").stdout == cli("plan", "--top", "3").stdout
+
+
+def test_no_candidate_exit_status_and_reason(cli):
+    r = cli("plan", "-m", "deepseek-v3", "-t", "8xh100")
+    assert r.exit_code == 1
+    assert "No candidate fits" in r.stdout and "would fit: more nodes" in r.stdout
+    data = json.loads(cli("plan", "-m", "deepseek-v3", "-t", "8xh100", "--json").stdout)
+    assert data["candidates"] == [] and data["nothing_fits"]
+
+
+def test_explain_lists_rejections(cli):
+    r = cli("plan", "-m", "deepseek-v2", "-t", "2x8xh100-ib", "--explain", "--engine", "vllm")
+    assert r.exit_code == 0
+    assert "Rejected or screened out" in r.stdout
+    assert "latent-width sharding" in r.stdout            # the seed's Route B, and why it is not a candidate
+
+
+@pytest.mark.parametrize("args, words", [
+    (("--input-len", "lots"), "--input-len"),
+    (("--output-len", "p90=100"), "p50 required"),
+    (("--tpot-ms", "0"), "--tpot-ms"),
+    (("--engine", "trt"), "--engine"),
+    (("--kv-cache-dtype", "fp4"), "--kv-cache-dtype"),
+    (("--layout", "tp=eight"), "positive integer"),
+    (("--top", "0"), "--top"),
+])
+def test_bad_options_one_line_exit_2(cli, args, words):
+    r = cli("plan", *args)
+    assert r.exit_code == 2
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and words in lines[0] and "Traceback" not in r.output
+
+
+def test_percentile_lengths_size_max_model_len(cli):
+    data = json.loads(cli("plan", "-m", "deepseek-v3", "-t", "8xh200", "--input-len", "p50=1000,p99=6000",
+                          "--output-len", "p50=200,p99=2000", "--engine", "vllm", "--json").stdout)
+    assert data["workload"]["input_len"] == 1000 and data["workload"]["input_len_max"] == 6000
+    assert all(c["knobs"]["max_model_len"] >= 8000 for c in data["candidates"])
+
+
+def test_emit_writes_scripts_for_the_best(cli, tmp_path):
+    out = tmp_path / "launch"
+    r = cli("plan", "-m", "deepseek-v3", "-t", "2x8xh200-ib", "--engine", "vllm", "--emit", str(out))
+    assert r.exit_code == 0, r.output
+    assert (out / "node-0.sh").exists() and (out / "README.md").exists()
+    assert str(out) in r.stdout
+
+
+def test_plot_png_or_clear_error(cli, tmp_path):
+    png = tmp_path / "pareto.png"
+    r = cli("plan", "-m", "deepseek-v2-lite", "-t", "8xh100", "--plot", str(png))
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        assert r.exit_code == 2 and "mla-plan[plot]" in r.stderr
+    else:
+        assert r.exit_code == 0 and png.read_bytes()[:4] == b"\x89PNG"

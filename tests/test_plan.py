@@ -1,0 +1,131 @@
+"""The plan search: constraint rules, knob choices, ranking, the seed scenario (issue 5)."""
+
+from dataclasses import replace
+
+import pytest
+
+from mla_planner.calibration import load_calibration
+from mla_planner.knobs import Workload
+from mla_planner.layout import Layout, layout_problems, parse_layout
+from mla_planner.layouts import candidate_layouts
+from mla_planner.memory import memory_report, safe_memory_fraction
+from mla_planner.models import load_model
+from mla_planner.plan import nothing_fits_advice
+from mla_planner.search import search
+from mla_planner.topology import load_topology
+from mla_planner.tuning import Rejected, draft_knobs, tune
+
+
+def setup(model, topology):
+    spec, topo = load_model(model).spec, load_topology(topology)
+    return spec, topo, load_calibration(None, topo)
+
+
+def test_seed_scenario_tp8_pp2_ranks_above_tp16():
+    spec, topo, calib = setup("deepseek-v2", "2x8xh100-ib")
+    pair = [parse_layout("tp=16"), parse_layout("tp=8,pp=2")]
+    result = search(spec, topo, Workload(), calib, engines=("vllm",), kv_dtype="bf16", layouts=pair)
+    labels = [o.layout.label for o in result.options]
+    assert labels == ["tp8·pp2", "tp16"]
+    tp8pp2, tp16 = (o.tuned.metrics for o in result.options)
+    assert tp8pp2.throughput_tokens_per_s_per_gpu > tp16.throughput_tokens_per_s_per_gpu
+    # and the full search finds something at least as good by the model's own numbers
+    full = search(spec, topo, Workload(), calib)
+    best = full.options[0].tuned.metrics
+    assert best.meets_targets
+    assert best.throughput_tokens_per_s_per_gpu >= tp8pp2.throughput_tokens_per_s_per_gpu
+
+
+def test_deepseek_v3_on_one_h100_node_has_no_candidate_and_says_what_fits():
+    spec, topo, calib = setup("deepseek-v3", "8xh100")
+    result = search(spec, topo, Workload(), calib)
+    assert result.options == []
+    assert any("weights" in r["reason"] for r in result.rejected)
+    advice = nothing_fits_advice(spec, topo, Workload())
+    assert any("exceed" in line for line in advice)
+    assert any(line.startswith("would fit: more nodes") for line in advice)
+
+
+@pytest.mark.parametrize("layout, words", [
+    (Layout(tp=3), "heads are not divisible"),
+    (Layout(tp=1, dp=6, ep=6), "routed experts are not divisible"),
+    (Layout(tp=8, dcp=3), "not divisible by dcp"),
+    (Layout(tp=4, dp=3, ep=12), "does not pack into nodes"),
+    (Layout(tp=8, pp=4), "the cluster has 16"),
+    (Layout(tp=8, kv_layout="latent-sharded", dcp=1), None),
+])
+def test_constraint_rules(layout, words):
+    spec = load_model("deepseek-v3").spec
+    problems = layout_problems(layout, spec, gpus_per_node=8, total_gpus=16)
+    if words is None:
+        assert problems == []
+    else:
+        assert any(words in p for p in problems), problems
+
+
+def test_search_space_only_holds_legal_layouts_and_fills_the_cluster():
+    spec, topo, _ = setup("deepseek-v3", "2x8xh200-ib")
+    legal, rejected = candidate_layouts(spec, topo)
+    assert legal
+    for lay in legal:
+        assert not layout_problems(lay, spec, topo.gpus_per_node, topo.total_gpus)
+        assert lay.total_gpus <= topo.total_gpus < lay.total_gpus + lay.instance_gpus
+    labels = {lay.label for lay in legal}
+    assert {"tp8·pp2", "tp16", "tp1·dp16·ep16", "2x(tp8)"} <= labels
+
+
+@pytest.mark.parametrize("engine, topology, kv, backend, block", [
+    ("vllm", "2x8xh100-ib", "bf16", "FLASH_ATTN_MLA", 64),
+    ("vllm", "2x8xh100-ib", "fp8", "FLASHMLA", 64),       # FLASH_ATTN_MLA has no FP8 KV
+    ("vllm", "8xb200", "bf16", "FLASHINFER_MLA", 64),
+    ("sglang", "2x8xh100-ib", "bf16", "fa3", 1),
+    ("sglang", "8xb200", "fp8", "trtllm_mla", 64),
+])
+def test_backend_and_block_size_choice(engine, topology, kv, backend, block):
+    spec, topo, _ = setup("deepseek-v3", topology)
+    knobs, reasons = draft_knobs(spec, topo, Layout(tp=8), engine, kv, Workload())
+    assert (knobs.attention_backend, knobs.block_size) == (backend, block)
+    assert backend in reasons["attention_backend"]
+
+
+def test_no_fp8_kv_on_ampere():
+    spec, topo, _ = setup("deepseek-v3", "4x8xa100-ib")
+    with pytest.raises(Rejected, match="no vllm MLA backend"):
+        draft_knobs(spec, topo, Layout(tp=8, pp=2), "vllm", "fp8", Workload())
+
+
+def test_knobs_follow_the_models():
+    spec, topo, calib = setup("deepseek-v3", "8xh200")
+    workload = Workload(input_len=3000, output_len=1000, input_len_max=7000, output_len_max=2000, tpot_ms=40)
+    tuned = tune(spec, topo, Layout(tp=8), "vllm", "bf16", workload, calib)
+    k, m = tuned.knobs, tuned.metrics
+    assert k.max_model_len == 9024                      # 9,000 tokens rounded up to 64-token blocks
+    # the memory model's safe fraction (sized for the largest prefill chunk tried), not a blind 0.95
+    worst = replace(k, max_num_batched_tokens=16384, max_num_seqs=1024)
+    assert k.memory_fraction == int(safe_memory_fraction(spec, topo, Layout(tp=8), worst) * 1000) / 1000
+    assert memory_report(spec, topo, Layout(tp=8), k).fits
+    assert k.max_num_seqs == m.concurrency_per_dp_rank   # what the pool and the TPOT target allow
+    assert m.tpot_s <= 0.040 and m.memory.fits
+    assert k.max_num_batched_tokens in (2048, 4096, 8192, 16384)
+    assert k.cuda_graphs and k.prefix_caching
+    assert set(tuned.reasons) >= {"attention_backend", "block_size", "memory_fraction", "max_num_seqs",
+                                  "max_num_batched_tokens", "max_model_len", "prefix_caching", "cuda_graphs",
+                                  "kv_cache_dtype"}
+
+
+def test_context_beyond_the_model_is_rejected():
+    spec, topo, calib = setup("deepseek-v3", "8xh200")
+    with pytest.raises(Rejected, match="max_position_embeddings"):
+        tune(spec, topo, Layout(tp=8), "vllm", "bf16", Workload(input_len=200_000), calib)
+
+
+def test_warnings_for_risky_choices():
+    spec, topo, calib = setup("deepseek-v2", "2x8xh100-ib")
+    result = search(spec, topo, Workload(concurrency=4), calib, engines=("vllm",), kv_dtype="bf16",
+                    layouts=[parse_layout("tp=16"), parse_layout("tp=1,dp=16,ep=16")])
+    warn = {o.layout.label: " ".join(o.warnings) for o in result.options}
+    assert "spans 2 nodes" in warn["tp16"]
+    assert "sit idle" in warn["tp1·dp16·ep16"]
+    spec, topo, calib = setup("deepseek-v3", "4x8xa100-ib")
+    result = search(spec, topo, Workload(), calib, engines=("vllm",), layouts=[parse_layout("tp=8,pp=2")])
+    assert any("without FP8 tensor cores" in w for w in result.options[0].warnings)
