@@ -25,21 +25,22 @@ def headline(plan: Plan, is_default: bool) -> str:
 
 
 def candidates_table(plan: Plan, top: int) -> Table:
-    t = Table("#", Column("layout", no_wrap=True), "engine", "KV", "tok/s/GPU", "tok/s/user", "concurrency", "step ms", "net wait",
-              "mem util", "TTFT ms", "targets", title="Best candidates: output tokens/s per GPU, among those "
-              "meeting the targets")
+    heads = ["tok/s\nper GPU", "tok/s\nper user", "requests\nin flight", "step\nms", "net\nwait", "mem\nutil",
+             "TTFT\nms", "ok"]
+    t = Table("#", Column("layout", no_wrap=True), Column("engine", no_wrap=True), "KV", *(Column(h, justify="right") for h in heads),
+              title="Best candidates: output tokens/s per GPU, among those meeting the targets")
     for i, c in enumerate(plan.candidates[:top], 1):
         p, k = c.performance, c.knobs
         t.add_row(str(i), c.layout.label, k.engine, k.kv_cache_dtype, f"{p['throughput_tokens_per_s_per_gpu']:,.0f}",
                   f"{p['tokens_per_s_per_user']:.1f}", f"{p['concurrency']:,}", f"{p['step_s'] * 1e3:.1f}",
                   f"{p['network_wait_share']:.0%}", f"{p['memory_utilization']:.0%}", f"{p['ttft_s'] * 1e3:,.0f}",
-                  "met" if p["meets_targets"] else "missed")
+                  "yes" if p["meets_targets"] else "no")
     return t
 
 
 def knobs_table(plan: Plan, top: int) -> Table:
-    t = Table("#", "backend", "block", "mem fraction", "max seqs / DP rank", "batched tokens", "max model len",
-              "KV pool tokens", title="Their launch knobs")
+    t = Table("#", "backend", "block", "memory\nfraction", "max seqs\nper DP rank", "batched\ntokens",
+              "max model\nlen", "KV pool\ntokens", title="Their launch knobs")
     for i, c in enumerate(plan.candidates[:top], 1):
         k = c.knobs
         t.add_row(str(i), k.attention_backend or "auto", str(k.block_size), f"{k.memory_fraction:.3f}",
