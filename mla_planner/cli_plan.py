@@ -21,6 +21,7 @@ from .plan import to_plan
 from .planfile import Plan, plan_to_dict
 from .search import SearchResult, search
 from .topology import load_topology
+from .tuning import Overrides
 
 Opt = typer.Option
 
@@ -61,7 +62,8 @@ def workload_from(input_len: str, output_len: str, concurrency: Optional[int], r
 
 
 def run_plan(model: str, topology: str, workload: Workload, engine: Optional[str], kv_cache_dtype: Optional[str],
-             layouts: Optional[list[str]], calibration: Optional[Path]) -> tuple[Plan, SearchResult, str]:
+             layouts: Optional[list[str]], calibration: Optional[Path],
+             pinned: Overrides = Overrides()) -> tuple[Plan, SearchResult, str]:
     loaded, topo = load_model(model), load_topology(topology)
     calib = load_calibration(calibration, topo)
     if engine and engine not in ENGINES:
@@ -70,7 +72,9 @@ def run_plan(model: str, topology: str, workload: Workload, engine: Optional[str
     if kv == "bad":
         raise PlanError(f"--kv-cache-dtype must be auto, bf16 or fp8, got '{kv_cache_dtype}'")
     chosen = [parse_layout(text) for text in layouts] if layouts else None
-    result = search(loaded.spec, topo, workload, calib, (engine,) if engine else ENGINES, kv, chosen)
+    if pinned.block_size is not None and pinned.block_size < 1:
+        raise PlanError("--block-size must be a positive number of tokens")
+    result = search(loaded.spec, topo, workload, calib, (engine,) if engine else ENGINES, kv, chosen, pinned=pinned)
     return to_plan(loaded.spec, loaded.model_path, topo, workload, result), result, loaded.model_path
 
 
@@ -95,6 +99,10 @@ def plan_cmd(
     = "auto",
     layout: Annotated[Optional[list[str]], Opt("--layout", help="Restrict the search to these layouts, e.g. "
                                                "--layout tp=16 --layout tp=8,pp=2.")] = None,
+    block_size: Annotated[Optional[int], Opt("--block-size", help="Pin the KV block / page size; backends that "
+                                             "reject it are skipped (FlashMLA needs 64, CUTLASS MLA 128).")] = None,
+    enforce_eager: Annotated[bool, Opt("--enforce-eager", help="Plan without CUDA graphs (priced, and warned "
+                                       "about).")] = False,
     top: Annotated[int, Opt("--top", help="Candidates to show.")] = 5,
     explain: Annotated[bool, Opt("--explain", help="Also list rejected layouts with one-line reasons.")] = False,
     as_json: JsonOpt = False,
@@ -111,7 +119,8 @@ def plan_cmd(
     if top < 1:
         raise PlanError("--top must be at least 1")
     workload = workload_from(input_len, output_len, concurrency, request_rate, ttft_ms, tpot_ms, prefix_hit_rate)
-    plan, result, _ = run_plan(model, topology, workload, engine, kv_cache_dtype, layout, calibration)
+    pinned = Overrides(block_size=block_size, cuda_graphs=not enforce_eager)
+    plan, result, _ = run_plan(model, topology, workload, engine, kv_cache_dtype, layout, calibration, pinned)
     data = plan_to_dict(plan)
     data["pareto"] = [{"candidate": result.points[i].option + 1, "batch_per_dp_rank": result.points[i].batch_per_dp_rank,
                        "tokens_per_s_per_gpu": result.points[i].tokens_per_s_per_gpu,

@@ -15,7 +15,9 @@
                       each live token's KV at the sustained concurrency, over all of it; copies do not count
                       (the latent every TP rank replicates, weights every DP-attention rank replicates).
                       `memory_in_use` is the plain share: (weights + live KV) per GPU / GPU memory
-  TTFT                chunked prefill of input_len tokens riding the decode rounds (step.prefill)
+  TTFT                chunked prefill of the prompt tokens the prefix cache misses, input_len x
+                      (1 - prefix_hit_rate), riding the decode rounds (step.prefill); a hit skips its
+                      blocks' prefill (vLLM automatic prefix caching / SGLang radix cache)
   alone_tpot          time per output token of one request on an idle deployment: the latency floor,
                       where launch overheads (--enforce-eager) and collective latencies show most
 """
@@ -64,11 +66,17 @@ def tokens_per_request(workload: Workload, block_size: int) -> int:
     return ceil(workload.mean_decode_context / block_size) * block_size
 
 
+def prefill_tokens(workload: Workload, knobs: Knobs) -> int:
+    """Prompt tokens that must be computed: the misses of the prefix cache (at least one token)."""
+    hit = workload.prefix_hit_rate if knobs.prefix_caching else 0.0
+    return max(1, ceil(workload.input_len * (1.0 - hit)))
+
+
 def mean_tpot_s(spec, topo, layout, knobs, workload, calib, batch: int) -> tuple[float, DecodeStep, Prefill]:
     """Mean time per output token at `batch` running requests per DP rank, prefill stalls included."""
     ctx = workload.mean_decode_context
     d = decode_step(spec, topo, layout, knobs, batch, ctx, calib)
-    p = prefill(spec, topo, layout, knobs, workload.input_len, calib, batch, ctx)
+    p = prefill(spec, topo, layout, knobs, prefill_tokens(workload, knobs), calib, batch, ctx)
     return d.tpot_s + batch * p.stall_s / max(workload.output_len, 1), d, p
 
 

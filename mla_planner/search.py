@@ -25,7 +25,7 @@ from .pareto import pareto_front
 from .spec import ModelSpec
 from .step import decode_step
 from .topology import Topology
-from .tuning import Rejected, Tuned, draft_knobs, tune
+from .tuning import Overrides, Rejected, Tuned, draft_knobs, tune
 
 TUNED_PER_ENGINE = 6   # layouts tuned in full per engine, best screening bounds first
 CURVES_FOR = 8         # best candidates whose batch sweep makes up the Pareto front
@@ -69,9 +69,9 @@ def kv_dtypes_for(spec: ModelSpec, topo: Topology, requested: str | None) -> lis
     return ["bf16", "fp8"] if topo.gpu.has_fp8 else ["bf16"]
 
 
-def _screen(spec, topo, layout, engine, kv, workload, calib) -> float:
+def _screen(spec, topo, layout, engine, kv, workload, calib, pinned: Overrides) -> float:
     """Upper bound on output tokens/s per GPU; raises Rejected when the layout cannot serve at all."""
-    knobs, _ = draft_knobs(spec, topo, layout, engine, kv, workload)
+    knobs, _ = draft_knobs(spec, topo, layout, engine, kv, workload, pinned)
     mem = memory_report(spec, topo, layout, knobs)
     if not mem.fits:
         raise Rejected(mem.reasons[0] if mem.reasons else "does not fit")
@@ -96,7 +96,11 @@ def warnings_for(spec: ModelSpec, topo: Topology, layout: Layout, tuned: Tuned, 
         out.append(f"tensor parallelism spans {layout.tp // topo.gpus_per_node} nodes: every layer's all-reduce "
                    "crosses the inter-node fabric")
     if not tuned.knobs.cuda_graphs:
-        out.append("eager mode (no CUDA graphs): every decode kernel pays a CPU launch")
+        alone = tuned.metrics.alone_tpot_s * 1e3
+        out.append(f"eager mode (no CUDA graphs): every decode kernel pays a CPU launch; one request alone "
+                   f"gets {alone:.1f} ms per token")
+    if "runs instead" in tuned.reasons.get("block_size", ""):
+        out.append("block size/backend: " + tuned.reasons["block_size"])
     if spec.weight_dtype == "fp8" and not topo.gpu.has_fp8:
         out.append(f"FP8 checkpoint on {topo.gpu.name} (sm{topo.gpu.sm}) without FP8 tensor cores: the engines "
                    "need a BF16/INT8 conversion; memory here is priced at the checkpoint's FP8 size")
@@ -110,7 +114,7 @@ def warnings_for(spec: ModelSpec, topo: Topology, layout: Layout, tuned: Tuned, 
 
 def search(spec: ModelSpec, topo: Topology, workload: Workload, calib: Calibration,
            engines: tuple = ENGINES, kv_dtype: str | None = None, layouts: list[Layout] | None = None,
-           tuned_per_engine: int = TUNED_PER_ENGINE) -> SearchResult:
+           tuned_per_engine: int = TUNED_PER_ENGINE, pinned: Overrides = Overrides()) -> SearchResult:
     legal, illegal = candidate_layouts(spec, topo) if layouts is None else (layouts, [])
     rejected = [{"layout": lay.label, "engine": "any", "kv_dtype": "any", "reason": why} for lay, why in illegal]
     bounds: dict = {e: [] for e in engines}
@@ -124,7 +128,8 @@ def search(spec: ModelSpec, topo: Topology, workload: Workload, calib: Calibrati
                     continue
                 try:
                     screened += 1
-                    bounds[engine].append((_screen(spec, topo, layout, engine, kv, workload, calib), layout, kv))
+                    bound = _screen(spec, topo, layout, engine, kv, workload, calib, pinned)
+                    bounds[engine].append((bound, layout, kv))
                 except Rejected as exc:
                     rejected.append({"layout": layout.label, "engine": engine, "kv_dtype": kv, "reason": str(exc)})
     options = []
@@ -132,7 +137,7 @@ def search(spec: ModelSpec, topo: Topology, workload: Workload, calib: Calibrati
         ranked = sorted(bounds[engine], key=lambda t: (-t[0], t[1].label, t[2]))
         for bound, layout, kv in ranked[:tuned_per_engine]:
             try:
-                tuned = tune(spec, topo, layout, engine, kv, workload, calib)
+                tuned = tune(spec, topo, layout, engine, kv, workload, calib, pinned)
                 options.append(Option(layout, engine, kv, tuned, warnings_for(spec, topo, layout, tuned, workload)))
             except Rejected as exc:
                 rejected.append({"layout": layout.label, "engine": engine, "kv_dtype": kv, "reason": str(exc)})

@@ -36,16 +36,35 @@ class Tuned:
     reasons: dict
 
 
-def draft_knobs(spec: ModelSpec, topo: Topology, layout: Layout, engine: str, kv_dtype: str,
-                workload: Workload) -> tuple[Knobs, dict]:
-    """Backend, block size, max-model-len and the safe memory fraction; sizing knobs at their caps."""
-    gpu = topo.gpu
-    found = usable_backends(engine, gpu, kv_dtype, layout.dcp)
+@dataclass(frozen=True)
+class Overrides:
+    """Knobs the user pins on the command line; the planner works around them and says what they cost."""
+    block_size: int | None = None
+    cuda_graphs: bool = True
+
+
+def _backend_and_block(engine: str, gpu, kv_dtype: str, dcp: int, pinned: int | None) -> tuple:
+    found = usable_backends(engine, gpu, kv_dtype, dcp)
     if not found:
         raise Rejected(f"no {engine} MLA backend runs a {kv_dtype} KV cache on {gpu.name} (sm{gpu.sm})"
-                       + (f" with dcp={layout.dcp}" if layout.dcp > 1 else ""))
-    backend = found[0]
-    block, why_block = choose_block_size(backend, prefix_caching=True)
+                       + (f" with dcp={dcp}" if dcp > 1 else ""))
+    if pinned is None:
+        return (found[0], *choose_block_size(found[0], prefix_caching=True))
+    fitting = [b for b in found if b.accepts_block(pinned)]
+    if not fitting:
+        legal = "; ".join(f"{b.name} accepts {b.legal_block_sizes()}" for b in found)
+        raise Rejected(f"block size {pinned} is accepted by no {engine} backend usable here ({legal})")
+    why = f"{pinned} as pinned by --block-size"
+    if fitting[0] is not found[0]:
+        why += f"; {found[0].name} (the engine's first choice) rejects it, so {fitting[0].name} runs instead"
+    return fitting[0], pinned, why
+
+
+def draft_knobs(spec: ModelSpec, topo: Topology, layout: Layout, engine: str, kv_dtype: str,
+                workload: Workload, pinned: Overrides = Overrides()) -> tuple[Knobs, dict]:
+    """Backend, block size, max-model-len and the safe memory fraction; sizing knobs at their caps."""
+    gpu = topo.gpu
+    backend, block, why_block = _backend_and_block(engine, gpu, kv_dtype, layout.dcp, pinned.block_size)
     context = workload.max_context_len
     if context > spec.max_position_embeddings:
         raise Rejected(f"the workload's {context:,}-token context exceeds the model's "
@@ -54,7 +73,7 @@ def draft_knobs(spec: ModelSpec, topo: Topology, layout: Layout, engine: str, kv
     cap = _seq_cap(layout, workload)
     knobs = Knobs(engine=engine, block_size=block, kv_cache_dtype=kv_dtype, memory_fraction=0.9,
                   max_num_seqs=cap, max_num_batched_tokens=8192, max_model_len=min(max_len, spec.max_position_embeddings),
-                  attention_backend=backend.name, prefix_caching=True, cuda_graphs=True)
+                  attention_backend=backend.name, prefix_caching=True, cuda_graphs=pinned.cuda_graphs)
     # the fraction is sized for the largest chunk and sequence cap tried, so the final (smaller) knobs stay safe
     worst = replace(knobs, max_num_batched_tokens=CHUNK_CANDIDATES[-1])
     knobs = replace(knobs, memory_fraction=_floor3(safe_memory_fraction(spec, topo, layout, worst)))
@@ -70,7 +89,9 @@ def draft_knobs(spec: ModelSpec, topo: Topology, layout: Layout, engine: str, kv
                           if kv_dtype == "fp8" else "bf16 (the engine's `auto` for this checkpoint)",
         "prefix_caching": "on: hits skip prefill, and a miss costs only the hash of each full block"
                           + (f"; expected hit rate {workload.prefix_hit_rate:.0%}" if workload.prefix_hit_rate else ""),
-        "cuda_graphs": "on: decode without CUDA graphs pays a CPU launch per kernel (see --enforce-eager's cost)",
+        "cuda_graphs": "on: decode without CUDA graphs pays a CPU launch per kernel (see --enforce-eager's cost)"
+                       if pinned.cuda_graphs else "off, as pinned by --enforce-eager: every decode kernel is "
+                                                  "launched from the CPU",
     }
     return knobs, reasons
 
@@ -103,9 +124,9 @@ def choose_chunk(spec, topo, layout, knobs: Knobs, workload: Workload, calib: Ca
 
 
 def tune(spec: ModelSpec, topo: Topology, layout: Layout, engine: str, kv_dtype: str, workload: Workload,
-         calib: Calibration) -> Tuned:
+         calib: Calibration, pinned: Overrides = Overrides()) -> Tuned:
     """Every knob for this layout, engine and KV dtype, and the metrics they give; Rejected if it can't serve."""
-    knobs, reasons = draft_knobs(spec, topo, layout, engine, kv_dtype, workload)
+    knobs, reasons = draft_knobs(spec, topo, layout, engine, kv_dtype, workload, pinned)
     mem = memory_report(spec, topo, layout, knobs)
     if not mem.fits:
         raise Rejected(mem.reasons[0] if mem.reasons else "does not fit")

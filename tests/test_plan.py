@@ -129,3 +129,26 @@ def test_warnings_for_risky_choices():
     spec, topo, calib = setup("deepseek-v3", "4x8xa100-ib")
     result = search(spec, topo, Workload(), calib, engines=("vllm",), layouts=[parse_layout("tp=8,pp=2")])
     assert any("without FP8 tensor cores" in w for w in result.options[0].warnings)
+
+
+def test_pinned_block_size_and_eager_are_worked_around_and_warned():
+    from mla_planner.tuning import Overrides
+    spec, topo, calib = setup("deepseek-v3", "8xh200")
+    pinned = Overrides(block_size=16, cuda_graphs=False)
+    result = search(spec, topo, Workload(), calib, engines=("vllm",), kv_dtype="fp8",
+                    layouts=[parse_layout("tp=8")], pinned=pinned)
+    option = result.options[0]
+    assert option.tuned.knobs.block_size == 16
+    assert option.tuned.knobs.attention_backend == "TRITON_MLA"     # FLASHMLA (fp8's first choice) needs 64
+    assert not option.tuned.knobs.cuda_graphs
+    text = " ".join(option.warnings)
+    assert "eager mode" in text and "FLASHMLA" in text
+    with pytest.raises(Rejected, match="block size 24"):
+        draft_knobs(spec, topo, Layout(tp=8), "vllm", "bf16", Workload(), Overrides(block_size=24))
+
+
+def test_prefix_hits_shorten_ttft():
+    spec, topo, calib = setup("deepseek-v2", "2x8xh100-ib")
+    cold = tune(spec, topo, Layout(tp=8, pp=2), "vllm", "bf16", Workload(), calib).metrics
+    warm = tune(spec, topo, Layout(tp=8, pp=2), "vllm", "bf16", Workload(prefix_hit_rate=0.75), calib).metrics
+    assert warm.ttft_s < cold.ttft_s
