@@ -12,6 +12,7 @@ from .cli_emit import emit_cmd
 from .cli_memory import memory_cmd
 from .cli_plan import plan_cmd
 from .cli_show import models_cmd, show_cmd, topologies_cmd
+from .cli_verify import verify_cmd
 
 app = typer.Typer(name="mla-plan", no_args_is_help=False, add_completion=False, rich_markup_mode="rich",
                   context_settings={"help_option_names": ["-h", "--help"]}, pretty_exceptions_enable=False,
@@ -42,6 +43,7 @@ app.command("show")(show_cmd)
 app.command("compare")(compare_cmd)
 app.command("memory")(memory_cmd)
 app.command("emit")(emit_cmd)
+app.command("verify")(verify_cmd)
 
 
 def main() -> None:

@@ -1,0 +1,215 @@
+"""`mla-plan verify`: check a plan candidate on the GPUs it is meant for. Parse, call, render.
+
+torch is imported inside the command only (the planner never needs it); without it the command ends
+with one line. Exit status: 0 every judged check passed, 1 a check failed or could not run, 2 bad input.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+
+from .calibration import load_calibration
+from .cli_common import DEFAULT_MODEL, DEFAULT_TOPOLOGY, JsonOpt, ModelOpt, TopologyOpt, console, guard, print_json
+from .cli_memory import _knobs as memory_knobs, _kv_dtype, _positive
+from .errors import PlanError
+from .knobs import Workload
+from .layout import layout_problems, parse_layout
+from .models import load_model
+from .planfile import pick, read_plan
+from .topology import load_topology
+from .verify.report import progress, render, report_dict, verdict
+from .verify.target import Chosen, make_target, rank_info_from_env
+from .verify.torchrun import launch_lines
+
+SECTIONS = ("env", "fit", "attention", "gemms", "collectives")
+LAUNCH_ONLY = {"print_launch", "head", "port"}
+IntOpt = Optional[int]
+
+
+def candidate_from_options(plan: Optional[str], candidate: int, model: str, topology: str, layout: Optional[str],
+                           knob_args: dict, workload_args: dict, calibration: Optional[str],
+                           batch: IntOpt = None, context: IntOpt = None) -> Chosen:
+    """The candidate to verify: candidate N of a plan file, or a layout given with memory's knob options."""
+    if plan:
+        if layout:
+            raise PlanError("give --plan (and --candidate) or --layout, not both")
+        p = read_plan(plan)
+        cand = pick(p, candidate, plan)
+        perf = cand.performance.get("concurrency_per_dp_rank")
+        planned_batch = perf if isinstance(perf, int) and perf > 0 else None
+        return Chosen(p.spec, p.topology, cand.layout, cand.knobs, p.workload,
+                      load_calibration(calibration, p.topology), f"{plan} candidate {candidate}",
+                      batch or planned_batch, context)
+    if not layout:
+        raise PlanError('verify: give --plan plan.json, or --layout (e.g. --layout "tp=8,pp=2") with '
+                        '--model/--topology')
+    spec, topo = load_model(model).spec, load_topology(topology)
+    lay = parse_layout(layout)
+    problems = layout_problems(lay, spec, topo.gpus_per_node, topo.total_gpus)
+    if problems:
+        raise PlanError(f"layout {lay.label} cannot exist on {topo.name}: {'; '.join(problems)}")
+    workload = Workload(**workload_args)
+    given = dict(knob_args)
+    given["max_model_len"] = given.get("max_model_len") or workload.max_context_len
+    util, static, engine = given.pop("util"), given.pop("static"), given.pop("engine")
+    knobs = memory_knobs(spec, topo, lay, engine, util, static, given)
+    return Chosen(spec, topo, lay, knobs, workload, load_calibration(calibration, topo), f"--layout {layout}",
+                  batch, context)
+
+
+def _knob_args(engine: str, util: Optional[float], static: Optional[float], kv_cache_dtype: str, block_size: IntOpt,
+               max_model_len: IntOpt, max_num_seqs: IntOpt, max_num_batched_tokens: IntOpt, mtp: bool,
+               enforce_eager: bool) -> dict:
+    """memory's knob options, checked, for candidate_from_options."""
+    return dict(engine=engine, util=util, static=static, kv_cache_dtype=_kv_dtype(kv_cache_dtype),
+                block_size=_positive("--block-size", block_size),
+                max_model_len=_positive("--max-model-len", max_model_len),
+                max_num_seqs=_positive("--max-num-seqs", max_num_seqs),
+                max_num_batched_tokens=_positive("--max-num-batched-tokens", max_num_batched_tokens),
+                mtp=mtp, cuda_graphs=not enforce_eager)
+
+
+def _sections(only: Optional[list[str]]) -> frozenset:
+    chosen = [s.strip() for item in (only or []) for s in item.split(",") if s.strip()]
+    for s in chosen:
+        if s not in SECTIONS:
+            raise PlanError(f"--only: unknown check '{s}'; choose from {', '.join(SECTIONS)}")
+    return frozenset(chosen or SECTIONS)
+
+
+def _passthrough(ctx: typer.Context) -> list[str]:
+    """This command's options as given (defaults left out), for the torchrun commands to repeat."""
+    words: list[str] = []
+    for param in ctx.command.params:
+        value = ctx.params.get(param.name)
+        if param.name in LAUNCH_ONLY or param.param_type_name != "option" or value in (None, [], ()):
+            continue
+        if value == param.default:
+            continue
+        flag = next(o for o in param.opts if o.startswith("--"))
+        if param.is_flag:
+            words += [flag] if value else list(param.secondary_opts[:1])
+            continue
+        for v in (value if param.multiple else [value]):
+            words += [flag, f"{v:g}" if isinstance(v, float) else str(v)]
+    return words
+
+
+def _need_torch() -> None:
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        raise PlanError("verify needs torch: pip install 'mla-plan[verify]'") from None
+
+
+def _calibrate(path: str, checks: list, dev, chosen: Chosen) -> tuple[dict, int]:
+    """({path, written, efficiency | reason}, exit status floor)."""
+    from .verify.calibrate import write_calibration
+    from .verify.env import describe, gpu_mismatches
+
+    gpu = chosen.topo.gpu.name if dev.type == "cuda" and not gpu_mismatches(dev, chosen.topo.gpu) else dev.type
+    try:
+        info = write_calibration(path, checks, gpu, chosen.topo.name, describe(dev))
+    except PlanError as exc:
+        errored = any(c.error for c in checks)
+        return {"path": path, "written": False, "reason": str(exc)}, 1 if errored else 2
+    return info | {"written": True}, 0
+
+
+@guard
+def verify_cmd(
+    ctx: typer.Context,
+    plan: Annotated[Optional[str], typer.Option("--plan", help="Plan file written by `mla-plan plan --json`.")] = None,
+    candidate: Annotated[int, typer.Option("--candidate", help="Which candidate of --plan (1 = best).")] = 1,
+    model: ModelOpt = DEFAULT_MODEL,
+    topology: TopologyOpt = DEFAULT_TOPOLOGY,
+    layout: Annotated[Optional[str], typer.Option("--layout", "-l",
+                                                  help='Layout without a plan, e.g. "tp=8,pp=2".')] = None,
+    engine: Annotated[str, typer.Option("--engine", help="vllm or sglang.")] = "vllm",
+    gpu_memory_utilization: Annotated[Optional[float], typer.Option("--gpu-memory-utilization",
+                                                                    help="vLLM's memory fraction.")] = None,
+    mem_fraction_static: Annotated[Optional[float], typer.Option("--mem-fraction-static",
+                                                                 help="SGLang's memory fraction.")] = None,
+    kv_cache_dtype: Annotated[str, typer.Option("--kv-cache-dtype",
+                                                help="auto (= bf16), bf16, fp8 or fp8_ds_mla.")] = "auto",
+    block_size: Annotated[IntOpt, typer.Option("--block-size", help="Tokens per KV block (engine default).")] = None,
+    max_model_len: Annotated[IntOpt, typer.Option("--max-model-len", help="Default: the workload's longest.")] = None,
+    max_num_seqs: Annotated[IntOpt, typer.Option("--max-num-seqs", help="Running requests per DP rank.")] = None,
+    max_num_batched_tokens: Annotated[IntOpt, typer.Option("--max-num-batched-tokens", help="Prefill chunk.")] = None,
+    mtp: Annotated[bool, typer.Option("--mtp", help="Serve with the MTP draft layer.")] = False,
+    enforce_eager: Annotated[bool, typer.Option("--enforce-eager", help="No CUDA graphs.")] = False,
+    input_len: Annotated[int, typer.Option("--input-len", help="Prompt tokens per request.")] = 2048,
+    output_len: Annotated[int, typer.Option("--output-len", help="Output tokens per request.")] = 512,
+    tpot_ms: Annotated[float, typer.Option("--tpot-ms", help="Target time per output token.")] = 50.0,
+    batch: Annotated[IntOpt, typer.Option("--batch", help="Decode sequences per DP rank to check (default: the "
+                                          "plan's concurrency).")] = None,
+    context: Annotated[IntOpt, typer.Option("--context", help="Tokens per sequence to check (default: input + "
+                                            "output / 2).")] = None,
+    calibration: Annotated[Optional[str], typer.Option("--calibration", help="Calibration file for the "
+                                                       "predictions.")] = None,
+    device: Annotated[str, typer.Option("--device", help="cuda (the GPUs the plan is for) or cpu (a rehearsal at "
+                                        "small shapes).")] = "cuda",
+    as_json: JsonOpt = False,
+    write_cal: Annotated[Optional[str], typer.Option("--write-calibration", help="Write the measured efficiencies "
+                                                     "here (for --calibration of plan / compare).")] = None,
+    print_launch: Annotated[bool, typer.Option("--print-launch", help="Print the per-node torchrun commands "
+                                               "that run verify over the plan's GPUs, then exit.")] = False,
+    head: Annotated[Optional[str], typer.Option("--head", help="Node 0's address for --print-launch "
+                                                "(default: $HEAD_IP).")] = None,
+    port: Annotated[int, typer.Option("--port", help="Rendezvous port for --print-launch.")] = 29500,
+    quick: Annotated[bool, typer.Option("--quick", help="Fewer timed repeats (and smaller CPU shapes).")] = False,
+    only: Annotated[Optional[list[str]], typer.Option("--only", help="Run only these checks: " + ", ".join(SECTIONS)
+                                                      + " (repeat or comma-separate; env always runs).")] = None,
+    timeout_s: Annotated[float, typer.Option("--timeout", help="Seconds a collective may take before it counts "
+                                             "as hung.")] = 120.0,
+    memory_limit_gib: Annotated[Optional[float], typer.Option("--memory-limit-gib", help="Use at most this much "
+                                                              "device memory in the fit check.")] = None,
+) -> None:
+    """Check a plan on the real GPUs: environment, memory fit, MLA attention, dense GEMMs and (under torchrun)
+    collectives, each measured against the planner's prediction, with --write-calibration to feed it back."""
+    for flag, value in (("--candidate", candidate), ("--batch", batch), ("--context", context), ("--port", port)):
+        _positive(flag, value)
+    if timeout_s <= 0 or (memory_limit_gib is not None and memory_limit_gib <= 0):
+        raise PlanError("--timeout and --memory-limit-gib must be > 0")
+    knob_args = _knob_args(engine, gpu_memory_utilization, mem_fraction_static, kv_cache_dtype, block_size,
+                           max_model_len, max_num_seqs, max_num_batched_tokens, mtp, enforce_eager)
+    workload_args = dict(input_len=input_len, output_len=output_len, tpot_ms=tpot_ms)
+    chosen = candidate_from_options(plan, candidate, model, topology, layout, knob_args, workload_args, calibration,
+                                    batch, context)
+    if print_launch:
+        for line in launch_lines(chosen.layout, chosen.topo, _passthrough(ctx), head, port):
+            typer.echo(line)
+        return
+    sections, ranks = _sections(only), rank_info_from_env()
+    target = make_target(chosen, ranks)
+    _need_torch()
+    from .verify.checks import Options, run_checks
+    from .verify.collectives import share_results
+
+    limit = int(memory_limit_gib * 2**30) if memory_limit_gib else None
+    with progress(enabled=not as_json and ranks.rank == 0) as step:
+        dev, own = run_checks(target, Options(device, quick, sections, timeout_s, limit), step)
+    checks = share_results(own, ranks.rank, timeout_s)
+    if checks is None:   # a non-zero rank whose results went to rank 0
+        raise typer.Exit(verdict(own)[1])
+    raise typer.Exit(_report(target, dev, checks, write_cal if ranks.rank == 0 else None, as_json))
+
+
+def _report(target, dev, checks: list, write_cal: Optional[str], as_json: bool) -> int:
+    """Write the calibration (if asked), print the report; the exit status."""
+    from .verify.env import describe
+
+    status, calib = verdict(checks)[1], None
+    if write_cal:
+        calib, floor = _calibrate(write_cal, checks, dev, target.chosen)
+        status = max(status, floor)
+    if as_json:
+        print_json(report_dict(target, dev, checks, calib) | {"exit_status": status})
+        return status
+    render(target, describe(dev), checks, calib if calib and calib["written"] else None, console())
+    if calib and not calib["written"]:
+        Console(stderr=True, highlight=False).print(f"[red]error:[/red] {calib['reason']}", soft_wrap=True)
+    return status

@@ -1,0 +1,254 @@
+"""The planned collectives, measured under `torchrun` (NCCL on GPUs, gloo on CPUs) against comm.py.
+
+Messages are the step model's (step_comm), for the micro-batch of n rows one stage runs:
+  all_reduce   over the TP group after wo: n x d x 2 B (attn.tp_all_reduce)
+  all_gather   over the TP group, the vocab-parallel logits: n x V x 2 B gathered (logits_comm)
+  all_to_all   over the EP group (the stage), MoE dispatch: n / tp x k x d x (1 + 4/128) B sent per rank
+               with fp8 dispatch, 2 B otherwise (moe.dispatch)
+  p2p          between consecutive pipeline stages: 2 n d 2 B / tp per TP rank (pp_handoff_s)
+Ranks sit in GPU order, TP innermost, stages contiguous (step_comm.stages_share_node). A job smaller
+than the planned group (a rehearsal) runs each collective over min(group, world) ranks and predicts for
+that group. busbw is nccl-tests' (PERFORMANCE.md): algbw = S / t, x 2(p-1)/p for all-reduce, x (p-1)/p
+for all-gather and all-to-all, x 1 for p2p (comm.bus_factor); predicted busbw is comm.collective's.
+
+A collective that does not finish is a failed check, never a hang: the process group gets the
+timeout (datetime.timedelta; gloo raises on it), and a watchdog thread ends the process with a
+one-line message should a call still block past it (a hung NCCL kernel ignores Python).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from datetime import timedelta
+from typing import Optional
+
+import torch
+import torch.distributed as dist
+
+from ..comm import bus_factor, collective, net_of
+from ..errors import PlanError
+from ..step_work import ACT_BYTES
+from .checks import COLLECTIVE_BAND, Check, Timing, errored, one_line, ratio_check, skipped
+from .env import DeviceInfo
+from .target import Caps, Target
+
+WATCHDOG_GRACE_S = 30.0
+FACTOR = {("all_reduce", "ring"): "nvlink_ring_efficiency",      # intra-node: the one efficiency factor
+          ("all_reduce", "nvls"): "nvls_allreduce_efficiency",    # that sets each algorithm's bandwidth term
+          ("all_gather", "ring"): "nvlink_allgather_efficiency",
+          ("all_to_all", "direct"): "nvlink_all_to_all_efficiency",
+          ("p2p", "p2p"): "nvlink_p2p_efficiency"}
+
+
+@dataclass(frozen=True)
+class Planned:
+    kind: str
+    label: str
+    nbytes: int
+    groups: list          # every group of this kind, as lists of global ranks (all ranks create all)
+    planned_size: int
+
+
+@contextmanager
+def watchdog(seconds: float, what: str):
+    """End the process with one line if the block is still running after `seconds`."""
+    def give_up() -> None:
+        sys.stderr.write(f"error: {what} did not finish within {seconds:g} s (a rank is missing, or a "
+                         f"collective hung); verify gave up\n")
+        sys.stderr.flush()
+        os._exit(1)
+    timer = threading.Timer(seconds, give_up)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
+
+
+def blocks(size: int, world: int) -> list[list[int]]:
+    """Contiguous groups of min(size, world) ranks covering the world (a trailing remainder sits out)."""
+    g = min(size, world)
+    return [list(range(i, i + g)) for i in range(0, world - g + 1, g)] if g > 1 else []
+
+
+def pipeline_pairs(t: Target) -> list[list[int]]:
+    """(stage s rank, same TP position in stage s+1); in a rehearsal, ranks (2i, 2i + 1)."""
+    layout, world = t.chosen.layout, t.ranks.world
+    if world >= layout.instance_gpus:
+        stage = layout.stage_gpus
+        return [[r, r + stage] for r in range(stage * (layout.pp - 1))]
+    return [[i, i + 1] for i in range(0, world - 1, 2)]
+
+
+def _split_evenly(nbytes: float, size: int, world: int) -> int:
+    """nbytes rounded up to a multiple of the group actually used (an even share per rank)."""
+    g = max(min(size, world), 1)
+    return int(-(-int(nbytes) // g) * g)
+
+
+def planned(t: Target, caps: Optional[Caps]) -> list[Planned]:
+    c = t.chosen
+    s, layout, world = c.spec, c.layout, t.ranks.world
+    n = min(t.micro_batch, caps.rows) if caps else t.micro_batch
+    out = []
+    if layout.tp > 1:
+        out.append(Planned("all_reduce", "TP all-reduce after wo", n * s.hidden_size * ACT_BYTES,
+                           blocks(layout.tp, world), layout.tp))
+        out.append(Planned("all_gather", "TP all-gather of the logits",
+                           _split_evenly(n * s.vocab_size * ACT_BYTES, layout.tp, world),
+                           blocks(layout.tp, world), layout.tp))
+    if layout.ep > 1:
+        per_token = 1 + 4 / 128 if c.topo.gpu.has_fp8 else ACT_BYTES
+        sent = int(max(n / layout.tp, 1) * s.num_experts_per_tok * s.hidden_size * per_token)
+        out.append(Planned("all_to_all", "EP all-to-all, MoE dispatch", _split_evenly(sent, layout.stage_gpus, world),
+                           blocks(layout.stage_gpus, world), layout.stage_gpus))
+    if layout.pp > 1:
+        out.append(Planned("p2p", "pipeline send/recv", 2 * n * s.hidden_size * ACT_BYTES // layout.tp,
+                           pipeline_pairs(t), 2))
+    return out
+
+
+def _op(kind: str, nbytes: int, group, members: list[int], me: int, device: torch.device):
+    """A closure running one collective of `kind` on `nbytes` (uint8 buffers: the bytes are what count)."""
+    g = len(members)
+    buf = torch.ones(nbytes, dtype=torch.uint8, device=device)
+    if kind == "all_reduce":
+        return lambda: dist.all_reduce(buf.view(torch.float16 if device.type == "cuda" else torch.float32)
+                                       if nbytes % 4 == 0 else buf, group=group)
+    if kind == "all_gather":
+        part = torch.ones(nbytes // g, dtype=torch.uint8, device=device)   # not a view: NCCL in-place wants rank's slot
+        gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+        return lambda: gather(buf, part, group=group)
+    if kind == "all_to_all":
+        out = torch.empty_like(buf)
+        return lambda: dist.all_to_all_single(out, buf, group=group)
+    peer = members[1] if me == members[0] else members[0]
+    return (lambda: dist.send(buf, peer)) if me == members[0] else (lambda: dist.recv(buf, peer))
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _time(fn, group, device: torch.device, timing: Timing) -> float:
+    """Mean seconds per call over `repeats` back-to-back calls after warm-up (nccl-tests' method)."""
+    for _ in range(max(timing.warmup, 1)):
+        fn()
+    _sync(device)
+    dist.barrier(group=group)
+    start = time.perf_counter()
+    for _ in range(timing.repeats):
+        fn()
+    _sync(device)
+    return (time.perf_counter() - start) / timing.repeats
+
+
+def _prediction(t: Target, p: Planned, members: list[int]):
+    nodes = len({r // t.ranks.local_world for r in members})
+    try:
+        return collective(p.kind, p.nbytes, len(members), t.chosen.topo, t.chosen.calib, spans_nodes=nodes > 1), nodes
+    except PlanError as exc:
+        return exc, nodes
+
+
+def _evidence(t: Target, cost, measured_s: float) -> Optional[dict]:
+    """Intra-node bandwidth terms invert to one efficiency factor: eff' = eff x bandwidth_s / (t - latency)."""
+    factor = FACTOR.get((cost.kind, cost.algorithm))
+    net = net_of(t.chosen.topo, t.chosen.calib)
+    if cost.nodes > 1 and cost.kind == "p2p":
+        inter = t.chosen.topo.inter_node
+        factor = "socket_efficiency" if inter and inter.fabric == "ethernet" else "nic_efficiency"
+    if factor is None or (cost.nodes > 1 and cost.kind != "p2p") or measured_s <= 1.1 * cost.latency_s:
+        return None
+    line = net.nic_line_bytes_per_s if cost.nodes > 1 else net.nvlink_bytes_per_s
+    amount = cost.bandwidth_s * line * getattr(t.chosen.calib, factor)
+    return {"factor": factor, "amount": amount, "peak": line, "seconds": measured_s - cost.latency_s}
+
+
+def _check(t: Target, p: Planned, members: list[int], measured_s: float, judged: bool) -> Check:
+    g = len(members)
+    busbw = p.nbytes / measured_s * bus_factor(p.kind, max(g, 2))
+    cost, nodes = _prediction(t, p, members)
+    where = f"{p.nbytes:,} B over {g} ranks on {nodes} node(s)" + (
+        f" (rehearsal: {g} of the planned {p.planned_size})" if g < p.planned_size else "")
+    extra = {"time_s": measured_s, "message_bytes": p.nbytes, "group_size": g, "nodes": nodes,
+             "algbw_bytes_per_s": p.nbytes / measured_s}
+    if isinstance(cost, Exception):
+        return Check(f"collective.{p.kind}", None, busbw, "B/s", None, "not predicted", None,
+                     f"{p.label}: {where}; {measured_s * 1e6:,.1f} us; no prediction: {cost}", extra=extra)
+    evidence = _evidence(t, cost, measured_s)
+    extra |= {"predicted_time_s": cost.time_s, "algorithm": cost.algorithm}
+    if evidence:
+        extra["evidence"] = evidence
+    detail = (f"{p.label}: {where}; {measured_s * 1e6:,.1f} us measured, {cost.time_s * 1e6:,.1f} us predicted "
+              f"({cost.algorithm})")
+    return ratio_check(f"collective.{p.kind}", cost.busbw_bytes_per_s, busbw, "B/s", COLLECTIVE_BAND, judged,
+                       detail, extra)
+
+
+def _start(dev: DeviceInfo, timeout_s: float) -> None:
+    backend = "nccl" if dev.type == "cuda" else "gloo"
+    pg_timeout = timeout_s + (2 * WATCHDOG_GRACE_S if backend == "nccl" else 0)  # our watchdog speaks first
+    with watchdog(timeout_s + WATCHDOG_GRACE_S, f"torch.distributed ({backend}) start-up"):
+        dist.init_process_group(backend, timeout=timedelta(seconds=pg_timeout))
+
+
+def collective_checks(t: Target, dev: DeviceInfo, timing: Timing, caps: Optional[Caps],
+                      timeout_s: float) -> list[Check]:
+    """Every planned collective this rank takes part in; started only under torchrun (WORLD_SIZE > 1)."""
+    if not t.ranks.distributed:
+        return [skipped("collectives", "not started under torchrun: see `mla-plan verify --print-launch`")]
+    try:
+        _start(dev, timeout_s)
+    except Exception as exc:  # noqa: BLE001 - DistStoreError, DistNetworkError, RuntimeError...
+        return [errored("collectives", f"rank {t.ranks.rank} of {t.ranks.world}: the process group did not form "
+                        f"within {timeout_s:g} s: {one_line(exc)}")]
+    out, me = [], t.ranks.rank
+    for p in planned(t, caps):
+        try:
+            with watchdog(timeout_s + WATCHDOG_GRACE_S, f"collective {p.kind}"):
+                handles = [(members, dist.new_group(members)) for members in p.groups]
+                mine = next(((m, h) for m, h in handles if me in m), None)
+                if mine is None:
+                    continue
+                fn = _op(p.kind, p.nbytes, mine[1], mine[0], me, dev.torch_device)
+                measured_s = _time(fn, mine[1], dev.torch_device, timing)
+        except Exception as exc:  # noqa: BLE001 - a timed-out or broken collective ends the section
+            return out + [errored(f"collective.{p.kind}", one_line(exc))]
+        out.append(_check(t, p, mine[0], measured_s, dev.type == "cuda"))
+    return out
+
+
+def _close() -> None:
+    try:
+        dist.destroy_process_group()
+    except Exception:  # noqa: BLE001 - a broken group may not close cleanly; the process ends anyway
+        pass
+
+
+def share_results(checks: list[Check], rank: int, timeout_s: float) -> Optional[list[Check]]:
+    """Tag this rank's checks, gather every rank's on rank 0 (None elsewhere), close the process group.
+    Without a working process group (one process, it never formed, or a collective failed), this
+    rank's checks alone."""
+    mine = [replace(c, rank=rank) for c in checks]
+    if not (dist.is_available() and dist.is_initialized()):
+        return mine
+    if any(c.error for c in mine if c.name.startswith("collective")):
+        _close()
+        return mine
+    gathered: Optional[list] = [None] * dist.get_world_size() if rank == 0 else None
+    try:
+        with watchdog(timeout_s + WATCHDOG_GRACE_S, "gathering the ranks' results"):
+            dist.gather_object(mine, gathered, dst=0)
+    except Exception as exc:  # noqa: BLE001
+        return mine + [errored("collectives.gather", one_line(exc))]
+    finally:
+        _close()
+    return [c for part in gathered for c in part] if gathered is not None else None

@@ -1,0 +1,159 @@
+"""The layer's dense GEMMs at planned shapes, timed and compared with the step model's roofline.
+
+One check per op of step_work (the step model's names), each the sum of its GEMMs on this rank, for
+the micro-batch of n rows one stage runs (MLA_MATH.md section 8, projections table):
+  attn.proj    wq_a [n, d] x [d, r_q] and wq_b [n, r_q] x [r_q, H_t 192] (or one wq), wkv_a [n, d] x
+               [d, 576], the absorbed W_UK bmm [H_t, n, d_n] x [H_t, d_n, d_c] and W_UV bmm
+               [H_t, n, d_c] x [H_t, d_c, d_v], wo [n, H_t d_v] x [H_t d_v, d]
+  moe.gate     [n, d] x [d, E]
+  moe.shared   w1|w3 [n', d] x [d, 2 I_s / tp'] and w2 [n', I_s / tp'] x [I_s / tp', d]
+  moe.experts  the experts this EP rank actually hits, step_work.experts_hit, as one bmm over them:
+               [e, m, d] x [e, d, 2 I / moe_tp] and [e, m, I / moe_tp] x [e, I / moe_tp, d]
+  ffn.dense    the dense layers' SwiGLU, like moe.shared
+Bytes count the weights only, as the step model does (step_work: an op's bytes are its weight bytes),
+so the efficiency a measurement implies is the one the model applies. bf16 on the GPU (fp32 on a CPU);
+when the checkpoint is fp8 and the GPU has fp8 tensor cores, the 2-D GEMMs run again through
+torch._scaled_mm (per-tensor scales), which is what the step model prices.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from math import ceil
+from typing import Callable, Optional
+
+import torch
+
+from ..step_work import Op, dense_token_factor, dense_tp, experts_hit
+from .bench import time_fn
+from .checks import GEMM_BAND, Check, Timing, one_line, rates, ratio_check, roofline, skipped
+from .env import DeviceInfo
+from .target import Caps, Target
+
+
+@dataclass(frozen=True)
+class Gemm:
+    name: str
+    batch: int     # bmm batch; 1 = a plain matrix product
+    m: int         # rows (tokens)
+    k: int
+    n: int
+
+    @property
+    def flops(self) -> float:
+        return 2.0 * self.batch * self.m * self.k * self.n
+
+    @property
+    def weight_elems(self) -> int:
+        return self.batch * self.k * self.n
+
+
+def _swiglu(prefix: str, rows: int, d: int, inter: int) -> list[Gemm]:
+    return [Gemm(f"{prefix}.w13", 1, rows, d, 2 * inter), Gemm(f"{prefix}.w2", 1, rows, inter, d)]
+
+
+def attention_gemms(t: Target, rows: int) -> list[Gemm]:
+    s, H = t.chosen.spec, t.chosen.spec.num_attention_heads // t.chosen.layout.tp
+    d, dc = s.hidden_size, s.kv_lora_rank
+    q = ([Gemm("wq_a", 1, rows, d, s.q_lora_rank), Gemm("wq_b", 1, rows, s.q_lora_rank, H * s.qk_head_dim)]
+         if s.q_lora_rank else [Gemm("wq", 1, rows, d, H * s.qk_head_dim)])
+    return q + [Gemm("wkv_a", 1, rows, d, dc + s.qk_rope_head_dim),
+                Gemm("w_uk", H, rows, s.qk_nope_head_dim, dc), Gemm("w_uv", H, rows, dc, s.v_head_dim),
+                Gemm("wo", 1, rows, H * s.v_head_dim, d)]
+
+
+def layer_gemms(t: Target, caps: Optional[Caps]) -> dict[str, list[Gemm]]:
+    """The GEMMs of each step_work op at the planned micro-batch (capped on a CPU)."""
+    c = t.chosen
+    s, layout, engine = c.spec, c.layout, c.knobs.engine
+    rows = min(t.micro_batch, caps.rows) if caps else t.micro_batch
+    wide = rows * dense_token_factor(layout, engine)
+    ops = {"attn.proj": attention_gemms(t, rows)}
+    if s.num_dense_layers:
+        ops["ffn.dense"] = _swiglu("ffn", wide, s.hidden_size, ceil(s.intermediate_size / dense_tp(layout, engine)))
+    if not s.is_moe:
+        return ops
+    ops["moe.gate"] = [Gemm("gate", 1, rows, s.hidden_size, s.n_routed_experts)]
+    if s.n_shared_experts:
+        inter = ceil(s.moe_intermediate_size * s.n_shared_experts / dense_tp(layout, engine, "shared_experts"))
+        ops["moe.shared"] = _swiglu("shared", wide, s.hidden_size, inter)
+    tokens = rows * layout.dp
+    hit = experts_hit(s.n_routed_experts / layout.ep, s.n_routed_experts, s.num_experts_per_tok, tokens)
+    e = max(1, round(hit))
+    m = ceil(tokens * s.num_experts_per_tok / layout.ep / e)
+    e = min(e, caps.experts) if caps else e
+    inter = ceil(s.moe_intermediate_size / layout.moe_tp)
+    ops["moe.experts"] = [Gemm("experts.w13", e, m, s.hidden_size, 2 * inter),
+                          Gemm("experts.w2", e, m, inter, s.hidden_size)]
+    return ops
+
+
+def _runner(g: Gemm, dtype: torch.dtype, device: torch.device) -> Callable[[], torch.Tensor]:
+    """x [m, k] @ W^T with W [n, k] (nn.Linear), or a bmm [b, m, k] x [b, k, n]."""
+    gen = torch.Generator(device).manual_seed(0)
+    if g.batch == 1:
+        x = torch.randn(g.m, g.k, generator=gen, device=device).to(dtype)
+        w = torch.randn(g.n, g.k, generator=gen, device=device).to(dtype)
+        return lambda: torch.nn.functional.linear(x, w)
+    x = torch.randn(g.batch, g.m, g.k, generator=gen, device=device).to(dtype)
+    w = torch.randn(g.batch, g.k, g.n, generator=gen, device=device).to(dtype)
+    return lambda: torch.bmm(x, w)
+
+
+def fp8_runner(g: Gemm, device: torch.device) -> Callable[[], torch.Tensor]:
+    """torch._scaled_mm of e4m3 x [m, k] and W^T (W [n, k], so column-major as cuBLASLt wants) with
+    per-tensor scales, bf16 out; rows padded to 16 (the fp8 GEMM's alignment)."""
+    if g.batch != 1:
+        raise ValueError("fp8 runner takes plain matrix products")
+    fp8 = torch.float8_e4m3fn
+    x = torch.randn(ceil(g.m / 16) * 16, g.k, device=device).to(fp8)
+    w = torch.randn(g.n, g.k, device=device).to(fp8)
+    one = torch.ones((), device=device)
+    return lambda: torch._scaled_mm(x, w.t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+
+
+def _time_op(gemms: list[Gemm], make: Callable, dev: DeviceInfo, timing: Timing) -> tuple[float, dict]:
+    """Sum of the median times of each GEMM (each timed alone, L2 flushed between runs on CUDA)."""
+    times = {}
+    for g in gemms:
+        fn = make(g)
+        times[g.name] = time_fn(fn, dev.torch_device, timing.warmup, timing.repeats)
+        del fn
+    return sum(times.values()), times
+
+
+def _op_check(t: Target, name: str, gemms: list[Gemm], dev: DeviceInfo, timing: Timing, fp8: bool) -> Check:
+    elem = 1 if fp8 else (2 if dev.type == "cuda" else 4)
+    op = Op(name, sum(g.weight_elems for g in gemms) * elem, sum(g.flops for g in gemms), "gemm", fp8)
+    dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
+    make = (lambda g: fp8_runner(g, dev.torch_device)) if fp8 else (lambda g: _runner(g, dtype, dev.torch_device))
+    measured_s, per_gemm = _time_op(gemms, make, dev, timing)
+    predicted_s, evidence = roofline(op, t)
+    planned = t.step.layers[t.layer_kind if name != "ffn.dense" else "dense"].terms_s.get(name)
+    shapes = ", ".join(f"{g.name} {'%dx' % g.batch if g.batch > 1 else ''}[{g.m}x{g.k}x{g.n}]" for g in gemms)
+    detail = (f"{'fp8 _scaled_mm' if fp8 else str(dtype).removeprefix('torch.')}: {shapes}; {evidence['bound']}-bound"
+              + (f"; step model {planned * 1e6:,.1f} us for the planned weights" if planned else ""))
+    extra = rates(op, predicted_s, measured_s) | {"evidence": evidence | {"seconds": measured_s},
+                                                  "per_gemm_s": per_gemm}
+    label = f"gemm.{name}" + ("[fp8]" if fp8 else "")
+    return ratio_check(label, predicted_s, measured_s, "s", GEMM_BAND, dev.type == "cuda", detail, extra)
+
+
+def _fp8_wanted(t: Target, dev: DeviceInfo, name: str) -> bool:
+    s = t.chosen.spec
+    dtype = s.expert_dtype if name == "moe.experts" else s.weight_dtype
+    return dev.has_fp8 and dtype == "fp8" and name != "moe.gate" and hasattr(torch, "_scaled_mm")
+
+
+def gemm_checks(t: Target, dev: DeviceInfo, timing: Timing, caps: Optional[Caps]) -> list[Check]:
+    """One check per op in the working dtype, plus an fp8 twin of each 2-D op when the weights are fp8."""
+    out = []
+    for name, gemms in layer_gemms(t, caps).items():
+        out.append(_op_check(t, name, gemms, dev, timing, fp8=False))
+        flat = [g for g in gemms if g.batch == 1]
+        if _fp8_wanted(t, dev, name) and flat:
+            try:
+                out.append(_op_check(t, name, flat, dev, timing, fp8=True))
+            except (RuntimeError, TypeError, ValueError) as exc:
+                out.append(skipped(f"gemm.{name}[fp8]", f"torch._scaled_mm unavailable here: {one_line(exc)}"))
+    return out

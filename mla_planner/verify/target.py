@@ -1,0 +1,152 @@
+"""What `verify` checks: one plan candidate made concrete for the GPU this process drives.
+
+A `Chosen` candidate (model, topology, layout, knobs, workload, calibration) becomes a `Target`:
+the planned decode point (sequences per DP rank, the micro-batch one stage runs, the context each
+sequence has), the pipeline stage this GPU plays, the step model's prediction at that point
+(step.decode_step) and the memory model's footprint of this GPU (memory.memory_report). Torch-free:
+the CLI builds a Target before anything imports torch.
+
+The planned batch is the plan's own (`performance.concurrency_per_dp_rank`, what metrics.summary
+writes) or, without a plan, the one metrics.evaluate sustains; the context is the workload's mean
+decode context (input + output / 2), the point the step model prices (metrics.mean_tpot_s).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from math import ceil
+from typing import Optional
+
+from ..calibration import Calibration
+from ..errors import PlanError
+from ..knobs import Knobs, Workload
+from ..layout import Layout
+from ..memory import MemoryReport, RankMemory, memory_report
+from ..metrics import evaluate
+from ..spec import ModelSpec
+from ..step import DecodeStep, decode_step
+from ..topology import Topology
+
+
+@dataclass(frozen=True)
+class Chosen:
+    """One candidate to verify, wherever it came from (a plan file or command-line options)."""
+    spec: ModelSpec
+    topo: Topology
+    layout: Layout
+    knobs: Knobs
+    workload: Workload
+    calib: Calibration
+    source: str                       # e.g. "plan.json candidate 1" or "--layout tp=8"
+    batch: Optional[int] = None       # decode sequences per DP rank, when the plan or a flag says so
+    context: Optional[int] = None     # tokens per sequence at the checked point
+
+
+@dataclass(frozen=True)
+class RankInfo:
+    """Where this process sits in a `torchrun` job (torch.distributed's env:// variables)."""
+    rank: int = 0
+    world: int = 1
+    local_rank: int = 0
+    local_world: int = 1
+
+    @property
+    def distributed(self) -> bool:
+        return self.world > 1
+
+
+def rank_info_from_env(env: Optional[dict] = None) -> RankInfo:
+    """RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE as torchrun sets them (defaults: one process)."""
+    env = os.environ if env is None else env
+    try:
+        world = int(env.get("WORLD_SIZE", "1"))
+        rank, local = int(env.get("RANK", "0")), int(env.get("LOCAL_RANK", "0"))
+        local_world = int(env.get("LOCAL_WORLD_SIZE", str(world)))
+    except ValueError as exc:
+        raise PlanError(f"torchrun environment is malformed: {exc}") from None
+    if world < 1 or not 0 <= rank < world:
+        raise PlanError(f"torchrun environment is inconsistent: RANK={rank}, WORLD_SIZE={world}")
+    return RankInfo(rank, world, local, max(local_world, 1))
+
+
+@dataclass(frozen=True)
+class Caps:
+    """Shape caps of a CPU rehearsal: the code paths run, at sizes a CPU finishes in seconds."""
+    batch: int          # decode sequences in the attention check
+    context: int        # tokens per sequence in the attention check
+    rows: int           # GEMM rows and collective tokens
+    experts: int        # routed experts in the expert GEMM
+    fit_bytes: int      # bytes the memory-fit rehearsal allocates in all
+
+
+def caps_for(device_type: str, quick: bool) -> Optional[Caps]:
+    """None on CUDA (planned shapes); small fixed shapes on CPU (smaller with --quick)."""
+    if device_type == "cuda":
+        return None
+    if quick:
+        return Caps(batch=2, context=128, rows=4, experts=2, fit_bytes=32 * 2**20)
+    return Caps(batch=4, context=256, rows=8, experts=4, fit_bytes=128 * 2**20)
+
+
+@dataclass(frozen=True)
+class Target:
+    chosen: Chosen
+    batch: int              # decode sequences per DP rank (planned)
+    micro_batch: int        # rows one stage runs per forward pass (batch split over pp micro-batches)
+    context: int            # tokens per sequence, the new one included
+    stage: int              # pipeline stage this GPU plays
+    step: DecodeStep        # the step model at (batch, context)
+    memory: RankMemory      # this GPU's planned footprint
+    report: MemoryReport
+    ranks: RankInfo
+    notes: tuple = field(default_factory=tuple)
+
+    @property
+    def heads_per_rank(self) -> int:
+        """Query heads the attention kernel of one rank runs: H / tp, x dcp (queries all-gathered
+        over the DCP group, step_work._decode_core)."""
+        layout = self.chosen.layout
+        return self.chosen.spec.num_attention_heads // layout.tp * layout.dcp
+
+    @property
+    def attention_context(self) -> int:
+        """Cached tokens per sequence one rank reads: context / dcp (each DCP rank holds 1/dcp)."""
+        return ceil(self.context / self.chosen.layout.dcp)
+
+    @property
+    def layer_kind(self) -> str:
+        return "moe" if self.chosen.spec.is_moe else "dense"
+
+
+def _planned_batch(c: Chosen) -> tuple[int, list[str]]:
+    if c.batch:
+        return c.batch, []
+    m = evaluate(c.spec, c.topo, c.layout, c.knobs, c.workload, c.calib)
+    if m.concurrency_per_dp_rank:
+        return m.concurrency_per_dp_rank, []
+    return 1, ["the plan sustains no batch at its targets (metrics: limited by "
+               f"{m.concurrency_limit}); checking one sequence per DP rank"]
+
+
+def _stage(report: MemoryReport, layout: Layout, ranks: RankInfo) -> int:
+    """This rank's stage when the job covers a whole instance (stages in GPU order, step_comm);
+    otherwise the stage with the least free memory (the tightest fit)."""
+    if ranks.world >= layout.instance_gpus:
+        return (ranks.rank % layout.instance_gpus) // layout.stage_gpus
+    return min(report.per_gpu, key=lambda g: g.terms["free"]).pp_stage
+
+
+def make_target(c: Chosen, ranks: RankInfo = RankInfo()) -> Target:
+    """The planned decode point, step prediction and footprint of the GPU this process drives."""
+    if c.spec.attention != "mla":
+        raise PlanError(f"verify checks MLA models; {c.spec.name} uses {c.spec.attention} attention")
+    report = memory_report(c.spec, c.topo, c.layout, c.knobs)
+    if not report.per_gpu:
+        raise PlanError(f"layout {c.layout.label} cannot exist on {c.topo.name}: {'; '.join(report.reasons)}")
+    batch, notes = _planned_batch(c)
+    context = c.context or c.workload.mean_decode_context
+    step = decode_step(c.spec, c.topo, c.layout, c.knobs, batch, context, c.calib)
+    stage = _stage(report, c.layout, ranks)
+    return Target(c, batch, step.micro_batch, context, stage, step, report.per_gpu[stage], report, ranks,
+                  tuple(notes) + tuple(c.calib.notes))

@@ -1,0 +1,41 @@
+"""`verify --print-launch`: the per-node `torchrun` commands that run `verify` over one instance of the plan.
+
+One instance (tp x dp x pp GPUs) is what the collectives need; replicas are identical copies. An
+instance that fills whole nodes spans instance_gpus / gpus_per_node of them with a process per GPU;
+a smaller one runs on the first instance_gpus GPUs of one node. torchrun's static rendezvous takes
+`--rdzv-endpoint HEAD:PORT` and `--node-rank K` (torch.distributed.run). Every word is shell-quoted;
+without `--head`, the endpoint is `"${HEAD_IP}":PORT` for each node's shell to fill in. Torch-free.
+"""
+
+from __future__ import annotations
+
+from math import ceil
+from typing import Optional
+
+from ..launch.command import ShellRef
+from ..launch.render import one_line
+from ..layout import Layout
+from ..topology import Topology
+
+
+def node_shape(layout: Layout, topo: Topology) -> tuple[int, int]:
+    """(nodes, processes per node) of one instance."""
+    inst = layout.instance_gpus
+    return ceil(inst / topo.gpus_per_node), min(inst, topo.gpus_per_node)
+
+
+def launch_lines(layout: Layout, topo: Topology, verify_args: list[str], head: Optional[str] = None,
+                 port: int = 29500) -> list[str]:
+    """Comment lines and one command per node, in node order (node 0 is the rendezvous head)."""
+    nnodes, per_node = node_shape(layout, topo)
+    endpoint = f"{head}:{port}" if head else ShellRef("HEAD_IP", f":{port}")
+    lines = [f"# verify {layout.label} on {topo.name}: {nnodes} node(s) x {per_node} GPU(s), one process per GPU"]
+    if not head:
+        lines.append("# set HEAD_IP to node 0's address on every node first (or pass --head)")
+    if layout.replicas > 1:
+        lines.append(f"# the plan runs {layout.replicas} identical replicas; this checks one of them")
+    for k in range(nnodes):
+        argv = ["torchrun", "--nnodes", str(nnodes), "--nproc-per-node", str(per_node), "--node-rank", str(k),
+                "--rdzv-endpoint", endpoint, "-m", "mla_planner.cli", "verify", *verify_args]
+        lines += [f"# node {k}" + (" (head)" if k == 0 else ""), one_line(argv)]
+    return lines

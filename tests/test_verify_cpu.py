@@ -1,0 +1,210 @@
+"""`mla-plan verify --device cpu` end to end, and how it fails: the CPU rehearsal of every check but the
+GPU-only judgements, the calibration it writes and the planner reads back, a topology GPU that is not
+the real one, out of memory, a collective group that never forms, and no half-written calibration."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import socket
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from mla_planner import planfile
+from mla_planner.attention_cost import absorbed_core_bytes, absorbed_core_flops
+from mla_planner.calibration import dump_calibration, load_calibration
+from mla_planner.knobs import Knobs, Workload
+from mla_planner.layout import Layout
+from mla_planner.models import load_model
+from mla_planner.topology import gpu_table, load_topology
+from mla_planner.verify import calibrate, env
+from mla_planner.verify.checks import Check
+from mla_planner.verify.gemms import Gemm, fp8_runner
+
+ROOT = Path(__file__).resolve().parent.parent
+SMALL = ("--device", "cpu", "--model", "deepseek-v2-lite", "--topology", "8xh200", "--layout", "tp=8", "--quick")
+
+
+def run_json(cli, *args):
+    r = cli("verify", *SMALL, "--json", *args)
+    assert "Traceback" not in r.output, r.output
+    return r, (json.loads(r.stdout) if r.stdout.strip() else None)
+
+
+def by_name(data: dict) -> dict:
+    return {c["name"]: c for c in data["checks"]}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_cpu_rehearsal_end_to_end_with_calibration(cli, tmp_path):
+    cal = tmp_path / "cal.yaml"
+    r, data = run_json(cli, "--write-calibration", str(cal))
+    assert r.exit_code == 0, r.output
+    assert {"verdict", "exit_status", "device", "target", "ranks", "checks", "calibration"} <= set(data)
+    assert data["verdict"] == "pass" and data["exit_status"] == 0 and data["ranks"] == [0]
+    checks = by_name(data)
+    for name in ("env.gpu", "memory.fit", "attention", "gemm.attn.proj", "gemm.ffn.dense", "gemm.moe.gate",
+                 "gemm.moe.shared", "gemm.moe.experts"):
+        assert checks[name]["status"] == "info", (name, checks[name])   # measured, not judged on a CPU
+    assert checks["collectives"]["status"] == "skip"
+    assert data["target"]["heads_per_rank"] == 2 and data["target"]["context_len"] == 2048 + 512 // 2
+    # the attention check's rates come from attention_cost at the capped shape (B=2, T=128, fp32 cache)
+    att = checks["attention"]["extra"]
+    assert att["bytes"] == absorbed_core_bytes(2, 2, 2 * 128, 576 * 4, act_bytes=4)
+    assert att["flops"] == absorbed_core_flops(2, 2 * 128)
+    assert att["achieved_bytes_per_s"] == pytest.approx(att["bytes"] / checks["attention"]["measured"])
+    # the calibration file: the planner's loader reads it, and it says where it was measured
+    topo = load_topology("8xh200")
+    calib = load_calibration(cal, topo)
+    assert data["calibration"]["written"] is True
+    for name, value in data["calibration"]["efficiency"].items():
+        assert getattr(calib, name) == pytest.approx(value) and calib.origin[name].startswith("calibration")
+    assert {"attention_hbm_efficiency", "hbm_efficiency"} <= set(data["calibration"]["efficiency"])
+    assert "measured on cpu" in calib.notes[0]
+    # a second run of the planner with it: accepted, and a CPU's efficiencies make every step slower
+    base = cli("compare", "--model", "deepseek-v2-lite", "--topology", "8xh200", "--layout", "tp=8", "--json")
+    again = cli("compare", "--model", "deepseek-v2-lite", "--topology", "8xh200", "--layout", "tp=8", "--json",
+                "--calibration", str(cal))
+    assert base.exit_code == 0 and again.exit_code == 0, again.output
+    step = lambda res: json.loads(res.stdout)["layouts"][0]["alone_tpot_ms"]  # noqa: E731
+    assert step(again) > 10 * step(base)
+
+
+def test_table_output_and_plan_file_candidate(cli, tmp_path):
+    spec, topo = load_model("deepseek-v2-lite").spec, load_topology("8xh200")
+    cands = [planfile.Candidate(Layout(tp=tp), Knobs(block_size=64, max_model_len=2560, memory_fraction=0.9),
+                                performance={"concurrency_per_dp_rank": 7}) for tp in (8, 4)]
+    plan = planfile.Plan(spec, "deepseek-ai/DeepSeek-V2-Lite", topo, Workload(), cands)
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(planfile.plan_to_dict(plan)))
+    r = cli("verify", "--plan", str(path), "--candidate", "2", "--device", "cpu", "--quick", "--only", "attention")
+    assert r.exit_code == 0, r.output
+    for needle in ("tp4 on 8xh200", "candidate 2", "batch 7 per DP rank", "block 64", "attention", "INFO",
+                   "REHEARSAL RAN", "achieved (predicted)"):
+        assert needle in r.stdout, needle
+    assert "gemm.attn.proj" not in r.stdout
+    bad = cli("verify", "--plan", str(path), "--candidate", "3", "--device", "cpu")
+    assert bad.exit_code == 2 and "out of range 1..2" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
+    both = cli("verify", "--plan", str(path), "--layout", "tp=8", "--device", "cpu")
+    assert both.exit_code == 2 and "not both" in both.stderr
+
+
+def test_topology_gpu_mismatch_stops_the_gpu_checks(cli, monkeypatch):
+    fake = env.DeviceInfo("cuda", "NVIDIA A100-SXM4-80GB", 85_000_000_000, "8.0", torch.__version__, "12.4",
+                          True, False)
+    monkeypatch.setattr(env, "probe_device", lambda device, local_rank=0: fake)
+    r = cli("verify", *SMALL, "--json")
+    data = json.loads(r.stdout)
+    assert r.exit_code == 1 and data["verdict"] == "fail"
+    checks = by_name(data)
+    assert checks["env.gpu"]["status"] == "fail"
+    assert "A100" in checks["env.gpu"]["detail"] and "H200-SXM-141G" in checks["env.gpu"]["detail"]
+    for name in ("fit", "attention", "gemms"):
+        assert checks[name]["status"] == "skip" and "not the topology's" in checks[name]["detail"]
+    h200 = gpu_table()["H200-SXM-141G"]
+    real = replace(fake, name="NVIDIA H200", memory_bytes=143771 * 2**20, compute_capability="9.0")
+    assert env.gpu_mismatches(real, h200) == []
+    assert env.gpu_mismatches(replace(real, name="NVIDIA H20"), h200)            # H20 is not H200
+    assert env.gpu_mismatches(replace(real, name="NVIDIA H100 PCIe", memory_bytes=85 * 10**9),
+                              gpu_table()["H100-SXM-80G"])
+
+
+def test_out_of_memory_is_a_failed_check(cli):
+    r, data = run_json(cli, "--only", "fit", "--memory-limit-gib", "40")
+    assert r.exit_code == 1 and data["verdict"] == "fail"
+    fit = by_name(data)["memory.fit"]
+    assert fit["status"] == "fail" and fit["error"] is None
+    assert "simulated out of memory" in fit["detail"] and "does not fit this GPU" in fit["detail"]
+
+
+def test_collective_group_that_never_forms(cli, monkeypatch, tmp_path):
+    """WORLD_SIZE=2 but only rank 0 ever starts: the rendezvous times out -> an errored check, exit 1, and
+    an existing calibration file is left exactly as it was."""
+    cal = tmp_path / "cal.yaml"
+    cal.write_text("keep me\n")
+    for key, value in {"WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2",
+                       "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}.items():
+        monkeypatch.setenv(key, value)
+    r, data = run_json(cli, "--only", "collectives", "--timeout", "2", "--write-calibration", str(cal))
+    assert r.exit_code == 1 and data["verdict"] == "error"
+    err = by_name(data)["collectives"]["error"]
+    assert "rank 0 of 2" in err and "did not form within 2 s" in err and "\n" not in err
+    assert data["calibration"]["written"] is False and "errored" in data["calibration"]["reason"]
+    assert cal.read_text() == "keep me\n" and sorted(os.listdir(tmp_path)) == ["cal.yaml"]
+
+
+def test_calibration_write_failure_leaves_nothing(cli, monkeypatch, tmp_path):
+    def refuse(src, dst):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(calibrate.os, "replace", refuse)
+    cal = tmp_path / "cal.yaml"
+    r = cli("verify", *SMALL, "--only", "attention", "--write-calibration", str(cal))
+    assert r.exit_code == 2 and "No space left on device" in r.stderr and "Traceback" not in r.output
+    assert os.listdir(tmp_path) == []
+    nothing = cli("verify", *SMALL, "--only", "fit", "--write-calibration", str(cal))
+    assert nothing.exit_code == 2 and "no check measured an efficiency factor" in nothing.stderr
+
+
+def test_efficiency_is_total_work_over_total_time():
+    def timed(factor, amount, seconds, peak=1e12):
+        return Check("x", 1.0, 1.0, "s", 1.0, "", True, extra={"evidence": {
+            "factor": factor, "amount": amount, "seconds": seconds, "peak": peak}})
+    checks = [timed("hbm_efficiency", 6e8, 1e-3), timed("hbm_efficiency", 2e8, 1e-3),
+              timed("nic_efficiency", 5e9, 1e-3)]
+    assert calibrate.efficiencies(checks) == {"hbm_efficiency": pytest.approx(0.4), "nic_efficiency": 1.0}
+
+
+def test_fp8_gemm_runner_on_cpu():
+    out = fp8_runner(Gemm("wq_a", 1, 5, 64, 32), torch.device("cpu"))()
+    assert out.shape == (16, 32) and out.dtype == torch.bfloat16   # rows padded to 16
+
+
+def test_no_torch_no_gpu_and_bad_flags(cli, monkeypatch):
+    bad = cli("verify", *SMALL, "--only", "nonsense")
+    assert bad.exit_code == 2 and "unknown check 'nonsense'" in bad.stderr
+    nolayout = cli("verify", "--device", "cpu")
+    assert nolayout.exit_code == 2 and "--layout" in nolayout.stderr
+    if not torch.cuda.is_available():
+        r = cli("verify", "--model", "deepseek-v2-lite", "--topology", "8xh200", "--layout", "tp=8")
+        assert r.exit_code == 2 and "no CUDA GPU is visible" in r.stderr and "Traceback" not in r.output
+    monkeypatch.setitem(sys.modules, "torch", None)
+    r = cli("verify", *SMALL)
+    assert r.exit_code == 2 and len(r.stderr.strip().splitlines()) == 1
+    assert "verify needs torch: pip install 'mla-plan[verify]'" in r.stderr
+
+
+def test_print_launch_per_node_commands_shell_quoted(cli, tmp_path):
+    cal = tmp_path / "my cal.yaml"
+    cal.write_text(dump_calibration({"hbm_efficiency": 0.8}))
+    r = cli("verify", "--model", "deepseek-v3", "--topology", "2x8xh200-ib", "--layout", "tp=8,pp=2",
+            "--calibration", str(cal), "--quick", "--print-launch", "--port", "29511")
+    assert r.exit_code == 0, r.output
+    commands = [ln for ln in r.stdout.splitlines() if ln.startswith("torchrun")]
+    assert len(commands) == 2 and shlex.quote(str(cal)) in commands[0]
+    for k, line in enumerate(commands):
+        words = shlex.split(line.replace('"${HEAD_IP}"', "10.1.2.3"))
+        assert words[:13] == ["torchrun", "--nnodes", "2", "--nproc-per-node", "8", "--node-rank", str(k),
+                              "--rdzv-endpoint", "10.1.2.3:29511", "-m", "mla_planner.cli", "verify", "--topology"]
+        assert words[words.index("--layout") + 1] == "tp=8,pp=2" and "--quick" in words
+        assert "--print-launch" not in words and words[words.index("--calibration") + 1] == str(cal)
+
+
+def test_a_hung_collective_ends_with_one_line():
+    code = ("import time\nfrom mla_planner.verify.collectives import watchdog\n"
+            "with watchdog(0.5, 'collective all_reduce'):\n    time.sleep(30)\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 1 and out.stderr.strip().splitlines() == [
+        "error: collective all_reduce did not finish within 0.5 s (a rank is missing, or a collective hung); "
+        "verify gave up"]
