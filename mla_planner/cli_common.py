@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import sys
 from typing import Annotated, Any, Callable
 
@@ -24,8 +25,10 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JS
 
 
 def console() -> Console:
-    """Rich console on stdout; width follows the terminal (tests fix COLUMNS)."""
-    return Console(highlight=False, soft_wrap=False)
+    """Rich console on stdout. Width follows the terminal; piped into a file or another program (where rich
+    would assume 80 columns) it is 120 unless COLUMNS says otherwise, so tables stay readable."""
+    width = None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 120
+    return Console(highlight=False, soft_wrap=False, width=width)
 
 
 def guard(fn: Callable) -> Callable:

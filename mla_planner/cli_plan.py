@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from math import inf
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -34,13 +35,17 @@ def parse_length(text: str, flag: str) -> tuple[int, int]:
             if value < 1:
                 raise ValueError
             return value, value
-        pct = {int(k.strip().lstrip("p")): int(v) for k, v in (p.split("=") for p in text.split(","))}
-        if not pct or min(pct.values()) < 1 or 50 not in pct:
+        pairs = [(int(k.strip().lstrip("p")), int(v)) for k, v in (p.split("=") for p in text.split(","))]
+        pct = dict(pairs)
+        ordered = [pct[k] for k in sorted(pct)]
+        if len(pct) != len(pairs) or 50 not in pct or min(ordered) < 1 or ordered != sorted(ordered) \
+                or not all(0 < k < 100 for k in pct):
             raise ValueError
         return pct[50], pct[max(pct)]
     except ValueError:
         raise PlanError(f"{flag} '{text}': expected a positive token count or percentiles like "
-                        "'p50=1024,p90=4096,p99=8192' (p50 required)") from None
+                        "'p50=1024,p90=4096,p99=8192' (p50 required, each percentile once, lengths not "
+                        "decreasing)") from None
 
 
 def workload_from(input_len: str, output_len: str, concurrency: Optional[int], request_rate: Optional[float],
@@ -49,12 +54,14 @@ def workload_from(input_len: str, output_len: str, concurrency: Optional[int], r
     out, out_max = parse_length(output_len, "--output-len")
     if concurrency is not None and concurrency < 1:
         raise PlanError("--concurrency must be a positive number of requests")
-    if ttft_ms <= 0 or tpot_ms <= 0:
-        raise PlanError("--ttft-ms and --tpot-ms must be positive")
+    if not (0 < ttft_ms < inf and 0 < tpot_ms < inf):
+        raise PlanError("--ttft-ms and --tpot-ms must be positive, finite milliseconds")
+    if concurrency is not None and request_rate is not None:
+        raise PlanError("give --concurrency or --request-rate, not both")
     if not 0 <= prefix_hit_rate < 1:
         raise PlanError("--prefix-hit-rate must be in [0, 1)")
     if request_rate is not None:
-        if request_rate <= 0:
+        if not 0 < request_rate < inf:
             raise PlanError("--request-rate must be positive (requests per second)")
         # Little's law: requests in flight = arrival rate x time in system (TTFT + output x TPOT at target)
         concurrency = concurrency or max(1, round(request_rate * (ttft_ms + out * tpot_ms) / 1e3))
@@ -107,7 +114,8 @@ def plan_cmd(
     explain: Annotated[bool, Opt("--explain", help="Also list rejected layouts with one-line reasons.")] = False,
     as_json: JsonOpt = False,
     as_yaml: Annotated[bool, Opt("--yaml", help="Print the full plan as YAML.")] = False,
-    plot: Annotated[Optional[Path], Opt("--plot", help="Write the Pareto plot as PNG (needs mla-plan[plot]).")]
+    plot: Annotated[Optional[Path], Opt("--plot", help="Write the Pareto plot as PNG (needs the plot extra: "
+                                        "pip install 'mla-plan\\[plot]').")]
     = None,
     emit: Annotated[Optional[Path], Opt("--emit", help="Write launch scripts for the best candidate here.")] = None,
     calibration: Annotated[Optional[Path], Opt("--calibration", help="Efficiency factors measured by "
@@ -118,6 +126,10 @@ def plan_cmd(
     With no arguments: DeepSeek-V3 on the seed article's 2 x 8 H100 InfiniBand cluster."""
     if top < 1:
         raise PlanError("--top must be at least 1")
+    if as_json and as_yaml:
+        raise PlanError("give --json or --yaml, not both")
+    if plot is not None:
+        check_output_file(plot, "--plot")
     workload = workload_from(input_len, output_len, concurrency, request_rate, ttft_ms, tpot_ms, prefix_hit_rate)
     pinned = Overrides(block_size=block_size, cuda_graphs=not enforce_eager)
     plan, result, _ = run_plan(model, topology, workload, engine, kv_cache_dtype, layout, calibration, pinned)
@@ -140,6 +152,14 @@ def plan_cmd(
         render_plan(plan, result, top, explain, model == DEFAULT_MODEL and topology == DEFAULT_TOPOLOGY, emit)
     if not plan.candidates:
         raise typer.Exit(1)
+
+
+def check_output_file(path: Path, flag: str) -> None:
+    """Fail before any work when a file cannot be written there."""
+    if path.is_dir():
+        raise PlanError(f"{flag} {path}: is a folder, expected a file name")
+    if not path.parent.is_dir():
+        raise PlanError(f"{flag} {path}: folder {path.parent} does not exist")
 
 
 def _plot(path: Path, plan: Plan, result: SearchResult) -> None:

@@ -78,6 +78,7 @@ def model_facts(spec) -> dict:
             "mtp_params": sizing.mtp_params(spec),
             "weight_bytes": dict(sizing.weight_bytes_breakdown(spec)),
             "weight_bytes_with_mtp": sizing.weight_bytes_breakdown(spec, include_mtp=True)["total"],
+            "weight_bytes_by_format": dict(sizing.weight_bytes_by_format(spec)),
             "kv_cache": dict(sizing.kv_table(spec))}
 
 
@@ -93,6 +94,10 @@ def _render_model(f: dict) -> None:
         t.add_row("MTP module (separate)", f"{f['mtp_params']:,}", "", human_bytes(f["weight_bytes_with_mtp"]
                                                                                   - f["weight_bytes"]["total"]))
     out.print(t)
+    w = Table("stored as", "weight bytes", "spread evenly over 8 GPUs", title="Weights in other formats (main model)")
+    for fmt, n in f["weight_bytes_by_format"].items():
+        w.add_row(fmt, human_bytes(n), human_bytes(n / 8))
+    out.print(w)
     k = Table("cache format", "bytes / token / layer", "bytes / token (all layers)", "128K-token sequence",
               title="KV cache per token (one rank holding the whole cache)")
     for fmt, row in f["kv_cache"].items():

@@ -11,6 +11,7 @@ independent copies behind a load balancer, and `kv_layout` for how a TP group ho
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, fields, replace
 
 from .errors import PlanError
@@ -72,7 +73,9 @@ class Layout:
 
 
 def parse_layout(text: str) -> Layout:
-    """`"tp=8,pp=2"`, `"tp=1,dp=16,ep=16"`, `"tp=8,kv=latent-sharded"`, `"tp=8,replicas=2"`."""
+    """`"tp=8,pp=2"`, `"tp=1,dp=16,ep=16"`, `"tp=8,kv=latent-sharded"`, `"tp=8,replicas=2"`, or a label as
+    the tables print it: `"tp8·pp2"`, `"2x(tp8)"`, `"tp8·latent-sharded"`."""
+    text = _from_label(text.strip())
     names = {f.name for f in fields(Layout)}
     values: dict = {}
     for item in filter(None, (p.strip() for p in text.replace(" ", ",").split(","))):
@@ -95,6 +98,19 @@ def parse_layout(text: str) -> Layout:
     if "ep" not in values and layout.dp > 1:
         layout = replace(layout, ep=layout.stage_gpus)  # DP attention goes with EP over the stage (SGLang/vLLM recipes)
     return layout
+
+
+def _from_label(text: str) -> str:
+    """`2x(tp8·pp2·latent-sharded)` -> `tp=8,pp=2,kv=latent-sharded,replicas=2`; other text unchanged."""
+    match = re.fullmatch(r"(\d+)x\((.*)\)", text)
+    replicas, body = (match.group(1), match.group(2)) if match else (None, text)
+    if "·" not in body and not re.fullmatch(r"[a-z]+\d+", body):
+        return text
+    parts = []
+    for token in body.split("·"):
+        kv = re.fullmatch(r"(tp|pp|dp|ep|dcp)(\d+)", token)
+        parts.append(f"{kv.group(1)}={kv.group(2)}" if kv else f"kv={token}")
+    return ",".join(parts + ([f"replicas={replicas}"] if replicas else []))
 
 
 def layout_problems(layout: Layout, spec: ModelSpec, gpus_per_node: int, total_gpus: int) -> list[str]:

@@ -104,6 +104,13 @@ def _memory_shares(spec: ModelSpec, layout: Layout, knobs: Knobs, mem: MemoryRep
     return distinct / (layout.instance_gpus * mem.per_gpu[0].total_bytes), sum(used) / len(used)
 
 
+def in_flight(batch_per_dp_rank: int, layout: Layout, workload: Workload) -> int:
+    """Requests in flight over the deployment: the batch on every DP rank of every replica, but never
+    more than the offered concurrency (ranks beyond it sit idle)."""
+    total = batch_per_dp_rank * layout.dp * layout.replicas
+    return min(total, workload.concurrency) if workload.concurrency else total
+
+
 def _limits(layout: Layout, knobs: Knobs, mem: MemoryReport, workload: Workload) -> tuple[int, str]:
     per_request = tokens_per_request(workload, knobs.block_size)
     kv = mem.kv_capacity_tokens // per_request if mem.fits else 0
@@ -130,7 +137,7 @@ def evaluate(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, work
     tpot, d, p = mean_tpot_s(spec, topo, layout, knobs, workload, calib, max(batch, 1))
     ctx = workload.mean_decode_context
     util, in_use = _memory_shares(spec, layout, knobs, mem, batch, ctx)
-    conc = batch * layout.dp * layout.replicas
+    conc = in_flight(batch, layout, workload)
     tput = conc / tpot if batch else 0.0
     meets = bool(batch) and mem.fits and p.ttft_s <= workload.ttft_ms / 1e3
     if batch and p.ttft_s > workload.ttft_ms / 1e3:

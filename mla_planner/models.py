@@ -22,7 +22,8 @@ GQA_ARCHITECTURES = {"LlamaForCausalLM", "Qwen2ForCausalLM", "MistralForCausalLM
 @dataclass(frozen=True)
 class LoadedModel:
     spec: ModelSpec
-    model_path: str   # what an engine serves: the HF id of a built-in, or the local folder/file's folder
+    model_path: str   # what an engine serves: the HF id (a spec's hf_id, else its name), or the absolute
+                      # snapshot folder a config.json was read from
     source: str       # "built-in", "spec", "config.json"
 
 
@@ -33,6 +34,8 @@ def builtin_names() -> list[str]:
 def load_model(ref: str) -> LoadedModel:
     """Resolve `ref`: built-in name first, then a path (YAML spec, config.json, or folder holding one)."""
     path = Path(ref).expanduser()
+    if path.exists():
+        path = path.resolve()   # scripts run on other nodes and in other folders: never a relative path
     if ref.lower() in builtin_names() and not path.exists():
         spec = validate(ModelSpec, read_mapping(data_dir("models") / f"{ref.lower()}.yaml"), f"built-in:{ref}")
         return LoadedModel(spec, spec.hf_id or spec.name, "built-in")
@@ -45,7 +48,7 @@ def load_model(ref: str) -> LoadedModel:
         return LoadedModel(spec_from_hf_config(path), str(path.parent), "config.json")
     if path.suffix in (".yaml", ".yml") or path.exists():
         spec = validate(ModelSpec, read_mapping(path), str(path))
-        return LoadedModel(spec, spec.hf_id or str(path.parent), "spec")
+        return LoadedModel(spec, spec.hf_id or spec.name, "spec")
     raise InputError(ref, "not a built-in model, nor an existing file or folder" + did_you_mean(ref, builtin_names())
                      + f"; built-ins: {', '.join(builtin_names())}")
 

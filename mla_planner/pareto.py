@@ -58,6 +58,11 @@ def png_plot(path: Path, points: list[tuple[float, float]], labels: list[str], f
     ax.grid(alpha=0.3)
     fig.tight_layout()
     tmp = path.with_name(path.name + ".tmp.png")
-    fig.savefig(tmp)
-    plt.close(fig)
-    tmp.replace(path)
+    try:
+        fig.savefig(tmp)
+        tmp.replace(path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise PlanError(f"--plot {path}: cannot write ({exc.strerror or exc})") from None
+    finally:
+        plt.close(fig)

@@ -17,10 +17,10 @@ from dataclasses import dataclass, field, replace
 
 from .calibration import Calibration
 from .knobs import ENGINES, Workload
-from .layout import Layout
+from .layout import Layout, layout_problems
 from .layouts import candidate_layouts
 from .memory import memory_report
-from .metrics import mean_tpot_s, tokens_per_request
+from .metrics import in_flight, mean_tpot_s, tokens_per_request
 from .pareto import pareto_front
 from .spec import ModelSpec
 from .step import decode_step
@@ -69,6 +69,15 @@ def kv_dtypes_for(spec: ModelSpec, topo: Topology, requested: str | None) -> lis
     return ["bf16", "fp8"] if topo.gpu.has_fp8 else ["bf16"]
 
 
+def _given(spec: ModelSpec, topo: Topology, layouts: list[Layout]) -> tuple[list, list]:
+    """User-chosen layouts, checked like the search's own."""
+    legal, illegal = [], []
+    for lay in layouts:
+        problems = layout_problems(lay, spec, topo.gpus_per_node, topo.total_gpus)
+        (illegal.append((lay, "; ".join(problems))) if problems else legal.append(lay))
+    return legal, illegal
+
+
 def _screen(spec, topo, layout, engine, kv, workload, calib, pinned: Overrides) -> float:
     """Upper bound on output tokens/s per GPU; raises Rejected when the layout cannot serve at all."""
     knobs, _ = draft_knobs(spec, topo, layout, engine, kv, workload, pinned)
@@ -80,7 +89,7 @@ def _screen(spec, topo, layout, engine, kv, workload, calib, pinned: Overrides) 
         raise Rejected(f"the KV pool ({mem.kv_capacity_tokens:,} tokens) cannot hold one "
                        f"{workload.mean_decode_context:,}-token request")
     step = decode_step(spec, topo, layout, knobs, batch, workload.mean_decode_context, calib)
-    return batch * layout.dp * layout.replicas / step.tpot_s / layout.total_gpus
+    return in_flight(batch, layout, workload) / step.tpot_s / layout.total_gpus
 
 
 def _engine_problem(layout: Layout, engine: str) -> str | None:
@@ -115,7 +124,7 @@ def warnings_for(spec: ModelSpec, topo: Topology, layout: Layout, tuned: Tuned, 
 def search(spec: ModelSpec, topo: Topology, workload: Workload, calib: Calibration,
            engines: tuple = ENGINES, kv_dtype: str | None = None, layouts: list[Layout] | None = None,
            tuned_per_engine: int = TUNED_PER_ENGINE, pinned: Overrides = Overrides()) -> SearchResult:
-    legal, illegal = candidate_layouts(spec, topo) if layouts is None else (layouts, [])
+    legal, illegal = candidate_layouts(spec, topo) if layouts is None else _given(spec, topo, layouts)
     rejected = [{"layout": lay.label, "engine": "any", "kv_dtype": "any", "reason": why} for lay, why in illegal]
     bounds: dict = {e: [] for e in engines}
     screened = 0

@@ -55,6 +55,24 @@ def weight_bytes_breakdown(spec: ModelSpec, include_mtp: bool = False) -> "Order
     return _grouped(tensors, lambda t: bytes_of(t, spec.weight_block_size, spec.int4_group_size))
 
 
+WEIGHT_FORMATS = {  # name -> (dense/attention matrices, routed experts); embeddings, norms, gate stay bf16/fp32
+    "bf16": ("bf16", "bf16"),
+    "fp8 block-scaled": ("fp8", "fp8"),
+    "int4 experts, bf16 rest": ("bf16", "int4"),
+}
+
+
+def weight_bytes_by_format(spec: ModelSpec) -> "OrderedDict[str, float]":
+    """Total stored weight bytes (MTP excluded) if the checkpoint were stored in each common format:
+    bf16; fp8 with 128x128 block scales (DeepSeek-V3's release); int4 group-quantised experts with the
+    rest in bf16 (Kimi-K2-Thinking's release). The checkpoint's own format is `weight_bytes_breakdown`."""
+    out: OrderedDict[str, float] = OrderedDict()
+    for name, (dense, experts) in WEIGHT_FORMATS.items():
+        as_format = spec.model_copy(update={"weight_dtype": dense, "expert_weight_dtype": experts})
+        out[name] = weight_bytes_breakdown(as_format)["total"]
+    return out
+
+
 def kv_bytes_per_token_layer(spec: ModelSpec, kv_dtype: str = "bf16") -> float:
     """Bytes one token adds to one layer's cache on one rank that holds the whole cache.
 

@@ -78,6 +78,8 @@ class ModelSpec(BaseModel):
                                  f"num_attention_heads={self.num_attention_heads}; give head_dim")
         if self.first_k_dense_replace > self.num_hidden_layers:
             raise ValueError("first_k_dense_replace is larger than num_hidden_layers")
+        if not self.n_routed_experts and (self.num_experts_per_tok or self.n_shared_experts):
+            raise ValueError("num_experts_per_tok and n_shared_experts need n_routed_experts > 0")
         if self.n_routed_experts:
             if self.moe_intermediate_size is None:
                 raise ValueError("moe_intermediate_size is required when n_routed_experts > 0")

@@ -91,3 +91,8 @@ def test_topology_errors(cli, tmp_path):
     one_line_error(cli("show", "--topology", write(tmp_path, "t.yaml", nic)), "inter_node.nic_gbps",
                    "did you mean 'nic_gbit_per_s'")
     one_line_error(cli("show", "--topology", "no-such-cluster"), "no-such-cluster")
+
+
+def test_experts_per_token_without_experts(cli, tmp_path):
+    dense = {**GOOD_SPEC, "n_routed_experts": 0}
+    one_line_error(cli("show", write(tmp_path, "m.yaml", dense)), "n_routed_experts")

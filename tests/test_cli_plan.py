@@ -96,3 +96,42 @@ def test_plot_png_or_clear_error(cli, tmp_path):
         assert r.exit_code == 2 and "mla-plan[plot]" in r.stderr
     else:
         assert r.exit_code == 0 and png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_offered_concurrency_caps_what_is_in_flight(cli):
+    data = json.loads(cli("plan", "-t", "2x8xh200-ib", "--concurrency", "4", "--json").stdout)
+    assert data["candidates"]
+    assert all(c["performance"]["concurrency"] <= 4 for c in data["candidates"])
+
+
+def test_user_layouts_that_cannot_exist_say_why(cli):
+    r = cli("plan", "--layout", "tp=3")
+    assert r.exit_code == 1
+    assert "heads are not divisible by tp=3" in r.stdout
+
+
+@pytest.mark.parametrize("args, words", [
+    (("--tpot-ms", "nan"), "finite"),
+    (("--ttft-ms", "inf"), "finite"),
+    (("--input-len", "p50=1024,p99=512"), "not decreasing"),
+    (("--input-len", "p50=1024,p50=2048"), "each percentile once"),
+    (("--concurrency", "8", "--request-rate", "2"), "not both"),
+    (("--json", "--yaml"), "not both"),
+    (("--plot", "/nonexistent-dir/x.png"), "does not exist"),
+])
+def test_more_bad_options(cli, args, words):
+    r = cli("plan", *args)
+    assert r.exit_code == 2, r.output
+    assert words in r.stderr and "Traceback" not in r.output
+
+
+def test_plot_into_a_folder_is_refused(cli, tmp_path):
+    r = cli("plan", "--plot", str(tmp_path))
+    assert r.exit_code == 2 and "is a folder" in r.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_printed_labels_are_accepted_as_layouts(cli):
+    data = json.loads(cli("plan", "-m", "deepseek-v2", "--layout", "tp8·pp2", "--layout", "tp=16",
+                          "--engine", "vllm", "--json").stdout)
+    assert [c["label"] for c in data["candidates"]][:2] == ["tp8·pp2", "tp16"]

@@ -91,3 +91,21 @@ def test_hf_config_loads_to_the_builtin_spec():
     lite = load_model("tests/fixtures/hf/DeepSeek-V2-Lite").spec        # a snapshot folder works too
     assert lite.q_lora_rank is None
     assert lite.model_dump(exclude=ignore) == spec("deepseek-v2-lite").model_dump(exclude=ignore)
+
+
+def test_weight_bytes_by_format():
+    s = spec("deepseek-v3")
+    formats = sizing.weight_bytes_by_format(s)
+    assert formats["fp8 block-scaled"] == sizing.weight_bytes_breakdown(s)["total"]   # the release itself
+    params = sizing.param_breakdown(s)["total"]
+    assert formats["bf16"] == pytest.approx(2 * params, rel=1e-6)
+    assert formats["int4 experts, bf16 rest"] < formats["fp8 block-scaled"] < formats["bf16"]
+
+
+def test_relative_snapshot_paths_become_absolute(tmp_path, monkeypatch):
+    import os
+    import shutil
+    shutil.copytree("tests/fixtures/hf/DeepSeek-V2-Lite", tmp_path / "DeepSeek-V2-Lite")
+    monkeypatch.chdir(tmp_path)
+    loaded = load_model("DeepSeek-V2-Lite")
+    assert os.path.isabs(loaded.model_path) and loaded.model_path.endswith("DeepSeek-V2-Lite")
