@@ -6,6 +6,7 @@ with one line. Exit status: 0 every judged check passed, 1 a check failed or cou
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
@@ -32,20 +33,23 @@ IntOpt = Optional[int]
 def candidate_from_options(plan: Optional[str], candidate: int, model: str, topology: str, layout: Optional[str],
                            knob_args: dict, workload_args: dict, calibration: Optional[str],
                            batch: IntOpt = None, context: IntOpt = None) -> Chosen:
-    """The candidate to verify: candidate N of a plan file, or a layout given with memory's knob options."""
-    if plan:
-        if layout:
-            raise PlanError("give --plan (and --candidate) or --layout, not both")
-        p = read_plan(plan)
-        cand = pick(p, candidate, plan)
+    """The candidate to verify: candidate N of a plan file, candidate N of a fresh plan (plan's own search on
+    --model/--topology and the workload options), or a layout given with memory's knob options."""
+    if plan and layout:
+        raise PlanError("give --plan (and --candidate) or --layout, not both")
+    if plan or not layout:
+        if plan:
+            p, where = read_plan(plan), f"{plan} candidate {candidate}"
+        else:
+            from .cli_plan import run_plan
+            p = run_plan(model, topology, Workload(**workload_args), knob_args.get("plan_engine"), None, None,
+                         Path(calibration) if calibration else None)[0]
+            where = f"candidate {candidate} of the plan for {p.spec.name} on {p.topology.name}"
+        cand = pick(p, candidate, where)
         perf = cand.performance.get("concurrency_per_dp_rank")
         planned_batch = perf if isinstance(perf, int) and perf > 0 else None
         return Chosen(p.spec, p.topology, cand.layout, cand.knobs, p.workload,
-                      load_calibration(calibration, p.topology), f"{plan} candidate {candidate}",
-                      batch or planned_batch, context)
-    if not layout:
-        raise PlanError('verify: give --plan plan.json, or --layout (e.g. --layout "tp=8,pp=2") with '
-                        '--model/--topology')
+                      load_calibration(calibration, p.topology), where, batch or planned_batch, context)
     spec, topo = load_model(model).spec, load_topology(topology)
     lay = parse_layout(layout)
     problems = layout_problems(lay, spec, topo.gpus_per_node, topo.total_gpus)
@@ -54,6 +58,7 @@ def candidate_from_options(plan: Optional[str], candidate: int, model: str, topo
     workload = Workload(**workload_args)
     given = dict(knob_args)
     given["max_model_len"] = given.get("max_model_len") or workload.max_context_len
+    given.pop("plan_engine", None)
     util, static, engine = given.pop("util"), given.pop("static"), given.pop("engine")
     knobs = memory_knobs(spec, topo, lay, engine, util, static, given)
     return Chosen(spec, topo, lay, knobs, workload, load_calibration(calibration, topo), f"--layout {layout}",
@@ -128,7 +133,8 @@ def verify_cmd(
     topology: TopologyOpt = DEFAULT_TOPOLOGY,
     layout: Annotated[Optional[str], typer.Option("--layout", "-l",
                                                   help='Layout without a plan, e.g. "tp=8,pp=2".')] = None,
-    engine: Annotated[str, typer.Option("--engine", help="vllm or sglang.")] = "vllm",
+    engine: Annotated[Optional[str], typer.Option("--engine", help="vllm or sglang (with --layout: default vllm; "
+                                                  "without --plan or --layout: restricts the fresh plan).")] = None,
     gpu_memory_utilization: Annotated[Optional[float], typer.Option("--gpu-memory-utilization",
                                                                     help="vLLM's memory fraction.")] = None,
     mem_fraction_static: Annotated[Optional[float], typer.Option("--mem-fraction-static",
@@ -174,11 +180,11 @@ def verify_cmd(
         _positive(flag, value)
     if timeout_s <= 0 or (memory_limit_gib is not None and memory_limit_gib <= 0):
         raise PlanError("--timeout and --memory-limit-gib must be > 0")
-    knob_args = _knob_args(engine, gpu_memory_utilization, mem_fraction_static, kv_cache_dtype, block_size,
+    knob_args = _knob_args(engine or "vllm", gpu_memory_utilization, mem_fraction_static, kv_cache_dtype, block_size,
                            max_model_len, max_num_seqs, max_num_batched_tokens, mtp, enforce_eager)
     workload_args = dict(input_len=input_len, output_len=output_len, tpot_ms=tpot_ms)
-    chosen = candidate_from_options(plan, candidate, model, topology, layout, knob_args, workload_args, calibration,
-                                    batch, context)
+    chosen = candidate_from_options(plan, candidate, model, topology, layout, knob_args | {"plan_engine": engine},
+                                    workload_args, calibration, batch, context)
     if print_launch:
         for line in launch_lines(chosen.layout, chosen.topo, _passthrough(ctx), head, port):
             typer.echo(line)

@@ -208,3 +208,11 @@ def test_a_hung_collective_ends_with_one_line():
     assert out.returncode == 1 and out.stderr.strip().splitlines() == [
         "error: collective all_reduce did not finish within 0.5 s (a rank is missing, or a collective hung); "
         "verify gave up"]
+
+
+def test_without_plan_or_layout_verify_plans_with_the_same_options(cli):
+    r = cli("verify", "--device", "cpu", "--model", "deepseek-v2-lite", "--topology", "8xh200", "--quick",
+            "--only", "attention", "--json")
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.stdout)
+    assert "candidate 1 of the plan for deepseek-v2-lite on 8xh200" in json.dumps(data)
