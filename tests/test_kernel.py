@@ -128,7 +128,7 @@ def test_rope_scores_depend_only_on_relative_position():
         return float(apply_rope(q, torch.tensor([m]), freqs) @ apply_rope(k, torch.tensor([n]), freqs).T)
 
     assert score(7, 3) == pytest.approx(score(1007, 1003), rel=1e-10)
-    assert apply_rope(q, torch.tensor([5]), freqs).norm() == pytest.approx(float(q.norm()), rel=1e-12)
+    assert float(apply_rope(q, torch.tensor([5]), freqs).norm()) == pytest.approx(float(q.norm()), rel=1e-12)
 
 
 # --- paged cache ---------------------------------------------------------------------------
