@@ -10,44 +10,44 @@ from rich.table import Table
 
 from .calibration import load_calibration
 from .cli_common import DEFAULT_MODEL, DEFAULT_TOPOLOGY, JsonOpt, ModelOpt, TopologyOpt, console, guard, print_json
+from .cli_memory import KV_CAPACITY_LABEL, bounded, fraction_from_flags, kv_dtype_choice
+from .cli_plan import parse_length
 from .engine_memory import default_memory_fraction, engine_default_knobs
 from .errors import PlanError
-from .knobs import ENGINES, KV_DTYPES, Workload
-from .layout import parse_layout
-from .knobs import Knobs
-from .layout import Layout
+from .knobs import ENGINES, Knobs, Workload
+from .layout import Layout, parse_layout
 from .memory import evaluate as memory_evaluate
 from .metrics import Metrics, evaluate
 from .models import load_model
 from .spec import ModelSpec
 from .topology import load_topology
 
-# (label, key of `summary`, format)
-ROWS = [("GPUs", "gpus", "{:,.0f}"),
-        ("concurrent requests", "concurrency", "{:,.0f}"),
-        ("throughput (output tok/s)", "throughput_tokens_per_s", "{:,.0f}"),
-        ("throughput per GPU (tok/s)", "throughput_tokens_per_s_per_gpu", "{:,.0f}"),
-        ("decode step (ms)", "step_ms", "{:,.2f}"),
-        ("time per output token (ms)", "tpot_ms", "{:,.2f}"),
-        ("tokens/s per user", "tokens_per_s_per_user", "{:,.1f}"),
-        ("network wait share", "network_wait_pct", "{:.1f} %"),
-        ("effective memory utilization", "memory_utilization_pct", "{:.1f} %"),
-        ("memory in use (weights + live KV)", "memory_in_use_pct", "{:.1f} %"),
-        ("TTFT (ms)", "ttft_ms", "{:,.0f}"),
-        ("TPOT, one request alone (ms)", "alone_tpot_ms", "{:,.2f}"),
-        ("KV capacity (tokens / DP rank)", "kv_capacity_tokens", "{:,.0f}")]
+# (label, key of `summary`, scale for the table, format): the JSON keeps plan's names and SI units
+# (seconds, shares 0..1); the table shows ms and %.
+ROWS = [("GPUs", "gpus", 1, "{:,.0f}"),
+        ("concurrent requests", "concurrency", 1, "{:,.0f}"),
+        ("throughput (output tok/s)", "throughput_tokens_per_s", 1, "{:,.0f}"),
+        ("throughput per GPU (tok/s)", "throughput_tokens_per_s_per_gpu", 1, "{:,.0f}"),
+        ("decode step (ms)", "step_s", 1e3, "{:,.2f}"),
+        ("time per output token (ms)", "tpot_s", 1e3, "{:,.2f}"),
+        ("tokens/s per user", "tokens_per_s_per_user", 1, "{:,.1f}"),
+        ("network wait share", "network_wait_share", 100, "{:.1f} %"),
+        ("effective memory utilization", "memory_utilization", 100, "{:.1f} %"),
+        ("memory in use (weights + live KV)", "memory_in_use", 100, "{:.1f} %"),
+        ("TTFT (ms)", "ttft_s", 1e3, "{:,.0f}"),
+        ("TPOT, one request alone (ms)", "alone_tpot_s", 1e3, "{:,.2f}"),
+        (KV_CAPACITY_LABEL, "kv_capacity_tokens", 1, "{:,.0f}")]
 
 
 def summary(m: Metrics) -> dict:
-    """The flat numbers of one layout (what the table and --json show)."""
+    """The flat numbers of one layout (what the table and --json show), named as `plan`'s JSON names them."""
     return {"layout": m.layout.label, "gpus": m.layout.total_gpus, "concurrency": m.concurrency,
             "concurrency_per_dp_rank": m.concurrency_per_dp_rank, "concurrency_limit": m.concurrency_limit,
             "throughput_tokens_per_s": m.throughput_tokens_per_s,
             "throughput_tokens_per_s_per_gpu": m.throughput_tokens_per_s_per_gpu,
-            "step_ms": m.step_s * 1e3, "tpot_ms": m.tpot_s * 1e3, "tokens_per_s_per_user": m.tokens_per_s_per_user,
-            "network_wait_pct": m.network_wait_share * 100, "memory_utilization_pct": m.memory_utilization * 100,
-            "memory_in_use_pct": m.memory_in_use * 100, "ttft_ms": m.ttft_s * 1e3,
-            "alone_tpot_ms": m.alone_tpot_s * 1e3,
+            "step_s": m.step_s, "tpot_s": m.tpot_s, "tokens_per_s_per_user": m.tokens_per_s_per_user,
+            "network_wait_share": m.network_wait_share, "memory_utilization": m.memory_utilization,
+            "memory_in_use": m.memory_in_use, "ttft_s": m.ttft_s, "alone_tpot_s": m.alone_tpot_s,
             "kv_capacity_tokens": m.memory.kv_capacity_tokens, "meets_targets": m.meets_targets,
             "notes": list(m.notes)}
 
@@ -83,8 +83,8 @@ def _cell(value: float, first: float, fmt: str, ratio: bool) -> str:
 
 def render(rows: list[dict], title: str) -> None:
     table = Table("metric", *[r["layout"] for r in rows], title=title)
-    for label, key, fmt in ROWS:
-        table.add_row(label, *[_cell(r[key], rows[0][key], fmt, i > 0) for i, r in enumerate(rows)])
+    for label, key, scale, fmt in ROWS:
+        table.add_row(label, *[_cell(r[key] * scale, rows[0][key] * scale, fmt, i > 0) for i, r in enumerate(rows)])
     table.add_row("limited by", *[r["concurrency_limit"] for r in rows])
     table.add_row("meets targets", *["yes" if r["meets_targets"] else "NO" for r in rows])
     out = console()
@@ -94,51 +94,70 @@ def render(rows: list[dict], title: str) -> None:
             out.print(f"  {r['layout']}: {note}")
 
 
+def _fraction(engine: str, util: Optional[float], static: Optional[float], alias: Optional[float]) -> Optional[float]:
+    """The fraction under memory's engine-named flags; --memory-fraction is their hidden old name."""
+    if alias is None:
+        return fraction_from_flags(engine, util, static)
+    if util is not None or static is not None:
+        raise PlanError("--memory-fraction is the old name of --gpu-memory-utilization / --mem-fraction-static; "
+                        "give one of them")
+    if not 0 < alias <= 1:
+        raise PlanError(f"--memory-fraction must be in (0, 1], got {alias:g}")
+    return alias
+
+
 @guard
 def compare_cmd(layouts: Annotated[Optional[list[str]], typer.Option(
                     "--layout", "-l", help='A layout to compare, e.g. "tp=16" or "tp=8,pp=2" (repeat; the first '
                     'is the baseline for the ratios).')] = None,
                 model: ModelOpt = DEFAULT_MODEL, topology: TopologyOpt = DEFAULT_TOPOLOGY,
                 engine: Annotated[str, typer.Option("--engine", "-e", help="vllm or sglang.")] = "vllm",
-                input_len: Annotated[int, typer.Option("--input-len", help="Prompt tokens per request.")] = 2048,
-                output_len: Annotated[int, typer.Option("--output-len", help="Output tokens per request.")] = 512,
+                input_len: Annotated[str, typer.Option("--input-len", help="Prompt tokens: '2048' or "
+                                                       "'p50=1024,p99=8192'.")] = "2048",
+                output_len: Annotated[str, typer.Option("--output-len", help="Output tokens: '512' or "
+                                                        "'p50=256,p99=2048'.")] = "512",
                 tpot_ms: Annotated[float, typer.Option("--tpot-ms", help="Target time per output token.")] = 50.0,
                 ttft_ms: Annotated[float, typer.Option("--ttft-ms", help="Target time to first token.")] = 3000.0,
-                kv_cache_dtype: Annotated[str, typer.Option("--kv-cache-dtype",
-                                                            help="bf16, fp8 or fp8_ds_mla.")] = "bf16",
+                kv_cache_dtype: Annotated[str, typer.Option("--kv-cache-dtype", help="auto (= bf16), bf16, fp8 "
+                                                            "or fp8_ds_mla.")] = "auto",
                 enforce_eager: Annotated[bool, typer.Option("--enforce-eager", help="No CUDA graphs "
                                                             "(each kernel launched from the CPU).")] = False,
                 max_num_seqs: Annotated[Optional[int], typer.Option("--max-num-seqs", help="Running requests "
                                                                     "per DP rank (engine default).")] = None,
-                memory_fraction: Annotated[Optional[float], typer.Option("--memory-fraction", help="vLLM "
-                                           "--gpu-memory-utilization / SGLang --mem-fraction-static (engine "
-                                           "default).")] = None,
+                gpu_memory_utilization: Annotated[Optional[float], typer.Option(
+                    "--gpu-memory-utilization", help="vLLM's --gpu-memory-utilization (default: 0.92, lowered to "
+                    "the safe fraction when that runs out of memory).")] = None,
+                mem_fraction_static: Annotated[Optional[float], typer.Option(
+                    "--mem-fraction-static", help="SGLang's --mem-fraction-static (default: SGLang's computed "
+                    "value per layout, lowered to the safe fraction when that runs out of memory).")] = None,
+                memory_fraction: Annotated[Optional[float], typer.Option("--memory-fraction", hidden=True)] = None,
                 calibration: Annotated[Optional[str], typer.Option("--calibration", help="Calibration file from "
                                                                    "`mla-plan verify --write-calibration`.")] = None,
                 as_json: JsonOpt = False) -> None:
     """Compare layouts on the seed article's metrics: concurrency, throughput, decode step, network wait,
-    memory utilization (+ TPOT per user and TTFT), computed from the step and memory models."""
+    memory utilization (+ TPOT per user and TTFT), computed from the step and memory models.
+
+    --json uses `plan`'s metric names and units (seconds, shares 0..1); the table shows ms and %."""
     if not layouts:
         raise PlanError('compare: give at least one --layout, e.g. --layout "tp=16" --layout "tp=8,pp=2"')
     if engine not in ENGINES:
         raise PlanError(f"--engine must be one of {', '.join(ENGINES)}, got '{engine}'")
-    if kv_cache_dtype not in KV_DTYPES:
-        raise PlanError(f"--kv-cache-dtype must be one of {', '.join(KV_DTYPES)}, got '{kv_cache_dtype}'")
-    if min(input_len, output_len) < 1 or min(tpot_ms, ttft_ms) <= 0:
-        raise PlanError("--input-len/--output-len must be >= 1 and --tpot-ms/--ttft-ms > 0")
-    if memory_fraction is not None and not 0 < memory_fraction <= 1:
-        raise PlanError(f"--memory-fraction must be in (0, 1], got {memory_fraction:g}")
-    if max_num_seqs is not None and max_num_seqs < 1:
-        raise PlanError(f"--max-num-seqs must be >= 1, got {max_num_seqs}")
+    kv_dtype = kv_dtype_choice(kv_cache_dtype)
+    (inp, inp_max), (out, out_max) = parse_length(input_len, "--input-len"), parse_length(output_len, "--output-len")
+    if min(tpot_ms, ttft_ms) <= 0:
+        raise PlanError("--tpot-ms and --ttft-ms must be positive")
+    fraction = _fraction(engine, gpu_memory_utilization, mem_fraction_static, memory_fraction)
     spec, topo = load_model(model).spec, load_topology(topology)
     calib = load_calibration(calibration, topo)
-    workload = Workload(input_len=input_len, output_len=output_len, tpot_ms=tpot_ms, ttft_ms=ttft_ms)
-    base = engine_default_knobs(engine, spec, topo, kv_cache_dtype=kv_cache_dtype, cuda_graphs=not enforce_eager,
-                                max_num_seqs=max_num_seqs, max_model_len=workload.max_context_len)
+    workload = Workload(input_len=inp, output_len=out, input_len_max=inp_max, output_len_max=out_max,
+                        tpot_ms=tpot_ms, ttft_ms=ttft_ms)
+    base = engine_default_knobs(engine, spec, topo, kv_cache_dtype=kv_dtype, cuda_graphs=not enforce_eager,
+                                max_num_seqs=bounded("--max-num-seqs", max_num_seqs),
+                                max_model_len=workload.max_context_len)
     results, rows = [], []
     for text in layouts:
         layout = parse_layout(text)
-        knobs, note = knobs_for(spec, topo, layout, base, memory_fraction)
+        knobs, note = knobs_for(spec, topo, layout, base, fraction)
         m = evaluate(spec, topo, layout, knobs, workload, calib)
         results.append((m, knobs))
         rows.append(summary(m) | {"notes": ([note] if note else []) + list(m.notes)})

@@ -20,6 +20,11 @@ from .topology import load_topology
 
 KV_DTYPE_CHOICES = {"auto": "bf16", "bf16": "bf16", "fp8": "fp8", "fp8_ds_mla": "fp8_ds_mla"}
 FRACTION_FLAG = {"vllm": "--gpu-memory-utilization", "sglang": "--mem-fraction-static"}
+KV_CAPACITY_LABEL = "KV capacity (tokens per engine instance / DP rank, as the engine logs it)"
+# Upper bounds on per-DP-rank knobs: far above any engine default (vLLM max-num-seqs 1024, SGLang 2048;
+# batched tokens 8192-16384; block sizes <= 256), low enough that a typo cannot price a 10^14-row table.
+UPPER_BOUNDS = {"--max-num-seqs": 65_536, "--max-num-batched-tokens": 1_048_576, "--block-size": 1024}
+LONG_CONTEXT_ENV = {"vllm": "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1", "sglang": "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1"}
 
 IntOpt = Optional[int]
 
@@ -71,7 +76,10 @@ def memory_cmd(
 
     Counts like the engine: vLLM's gpu-memory-utilization budget (num_blocks = available // page //
     layers) or SGLang's mem-fraction-static; the MLA latent cache (576 values per token per layer) is
-    NOT divided by TP, so KV tokens per GPU do not grow with TP; DP attention, dcp and PP multiply them.
+    NOT divided by TP, so the KV capacity does not grow with TP; DP attention, dcp and PP multiply it.
+
+    Exit status: 0 FITS; 1 DOES NOT FIT (after the full report or JSON); 2 bad input or a layout that
+    cannot exist.
     """
     spec, topo = load_model(model).spec, load_topology(topology)
     layout = _layout(tp, pp, dp, ep, dcp, kv_layout)
@@ -79,16 +87,16 @@ def memory_cmd(
     if problems:
         raise PlanError(f"layout {layout.label} cannot exist on {topo.name}: {'; '.join(problems)}")
     knobs = _knobs(spec, topo, layout, engine, gpu_memory_utilization, mem_fraction_static,
-                   dict(kv_cache_dtype=_kv_dtype(kv_cache_dtype), block_size=_positive("--block-size", block_size),
-                        max_model_len=_positive("--max-model-len", max_model_len),
-                        max_num_seqs=_positive("--max-num-seqs", max_num_seqs),
-                        max_num_batched_tokens=_positive("--max-num-batched-tokens", max_num_batched_tokens),
+                   dict(kv_cache_dtype=kv_dtype_choice(kv_cache_dtype), block_size=bounded("--block-size", block_size),
+                        max_model_len=_model_len(spec, engine, max_model_len),
+                        max_num_seqs=bounded("--max-num-seqs", max_num_seqs),
+                        max_num_batched_tokens=bounded("--max-num-batched-tokens", max_num_batched_tokens),
                         mtp=mtp, cuda_graphs=not enforce_eager))
     report = memory_report(spec, topo, layout, knobs, engine_version)
     data = report_dict(report, spec.name, topo.name)
-    if as_json:
-        return print_json(data)
-    _render(report, data)
+    print_json(data) if as_json else _render(report, data)
+    if not report.fits:
+        raise typer.Exit(1)
 
 
 def _layout(tp: int, pp: int, dp: int, ep: Optional[int], dcp: int, kv_layout: str) -> Layout:
@@ -105,15 +113,35 @@ def _positive(flag: str, value: Optional[int]) -> Optional[int]:
     return value
 
 
-def _kv_dtype(text: str) -> str:
+def bounded(flag: str, value: Optional[int]) -> Optional[int]:
+    """A positive int not above UPPER_BOUNDS[flag] (None = the engine's default)."""
+    _positive(flag, value)
+    if value is not None and value > UPPER_BOUNDS[flag]:
+        raise PlanError(f"{flag} {value:,} is beyond any real deployment (at most {UPPER_BOUNDS[flag]:,})")
+    return value
+
+
+def _model_len(spec, engine: str, value: Optional[int]) -> Optional[int]:
+    """Both engines refuse a context longer than the model's max_position_embeddings (ENGINES.md)."""
+    _positive("--max-model-len", value)
+    if value is not None and value > spec.max_position_embeddings:
+        raise PlanError(f"--max-model-len {value:,} exceeds {spec.name}'s max_position_embeddings "
+                        f"{spec.max_position_embeddings:,}; {engine} refuses it unless {LONG_CONTEXT_ENV[engine]}")
+    return value
+
+
+def kv_dtype_choice(text: str) -> str:
+    """--kv-cache-dtype as memory, compare and plan take it: auto (= bf16), bf16, fp8, fp8_ds_mla."""
     if text not in KV_DTYPE_CHOICES:
         raise PlanError(f"--kv-cache-dtype must be one of {', '.join(KV_DTYPE_CHOICES)}, got '{text}'")
     return KV_DTYPE_CHOICES[text]
 
 
-def _knobs(spec, topo, layout: Layout, engine: str, util: Optional[float], static: Optional[float],
-           given: dict) -> Knobs:
-    """Engine defaults, the user's flags over them, then the memory fraction (given or the engine's)."""
+_kv_dtype = kv_dtype_choice  # the name cli_verify imports
+
+
+def fraction_from_flags(engine: str, util: Optional[float], static: Optional[float]) -> Optional[float]:
+    """The memory fraction the user gave under the engine's own flag name (None: the engine's default)."""
     if engine not in FRACTION_FLAG:
         raise PlanError(f"--engine must be vllm or sglang, got '{engine}'")
     if util is not None and static is not None:
@@ -125,6 +153,13 @@ def _knobs(spec, topo, layout: Layout, engine: str, util: Optional[float], stati
             raise PlanError(f"{flag} is not a {engine} flag; with --engine {engine} use {FRACTION_FLAG[engine]}")
         if not 0 < fraction <= 1:
             raise PlanError(f"{flag} must be in (0, 1], got {fraction:g}")
+    return fraction
+
+
+def _knobs(spec, topo, layout: Layout, engine: str, util: Optional[float], static: Optional[float],
+           given: dict) -> Knobs:
+    """Engine defaults, the user's flags over them, then the memory fraction (given or the engine's)."""
+    fraction = fraction_from_flags(engine, util, static)
     knobs = engine_default_knobs(engine, spec, topo, **given)
     if fraction is None:
         fraction = default_memory_fraction(engine, spec, topo, layout, knobs)
@@ -138,7 +173,8 @@ def report_dict(r: MemoryReport, model: str, topology: str) -> dict:
             "memory_fraction_flag": FRACTION_FLAG[r.engine], "fits": r.fits,
             "kv_capacity_tokens": r.kv_capacity_tokens, "kv_tokens_per_replica": r.kv_tokens_per_replica,
             "kv_holding": r.kv_holding, "binding_stage": r.binding_stage, "max_concurrency": r.max_concurrency,
-            "max_model_len_fit": r.max_model_len_fit, "safe_memory_fraction": r.safe_fraction,
+            "max_model_len_fit": r.max_model_len_fit, "safe_memory_fraction": r.safe_fraction or None,
+            "no_safe_fraction": r.no_safe_fraction,
             "reasons": r.reasons, "ways_out": r.ways_out, "notes": r.notes,
             "per_gpu": [asdict(g) for g in r.per_gpu]}
 
@@ -159,12 +195,11 @@ def _render(r: MemoryReport, d: dict) -> None:
     for g in r.per_gpu:
         out.print(f"stage {g.pp_stage}: {g.kv_bytes_per_token:,.0f} B per cached token on each GPU, "
                   f"pool {human_bytes(g.kv_pool_bytes)} = {g.kv_tokens:,} tokens")
-    out.print(f"KV tokens per GPU (what the engine reports): {r.kv_capacity_tokens:,} "
-              f"(binding stage {r.binding_stage})")
-    out.print(f"KV tokens per replica: {r.kv_tokens_per_replica:,} (latent {r.kv_holding})")
+    out.print(f"{KV_CAPACITY_LABEL}: {r.kv_capacity_tokens:,} (binding stage {r.binding_stage})")
+    out.print(f"KV tokens per replica: {r.kv_tokens_per_replica:,}; KV cache {r.kv_holding}")
+    safe = f"safe {d['memory_fraction_flag']}: {r.safe_fraction:.3f}" if r.safe_fraction else r.no_safe_fraction
     out.print(f"max concurrency at --max-model-len {k.max_model_len:,}: {r.max_concurrency:,.2f}x; "
-              f"largest max-model-len that fits: {r.max_model_len_fit:,}; "
-              f"safe {d['memory_fraction_flag']}: {r.safe_fraction:.3f}")
+              f"largest max-model-len that fits: {r.max_model_len_fit:,}; {safe}", soft_wrap=True)
     verdict = "[bold green]FITS[/bold green]" if r.fits else "[bold red]DOES NOT FIT[/bold red]"
     out.print(verdict)
     for line, items in (("why" if not r.fits else "risk", r.reasons), ("way out", r.ways_out), ("note", r.notes)):

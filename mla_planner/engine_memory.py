@@ -19,9 +19,12 @@ SGLang (`kv_cache_configurator._profile_available_bytes`, `pool_configurator.cal
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Optional
 
+from .backends import backend, usable_backends
+from .errors import PlanError
 from .knobs import Knobs
 from .layout import Layout
 from .spec import ModelSpec
@@ -45,15 +48,21 @@ class EngineRules:
 def engine_rules(engine: str, version: Optional[str] = None) -> EngineRules:
     """Accounting rules of `engine` at `version` (default: the versions ENGINES.md was checked on)."""
     if engine == "sglang":
+        parse_version(version or "0.5.23")
         return EngineRules("sglang", version or "0.5.23", graphs_in_budget=False, baseline_outside_budget=True)
     version = version or "0.33.0"
-    minor = _minor(version)
-    return EngineRules("vllm", version, graphs_in_budget=minor >= 21, baseline_outside_budget=minor >= 10)
+    release = parse_version(version)
+    return EngineRules("vllm", version, graphs_in_budget=release >= (0, 21),
+                       baseline_outside_budget=release >= (0, 10))
 
 
-def _minor(version: str) -> int:
-    parts = version.split(".")
-    return int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else 0
+def parse_version(version: str) -> tuple[int, int]:
+    """(major, minor) of a release string like `0.8.4`, `0.10.1.post1` or `v0.21.0rc2`; anything else
+    is a user error (it would silently select the oldest accounting)."""
+    match = re.fullmatch(r"v?(\d+)\.(\d+)(\.\d+)?([.+-]?[0-9A-Za-z]+)*", version.strip())
+    if not match:
+        raise PlanError(f"--engine-version '{version}': expected a release number like 0.8.4 or 0.33.0")
+    return int(match.group(1)), int(match.group(2))
 
 
 @dataclass(frozen=True)
@@ -208,3 +217,21 @@ def activation_tokens(rules: EngineRules, knobs: Knobs, layout: Layout) -> int:
     if rules.engine == "sglang" and layout.dp > 1:
         return max(knobs.max_num_batched_tokens // layout.dp, 1)
     return knobs.max_num_batched_tokens
+
+
+def block_size_warning(spec: ModelSpec, gpu: GPU, knobs: Knobs, dcp: int) -> str:
+    """Why no MLA attention backend the engine would pick here takes `knobs.block_size` (empty when one
+    does). vLLM validates the block size against the backend at start-up and refuses it ("block_size not
+    supported"); SGLang forces some backends' page size (ENGINES.md; data/backends.yaml)."""
+    if spec.attention != "mla":
+        return ""
+    if knobs.attention_backend:
+        usable = [backend(knobs.engine, knobs.attention_backend)]
+    else:
+        usable = usable_backends(knobs.engine, gpu, knobs.kv_cache_dtype, dcp)
+    if not usable or any(b.accepts_block(knobs.block_size) for b in usable):
+        return ""
+    legal = "; ".join(f"{b.name} " + (f"multiples of {b.multiple_of}" if b.multiple_of else
+                                      ", ".join(map(str, b.block_sizes))) for b in usable)
+    return (f"block size {knobs.block_size} is accepted by no {knobs.engine} MLA attention backend for "
+            f"{gpu.name} with {knobs.kv_cache_dtype} KV (legal: {legal}); the engine will refuse it or change it")

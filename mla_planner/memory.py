@@ -16,8 +16,8 @@ from math import ceil
 from typing import Optional
 
 from . import memory_terms as mt
-from .engine_memory import (EngineRules, StageCosts, activation_tokens, capture_plan, default_memory_fraction,
-                            engine_rules, kv_pool, sglang_req_to_token_bytes)
+from .engine_memory import (EngineRules, StageCosts, activation_tokens, block_size_warning, capture_plan,
+                            default_memory_fraction, engine_rules, kv_pool, sglang_req_to_token_bytes)
 from .knobs import Knobs
 from .layout import Layout, layout_problems
 from .memory_weights import dense_tp, stage_weight_terms
@@ -60,9 +60,10 @@ class MemoryReport:
     max_concurrency: float      # kv_capacity_tokens / max_model_len, per DP rank
     max_model_len_fit: int      # the longest max-model-len one sequence can have
     engine_version: str = ""
-    safe_fraction: float = 0.0
+    safe_fraction: float = 0.0  # 0.0: no fraction fits, `no_safe_fraction` says why
     kv_holding: str = ""
     notes: list[str] = field(default_factory=list)
+    no_safe_fraction: str = ""
 
 
 def stage_layers(num_layers: int, pp: int, engine: str = "vllm") -> list[int]:
@@ -127,6 +128,11 @@ def _stage(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, rules:
     return _Stage(index, kv_layers, weights, costs)
 
 
+def _stages(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, rules: EngineRules) -> list[_Stage]:
+    ranges = _stage_ranges(spec.num_hidden_layers, layout.pp, rules.engine)
+    return [_stage(spec, topo, layout, knobs, rules, i, r) for i, r in enumerate(ranges)]
+
+
 def _rank(stage: _Stage, knobs: Knobs, rules: EngineRules, total: float, dcp: int) -> RankMemory:
     c = stage.costs
     pool_bytes, tokens = kv_pool(rules, knobs, total, c, dcp)
@@ -149,14 +155,15 @@ def evaluate(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs,
     if problems:
         return MemoryReport(knobs.engine, layout, knobs, [], 0, 0, 0, False, problems, [], 0.0, 0,
                             rules.version, 0.0, layout.kv_holding())
-    ranges = _stage_ranges(spec.num_hidden_layers, layout.pp, rules.engine)
-    stages = [_stage(spec, topo, layout, knobs, rules, i, r) for i, r in enumerate(ranges)]
-    total = float(topo.gpu.memory_bytes)
+    stages, total = _stages(spec, topo, layout, knobs, rules), float(topo.gpu.memory_bytes)
     ranks = [_rank(s, knobs, rules, total, layout.dcp) for s in stages]
     binding = min(ranks, key=lambda r: r.kv_tokens).pp_stage
     capacity = ranks[binding].kv_tokens
-    safe = _safe_fraction(stages, knobs, rules, total)
+    ceiling, no_safe = _safe_fraction(stages, knobs, rules, total)
+    safe = 0.0 if no_safe else ceiling
     reasons, notes = _verdict(ranks, knobs, layout, capacity, safe)
+    block = block_size_warning(spec, topo.gpu, knobs, layout.dcp)
+    reasons += [block] if block else []
     if "fp8" in (spec.weight_dtype, spec.expert_dtype) and not topo.gpu.has_fp8:
         notes.append(f"{topo.gpu.name} has no FP8 tensor cores: the FP8 checkpoint needs a BF16/INT8 conversion "
                      f"there (USER_PROBLEMS.md section B), which changes the weight bytes")
@@ -164,7 +171,7 @@ def evaluate(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs,
     return MemoryReport(
         knobs.engine, layout, knobs, ranks, binding, capacity, capacity * layout.dp, fits,
         [r.lstrip("!") for r in reasons], [], capacity / knobs.max_model_len,
-        min(capacity, spec.max_position_embeddings), rules.version, safe, layout.kv_holding(), notes)
+        min(capacity, spec.max_position_embeddings), rules.version, safe, layout.kv_holding(), notes, no_safe)
 
 
 def memory_report(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs,
@@ -182,28 +189,53 @@ def memory_report(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs,
 def safe_memory_fraction(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs,
                          engine_version: Optional[str] = None) -> float:
     """The highest memory fraction that leaves room for every term the engine does not charge to its
-    KV budget, plus ALLOCATOR_MARGIN_BYTES (see `_safe_fraction`)."""
-    return evaluate(spec, topo, layout, knobs, engine_version).safe_fraction
+    KV budget, plus ALLOCATOR_MARGIN_BYTES (see `_safe_fraction`); 0.0 for a layout that cannot exist.
+    A ceiling for sizing knobs: where even it leaves no room for a KV block, `memory_report`'s
+    `safe_fraction` is 0.0 and its `no_safe_fraction` says why, but this still returns the ceiling."""
+    if layout_problems(layout, spec, topo.gpus_per_node, topo.total_gpus):
+        return 0.0
+    rules = engine_rules(knobs.engine, engine_version)
+    return _safe_fraction(_stages(spec, topo, layout, knobs, rules), knobs, rules, float(topo.gpu.memory_bytes))[0]
 
 
-def _safe_fraction(stages: list[_Stage], knobs: Knobs, rules: EngineRules, total: float) -> float:
-    """vLLM: 1 - (baseline runtime + NCCL when measured before the budget, graphs when not charged,
-    margin) / total. SGLang: the slack (1 - f) x pre-load free must hold activations, graphs, the
-    req_to_token table and the margin. Minimum over stages, floored to 0.001."""
-    out = 1.0
-    for s in stages:
-        c = s.costs
-        if rules.engine == "sglang":
-            pre_load = total - c.runtime_bytes - c.nccl_bytes
-            slack = c.activation_bytes + c.cuda_graph_bytes + sglang_req_to_token_bytes(knobs, knobs.max_num_seqs * 2)
-            frac = 1 - (slack + ALLOCATOR_MARGIN_BYTES) / pre_load
-        else:
-            outside = ALLOCATOR_MARGIN_BYTES
-            outside += c.runtime_bytes + c.nccl_bytes if rules.baseline_outside_budget else 0.0
-            outside += c.cuda_graph_bytes if not rules.graphs_in_budget and knobs.cuda_graphs else 0.0
-            frac = 1 - outside / total
-        out = min(out, frac)
-    return max(int(out * 1000) / 1000, 0.0)
+def _stage_fraction_bytes(s: _Stage, knobs: Knobs, rules: EngineRules, total: float) -> tuple[float, float, float]:
+    """(bytes inside the engine's fraction, bytes it must leave outside, the base the fraction is of).
+    Inside: weights + one block of KV (+ what vLLM charges to the budget); outside: what the engine does
+    not charge + the margin. vLLM: fraction of total; SGLang: of pre-load free (total - runtime - NCCL),
+    its slack (1 - f) x pre-load holding activations, graphs and the req_to_token table."""
+    c = s.costs
+    block = knobs.block_size * c.slot_bytes
+    if rules.engine == "sglang":
+        slack = c.activation_bytes + c.cuda_graph_bytes + sglang_req_to_token_bytes(knobs, knobs.max_num_seqs * 2)
+        return c.weights_bytes + block, slack + ALLOCATOR_MARGIN_BYTES, total - c.runtime_bytes - c.nccl_bytes
+    charged = c.weights_bytes + c.activation_bytes + block
+    outside = ALLOCATOR_MARGIN_BYTES
+    baseline = c.runtime_bytes + c.nccl_bytes
+    charged, outside = (charged, outside + baseline) if rules.baseline_outside_budget else (charged + baseline, outside)
+    graphs = c.cuda_graph_bytes if knobs.cuda_graphs else 0.0
+    charged, outside = (charged + graphs, outside) if rules.graphs_in_budget else (charged, outside + graphs)
+    return charged, outside, total
+
+
+def _safe_fraction(stages: list[_Stage], knobs: Knobs, rules: EngineRules, total: float) -> tuple[float, str]:
+    """(ceiling, why none): the ceiling is 1 - outside / base, minimum over stages, floored to 0.001; the
+    reason is set when at the ceiling a stage has no room for one KV block (no fraction is both safe
+    and leaves a KV cache)."""
+    sized = [(s, *_stage_fraction_bytes(s, knobs, rules, total)) for s in stages]
+    safe = max(int(min(1 - outside / base for _, _, outside, base in sized) * 1000) / 1000, 0.0)
+    gib = mt.GiB
+    for s, inside, outside, base in sized:
+        if s.costs.weights_bytes >= total:
+            return safe, (f"no fraction fits: the weights alone ({s.costs.weights_bytes / gib:,.1f} GiB per GPU on "
+                         f"stage {s.index}) exceed the GPU's {total / gib:,.1f} GiB")
+        if inside > safe * base:
+            extra = "activations, CUDA graphs, runtime/NCCL buffers"
+            extra += ", the req_to_token table" if rules.engine == "sglang" else ""
+            return safe, (f"no fraction fits: on stage {s.index} the weights ({s.costs.weights_bytes / gib:,.1f} GiB "
+                         f"per GPU), one KV block, {extra} and the {ALLOCATOR_MARGIN_BYTES / gib:.0f} GiB margin "
+                         f"need {(inside + outside + total - base) / gib:,.1f} GiB, more than the GPU's "
+                         f"{total / gib:,.1f} GiB")
+    return safe, ""
 
 
 def _stage_reasons(r: RankMemory, knobs: Knobs, safe: float) -> list[str]:
@@ -219,12 +251,15 @@ def _stage_reasons(r: RankMemory, knobs: Knobs, safe: float) -> list[str]:
                 f"{r.total_bytes / gib:,.1f} GiB = {budget / gib:,.1f} GiB)"]
     if free < 0:
         return [f"!stage {r.pp_stage}: {-free / gib:,.1f} GiB short once the KV pool, activations and CUDA graphs "
-                f"are in place (out of memory at graph capture or the first long prefill); use a memory fraction "
-                f"of at most {safe:.3f}"]
+                f"are in place (out of memory at graph capture or the first long prefill)" + _use(safe, "at most ")]
     if free < ALLOCATOR_MARGIN_BYTES:
-        return [f"stage {r.pp_stage}: only {free / gib:,.1f} GiB left free; a memory fraction of {safe:.3f} keeps "
-                f"{ALLOCATOR_MARGIN_BYTES / gib:.0f} GiB"]
+        return [f"stage {r.pp_stage}: only {free / gib:,.1f} GiB left free (below the "
+                f"{ALLOCATOR_MARGIN_BYTES / gib:.0f} GiB margin)" + _use(safe, "")]
     return []
+
+
+def _use(safe: float, bound: str) -> str:
+    return f"; use a memory fraction of {bound}{safe:.3f}" if safe else "; no memory fraction leaves both a KV cache and the margin"
 
 
 def _verdict(ranks: list[RankMemory], knobs: Knobs, layout: Layout, capacity: int,
@@ -241,6 +276,6 @@ def _verdict(ranks: list[RankMemory], knobs: Knobs, layout: Layout, capacity: in
                      f"pool to the minimum, {capacity:,} tokens")
     if layout.kv_layout == "latent-sharded":
         notes.append("latent-sharded KV (the seed's Route B) is not implemented by vLLM or SGLang; a planning figure")
-    if knobs.memory_fraction > safe:
+    if 0 < safe < knobs.memory_fraction:
         notes.append(f"memory fraction {knobs.memory_fraction:g} is above the safe {safe:.3f} predicted here")
     return reasons, notes

@@ -26,8 +26,8 @@ def ways_out(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs,
     for label, t, lay, kn in _candidates(spec, topo, layout, knobs, engine_version):
         report = evaluate(spec, t, lay, kn, engine_version)
         if report.fits:
-            found.append(f"{label}: fits, {report.kv_capacity_tokens:,} KV tokens per GPU "
-                         f"({report.kv_tokens_per_replica:,} per replica)")
+            found.append(f"{label}: fits, KV capacity {report.kv_capacity_tokens:,} tokens per engine instance / "
+                         f"DP rank ({report.kv_tokens_per_replica:,} per replica)")
         if len(found) >= limit:
             break
     return found or ["none of: safe memory fraction, fp8 KV, shorter max-model-len, dcp, more pipeline stages, "

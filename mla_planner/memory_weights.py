@@ -4,7 +4,8 @@ Table-driven like gpt-fast's `tp.py`: `weights.inventory` says how each tensor s
 that into per-GPU bytes for one stage of a `Layout`:
   replicated       whole on every GPU
   column / row     1/tp of the matrix (attention-TP; see `dense_tp` for the FFN under DP attention)
-  vocab            1/tp of the rows (embedding on the first stage, lm_head + final norm on the last)
+  vocab            1/tp of the rows (embedding on the first stage, lm_head + final norm on the last;
+                   SGLang's lm_head under DP attention: 1/(tp x dp), see `dense_tp`)
   expert_*         experts / ep, each expert's intermediate dim / moe_tp
 Layer tensors count once per layer: a stage holds its share of them, dense-first layers
 (`first_k_dense_replace`) falling on the stages that own layers [0, n_dense). fp8 block scales are
@@ -95,9 +96,13 @@ def _stage_count(spec: ModelSpec, t: Tensor, layers: range, first: bool, last: b
 def dense_tp(layout: Layout, engine: str, group: str) -> int:
     """TP degree of column/row/vocab-split tensors. Attention always splits over the attention-TP
     group (`tp`). Under DP attention vLLM keeps each DP rank a full TP replica for everything but
-    the routed experts (vLLM DP+EP docs), while SGLang's dense MLP, shared experts and lm_head split
-    over its whole `--tp-size` = tp x dp (SGLang `moedense_tp_size` / `enable_dp_lm_head` off)."""
-    if engine == "sglang" and layout.dp > 1 and group != "attention":
+    the routed experts (vLLM DP+EP docs). SGLang 0.5.23 splits the input embedding over the
+    attention-TP group too (`layers/vocab_parallel_embedding.get_embedding_tp_kwargs`:
+    use_attn_tp_group = is_dp_attention_enabled()), so at tp1 x dp16 every rank holds all of it; its
+    dense MLP and shared experts (`moe_dense_tp_size` unset) and lm_head (`models/deepseek_v2.py`:
+    `ParallelLMHead(use_attn_tp_group=enable_dp_lm_head)`, `--enable-dp-lm-head` default off) split
+    over its whole `--tp-size` = tp x dp."""
+    if engine == "sglang" and layout.dp > 1 and group not in ("attention", "embedding"):
         return layout.stage_gpus
     return layout.tp
 

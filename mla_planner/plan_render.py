@@ -66,7 +66,8 @@ def render_plan(plan: Plan, result: SearchResult, top: int, explain: bool, is_de
     out.print(knobs_table(plan, top))
     best = plan.candidates[0]
     out.print(f"[bold]Why #1 ({best.layout.label}, {best.knobs.engine}, KV {best.knobs.kv_cache_dtype}):[/bold] "
-              f"{best.memory['kv_holding']}; pool {best.memory['kv_capacity_tokens']:,} tokens per engine instance")
+              f"{best.memory['kv_holding']}; KV capacity {best.memory['kv_capacity_tokens']:,} tokens per engine "
+              "instance / DP rank")
     for reason in best.reasons:
         out.print(f"  - {reason}")
     _warnings(plan, top)

@@ -23,7 +23,7 @@ def test_json_carries_metrics_and_terms(cli):
     tp16, pp2 = data["layouts"]
     assert data["model"] == "deepseek-v2" and data["engine"] == "vllm"
     assert pp2["throughput_tokens_per_s"] > tp16["throughput_tokens_per_s"]
-    assert pp2["network_wait_pct"] < tp16["network_wait_pct"]
+    assert pp2["network_wait_share"] < tp16["network_wait_share"]
     stage = pp2["detail"]["stages"][0]
     assert "pp_handoff" in stage["terms_s"] and pp2["detail"]["micro_batches"] == 2
     assert "attn.core" in tp16["detail"]["layers"]["moe"]["bytes"]
@@ -34,7 +34,7 @@ def test_enforce_eager_has_a_visible_cost(cli):
     graphs = json.loads(cli(*SEED, "--json").stdout)["layouts"]
     eager = json.loads(cli(*SEED, "--json", "--enforce-eager").stdout)["layouts"]
     for g, e in zip(graphs, eager):
-        assert e["alone_tpot_ms"] > 1.2 * g["alone_tpot_ms"]
+        assert e["alone_tpot_s"] > 1.2 * g["alone_tpot_s"]
         assert e["knobs"]["cuda_graphs"] is False
 
 
@@ -44,7 +44,7 @@ def test_calibration_file_changes_the_answer(cli, tmp_path):
                     "efficiency: {hbm_efficiency: 0.5, attention_hbm_efficiency: 0.5}\n")
     base = json.loads(cli(*SEED, "--json").stdout)["layouts"][0]
     slow = json.loads(cli(*SEED, "--json", "--calibration", str(path)).stdout)["layouts"][0]
-    assert slow["alone_tpot_ms"] > base["alone_tpot_ms"]
+    assert slow["alone_tpot_s"] > base["alone_tpot_s"]
 
 
 @pytest.mark.parametrize("args, message", [
@@ -55,6 +55,11 @@ def test_calibration_file_changes_the_answer(cli, tmp_path):
     (("compare", "--layout", "tp=8", "--kv-cache-dtype", "fp4"), "--kv-cache-dtype"),
     (("compare", "--layout", "tp=8", "--memory-fraction", "1.5"), "--memory-fraction"),
     (("compare", "--layout", "tp=8", "--input-len", "0"), "--input-len"),
+    (("compare", "--layout", "tp=8", "--input-len", "p90=100"), "p50 required"),
+    (("compare", "--layout", "tp=8", "--mem-fraction-static", "0.8"), "--gpu-memory-utilization"),
+    (("compare", "--layout", "tp=8", "--gpu-memory-utilization", "1.5"), "(0, 1]"),
+    (("compare", "--layout", "tp=8", "--memory-fraction", "0.8", "--gpu-memory-utilization", "0.8"), "old name"),
+    (("compare", "--layout", "tp=8", "--max-num-seqs", "100000000000000"), "--max-num-seqs"),
     (("compare", "--layout", "tp=8", "--calibration", "/nonexistent/cal.yaml"), "no such file"),
 ])
 def test_bad_input_is_one_red_line(cli, args, message):
@@ -68,3 +73,33 @@ def test_unknown_calibration_key_did_you_mean(cli, tmp_path):
     path.write_text("format: mla-plan-calibration/1\nefficiency: {nic_eficiency: 0.9}\n")
     r = cli("compare", "--layout", "tp=8", "--topology", "8xh200", "--calibration", str(path))
     assert r.exit_code == 2 and "did you mean 'nic_efficiency'" in r.stderr
+
+
+def test_json_uses_plans_metric_names_and_units(cli):
+    row = json.loads(cli(*SEED, "--json").stdout)["layouts"][1]
+    for key in ("step_s", "tpot_s", "network_wait_share", "memory_utilization", "throughput_tokens_per_s_per_gpu",
+                "tokens_per_s_per_user", "ttft_s", "concurrency", "alone_tpot_s"):
+        assert key in row, key
+    assert not [k for k in row if k.endswith(("_ms", "_pct"))]
+    assert 0 < row["network_wait_share"] < 1 and 0 < row["memory_utilization"] < 1
+    assert row["step_s"] < 1  # seconds
+    table = cli(*SEED).stdout
+    assert "KV capacity (tokens per engine instance / DP rank, as the engine logs it)" in table
+
+
+def test_memorys_vocabulary_works_in_compare(cli):
+    base = ("compare", "--layout", "tp=8", "--topology", "8xh200", "--json")
+    util = json.loads(cli(*base, "--gpu-memory-utilization", "0.8").stdout)["layouts"][0]
+    assert util["knobs"]["memory_fraction"] == 0.8
+    static = json.loads(cli(*base, "-e", "sglang", "--mem-fraction-static", "0.8").stdout)["layouts"][0]
+    assert static["knobs"]["memory_fraction"] == 0.8
+    old = json.loads(cli(*base, "--memory-fraction", "0.8").stdout)["layouts"][0]  # hidden alias
+    assert old["knobs"]["memory_fraction"] == 0.8
+    assert "--memory-fraction" not in cli("compare", "--help").stdout
+    auto = json.loads(cli(*base, "--kv-cache-dtype", "auto").stdout)["layouts"][0]
+    assert auto["knobs"]["kv_cache_dtype"] == "bf16"
+    r = cli(*base, "--input-len", "p50=1024,p99=4096", "--output-len", "p50=256,p99=1024")
+    assert r.exit_code == 0, r.output
+    workload = json.loads(r.stdout)["workload"]
+    assert (workload["input_len"], workload["input_len_max"], workload["output_len_max"]) == (1024, 4096, 1024)
+    assert json.loads(r.stdout)["layouts"][0]["knobs"]["max_model_len"] == 5120

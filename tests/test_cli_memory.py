@@ -16,9 +16,39 @@ def one_line_error(result, *needles):
 
 def test_default_is_v3_on_the_seed_cluster(cli):
     r = cli("memory")
-    assert r.exit_code == 0, r.output
+    assert r.exit_code == 1, r.output  # DOES NOT FIT exits 1, like `plan` when nothing fits
     assert "deepseek-v3 on 2x8xh100-ib" in r.stdout and "tp8" in r.stdout
     assert "DOES NOT FIT" in r.stdout and "way out" in r.stdout  # FP8 V3 does not fit 8 x 80 GB
+
+
+def test_does_not_fit_exits_1_after_the_full_json(cli):
+    r = cli("memory", "--json")
+    assert r.exit_code == 1
+    data = json.loads(r.stdout)
+    assert data["fits"] is False and data["per_gpu"] and data["ways_out"]
+
+
+def test_no_safe_fraction_is_printed_when_the_weights_alone_do_not_fit(cli):
+    r = cli("memory")
+    assert "safe --gpu-memory-utilization" not in r.stdout
+    assert "no fraction fits: the weights alone" in r.stdout
+    data = json.loads(cli("memory", "--json").stdout)
+    assert data["safe_memory_fraction"] is None and data["no_safe_fraction"].startswith("no fraction fits")
+
+
+def test_kv_capacity_has_one_name_and_the_holding_reads_once(cli):
+    out = cli("memory", "-t", "8xh200", "--kv-layout", "latent-sharded").stdout
+    assert "KV capacity (tokens per engine instance / DP rank, as the engine logs it)" in out
+    assert "KV tokens per GPU" not in out and "latent latent" not in out
+    ways = cli("memory").stdout
+    assert "KV tokens per GPU" not in ways and "KV capacity" in ways
+
+
+def test_block_size_no_backend_takes_is_warned(cli):
+    r = cli("memory", "-t", "8xh200", "--block-size", "17")
+    assert r.exit_code == 0, r.output
+    assert "risk: block size 17 is accepted by no vllm MLA attention backend" in r.stdout
+    assert "multiples of 16" in r.stdout
 
 
 def test_seed_layout_tp8_pp2_table(cli):
@@ -75,6 +105,11 @@ def test_flags_reach_the_model(cli):
     (("--engine", "trtllm"), "--engine"),
     (("--max-model-len", "0"), "--max-model-len"),
     (("--kv-layout", "sideways"), "--kv-layout"),
+    (("--engine-version", "abc"), "--engine-version 'abc'"),
+    (("--max-model-len", "99999999999"), "max_position_embeddings 163,840"),
+    (("--engine", "sglang", "--max-num-seqs", "100000000000000"), "--max-num-seqs"),
+    (("--max-num-batched-tokens", "10000000000"), "--max-num-batched-tokens"),
+    (("--block-size", "100000"), "--block-size"),
 ])
 def test_bad_input_is_one_line(cli, args, needle):
     one_line_error(cli("memory", *args), needle)
@@ -84,5 +119,5 @@ def test_help_teaches_the_engine_flags(cli):
     r = cli("memory", "--help")
     assert r.exit_code == 0
     for flag in ("--gpu-memory-utilization", "--mem-fraction-static", "--max-running-requests", "--page-size",
-                 "--chunked-prefill-size", "--context-length", "NOT divided by TP"):
+                 "--chunked-prefill-size", "--context-length", "NOT divided by TP", "1 DOES NOT FIT"):
         assert flag in r.stdout, flag

@@ -7,6 +7,7 @@ import pytest
 from mla_planner import sizing
 from mla_planner.engine_memory import (default_memory_fraction, engine_default_knobs, engine_rules,
                                        vllm_capture_sizes)
+from mla_planner.errors import PlanError
 from mla_planner.layout import Layout
 from mla_planner.memory import (ALLOCATOR_MARGIN_BYTES, memory_report, safe_memory_fraction, stage_layers)
 from mla_planner.memory_weights import stage_weight_terms
@@ -204,3 +205,51 @@ def test_vllm_counts_whole_blocks_and_sglang_whole_pages():
     s = report("8xh200", Layout(tp=8), engine="sglang", block_size=64)
     assert v.kv_capacity_tokens % 64 == 0 and s.kv_capacity_tokens % 64 == 0
     assert s.per_gpu[0].terms["req_to_token"] > 0 and "req_to_token" not in v.per_gpu[0].terms
+
+
+# ---- reviewer findings -----------------------------------------------------------------------------------
+
+def test_sglang_dp_attention_keeps_the_whole_embedding_and_splits_lm_head_over_tp_size():
+    # SGLang 0.5.23 layers/vocab_parallel_embedding.get_embedding_tp_kwargs: under DP attention the input
+    # embedding is vocab-split over the attention-TP group (tp=1 here: whole on every rank); lm_head
+    # (models/deepseek_v2.py, use_attn_tp_group=enable_dp_lm_head, default off) over --tp-size = 16.
+    whole = V3.vocab_size * V3.hidden_size * 2
+    terms = stage_weight_terms(V3, Layout(tp=1, dp=16, ep=16), range(61), True, True, "sglang")
+    assert terms["weights/embedding"] == whole
+    assert terms["weights/lm_head"] == whole / 16
+    tp2 = stage_weight_terms(V3, Layout(tp=2, dp=8, ep=16), range(61), True, True, "sglang")
+    assert tp2["weights/embedding"] == whole / 2
+
+
+def test_engine_version_must_be_a_release_number():
+    with pytest.raises(PlanError, match="--engine-version 'abc'"):
+        engine_rules("vllm", "abc")
+    with pytest.raises(PlanError, match="--engine-version"):
+        engine_rules("sglang", "latest")
+    assert engine_rules("vllm", "0.10.1.post1").baseline_outside_budget
+    assert engine_rules("vllm", "1.0").graphs_in_budget  # a 1.x release is newer than 0.21, not older
+
+
+def test_block_size_no_backend_accepts_is_a_warning_naming_the_legal_sizes():
+    r = report("8xh200", Layout(tp=8), block_size=17)
+    assert r.fits  # a warning, not a verdict
+    warning = [x for x in r.reasons if "block size 17" in x]
+    assert warning and "FLASH_ATTN_MLA multiples of 16" in warning[0] and "FLASHMLA multiples of 64" in warning[0]
+    assert not any("block size" in x for x in report("8xh200", Layout(tp=8), block_size=64).reasons)
+    assert not any("block size" in x for x in report("8xh200", Layout(tp=8), "sglang", block_size=17).reasons)
+
+
+def test_no_safe_fraction_when_the_weights_alone_do_not_fit():
+    r = report("8xh100", Layout(tp=8))
+    assert r.safe_fraction == 0.0
+    assert r.no_safe_fraction.startswith("no fraction fits: the weights alone")
+    assert not any("above the safe" in n for n in r.notes)
+    # the planner still sizes knobs with the ceiling (and then finds no KV room)
+    assert 0.9 < safe_memory_fraction(V3, load_topology("8xh100"), Layout(tp=8), r.knobs) < 1
+
+
+def test_no_safe_fraction_when_what_the_engine_keeps_outside_its_budget_leaves_no_room():
+    r = report("8xh200", Layout(tp=8), "sglang", max_num_seqs=10**6)  # a 600 GiB req_to_token table
+    assert r.safe_fraction == 0.0 and r.no_safe_fraction.startswith("no fraction fits: on stage 0")
+    assert "req_to_token" in r.no_safe_fraction
+    assert not any("0.000" in x for x in r.reasons + r.notes)
