@@ -7,14 +7,17 @@ from typing import Annotated, Optional
 
 import typer
 
-from .cli_common import console, guard
-from .launch import emit_plan
-from .planfile import pick, read_plan
+from .cli_common import JsonOpt, console, guard, print_json
+from .errors import PlanError
+from .launch import Emitted, emit
+from .launch.outdir import FolderNotEmpty
+from .launch.render import one_line
+from .planfile import read_plan
 
 
 @guard
 def emit_cmd(plan: Annotated[Path, typer.Option("--plan", "-p", help="Plan file written by `mla-plan plan --json`.")],
-             out: Annotated[Path, typer.Option("--out", "-o", help="Folder to write (must be empty or new).")],
+             out: Annotated[str, typer.Option("--out", "-o", help="Folder to write (must be empty or new).")],
              candidate: Annotated[int, typer.Option("--candidate", "-c", help="Candidate number from the plan "
                                                     "table (1 = best).")] = 1,
              engine: Annotated[Optional[str], typer.Option("--engine", "-e", help="vllm or sglang; default: the "
@@ -25,15 +28,38 @@ def emit_cmd(plan: Annotated[Path, typer.Option("--plan", "-p", help="Plan file 
                                                                "instead of the plan's model.")] = None,
              head_address: Annotated[Optional[str], typer.Option("--head-address", help="Cluster IP or host name "
                                                                  "of node 0 (else each script reads HEAD_IP).")] = None,
-             force: Annotated[bool, typer.Option("--force", help="Overwrite a non-empty --out folder.")] = False,
+             force: Annotated[bool, typer.Option("--force", help="Replace the files of an earlier emit in --out.")]
+             = False,
+             as_json: JsonOpt = False,
              ) -> None:
     """Write ready-to-run launch scripts for one plan candidate."""
+    if not out.strip():
+        raise PlanError("--out is empty; give the folder to write")
     loaded = read_plan(plan)
-    chosen = engine or pick(loaded, candidate, str(plan)).knobs.engine
-    paths = emit_plan(loaded, candidate, chosen, out, mode=mode, model_path=model_path,
-                      head_address=head_address, force=force)
+    try:
+        done = emit(loaded, candidate, engine, Path(out), mode=mode, model_path=model_path,
+                    head_address=head_address, force=force)
+    except FolderNotEmpty as exc:
+        raise PlanError(f"--out {exc}, or pass --force to replace an earlier emit's files") from None
+    if as_json:
+        print_json(emitted_json(done, Path(out)))
+        return
     con = console()
-    con.print(f"wrote {len(paths)} files to {out}:")
-    for p in paths:
-        con.print(f"  {p.name}")
-    con.print(f"next: read {out / 'README.md'} (what to run where, in which order, and the health checks)")
+    con.print(f"wrote {len(done.paths)} files to {out}:", markup=False)
+    for p in done.paths:
+        con.print(f"  {p.name}", markup=False)
+    con.print(f"next: read {Path(out) / 'README.md'} (what to run where, in which order, and the health checks)",
+              markup=False)
+
+
+def emitted_json(done: Emitted, out: Path) -> dict:
+    """The files written and every node's commands: argv as the engine receives it (`${VAR}` where the
+    script substitutes a variable), and `command`, the same as one shell line."""
+    return {"out": str(out), "engine": done.engine, "candidate": done.candidate,
+            "files": [str(p) for p in done.paths],
+            "commands": [{"node": c.node_rank, "script": f"node-{c.node_rank}.sh", "replica": c.replica,
+                          "role": c.role, "gpus": c.gpus, "port": c.port, "env": c.env,
+                          "before": [[str(w) for w in b] for b in c.before], "argv": [str(w) for w in c.argv],
+                          "command": str(one_line(c.argv))} for c in done.commands],
+            "bench": {"script": "bench.sh", "argv": [str(w) for w in done.bench],
+                      "command": str(one_line(done.bench))}}

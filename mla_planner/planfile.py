@@ -3,26 +3,32 @@
 A plan carries everything needed to act on it without re-running the search: the model spec and the
 path an engine should serve, the full topology, the workload, and the ranked candidates (layout,
 knobs, predicted memory and performance, warnings). Read back with pydantic so a hand-edited or
-foreign file fails with one line naming the field.
+foreign file fails with one line naming the field: the layout, knobs and workload strictly (every
+field present, JSON types as written, ranges), since they become engine flags verbatim; a file
+written by another major.minor version of mla-plan is refused (its fields may mean other things).
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
+import re
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from . import __version__
-from .errors import PlanError
-from .knobs import Knobs, Workload
-from .layout import Layout
+from .errors import InputError, PlanError
+from .knobs import ENGINES, KV_DTYPES, Knobs, Workload
+from .layout import KV_LAYOUTS, Layout
 from .spec import ModelSpec
 from .topology import Topology
 from .yamlio import read_mapping, validate
 
 Loose = ConfigDict(extra="ignore")
+Strict = ConfigDict(extra="forbid", strict=True)
+PosInt = Annotated[int, Field(gt=0)]
+PosFloat = Annotated[float, Field(gt=0)]
 
 
 @dataclass(frozen=True)
@@ -45,10 +51,52 @@ class Plan:
     rejected: list[dict] = field(default_factory=list)
 
 
+class _LayoutIn(BaseModel):
+    """Every `Layout` field, required (tests/test_planfile.py keeps the two in step)."""
+    model_config = Strict
+    tp: PosInt
+    pp: PosInt
+    dp: PosInt
+    ep: PosInt
+    dcp: PosInt
+    kv_layout: Literal[KV_LAYOUTS]
+    replicas: PosInt
+
+
+class _KnobsIn(BaseModel):
+    """Every `Knobs` field, required; attention_backend may be null (the engine's own choice)."""
+    model_config = Strict
+    engine: Literal[ENGINES]
+    block_size: PosInt
+    kv_cache_dtype: Literal[KV_DTYPES]
+    memory_fraction: Annotated[float, Field(gt=0, le=1)]
+    max_num_seqs: PosInt
+    max_num_batched_tokens: PosInt
+    max_model_len: PosInt
+    attention_backend: Optional[Annotated[str, Field(min_length=1)]]
+    prefix_caching: bool
+    cuda_graphs: bool
+    mtp: bool
+
+
+class _WorkloadIn(BaseModel):
+    """Every `Workload` field, required (the optional ones may be null)."""
+    model_config = Strict
+    input_len: PosInt
+    output_len: PosInt
+    input_len_max: Optional[PosInt]
+    output_len_max: Optional[PosInt]
+    concurrency: Optional[PosInt]
+    request_rate_per_s: Optional[PosFloat]
+    ttft_ms: PosFloat
+    tpot_ms: PosFloat
+    prefix_hit_rate: Annotated[float, Field(ge=0, le=1)]
+
+
 class _CandidateIn(BaseModel):
     model_config = Loose
-    layout: dict
-    knobs: dict
+    layout: _LayoutIn
+    knobs: _KnobsIn
     memory: dict = {}
     performance: dict = {}
     warnings: list[str] = []
@@ -65,7 +113,7 @@ class _PlanIn(BaseModel):
     model_config = Loose
     model: _ModelIn
     topology: Topology
-    workload: dict
+    workload: _WorkloadIn
     candidates: list[_CandidateIn]
     rejected: list[dict] = []
 
@@ -82,27 +130,35 @@ def plan_to_dict(plan: Plan) -> dict:
             "rejected": plan.rejected}
 
 
-def _dataclass_from(cls, data: dict, where: str, what: str):
-    known = {f.name for f in fields(cls)}
-    unknown = set(data) - known
-    if unknown:
-        raise PlanError(f"{where}: {what}: unknown field(s) {', '.join(sorted(unknown))}")
-    try:
-        return cls(**data)
-    except TypeError as exc:
-        raise PlanError(f"{where}: {what}: {exc}") from None
+def _check_version(data: dict, where: str) -> None:
+    """The file's `mla_plan_version` must share this mla-plan's major.minor."""
+    if "mla_plan_version" not in data:
+        raise InputError(where, "has no mla_plan_version: not a plan written by `mla-plan plan --json`; "
+                         "re-run `mla-plan plan --json` to write one", "mla_plan_version")
+    written = data["mla_plan_version"]
+    if not isinstance(written, str) or not re.fullmatch(r"\d+\.\d+(\.\S*)?", written):
+        raise InputError(where, f"{written!r} is not a version like {__version__}; re-run `mla-plan plan` to write "
+                         "the file again", "mla_plan_version")
+    if written.split(".")[:2] != __version__.split(".")[:2]:
+        raise InputError(where, f"the file was written by mla-plan {written} and this is {__version__}; "
+                         "re-run `mla-plan plan` to write it again", "mla_plan_version")
 
 
 def read_plan(path: str | Path) -> Plan:
     """Load a plan JSON/YAML written by `mla-plan plan --json` (or `--yaml`)."""
     where = str(path)
-    raw = validate(_PlanIn, read_mapping(Path(path)), where)
-    cands = [Candidate(_dataclass_from(Layout, c.layout, where, f"candidates.{i}.layout"),
-                       _dataclass_from(Knobs, c.knobs, where, f"candidates.{i}.knobs"),
-                       c.memory, c.performance, c.warnings, c.reasons)
-             for i, c in enumerate(raw.candidates)]
-    workload = _dataclass_from(Workload, raw.workload, where, "workload")
-    return Plan(raw.model.spec, raw.model.model_path, raw.topology, workload, cands, raw.rejected)
+    data = read_mapping(Path(path))
+    _check_version(data, where)
+    raw = validate(_PlanIn, data, where)
+    limit = raw.model.spec.max_position_embeddings
+    for i, c in enumerate(raw.candidates):
+        if c.knobs.max_model_len > limit:
+            raise InputError(where, f"{c.knobs.max_model_len} exceeds the model's max_position_embeddings "
+                             f"({limit})", f"candidates.{i}.knobs.max_model_len")
+    cands = [Candidate(Layout(**c.layout.model_dump()), Knobs(**c.knobs.model_dump()), c.memory, c.performance,
+                       c.warnings, c.reasons) for c in raw.candidates]
+    return Plan(raw.model.spec, raw.model.model_path, raw.topology, Workload(**raw.workload.model_dump()), cands,
+                raw.rejected)
 
 
 def pick(plan: Plan, candidate: int, where: str) -> Candidate:
@@ -112,3 +168,19 @@ def pick(plan: Plan, candidate: int, where: str) -> Candidate:
     if not 1 <= candidate <= len(plan.candidates):
         raise PlanError(f"{where}: --candidate {candidate} is out of range 1..{len(plan.candidates)}")
     return plan.candidates[candidate - 1]
+
+
+def pick_for_engine(plan: Plan, candidate: int, engine: Optional[str], where: str) -> Candidate:
+    """`pick`, refusing a candidate planned for another engine (its knobs mean other things there).
+    `engine=None`: the candidate's own engine."""
+    if engine is not None and engine not in ENGINES:
+        raise PlanError(f"{where}: engine '{engine}' is not one of {', '.join(ENGINES)}")
+    cand = pick(plan, candidate, where)
+    planned = cand.knobs.engine
+    if engine is None or engine == planned:
+        return cand
+    others = [f"#{i + 1}" for i, c in enumerate(plan.candidates) if c.knobs.engine == engine]
+    choose = (f"choose a {engine} candidate ({', '.join(others)} in this plan) or " if others
+              else f"this plan has no {engine} candidate; ")
+    raise PlanError(f"{where}: candidate {candidate} was planned for {planned} (its backend, block size and memory "
+                    f"fraction are {planned}'s); {choose}re-run `mla-plan plan --engine {engine}`")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from engine_check import check_command
@@ -16,7 +17,7 @@ from mla_planner.launch import build, emit_plan, launch_inputs, single_node_comm
 from mla_planner.launch.claims import check_gpu_counts
 from mla_planner.launch.env import network_env, partition_env
 from mla_planner.launch.placement import place
-from mla_planner.launch.render import write_folder
+from mla_planner.launch.outdir import MANIFEST, FolderNotEmpty, write_folder
 from mla_planner.layout import Layout
 from mla_planner.planfile import plan_to_dict
 from mla_planner.topology import load_topology
@@ -221,14 +222,57 @@ def test_emit_folder_files_and_syntax(tmp_path):
     assert "vLLM 0.33.0" in readme and "/health" in readme and "NET/IB" in readme and "NET/Socket" in readme
 
 
-def test_write_folder_refuses_non_empty_and_force_replaces(tmp_path):
+def test_write_folder_refuses_non_empty_and_force_replaces_wholesale(tmp_path):
     out = tmp_path / "out"
-    write_folder({"node-0.sh": ("a", True), "node-1.sh": ("b", True), "mine.txt": ("keep", False)}, out)
-    with pytest.raises(PlanError, match="not empty; pass --force"):
+    write_folder({"node-0.sh": ("a", True), "node-1.sh": ("b", True), "README.md": ("r", False)}, out)
+    with pytest.raises(FolderNotEmpty, match="is not empty; choose an empty folder"):
         write_folder({"node-0.sh": ("c", True)}, out)
     write_folder({"node-0.sh": ("c", True)}, out, force=True)
-    assert sorted(p.name for p in out.iterdir()) == ["mine.txt", "node-0.sh"]   # stale node-1.sh removed
-    assert (out / "node-0.sh").read_text() == "c"
+    assert sorted(p.name for p in out.iterdir()) == [MANIFEST, "node-0.sh"]   # stale node-1.sh and README gone
+    assert (out / "node-0.sh").read_text() == "c" and not list(tmp_path.glob(".out*"))
+
+
+def test_force_refuses_a_folder_with_files_emit_did_not_write(tmp_path):
+    out = tmp_path / "out"
+    write_folder({"node-0.sh": ("a", True)}, out)
+    (out / "my-notes.txt").write_text("keep")
+    with pytest.raises(PlanError, match=r"files that emit did not write \(my-notes.txt\)"):
+        write_folder({"node-0.sh": ("c", True)}, out, force=True)
+    assert (out / "my-notes.txt").read_text() == "keep" and (out / "node-0.sh").read_text() == "a"
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "README.md").write_text("not written by emit")   # no manifest: nothing in it is emit's
+    with pytest.raises(PlanError, match=r"did not write \(README.md\)"):
+        write_folder({"README.md": ("x", False)}, mine, force=True)
+    assert (mine / "README.md").read_text() == "not written by emit"
+
+
+def test_force_leaves_no_stale_node_scripts(tmp_path):
+    four = make_plan("4x8xh800-roce", Layout(tp=8, pp=4), Knobs())
+    two = make_plan("4x8xh800-roce", Layout(tp=8, pp=2), Knobs())
+    emit_plan(four, 1, "vllm", tmp_path / "out")
+    assert (tmp_path / "out" / "node-3.sh").exists()
+    emit_plan(two, 1, "vllm", tmp_path / "out", force=True)
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
+        MANIFEST, "README.md", "bench.sh", "node-0.sh", "node-1.sh"]
+
+
+def test_write_folder_into_an_existing_empty_folder_and_the_cwd(tmp_path, monkeypatch):
+    (tmp_path / "empty").mkdir()
+    write_folder({"node-0.sh": ("a", True)}, tmp_path / "empty")
+    assert (tmp_path / "empty" / "node-0.sh").read_text() == "a"
+    monkeypatch.chdir(tmp_path / "empty")
+    write_folder({"node-0.sh": ("b", True)}, Path("."), force=True)   # replaced in place, the cwd survives
+    assert Path("node-0.sh").read_text() == "b"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty"]
+
+
+@pytest.mark.parametrize("where", ["/proc/mla-plan-test/out", "{tmp}/a-file/out"])
+def test_write_folder_os_errors_are_one_line(tmp_path, where):
+    (tmp_path / "a-file").write_text("x")
+    target = Path(where.format(tmp=tmp_path))
+    with pytest.raises(PlanError, match=f"^{target}: cannot write the launch folder there"):
+        write_folder({"node-0.sh": ("a", True)}, target)
 
 
 def test_write_folder_is_all_or_nothing(tmp_path):
@@ -264,4 +308,140 @@ def test_emit_cli(cli, tmp_path):
     ray = cli("emit", "--plan", str(plan_file), "--out", str(tmp_path / "x"), "--mode", "ray")
     assert ray.exit_code == 2 and "vLLM's form" in ray.output
     wrong = cli("emit", "--plan", str(plan_file), "--out", str(tmp_path / "y"), "--engine", "vllm")
-    assert wrong.exit_code == 2 and "chosen for sglang" in wrong.output
+    assert wrong.exit_code == 2 and "candidate 1 was planned for sglang" in wrong.output
+
+
+# the emit command: engine choice, output folder errors, --json -------------------------------------
+
+def _plan_file(tmp_path, plan) -> Path:
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(plan_to_dict(plan)))
+    return path
+
+
+def _mixed_plan():
+    """Candidates #1 vLLM, #2 and #3 SGLang (a plan searched over both engines)."""
+    plan = make_plan("8xh200", Layout(tp=8), Knobs(engine="vllm", attention_backend="FLASHMLA"))
+    sg = [replace(plan.candidates[0], knobs=Knobs(engine="sglang", attention_backend="flashmla", max_num_seqs=n))
+          for n in (64, 32)]
+    return replace(plan, candidates=plan.candidates + sg)
+
+
+def test_emit_refuses_a_candidate_planned_for_the_other_engine(tmp_path):
+    plan = _mixed_plan()
+    with pytest.raises(PlanError) as err:
+        emit_plan(plan, 1, "sglang", tmp_path / "out")
+    assert str(err.value) == ("emit: candidate 1 was planned for vllm (its backend, block size and memory fraction "
+                              "are vllm's); choose a sglang candidate (#2, #3 in this plan) or re-run "
+                              "`mla-plan plan --engine sglang`")
+    only_vllm = replace(plan, candidates=plan.candidates[:1])
+    with pytest.raises(PlanError, match="this plan has no sglang candidate; re-run `mla-plan plan --engine sglang`"):
+        emit_plan(only_vllm, 1, "sglang", tmp_path / "out")
+    with pytest.raises(PlanError, match="engine 'tgi' is not one of vllm, sglang"):
+        emit_plan(plan, 1, "tgi", tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_emit_engine_defaults_to_the_candidates_own(cli, tmp_path):
+    plan_file = _plan_file(tmp_path, _mixed_plan())
+    done = cli("emit", "--plan", str(plan_file), "--candidate", "3", "--out", str(tmp_path / "sg"))
+    assert done.exit_code == 0, done.output
+    assert "--max-running-requests 32" in (tmp_path / "sg" / "node-0.sh").read_text()
+    wrong = cli("emit", "--plan", str(plan_file), "--candidate", "1", "--engine", "sglang",
+                "--out", str(tmp_path / "x"))
+    assert wrong.exit_code == 2 and "(#2, #3 in this plan)" in wrong.output and "Traceback" not in wrong.output
+
+
+@pytest.mark.parametrize("out, words", [("", "--out is empty"),
+                                        ("/proc/mla-plan-test", "/proc/mla-plan-test: cannot write the launch folder"),
+                                        ("{tmp}/plan.json/out", "plan.json/out: cannot write the launch folder")])
+def test_emit_cli_output_folder_errors_are_one_line(cli, tmp_path, out, words):
+    plan_file = _plan_file(tmp_path, make_plan("8xh200", Layout(tp=8), Knobs()))
+    result = cli("emit", "--plan", str(plan_file), "--out", out.format(tmp=tmp_path))
+    assert result.exit_code == 2, result.output
+    assert words in result.output and len(result.output.strip().splitlines()) == 1, result.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["plan.json"]
+
+
+def test_not_empty_message_names_only_the_callers_options(cli, tmp_path):
+    """`plan --emit DIR` has no --out or --force: the library's message is neutral, emit adds its option."""
+    plan = make_plan("8xh200", Layout(tp=8), Knobs())
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "x").write_text("x")
+    with pytest.raises(FolderNotEmpty) as err:
+        emit_plan(plan, 1, "vllm", tmp_path / "out")   # what `plan --emit` calls
+    assert str(err.value) == f"{tmp_path / 'out'} is not empty; choose an empty folder"
+    result = cli("emit", "--plan", str(_plan_file(tmp_path, plan)), "--out", str(tmp_path / "out"))
+    assert result.exit_code == 2 and "choose an empty folder, or pass --force" in result.output
+
+
+def test_emit_json(cli, tmp_path):
+    plan_file = _plan_file(tmp_path, make_plan("2x8xh100-ib", Layout(tp=8, pp=2), Knobs()))
+    result = cli("emit", "--plan", str(plan_file), "--out", str(tmp_path / "out"), "--json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["engine"] == "vllm" and data["candidate"] == 1
+    assert [Path(f).name for f in data["files"]] == ["node-0.sh", "node-1.sh", "bench.sh", "README.md"]
+    assert all(Path(f).exists() for f in data["files"])
+    head, worker = data["commands"]
+    assert (head["node"], head["role"], head["gpus"], head["port"]) == (0, "server", 8, 8000)
+    assert worker["script"] == "node-1.sh" and "--headless" in worker["argv"] and worker["port"] is None
+    assert worker["argv"][worker["argv"].index("--master-addr") + 1] == "${HEAD_IP}"
+    assert worker["command"].startswith("vllm serve deepseek-ai/DeepSeek-V3 ") and '"${HEAD_IP}"' in worker["command"]
+    assert worker["env"]["NCCL_IB_DISABLE"] == "0" and data["bench"]["argv"][:3] == ["vllm", "bench", "serve"]
+
+
+# the MoE all-to-all: what the step model prices is what the engines are told to run -----------------
+
+@pytest.mark.parametrize("topology, layout, expected", [
+    ("8xh200", Layout(tp=1, dp=8, ep=8), "deepep_low_latency"),          # inside one node: not pplx (removed)
+    ("2x8xh200-ib", Layout(tp=1, dp=16, ep=16), "deepep_low_latency"),   # across nodes
+    ("2x8xh200-ib", Layout(tp=2, dp=8, ep=16), "deepep_low_latency"),
+    ("8xh200", Layout(tp=8, ep=8), None),                                # no DP: all-reduce, no all-to-all
+    ("8xh200", Layout(tp=1, dp=8, ep=1), None),                          # DP without EP: allgather_reducescatter
+])
+def test_vllm_all2all_backend_matches_the_step_model(topology, layout, expected):
+    for c in [c for c in commands(topology, layout) if c.runs_engine]:
+        got = flag(c.argv, "--all2all-backend") if "--all2all-backend" in c.argv else None
+        assert got == expected
+        assert check_command(c.engine_args, "vllm", "sm90", model_max_len=163840) == []
+
+
+@pytest.mark.parametrize("topology, layout, expected", [
+    ("8xh200", Layout(tp=1, dp=8, ep=8), "deepep"),           # inside one node too (was: none)
+    ("2x8xh200-ib", Layout(tp=1, dp=16, ep=16), "deepep"),
+    ("2x8xh100-ib", Layout(tp=8, pp=2, ep=8), None),          # multi-node by PP, no DP: all-reduce (was: deepep)
+    ("8xh200", Layout(tp=2, dp=4, ep=4), None),               # ep < tp*dp: not what the model prices as DeepEP
+])
+def test_sglang_moe_a2a_backend_matches_the_step_model(topology, layout, expected):
+    for c in commands(topology, layout, engine="sglang"):
+        got = flag(c.argv, "--moe-a2a-backend") if "--moe-a2a-backend" in c.argv else None
+        assert got == expected
+        assert check_command(c.engine_args, "sglang", "sm90") == []
+
+
+def test_sglang_deepep_dispatch_holds_the_decode_batch():
+    (c,) = commands("8xh200", Layout(tp=1, dp=8, ep=8), engine="sglang", max_num_seqs=64)
+    assert "SGLANG_DEEPEP_NUM_MAX_DISPATCH_TOKENS_PER_RANK" not in c.env   # 64 <= SGLang's 128
+    (c,) = commands("8xh200", Layout(tp=1, dp=8, ep=8), engine="sglang", max_num_seqs=200, mtp=True)
+    assert c.env["SGLANG_DEEPEP_NUM_MAX_DISPATCH_TOKENS_PER_RANK"] == "400"   # 2 tokens per sequence with MTP
+    with pytest.raises(PlanError, match="at most 1024"):
+        commands("8xh200", Layout(tp=1, dp=8, ep=8), engine="sglang", max_num_seqs=600, mtp=True)
+
+
+@pytest.mark.parametrize("engine, flag_text, gib", [("vllm", "--all2all-backend deepep_low_latency", "14.2"),
+                                                   ("sglang", "--moe-a2a-backend deepep", "1.8")])
+def test_deepep_readme_install_buffer_and_fallback(tmp_path, engine, flag_text, gib):
+    knobs = Knobs(engine=engine, max_num_batched_tokens=1024, max_num_seqs=64)
+    plan = make_plan("8xh200", Layout(tp=1, dp=8, ep=8), knobs)
+    emit_plan(plan, 1, engine, tmp_path / "out")
+    readme = (tmp_path / "out" / "README.md").read_text()
+    assert "## Expert-parallel all-to-all (DeepEP)" in readme and "IBGDA-enabled NVSHMEM" in readme
+    assert f"If DeepEP cannot be brought up, delete `{flag_text}` from every node-K.sh" in readme
+    # DeepEP LowLatencyLayout: 4 x 256 experts x tokens x (2 x 7168 + 4 x 56) B = 14.22 GiB for vLLM's 1024 tokens
+    # (--max-num-batched-tokens), 1.78 GiB for SGLang's default 128
+    assert f"about {gib} GiB per GPU" in readme
+    assert f"# MoE all-to-all: {flag_text}" in (tmp_path / "out" / "node-0.sh").read_text()
+    plain = make_plan("8xh200", Layout(tp=8), Knobs(engine=engine))
+    emit_plan(plain, 1, engine, tmp_path / "plain")
+    assert "DeepEP" not in (tmp_path / "plain" / "README.md").read_text()

@@ -2,7 +2,8 @@
 
 1. Random legal plans (layouts over every shipped topology, MLA models, random knobs the backend table
    allows) give engine commands that the real vLLM 0.33.0 / SGLang 0.5.23 option tables accept
-   (tests/engine_check.py), and scripts bash can parse.
+   (tests/engine_check.py), benchmark commands whose flags those versions define (test_launch_bench.py),
+   and scripts bash can parse.
 2. Hostile strings in every user-supplied field (model path, interface name, HCA list, head address)
    never escape quoting: the scripts are run against stub programs that record their argv and
    environment, and each value arrives as exactly the one word it was, with nothing else executed.
@@ -18,6 +19,7 @@ from engine_check import check_command
 from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 from launch_cases import STUB_HOST_IP, bash_syntax_ok, expand, install_stubs, make_plan, run_script, scripts
+from test_launch_bench import bench_command, check_bench
 
 from mla_planner.backends import usable_backends
 from mla_planner.errors import PlanError
@@ -89,6 +91,7 @@ def test_random_plans_give_commands_the_engines_accept(case, mode, workload):
     with tempfile.TemporaryDirectory() as tmp:
         emit_plan(plan, 1, engine, Path(tmp) / "out", mode=mode)
         assert all(bash_syntax_ok(p) for p in scripts(Path(tmp) / "out"))
+        assert check_bench(bench_command(Path(tmp) / "out" / "bench.sh"), engine) == []
 
 
 NASTY = ["$(touch PWNED)", "`touch PWNED`", "a; touch PWNED", "x' ; touch PWNED ; '", 'q" $(touch PWNED) "',

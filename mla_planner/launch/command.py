@@ -130,7 +130,7 @@ def check_model_path(model_path: str) -> str:
     return model_path
 
 
-def check_inputs(inp: LaunchInputs, engine: str) -> None:
+def check_inputs(inp: LaunchInputs) -> None:
     """What neither engine can express, whatever the layout's shape."""
     check_model_path(inp.model_path)
     if inp.mode not in MODES:
@@ -140,6 +140,3 @@ def check_inputs(inp: LaunchInputs, engine: str) -> None:
                         "SGLang 0.5.23 (both keep the full latent on every TP rank); pick a replicated candidate")
     if inp.knobs.mtp and not inp.spec.num_nextn_predict_layers:
         raise PlanError(f"MTP speculative decoding needs a model with MTP layers; {inp.spec.name} has none")
-    if inp.knobs.engine != engine:
-        raise PlanError(f"this candidate's knobs were chosen for {inp.knobs.engine} (memory fraction, block size, "
-                        f"attention backend mean different things in {engine}); plan again with --engine {engine}")

@@ -1,24 +1,36 @@
 """From a plan candidate to a launch folder: node-K.sh per node, bench.sh and README.md.
 
 `build` maps the candidate to NodeCommands (vllm.py / sglang.py), checks the GPUs they claim against
-the placement (claims.py), and `emit_plan` renders and writes them (render.py, templates/).
+the placement (claims.py), and `emit` renders (render.py, templates/) and writes them (outdir.py).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
 from ..backends import backend, backend_problems
 from ..errors import PlanError
 from ..knobs import ENGINES
-from ..planfile import Candidate, Plan, pick
+from ..planfile import Candidate, Plan, pick, pick_for_engine
 from . import sglang, vllm
 from .claims import check_gpu_counts
 from .command import LaunchInputs, NodeCommand
-from .folder import folder_files
+from .folder import bench_argv, folder_files
+from .outdir import write_folder
 from .placement import place
-from .render import one_line, write_folder
+from .render import one_line
+
+
+@dataclass(frozen=True)
+class Emitted:
+    """What `emit` wrote: the files, and the commands and benchmark they hold."""
+    engine: str
+    candidate: int
+    paths: list[Path]
+    commands: list[NodeCommand]
+    bench: list[str]
 
 
 def launch_inputs(plan: Plan, cand: Candidate, mode: str = "native", model_path: Optional[str] = None) -> LaunchInputs:
@@ -42,17 +54,20 @@ def build(inp: LaunchInputs, engine: str) -> list[NodeCommand]:
     """Every node's commands for `engine`, GPU counts checked against the placement."""
     if engine not in ENGINES:
         raise PlanError(f"engine '{engine}' is not one of {', '.join(ENGINES)}")
+    if inp.knobs.engine != engine:
+        raise PlanError(f"this candidate's knobs were chosen for {inp.knobs.engine} (memory fraction, block size, "
+                        f"attention backend mean different things in {engine}); plan again with --engine {engine}")
     _check_backend(inp, engine)
     commands = (vllm if engine == "vllm" else sglang).node_commands(inp)
     check_gpu_counts(engine, commands, place(inp.layout, inp.topology), inp.layout)
     return commands
 
 
-def emit_plan(plan: Plan, candidate: int, engine: str, out_dir: Path, mode: str = "native",
-              model_path: Optional[str] = None, head_address: Optional[str] = None,
-              force: bool = False) -> list[Path]:
-    """Write the launch folder for candidate `candidate` (1-based) and return the files written."""
-    cand = pick(plan, candidate, "emit")
+def emit(plan: Plan, candidate: int, engine: Optional[str], out_dir: Path, mode: str = "native",
+         model_path: Optional[str] = None, head_address: Optional[str] = None, force: bool = False) -> Emitted:
+    """Write the launch folder for candidate `candidate` (1-based); `engine` None: the candidate's own."""
+    cand = pick_for_engine(plan, candidate, engine, "emit")
+    engine = cand.knobs.engine
     inp = launch_inputs(plan, cand, mode, model_path)
     commands = build(inp, engine)
     heads = {c.replica for c in commands if "HEAD_IP" in c.needs}
@@ -62,7 +77,15 @@ def emit_plan(plan: Plan, candidate: int, engine: str, out_dir: Path, mode: str 
     if head_address is not None and not head_address:
         raise PlanError("--head-address is empty")
     files = folder_files(inp, engine, commands, candidate, cand.warnings, head_address)
-    return write_folder(files, Path(out_dir), force)
+    paths = write_folder(files, Path(out_dir), force)
+    return Emitted(engine, candidate, paths, commands, bench_argv(inp, engine))
+
+
+def emit_plan(plan: Plan, candidate: int, engine: Optional[str], out_dir: Path, mode: str = "native",
+              model_path: Optional[str] = None, head_address: Optional[str] = None,
+              force: bool = False) -> list[Path]:
+    """`emit`, returning only the files written."""
+    return emit(plan, candidate, engine, out_dir, mode, model_path, head_address, force).paths
 
 
 def single_node_command(plan: Plan, candidate: int, engine: str) -> Optional[str]:

@@ -8,7 +8,7 @@ from typing import Optional
 from .. import __version__
 from ..backends import engine_version
 from ..layout import Layout
-from . import sglang, vllm
+from . import a2a, sglang, vllm
 from .command import LaunchInputs, NodeCommand
 from .placement import place
 from .render import render
@@ -85,6 +85,16 @@ def _node_script(inp: LaunchInputs, engine: str, node: int, cmds: list[NodeComma
     return render("node.sh.j2", commands=commands, **ctx)
 
 
+def bench_concurrency(inp: LaunchInputs) -> int:
+    """Requests in flight for bench.sh: the workload's, else every DP rank of every replica full."""
+    L = inp.layout
+    return inp.workload.concurrency or inp.knobs.max_num_seqs * L.dp * L.replicas
+
+
+def bench_argv(inp: LaunchInputs, engine: str) -> list[str]:
+    return (vllm if engine == "vllm" else sglang).bench_argv(inp, bench_concurrency(inp))
+
+
 def folder_files(inp: LaunchInputs, engine: str, commands: list[NodeCommand], candidate: int,
                  warnings: list[str], head_address: Optional[str]) -> dict[str, tuple[str, bool]]:
     """{file name: (text, executable)} for the whole launch folder."""
@@ -96,11 +106,30 @@ def folder_files(inp: LaunchInputs, engine: str, commands: list[NodeCommand], ca
     common = dict(title=f"{engine_label(engine)} serving {inp.model_path} as {describe(L)} on {inp.topology.name}",
                   version=__version__, engine_label=engine_label(engine), head_node=heads[0],
                   port=next(c.port for c in commands if c.port is not None), input_len=w.input_len,
-                  output_len=w.output_len, concurrency=w.concurrency or inp.knobs.max_num_seqs * L.dp * L.replicas)
-    bench = (vllm if engine == "vllm" else sglang).bench_argv(inp, common["concurrency"])
-    files["bench.sh"] = (render("bench.sh.j2", argv=bench, num_prompts=4 * common["concurrency"], **common), True)
+                  output_len=w.output_len, concurrency=bench_concurrency(inp))
+    files["bench.sh"] = (render("bench.sh.j2", argv=bench_argv(inp, engine),
+                                num_prompts=4 * common["concurrency"], **common), True)
     files["README.md"] = (_readme(inp, engine, commands, candidate, warnings, head_address, common), False)
     return files
+
+
+def _all_to_all(inp: LaunchInputs, engine: str) -> Optional[dict]:
+    """The README's DeepEP section: the flag, its low-latency buffer and the fallback; None without one."""
+    if engine == "vllm":
+        backend, flag, tokens = a2a.vllm_backend(inp.layout), "--all2all-backend", inp.knobs.max_num_batched_tokens
+        tokens_from = "--max-num-batched-tokens"
+        fallback = "vLLM then runs its default allgather_reducescatter"
+    else:
+        backend, flag = a2a.sglang_backend(inp.layout), "--moe-a2a-backend"
+        tokens = max(a2a.SGLANG_DISPATCH_DEFAULT, a2a.sglang_dispatch_tokens(inp.knobs))
+        tokens_from = (f"{a2a.SGLANG_DISPATCH_ENV}: one DP rank's largest decode batch, at least SGLang's "
+                       f"{a2a.SGLANG_DISPATCH_DEFAULT}; the normal-mode buffers for prefill come on top")
+        fallback = "SGLang then runs its default (none: tokens all-gathered around the MoE)"
+    if backend is None:
+        return None
+    gib = a2a.low_latency_buffer_bytes(inp.spec, tokens) / 2**30
+    return dict(flag=flag, backend=backend, gib=f"{gib:.1f}", tokens=tokens, tokens_from=tokens_from,
+                fallback=fallback, dispatch="FP8" if inp.topology.gpu.has_fp8 else "BF16")
 
 
 def _readme(inp: LaunchInputs, engine: str, commands: list[NodeCommand], candidate: int, warnings: list[str],
@@ -115,6 +144,6 @@ def _readme(inp: LaunchInputs, engine: str, commands: list[NodeCommand], candida
     return render("README.md.j2", candidate=candidate, version_note=VERSION_NOTES[engine], model_path=inp.model_path,
                   nodes=rows, multi_node=bool(needs), fabric=inter.fabric if inter else "none",
                   needs_head_ip="HEAD_IP" in needs, head_ip=head_address, needs_host_ip="VLLM_HOST_IP" in needs,
-                  host_ip_how=host_ip_how, ray=inp.mode == "ray", deepep=any("deepep" in c.argv for c in commands),
+                  host_ip_how=host_ip_how, ray=inp.mode == "ray", a2a=_all_to_all(inp, engine), engine=engine,
                   order=_start_order(inp, engine, commands), health=health, replicas=inp.layout.replicas,
                   bench_tool=BENCH_TOOLS[engine], warnings=warnings, **common)

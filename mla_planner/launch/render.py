@@ -4,18 +4,13 @@ The environment's `finalize` hook quotes whatever a template prints (`shlex.quot
 as digits) unless it is `Shell` text this module produced itself: an argv rendered word by word by
 the `argv` filter, or a comment / prose line with its control characters escaped. A model path,
 interface name, HCA list or head address therefore reaches the script as exactly one shell word,
-whatever it contains. Undefined names fail (StrictUndefined). Files are written to a temporary folder
-beside the target and moved into place only when all of them rendered.
+whatever it contains. Undefined names fail (StrictUndefined). Writing the folder is outdir.py.
 """
 
 from __future__ import annotations
 
-import os
 import shlex
-import shutil
-import tempfile
 from functools import lru_cache
-from pathlib import Path
 
 import jinja2
 
@@ -87,34 +82,3 @@ def environment() -> jinja2.Environment:
 
 def render(template: str, **context) -> str:
     return environment().get_template(template).render(**context)
-
-
-def write_folder(files: dict[str, tuple[str, bool]], out_dir: Path, force: bool = False) -> list[Path]:
-    """Write {name: (text, executable)} into `out_dir`, all or nothing. A non-empty folder is refused
-    unless `force`; then the files are replaced and stale node-*.sh scripts of an earlier emit removed."""
-    out_dir = Path(out_dir)
-    if out_dir.exists() and not out_dir.is_dir():
-        raise PlanError(f"--out {out_dir}: exists and is not a folder")
-    occupied = out_dir.exists() and any(out_dir.iterdir())
-    if occupied and not force:
-        raise PlanError(f"--out {out_dir}: folder is not empty; pass --force to overwrite")
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
-    try:
-        for name, (text, executable) in files.items():
-            (tmp / name).write_text(text)
-            (tmp / name).chmod(0o755 if executable else 0o644)
-        tmp.chmod(0o755)
-        if not occupied:
-            if out_dir.exists():
-                out_dir.rmdir()
-            tmp.rename(out_dir)
-        else:
-            for stale in out_dir.glob("node-*.sh"):
-                if stale.name not in files:
-                    stale.unlink()
-            for name in files:
-                os.replace(tmp / name, out_dir / name)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return [out_dir / name for name in files]

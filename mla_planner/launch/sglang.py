@@ -3,8 +3,8 @@
 Flags and recipes from ENGINES.md (a) and (b), checked against the SGLang 0.5.23 wheel:
   layout   --tp-size is the *total* TP of a pipeline stage's group and spans every GPU of a
            DP-attention group: tp*dp; dp > 1 -> --attn-dp-size dp (not the deprecated
-           --enable-dp-attention); --ep-size ep (and --moe-a2a-backend deepep when the experts span
-           nodes); --pp-size; --dcp-size
+           --enable-dp-attention); --ep-size ep (and --moe-a2a-backend deepep with DP attention and
+           ep == tp*dp, inside a node too: a2a.py, the all-to-all the step model prices); --pp-size; --dcp-size
   knobs    --page-size, --kv-cache-dtype (bf16 pinned, fp8 -> fp8_e4m3: `auto` may turn into FP8 for
            some DeepSeek variants), --mem-fraction-static, --max-running-requests and
            --chunked-prefill-size (both totals over the attention-DP ranks: SGLang divides them by
@@ -19,6 +19,7 @@ SGLang has no Ray form here (`--use-ray` is an HTTP mode, not a multi-node launc
 from __future__ import annotations
 
 from ..errors import PlanError
+from . import a2a
 from .command import LaunchInputs, NodeCommand, ShellRef, check_inputs, flag_words
 from .env import instance_env
 from .placement import InstancePlacement, place
@@ -26,10 +27,13 @@ from .placement import InstancePlacement, place
 PROGRAM = ["python3", "-m", "sglang.launch_server"]
 KV_CACHE_DTYPES = {"bf16": "bf16", "fp8": "fp8_e4m3"}
 DIST_TIMEOUT_S = 3600   # SGLang DeepSeek FAQ: slow multi-node loads
+A2A_NOTE = (f"MoE all-to-all: --moe-a2a-backend {a2a.SGLANG_BACKEND} needs DeepEP and NVSHMEM on this node (README.md, "
+            "'Expert-parallel all-to-all'). Without them, delete that flag: SGLang falls back to its default "
+            "(none: all-gather around the MoE), which is slower than the plan predicts.")
 
 
 def check_expressible(inp: LaunchInputs) -> None:
-    check_inputs(inp, "sglang")
+    check_inputs(inp)
     if inp.mode != "native":
         raise PlanError("SGLang is launched natively on every node (--nnodes/--node-rank/--dist-init-addr); "
                         "--mode ray is vLLM's form")
@@ -38,16 +42,15 @@ def check_expressible(inp: LaunchInputs) -> None:
                         f"choices here: {', '.join(KV_CACHE_DTYPES)}")
 
 
-def sizing_flags(inp: LaunchInputs, multi_node: bool) -> list[str]:
+def sizing_flags(inp: LaunchInputs) -> list[str]:
     L, k = inp.layout, inp.knobs
-    deepep = L.ep > 1 and multi_node
     return flag_words([
         ("--model-path", inp.model_path),
         ("--tp-size", L.tp * L.dp),
         ("--pp-size", L.pp if L.pp > 1 else None),
         ("--attn-dp-size", L.dp if L.dp > 1 else None),
         ("--ep-size", L.ep if L.ep > 1 else None),
-        ("--moe-a2a-backend", "deepep" if deepep else None),
+        ("--moe-a2a-backend", a2a.sglang_backend(L)),
         ("--dcp-size", L.dcp if L.dcp > 1 else None),
         ("--page-size", k.block_size),
         ("--kv-cache-dtype", KV_CACHE_DTYPES[k.kv_cache_dtype]),
@@ -74,15 +77,18 @@ def node_commands(inp: LaunchInputs) -> list[NodeCommand]:
 
 def _command(inp: LaunchInputs, inst: InstancePlacement, i: int) -> NodeCommand:
     L, ports = inp.layout, inp.ports
-    deepep = L.ep > 1 and inst.multi_node
+    deepep = a2a.sglang_backend(L) is not None
     e = instance_env("sglang", inp.topology, inst.multi_node, inst.visible_devices, inp.spec.num_hidden_layers,
                      L.pp, inp.pp_partition, deepep)
+    e.env.update(a2a.sglang_dispatch_env(L, inp.knobs))
+    if deepep:
+        e.notes.append(A2A_NOTE)
     nodes = flag_words([("--nnodes", len(inst.nodes)), ("--node-rank", i),
                         ("--dist-init-addr", ShellRef("HEAD_IP", f":{ports.of(ports.sglang_dist_init, inst.replica)}")),
                         ("--dist-timeout", DIST_TIMEOUT_S)]) if inst.multi_node else []
     port = ports.of(ports.sglang_api, inst.replica) if i == 0 else None
     serve = flag_words([("--host", "0.0.0.0"), ("--port", port)]) if port else []
-    return NodeCommand(inst.nodes[i], PROGRAM + sizing_flags(inp, inst.multi_node) + nodes + serve, e.env,
+    return NodeCommand(inst.nodes[i], PROGRAM + sizing_flags(inp) + nodes + serve, e.env,
                        inst.gpus_per_node, inst.replica, "server" if i == 0 else "headless", port, len(PROGRAM),
                        needs=("HEAD_IP",) if inst.multi_node else (), notes=e.notes)
 

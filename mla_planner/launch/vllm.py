@@ -3,7 +3,8 @@
 Flags and recipes from ENGINES.md (a) and (b), checked against the vLLM 0.33.0 wheel:
   layout   tp -> --tensor-parallel-size, pp -> --pipeline-parallel-size, dp -> --data-parallel-size
            (attention DP; each DP rank is its own engine with tp*pp GPUs), ep > 1 ->
-           --enable-expert-parallel (vLLM's EP group is always tp*dp), dcp -> --decode-context-parallel-size
+           --enable-expert-parallel (vLLM's EP group is always tp*dp) and, with DP, --all2all-backend
+           deepep_low_latency (a2a.py: the all-to-all the step model prices), dcp -> --decode-context-parallel-size
   knobs    --block-size, --kv-cache-dtype (bf16 -> auto), --gpu-memory-utilization, --max-num-seqs and
            --max-num-batched-tokens (both per DP rank: each DP engine has its own scheduler),
            --max-model-len, prefix caching on/off, --attention-backend, --enforce-eager (graphs off),
@@ -18,6 +19,7 @@ Flags and recipes from ENGINES.md (a) and (b), checked against the vLLM 0.33.0 w
 from __future__ import annotations
 
 from ..errors import PlanError
+from . import a2a
 from .command import LaunchInputs, NodeCommand, ShellRef, check_inputs, flag_words
 from .env import instance_env
 from .placement import InstancePlacement, place
@@ -26,10 +28,13 @@ PROGRAM = ["vllm", "serve"]
 KV_CACHE_DTYPES = {"bf16": "auto", "fp8": "fp8", "fp8_ds_mla": "fp8_ds_mla"}
 MTP_CONFIG = '{"method":"deepseek_mtp","num_speculative_tokens":1}'
 ENGINE_READY_TIMEOUT_S = 3600   # multi-node loads of a 671B checkpoint outlast the 600 s default
+A2A_NOTE = (f"MoE all-to-all: --all2all-backend {a2a.VLLM_BACKEND} needs DeepEP and NVSHMEM on this node (README.md, "
+            "'Expert-parallel all-to-all'). Without them, delete that flag: vLLM falls back to "
+            "allgather_reducescatter, which is slower than the plan predicts.")
 
 
 def check_expressible(inp: LaunchInputs) -> None:
-    check_inputs(inp, "vllm")
+    check_inputs(inp)
     L, per_node = inp.layout, inp.topology.gpus_per_node
     if L.ep > 1 and L.ep != L.tp * L.dp:
         raise PlanError(f"{L.label}: vLLM's expert-parallel group is always tp*dp = {L.tp * L.dp} GPUs "
@@ -47,6 +52,7 @@ def sizing_flags(inp: LaunchInputs) -> list[str]:
         ("--pipeline-parallel-size", L.pp if L.pp > 1 else None),
         ("--data-parallel-size", L.dp if L.dp > 1 else None),
         ("--enable-expert-parallel", L.ep > 1),
+        ("--all2all-backend", a2a.vllm_backend(L)),
         ("--decode-context-parallel-size", L.dcp if L.dcp > 1 else None),
         ("--block-size", k.block_size),
         ("--kv-cache-dtype", KV_CACHE_DTYPES[k.kv_cache_dtype]),
@@ -101,10 +107,13 @@ def _command(inp: LaunchInputs, inst: InstancePlacement, node: int, extra: list[
 
 
 def _env(inp: LaunchInputs, inst: InstancePlacement):
+    deepep = a2a.vllm_backend(inp.layout) is not None
     e = instance_env("vllm", inp.topology, inst.multi_node, inst.visible_devices, inp.spec.num_hidden_layers,
-                     inp.layout.pp, inp.pp_partition)
+                     inp.layout.pp, inp.pp_partition, deepep)
     if inst.multi_node:
         e.env["VLLM_ENGINE_READY_TIMEOUT_S"] = str(ENGINE_READY_TIMEOUT_S)
+    if deepep:
+        e.notes.append(A2A_NOTE)
     return e
 
 

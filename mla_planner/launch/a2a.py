@@ -1,0 +1,71 @@
+"""The MoE all-to-all each engine is told to run, matched to what the step model prices.
+
+step_comm.py `ffn_comm` prices the MoE dispatch/combine as a DeepEP-style all-to-all (FP8 dispatch where
+the GPU has FP8, BF16 combine) exactly when attention is data-parallel (dp > 1) and the experts are
+spread over the stage (ep > 1); otherwise it prices the engines' default collectives, which need no flag.
+
+  vLLM 0.33.0    `--all2all-backend deepep_low_latency`, inside a node and across nodes. Not `pplx`: removed
+                 in 0.33.0 (vllm/config/parallel.py silently falls back to allgather_reducescatter). Not
+                 `deepep_high_throughput`: with DP it switches CUDA graphs off (vllm/config/compilation.py),
+                 and the plan's decode step assumes graphs. The low-latency kernels dispatch FP8 for
+                 block-FP8 checkpoints (fused_moe/all2all_utils.py) and use NVLink inside a node
+                 (all2all.py: allow_nvlink_for_low_latency_mode). Their buffer holds --max-num-batched-tokens
+                 tokens per rank (fused_moe/layer.py: max_num_tokens = max_num_batched_tokens).
+  SGLang 0.5.23  `--moe-a2a-backend deepep` (deepep-mode auto: normal kernels for prefill, low-latency ones
+                 for graph-captured decode) when ep == tp*dp. The low-latency dispatch holds
+                 SGLANG_DEEPEP_NUM_MAX_DISPATCH_TOKENS_PER_RANK tokens (srt/environ.py: 128; at most 1024,
+                 token_dispatcher/deepep.py), raised here to the decode batch of one DP rank when larger.
+USER_PROBLEMS.md problem 16: DeepEP and NVSHMEM must be installed; the README says how to fall back.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from ..errors import PlanError
+from ..knobs import Knobs
+from ..layout import Layout
+from ..spec import ModelSpec
+
+VLLM_BACKEND = "deepep_low_latency"
+SGLANG_BACKEND = "deepep"
+SGLANG_DISPATCH_ENV = "SGLANG_DEEPEP_NUM_MAX_DISPATCH_TOKENS_PER_RANK"
+SGLANG_DISPATCH_DEFAULT = 128
+SGLANG_DISPATCH_MAX = 1024
+SGLANG_MTP_TOKENS_PER_SEQ = 2   # --speculative-num-draft-tokens 2 (sglang.py): a verify step decodes 2 per sequence
+
+
+def priced_as_all_to_all(layout: Layout) -> bool:
+    """Whether the step model prices this layout's MoE as an all-to-all over the stage."""
+    return layout.dp > 1 and layout.ep > 1 and layout.ep == layout.stage_gpus
+
+
+def vllm_backend(layout: Layout) -> Optional[str]:
+    return VLLM_BACKEND if priced_as_all_to_all(layout) else None
+
+
+def sglang_backend(layout: Layout) -> Optional[str]:
+    return SGLANG_BACKEND if priced_as_all_to_all(layout) else None
+
+
+def sglang_dispatch_tokens(knobs: Knobs) -> int:
+    """Tokens one DP rank sends through the low-latency dispatch in its largest decode step."""
+    return knobs.max_num_seqs * (SGLANG_MTP_TOKENS_PER_SEQ if knobs.mtp else 1)
+
+
+def sglang_dispatch_env(layout: Layout, knobs: Knobs) -> dict[str, str]:
+    """{SGLANG_DEEPEP_NUM_MAX_DISPATCH_TOKENS_PER_RANK: n} when the default 128 is too small, else {}."""
+    if sglang_backend(layout) is None:
+        return {}
+    tokens = sglang_dispatch_tokens(knobs)
+    if tokens > SGLANG_DISPATCH_MAX:
+        raise PlanError(f"{layout.label}: a DP rank decodes up to {tokens} tokens per step, but SGLang's DeepEP "
+                        f"low-latency dispatch takes at most {SGLANG_DISPATCH_MAX}; lower max_num_seqs")
+    return {SGLANG_DISPATCH_ENV: str(tokens)} if tokens > SGLANG_DISPATCH_DEFAULT else {}
+
+
+def low_latency_buffer_bytes(spec: ModelSpec, tokens_per_rank: int) -> int:
+    """DeepEP's low-latency buffer per GPU (csrc/config.hpp LowLatencyLayout): two send and two receive
+    buffers of experts x tokens messages, a message being hidden BF16 values plus hidden/128 scale pairs."""
+    message_bytes = 2 * spec.hidden_size + 4 * (spec.hidden_size // 128)
+    return 4 * spec.n_routed_experts * tokens_per_rank * message_bytes
