@@ -74,6 +74,7 @@ class StageCosts:
     nccl_bytes: float
     runtime_bytes: float
     slot_bytes: float           # bytes one physical token slot costs this GPU (all its layers)
+    a2a_bytes: float = 0.0      # DeepEP buffer, allocated at model init like the weights (memory_terms)
 
 
 def kv_pool(rules: EngineRules, knobs: Knobs, total_bytes: float, c: StageCosts, dcp: int) -> tuple[float, int]:
@@ -90,7 +91,7 @@ def kv_pool(rules: EngineRules, knobs: Knobs, total_bytes: float, c: StageCosts,
 
 def _vllm_slots(rules: EngineRules, knobs: Knobs, total_bytes: float, c: StageCosts) -> int:
     """num_blocks = available // (block_size x bytes/token/layer) // layers, in whole blocks."""
-    charged = c.weights_bytes + c.activation_bytes
+    charged = c.weights_bytes + c.a2a_bytes + c.activation_bytes
     charged += c.cuda_graph_bytes if rules.graphs_in_budget and knobs.cuda_graphs else 0.0
     charged += 0.0 if rules.baseline_outside_budget else c.runtime_bytes + c.nccl_bytes
     available = total_bytes * knobs.memory_fraction - charged
@@ -101,7 +102,7 @@ def _vllm_slots(rules: EngineRules, knobs: Knobs, total_bytes: float, c: StageCo
 def _sglang_slots(knobs: Knobs, total_bytes: float, c: StageCosts) -> int:
     """rest = (pre_load - weights) - pre_load x (1 - f); tokens = rest // cell, floored to the page."""
     pre_load = total_bytes - c.runtime_bytes - c.nccl_bytes
-    rest = pre_load * knobs.memory_fraction - c.weights_bytes
+    rest = pre_load * knobs.memory_fraction - c.weights_bytes - c.a2a_bytes
     tokens = int(rest // c.slot_bytes) if rest > 0 else 0
     return tokens // knobs.block_size * knobs.block_size
 

@@ -124,7 +124,9 @@ def _stage(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, rules:
         cuda_graph_bytes=mt.cuda_graph_bytes(spec, layout, sizes, modes, last, ffn_tp),
         nccl_bytes=mt.nccl_buffer_bytes(layout),
         runtime_bytes=mt.runtime_overhead_bytes(),
-        slot_bytes=kv_slot_bytes(spec, layout, kv_layers, knobs.kv_cache_dtype))
+        slot_bytes=kv_slot_bytes(spec, layout, kv_layers, knobs.kv_cache_dtype),
+        a2a_bytes=mt.deepep_buffer_bytes(spec, layout, mt.deepep_dispatch_tokens(
+            rules.engine, knobs.max_num_seqs, knobs.max_num_batched_tokens, knobs.mtp)))
     return _Stage(index, kv_layers, weights, costs)
 
 
@@ -137,6 +139,8 @@ def _rank(stage: _Stage, knobs: Knobs, rules: EngineRules, total: float, dcp: in
     c = stage.costs
     pool_bytes, tokens = kv_pool(rules, knobs, total, c, dcp)
     terms = dict(stage.weights)
+    if c.a2a_bytes:
+        terms["deepep_buffer"] = c.a2a_bytes
     terms.update({"activation_peak": c.activation_bytes, "cuda_graph": c.cuda_graph_bytes,
                   "nccl_buffers": c.nccl_bytes, "runtime_overhead": c.runtime_bytes})
     if rules.engine == "sglang":
@@ -207,8 +211,9 @@ def _stage_fraction_bytes(s: _Stage, knobs: Knobs, rules: EngineRules, total: fl
     block = knobs.block_size * c.slot_bytes
     if rules.engine == "sglang":
         slack = c.activation_bytes + c.cuda_graph_bytes + sglang_req_to_token_bytes(knobs, knobs.max_num_seqs * 2)
-        return c.weights_bytes + block, slack + ALLOCATOR_MARGIN_BYTES, total - c.runtime_bytes - c.nccl_bytes
-    charged = c.weights_bytes + c.activation_bytes + block
+        return c.weights_bytes + c.a2a_bytes + block, slack + ALLOCATOR_MARGIN_BYTES, \
+            total - c.runtime_bytes - c.nccl_bytes
+    charged = c.weights_bytes + c.a2a_bytes + c.activation_bytes + block
     outside = ALLOCATOR_MARGIN_BYTES
     baseline = c.runtime_bytes + c.nccl_bytes
     charged, outside = (charged, outside + baseline) if rules.baseline_outside_budget else (charged + baseline, outside)

@@ -118,3 +118,36 @@ def cuda_graph_bytes(spec: ModelSpec, layout: Layout, capture_sizes: list[int], 
     top = max(capture_sizes)
     pool = activation_peak_bytes(spec, layout, top, top, last, dense_tp)
     return float(pool + modes * len(capture_sizes) * GRAPH_BYTES_PER_CAPTURE)
+
+
+DEEPEP_SGLANG_DISPATCH_TOKENS = 128   # SGLANG_DEEPEP_NUM_MAX_DISPATCH_TOKENS_PER_RANK default (srt/environ.py 0.5.23)
+DEEPEP_SGLANG_DISPATCH_MAX = 1024     # its hard limit (token_dispatcher/deepep.py)
+
+
+def uses_deepep(layout: Layout) -> bool:
+    """DP attention with the experts spread over the whole stage: the engines run a DeepEP all-to-all
+    (vLLM --all2all-backend deepep_low_latency, SGLang --moe-a2a-backend deepep; launch/a2a.py), and the
+    step model prices exactly that (step_comm.ffn_comm)."""
+    return layout.dp > 1 and layout.ep > 1 and layout.ep == layout.stage_gpus
+
+
+def deepep_dispatch_tokens(engine: str, max_num_seqs: int, max_num_batched_tokens: int, mtp: bool) -> int:
+    """Tokens per rank the low-latency buffer is sized for. vLLM 0.33: max_num_batched_tokens
+    (fused_moe/layer.py: max_num_tokens). SGLang: the decode batch of one DP rank (x2 with MTP verify),
+    at least its default 128 and at most 1024 (launch/a2a.py raises the env var to that)."""
+    if engine == "vllm":
+        return max_num_batched_tokens
+    tokens = max_num_seqs * (2 if mtp else 1)
+    return min(max(tokens, DEEPEP_SGLANG_DISPATCH_TOKENS), DEEPEP_SGLANG_DISPATCH_MAX)
+
+
+def deepep_buffer_bytes(spec: ModelSpec, layout: Layout, tokens: int) -> float:
+    """DeepEP low-latency RDMA buffer (NVSHMEM, outside torch's allocator) on one GPU:
+    4 x experts x tokens x (2 x hidden + hidden/32) bytes: send and receive halves, double-buffered, each
+    holding every expert's slot of bf16 combine messages (2 x hidden) or fp8 dispatch messages with one
+    fp32 scale per 128 values. Source: DeepEP `get_low_latency_rdma_size_hint` (csrc/config.hpp
+    LowLatencyLayout); USER_PROBLEMS.md section C lists it among the hidden buffers. Zero without DeepEP."""
+    if not uses_deepep(layout) or not spec.is_moe:
+        return 0.0
+    d = spec.hidden_size
+    return float(4 * spec.n_routed_experts * tokens * (2 * d + d // 32))

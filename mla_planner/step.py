@@ -206,23 +206,32 @@ def prefill(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, input
     """Chunked prefill of one request while `decode_batch` sequences per DP rank keep decoding.
 
     The step's token budget (max_num_batched_tokens) goes to the micro-batch's decodes first, the rest to the
-    chunk (vLLM's scheduler order); chunks of one request run one after another, each riding one round."""
+    chunk (vLLM's scheduler order); chunks of one request run one after another, each riding one round.
+    Full chunks differ only in the prefix their attention reads, which grows linearly, so their rounds are
+    summed with the trapezoid rule over the first and last full chunk (exact where a round is linear in
+    the prefix; every round is priced when there are at most two full chunks)."""
     m = min(max(decode_batch, 1), layout.pp)
     micro = ceil(decode_batch / m) if decode_batch else 0
     chunk = max(knobs.max_num_batched_tokens - micro, 1)
     base = None
     if decode_batch:
         _, base = forward_stages(spec, topo, layout, knobs, Batch(micro, context_len), calib, layers_per_stage)
-    ttft, stall, prefix = 0.0, 0.0, 0
-    while prefix < input_len:
-        c = min(chunk, input_len - prefix)
-        _, st = forward_stages(spec, topo, layout, knobs, Batch(micro, context_len, c, prefix), calib,
+    base_round = round_s(base, m) if base else 0.0
+
+    def round_at(prefix: int, tokens: int) -> float:
+        _, st = forward_stages(spec, topo, layout, knobs, Batch(micro, context_len, tokens, prefix), calib,
                                layers_per_stage)
-        r = round_s(st, m, base) if base else sum(s.total_s for s in st)
-        ttft += r
-        stall += r - (round_s(base, m) if base else 0.0)
-        prefix += c
-    return Prefill(input_len, chunk, ceil(input_len / chunk), ttft, stall)
+        return round_s(st, m, base) if base else sum(s.total_s for s in st)
+
+    full, rest = divmod(input_len, chunk)
+    if full <= 2:
+        rounds = [round_at(i * chunk, chunk) for i in range(full)]
+        full_s = sum(rounds)
+    else:
+        full_s = full * (round_at(0, chunk) + round_at((full - 1) * chunk, chunk)) / 2
+    ttft = full_s + (round_at(full * chunk, rest) if rest else 0.0)
+    n = full + (1 if rest else 0)
+    return Prefill(input_len, chunk, ceil(input_len / chunk), ttft, ttft - n * base_round)
 
 
 def prefill_time_s(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, input_len: int,

@@ -17,11 +17,14 @@ from .errors import PlanError
 from .knobs import Knobs, Workload
 from .layout import Layout
 from .memory import memory_report, safe_memory_fraction
+from .memory_terms import uses_deepep
 from .metrics import Metrics, evaluate, mean_tpot_s
 from .spec import ModelSpec
 from .topology import Topology
 
 CHUNK_CANDIDATES = (2048, 4096, 8192, 16384)   # max-num-batched-tokens / chunked-prefill-size tried
+DEEPEP_CHUNKS = (256, 512, 1024)                # vLLM sizes its DeepEP low-latency buffer for this many tokens
+                                                # (memory_terms.deepep_buffer_bytes: 3.6 GiB per 256 for V3)
 MAX_NUM_SEQS_CAP = 1024                         # vLLM 0.33's own default on H100/H200 (ENGINES.md)
 
 
@@ -72,10 +75,10 @@ def draft_knobs(spec: ModelSpec, topo: Topology, layout: Layout, engine: str, kv
     max_len = ceil(context / max(block, 1)) * max(block, 1)
     cap = _seq_cap(layout, workload)
     knobs = Knobs(engine=engine, block_size=block, kv_cache_dtype=kv_dtype, memory_fraction=0.9,
-                  max_num_seqs=cap, max_num_batched_tokens=8192, max_model_len=min(max_len, spec.max_position_embeddings),
+                  max_num_seqs=cap, max_num_batched_tokens=chunk_candidates(engine, layout)[0], max_model_len=min(max_len, spec.max_position_embeddings),
                   attention_backend=backend.name, prefix_caching=True, cuda_graphs=pinned.cuda_graphs)
     # the fraction is sized for the largest chunk and sequence cap tried, so the final (smaller) knobs stay safe
-    worst = replace(knobs, max_num_batched_tokens=CHUNK_CANDIDATES[-1])
+    worst = replace(knobs, max_num_batched_tokens=chunk_candidates(engine, layout)[-1])
     knobs = replace(knobs, memory_fraction=_floor3(safe_memory_fraction(spec, topo, layout, worst)))
     reasons = {
         "attention_backend": f"{backend.name}: {backend.note} (first usable in {engine}'s own order for "
@@ -107,20 +110,30 @@ def _seq_cap(layout: Layout, workload: Workload) -> int:
     return MAX_NUM_SEQS_CAP
 
 
+def chunk_candidates(engine: str, layout: Layout) -> tuple[int, ...]:
+    """Prefill chunks worth trying. vLLM with DeepEP sizes the all-to-all buffer for the whole token budget
+    (4 x experts x tokens x ~2 x hidden bytes), so there the budget stays small."""
+    return DEEPEP_CHUNKS if engine == "vllm" and uses_deepep(layout) else CHUNK_CANDIDATES
+
+
 def choose_chunk(spec, topo, layout, knobs: Knobs, workload: Workload, calib: Calibration,
                  batch: int) -> tuple[int, str]:
     """The largest prefill chunk whose stalls keep mean TPOT within target at `batch`; bigger chunks
     cut TTFT (fewer rounds) but stretch the decode steps that carry them (USER_PROBLEMS.md problem 18)."""
     target = workload.tpot_ms / 1e3
-    best, why = CHUNK_CANDIDATES[0], None
-    for chunk in CHUNK_CANDIDATES:
+    chunks = chunk_candidates(knobs.engine, layout)
+    best, why = chunks[0], None
+    for chunk in chunks:
         k = replace(knobs, max_num_batched_tokens=chunk)
         tpot, _, pre = mean_tpot_s(spec, topo, layout, k, workload, calib, max(batch, 1))
-        if tpot <= target or chunk == CHUNK_CANDIDATES[0]:
+        if tpot <= target or chunk == chunks[0]:
             best, why = chunk, (f"{chunk:,}: TTFT {pre.ttft_s * 1e3:,.0f} ms with mean TPOT {tpot * 1e3:.1f} ms "
                                 f"at {batch} running requests per DP rank (target {workload.tpot_ms:g} ms)")
-    return best, why + "; larger chunks would push decode steps past the TPOT target" \
-        if best < CHUNK_CANDIDATES[-1] else why
+    if chunks is DEEPEP_CHUNKS:
+        why += "; vLLM sizes the DeepEP buffer for this token budget, so larger budgets cost KV memory"
+    elif best < chunks[-1]:
+        why += "; larger chunks would push decode steps past the TPOT target"
+    return best, why
 
 
 def tune(spec: ModelSpec, topo: Topology, layout: Layout, engine: str, kv_dtype: str, workload: Workload,

@@ -8,6 +8,7 @@ from mla_planner import sizing
 from mla_planner.engine_memory import (default_memory_fraction, engine_default_knobs, engine_rules,
                                        vllm_capture_sizes)
 from mla_planner.errors import PlanError
+from mla_planner.knobs import Knobs
 from mla_planner.layout import Layout
 from mla_planner.memory import (ALLOCATOR_MARGIN_BYTES, memory_report, safe_memory_fraction, stage_layers)
 from mla_planner.memory_weights import stage_weight_terms
@@ -253,3 +254,20 @@ def test_no_safe_fraction_when_what_the_engine_keeps_outside_its_budget_leaves_n
     assert r.safe_fraction == 0.0 and r.no_safe_fraction.startswith("no fraction fits: on stage 0")
     assert "req_to_token" in r.no_safe_fraction
     assert not any("0.000" in x for x in r.reasons + r.notes)
+
+
+def test_deepep_buffer_is_counted_for_dp_attention_with_ep():
+    """DeepEP's low-latency buffer (csrc/config.hpp LowLatencyLayout): 4 x experts x tokens x (2d + d/32)."""
+    from mla_planner.layout import Layout
+    from mla_planner.memory import memory_report
+    spec, topo = load_model("deepseek-v3").spec, load_topology("2x8xh200-ib")
+    knobs = Knobs(engine="vllm", block_size=64, max_model_len=4096, max_num_batched_tokens=1024, max_num_seqs=64,
+                  memory_fraction=0.9)
+    dp = memory_report(spec, topo, Layout(tp=1, dp=16, ep=16), knobs)
+    assert dp.per_gpu[0].terms["deepep_buffer"] == 4 * 256 * 1024 * (2 * 7168 + 7168 // 32)   # 14.2 GiB
+    bigger = memory_report(spec, topo, Layout(tp=1, dp=16, ep=16), replace(knobs, max_num_batched_tokens=2048))
+    assert bigger.kv_capacity_tokens < dp.kv_capacity_tokens
+    plain = memory_report(spec, topo, Layout(tp=8, pp=2), knobs)
+    assert "deepep_buffer" not in plain.per_gpu[0].terms
+    sglang = memory_report(spec, topo, Layout(tp=1, dp=16, ep=16), replace(knobs, engine="sglang"))
+    assert sglang.per_gpu[0].terms["deepep_buffer"] == 4 * 256 * 128 * (2 * 7168 + 7168 // 32)  # its 128 default

@@ -152,3 +152,11 @@ def test_prefix_hits_shorten_ttft():
     cold = tune(spec, topo, Layout(tp=8, pp=2), "vllm", "bf16", Workload(), calib).metrics
     warm = tune(spec, topo, Layout(tp=8, pp=2), "vllm", "bf16", Workload(prefix_hit_rate=0.75), calib).metrics
     assert warm.ttft_s < cold.ttft_s
+
+
+def test_vllm_deepep_keeps_the_token_budget_small():
+    spec, topo, calib = setup("deepseek-v3", "2x8xh200-ib")
+    tuned = tune(spec, topo, Layout(tp=1, dp=16, ep=16), "vllm", "bf16", Workload(), calib)
+    assert tuned.knobs.max_num_batched_tokens <= 1024
+    assert "DeepEP" in tuned.reasons["max_num_batched_tokens"]
+    assert tuned.metrics.memory.per_gpu[0].terms["deepep_buffer"] > 0

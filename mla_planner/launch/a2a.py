@@ -25,6 +25,7 @@ from typing import Optional
 from ..errors import PlanError
 from ..knobs import Knobs
 from ..layout import Layout
+from ..memory_terms import uses_deepep
 from ..spec import ModelSpec
 
 VLLM_BACKEND = "deepep_low_latency"
@@ -37,7 +38,7 @@ SGLANG_MTP_TOKENS_PER_SEQ = 2   # --speculative-num-draft-tokens 2 (sglang.py): 
 
 def priced_as_all_to_all(layout: Layout) -> bool:
     """Whether the step model prices this layout's MoE as an all-to-all over the stage."""
-    return layout.dp > 1 and layout.ep > 1 and layout.ep == layout.stage_gpus
+    return uses_deepep(layout)
 
 
 def vllm_backend(layout: Layout) -> Optional[str]:
