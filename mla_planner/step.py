@@ -142,7 +142,7 @@ def stage_time(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, ba
         terms["lm_head"] = head + gather
         comp, net = comp + head, net + gather
     else:
-        terms["pp_handoff"] = pp_handoff_s(spec, layout, batch, stage, topo, calib)
+        terms["pp_handoff"] = pp_handoff_s(spec, layout, batch, stage, topo, calib, knobs.engine)
         net += terms["pp_handoff"]
     gpu_s = sum(terms.values())
     overhead = launch

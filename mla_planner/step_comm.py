@@ -33,8 +33,23 @@ def _spans(group: int, topo: Topology) -> bool:
     return group > topo.gpus_per_node
 
 
-def _ct(kind: str, nbytes: float, group: int, topo: Topology, calib: Calibration) -> float:
-    return collective_time_s(kind, nbytes, group, topo, calib, _spans(group, topo)) if group > 1 else 0.0
+def _ct(kind: str, nbytes: float, group: int, topo: Topology, calib: Calibration,
+        spans: bool | None = None) -> float:
+    spans = _spans(group, topo) if spans is None else spans
+    return collective_time_s(kind, nbytes, group, topo, calib, spans) if group > 1 else 0.0
+
+
+def dp_rank_blocks(layout: Layout, engine: str) -> bool:
+    """vLLM places each DP rank's tp x pp GPUs together (world rank = dp x pp x tp + pp x tp + tp), so with
+    PP a stage's DP-attention/EP group is strided over the whole instance; SGLang (and vLLM without DP or
+    without PP) packs each stage's tp x dp GPUs together."""
+    return engine == "vllm" and layout.dp > 1 and layout.pp > 1
+
+
+def stage_group_spans(layout: Layout, topo: Topology, engine: str) -> bool:
+    """Whether the stage-wide group (DP-attention gather/scatter, EP all-to-all) crosses nodes."""
+    gpus = layout.instance_gpus if dp_rank_blocks(layout, engine) else layout.stage_gpus
+    return gpus > topo.gpus_per_node
 
 
 def attention_comm(spec: ModelSpec, layout: Layout, batch: Batch, topo: Topology,
@@ -62,11 +77,11 @@ def attention_comm(spec: ModelSpec, layout: Layout, batch: Batch, topo: Topology
 def ffn_comm(spec: ModelSpec, layout: Layout, batch: Batch, topo: Topology, calib: Calibration,
              moe: bool, fp8_dispatch: bool, engine: str = "vllm") -> dict[str, float]:
     d, n = spec.hidden_size, batch.tokens
-    stage = layout.stage_gpus
+    stage, spans = layout.stage_gpus, stage_group_spans(layout, topo, engine)
     if not moe and dense_token_factor(layout, engine) > 1:
         total = layout.dp * n * d * ACT_BYTES
-        return {"ffn.dp_gather": _ct("all_gather", total, stage, topo, calib),
-                "ffn.dp_scatter": _ct("reduce_scatter", total, stage, topo, calib)}
+        return {"ffn.dp_gather": _ct("all_gather", total, stage, topo, calib, spans),
+                "ffn.dp_scatter": _ct("reduce_scatter", total, stage, topo, calib, spans)}
     if not moe:
         return {"ffn.all_reduce": _ct("all_reduce", n * d * ACT_BYTES, layout.tp, topo, calib)}
     if layout.dp == 1:
@@ -75,25 +90,28 @@ def ffn_comm(spec: ModelSpec, layout: Layout, batch: Batch, topo: Topology, cali
         k = spec.num_experts_per_tok
         rows = n / layout.tp * k
         dispatch_b = (1 + 4 / 128) if fp8_dispatch else ACT_BYTES
-        return {"moe.dispatch": _ct("all_to_all", rows * d * dispatch_b, stage, topo, calib),
-                "moe.combine": _ct("all_to_all", rows * d * ACT_BYTES, stage, topo, calib)}
+        return {"moe.dispatch": _ct("all_to_all", rows * d * dispatch_b, stage, topo, calib, spans),
+                "moe.combine": _ct("all_to_all", rows * d * ACT_BYTES, stage, topo, calib, spans)}
     total = layout.dp * n * d * ACT_BYTES
-    return {"moe.dp_gather": _ct("all_gather", total, stage, topo, calib),
-            "moe.dp_scatter": _ct("reduce_scatter", total, stage, topo, calib)}
+    return {"moe.dp_gather": _ct("all_gather", total, stage, topo, calib, spans),
+            "moe.dp_scatter": _ct("reduce_scatter", total, stage, topo, calib, spans)}
 
 
-def stages_share_node(layout: Layout, stage: int, topo: Topology) -> bool:
-    """Whether stage `stage` and the next one sit on the same node (stages packed in GPU order)."""
+def stages_share_node(layout: Layout, stage: int, topo: Topology, engine: str = "sglang") -> bool:
+    """Whether stage `stage` and the next one sit on the same node (stages packed in GPU order; under
+    vLLM DP each DP rank's stages sit together, see `dp_rank_blocks`)."""
+    if dp_rank_blocks(layout, engine):
+        return layout.tp * layout.pp <= topo.gpus_per_node
     first, nxt = stage * layout.stage_gpus, (stage + 1) * layout.stage_gpus
     return first // topo.gpus_per_node == nxt // topo.gpus_per_node and layout.stage_gpus < topo.gpus_per_node
 
 
 def pp_handoff_s(spec: ModelSpec, layout: Layout, batch: Batch, stage: int, topo: Topology,
-                 calib: Calibration) -> float:
+                 calib: Calibration, engine: str = "sglang") -> float:
     """Send hidden state + residual to the next stage: p2p of 1/tp of it per TP rank, then an all-gather
     over the receiving TP group (vLLM `send_tensor_dict` / `recv_tensor_dict` with all_gather_group)."""
     nbytes = 2 * batch.tokens * spec.hidden_size * ACT_BYTES
-    same = stages_share_node(layout, stage, topo)
+    same = stages_share_node(layout, stage, topo, engine)
     p2p = collective_time_s("p2p", nbytes / layout.tp, 2, topo, calib, spans_nodes=not same)
     return p2p + _ct("all_gather", nbytes, layout.tp, topo, calib)
 

@@ -11,7 +11,7 @@ import pytest
 from mla_planner import attention_cost
 from mla_planner.calibration import load_calibration
 from mla_planner.knobs import Knobs
-from mla_planner.layout import parse_layout
+from mla_planner.layout import Layout, parse_layout
 from mla_planner.models import load_model
 from mla_planner.sizing import kv_bytes_per_token_layer
 from mla_planner.step import decode_step, forward_stages, op_time_s, prefill, prefill_time_s
@@ -161,3 +161,13 @@ def test_fp8_weights_run_on_fp8_tensor_cores(v3):
     a100 = load_topology("4x8xa100-ib").gpu          # no fp8 tensor cores: bf16 rate
     bf16_op = replace(ops["moe.experts"], fp8=False)
     assert op_time_s(ops["moe.experts"], a100, cal)[1] == op_time_s(bf16_op, a100, cal)[1]
+
+
+def test_vllm_dp_with_pp_strides_the_expert_group_over_nodes():
+    """vLLM keeps each DP rank's tp x pp GPUs together, so with PP the EP group of a stage spans both nodes
+    of 2 x 8 (tp1·pp2·dp8: DP ranks 0-3 on node 0, 4-7 on node 1); SGLang packs each stage on one node."""
+    from mla_planner.step_comm import stage_group_spans, stages_share_node
+    topo = load_topology("2x8xh100-ib")
+    lay = Layout(tp=1, pp=2, dp=8, ep=8)
+    assert stage_group_spans(lay, topo, "vllm") and not stage_group_spans(lay, topo, "sglang")
+    assert stages_share_node(lay, 0, topo, "vllm") and not stages_share_node(lay, 0, topo, "sglang")
