@@ -8,7 +8,8 @@ Three layers, later wins:
 Calibration file format (YAML or JSON; unknown keys are rejected with a did-you-mean):
 
     format: mla-plan-calibration/1        # required, this exact string
-    gpu: H100-SXM-80G                      # optional: GPU the numbers were measured on (a mismatch is noted)
+    gpu: H100-SXM-80G                      # optional: GPU the numbers were measured on; on another GPU (or
+                                           # "cpu", a rehearsal) the factors are not applied, with a note
     topology: 8xh100                       # optional: where it was measured
     measured_at: "2025-06-01T12:00:00Z"    # optional
     tool: "mla-plan verify 0.1.0"          # optional
@@ -144,10 +145,14 @@ def load_calibration(path: str | Path | None, topo: Topology) -> Calibration:
     if path is not None:
         where = str(path)
         cal = validate(CalibrationFile, read_mapping(Path(path).expanduser()), where)
-        for name, value in check_overrides(cal.efficiency, where).items():
-            values[name], origin[name] = value, f"calibration {where}"
+        factors = check_overrides(cal.efficiency, where)
         if cal.gpu and cal.gpu != topo.gpu.name:
-            notes.append(f"calibration {where} was measured on {cal.gpu}, the topology has {topo.gpu.name}")
+            # efficiencies are properties of a GPU: a CPU rehearsal's or another GPU's would mislead the plan
+            notes.append(f"calibration {where} was measured on {cal.gpu}, the topology has {topo.gpu.name}: "
+                         f"its {len(factors)} factor(s) are not applied")
+            factors = {}
+        for name, value in factors.items():
+            values[name], origin[name] = value, f"calibration {where}"
     return Calibration(**values, origin=origin, notes=tuple(notes))
 
 

@@ -70,7 +70,7 @@ def workload_from(input_len: str, output_len: str, concurrency: Optional[int], r
 
 def run_plan(model: str, topology: str, workload: Workload, engine: Optional[str], kv_cache_dtype: Optional[str],
              layouts: Optional[list[str]], calibration: Optional[Path],
-             pinned: Overrides = Overrides()) -> tuple[Plan, SearchResult, str]:
+             pinned: Overrides = Overrides()) -> tuple[Plan, SearchResult, tuple]:
     loaded, topo = load_model(model), load_topology(topology)
     calib = load_calibration(calibration, topo)
     if engine and engine not in ENGINES:
@@ -82,7 +82,7 @@ def run_plan(model: str, topology: str, workload: Workload, engine: Optional[str
     if pinned.block_size is not None and pinned.block_size < 1:
         raise PlanError("--block-size must be a positive number of tokens")
     result = search(loaded.spec, topo, workload, calib, (engine,) if engine else ENGINES, kv, chosen, pinned=pinned)
-    return to_plan(loaded.spec, loaded.model_path, topo, workload, result), result, loaded.model_path
+    return to_plan(loaded.spec, loaded.model_path, topo, workload, result), result, calib.notes
 
 
 @guard
@@ -132,8 +132,9 @@ def plan_cmd(
         check_output_file(plot, "--plot")
     workload = workload_from(input_len, output_len, concurrency, request_rate, ttft_ms, tpot_ms, prefix_hit_rate)
     pinned = Overrides(block_size=block_size, cuda_graphs=not enforce_eager)
-    plan, result, _ = run_plan(model, topology, workload, engine, kv_cache_dtype, layout, calibration, pinned)
+    plan, result, notes = run_plan(model, topology, workload, engine, kv_cache_dtype, layout, calibration, pinned)
     data = plan_to_dict(plan)
+    data["notes"] = list(notes)
     data["pareto"] = [{"candidate": result.points[i].option + 1, "batch_per_dp_rank": result.points[i].batch_per_dp_rank,
                        "tokens_per_s_per_gpu": result.points[i].tokens_per_s_per_gpu,
                        "tokens_per_s_per_user": result.points[i].tokens_per_s_per_user} for i in result.pareto]
@@ -149,7 +150,7 @@ def plan_cmd(
         print_json(data) if as_json else typer.echo(yaml.safe_dump(data, sort_keys=False), nl=False)
     else:
         from .plan_render import render_plan
-        render_plan(plan, result, top, explain, model == DEFAULT_MODEL and topology == DEFAULT_TOPOLOGY, emit)
+        render_plan(plan, result, top, explain, model == DEFAULT_MODEL and topology == DEFAULT_TOPOLOGY, emit, notes)
     if not plan.candidates:
         raise typer.Exit(1)
 

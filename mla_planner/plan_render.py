@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
+from rich.markup import escape
 from rich.table import Column, Table
 
 from .cli_common import console
@@ -50,9 +51,11 @@ def knobs_table(plan: Plan, top: int) -> Table:
 
 
 def render_plan(plan: Plan, result: SearchResult, top: int, explain: bool, is_default: bool,
-                emitted: Optional[Path]) -> None:
+                emitted: Optional[Path], notes: tuple = ()) -> None:
     out = console()
     out.print(headline(plan, is_default))
+    for note in notes:
+        out.print(f"[yellow]note[/yellow] {escape(note)}")
     if not plan.candidates:
         out.print("[bold red]No candidate fits this model, cluster and workload.[/bold red]")
         from .cli_plan import rejected_summary

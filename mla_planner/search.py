@@ -148,8 +148,8 @@ def search(spec: ModelSpec, topo: Topology, workload: Workload, calib: Calibrati
             try:
                 tuned = tune(spec, topo, layout, engine, kv, workload, calib, pinned)
                 options.append(Option(layout, engine, kv, tuned, warnings_for(spec, topo, layout, tuned, workload)))
-            except Rejected as exc:
-                rejected.append({"layout": layout.label, "engine": engine, "kv_dtype": kv, "reason": str(exc)})
+            except Rejected as exc:   # got furthest: listed first, as the most telling reasons
+                rejected.insert(0, {"layout": layout.label, "engine": engine, "kv_dtype": kv, "reason": str(exc)})
         for bound, layout, kv in ranked[tuned_per_engine:]:
             rejected.append({"layout": layout.label, "engine": engine, "kv_dtype": kv,
                              "reason": f"screened out: at most {bound:,.0f} output tokens/s per GPU even with the "

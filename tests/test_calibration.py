@@ -45,8 +45,12 @@ def test_calibration_file_round_trip_and_gpu_mismatch_note(tmp_path):
     assert yaml.safe_load(text)["format"] == "mla-plan-calibration/1"
     path.write_text(text)
     cal = load_calibration(path, _topo())
-    assert cal.kernels_per_layer == 40 and cal.eager_kernel_launch_s == 1.2e-5
-    assert "H200-SXM-141G" in cal.notes[0]
+    # measured on another GPU: noted, and its factors are not applied (efficiencies belong to a GPU)
+    assert "H200-SXM-141G" in cal.notes[0] and "not applied" in cal.notes[0]
+    assert cal.kernels_per_layer == load_calibration(None, _topo()).kernels_per_layer
+    path.write_text(text.replace("H200-SXM-141G", _topo().gpu.name))
+    same = load_calibration(path, _topo())
+    assert same.kernels_per_layer == 40 and same.eager_kernel_launch_s == 1.2e-5 and not same.notes
 
 
 @pytest.mark.parametrize("body, expect", [

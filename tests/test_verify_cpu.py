@@ -69,14 +69,20 @@ def test_cpu_rehearsal_end_to_end_with_calibration(cli, tmp_path):
     topo = load_topology("8xh200")
     calib = load_calibration(cal, topo)
     assert data["calibration"]["written"] is True
-    for name, value in data["calibration"]["efficiency"].items():
-        assert getattr(calib, name) == pytest.approx(value) and calib.origin[name].startswith("calibration")
     assert {"attention_hbm_efficiency", "hbm_efficiency"} <= set(data["calibration"]["efficiency"])
-    assert "measured on cpu" in calib.notes[0]
-    # a second run of the planner with it: accepted, and a CPU's efficiencies make every step slower
+    # a CPU rehearsal's efficiencies are noted and not applied to an H200 plan
+    assert "measured on cpu" in calib.notes[0] and "not applied" in calib.notes[0]
+    assert calib.hbm_efficiency == load_calibration(None, topo).hbm_efficiency
+    # the same file as a GPU run would write it (gpu = the topology's): read back, applied, and a second
+    # run of the planner shows what changed (a CPU's efficiencies make every step much slower)
+    on_gpu = tmp_path / "on_gpu.yaml"
+    on_gpu.write_text(cal.read_text().replace("gpu: cpu", f"gpu: {topo.gpu.name}"))
+    applied = load_calibration(on_gpu, topo)
+    for name, value in data["calibration"]["efficiency"].items():
+        assert getattr(applied, name) == pytest.approx(value) and applied.origin[name].startswith("calibration")
     base = cli("compare", "--model", "deepseek-v2-lite", "--topology", "8xh200", "--layout", "tp=8", "--json")
     again = cli("compare", "--model", "deepseek-v2-lite", "--topology", "8xh200", "--layout", "tp=8", "--json",
-                "--calibration", str(cal))
+                "--calibration", str(on_gpu))
     assert base.exit_code == 0 and again.exit_code == 0, again.output
     step = lambda res: json.loads(res.stdout)["layouts"][0]["alone_tpot_s"]  # noqa: E731
     assert step(again) > 10 * step(base)
