@@ -63,6 +63,8 @@ def detail(m: Metrics) -> dict:
 def knobs_for(spec: ModelSpec, topo, layout: Layout, base: Knobs, fraction: float | None) -> tuple[Knobs, str]:
     """The knobs one layout runs with: the given memory fraction, else the engine's default for the layout,
     lowered to the memory model's safe fraction when the default would run out of memory (with a note)."""
+    if base.engine == "sglang" and layout.dp > 1:   # SGLang's default chunk, per DP rank
+        base = replace(base, max_num_batched_tokens=max(base.max_num_batched_tokens // layout.dp, 1))
     if fraction is not None:
         return replace(base, memory_fraction=fraction), ""
     default = default_memory_fraction(base.engine, spec, topo, layout, base)

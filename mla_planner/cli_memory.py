@@ -61,8 +61,9 @@ def memory_cmd(
     max_num_seqs: Annotated[IntOpt, typer.Option("--max-num-seqs", help="vLLM --max-num-seqs / SGLang "
                                                  "--max-running-requests, per DP rank.")] = None,
     max_num_batched_tokens: Annotated[IntOpt, typer.Option(
-        "--max-num-batched-tokens", help="vLLM --max-num-batched-tokens / SGLang --chunked-prefill-size: "
-        "tokens of the profiled forward that sizes the activation peak.")] = None,
+        "--max-num-batched-tokens", help="vLLM --max-num-batched-tokens / SGLang --chunked-prefill-size, per "
+        "DP rank (SGLang's flag is this x the DP-attention size): tokens of the profiled forward that sizes "
+        "the activation peak.")] = None,
     mtp: Annotated[bool, typer.Option("--mtp", help="Serve with the MTP draft layer (vLLM --speculative-config "
                                       "deepseek_mtp): its weights and KV on the last stage.")] = False,
     enforce_eager: Annotated[bool, typer.Option("--enforce-eager", help="No CUDA graphs (vLLM --enforce-eager, "
@@ -160,7 +161,7 @@ def _knobs(spec, topo, layout: Layout, engine: str, util: Optional[float], stati
            given: dict) -> Knobs:
     """Engine defaults, the user's flags over them, then the memory fraction (given or the engine's)."""
     fraction = fraction_from_flags(engine, util, static)
-    knobs = engine_default_knobs(engine, spec, topo, **given)
+    knobs = engine_default_knobs(engine, spec, topo, layout.dp, **given)
     if fraction is None:
         fraction = default_memory_fraction(engine, spec, topo, layout, knobs)
     return Knobs(**{**asdict(knobs), "memory_fraction": fraction})

@@ -144,7 +144,8 @@ def sglang_default_fraction(gpu: GPU, layout: Layout, knobs: Knobs) -> float:
     DeepEP (+2 GiB) and speculative-decoding reserves."""
     mib, tp_size = nvidia_smi_mib(gpu), layout.stage_gpus
     max_bs = sglang_cuda_graph_max_bs(gpu, tp_size)
-    reserved = 512 + max(knobs.max_num_batched_tokens, 2048) * 1.5 + tp_size * layout.pp / 8 * 1024
+    chunked = knobs.max_num_batched_tokens * layout.dp     # the server flag: per-DP-rank knob x dp
+    reserved = 512 + max(chunked, 2048) * 1.5 + tp_size * layout.pp / 8 * 1024
     if knobs.cuda_graphs:
         reserved += max_bs * 2 + 1.5 * 1024
         if layout.dp > 1:
@@ -160,21 +161,21 @@ def default_memory_fraction(engine: str, spec: ModelSpec, topo: Topology, layout
     --mem-fraction-static (`sglang_default_fraction`) for its default chunked prefill and graphs."""
     if engine == "vllm":
         return VLLM_DEFAULT_UTILIZATION
-    knobs = knobs or engine_default_knobs("sglang", spec, topo)
+    knobs = knobs or engine_default_knobs("sglang", spec, topo, layout.dp)
     return sglang_default_fraction(topo.gpu, layout, knobs)
 
 
-def engine_default_knobs(engine: str, spec: ModelSpec, topo: Topology, **given) -> Knobs:
+def engine_default_knobs(engine: str, spec: ModelSpec, topo: Topology, dp: int = 1, **given) -> Knobs:
     """Knobs as the engine resolves them when a flag is not given (None in `given` means default):
     vLLM 0.33: block 16 (CacheConfig.DEFAULT_BLOCK_SIZE; FLASH_ATTN_MLA on Hopper takes multiples
     of 16) or 64 on Blackwell (FLASHINFER_MLA rejects 16), max-num-seqs 1024, max-num-batched-tokens
     8192 below 160 GiB else 16384; SGLang: page 1 (fa3) or 64 (trtllm_mla on Blackwell),
-    chunked-prefill by GPU memory, max-running-requests 2048 (its auto floor). Both: max-model-len =
-    the model's max_position_embeddings, bf16 KV."""
+    chunked-prefill by GPU memory (per DP rank: divided by `dp` under DP attention), max-running-requests
+    2048 (its auto floor). Both: max-model-len = the model's max_position_embeddings, bf16 KV."""
     gpu, blackwell = topo.gpu, topo.gpu.arch == "blackwell"
     if engine == "sglang":
         base = dict(block_size=64 if blackwell else 1, max_num_seqs=2048,
-                    max_num_batched_tokens=sglang_chunked_prefill(gpu))
+                    max_num_batched_tokens=max(sglang_chunked_prefill(gpu) // dp, 1))
     else:
         base = dict(block_size=64 if blackwell else 16, max_num_seqs=1024,
                     max_num_batched_tokens=8192 if gpu.memory_bytes < 160 * GiB else 16384)
@@ -213,10 +214,9 @@ def capture_plan(rules: EngineRules, knobs: Knobs, gpu: GPU, layout: Layout) -> 
 
 
 def activation_tokens(rules: EngineRules, knobs: Knobs, layout: Layout) -> int:
-    """Tokens of the profiled forward: vLLM max_num_batched_tokens per DP rank; SGLang's chunked
-    prefill is divided by the DP-attention size (8192 -> 1024 at dp 8, ENGINES.md)."""
-    if rules.engine == "sglang" and layout.dp > 1:
-        return max(knobs.max_num_batched_tokens // layout.dp, 1)
+    """Tokens of the profiled forward on one DP rank: `knobs.max_num_batched_tokens` is per DP rank for
+    both engines (vLLM's flag is; SGLang's --chunked-prefill-size is this x dp, the engine dividing it by
+    the DP-attention size: 8192 -> 1024 at dp 8, ENGINES.md; launch/sglang.py multiplies)."""
     return knobs.max_num_batched_tokens
 
 

@@ -138,9 +138,10 @@ def layout_problems(layout: Layout, spec: ModelSpec, gpus_per_node: int, total_g
             out.append(f"latent-sharded KV needs tp>1 dividing kv_lora_rank={spec.kv_lora_rank}")
     if layout.pp > spec.num_hidden_layers:
         out.append(f"pp={layout.pp} exceeds {spec.num_hidden_layers} layers")
-    stage = layout.stage_gpus
-    if (stage > gpus_per_node and stage % gpus_per_node) or (stage < gpus_per_node and gpus_per_node % stage):
-        out.append(f"a stage of {stage} GPUs does not pack into nodes of {gpus_per_node}")
+    for what, gpus in (("a stage", layout.stage_gpus), ("an instance", layout.instance_gpus)):
+        if (gpus > gpus_per_node and gpus % gpus_per_node) or (gpus < gpus_per_node and gpus_per_node % gpus):
+            out.append(f"{what} of {gpus} GPUs does not pack into nodes of {gpus_per_node}")
+            break
     if layout.total_gpus > total_gpus:
         out.append(f"needs {layout.total_gpus} GPUs, the cluster has {total_gpus}")
     return out

@@ -19,7 +19,7 @@ from .calibration import Calibration
 from .knobs import ENGINES, Workload
 from .layout import Layout, layout_problems
 from .layouts import candidate_layouts
-from .memory import memory_report
+from .memory import evaluate as memory_evaluate
 from .metrics import in_flight, mean_tpot_s, tokens_per_request
 from .pareto import pareto_front
 from .spec import ModelSpec
@@ -81,7 +81,7 @@ def _given(spec: ModelSpec, topo: Topology, layouts: list[Layout]) -> tuple[list
 def _screen(spec, topo, layout, engine, kv, workload, calib, pinned: Overrides) -> float:
     """Upper bound on output tokens/s per GPU; raises Rejected when the layout cannot serve at all."""
     knobs, _ = draft_knobs(spec, topo, layout, engine, kv, workload, pinned)
-    mem = memory_report(spec, topo, layout, knobs)
+    mem = memory_evaluate(spec, topo, layout, knobs)      # the verdict only: no search for ways out
     if not mem.fits:
         raise Rejected(mem.reasons[0] if mem.reasons else "does not fit")
     batch = min(knobs.max_num_seqs, mem.kv_capacity_tokens // tokens_per_request(workload, knobs.block_size))
@@ -168,9 +168,10 @@ def tradeoff_curve(spec: ModelSpec, topo: Topology, index: int, o: Option, workl
     Pareto front shows which layout wins at which TPOT, not only at the target."""
     m, knobs, lay = o.tuned.metrics, o.tuned.knobs, o.layout
     kv_max = m.memory.kv_capacity_tokens // tokens_per_request(workload, knobs.block_size)
-    batches = sorted({b for b in (2 ** i for i in range(12)) if b <= kv_max} | {m.concurrency_per_dp_rank} - {0})
+    top = min(kv_max, knobs.max_num_seqs)     # what this deployment, as launched, can ever run
+    batches = sorted({b for b in (2 ** i for i in range(12)) if b <= top} | {m.concurrency_per_dp_rank} - {0})
     out = []
     for b in batches:
         tpot = mean_tpot_s(spec, topo, lay, knobs, workload, calib, b)[0]
-        out.append(TradeoffPoint(index, b, b * lay.dp * lay.replicas / tpot / lay.total_gpus, 1.0 / tpot))
+        out.append(TradeoffPoint(index, b, in_flight(b, lay, workload) / tpot / lay.total_gpus, 1.0 / tpot))
     return out

@@ -137,8 +137,8 @@ def stage_time(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, ba
         net += terms["embed"]
     if last:
         rows = batch.decode + (1 if batch.prefill else 0)
-        head = sum(max(op_time_s(o, topo.gpu, calib)) for o in head_ops(spec, layout, rows))
-        gather = logits_comm(spec, layout, rows, topo, calib)
+        head = sum(max(op_time_s(o, topo.gpu, calib)) for o in head_ops(spec, layout, rows, knobs.engine))
+        gather = logits_comm(spec, layout, rows, topo, calib, knobs.engine)
         terms["lm_head"] = head + gather
         comp, net = comp + head, net + gather
     else:

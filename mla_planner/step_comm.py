@@ -24,8 +24,9 @@ from __future__ import annotations
 from .calibration import Calibration
 from .comm import collective_time_s
 from .layout import Layout
+from .memory_terms import uses_deepep
 from .spec import ModelSpec
-from .step_work import ACT_BYTES, Batch, dense_token_factor
+from .step_work import ACT_BYTES, Batch, dense_token_factor, dense_tp
 from .topology import Topology
 
 
@@ -86,7 +87,7 @@ def ffn_comm(spec: ModelSpec, layout: Layout, batch: Batch, topo: Topology, cali
         return {"ffn.all_reduce": _ct("all_reduce", n * d * ACT_BYTES, layout.tp, topo, calib)}
     if layout.dp == 1:
         return {"moe.all_reduce": _ct("all_reduce", n * d * ACT_BYTES, stage, topo, calib)}
-    if layout.ep > 1:
+    if uses_deepep(layout):   # the rule the launch follows (launch/a2a.py) and the memory model prices
         k = spec.num_experts_per_tok
         rows = n / layout.tp * k
         dispatch_b = (1 + 4 / 128) if fp8_dispatch else ACT_BYTES
@@ -121,6 +122,10 @@ def embed_comm(spec: ModelSpec, layout: Layout, batch: Batch, topo: Topology, ca
     return _ct("all_reduce", batch.tokens * spec.hidden_size * ACT_BYTES, layout.tp, topo, calib)
 
 
-def logits_comm(spec: ModelSpec, layout: Layout, rows: int, topo: Topology, calib: Calibration) -> float:
-    """Vocab-parallel lm_head: gather the rows' logits (bf16) over TP (last stage)."""
-    return _ct("all_gather", rows * spec.vocab_size * ACT_BYTES, layout.tp, topo, calib)
+def logits_comm(spec: ModelSpec, layout: Layout, rows: int, topo: Topology, calib: Calibration,
+                engine: str = "vllm") -> float:
+    """Vocab-parallel lm_head: gather the rows' logits (bf16) over the group the head is split over
+    (memory_weights.dense_tp; SGLang's DP attention: all dp ranks' rows over tp x dp), last stage."""
+    tp = dense_tp(layout, engine, "lm_head")
+    return _ct("all_gather", rows * (tp // layout.tp) * spec.vocab_size * ACT_BYTES, tp, topo, calib,
+               stage_group_spans(layout, topo, engine) if tp > layout.tp else None)

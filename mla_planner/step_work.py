@@ -206,7 +206,11 @@ def ffn_ops(spec: ModelSpec, layout: Layout, batch: Batch, w: LayerWeights, moe:
     return ops
 
 
-def head_ops(spec: ModelSpec, layout: Layout, tokens: int) -> list[Op]:
-    """lm_head on the last stage: vocab-parallel V x d bf16 split by TP; logits only for decoding rows."""
+def head_ops(spec: ModelSpec, layout: Layout, tokens: int, engine: str = "vllm") -> list[Op]:
+    """lm_head on the last stage: vocab-parallel V x d bf16 split as the memory model splits it
+    (memory_weights.dense_tp: the TP group; SGLang under DP attention: tp x dp); logits only for decoding
+    rows (under SGLang's DP attention the rows of all dp ranks are gathered first)."""
     V, d = spec.vocab_size, spec.hidden_size
-    return [Op("lm_head", V * d * ACT_BYTES / layout.tp, 2.0 * tokens * V * d / layout.tp)]
+    tp = dense_tp(layout, engine, "lm_head")
+    rows = tokens * (tp // layout.tp)
+    return [Op("lm_head", V * d * ACT_BYTES / tp, 2.0 * rows * V * d / tp)]

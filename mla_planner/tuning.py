@@ -16,7 +16,8 @@ from .calibration import Calibration
 from .errors import PlanError
 from .knobs import Knobs, Workload
 from .layout import Layout
-from .memory import memory_report, safe_memory_fraction
+from .memory import evaluate as memory_evaluate
+from .memory import safe_memory_fraction
 from .memory_terms import uses_deepep
 from .metrics import Metrics, evaluate, mean_tpot_s
 from .spec import ModelSpec
@@ -140,7 +141,7 @@ def tune(spec: ModelSpec, topo: Topology, layout: Layout, engine: str, kv_dtype:
          calib: Calibration, pinned: Overrides = Overrides()) -> Tuned:
     """Every knob for this layout, engine and KV dtype, and the metrics they give; Rejected if it can't serve."""
     knobs, reasons = draft_knobs(spec, topo, layout, engine, kv_dtype, workload, pinned)
-    mem = memory_report(spec, topo, layout, knobs)
+    mem = memory_evaluate(spec, topo, layout, knobs)
     if not mem.fits:
         raise Rejected(mem.reasons[0] if mem.reasons else "does not fit")
     first = evaluate(spec, topo, layout, knobs, workload, calib)
@@ -156,7 +157,7 @@ def tune(spec: ModelSpec, topo: Topology, layout: Layout, engine: str, kv_dtype:
     knobs = replace(knobs, max_num_seqs=seqs)
     # fewer sequences mean fewer CUDA graphs to capture: re-count memory for the final knobs (the metrics
     # were computed at the larger cap, so they stay a slight underestimate of the KV room)
-    return Tuned(knobs, replace(m, memory=memory_report(spec, topo, layout, knobs)), reasons)
+    return Tuned(knobs, replace(m, memory=memory_evaluate(spec, topo, layout, knobs)), reasons)
 
 
 def knobs_chunk(m: Metrics) -> int:

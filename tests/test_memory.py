@@ -271,3 +271,13 @@ def test_deepep_buffer_is_counted_for_dp_attention_with_ep():
     assert "deepep_buffer" not in plain.per_gpu[0].terms
     sglang = memory_report(spec, topo, Layout(tp=1, dp=16, ep=16), replace(knobs, engine="sglang"))
     assert sglang.per_gpu[0].terms["deepep_buffer"] == 4 * 256 * 128 * (2 * 7168 + 7168 // 32)  # its 128 default
+
+
+def test_token_budget_is_per_dp_rank_for_both_engines():
+    """SGLang's --chunked-prefill-size is the per-DP-rank knob x dp (launch/sglang.py), and the engine gives
+    each DP rank the flag / dp (ENGINES.md: 8192 -> 1024 at dp 8): the activation peak is priced at the knob."""
+    from mla_planner.engine_memory import activation_tokens
+    knobs = Knobs(engine="sglang", max_num_batched_tokens=2048)
+    assert activation_tokens(engine_rules("sglang"), knobs, Layout(tp=1, dp=8, ep=8)) == 2048
+    h200 = load_topology("8xh200")
+    assert engine_default_knobs("sglang", load_model("deepseek-v3").spec, h200, 8).max_num_batched_tokens == 1024

@@ -160,3 +160,19 @@ def test_vllm_deepep_keeps_the_token_budget_small():
     assert tuned.knobs.max_num_batched_tokens <= 1024
     assert "DeepEP" in tuned.reasons["max_num_batched_tokens"]
     assert tuned.metrics.memory.per_gpu[0].terms["deepep_buffer"] > 0
+
+
+def test_instances_must_pack_into_nodes_as_launch_places_them():
+    spec = load_model("deepseek-v3").spec
+    assert any("an instance of 6 GPUs" in p for p in layout_problems(Layout(tp=2, pp=3), spec, 8, 8))
+    spec, topo, _ = setup("deepseek-v2", "2x8xh100-ib")
+    assert "tp1·pp3·dp4·ep4" not in {lay.label for lay in candidate_layouts(spec, topo)[0]}
+
+
+def test_pareto_points_stay_within_what_the_deployment_can_run():
+    spec, topo, calib = setup("deepseek-v3", "2x8xh200-ib")
+    result = search(spec, topo, Workload(concurrency=64), calib, engines=("vllm",))
+    for p in result.points:
+        o = result.options[p.option]
+        assert p.batch_per_dp_rank <= max(o.tuned.knobs.max_num_seqs, o.tuned.metrics.concurrency_per_dp_rank)
+        assert p.tokens_per_s_per_gpu * o.layout.total_gpus / p.tokens_per_s_per_user <= 64 + 1e-6

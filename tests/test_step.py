@@ -171,3 +171,20 @@ def test_vllm_dp_with_pp_strides_the_expert_group_over_nodes():
     lay = Layout(tp=1, pp=2, dp=8, ep=8)
     assert stage_group_spans(lay, topo, "vllm") and not stage_group_spans(lay, topo, "sglang")
     assert stages_share_node(lay, 0, topo, "vllm") and not stages_share_node(lay, 0, topo, "sglang")
+
+
+def test_moe_collective_follows_the_deepep_rule_and_sglang_head_split():
+    """DeepEP all-to-all only when DP attention spreads experts over the whole stage (memory_terms.uses_deepep,
+    the rule launch/a2a.py emits flags by); otherwise DP attention gathers/scatters around the MoE.
+    SGLang under DP attention splits lm_head over tp x dp (memory_weights.dense_tp), so its step gathers
+    logits over that group."""
+    from mla_planner.step_comm import ffn_comm, logits_comm
+    from mla_planner.step_work import Batch, head_ops
+    spec, topo = load_model("deepseek-v3").spec, load_topology("2x8xh200-ib")
+    calib = load_calibration(None, topo)
+    full = ffn_comm(spec, Layout(tp=1, dp=8, ep=8), Batch(8, 2048), topo, calib, True, True, "sglang")
+    part = ffn_comm(spec, Layout(tp=2, dp=4, ep=4), Batch(8, 2048), topo, calib, True, True, "sglang")
+    assert "moe.dispatch" in full and "moe.dp_gather" in part
+    lay = Layout(tp=1, dp=8, ep=8)
+    assert head_ops(spec, lay, 8, "sglang")[0].bytes * 8 == head_ops(spec, lay, 8, "vllm")[0].bytes
+    assert logits_comm(spec, lay, 8, topo, calib, "sglang") > 0 == logits_comm(spec, lay, 8, topo, calib, "vllm")
