@@ -52,13 +52,3 @@ def naive_core_flops(heads_per_rank: int, context_tokens_total: int, qk_head_dim
     Source: MLA_MATH.md section 8, "Naive alternatives".
     """
     return 2.0 * heads_per_rank * q_len * context_tokens_total * (qk_head_dim + v_head_dim)
-
-
-def naive_core_bytes(heads_per_rank: int, context_tokens_total: int, qk_head_dim: int = 192,
-                     v_head_dim: int = 128, act_bytes: int = 2) -> float:
-    """Bytes read from a per-head K/V cache: sum(T_b) * H_t * (d_qk + d_v) * act_bytes.
-
-    Unlike the latent cache this one is split by TP (it has a head axis).
-    Source: MLA_MATH.md section 8.
-    """
-    return context_tokens_total * heads_per_rank * (qk_head_dim + v_head_dim) * act_bytes

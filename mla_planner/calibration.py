@@ -156,13 +156,6 @@ def load_calibration(path: str | Path | None, topo: Topology) -> Calibration:
     return Calibration(**values, origin=origin, notes=tuple(notes))
 
 
-def default_calibration(topo: Topology | None = None) -> Calibration:
-    """Defaults only (or defaults + topology overrides): for tests and library callers."""
-    if topo is not None:
-        return load_calibration(None, topo)
-    return Calibration(**default_values())
-
-
 def dump_calibration(efficiency: dict, gpu: str | None = None, topology: str | None = None,
                      measured_at: str | None = None, tool: str | None = None,
                      measurements: dict | None = None) -> str:

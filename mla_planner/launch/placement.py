@@ -61,6 +61,3 @@ def place(layout: Layout, topology: Topology) -> list[InstancePlacement]:
     return [InstancePlacement(r, (r // per_node_instances,), inst, (r % per_node_instances) * inst, per_node)
             for r in range(layout.replicas)]
 
-
-def nodes_used(placements: list[InstancePlacement]) -> list[int]:
-    return sorted({n for p in placements for n in p.nodes})
