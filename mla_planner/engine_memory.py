@@ -23,7 +23,7 @@ import re
 from dataclasses import dataclass
 from typing import Optional
 
-from .backends import backend, usable_backends
+from .backends import backend, engine_version, usable_backends
 from .errors import PlanError
 from .knobs import Knobs
 from .layout import Layout
@@ -48,9 +48,10 @@ class EngineRules:
 def engine_rules(engine: str, version: Optional[str] = None) -> EngineRules:
     """Accounting rules of `engine` at `version` (default: the versions ENGINES.md was checked on)."""
     if engine == "sglang":
-        parse_version(version or "0.5.23")
-        return EngineRules("sglang", version or "0.5.23", graphs_in_budget=False, baseline_outside_budget=True)
-    version = version or "0.33.0"
+        version = version or engine_version("sglang")
+        parse_version(version)
+        return EngineRules("sglang", version, graphs_in_budget=False, baseline_outside_budget=True)
+    version = version or engine_version("vllm")
     release = parse_version(version)
     return EngineRules("vllm", version, graphs_in_budget=release >= (0, 21),
                        baseline_outside_budget=release >= (0, 10))

@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Optional, Union
 
+from ..backends import engine_version
 from ..errors import PlanError
 from ..knobs import Knobs, Workload
 from ..layout import Layout
@@ -136,7 +137,8 @@ def check_inputs(inp: LaunchInputs) -> None:
     if inp.mode not in MODES:
         raise PlanError(f"launch mode '{inp.mode}' is not one of {', '.join(MODES)}")
     if inp.layout.kv_layout != "replicated":
-        raise PlanError(f"{inp.layout.label}: the {inp.layout.kv_layout} KV layout has no flag in vLLM 0.33.0 or "
-                        "SGLang 0.5.23 (both keep the full latent on every TP rank); pick a replicated candidate")
+        raise PlanError(f"{inp.layout.label}: the {inp.layout.kv_layout} KV layout has no flag in vLLM "
+                        f"{engine_version('vllm')} or SGLang {engine_version('sglang')} (both keep the full latent "
+                        "on every TP rank); pick a replicated candidate")
     if inp.knobs.mtp and not inp.spec.num_nextn_predict_layers:
         raise PlanError(f"MTP speculative decoding needs a model with MTP layers; {inp.spec.name} has none")
