@@ -222,3 +222,12 @@ def test_without_plan_or_layout_verify_plans_with_the_same_options(cli):
     assert r.exit_code == 0, r.output
     data = json.loads(r.stdout)
     assert "candidate 1 of the plan for deepseek-v2-lite on 8xh200" in json.dumps(data)
+
+
+def test_rank_to_stage_follows_the_engines_placement():
+    """vLLM with DP and PP keeps each DP rank's tp x pp GPUs together (step_comm.dp_rank_blocks); SGLang
+    packs each stage. verify must check rank r against the stage that rank really serves."""
+    from mla_planner.verify.target import rank_stage
+    lay = Layout(tp=1, pp=2, dp=8, ep=8)
+    assert [rank_stage(r, lay, "vllm") for r in range(4)] == [0, 1, 0, 1]
+    assert [rank_stage(r, lay, "sglang") for r in (0, 7, 8, 15)] == [0, 0, 1, 1]

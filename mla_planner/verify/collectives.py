@@ -32,6 +32,7 @@ import torch.distributed as dist
 
 from ..comm import bus_factor, collective, net_of
 from ..errors import PlanError
+from ..step_comm import dp_rank_blocks
 from ..step_work import ACT_BYTES
 from .checks import COLLECTIVE_BAND, Check, Timing, errored, one_line, ratio_check, skipped
 from .env import DeviceInfo
@@ -81,6 +82,9 @@ def pipeline_pairs(t: Target) -> list[list[int]]:
     """(stage s rank, same TP position in stage s+1); in a rehearsal, ranks (2i, 2i + 1)."""
     layout, world = t.chosen.layout, t.ranks.world
     if world >= layout.instance_gpus:
+        if dp_rank_blocks(layout, t.chosen.knobs.engine):   # each DP rank's stages sit together (vLLM)
+            return [[r, r + layout.tp] for r in range(layout.instance_gpus)
+                    if (r % (layout.tp * layout.pp)) // layout.tp < layout.pp - 1]
         stage = layout.stage_gpus
         return [[r, r + stage] for r in range(stage * (layout.pp - 1))]
     return [[i, i + 1] for i in range(0, world - 1, 2)]

@@ -26,6 +26,7 @@ from ..memory import MemoryReport, RankMemory, memory_report
 from ..metrics import evaluate
 from ..spec import ModelSpec
 from ..step import DecodeStep, decode_step
+from ..step_comm import dp_rank_blocks
 from ..topology import Topology
 
 
@@ -129,11 +130,20 @@ def _planned_batch(c: Chosen) -> tuple[int, list[str]]:
                f"{m.concurrency_limit}); checking one sequence per DP rank"]
 
 
-def _stage(report: MemoryReport, layout: Layout, ranks: RankInfo) -> int:
-    """This rank's stage when the job covers a whole instance (stages in GPU order, step_comm);
-    otherwise the stage with the least free memory (the tightest fit)."""
+def rank_stage(rank: int, layout: Layout, engine: str) -> int:
+    """The pipeline stage of global rank `rank` as the engine places ranks (step_comm.dp_rank_blocks):
+    vLLM with DP and PP keeps each DP rank's tp x pp GPUs together; otherwise stages are in GPU order."""
+    r = rank % layout.instance_gpus
+    if dp_rank_blocks(layout, engine):
+        return (r % (layout.tp * layout.pp)) // layout.tp
+    return r // layout.stage_gpus
+
+
+def _stage(report: MemoryReport, layout: Layout, ranks: RankInfo, engine: str) -> int:
+    """This rank's stage when the job covers a whole instance; otherwise the stage with the least free
+    memory (the tightest fit)."""
     if ranks.world >= layout.instance_gpus:
-        return (ranks.rank % layout.instance_gpus) // layout.stage_gpus
+        return rank_stage(ranks.rank, layout, engine)
     return min(report.per_gpu, key=lambda g: g.terms["free"]).pp_stage
 
 
@@ -147,6 +157,6 @@ def make_target(c: Chosen, ranks: RankInfo = RankInfo()) -> Target:
     batch, notes = _planned_batch(c)
     context = c.context or c.workload.mean_decode_context
     step = decode_step(c.spec, c.topo, c.layout, c.knobs, batch, context, c.calib)
-    stage = _stage(report, c.layout, ranks)
+    stage = _stage(report, c.layout, ranks, c.knobs.engine)
     return Target(c, batch, step.micro_batch, context, stage, step, report.per_gpu[stage], report, ranks,
                   tuple(notes) + tuple(c.calib.notes))
