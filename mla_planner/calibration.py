@@ -37,7 +37,7 @@ from pydantic import BaseModel, ConfigDict
 from .errors import InputError, did_you_mean
 from .resources import data_dir
 from .topology import Topology
-from .yamlio import read_mapping, validate
+from .yamlio import read_mapping, user_path, validate
 
 FORMAT = "mla-plan-calibration/1"
 
@@ -144,7 +144,7 @@ def load_calibration(path: str | Path | None, topo: Topology) -> Calibration:
         values[name], origin[name] = value, f"topology {topo.name}"
     if path is not None:
         where = str(path)
-        cal = validate(CalibrationFile, read_mapping(Path(path).expanduser()), where)
+        cal = validate(CalibrationFile, read_mapping(user_path(str(path))), where)
         factors = check_overrides(cal.efficiency, where)
         if cal.gpu and cal.gpu != topo.gpu.name:
             # efficiencies are properties of a GPU: a CPU rehearsal's or another GPU's would mislead the plan

@@ -2,19 +2,52 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Annotated, Optional
 
+import click
 import typer
+from typer.core import TyperGroup
 
-from . import __version__
-from .cli_compare import compare_cmd
-from .cli_emit import emit_cmd
-from .cli_memory import memory_cmd
-from .cli_plan import plan_cmd
-from .cli_show import models_cmd, show_cmd, topologies_cmd
-from .cli_verify import verify_cmd
+try:  # newer typer parses with its own vendored copy of click; older ones use click itself
+    from typer._click import exceptions as _vendored
+    _USAGE: tuple = (click.ClickException, _vendored.ClickException)
+except ImportError:  # pragma: no cover
+    _USAGE = (click.ClickException,)
+_ABORT = (click.exceptions.Abort, getattr(typer, "Abort", click.exceptions.Abort))
 
-app = typer.Typer(name="mla-plan", no_args_is_help=False, add_completion=False, rich_markup_mode="rich",
+from . import __version__  # noqa: E402
+from .cli_compare import compare_cmd  # noqa: E402
+from .cli_emit import emit_cmd  # noqa: E402
+from .cli_memory import memory_cmd  # noqa: E402
+from .cli_plan import plan_cmd  # noqa: E402
+from .cli_show import models_cmd, show_cmd, topologies_cmd  # noqa: E402
+from .cli_verify import verify_cmd  # noqa: E402
+
+
+
+class OneLineErrors(TyperGroup):
+    """Click's own usage errors (unknown option, missing or mistyped value, extra argument) as one
+    `error:` line on stderr with exit 2, like the library's PlanError (cli_common.guard) - no boxed panel."""
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        try:
+            rv = super().main(args=args, prog_name=prog_name, complete_var=complete_var, standalone_mode=False,
+                              **extra)
+        except _USAGE as exc:
+            where = exc.ctx.command_path if getattr(exc, "ctx", None) else "mla-plan"
+            click.echo(f"error: {where}: {' '.join(exc.format_message().split())}", err=True)
+            sys.exit(exc.exit_code)
+        except _ABORT:
+            click.echo("error: aborted", err=True)
+            sys.exit(1)
+        if not standalone_mode:
+            return rv
+        sys.exit(rv if isinstance(rv, int) else 0)
+
+
+app = typer.Typer(name="mla-plan", cls=OneLineErrors, no_args_is_help=False, add_completion=False,
+                  rich_markup_mode="rich",
                   context_settings={"help_option_names": ["-h", "--help"]}, pretty_exceptions_enable=False,
                   help="Plan, launch and verify Multi-head Latent Attention deployments (DeepSeek-V2/V3/R1, "
                        "Kimi-K2) on vLLM and SGLang. Start with `mla-plan plan` (no arguments: DeepSeek-V3 on "

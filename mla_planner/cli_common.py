@@ -38,7 +38,8 @@ def guard(fn: Callable) -> Callable:
         try:
             return fn(*args, **kwargs)
         except PlanError as exc:
-            Console(stderr=True, highlight=False).print(f"[red]error:[/red] {escape(str(exc))}", markup=True,
+            text = " ".join(str(exc).splitlines())   # one line, whatever the user typed into it
+            Console(stderr=True, highlight=False).print(f"[red]error:[/red] {escape(text)}", markup=True,
                                                         soft_wrap=True)
             raise typer.Exit(2) from None
     return wrapper

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict, replace
+from math import inf
 from typing import Annotated, Optional
 
 import typer
@@ -146,13 +147,16 @@ def compare_cmd(layouts: Annotated[Optional[list[str]], typer.Option(
         raise PlanError(f"--engine must be one of {', '.join(ENGINES)}, got '{engine}'")
     kv_dtype = kv_dtype_choice(kv_cache_dtype)
     (inp, inp_max), (out, out_max) = parse_length(input_len, "--input-len"), parse_length(output_len, "--output-len")
-    if min(tpot_ms, ttft_ms) <= 0:
-        raise PlanError("--tpot-ms and --ttft-ms must be positive")
+    if not (0 < tpot_ms < inf and 0 < ttft_ms < inf):
+        raise PlanError("--tpot-ms and --ttft-ms must be positive, finite milliseconds")
     fraction = _fraction(engine, gpu_memory_utilization, mem_fraction_static, memory_fraction)
     spec, topo = load_model(model).spec, load_topology(topology)
     calib = load_calibration(calibration, topo)
     workload = Workload(input_len=inp, output_len=out, input_len_max=inp_max, output_len_max=out_max,
                         tpot_ms=tpot_ms, ttft_ms=ttft_ms)
+    if workload.max_context_len > spec.max_position_embeddings:
+        raise PlanError(f"--input-len + --output-len = {workload.max_context_len:,} tokens exceeds {spec.name}'s "
+                        f"max_position_embeddings {spec.max_position_embeddings:,}")
     base = engine_default_knobs(engine, spec, topo, kv_cache_dtype=kv_dtype, cuda_graphs=not enforce_eager,
                                 max_num_seqs=bounded("--max-num-seqs", max_num_seqs),
                                 max_model_len=workload.max_context_len)

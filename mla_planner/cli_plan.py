@@ -9,19 +9,19 @@ from typing import Annotated, Optional
 
 import typer
 import yaml
-from rich.table import Table
 
 from .calibration import load_calibration
-from .cli_common import DEFAULT_MODEL, DEFAULT_TOPOLOGY, JsonOpt, console, guard, print_json
+from .cli_common import DEFAULT_MODEL, DEFAULT_TOPOLOGY, JsonOpt, guard, print_json
 from .errors import PlanError
 from .knobs import ENGINES, Workload
-from .layout import parse_layout
+from .layout import layout_problems, parse_layout
 from .models import load_model
 from .pareto import png_plot
 from .plan import to_plan
 from .planfile import Plan, plan_to_dict
 from .search import SearchResult, search
 from .topology import load_topology
+from .yamlio import path_kind
 from .tuning import Overrides
 
 Opt = typer.Option
@@ -64,7 +64,10 @@ def workload_from(input_len: str, output_len: str, concurrency: Optional[int], r
         if not 0 < request_rate < inf:
             raise PlanError("--request-rate must be positive (requests per second)")
         # Little's law: requests in flight = arrival rate x time in system (TTFT + output x TPOT at target)
-        concurrency = concurrency or max(1, round(request_rate * (ttft_ms + out * tpot_ms) / 1e3))
+        in_flight = request_rate * (ttft_ms + out * tpot_ms) / 1e3
+        if not in_flight < 1e9:
+            raise PlanError(f"--request-rate {request_rate:g}: implies more than a billion requests in flight")
+        concurrency = concurrency or max(1, round(in_flight))
     return Workload(inp, out, inp_max, out_max, concurrency, request_rate, ttft_ms, tpot_ms, prefix_hit_rate)
 
 
@@ -79,6 +82,10 @@ def run_plan(model: str, topology: str, workload: Workload, engine: Optional[str
     if kv == "bad":
         raise PlanError(f"--kv-cache-dtype must be auto, bf16 or fp8, got '{kv_cache_dtype}'")
     chosen = [parse_layout(text) for text in layouts] if layouts else None
+    if chosen:
+        problems = [(lay, layout_problems(lay, loaded.spec, topo.gpus_per_node, topo.total_gpus)) for lay in chosen]
+        if all(p for _, p in problems):   # nothing the user asked for can exist: bad input, not "no fit"
+            raise PlanError("; ".join(f"layout {lay.label}: {', '.join(p)}" for lay, p in problems))
     if pinned.block_size is not None and pinned.block_size < 1:
         raise PlanError("--block-size must be a positive number of tokens")
     result = search(loaded.spec, topo, workload, calib, (engine,) if engine else ENGINES, kv, chosen, pinned=pinned)
@@ -130,14 +137,19 @@ def plan_cmd(
         raise PlanError("give --json or --yaml, not both")
     if plot is not None:
         check_output_file(plot, "--plot")
+    if emit is not None and path_kind(emit) == "dir" and any(emit.iterdir()):
+        raise PlanError(f"--emit {emit}: is not empty; choose an empty folder")
+    if emit is not None and not str(emit).strip():
+        raise PlanError("--emit: give a folder name")
     workload = workload_from(input_len, output_len, concurrency, request_rate, ttft_ms, tpot_ms, prefix_hit_rate)
     pinned = Overrides(block_size=block_size, cuda_graphs=not enforce_eager)
     plan, result, notes = run_plan(model, topology, workload, engine, kv_cache_dtype, layout, calibration, pinned)
     data = plan_to_dict(plan)
     data["notes"] = list(notes)
-    data["pareto"] = [{"candidate": result.points[i].option + 1, "batch_per_dp_rank": result.points[i].batch_per_dp_rank,
-                       "tokens_per_s_per_gpu": result.points[i].tokens_per_s_per_gpu,
-                       "tokens_per_s_per_user": result.points[i].tokens_per_s_per_user} for i in result.pareto]
+    front = [result.points[i] for i in result.pareto]
+    data["pareto"] = [{"candidate": p.option + 1, "batch_per_dp_rank": p.batch_per_dp_rank,
+                       "tokens_per_s_per_gpu": p.tokens_per_s_per_gpu, "tokens_per_s_per_user": p.tokens_per_s_per_user}
+                      for p in front]
     if plot:
         _plot(plot, plan, result)
     if emit and plan.candidates:
@@ -157,10 +169,12 @@ def plan_cmd(
 
 def check_output_file(path: Path, flag: str) -> None:
     """Fail before any work when a file cannot be written there."""
-    if path.is_dir():
+    if path_kind(path) == "dir":
         raise PlanError(f"{flag} {path}: is a folder, expected a file name")
-    if not path.parent.is_dir():
+    if path_kind(path.parent) != "dir":
         raise PlanError(f"{flag} {path}: folder {path.parent} does not exist")
+    if len(path.name.encode()) > 255:
+        raise PlanError(f"{flag}: file name longer than 255 bytes")
 
 
 def _plot(path: Path, plan: Plan, result: SearchResult) -> None:
@@ -168,7 +182,8 @@ def _plot(path: Path, plan: Plan, result: SearchResult) -> None:
     labels = []
     for p in result.points:
         c = plan.candidates[p.option]
-        labels.append(f"#{p.option + 1} {c.layout.label} {c.knobs.engine} {c.knobs.kv_cache_dtype} B={p.batch_per_dp_rank}")
+        labels.append(f"#{p.option + 1} {c.layout.label} {c.knobs.engine} {c.knobs.kv_cache_dtype} "
+                      f"B={p.batch_per_dp_rank}")
     png_plot(path, points, labels, result.pareto)
 
 

@@ -118,7 +118,8 @@ def _show_topology(ref: str, as_json: bool) -> None:
     for key, val in [("nodes x GPUs", f"{t.nodes} x {t.gpus_per_node} = {t.total_gpus}"),
                      ("GPU", f"{g.name} (sm{g.sm}, {g.arch})"), ("GPU memory", human_bytes(g.memory_bytes)),
                      ("HBM bandwidth", f"{g.hbm_bytes_per_s / 1e12:.2f} TB/s"),
-                     ("dense bf16 / fp8", f"{g.bf16_flops_per_s / 1e12:,.0f} / {g.fp8_flops_per_s / 1e12:,.0f} TFLOP/s"),
+                     ("dense bf16 / fp8",
+                      f"{g.bf16_flops_per_s / 1e12:,.0f} / {g.fp8_flops_per_s / 1e12:,.0f} TFLOP/s"),
                      ("inside node", f"{t.intra_node.kind}, {t.intra_bytes_per_s / 1e9:,.0f} GB/s per GPU per "
                                      f"direction, {t.intra_node.latency_us} us" + (", NVLS" if t.uses_nvls else "")),
                      ("between nodes", "-" if not t.inter_node else

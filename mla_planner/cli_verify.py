@@ -11,9 +11,11 @@ from typing import Annotated, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from .calibration import load_calibration
 from .cli_common import DEFAULT_MODEL, DEFAULT_TOPOLOGY, JsonOpt, ModelOpt, TopologyOpt, console, guard, print_json
+from .cli_plan import workload_from
 from .cli_memory import _knobs as memory_knobs, _kv_dtype, _positive
 from .errors import PlanError
 from .knobs import Workload
@@ -178,11 +180,14 @@ def verify_cmd(
     collectives, each measured against the planner's prediction, with --write-calibration to feed it back."""
     for flag, value in (("--candidate", candidate), ("--batch", batch), ("--context", context), ("--port", port)):
         _positive(flag, value)
-    if timeout_s <= 0 or (memory_limit_gib is not None and memory_limit_gib <= 0):
+    if not 0 < timeout_s < 1e6 or (memory_limit_gib is not None and not 0 < memory_limit_gib < 1e6):
         raise PlanError("--timeout and --memory-limit-gib must be > 0")
     knob_args = _knob_args(engine or "vllm", gpu_memory_utilization, mem_fraction_static, kv_cache_dtype, block_size,
                            max_model_len, max_num_seqs, max_num_batched_tokens, mtp, enforce_eager)
-    workload_args = dict(input_len=input_len, output_len=output_len, tpot_ms=tpot_ms)
+    checked = workload_from(str(input_len), str(output_len), None, None, 3000.0, tpot_ms, 0.0)  # plan's checks
+    workload_args = dict(input_len=checked.input_len, output_len=checked.output_len, tpot_ms=checked.tpot_ms)
+    if not 1 <= port <= 65535:
+        raise PlanError(f"--port {port}: expected 1..65535")
     chosen = candidate_from_options(plan, candidate, model, topology, layout, knob_args | {"plan_engine": engine},
                                     workload_args, calibration, batch, context)
     if print_launch:
@@ -214,8 +219,11 @@ def _report(target, dev, checks: list, write_cal: Optional[str], as_json: bool) 
         status = max(status, floor)
     if as_json:
         print_json(report_dict(target, dev, checks, calib) | {"exit_status": status})
+        if calib and not calib["written"]:   # scripts read the JSON; a person still sees why on stderr
+            Console(stderr=True, highlight=False).print(f"[red]error:[/red] {escape(calib['reason'])}",
+                                                        soft_wrap=True)
         return status
     render(target, describe(dev), checks, calib if calib and calib["written"] else None, console())
     if calib and not calib["written"]:
-        Console(stderr=True, highlight=False).print(f"[red]error:[/red] {calib['reason']}", soft_wrap=True)
+        Console(stderr=True, highlight=False).print(f"[red]error:[/red] {escape(calib['reason'])}", soft_wrap=True)
     return status

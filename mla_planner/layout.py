@@ -89,7 +89,7 @@ def parse_layout(text: str) -> Layout:
                 raise PlanError(f"layout '{text}': kv must be one of {', '.join(KV_LAYOUTS)}, got '{val}'")
             values[key] = val
             continue
-        if not val.isdigit() or int(val) < 1:
+        if not (val.isascii() and val.isdigit()) or int(val) < 1:
             raise PlanError(f"layout '{text}': {key} must be a positive integer, got '{val}'")
         values[key] = int(val)
     if not values:

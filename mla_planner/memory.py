@@ -264,7 +264,9 @@ def _stage_reasons(r: RankMemory, knobs: Knobs, safe: float) -> list[str]:
 
 
 def _use(safe: float, bound: str) -> str:
-    return f"; use a memory fraction of {bound}{safe:.3f}" if safe else "; no memory fraction leaves both a KV cache and the margin"
+    if safe:
+        return f"; use a memory fraction of {bound}{safe:.3f}"
+    return "; no memory fraction leaves both a KV cache and the margin"
 
 
 def _verdict(ranks: list[RankMemory], knobs: Knobs, layout: Layout, capacity: int,

@@ -13,7 +13,7 @@ from pathlib import Path
 from .errors import InputError, did_you_mean
 from .resources import data_dir
 from .spec import ModelSpec
-from .yamlio import read_mapping, validate
+from .yamlio import path_kind, read_mapping, user_path, validate
 
 MLA_ARCHITECTURES = {"DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM", "KimiK2ForCausalLM"}
 GQA_ARCHITECTURES = {"LlamaForCausalLM", "Qwen2ForCausalLM", "MistralForCausalLM"}
@@ -33,20 +33,21 @@ def builtin_names() -> list[str]:
 
 def load_model(ref: str) -> LoadedModel:
     """Resolve `ref`: built-in name first, then a path (YAML spec, config.json, or folder holding one)."""
-    path = Path(ref).expanduser()
-    if path.exists():
+    path = user_path(ref)
+    kind = path_kind(path)
+    if kind != "missing":
         path = path.resolve()   # scripts run on other nodes and in other folders: never a relative path
-    if ref.lower() in builtin_names() and not path.exists():
+    if ref.lower() in builtin_names() and kind == "missing":
         spec = validate(ModelSpec, read_mapping(data_dir("models") / f"{ref.lower()}.yaml"), f"built-in:{ref}")
         return LoadedModel(spec, spec.hf_id or spec.name, "built-in")
-    if path.is_dir():
+    if kind == "dir":
         cfg = path / "config.json"
         if not cfg.exists():
             raise InputError(str(path), "folder holds no config.json (expected a Hugging Face snapshot)")
         return LoadedModel(spec_from_hf_config(cfg), str(path), "config.json")
     if path.suffix == ".json":
         return LoadedModel(spec_from_hf_config(path), str(path.parent), "config.json")
-    if path.suffix in (".yaml", ".yml") or path.exists():
+    if path.suffix in (".yaml", ".yml") or kind == "file":
         spec = validate(ModelSpec, read_mapping(path), str(path))
         return LoadedModel(spec, spec.hf_id or spec.name, "spec")
     raise InputError(ref, "not a built-in model, nor an existing file or folder" + did_you_mean(ref, builtin_names())

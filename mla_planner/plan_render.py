@@ -28,7 +28,8 @@ def headline(plan: Plan, is_default: bool) -> str:
 def candidates_table(plan: Plan, top: int) -> Table:
     heads = ["tok/s\nper GPU", "tok/s\nper user", "requests\nin flight", "step\nms", "net\nwait", "mem\nutil",
              "TTFT\nms", "ok"]
-    t = Table("#", Column("layout", no_wrap=True), Column("engine", no_wrap=True), "KV", *(Column(h, justify="right") for h in heads),
+    t = Table("#", Column("layout", no_wrap=True), Column("engine", no_wrap=True), "KV",
+              *(Column(h, justify="right") for h in heads),
               title="Best candidates: output tokens/s per GPU, among those meeting the targets")
     for i, c in enumerate(plan.candidates[:top], 1):
         p, k = c.performance, c.knobs

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt
 
 from . import __version__
 from .errors import InputError, PlanError
@@ -93,11 +93,17 @@ class _WorkloadIn(BaseModel):
     prefix_hit_rate: Annotated[float, Field(ge=0, le=1)]
 
 
+class _MemoryIn(BaseModel):
+    """The one memory field launch reads back: the engine's layer split per PP stage."""
+    model_config = ConfigDict(extra="allow", strict=True)
+    pp_layer_partition: Optional[list[PositiveInt]] = None
+
+
 class _CandidateIn(BaseModel):
     model_config = Loose
     layout: _LayoutIn
     knobs: _KnobsIn
-    memory: dict = {}
+    memory: _MemoryIn = _MemoryIn()
     performance: dict = {}
     warnings: list[str] = []
     reasons: list[str] = []
@@ -155,7 +161,8 @@ def read_plan(path: str | Path) -> Plan:
         if c.knobs.max_model_len > limit:
             raise InputError(where, f"{c.knobs.max_model_len} exceeds the model's max_position_embeddings "
                              f"({limit})", f"candidates.{i}.knobs.max_model_len")
-    cands = [Candidate(Layout(**c.layout.model_dump()), Knobs(**c.knobs.model_dump()), c.memory, c.performance,
+    cands = [Candidate(Layout(**c.layout.model_dump()), Knobs(**c.knobs.model_dump()),
+                       c.memory.model_dump(exclude_none=True), c.performance,
                        c.warnings, c.reasons) for c in raw.candidates]
     return Plan(raw.model.spec, raw.model.model_path, raw.topology, Workload(**raw.workload.model_dump()), cands,
                 raw.rejected)

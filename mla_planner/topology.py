@@ -16,7 +16,7 @@ from pydantic import (BaseModel, ConfigDict, Field, NonNegativeFloat, NonNegativ
 
 from .errors import InputError, did_you_mean
 from .resources import data_dir
-from .yamlio import read_mapping, validate
+from .yamlio import path_kind, read_mapping, user_path, validate
 
 Strict = ConfigDict(frozen=True, extra="forbid")
 
@@ -151,10 +151,11 @@ def builtin_topologies() -> dict[str, Path]:
 def load_topology(ref: str) -> Topology:
     """A built-in topology name or a YAML file path."""
     builtin = builtin_topologies()
-    path = Path(ref).expanduser()
-    if ref in builtin and not path.exists():
+    path = user_path(ref)
+    kind = path_kind(path)
+    if ref in builtin and kind == "missing":
         path = builtin[ref]
-    elif not path.exists():
+    elif kind == "missing":
         raise InputError(ref, "not a built-in topology nor an existing file" + did_you_mean(ref, builtin)
                          + f"; built-ins: {', '.join(builtin)}")
     return validate(Topology, read_mapping(path), str(path))

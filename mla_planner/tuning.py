@@ -76,7 +76,8 @@ def draft_knobs(spec: ModelSpec, topo: Topology, layout: Layout, engine: str, kv
     max_len = ceil(context / max(block, 1)) * max(block, 1)
     cap = _seq_cap(layout, workload)
     knobs = Knobs(engine=engine, block_size=block, kv_cache_dtype=kv_dtype, memory_fraction=0.9,
-                  max_num_seqs=cap, max_num_batched_tokens=chunk_candidates(engine, layout)[0], max_model_len=min(max_len, spec.max_position_embeddings),
+                  max_num_seqs=cap, max_num_batched_tokens=chunk_candidates(engine, layout)[0],
+                  max_model_len=min(max_len, spec.max_position_embeddings),
                   attention_backend=backend.name, prefix_caching=True, cuda_graphs=pinned.cuda_graphs)
     # the fraction is sized for the largest chunk and sequence cap tried, so the final (smaller) knobs stay safe
     worst = replace(knobs, max_num_batched_tokens=chunk_candidates(engine, layout)[-1])

@@ -12,12 +12,29 @@ from pydantic import BaseModel, ValidationError
 from .errors import InputError, did_you_mean
 
 
+def user_path(text: str) -> Path:
+    """A path the user typed, `~` expanded; a `~user` that does not exist is one clear error."""
+    try:
+        return Path(text).expanduser()
+    except RuntimeError:
+        raise InputError(str(text), "cannot expand '~': no such user") from None
+
+
+def path_kind(path: Path) -> str:
+    """'file', 'dir' or 'missing' - and a path the OS refuses (too long, bad bytes) is one clear error."""
+    try:
+        return "dir" if path.is_dir() else "file" if path.exists() else "missing"
+    except (OSError, ValueError) as exc:
+        raise InputError(str(path)[:200], f"not a usable path ({getattr(exc, 'strerror', None) or exc})") from None
+
+
 def read_mapping(path: Path) -> dict:
     """Parse a YAML (or JSON, a YAML subset) file that must hold a mapping."""
     where = str(path)
-    if not path.exists():
+    kind = path_kind(path)
+    if kind == "missing":
         raise InputError(where, "no such file")
-    if path.is_dir():
+    if kind == "dir":
         raise InputError(where, "is a folder, expected a file")
     try:
         text = path.read_text(encoding="utf-8")

@@ -105,9 +105,11 @@ def test_offered_concurrency_caps_what_is_in_flight(cli):
 
 
 def test_user_layouts_that_cannot_exist_say_why(cli):
-    r = cli("plan", "--layout", "tp=3")
-    assert r.exit_code == 1
-    assert "heads are not divisible by tp=3" in r.stdout
+    r = cli("plan", "--layout", "tp=3")     # nothing asked for can exist: bad input, one line, exit 2
+    assert r.exit_code == 2
+    assert "heads are not divisible by tp=3" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    mixed = cli("plan", "--layout", "tp=3", "--layout", "tp=8,pp=2")   # one legal layout: planned, tp3 explained
+    assert mixed.exit_code == 0 and "tp8·pp2" in mixed.stdout
 
 
 @pytest.mark.parametrize("args, words", [

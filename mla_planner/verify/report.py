@@ -112,11 +112,12 @@ def progress(enabled: bool) -> Iterator[Callable[[str], None]]:
     """A transient line on stderr naming the running section; `enabled=False` yields a no-op. Refreshed
     only when the section changes: an auto-refresh thread takes the GIL from the timed code (it made a
     41 µs CPU matmul read 16 ms) and can delay CUDA launches past the queued work."""
-    if not enabled:
+    err = Console(stderr=True)
+    if not enabled or not err.is_terminal:   # piped or captured: a transient line only leaves a blank one
         yield lambda section: None
         return
     bar = Progress(SpinnerColumn(), TextColumn("verify: {task.description}"), TimeElapsedColumn(),
-                   console=Console(stderr=True), transient=True, auto_refresh=False)
+                   console=err, transient=True, auto_refresh=False)
     with bar:
         task = bar.add_task("starting", total=None)
 
