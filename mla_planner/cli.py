@@ -5,16 +5,15 @@ from __future__ import annotations
 import sys
 from typing import Annotated, Optional
 
-import click
 import typer
 from typer.core import TyperGroup
 
-try:  # newer typer parses with its own vendored copy of click; older ones use click itself
-    from typer._click import exceptions as _vendored
-    _USAGE: tuple = (click.ClickException, _vendored.ClickException)
-except ImportError:  # pragma: no cover
-    _USAGE = (click.ClickException,)
-_ABORT = (click.exceptions.Abort, getattr(typer, "Abort", click.exceptions.Abort))
+try:  # newer typer parses with its own vendored copy of click (and does not install click)
+    from typer._click import exceptions as _click_errors
+except ImportError:  # pragma: no cover - older typer runs on click itself
+    from click import exceptions as _click_errors
+_USAGE = (_click_errors.ClickException,)
+_ABORT = tuple({typer.Abort, getattr(_click_errors, "Abort", typer.Abort)})
 
 from . import __version__  # noqa: E402
 from .cli_compare import compare_cmd  # noqa: E402
@@ -36,10 +35,10 @@ class OneLineErrors(TyperGroup):
                               **extra)
         except _USAGE as exc:
             where = exc.ctx.command_path if getattr(exc, "ctx", None) else "mla-plan"
-            click.echo(f"error: {where}: {' '.join(exc.format_message().split())}", err=True)
+            print(f"error: {where}: {' '.join(exc.format_message().split())}", file=sys.stderr)
             sys.exit(exc.exit_code)
         except _ABORT:
-            click.echo("error: aborted", err=True)
+            print("error: aborted", file=sys.stderr)
             sys.exit(1)
         if not standalone_mode:
             return rv
