@@ -63,7 +63,7 @@ class SearchResult:
     screened: int
 
 
-def kv_dtypes_for(spec: ModelSpec, topo: Topology, requested: str | None) -> list[str]:
+def kv_dtypes_for(topo: Topology, requested: str | None) -> list[str]:
     if requested:
         return [requested]
     return ["bf16", "fp8"] if topo.gpu.has_fp8 else ["bf16"]
@@ -92,7 +92,7 @@ def _screen(spec, topo, layout, engine, kv, workload, calib, pinned: Overrides) 
     return in_flight(batch, layout, workload) / step.tpot_s / layout.total_gpus
 
 
-def _engine_problem(layout: Layout, engine: str) -> str | None:
+def _engine_problem(layout: Layout) -> str | None:
     if layout.kv_layout == "latent-sharded":
         return ("no engine implements latent-width sharding (the seed's Route B): vLLM and SGLang replicate "
                 "the latent per TP rank, or split it by request (DP attention) or by token (DCP)")
@@ -130,8 +130,8 @@ def search(spec: ModelSpec, topo: Topology, workload: Workload, calib: Calibrati
     screened = 0
     for layout in legal:
         for engine in engines:
-            problem = _engine_problem(layout, engine)
-            for kv in kv_dtypes_for(spec, topo, kv_dtype):
+            problem = _engine_problem(layout)
+            for kv in kv_dtypes_for(topo, kv_dtype):
                 if problem:
                     rejected.append({"layout": layout.label, "engine": engine, "kv_dtype": kv, "reason": problem})
                     continue

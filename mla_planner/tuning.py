@@ -81,7 +81,7 @@ def draft_knobs(spec: ModelSpec, topo: Topology, layout: Layout, engine: str, kv
                   attention_backend=backend.name, prefix_caching=True, cuda_graphs=pinned.cuda_graphs)
     # the fraction is sized for the largest chunk and sequence cap tried, so the final (smaller) knobs stay safe
     worst = replace(knobs, max_num_batched_tokens=chunk_candidates(engine, layout)[-1])
-    knobs = replace(knobs, memory_fraction=_floor3(safe_memory_fraction(spec, topo, layout, worst)))
+    knobs = replace(knobs, memory_fraction=safe_memory_fraction(spec, topo, layout, worst))  # already floored to 0.001
     reasons = {
         "attention_backend": f"{backend.name}: {backend.note} (first usable in {engine}'s own order for "
                              f"{gpu.arch} with {kv_dtype} KV)",
@@ -99,10 +99,6 @@ def draft_knobs(spec: ModelSpec, topo: Topology, layout: Layout, engine: str, kv
                                                   "launched from the CPU",
     }
     return knobs, reasons
-
-
-def _floor3(x: float) -> float:
-    return int(x * 1000) / 1000
 
 
 def _seq_cap(layout: Layout, workload: Workload) -> int:
