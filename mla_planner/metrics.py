@@ -10,7 +10,11 @@
   tokens/s per user   1 / mean TPOT; mean TPOT = decode round + the stalls prefill chunks add, spread over
                       output_len tokens: tpot + B x stall / output_len (each of the B requests of a DP rank
                       is prefilled once per output_len rounds)
-  network wait share  collective time / step time on the slowest stage (step.DecodeStep.network_share)
+  network wait share  share of the serving run's time the slowest stage spends in collectives: per round
+                      m x (collectives of one decode step) + B x (the extra collectives of a request's
+                      prefill chunks) / output_len, over mean TPOT - the same mix of decode-only rounds and
+                      rounds that carry a prefill chunk as throughput. `decode_network_wait_share` is the
+                      pure decode step's share (step.DecodeStep.network_share)
   memory utilization  effective use of the instance's GPU memory: one copy of the weights + one copy of
                       each live token's KV at the sustained concurrency, over all of it; copies do not count
                       (the latent every TP rank replicates, weights every DP-attention rank replicates).
@@ -49,7 +53,8 @@ class Metrics:
     step_s: float
     tpot_s: float                         # mean time per output token, prefill stalls included
     tokens_per_s_per_user: float
-    network_wait_share: float
+    network_wait_share: float             # over the serving run, prefill chunks included
+    decode_network_wait_share: float      # of one decode step without a prefill chunk
     memory_utilization: float             # distinct bytes / instance memory (see the module docstring)
     memory_in_use: float                  # (weights + live KV) per GPU / GPU memory
     ttft_s: float
@@ -78,6 +83,14 @@ def mean_tpot_s(spec, topo, layout, knobs, workload, calib, batch: int) -> tuple
     d = decode_step(spec, topo, layout, knobs, batch, ctx, calib)
     p = prefill(spec, topo, layout, knobs, prefill_tokens(workload, knobs), calib, batch, ctx)
     return d.tpot_s + batch * p.stall_s / max(workload.output_len, 1), d, p
+
+
+def network_wait_share(d: DecodeStep, p: Prefill, batch: int, workload: Workload, mean_tpot: float) -> float:
+    """Collective time / wall time over the serving run on the decode step's slowest stage: every round that
+    stage runs the collectives of its m micro-batches, and each of the B requests adds its prefill chunks'
+    extra collectives once per output_len rounds (the same amortisation as the stall in mean TPOT)."""
+    net_s = d.micro_batches * d.network_s + batch * p.stall_network_s / max(workload.output_len, 1)
+    return min(1.0, net_s / mean_tpot) if mean_tpot else 0.0
 
 
 def _largest_batch(spec, topo, layout, knobs, workload, calib, cap: int) -> int:
@@ -146,5 +159,6 @@ def evaluate(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, work
         notes.append(f"max-model-len {knobs.max_model_len} is below the workload's {workload.max_context_len} tokens")
     alone = decode_step(spec, topo, layout, knobs, 1, workload.mean_decode_context, calib).tpot_s
     return Metrics(layout, conc, batch, limit, tput, tput / layout.total_gpus, d.step_s, tpot,
-                   1.0 / tpot if batch else 0.0, d.network_share, util, in_use, p.ttft_s, alone, d, p, mem,
+                   1.0 / tpot if batch else 0.0, network_wait_share(d, p, max(batch, 1), workload, tpot),
+                   d.network_share, util, in_use, p.ttft_s, alone, d, p, mem,
                    meets, notes)

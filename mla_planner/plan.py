@@ -29,7 +29,8 @@ def performance_dict(o: Option) -> dict:
             "concurrency_limit": m.concurrency_limit, "throughput_tokens_per_s": m.throughput_tokens_per_s,
             "throughput_tokens_per_s_per_gpu": m.throughput_tokens_per_s_per_gpu, "step_s": m.step_s,
             "tpot_s": m.tpot_s, "tokens_per_s_per_user": m.tokens_per_s_per_user,
-            "network_wait_share": m.network_wait_share, "memory_utilization": m.memory_utilization,
+            "network_wait_share": m.network_wait_share,
+            "decode_network_wait_share": m.decode_network_wait_share, "memory_utilization": m.memory_utilization,
             "ttft_s": m.ttft_s, "meets_targets": m.meets_targets}
 
 

@@ -199,6 +199,7 @@ class Prefill:
     chunks: int
     ttft_s: float                  # all chunks, each riding one pipeline round
     stall_s: float                 # how much longer the decode rounds got while the chunks ran
+    stall_network_s: float = 0.0   # of that, the extra collective time on the decode step's slowest stage
 
 
 def prefill(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, input_len: int, calib: Calibration,
@@ -217,21 +218,29 @@ def prefill(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, input
     if decode_batch:
         _, base = forward_stages(spec, topo, layout, knobs, Batch(micro, context_len), calib, layers_per_stage)
     base_round = round_s(base, m) if base else 0.0
+    slow = None if base is None else max(range(len(base)), key=lambda i: base[i].total_s)
 
-    def round_at(prefix: int, tokens: int) -> float:
+    def round_at(prefix: int, tokens: int) -> tuple[float, float]:
+        """(round seconds, extra collective seconds on stage `slow`) of a round carrying this chunk."""
+        nonlocal slow
         _, st = forward_stages(spec, topo, layout, knobs, Batch(micro, context_len, tokens, prefix), calib,
                                layers_per_stage)
-        return round_s(st, m, base) if base else sum(s.total_s for s in st)
+        if slow is None:
+            slow = max(range(len(st)), key=lambda i: st[i].total_s)
+        extra_net = st[slow].network_s - (base[slow].network_s if base else 0.0)
+        return (round_s(st, m, base) if base else sum(s.total_s for s in st)), extra_net
 
     full, rest = divmod(input_len, chunk)
     if full <= 2:
         rounds = [round_at(i * chunk, chunk) for i in range(full)]
-        full_s = sum(rounds)
+        full_s, full_net = sum(r[0] for r in rounds), sum(r[1] for r in rounds)
     else:
-        full_s = full * (round_at(0, chunk) + round_at((full - 1) * chunk, chunk)) / 2
-    ttft = full_s + (round_at(full * chunk, rest) if rest else 0.0)
+        first, last = round_at(0, chunk), round_at((full - 1) * chunk, chunk)
+        full_s, full_net = full * (first[0] + last[0]) / 2, full * (first[1] + last[1]) / 2
+    tail = round_at(full * chunk, rest) if rest else (0.0, 0.0)
+    ttft = full_s + tail[0]
     n = full + (1 if rest else 0)
-    return Prefill(input_len, chunk, ceil(input_len / chunk), ttft, ttft - n * base_round)
+    return Prefill(input_len, chunk, ceil(input_len / chunk), ttft, ttft - n * base_round, full_net + tail[1])
 
 
 def prefill_time_s(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, input_len: int,
