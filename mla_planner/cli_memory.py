@@ -12,13 +12,13 @@ from .cli_common import (DEFAULT_MODEL, DEFAULT_TOPOLOGY, JsonOpt, ModelOpt, Top
                          print_json)
 from .engine_memory import default_memory_fraction, engine_default_knobs
 from .errors import PlanError
-from .knobs import Knobs
+from .knobs import KV_DTYPES, Knobs
 from .layout import KV_LAYOUTS, Layout, layout_problems
 from .memory import MemoryReport, memory_report
 from .models import load_model
 from .topology import load_topology
 
-KV_DTYPE_CHOICES = {"auto": "bf16", "bf16": "bf16", "fp8": "fp8", "fp8_ds_mla": "fp8_ds_mla"}
+KV_DTYPE_CHOICES = {"auto": "bf16", **{d: d for d in KV_DTYPES}}
 FRACTION_FLAG = {"vllm": "--gpu-memory-utilization", "sglang": "--mem-fraction-static"}
 KV_CAPACITY_LABEL = "KV capacity (tokens per engine instance / DP rank, as the engine logs it)"
 # Upper bounds on per-DP-rank knobs: far above any engine default (vLLM max-num-seqs 1024, SGLang 2048;

@@ -27,11 +27,10 @@ from .backends import backend, engine_version, usable_backends
 from .errors import PlanError
 from .knobs import Knobs
 from .layout import Layout
+from .memory_terms import GiB, MiB
 from .spec import ModelSpec
 from .topology import GPU, Topology
 
-GiB = 2**30
-MiB = 2**20
 DRIVER_RESERVE_BYTES = 560 * MiB   # nvidia-smi total minus what torch sees (gpus.yaml: H100 81,559 MiB vs 79.10 GiB)
 VLLM_DEFAULT_UTILIZATION = 0.92    # vLLM 0.33 --gpu-memory-utilization default (ENGINES.md; 0.9 before)
 REQ_TO_TOKEN_EXTRA_LEN = 4         # SGLang req_to_token row headroom (get_req_to_token_extra_context_len)

@@ -83,7 +83,7 @@ def _stage_count(spec: ModelSpec, t: Tensor, layers: range, first: bool, last: b
     if t.where in ("last", "mtp"):
         return t.count if last else 0
     n_dense = spec.num_dense_layers
-    dense_here = len(range(max(layers.start, 0), min(layers.stop, n_dense)))
+    dense_here = spec.dense_layers_in(layers)
     if t.group in DENSE_GROUPS:
         total, here = n_dense, dense_here
     elif t.group in MOE_GROUPS:

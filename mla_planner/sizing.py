@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
+from .knobs import KV_DTYPES
 from .spec import ModelSpec
 from .weights import Tensor, bytes_of, inventory, mtp_inventory
 
@@ -87,8 +88,8 @@ def kv_bytes_per_token_layer(spec: ModelSpec, kv_dtype: str = "bf16") -> float:
 
 
 def _base(kv_dtype: str) -> str:
-    if kv_dtype not in ("bf16", "fp8", "fp8_ds_mla"):
-        raise ValueError(f"unknown KV dtype {kv_dtype!r}; expected bf16, fp8 or fp8_ds_mla")
+    if kv_dtype not in KV_DTYPES:
+        raise ValueError(f"unknown KV dtype {kv_dtype!r}; expected {', '.join(KV_DTYPES)}")
     return "fp8" if kv_dtype.startswith("fp8") else "bf16"
 
 
@@ -110,7 +111,7 @@ def naive_kv_bytes_per_token(spec: ModelSpec, kv_dtype: str = "bf16") -> float:
 def kv_table(spec: ModelSpec) -> "OrderedDict[str, dict]":
     """KV bytes per token per layer and per token for each cache format, and the naive layout."""
     out: OrderedDict[str, dict] = OrderedDict()
-    formats = ("bf16", "fp8", "fp8_ds_mla") if spec.attention == "mla" else ("bf16", "fp8")
+    formats = KV_DTYPES if spec.attention == "mla" else tuple(f for f in KV_DTYPES if f != "fp8_ds_mla")
     for fmt in formats:
         out[fmt] = {"bytes_per_token_layer": kv_bytes_per_token_layer(spec, fmt),
                     "bytes_per_token": kv_bytes_per_token(spec, fmt)}

@@ -109,6 +109,11 @@ class ModelSpec(BaseModel):
     def num_moe_layers(self) -> int:
         return self.num_hidden_layers - self.num_dense_layers
 
+    def dense_layers_in(self, layers: range) -> int:
+        """How many of `layers` (e.g. one pipeline stage's) are dense-FFN layers: the first
+        first_k_dense_replace layers of the model are (HF config)."""
+        return len(range(max(layers.start, 0), min(layers.stop, self.num_dense_layers)))
+
     @property
     def kv_heads(self) -> int:
         return self.num_key_value_heads or self.num_attention_heads

@@ -115,16 +115,12 @@ def layer_time(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, ba
                      compute_s + network_s + launch_s)
 
 
-def _dense_in_stage(spec: ModelSpec, layers_per_stage: list[int], stage: int) -> int:
-    start = sum(layers_per_stage[:stage])
-    return max(0, min(spec.num_dense_layers, start + layers_per_stage[stage]) - start)
-
-
 def stage_time(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, batch: Batch, calib: Calibration,
                layers_per_stage: list[int], stage: int, lt: dict) -> StageTime:
     """One stage: its dense and MoE layers, embedding / lm_head at the ends, the hand-off, eager CPU bound."""
     n = layers_per_stage[stage]
-    dense = _dense_in_stage(spec, layers_per_stage, stage)
+    start = sum(layers_per_stage[:stage])
+    dense = spec.dense_layers_in(range(start, start + n))
     kinds = {"dense": dense, "moe": n - dense}
     terms = {f"layers.{k}": c * lt[k].total_s for k, c in kinds.items() if c}
     net = sum(c * lt[k].network_s for k, c in kinds.items() if c)

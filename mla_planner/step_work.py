@@ -24,12 +24,12 @@ from math import ceil
 from . import attention_cost
 from .knobs import Knobs
 from .layout import Layout
+from .memory_terms import ACT_BYTES
 from .memory_weights import dense_tp as _memory_dense_tp
 from .sizing import kv_bytes_per_token_layer
 from .spec import ModelSpec
 from .weights import Tensor, bytes_of, inventory
 
-ACT_BYTES = 2  # bf16 activations
 
 
 @dataclass(frozen=True)

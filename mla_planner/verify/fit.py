@@ -21,11 +21,11 @@ from typing import Optional
 import torch
 
 from ..memory import kv_slot_bytes
+from ..memory_terms import GiB
 from .checks import Check, errored
 from .env import DeviceInfo
 from .target import Caps, Target
 
-GiB = 2**30
 HEADROOM_SLACK_BYTES = 1 * GiB   # the runtime term (1.79 GiB, vLLM PR #10511) vs this process's real context
 NOT_ALLOCATED = ("free", "runtime_overhead")
 
