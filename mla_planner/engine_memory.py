@@ -31,7 +31,8 @@ from .memory_terms import GiB, MiB
 from .spec import ModelSpec
 from .topology import GPU, Topology
 
-DRIVER_RESERVE_BYTES = 560 * MiB   # nvidia-smi total minus what torch sees (gpus.yaml: H100 81,559 MiB vs 79.10 GiB)
+DRIVER_RESERVE_BYTES = 560 * MiB   # nvidia-smi total minus what torch sees (H100: 81,559 MiB vs 79.10 GiB),
+                                   # for a GPU whose gpus.yaml entry lacks nvidia_smi_mib
 VLLM_DEFAULT_UTILIZATION = 0.92    # vLLM 0.33 --gpu-memory-utilization default (ENGINES.md; 0.9 before)
 REQ_TO_TOKEN_EXTRA_LEN = 4         # SGLang req_to_token row headroom (get_req_to_token_extra_context_len)
 
@@ -115,7 +116,10 @@ def sglang_req_to_token_bytes(knobs: Knobs, tokens: int) -> float:
 
 
 def nvidia_smi_mib(gpu: GPU) -> float:
-    """Total memory in MiB as nvidia-smi prints it (what SGLang's get_nvgpu_memory_capacity reads)."""
+    """Total memory in MiB as nvidia-smi prints it (what SGLang's get_nvgpu_memory_capacity reads): the GPU
+    table's figure, else what torch sees plus the usual driver reserve."""
+    if gpu.nvidia_smi_mib:
+        return float(gpu.nvidia_smi_mib)
     return (gpu.memory_bytes + DRIVER_RESERVE_BYTES) / MiB
 
 

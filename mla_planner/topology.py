@@ -25,6 +25,7 @@ class GPU(BaseModel):
     model_config = Strict
     name: str
     memory_bytes: PositiveInt
+    nvidia_smi_mib: Optional[PositiveInt] = None   # total as nvidia-smi prints it (SGLang sizes defaults by it)
     hbm_bytes_per_s: PositiveFloat
     bf16_flops_per_s: PositiveFloat
     fp8_flops_per_s: NonNegativeFloat = 0.0
