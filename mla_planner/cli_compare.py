@@ -21,6 +21,7 @@ from .memory import evaluate as memory_evaluate
 from .metrics import Metrics, evaluate
 from .models import load_model
 from .spec import ModelSpec
+from .step import step_breakdown_s
 from .topology import load_topology
 
 # (label, key of `summary`, scale for the table, format): the JSON keeps plan's names and SI units
@@ -52,6 +53,7 @@ def summary(m: Metrics) -> dict:
             "memory_utilization": m.memory_utilization,
             "memory_in_use": m.memory_in_use, "ttft_s": m.ttft_s, "alone_tpot_s": m.alone_tpot_s,
             "kv_capacity_tokens": m.memory.kv_capacity_tokens, "meets_targets": m.meets_targets,
+            "step_breakdown_s": step_breakdown_s(m.decode),
             "notes": list(m.notes)}
 
 
@@ -90,6 +92,8 @@ def render(rows: list[dict], title: str) -> None:
     table = Table("metric", *[r["layout"] for r in rows], title=title)
     for label, key, scale, fmt in ROWS:
         table.add_row(label, *[_cell(r[key] * scale, rows[0][key] * scale, fmt, i > 0) for i, r in enumerate(rows)])
+    table.add_row("decode step: attention / other kernels / collectives / launch (ms)",
+                  *[" / ".join(f"{v * 1e3:,.1f}" for v in r["step_breakdown_s"].values()) for r in rows])
     table.add_row("limited by", *[r["concurrency_limit"] for r in rows])
     table.add_row("meets targets", *["yes" if r["meets_targets"] else "NO" for r in rows])
     out = console()

@@ -83,6 +83,17 @@ class DecodeStep:
         return self.network_s / slowest if slowest else 0.0
 
 
+def step_breakdown_s(d: DecodeStep) -> dict[str, float]:
+    """Where one decode micro-batch's time goes on the slowest stage, in seconds (sums to the stage time):
+    the attention kernel (reading the latent cache), the other kernels (GEMMs reading weights, router,
+    lm_head), collectives, and launch overhead (graph replay, or the CPU-bound excess when eager)."""
+    s = d.stages[d.bottleneck_stage]
+    core = sum(n * d.layers[k].terms_s.get("attn.core", 0.0)
+               for k, n in (("dense", s.dense_layers), ("moe", s.moe_layers)) if n)
+    return {"attention_core_s": core, "other_kernels_s": s.compute_s - core, "collectives_s": s.network_s,
+            "launch_s": s.overhead_s}
+
+
 def op_time_s(op: Op, gpu: GPU, calib: Calibration) -> tuple[float, float]:
     """(memory-side seconds, math-side seconds) of one op at achievable rates; its time is the max."""
     attn = op.kind == "attention"

@@ -12,7 +12,7 @@ from mla_planner.knobs import Workload
 from mla_planner.layout import Layout, parse_layout
 from mla_planner.metrics import evaluate, tokens_per_request
 from mla_planner.models import load_model
-from mla_planner.step import decode_step
+from mla_planner.step import decode_step, step_breakdown_s
 from mla_planner.topology import Topology, load_topology
 
 WORKLOAD = Workload(input_len=2048, output_len=512, tpot_ms=50, ttft_ms=3000)
@@ -135,3 +135,16 @@ def test_wide_ep_decode_within_2x_of_published(gpu, nodes, batch, context, per_n
     d = decode_step(spec, topo, Layout(tp=1, dp=n, ep=n), knobs, batch, context, load_calibration(None, topo))
     predicted = batch / d.tpot_s * 8
     assert per_node / 2 < predicted < per_node * 2
+
+
+@pytest.mark.parametrize("text", ["tp=16", "tp=8,pp=2"])
+def test_step_breakdown_sums_to_the_slowest_stage(seed, text):
+    """compare's breakdown row: attention core + other kernels + collectives + launch = the stage's time,
+    and TP16 (replicated latent, 8 heads per GPU over the whole cache) spends more in the attention kernel
+    per step than a TP8xPP2 stage (half the layers, half the sequences per micro-batch)."""
+    d = seed[text].decode
+    parts = step_breakdown_s(d)
+    assert sum(parts.values()) == pytest.approx(d.stages[d.bottleneck_stage].total_s)
+    assert all(v >= 0 for v in parts.values()) and parts["collectives_s"] == pytest.approx(d.network_s)
+    if text == "tp=16":
+        assert parts["attention_core_s"] > 3 * step_breakdown_s(seed["tp=8,pp=2"].decode)["attention_core_s"]
