@@ -92,7 +92,7 @@ def render(rows: list[dict], title: str) -> None:
     table = Table("metric", *[r["layout"] for r in rows], title=title)
     for label, key, scale, fmt in ROWS:
         table.add_row(label, *[_cell(r[key] * scale, rows[0][key] * scale, fmt, i > 0) for i, r in enumerate(rows)])
-    table.add_row("decode step: attention / other kernels / collectives / launch (ms)",
+    table.add_row("step split: attention / kernels / comm / launch (ms)",
                   *[" / ".join(f"{v * 1e3:,.1f}" for v in r["step_breakdown_s"].values()) for r in rows])
     table.add_row("limited by", *[r["concurrency_limit"] for r in rows])
     table.add_row("meets targets", *["yes" if r["meets_targets"] else "NO" for r in rows])
