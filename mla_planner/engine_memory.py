@@ -175,7 +175,9 @@ def engine_default_knobs(engine: str, spec: ModelSpec, topo: Topology, dp: int =
     of 16) or 64 on Blackwell (FLASHINFER_MLA rejects 16), max-num-seqs 1024, max-num-batched-tokens
     8192 below 160 GiB else 16384; SGLang: page 1 (fa3) or 64 (trtllm_mla on Blackwell),
     chunked-prefill by GPU memory (per DP rank: divided by `dp` under DP attention), max-running-requests
-    2048 (its auto floor). Both: max-model-len = the model's max_position_embeddings, bf16 KV."""
+    2048 (its auto floor). Both: max-model-len = the model's max_position_embeddings, bf16 KV.
+    memory_fraction is vLLM's 0.92 for both engines here: SGLang's default depends on the layout, so the
+    callers that know it replace it with `default_memory_fraction` (or the user's flag)."""
     gpu, blackwell = topo.gpu, topo.gpu.arch == "blackwell"
     if engine == "sglang":
         base = dict(block_size=64 if blackwell else 1, max_num_seqs=2048,
