@@ -20,12 +20,14 @@ torch = pytest.importorskip("torch")
 from mla_planner import planfile
 from mla_planner.attention_cost import absorbed_core_bytes, absorbed_core_flops
 from mla_planner.calibration import dump_calibration, load_calibration
+from mla_planner.comm import collective
 from mla_planner.knobs import Knobs, Workload
 from mla_planner.layout import Layout
 from mla_planner.models import load_model
 from mla_planner.topology import gpu_table, load_topology
 from mla_planner.verify import calibrate, env
 from mla_planner.verify.checks import Check
+from mla_planner.verify.collectives import _evidence
 from mla_planner.verify.gemms import Gemm, fp8_runner
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -170,6 +172,29 @@ def test_efficiency_is_total_work_over_total_time():
     checks = [timed("hbm_efficiency", 6e8, 1e-3), timed("hbm_efficiency", 2e8, 1e-3),
               timed("nic_efficiency", 5e9, 1e-3)]
     assert calibrate.efficiencies(checks) == {"hbm_efficiency": pytest.approx(0.4), "nic_efficiency": 1.0}
+
+
+def test_latency_evidence_is_averaged_not_capped():
+    def lat(value):
+        return Check("x", 1.0, 1.0, "s", 1.0, "", True, extra={"evidence": {
+            "factor": "internode_latency_s", "value": value, "seconds": 1e-4}})
+    assert calibrate.efficiencies([lat(30e-6), lat(50e-6)]) == {"internode_latency_s": pytest.approx(40e-6)}
+
+
+def test_cross_node_all_reduce_calibrates_the_internode_latency():
+    """A decode all-reduce over 16 GPUs on 2 nodes (2.8 MB: latency-bound) measured at 140 us implies the
+    internode latency that, fed back through a calibration, predicts exactly 140 us; a bandwidth-bound
+    1 GiB one calibrates nothing (its bandwidth term mixes NVLink and NIC rates)."""
+    topo = load_topology("2x8xh100-ib")
+    cal = load_calibration(None, topo)
+    small = collective("all_reduce", 274 * 5120 * 2, 16, topo, cal)
+    assert small.nodes == 2 and small.latency_s >= small.bandwidth_s
+    ev = _evidence(topo, cal, small, 140e-6)
+    assert ev["factor"] == "internode_latency_s" and ev["value"] > cal.internode_latency_s
+    again = collective("all_reduce", 274 * 5120 * 2, 16, topo, replace(cal, internode_latency_s=ev["value"]))
+    assert again.time_s == pytest.approx(140e-6)
+    big = collective("all_reduce", 2**30, 16, topo, cal)
+    assert big.latency_s < big.bandwidth_s and _evidence(topo, cal, big, 2 * big.time_s) is None
 
 
 def test_fp8_gemm_runner_on_cpu():

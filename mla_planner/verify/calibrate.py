@@ -6,7 +6,9 @@ collectives._evidence): work done (`amount`, bytes or FLOPs, or the bytes a coll
 term charges at line rate), the seconds it took, and the `peak` the factor scales. A factor is
 sum(amount / peak) / sum(seconds) over every check (every rank) that measured it: total work over
 total time, so a big kernel weighs more than a small one. Values above 1 (a datasheet below what
-the chip does) are capped at 1, the format's limit.
+the chip does) are capped at 1, the format's limit. A latency (`internode_latency_s`, from collectives
+between nodes) comes as the `value` that would make each check's prediction exact; the file gets their
+mean.
 
 The file is written atomically (a temporary file beside it, then os.replace) and never when a check
 errored: a run that could not measure everything must not leave a calibration that looks complete.
@@ -27,16 +29,25 @@ from ..errors import PlanError
 
 
 def efficiencies(checks: list) -> dict[str, float]:
-    """Factor name -> measured efficiency, from every check's evidence."""
+    """Factor name -> measured value, from every check's evidence: efficiencies as total work over total
+    time (capped at 1), latencies as the mean of the values the checks imply."""
     work: dict[str, float] = {}
     seconds: dict[str, float] = {}
+    latency: dict[str, list[float]] = {}
     for c in checks:
         ev = c.extra.get("evidence") if not c.error else None
-        if not ev or ev["seconds"] <= 0 or ev["peak"] <= 0:
+        if not ev or ev["seconds"] <= 0:
+            continue
+        if "value" in ev:
+            latency.setdefault(ev["factor"], []).append(float(ev["value"]))
+            continue
+        if ev["peak"] <= 0:
             continue
         work[ev["factor"]] = work.get(ev["factor"], 0.0) + ev["amount"] / ev["peak"]
         seconds[ev["factor"]] = seconds.get(ev["factor"], 0.0) + ev["seconds"]
-    return {name: min(1.0, float(work[name] / seconds[name])) for name in sorted(work) if work[name] > 0}
+    out = {name: min(1.0, float(work[name] / seconds[name])) for name in work if work[name] > 0}
+    out |= {name: sum(v) / len(v) for name, v in latency.items()}
+    return dict(sorted(out.items()))
 
 
 def _plain(obj: Any) -> Any:

@@ -162,17 +162,27 @@ def _prediction(t: Target, p: Planned, members: list[int]):
         return exc, nodes
 
 
-def _evidence(t: Target, cost, measured_s: float) -> Optional[dict]:
-    """Intra-node bandwidth terms invert to one efficiency factor: eff' = eff x bandwidth_s / (t - latency)."""
+def _evidence(topo, calib, cost, measured_s: float) -> Optional[dict]:
+    """The factor a measured collective calibrates, or None.
+    Inside a node (and p2p between nodes) one efficiency sets the bandwidth term, so it inverts:
+    eff' = eff x bandwidth_s / (t - latency). A group spanning nodes mixes NVLink and NIC rates in its
+    bandwidth term, so only a latency-bound one (latency_s >= bandwidth_s, e.g. a decode all-reduce of a few
+    MB) is used, for `internode_latency_s`: the value that makes the prediction equal the measurement,
+    internode' = t - (predicted - internode)."""
     factor = FACTOR.get((cost.kind, cost.algorithm))
-    net = net_of(t.chosen.topo, t.chosen.calib)
-    if cost.nodes > 1 and cost.kind == "p2p":
-        inter = t.chosen.topo.inter_node
+    net = net_of(topo, calib)
+    if cost.nodes > 1 and cost.kind != "p2p":
+        if cost.latency_s < cost.bandwidth_s:
+            return None
+        rest_s = cost.time_s - calib.internode_latency_s
+        return {"factor": "internode_latency_s", "value": max(measured_s - rest_s, 1e-7), "seconds": measured_s}
+    if cost.nodes > 1:
+        inter = topo.inter_node
         factor = "socket_efficiency" if inter and inter.fabric == "ethernet" else "nic_efficiency"
-    if factor is None or (cost.nodes > 1 and cost.kind != "p2p") or measured_s <= 1.1 * cost.latency_s:
+    if factor is None or measured_s <= 1.1 * cost.latency_s:
         return None
     line = net.nic_line_bytes_per_s if cost.nodes > 1 else net.nvlink_bytes_per_s
-    amount = cost.bandwidth_s * line * getattr(t.chosen.calib, factor)
+    amount = cost.bandwidth_s * line * getattr(calib, factor)
     return {"factor": factor, "amount": amount, "peak": line, "seconds": measured_s - cost.latency_s}
 
 
@@ -187,7 +197,7 @@ def _check(t: Target, p: Planned, members: list[int], measured_s: float, judged:
     if isinstance(cost, Exception):
         return Check(f"collective.{p.kind}", None, busbw, "B/s", None, "not predicted", None,
                      f"{p.label}: {where}; {measured_s * 1e6:,.1f} us; no prediction: {cost}", extra=extra)
-    evidence = _evidence(t, cost, measured_s)
+    evidence = _evidence(t.chosen.topo, t.chosen.calib, cost, measured_s)
     extra |= {"predicted_time_s": cost.time_s, "algorithm": cost.algorithm}
     if evidence:
         extra["evidence"] = evidence
