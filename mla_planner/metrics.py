@@ -10,11 +10,12 @@
   tokens/s per user   1 / mean TPOT; mean TPOT = decode round + the stalls prefill chunks add, spread over
                       output_len tokens: tpot + B x stall / output_len (each of the B requests of a DP rank
                       is prefilled once per output_len rounds)
-  network wait share  share of the serving run's time the slowest stage spends in collectives: per round
-                      m x (collectives of one decode step) + B x (the extra collectives of a request's
-                      prefill chunks) / output_len, over mean TPOT - the same mix of decode-only rounds and
-                      rounds that carry a prefill chunk as throughput. `decode_network_wait_share` is the
-                      pure decode step's share (step.DecodeStep.network_share)
+  network wait share  share of the GPUs' time spent in collectives over the serving run (stage mean): per
+                      round a GPU runs the collectives of m decode micro-batches, + B x (the extra
+                      collectives of a request's prefill chunks) / output_len, over mean TPOT - the same mix
+                      of decode-only rounds and rounds that carry a prefill chunk as throughput.
+                      `decode_network_wait_share` is the share without prefill chunks
+                      (step.DecodeStep.network_share)
   memory utilization  effective use of the instance's GPU memory: one copy of the weights + one copy of
                       each live token's KV at the sustained concurrency, over all of it; copies do not count
                       (the latent every TP rank replicates, weights every DP-attention rank replicates).
@@ -86,10 +87,11 @@ def mean_tpot_s(spec, topo, layout, knobs, workload, calib, batch: int) -> tuple
 
 
 def network_wait_share(d: DecodeStep, p: Prefill, batch: int, workload: Workload, mean_tpot: float) -> float:
-    """Collective time / wall time over the serving run on the decode step's slowest stage: every round that
-    stage runs the collectives of its m micro-batches, and each of the B requests adds its prefill chunks'
-    extra collectives once per output_len rounds (the same amortisation as the stall in mean TPOT)."""
-    net_s = d.micro_batches * d.network_s + batch * p.stall_network_s / max(workload.output_len, 1)
+    """Collective time / wall time of a GPU over the serving run, stage mean: every decode round a GPU runs
+    the collectives of the m micro-batches (DecodeStep.network_share x tpot), and each of the B requests
+    adds its prefill chunks' extra collectives once per output_len rounds (the same amortisation as the
+    stall in mean TPOT)."""
+    net_s = d.network_share * d.tpot_s + batch * p.stall_network_s / max(workload.output_len, 1)
     return min(1.0, net_s / mean_tpot) if mean_tpot else 0.0
 
 

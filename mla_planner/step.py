@@ -59,6 +59,13 @@ class StageTime:
     memory_s: float
     overhead_s: float              # kernel launch (graph) + eager CPU-bound excess
     total_s: float
+    attention_s: float = 0.0       # of compute_s: the attention kernel (attn.core) of its layers
+
+    @property
+    def split_s(self) -> dict[str, float]:
+        """The stage's time in four parts that sum to total_s (see `round_split_s`)."""
+        return {"attention_core_s": self.attention_s, "other_kernels_s": self.compute_s - self.attention_s,
+                "collectives_s": self.network_s, "launch_s": self.overhead_s}
 
 
 @dataclass(frozen=True)
@@ -76,22 +83,28 @@ class DecodeStep:
     memory_s: float = 0.0
     overhead_s: float = 0.0
     bottleneck_stage: int = 0
+    split_s: dict = field(default_factory=dict)   # one step on the round's critical path (round_split_s / m)
 
     @property
     def network_share(self) -> float:
-        slowest = self.stages[self.bottleneck_stage].total_s
-        return self.network_s / slowest if slowest else 0.0
+        """Share of the deployment's GPU time spent in collectives: every stage runs each of the m
+        micro-batches once per round, so a GPU of stage s spends m x its collectives per tpot; averaged over
+        the stages (they have equal GPU counts). With pp = 1: collectives / step."""
+        if not self.tpot_s:
+            return 0.0
+        return self.micro_batches * mean_network_s(self.stages) / self.tpot_s
+
+
+def mean_network_s(stages: list) -> float:
+    """Collective seconds of one micro-batch, averaged over the stages."""
+    return sum(s.network_s for s in stages) / len(stages)
 
 
 def step_breakdown_s(d: DecodeStep) -> dict[str, float]:
-    """Where one decode micro-batch's time goes on the slowest stage, in seconds (sums to the stage time):
-    the attention kernel (reading the latent cache), the other kernels (GEMMs reading weights, router,
-    lm_head), collectives, and launch overhead (graph replay, or the CPU-bound excess when eager)."""
-    s = d.stages[d.bottleneck_stage]
-    core = sum(n * d.layers[k].terms_s.get("attn.core", 0.0)
-               for k, n in (("dense", s.dense_layers), ("moe", s.moe_layers)) if n)
-    return {"attention_core_s": core, "other_kernels_s": s.compute_s - core, "collectives_s": s.network_s,
-            "launch_s": s.overhead_s}
+    """Where one decode step goes, in seconds (sums to step_s): the attention kernel (reading the latent
+    cache), the other kernels (GEMMs reading weights, router, lm_head), collectives, and launch overhead
+    (graph replay, or the CPU-bound excess when eager), on the round's critical path."""
+    return dict(d.split_s)
 
 
 def op_time_s(op: Op, gpu: GPU, calib: Calibration) -> tuple[float, float]:
@@ -134,6 +147,7 @@ def stage_time(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, ba
     dense = spec.dense_layers_in(range(start, start + n))
     kinds = {"dense": dense, "moe": n - dense}
     terms = {f"layers.{k}": c * lt[k].total_s for k, c in kinds.items() if c}
+    attention = sum(c * lt[k].terms_s.get("attn.core", 0.0) for k, c in kinds.items() if c)
     net = sum(c * lt[k].network_s for k, c in kinds.items() if c)
     comp = sum(c * lt[k].compute_s for k, c in kinds.items() if c)
     mem = sum(c * lt[k].memory_s for k, c in kinds.items() if c)
@@ -157,7 +171,7 @@ def stage_time(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, ba
         cpu_s = n * calib.kernels_per_layer * calib.eager_kernel_launch_s
         terms["eager_overhead"] = max(0.0, cpu_s - gpu_s)
         overhead += terms["eager_overhead"]
-    return StageTime(stage, n, dense, n - dense, terms, comp, net, mem, overhead, sum(terms.values()))
+    return StageTime(stage, n, dense, n - dense, terms, comp, net, mem, overhead, sum(terms.values()), attention)
 
 
 def stage_split(spec: ModelSpec, layout: Layout, engine: str = "vllm") -> list[int]:
@@ -185,6 +199,24 @@ def round_s(stages: list, micro_batches: int, others: list | None = None) -> flo
     return max(sum(s.total_s for s in stages), cycle)
 
 
+def round_split_s(stages: list, micro_batches: int, others: list | None = None) -> dict[str, float]:
+    """`round_s` in four parts (attention kernel, other kernels, collectives, launch), taken on the path that
+    sets it: every stage once when the sum of the stages is the longer (a micro-batch crossing the pipeline,
+    e.g. fewer requests than stages), else the binding stage serving its m micro-batches."""
+    others = others or stages
+    cycles = [(micro_batches - 1) * o.total_s + s.total_s for s, o in zip(stages, others)]
+    if sum(s.total_s for s in stages) >= max(cycles):
+        path = [(s, 1) for s in stages]
+    else:
+        b = max(range(len(stages)), key=lambda i: cycles[i])
+        path = [(others[b], micro_batches - 1), (stages[b], 1)]
+    out = dict.fromkeys(stages[0].split_s, 0.0)
+    for stage, times in path:
+        for k, v in stage.split_s.items():
+            out[k] += times * v
+    return out
+
+
 def decode_step(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, batch_per_dp_rank: int,
                 context_len: int, calib: Calibration, layers_per_stage: list[int] | None = None) -> DecodeStep:
     """Decode step for `batch_per_dp_rank` running sequences per DP rank, each at `context_len` tokens."""
@@ -195,8 +227,9 @@ def decode_step(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, b
     tpot = round_s(stages, m)
     slow = max(range(len(stages)), key=lambda i: stages[i].total_s)
     s = stages[slow]
+    split = {k: v / m for k, v in round_split_s(stages, m).items()}
     return DecodeStep(B, micro, m, context_len, lt, stages, tpot / m, tpot, s.network_s, s.compute_s,
-                      s.memory_s, s.overhead_s, slow)
+                      s.memory_s, s.overhead_s, slow, split)
 
 
 @dataclass(frozen=True)
@@ -206,7 +239,8 @@ class Prefill:
     chunks: int
     ttft_s: float                  # all chunks, each riding one pipeline round
     stall_s: float                 # how much longer the decode rounds got while the chunks ran
-    stall_network_s: float = 0.0   # of that, the extra collective time on the decode step's slowest stage
+    stall_network_s: float = 0.0   # the extra collective seconds the chunks add to a GPU's rounds, averaged
+                                   # over the stages (eager: may hide under CPU launches and exceed stall_s)
 
 
 def prefill(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, input_len: int, calib: Calibration,
@@ -225,17 +259,16 @@ def prefill(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, input
     if decode_batch:
         _, base = forward_stages(spec, topo, layout, knobs, Batch(micro, context_len), calib, layers_per_stage)
     base_round = round_s(base, m) if base else 0.0
-    slow = None if base is None else max(range(len(base)), key=lambda i: base[i].total_s)
+    base_net = mean_network_s(base) if base else 0.0
 
     def round_at(prefix: int, tokens: int) -> tuple[float, float]:
-        """(round seconds, extra collective seconds on stage `slow`) of a round carrying this chunk."""
-        nonlocal slow
+        """(round seconds, extra collective seconds per GPU, stage mean) of a round carrying this chunk:
+        each stage runs the chunk's micro-batch once instead of a decode-only one."""
         _, st = forward_stages(spec, topo, layout, knobs, Batch(micro, context_len, tokens, prefix), calib,
                                layers_per_stage)
-        if slow is None:
-            slow = max(range(len(st)), key=lambda i: st[i].total_s)
-        extra_net = st[slow].network_s - (base[slow].network_s if base else 0.0)
-        return (round_s(st, m, base) if base else sum(s.total_s for s in st)), extra_net
+        if not base:
+            return sum(s.total_s for s in st), mean_network_s(st)
+        return round_s(st, m, base), mean_network_s(st) - base_net
 
     full, rest = divmod(input_len, chunk)
     if full <= 2:

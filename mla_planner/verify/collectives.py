@@ -166,16 +166,18 @@ def _evidence(topo, calib, cost, measured_s: float) -> Optional[dict]:
     """The factor a measured collective calibrates, or None.
     Inside a node (and p2p between nodes) one efficiency sets the bandwidth term, so it inverts:
     eff' = eff x bandwidth_s / (t - latency). A group spanning nodes mixes NVLink and NIC rates in its
-    bandwidth term, so only a latency-bound one (latency_s >= bandwidth_s, e.g. a decode all-reduce of a few
-    MB) is used, for `internode_latency_s`: the value that makes the prediction equal the measurement,
-    internode' = t - (predicted - internode)."""
+    bandwidth term, so only a latency-bound all-reduce (latency_s >= bandwidth_s, e.g. a TP decode all-reduce
+    of a few MB) is used, for `internode_latency_s`: the value that makes the prediction equal the
+    measurement, internode' = t - (predicted - internode). A measurement below the model's other terms
+    cannot be explained by that latency and calibrates nothing (nor does a cross-node all-to-all: NCCL's,
+    which verify times, is not the DeepEP one the model prices)."""
     factor = FACTOR.get((cost.kind, cost.algorithm))
     net = net_of(topo, calib)
     if cost.nodes > 1 and cost.kind != "p2p":
-        if cost.latency_s < cost.bandwidth_s:
-            return None
         rest_s = cost.time_s - calib.internode_latency_s
-        return {"factor": "internode_latency_s", "value": max(measured_s - rest_s, 1e-7), "seconds": measured_s}
+        if cost.kind != "all_reduce" or cost.latency_s < cost.bandwidth_s or measured_s <= rest_s:
+            return None   # bandwidth-bound, another kind's algorithm, or faster than the model's other terms
+        return {"factor": "internode_latency_s", "value": measured_s - rest_s, "seconds": measured_s}
     if cost.nodes > 1:
         inter = topo.inter_node
         factor = "socket_efficiency" if inter and inter.fabric == "ethernet" else "nic_efficiency"
