@@ -8,8 +8,10 @@
   throughput          output tokens/s = concurrency / mean TPOT (total, and per GPU)
   decode step         one engine iteration at that concurrency (step.decode_step: tpot / micro-batches)
   tokens/s per user   1 / mean TPOT; mean TPOT = decode round + the stalls prefill chunks add, spread over
-                      output_len tokens: tpot + B x stall / output_len (each of the B requests of a DP rank
-                      is prefilled once per output_len rounds)
+                      output_len tokens: tpot + B x stall / output_len on one DP rank (each of its B requests
+                      is prefilled once per output_len rounds); DP-attention ranks of a MoE model wait for
+                      each other's chunks, so there the round carries the chunk rounds of the rank with the
+                      most (chunk_rounds_per_round)
   network wait share  share of the GPUs' time spent in collectives over the serving run (stage mean): per
                       round a GPU runs the collectives of m decode micro-batches, + B x (the extra
                       collectives of a request's prefill chunks) / output_len, over mean TPOT - the same mix
@@ -30,7 +32,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from math import ceil
+from math import ceil, exp
 
 from .calibration import Calibration
 from .errors import PlanError
@@ -78,34 +80,88 @@ def prefill_tokens(workload: Workload, knobs: Knobs) -> int:
     return max(1, ceil(workload.input_len * (1.0 - hit)))
 
 
+def coupled_ranks(spec: ModelSpec, layout: Layout) -> int:
+    """DP-attention ranks that wait for each other every layer: they meet in the MoE (EP all-to-all or the
+    DP gather/scatter), so a prefill chunk on one rank stalls them all (SGLang large-scale-EP blog, "DP
+    Attention Imbalance"; vLLM DP+EP runs dummy batches to keep the ranks in step)."""
+    return layout.dp if spec.is_moe else 1
+
+
+def chunk_rounds_per_round(batch: int, chunks: int, output_len: int, ranks: int) -> float:
+    """Expected prefill-chunk rounds a decode round carries, for stalls. One DP rank: each of its B requests
+    needs `chunks` chunk rounds per output_len rounds, q = B x chunks / output_len (stalls add up). Coupled
+    ranks: their chunks in the same round overlap, so the round is stalled by the rank with the most; with
+    chunk arrivals per rank Poisson(q), that is E[max of `ranks` Poisson(q)] = sum_k (1 - F(k)^ranks),
+    which is q for one rank."""
+    q = batch * chunks / max(output_len, 1)
+    if ranks <= 1 or q <= 0:
+        return q
+    total, k, pmf = 0.0, 0, exp(-q)
+    cdf = pmf
+    while True:
+        tail = 1.0 - cdf ** ranks
+        if tail < 1e-12 or k > q + 60:
+            return total
+        total += tail
+        k += 1
+        pmf *= q / k
+        cdf += pmf
+
+
 def mean_tpot_s(spec, topo, layout, knobs, workload, calib, batch: int) -> tuple[float, DecodeStep, Prefill]:
-    """Mean time per output token at `batch` running requests per DP rank, prefill stalls included."""
+    """Mean time per output token at `batch` running requests per DP rank: the decode round plus the stall
+    of each chunk round it carries (chunk_rounds_per_round x stall per chunk)."""
     ctx = workload.mean_decode_context
     d = decode_step(spec, topo, layout, knobs, batch, ctx, calib)
     p = prefill(spec, topo, layout, knobs, prefill_tokens(workload, knobs), calib, batch, ctx)
-    return d.tpot_s + batch * p.stall_s / max(workload.output_len, 1), d, p
+    rounds = chunk_rounds_per_round(batch, p.chunks, workload.output_len, coupled_ranks(spec, layout))
+    return d.tpot_s + rounds * p.stall_s / p.chunks, d, p
 
 
-def network_wait_share(d: DecodeStep, p: Prefill, batch: int, workload: Workload, mean_tpot: float) -> float:
+def network_wait_share(d: DecodeStep, p: Prefill, rounds: float, mean_tpot: float) -> float:
     """Collective time / wall time of a GPU over the serving run, stage mean: every decode round a GPU runs
-    the collectives of the m micro-batches (DecodeStep.network_share x tpot), and each of the B requests
-    adds its prefill chunks' extra collectives once per output_len rounds (the same amortisation as the
-    stall in mean TPOT)."""
-    net_s = d.network_share * d.tpot_s + batch * p.stall_network_s / max(workload.output_len, 1)
+    the collectives of the m micro-batches (DecodeStep.network_share x tpot), and each chunk round the
+    round carries (`chunk_rounds_per_round`) adds the chunk's extra collectives (the same amortisation as
+    the stall in mean TPOT). Coupled DP ranks waiting for another rank's chunk count as stalled, not as
+    network."""
+    net_s = d.network_share * d.tpot_s + rounds * p.stall_network_s / p.chunks
     return min(1.0, net_s / mean_tpot) if mean_tpot else 0.0
+
+
+def largest_under(f, target: float, cap: int, slack: float = 0.0) -> int:
+    """Largest integer B in [1, cap] with f(B) <= target, for f growing with B; 0 if f(1) misses. Regula
+    falsi on the bracket (mean TPOT is close to affine in B, so a guess lands near the answer), with a
+    bisection whenever a guess moves the same end twice running (the Illinois safeguard). With `slack`
+    it may stop once the bracket is within slack x its top and return an upper bound of the answer."""
+    f_lo = f(1)
+    if f_lo > target:
+        return 0
+    if cap <= 1:
+        return 1
+    f_hi = f(cap)
+    if f_hi <= target:
+        return cap
+    lo, hi, last = 1, cap, None          # f(lo) <= target < f(hi): the answer is in [lo, hi - 1]
+    while hi - lo > max(1.0, slack * hi):
+        if last is not None and last[0] == last[1] or f_hi == f_lo:
+            mid = (lo + hi) // 2
+        else:
+            mid = lo + int((target - f_lo) * (hi - lo) / (f_hi - f_lo))
+        mid = min(max(mid, lo + 1), hi - 1)
+        value = f(mid)
+        side = "lo" if value <= target else "hi"
+        if side == "lo":
+            lo, f_lo = mid, value
+        else:
+            hi, f_hi = mid, value
+        last = (side, last[0] if last else None)
+    return hi - 1
 
 
 def _largest_batch(spec, topo, layout, knobs, workload, calib, cap: int) -> int:
     """Largest B in [1, cap] with mean TPOT <= target (mean TPOT grows with B); 0 if even B=1 misses."""
-    target = workload.tpot_ms / 1e3
-    ok = lambda b: mean_tpot_s(spec, topo, layout, knobs, workload, calib, b)[0] <= target  # noqa: E731
-    if not ok(1):
-        return 0
-    lo, hi = 1, cap
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        lo, hi = (mid, hi) if ok(mid) else (lo, mid - 1)
-    return lo
+    return largest_under(lambda b: mean_tpot_s(spec, topo, layout, knobs, workload, calib, b)[0],
+                         workload.tpot_ms / 1e3, cap)
 
 
 def _memory_shares(spec: ModelSpec, layout: Layout, knobs: Knobs, mem: MemoryReport, batch: int,
@@ -150,6 +206,7 @@ def evaluate(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, work
         notes.append("the KV pool cannot hold one request of this workload")
         limit = "none"
     tpot, d, p = mean_tpot_s(spec, topo, layout, knobs, workload, calib, max(batch, 1))
+    rounds = chunk_rounds_per_round(max(batch, 1), p.chunks, workload.output_len, coupled_ranks(spec, layout))
     ctx = workload.mean_decode_context
     util, in_use = _memory_shares(spec, layout, knobs, mem, batch, ctx)
     conc = in_flight(batch, layout, workload)
@@ -161,6 +218,6 @@ def evaluate(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, work
         notes.append(f"max-model-len {knobs.max_model_len} is below the workload's {workload.max_context_len} tokens")
     alone = decode_step(spec, topo, layout, knobs, 1, workload.mean_decode_context, calib).tpot_s
     return Metrics(layout, conc, batch, limit, tput, tput / layout.total_gpus, d.step_s, tpot,
-                   1.0 / tpot if batch else 0.0, network_wait_share(d, p, max(batch, 1), workload, tpot),
+                   1.0 / tpot if batch else 0.0, network_wait_share(d, p, rounds, tpot),
                    d.network_share, util, in_use, p.ttft_s, alone, d, p, mem,
                    meets, notes)

@@ -4,28 +4,30 @@
 2. Screening, per (layout, KV dtype): draft knobs and the engine's memory accounting decide whether
    it fits; an upper bound on output tokens/s per GPU is one decode step at the batch the KV pool
    holds (the TPOT target and prefill stalls can only lower it).
-3. Per engine, the layouts with the highest bounds are tuned in full (tuning.py) - every knob with
-   its reason and the five metrics. Screened-out layouts are listed with their bound, so `--explain`
-   can say why each lost.
+3. Per engine, layouts are tuned in full (tuning.py) - every knob with its reason and the five
+   metrics - in order of their bounds: at least the `tuned_per_engine` best, and then every one whose
+   bound is above the best tuned candidate meeting the targets (branch and bound: a layout screened out
+   cannot beat what was tuned). Screened-out layouts are listed with their bound, so `--explain` can say
+   why each lost.
 4. Ranking: candidates meeting the targets first, then output tokens/s per GPU, then tokens/s per
    user, then the label - deterministic for the same input.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from .calibration import Calibration
-from .knobs import ENGINES, Workload
+from .knobs import ENGINES, Knobs, Workload
 from .layout import Layout, layout_problems
 from .layouts import candidate_layouts
 from .memory import evaluate as memory_evaluate
-from .metrics import in_flight, mean_tpot_s, tokens_per_request
+from .metrics import in_flight, largest_under, mean_tpot_s, tokens_per_request
 from .pareto import pareto_front
 from .spec import ModelSpec
 from .step import decode_step
 from .topology import Topology
-from .tuning import Overrides, Rejected, Tuned, draft_knobs, tune
+from .tuning import Overrides, Rejected, Tuned, chunk_candidates, draft_knobs, tune
 
 TUNED_PER_ENGINE = 6   # layouts tuned in full per engine, best screening bounds first
 CURVES_FOR = 8         # best candidates whose batch sweep makes up the Pareto front
@@ -78,8 +80,9 @@ def _given(spec: ModelSpec, topo: Topology, layouts: list[Layout]) -> tuple[list
     return legal, illegal
 
 
-def _screen(spec, topo, layout, engine, kv, workload, calib, pinned: Overrides) -> float:
-    """Upper bound on output tokens/s per GPU; raises Rejected when the layout cannot serve at all."""
+def _screen(spec, topo, layout, engine, kv, workload, calib, pinned: Overrides) -> tuple[float, Knobs, int]:
+    """Upper bound on output tokens/s per GPU (with the draft knobs and the batch the KV pool holds);
+    raises Rejected when the layout cannot serve at all."""
     knobs, _ = draft_knobs(spec, topo, layout, engine, kv, workload, pinned)
     mem = memory_evaluate(spec, topo, layout, knobs)      # the verdict only: no search for ways out
     if not mem.fits:
@@ -89,7 +92,23 @@ def _screen(spec, topo, layout, engine, kv, workload, calib, pinned: Overrides) 
         raise Rejected(f"the KV pool ({mem.kv_capacity_tokens:,} tokens) cannot hold one "
                        f"{workload.mean_decode_context:,}-token request")
     step = decode_step(spec, topo, layout, knobs, batch, workload.mean_decode_context, calib)
-    return in_flight(batch, layout, workload) / step.tpot_s / layout.total_gpus
+    return in_flight(batch, layout, workload) / step.tpot_s / layout.total_gpus, knobs, batch
+
+
+def _stalled_bound(spec, topo, layout, knobs: Knobs, batch: int, workload, calib) -> float:
+    """A tighter bound than the screen's, for layouts past the first few. The batch is capped where the
+    decode step alone already reaches the TPOT target (stalls only add to it), then priced with the prefill
+    stalls at whichever chunk size tuning may pick stalls least. Throughput per GPU does not fall as the
+    batch grows (every step and stall term grows at most linearly with it), so the batch tuning settles
+    on, no larger than this one, cannot do better."""
+    ctx, target = workload.mean_decode_context, workload.tpot_ms / 1e3
+    batch = largest_under(lambda b: decode_step(spec, topo, layout, knobs, b, ctx, calib).tpot_s, target, batch,
+                          slack=0.05)
+    if not batch:
+        return 0.0
+    tpot = min(mean_tpot_s(spec, topo, layout, replace(knobs, max_num_batched_tokens=c), workload, calib,
+                           batch)[0] for c in chunk_candidates(knobs.engine, layout))
+    return in_flight(batch, layout, workload) / tpot / layout.total_gpus
 
 
 def _engine_problem(layout: Layout) -> str | None:
@@ -137,28 +156,44 @@ def search(spec: ModelSpec, topo: Topology, workload: Workload, calib: Calibrati
                     continue
                 try:
                     screened += 1
-                    bound = _screen(spec, topo, layout, engine, kv, workload, calib, pinned)
-                    bounds[engine].append((bound, layout, kv))
+                    bounds[engine].append((*_screen(spec, topo, layout, engine, kv, workload, calib, pinned),
+                                           layout, kv))
                 except Rejected as exc:
                     rejected.append({"layout": layout.label, "engine": engine, "kv_dtype": kv, "reason": str(exc)})
     options = []
     for engine in engines:
-        ranked = sorted(bounds[engine], key=lambda t: (-t[0], t[1].label, t[2]))
-        for bound, layout, kv in ranked[:tuned_per_engine]:
+        ranked = sorted(bounds[engine], key=lambda t: (-t[0], t[3].label, t[4]))
+        best, tuned_n = 0.0, 0
+        for i, (bound, knobs, batch, layout, kv) in enumerate(ranked):
+            if tuned_n >= tuned_per_engine and bound <= best:
+                for b, _, _, lay, k in ranked[i:]:
+                    rejected.append(_screened_out(lay, engine, k, b, best, "with the whole KV pool busy"))
+                break
+            if tuned_n >= tuned_per_engine:
+                stalled = _stalled_bound(spec, topo, layout, knobs, batch, workload, calib)
+                if stalled <= best:
+                    rejected.append(_screened_out(layout, engine, kv, stalled, best, "at the batch its KV pool "
+                                                  "and the TPOT target allow, with its prefill stalls"))
+                    continue
             try:
                 tuned = tune(spec, topo, layout, engine, kv, workload, calib, pinned)
                 options.append(Option(layout, engine, kv, tuned, warnings_for(spec, topo, layout, tuned, workload)))
+                tuned_n += 1
+                if tuned.metrics.meets_targets:
+                    best = max(best, tuned.metrics.throughput_tokens_per_s_per_gpu)
             except Rejected as exc:   # got furthest: listed first, as the most telling reasons
                 rejected.insert(0, {"layout": layout.label, "engine": engine, "kv_dtype": kv, "reason": str(exc)})
-        for bound, layout, kv in ranked[tuned_per_engine:]:
-            rejected.append({"layout": layout.label, "engine": engine, "kv_dtype": kv,
-                             "reason": f"screened out: at most {bound:,.0f} output tokens/s per GPU even with the "
-                                       f"whole KV pool busy, below the {tuned_per_engine} best"})
     options.sort(key=lambda o: o.key)
     points = [p for i, o in enumerate(options[:CURVES_FOR])
               for p in tradeoff_curve(spec, topo, i, o, workload, calib)]
     front = pareto_front([(p.tokens_per_s_per_gpu, p.tokens_per_s_per_user) for p in points])
     return SearchResult(options, rejected, points, front, screened)
+
+
+def _screened_out(layout: Layout, engine: str, kv: str, bound: float, best: float, how: str) -> dict:
+    return {"layout": layout.label, "engine": engine, "kv_dtype": kv,
+            "reason": f"screened out: at most {bound:,.0f} output tokens/s per GPU even {how}, not above the "
+                      f"{best:,.0f} of a tuned {engine} candidate"}
 
 
 def tradeoff_curve(spec: ModelSpec, topo: Topology, index: int, o: Option, workload: Workload,

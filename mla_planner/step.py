@@ -21,6 +21,7 @@ stage serves m micro-batches per round). The engine completes a micro-batch ever
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 from math import ceil
 
 from .calibration import Calibration
@@ -182,13 +183,23 @@ def stage_split(spec: ModelSpec, layout: Layout, engine: str = "vllm") -> list[i
 def forward_stages(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, batch: Batch,
                    calib: Calibration, layers_per_stage: list[int] | None = None) -> tuple[dict, list]:
     """Layer times by kind and the stage times of one forward pass of `batch` (one micro-batch)."""
-    split = layers_per_stage or stage_split(spec, layout, knobs.engine)
-    w = layer_weights(spec, layout, knobs.engine)
+    lt, stages = _forward_memo(spec, topo, layout, knobs.engine, knobs.kv_cache_dtype, knobs.cuda_graphs, batch,
+                               calib, tuple(layers_per_stage) if layers_per_stage else None)
+    return lt, list(stages)
+
+
+@lru_cache(maxsize=32768)
+def _forward_memo(spec: ModelSpec, topo: Topology, layout: Layout, engine: str, kv_cache_dtype: str,
+                  cuda_graphs: bool, batch: Batch, calib: Calibration, split: tuple | None) -> tuple[dict, tuple]:
+    """forward_stages keyed on the only knobs a forward pass reads (engine, KV dtype, CUDA graphs): a plan
+    search prices the same pass under many chunk sizes, sequence caps and memory fractions."""
+    knobs = Knobs(engine=engine, kv_cache_dtype=kv_cache_dtype, cuda_graphs=cuda_graphs)
+    split = list(split) if split else stage_split(spec, layout, engine)
+    w = layer_weights(spec, layout, engine)
     lt = {"dense": layer_time(spec, topo, layout, knobs, batch, calib, False, w)}
     if spec.is_moe:
         lt["moe"] = layer_time(spec, topo, layout, knobs, batch, calib, True, w)
-    stages = [stage_time(spec, topo, layout, knobs, batch, calib, split, s, lt) for s in range(layout.pp)]
-    return lt, stages
+    return lt, tuple(stage_time(spec, topo, layout, knobs, batch, calib, split, s, lt) for s in range(layout.pp))
 
 
 def round_s(stages: list, micro_batches: int, others: list | None = None) -> float:

@@ -3,6 +3,9 @@ points from validation.yaml (within 2x, their stated tolerance)."""
 
 from __future__ import annotations
 
+import math
+import random
+
 import pytest
 
 from mla_planner.calibration import load_calibration
@@ -10,7 +13,7 @@ from mla_planner.engine_memory import engine_default_knobs
 from mla_planner.errors import PlanError
 from mla_planner.knobs import Workload
 from mla_planner.layout import Layout, parse_layout
-from mla_planner.metrics import evaluate, tokens_per_request
+from mla_planner.metrics import chunk_rounds_per_round, evaluate, largest_under, tokens_per_request
 from mla_planner.models import load_model
 from mla_planner.step import decode_step, mean_network_s, step_breakdown_s
 from mla_planner.topology import Topology, load_topology
@@ -165,3 +168,34 @@ def test_fewer_requests_than_stages():
     assert sum(step_breakdown_s(d).values()) == pytest.approx(total)
     assert step_breakdown_s(d)["collectives_s"] == pytest.approx(sum(s.network_s for s in d.stages))
     assert d.network_share == pytest.approx(mean_network_s(d.stages) / total)
+
+
+def test_largest_under_matches_a_scan():
+    """The batch search (regula falsi + bisection) against a plain scan, on growing functions with kinks
+    and jumps like mean TPOT's; with slack it returns an upper bound of the answer, never below it."""
+    rng = random.Random(7)
+    for _ in range(400):
+        a, b, c = rng.uniform(1, 50), rng.uniform(0, 1), rng.uniform(0, 0.05)
+        jump, cap, target = rng.choice([0, 5, 20]), rng.randint(1, 700), rng.uniform(1, 120)
+        f = lambda x: a + b * x + c * x ** 1.5 + jump * (x > cap // 2) + 0.3 * math.floor(x / 64)  # noqa: E731
+        exact = max([x for x in range(1, cap + 1) if f(x) <= target], default=0)
+        assert largest_under(f, target, cap) == exact
+        assert exact <= largest_under(f, target, cap, slack=0.05) <= exact + 0.05 * cap + 1
+
+
+def test_coupled_dp_ranks_wait_for_the_rank_with_most_chunks():
+    """One rank: q = B x chunks / output_len chunk rounds per round. Coupled ranks: E[max of dp
+    Poisson(q)], checked against a Monte Carlo draw; it grows with dp and stays below dp x q."""
+    assert chunk_rounds_per_round(27, 5, 512, 1) == pytest.approx(27 * 5 / 512)
+    rng = random.Random(3)
+
+    def poisson(q):   # Knuth
+        k, p, limit = 0, rng.random(), math.exp(-q)
+        while p > limit:
+            k, p = k + 1, p * rng.random()
+        return k
+    q, dp = 27 * 5 / 512, 16
+    draws = [max(poisson(q) for _ in range(dp)) for _ in range(20000)]
+    assert chunk_rounds_per_round(27, 5, 512, dp) == pytest.approx(sum(draws) / len(draws), rel=0.03)
+    values = [chunk_rounds_per_round(27, 5, 512, n) for n in (1, 2, 4, 8, 16)]
+    assert values == sorted(values) and values[-1] < 16 * q

@@ -36,6 +36,22 @@ def test_seed_scenario_tp8_pp2_ranks_above_tp16():
     assert best.throughput_tokens_per_s_per_gpu >= tp8pp2.throughput_tokens_per_s_per_gpu
 
 
+@pytest.mark.parametrize("model, topology", [("deepseek-v2", "2x8xh100-ib"), ("deepseek-v3", "2x8xh200-ib")])
+def test_pruning_never_drops_an_engines_best(model, topology):
+    """Branch and bound: with one layout tuned per engine before pruning, each engine's best candidate is
+    the one an exhaustive search (every screened layout tuned) finds, and every pruned bound is below it."""
+    spec, topo, calib = setup(model, topology)
+    pruned = search(spec, topo, Workload(), calib, tuned_per_engine=1)
+    everything = search(spec, topo, Workload(), calib, tuned_per_engine=10_000)
+    for engine in ("vllm", "sglang"):
+        def best(result):
+            ok = [o for o in result.options if o.engine == engine and o.tuned.metrics.meets_targets]
+            return ok[0].tuned.metrics.throughput_tokens_per_s_per_gpu if ok else None
+        assert best(pruned) == pytest.approx(best(everything))
+    assert len(pruned.options) < len(everything.options)
+    assert not any("screened out" in r["reason"] for r in everything.rejected)
+
+
 def test_deepseek_v3_on_one_h100_node_has_no_candidate_and_says_what_fits():
     spec, topo, calib = setup("deepseek-v3", "8xh100")
     result = search(spec, topo, Workload(), calib)
