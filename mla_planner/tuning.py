@@ -19,7 +19,7 @@ from .layout import Layout
 from .memory import evaluate as memory_evaluate
 from .memory import safe_memory_fraction
 from .memory_terms import uses_deepep
-from .metrics import Metrics, evaluate, mean_tpot_s
+from .metrics import Metrics, coupled_ranks, evaluate, mean_tpot_s
 from .spec import ModelSpec
 from .topology import Topology
 
@@ -150,11 +150,20 @@ def tune(spec: ModelSpec, topo: Topology, layout: Layout, engine: str, kv_dtype:
     m = evaluate(spec, topo, layout, knobs, workload, calib) if chunk != knobs_chunk(first) else first
     seqs = max(1, m.concurrency_per_dp_rank)
     reasons["max_num_seqs"] = (f"{seqs} per DP rank: limited by {_limit_words(m, workload)}; the pool holds "
-                               f"{m.memory.kv_capacity_tokens:,} tokens")
+                               f"{m.memory.kv_capacity_tokens:,} tokens") + _stall_words(m, spec, layout)
     knobs = replace(knobs, max_num_seqs=seqs)
     # fewer sequences mean fewer CUDA graphs to capture: re-count memory for the final knobs (the metrics
     # were computed at the larger cap, so they stay a slight underestimate of the KV room)
     return Tuned(knobs, replace(m, memory=memory_evaluate(spec, topo, layout, knobs)), reasons)
+
+
+def _stall_words(m: Metrics, spec: ModelSpec, layout: Layout) -> str:
+    """Say so when prefill chunks stretch the tokens of coupled DP ranks: the cost PD disaggregation removes."""
+    share = 1.0 - m.decode.tpot_s / m.tpot_s if m.tpot_s else 0.0
+    if coupled_ranks(spec, layout) <= 1 or share < 0.25:
+        return ""
+    return (f"; prefill chunks on any of the {layout.dp} DP ranks stall all of them ({share:.0%} of each "
+            "token's time), which prefill/decode disaggregation would remove")
 
 
 def knobs_chunk(m: Metrics) -> int:

@@ -192,3 +192,15 @@ def test_pareto_points_stay_within_what_the_deployment_can_run():
         o = result.options[p.option]
         assert p.batch_per_dp_rank <= max(o.tuned.knobs.max_num_seqs, o.tuned.metrics.concurrency_per_dp_rank)
         assert p.tokens_per_s_per_gpu * o.layout.total_gpus / p.tokens_per_s_per_user <= 64 + 1e-6
+
+
+def test_dp_candidates_say_when_prefill_chunks_stall_every_rank():
+    """DeepSeek-V3 on 2 x 8 H100, DP16 + EP16 under vLLM: its 512-token budget (the DeepEP buffer) cuts each
+    2048-token prompt into chunks, and a chunk on any of the 16 ranks stalls them all; the reason says so.
+    Plain TP has no DP ranks to couple."""
+    spec, topo, calib = setup("deepseek-v3", "2x8xh100-ib")
+    result = search(spec, topo, Workload(), calib, engines=("vllm",), kv_dtype="fp8",
+                    layouts=[parse_layout("tp=1,dp=16,ep=16"), parse_layout("tp=16")])
+    why = {o.layout.label: o.tuned.reasons["max_num_seqs"] for o in result.options}
+    assert "stall all of them" in why["tp1·dp16·ep16"] and "disaggregation" in why["tp1·dp16·ep16"]
+    assert "stall" not in why["tp16"]
