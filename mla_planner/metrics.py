@@ -32,7 +32,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from math import ceil, exp
+from math import ceil, exp, floor, lgamma, log, sqrt
 
 from .calibration import Calibration
 from .errors import PlanError
@@ -80,11 +80,17 @@ def prefill_tokens(workload: Workload, knobs: Knobs) -> int:
     return max(1, ceil(workload.input_len * (1.0 - hit)))
 
 
-def coupled_ranks(spec: ModelSpec, layout: Layout) -> int:
+def coupled_ranks(spec: ModelSpec, layout: Layout, batch: int = 0, workload: Workload | None = None) -> int:
     """DP-attention ranks that wait for each other every layer: they meet in the MoE (EP all-to-all or the
     DP gather/scatter), so a prefill chunk on one rank stalls them all (SGLang large-scale-EP blog, "DP
-    Attention Imbalance"; vLLM DP+EP runs dummy batches to keep the ranks in step)."""
-    return layout.dp if spec.is_moe else 1
+    Attention Imbalance"; vLLM DP+EP runs dummy batches to keep the ranks in step). Only ranks with
+    requests prefill: with an offered concurrency below B x dp x replicas, ceil(concurrency per instance
+    / B) of them."""
+    if not spec.is_moe or layout.dp <= 1:
+        return 1
+    if workload is not None and workload.concurrency and batch:
+        return max(1, min(layout.dp, ceil(workload.concurrency / layout.replicas / batch)))
+    return layout.dp
 
 
 def chunk_rounds_per_round(batch: int, chunks: int, output_len: int, ranks: int) -> float:
@@ -92,20 +98,24 @@ def chunk_rounds_per_round(batch: int, chunks: int, output_len: int, ranks: int)
     needs `chunks` chunk rounds per output_len rounds, q = B x chunks / output_len (stalls add up). Coupled
     ranks: their chunks in the same round overlap, so the round is stalled by the rank with the most; with
     chunk arrivals per rank Poisson(q), that is E[max of `ranks` Poisson(q)] = sum_k (1 - F(k)^ranks),
-    which is q for one rank."""
+    which is q for one rank. The sum starts 12 standard deviations below the mean (every term before is 1
+    to within e^-72) with the pmf in log space, so a large q neither underflows nor loops long."""
     q = batch * chunks / max(output_len, 1)
     if ranks <= 1 or q <= 0:
         return q
-    total, k, pmf = 0.0, 0, exp(-q)
-    cdf = pmf
-    while True:
+    spread = 12.0 * sqrt(q) + 30.0
+    k = max(0, floor(q - spread))
+    pmf = exp(-q + k * log(q) - lgamma(k + 1))
+    total, cdf = float(k), pmf
+    while k <= q + spread:
         tail = 1.0 - cdf ** ranks
-        if tail < 1e-12 or k > q + 60:
-            return total
+        if tail < 1e-12 and k >= q:
+            break
         total += tail
         k += 1
         pmf *= q / k
         cdf += pmf
+    return total
 
 
 def mean_tpot_s(spec, topo, layout, knobs, workload, calib, batch: int) -> tuple[float, DecodeStep, Prefill]:
@@ -114,7 +124,7 @@ def mean_tpot_s(spec, topo, layout, knobs, workload, calib, batch: int) -> tuple
     ctx = workload.mean_decode_context
     d = decode_step(spec, topo, layout, knobs, batch, ctx, calib)
     p = prefill(spec, topo, layout, knobs, prefill_tokens(workload, knobs), calib, batch, ctx)
-    rounds = chunk_rounds_per_round(batch, p.chunks, workload.output_len, coupled_ranks(spec, layout))
+    rounds = chunk_rounds_per_round(batch, p.chunks, workload.output_len, coupled_ranks(spec, layout, batch, workload))
     return d.tpot_s + rounds * p.stall_s / p.chunks, d, p
 
 
@@ -206,7 +216,8 @@ def evaluate(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, work
         notes.append("the KV pool cannot hold one request of this workload")
         limit = "none"
     tpot, d, p = mean_tpot_s(spec, topo, layout, knobs, workload, calib, max(batch, 1))
-    rounds = chunk_rounds_per_round(max(batch, 1), p.chunks, workload.output_len, coupled_ranks(spec, layout))
+    rounds = chunk_rounds_per_round(max(batch, 1), p.chunks, workload.output_len,
+                                    coupled_ranks(spec, layout, max(batch, 1), workload))
     ctx = workload.mean_decode_context
     util, in_use = _memory_shares(spec, layout, knobs, mem, batch, ctx)
     conc = in_flight(batch, layout, workload)

@@ -2,20 +2,21 @@
 
 1. Layouts (layouts.py) that cannot exist are rejected with their reasons.
 2. Screening, per (layout, KV dtype): draft knobs and the engine's memory accounting decide whether
-   it fits; an upper bound on output tokens/s per GPU is one decode step at the batch the KV pool
-   holds (the TPOT target and prefill stalls can only lower it).
+   it fits; an upper bound on output tokens/s per GPU is the decode step alone at the batch the KV pool
+   holds (the TPOT target and prefill stalls can only lower it; `_decode_bound`).
 3. Per engine, layouts are tuned in full (tuning.py) - every knob with its reason and the five
    metrics - in order of their bounds: at least the `tuned_per_engine` best, and then every one whose
-   bound is above the best tuned candidate meeting the targets (branch and bound: a layout screened out
-   cannot beat what was tuned). Screened-out layouts are listed with their bound, so `--explain` can say
-   why each lost.
+   bound, tightened by the TPOT target, is above the engine's best tuned candidate meeting the targets
+   (branch and bound: a layout screened out cannot beat that one; the runners-up below it are the
+   tuned ones, not necessarily every layout's best). Screened-out layouts are listed with their bound,
+   so `--explain` can say why each lost.
 4. Ranking: candidates meeting the targets first, then output tokens/s per GPU, then tokens/s per
    user, then the label - deterministic for the same input.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from .calibration import Calibration
 from .knobs import ENGINES, Knobs, Workload
@@ -27,7 +28,7 @@ from .pareto import pareto_front
 from .spec import ModelSpec
 from .step import decode_step
 from .topology import Topology
-from .tuning import Overrides, Rejected, Tuned, chunk_candidates, draft_knobs, tune
+from .tuning import Overrides, Rejected, Tuned, draft_knobs, tune
 
 TUNED_PER_ENGINE = 6   # layouts tuned in full per engine, best screening bounds first
 CURVES_FOR = 8         # best candidates whose batch sweep makes up the Pareto front
@@ -81,8 +82,8 @@ def _given(spec: ModelSpec, topo: Topology, layouts: list[Layout]) -> tuple[list
 
 
 def _screen(spec, topo, layout, engine, kv, workload, calib, pinned: Overrides) -> tuple[float, Knobs, int]:
-    """Upper bound on output tokens/s per GPU (with the draft knobs and the batch the KV pool holds);
-    raises Rejected when the layout cannot serve at all."""
+    """Upper bound on output tokens/s per GPU (the decode step alone, up to the batch the KV pool holds
+    with the draft knobs), the draft knobs and that batch; raises Rejected when the layout cannot serve."""
     knobs, _ = draft_knobs(spec, topo, layout, engine, kv, workload, pinned)
     mem = memory_evaluate(spec, topo, layout, knobs)      # the verdict only: no search for ways out
     if not mem.fits:
@@ -91,24 +92,30 @@ def _screen(spec, topo, layout, engine, kv, workload, calib, pinned: Overrides) 
     if batch < 1:
         raise Rejected(f"the KV pool ({mem.kv_capacity_tokens:,} tokens) cannot hold one "
                        f"{workload.mean_decode_context:,}-token request")
-    step = decode_step(spec, topo, layout, knobs, batch, workload.mean_decode_context, calib)
-    return in_flight(batch, layout, workload) / step.tpot_s / layout.total_gpus, knobs, batch
+    return _decode_bound(spec, topo, layout, knobs, batch, workload, calib), knobs, batch
 
 
-def _stalled_bound(spec, topo, layout, knobs: Knobs, batch: int, workload, calib) -> float:
-    """A tighter bound than the screen's, for layouts past the first few. The batch is capped where the
-    decode step alone already reaches the TPOT target (stalls only add to it), then priced with the prefill
-    stalls at whichever chunk size tuning may pick stalls least. Throughput per GPU does not fall as the
-    batch grows (every step and stall term grows at most linearly with it), so the batch tuning settles
-    on, no larger than this one, cannot do better."""
+def _decode_bound(spec, topo, layout, knobs: Knobs, top: int, workload, calib) -> float:
+    """max over B <= top of in_flight(B) / decode tpot(B) / GPUs: no tuned batch B* <= top does better, as
+    its mean TPOT (stalls included) is at least the decode step's. B / tpot(B) grows with B (each roofline
+    term is affine or concave in B), so the maximum is at `top`, or, when the offered concurrency caps the
+    requests in flight, at the batch where the cap starts (or the one before)."""
+    ctx = workload.mean_decode_context
+    points = {top}
+    if workload.concurrency:
+        knee = workload.concurrency // (layout.dp * layout.replicas)
+        points |= {b for b in (knee, knee + 1) if 1 <= b < top}
+    return max(in_flight(b, layout, workload) / decode_step(spec, topo, layout, knobs, b, ctx, calib).tpot_s
+               for b in points) / layout.total_gpus
+
+
+def _target_bound(spec, topo, layout, knobs: Knobs, top: int, workload, calib) -> float:
+    """The decode bound, tightened by the TPOT target: a feasible batch has decode tpot <= target too, so it
+    is at most the largest such batch (largest_under, allowed to overshoot by 5 %: still a bound)."""
     ctx, target = workload.mean_decode_context, workload.tpot_ms / 1e3
-    batch = largest_under(lambda b: decode_step(spec, topo, layout, knobs, b, ctx, calib).tpot_s, target, batch,
-                          slack=0.05)
-    if not batch:
-        return 0.0
-    tpot = min(mean_tpot_s(spec, topo, layout, replace(knobs, max_num_batched_tokens=c), workload, calib,
-                           batch)[0] for c in chunk_candidates(knobs.engine, layout))
-    return in_flight(batch, layout, workload) / tpot / layout.total_gpus
+    top = largest_under(lambda b: decode_step(spec, topo, layout, knobs, b, ctx, calib).tpot_s, target, top,
+                        slack=0.05)
+    return _decode_bound(spec, topo, layout, knobs, top, workload, calib) if top else 0.0
 
 
 def _engine_problem(layout: Layout) -> str | None:
@@ -167,13 +174,14 @@ def search(spec: ModelSpec, topo: Topology, workload: Workload, calib: Calibrati
         for i, (bound, knobs, batch, layout, kv) in enumerate(ranked):
             if tuned_n >= tuned_per_engine and bound <= best:
                 for b, _, _, lay, k in ranked[i:]:
-                    rejected.append(_screened_out(lay, engine, k, b, best, "with the whole KV pool busy"))
+                    rejected.append(_screened_out(lay, engine, k, b, best, "decoding without prefill with the "
+                                                  "whole KV pool busy"))
                 break
             if tuned_n >= tuned_per_engine:
-                stalled = _stalled_bound(spec, topo, layout, knobs, batch, workload, calib)
-                if stalled <= best:
-                    rejected.append(_screened_out(layout, engine, kv, stalled, best, "at the batch its KV pool "
-                                                  "and the TPOT target allow, with its prefill stalls"))
+                tight = _target_bound(spec, topo, layout, knobs, batch, workload, calib)
+                if tight <= best:
+                    rejected.append(_screened_out(layout, engine, kv, tight, best, "decoding without prefill "
+                                                  "at the largest batch within the TPOT target"))
                     continue
             try:
                 tuned = tune(spec, topo, layout, engine, kv, workload, calib, pinned)

@@ -13,7 +13,7 @@ from mla_planner.engine_memory import engine_default_knobs
 from mla_planner.errors import PlanError
 from mla_planner.knobs import Workload
 from mla_planner.layout import Layout, parse_layout
-from mla_planner.metrics import chunk_rounds_per_round, evaluate, largest_under, tokens_per_request
+from mla_planner.metrics import chunk_rounds_per_round, coupled_ranks, evaluate, largest_under, tokens_per_request
 from mla_planner.models import load_model
 from mla_planner.step import decode_step, mean_network_s, step_breakdown_s
 from mla_planner.topology import Topology, load_topology
@@ -199,3 +199,29 @@ def test_coupled_dp_ranks_wait_for_the_rank_with_most_chunks():
     assert chunk_rounds_per_round(27, 5, 512, dp) == pytest.approx(sum(draws) / len(draws), rel=0.03)
     values = [chunk_rounds_per_round(27, 5, 512, n) for n in (1, 2, 4, 8, 16)]
     assert values == sorted(values) and values[-1] < 16 * q
+
+
+def test_chunk_rounds_for_large_q_neither_underflow_nor_stall():
+    """Short outputs and small vLLM DeepEP budgets give q in the hundreds or thousands (exp(-q) underflows
+    past ~745): the expected maximum still exceeds the mean, grows with q, and matches a log-space sum."""
+    def reference(q, n):
+        cdf, total = 0.0, 0.0
+        for k in range(int(q + 40 * math.sqrt(q) + 200)):
+            cdf += math.exp(-q + k * math.log(q) - math.lgamma(k + 1))
+            total += 1 - min(cdf, 1.0) ** n
+        return total
+    for q in (200, 745, 746, 2000):
+        for n in (2, 512):
+            assert chunk_rounds_per_round(q, 1, 1, n) == pytest.approx(reference(q, n), rel=1e-6)
+            assert chunk_rounds_per_round(q, 1, 1, n) > q
+    values = [chunk_rounds_per_round(b, 1, 1, 2) for b in range(700, 800)]
+    assert values == sorted(values)
+
+
+def test_only_ranks_with_requests_are_coupled():
+    """16 DP ranks but an offered concurrency of 20 at 10 requests per rank: 2 ranks carry requests."""
+    spec = load_model("deepseek-v3").spec
+    lay = parse_layout("tp=1,dp=16,ep=16")
+    assert coupled_ranks(spec, lay) == 16
+    assert coupled_ranks(spec, lay, 10, Workload(concurrency=20)) == 2
+    assert coupled_ranks(load_model("deepseek-v2").spec, parse_layout("tp=16")) == 1
