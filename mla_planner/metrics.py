@@ -138,20 +138,34 @@ def network_wait_share(d: DecodeStep, p: Prefill, rounds: float, mean_tpot: floa
     return min(1.0, net_s / mean_tpot) if mean_tpot else 0.0
 
 
-def largest_under(f, target: float, cap: int, slack: float = 0.0) -> int:
+def largest_under(f, target: float, cap: int, slack: float = 0.0, hint: int = 0) -> int:
     """Largest integer B in [1, cap] with f(B) <= target, for f growing with B; 0 if f(1) misses. Regula
     falsi on the bracket (mean TPOT is close to affine in B, so a guess lands near the answer), with a
     bisection whenever a guess moves the same end twice running (the Illinois safeguard). With `slack`
-    it may stop once the bracket is within slack x its top and return an upper bound of the answer."""
+    it may stop once the bracket is within slack x its top and return an upper bound of the answer. A
+    `hint` (e.g. the answer under slightly different knobs) is tried first with its neighbour."""
+    if 1 < hint < cap:
+        at, above = f(hint), f(hint + 1)
+        if at <= target < above:
+            return hint
+        lo_hi = ((hint + 1, above), None) if above <= target else (None, (hint, at)) if at > target else None
+    else:
+        lo_hi = None
     f_lo = f(1)
     if f_lo > target:
         return 0
     if cap <= 1:
         return 1
-    f_hi = f(cap)
-    if f_hi <= target:
-        return cap
-    lo, hi, last = 1, cap, None          # f(lo) <= target < f(hi): the answer is in [lo, hi - 1]
+    lo, hi = 1, cap
+    if lo_hi and lo_hi[0]:
+        lo, f_lo = lo_hi[0]
+    if lo_hi and lo_hi[1]:
+        hi, f_hi = lo_hi[1]
+    else:
+        f_hi = f(cap)
+        if f_hi <= target:
+            return cap
+    last = None                          # f(lo) <= target < f(hi): the answer is in [lo, hi - 1]
     while hi - lo > max(1.0, slack * hi):
         if last is not None and last[0] == last[1] or f_hi == f_lo:
             mid = (lo + hi) // 2
@@ -168,10 +182,10 @@ def largest_under(f, target: float, cap: int, slack: float = 0.0) -> int:
     return hi - 1
 
 
-def _largest_batch(spec, topo, layout, knobs, workload, calib, cap: int) -> int:
+def _largest_batch(spec, topo, layout, knobs, workload, calib, cap: int, hint: int = 0) -> int:
     """Largest B in [1, cap] with mean TPOT <= target (mean TPOT grows with B); 0 if even B=1 misses."""
     return largest_under(lambda b: mean_tpot_s(spec, topo, layout, knobs, workload, calib, b)[0],
-                         workload.tpot_ms / 1e3, cap)
+                         workload.tpot_ms / 1e3, cap, hint=hint)
 
 
 def _memory_shares(spec: ModelSpec, layout: Layout, knobs: Knobs, mem: MemoryReport, batch: int,
@@ -199,15 +213,16 @@ def _limits(layout: Layout, knobs: Knobs, mem: MemoryReport, workload: Workload)
 
 
 def evaluate(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, workload: Workload,
-             calib: Calibration) -> Metrics:
-    """The five metrics (+ TTFT) for one layout; PlanError when the layout cannot exist."""
+             calib: Calibration, batch_hint: int = 0) -> Metrics:
+    """The five metrics (+ TTFT) for one layout; PlanError when the layout cannot exist. `batch_hint`
+    (the batch found under nearby knobs) only speeds up the search for the largest batch."""
     problems = layout_problems(layout, spec, topo.gpus_per_node, topo.total_gpus)
     if problems:
         raise PlanError(f"layout {layout.label}: " + "; ".join(problems))
     mem = memory_report(spec, topo, layout, knobs)
     notes = list(calib.notes) + [f"memory: {r}" for r in mem.reasons]
     cap, limit = _limits(layout, knobs, mem, workload)
-    batch = _largest_batch(spec, topo, layout, knobs, workload, calib, cap) if cap else 0
+    batch = _largest_batch(spec, topo, layout, knobs, workload, calib, cap, batch_hint) if cap else 0
     if cap and batch < cap:
         limit = "tpot"
     if cap and not batch:

@@ -33,7 +33,7 @@ class GPU(BaseModel):
     nvlink_bytes_per_s: NonNegativeFloat = 0.0
     source: Optional[str] = None
 
-    @property
+    @cached_property
     def sm(self) -> int:
         """Compute capability as an integer, 9.0 -> 90."""
         major, minor = self.compute_capability.split(".")
@@ -44,7 +44,7 @@ class GPU(BaseModel):
         return {8: "ampere" if self.sm < 89 else "ada", 9: "hopper", 10: "blackwell", 12: "blackwell"}.get(
             self.sm // 10, "other")
 
-    @property
+    @cached_property
     def has_fp8(self) -> bool:
         return self.fp8_flops_per_s > 0 and self.sm >= 89
 

@@ -147,7 +147,8 @@ def tune(spec: ModelSpec, topo: Topology, layout: Layout, engine: str, kv_dtype:
     chunk, reasons["max_num_batched_tokens"] = choose_chunk(spec, topo, layout, knobs, workload, calib,
                                                             first.concurrency_per_dp_rank)
     knobs = replace(knobs, max_num_batched_tokens=chunk)
-    m = evaluate(spec, topo, layout, knobs, workload, calib) if chunk != knobs_chunk(first) else first
+    m = evaluate(spec, topo, layout, knobs, workload, calib, first.concurrency_per_dp_rank) \
+        if chunk != knobs_chunk(first) else first
     seqs = max(1, m.concurrency_per_dp_rank)
     reasons["max_num_seqs"] = (f"{seqs} per DP rank: limited by {_limit_words(m, workload)}; the pool holds "
                                f"{m.memory.kv_capacity_tokens:,} tokens") + _stall_words(m, spec, layout)

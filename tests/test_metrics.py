@@ -180,6 +180,8 @@ def test_largest_under_matches_a_scan():
         f = lambda x: a + b * x + c * x ** 1.5 + jump * (x > cap // 2) + 0.3 * math.floor(x / 64)  # noqa: E731
         exact = max([x for x in range(1, cap + 1) if f(x) <= target], default=0)
         assert largest_under(f, target, cap) == exact
+        for hint in (exact, exact - 1, exact + 1, rng.randint(0, cap + 3)):   # a hint only saves evaluations
+            assert largest_under(f, target, cap, hint=hint) == exact
         assert exact <= largest_under(f, target, cap, slack=0.05) <= exact + 0.05 * cap + 1
 
 
