@@ -210,17 +210,15 @@ def round_s(stages: list, micro_batches: int, others: list | None = None) -> flo
     return max(sum(s.total_s for s in stages), cycle)
 
 
-def round_split_s(stages: list, micro_batches: int, others: list | None = None) -> dict[str, float]:
-    """`round_s` in four parts (attention kernel, other kernels, collectives, launch), taken on the path that
-    sets it: every stage once when the sum of the stages is the longer (a micro-batch crossing the pipeline,
-    e.g. fewer requests than stages), else the binding stage serving its m micro-batches."""
-    others = others or stages
-    cycles = [(micro_batches - 1) * o.total_s + s.total_s for s, o in zip(stages, others)]
-    if sum(s.total_s for s in stages) >= max(cycles):
+def round_split_s(stages: list, micro_batches: int) -> dict[str, float]:
+    """`round_s` of a decode round in four parts (attention kernel, other kernels, collectives, launch),
+    taken on the path that sets it: every stage once when the sum of the stages is the longer (a
+    micro-batch crossing the pipeline, e.g. fewer requests than stages), else the slowest stage serving
+    its m micro-batches."""
+    if sum(s.total_s for s in stages) >= micro_batches * max(s.total_s for s in stages):
         path = [(s, 1) for s in stages]
     else:
-        b = max(range(len(stages)), key=lambda i: cycles[i])
-        path = [(others[b], micro_batches - 1), (stages[b], 1)]
+        path = [(max(stages, key=lambda s: s.total_s), micro_batches)]
     out = dict.fromkeys(stages[0].split_s, 0.0)
     for stage, times in path:
         for k, v in stage.split_s.items():
