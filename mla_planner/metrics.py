@@ -124,8 +124,11 @@ def mean_tpot_s(spec, topo, layout, knobs, workload, calib, batch: int) -> tuple
     ctx = workload.mean_decode_context
     d = decode_step(spec, topo, layout, knobs, batch, ctx, calib)
     p = prefill(spec, topo, layout, knobs, prefill_tokens(workload, knobs), calib, batch, ctx)
-    rounds = chunk_rounds_per_round(batch, p.chunks, workload.output_len, coupled_ranks(spec, layout, batch, workload))
-    return d.tpot_s + rounds * p.stall_s / p.chunks, d, p
+    return d.tpot_s + _chunk_rounds(spec, layout, batch, workload, p) * p.stall_s / p.chunks, d, p
+
+
+def _chunk_rounds(spec: ModelSpec, layout: Layout, batch: int, workload: Workload, p: Prefill) -> float:
+    return chunk_rounds_per_round(batch, p.chunks, workload.output_len, coupled_ranks(spec, layout, batch, workload))
 
 
 def network_wait_share(d: DecodeStep, p: Prefill, rounds: float, mean_tpot: float) -> float:
@@ -144,24 +147,22 @@ def largest_under(f, target: float, cap: int, slack: float = 0.0, hint: int = 0)
     bisection whenever a guess moves the same end twice running (the Illinois safeguard). With `slack`
     it may stop once the bracket is within slack x its top and return an upper bound of the answer. A
     `hint` (e.g. the answer under slightly different knobs) is tried first with its neighbour."""
+    lo, hi, f_lo, f_hi = 1, cap, None, None
     if 1 < hint < cap:
         at, above = f(hint), f(hint + 1)
         if at <= target < above:
             return hint
-        lo_hi = ((hint + 1, above), None) if above <= target else (None, (hint, at)) if at > target else None
-    else:
-        lo_hi = None
-    f_lo = f(1)
-    if f_lo > target:
-        return 0
-    if cap <= 1:
-        return 1
-    lo, hi = 1, cap
-    if lo_hi and lo_hi[0]:
-        lo, f_lo = lo_hi[0]
-    if lo_hi and lo_hi[1]:
-        hi, f_hi = lo_hi[1]
-    else:
+        if above <= target:
+            lo, f_lo = hint + 1, above
+        else:
+            hi, f_hi = hint, at
+    if f_lo is None:
+        f_lo = f(1)
+        if f_lo > target:
+            return 0
+    if f_hi is None:
+        if cap <= 1:
+            return 1
         f_hi = f(cap)
         if f_hi <= target:
             return cap
@@ -231,8 +232,7 @@ def evaluate(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, work
         notes.append("the KV pool cannot hold one request of this workload")
         limit = "none"
     tpot, d, p = mean_tpot_s(spec, topo, layout, knobs, workload, calib, max(batch, 1))
-    rounds = chunk_rounds_per_round(max(batch, 1), p.chunks, workload.output_len,
-                                    coupled_ranks(spec, layout, max(batch, 1), workload))
+    rounds = _chunk_rounds(spec, layout, max(batch, 1), workload, p)
     ctx = workload.mean_decode_context
     util, in_use = _memory_shares(spec, layout, knobs, mem, batch, ctx)
     conc = in_flight(batch, layout, workload)
