@@ -71,6 +71,15 @@ class Calibration:
     origin: dict = field(default_factory=dict, compare=False)
     notes: tuple = ()
 
+    def __hash__(self) -> int:
+        """The fields' hash, computed once: the step and comm memo caches key on the calibration many
+        thousand times per plan search, and a frozen instance never changes."""
+        cached = self.__dict__.get("_hash")
+        if cached is None:
+            cached = hash(tuple(getattr(self, f.name) for f in fields(self) if f.compare))
+            object.__setattr__(self, "_hash", cached)
+        return cached
+
     def source(self, name: str) -> str:
         """Where the value of `name` came from: the default's published source, or the override's file."""
         where = self.origin.get(name, "default")

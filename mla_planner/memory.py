@@ -12,6 +12,7 @@ layout, / dcp when decode context parallelism splits the tokens.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from math import ceil
 from typing import Optional
 
@@ -151,9 +152,11 @@ def _rank(stage: _Stage, knobs: Knobs, rules: EngineRules, total: float, dcp: in
                       c.slot_bytes / dcp, tokens)
 
 
+@lru_cache(maxsize=4096)
 def evaluate(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs,
              engine_version: Optional[str] = None) -> MemoryReport:
-    """`memory_report` without the search for ways out (used by that search itself)."""
+    """`memory_report` without the search for ways out (used by that search itself). Memoised: a plan
+    search asks again for the same knobs (screen, tune, metrics); callers treat the report as read-only."""
     problems = layout_problems(layout, spec, topo.gpus_per_node, topo.total_gpus)
     rules = engine_rules(knobs.engine, engine_version)
     if problems:

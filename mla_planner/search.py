@@ -23,7 +23,7 @@ from .knobs import ENGINES, Knobs, Workload
 from .layout import Layout, layout_problems
 from .layouts import candidate_layouts
 from .memory import evaluate as memory_evaluate
-from .metrics import in_flight, largest_under, mean_tpot_s, tokens_per_request
+from .metrics import in_flight, mean_tpot_s, tokens_per_request
 from .pareto import pareto_front
 from .spec import ModelSpec
 from .step import decode_step
@@ -109,13 +109,43 @@ def _decode_bound(spec, topo, layout, knobs: Knobs, top: int, workload, calib) -
                for b in points) / layout.total_gpus
 
 
-def _target_bound(spec, topo, layout, knobs: Knobs, top: int, workload, calib) -> float:
-    """The decode bound, tightened by the TPOT target: a feasible batch has decode tpot <= target too, so it
-    is at most the largest such batch (largest_under, allowed to overshoot by 5 %: still a bound)."""
+def _target_bound(spec, topo, layout, knobs: Knobs, top: int, workload, calib, best: float) -> tuple[float, int]:
+    """The decode bound tightened by the TPOT target, searched only as far as deciding it against `best`:
+    a feasible batch has decode tpot <= target, so the bound is the decode bound at the largest such
+    batch B*. Each probe B narrows it: if tpot(B) <= target, B* >= B and the bound is at least what B
+    gives (above `best`: stop, the layout must be tuned); if not, B* < B and the bound is at most the
+    decode bound up to B (not above `best`: stop, screened out). Otherwise bisect by regula falsi until
+    the bracket is within 5 %, and return the decode bound at its top (an upper bound). Also returns the
+    smallest batch seen over the target (0 if none): mean TPOT is higher still there, so tuning starts
+    its batch search below it."""
     ctx, target = workload.mean_decode_context, workload.tpot_ms / 1e3
-    top = largest_under(lambda b: decode_step(spec, topo, layout, knobs, b, ctx, calib).tpot_s, target, top,
-                        slack=0.05)
-    return _decode_bound(spec, topo, layout, knobs, top, workload, calib) if top else 0.0
+    gpus = layout.total_gpus
+
+    def tpot(b: int) -> float:
+        return decode_step(spec, topo, layout, knobs, b, ctx, calib).tpot_s
+
+    f_top = tpot(top)
+    if f_top <= target:
+        return _decode_bound(spec, topo, layout, knobs, top, workload, calib), 0
+    f_lo = tpot(1)
+    if f_lo > target:
+        return 0.0, 1
+    lo, hi, f_hi = 1, top, f_top
+    while hi - lo > max(1.0, 0.05 * hi):
+        if in_flight(lo, layout, workload) / f_lo / gpus > best:
+            return in_flight(lo, layout, workload) / f_lo / gpus, hi
+        upper = _decode_bound(spec, topo, layout, knobs, hi, workload, calib)
+        if upper <= best:
+            return upper, hi
+        mid = min(max(lo + int((target - f_lo) * (hi - lo) / (f_hi - f_lo)), lo + 1), hi - 1)
+        if hi - lo > 8 and (mid - lo) * 8 < hi - lo:     # regula falsi crawling along one end: bisect
+            mid = (lo + hi) // 2
+        value = tpot(mid)
+        if value <= target:
+            lo, f_lo = mid, value
+        else:
+            hi, f_hi = mid, value
+    return _decode_bound(spec, topo, layout, knobs, hi, workload, calib), hi
 
 
 def _engine_problem(layout: Layout) -> str | None:
@@ -177,14 +207,15 @@ def search(spec: ModelSpec, topo: Topology, workload: Workload, calib: Calibrati
                     rejected.append(_screened_out(lay, engine, k, b, best, "decoding without prefill with the "
                                                   "whole KV pool busy"))
                 break
+            above = 0
             if tuned_n >= tuned_per_engine:
-                tight = _target_bound(spec, topo, layout, knobs, batch, workload, calib)
+                tight, above = _target_bound(spec, topo, layout, knobs, batch, workload, calib, best)
                 if tight <= best:
                     rejected.append(_screened_out(layout, engine, kv, tight, best, "decoding without prefill "
                                                   "at the largest batch within the TPOT target"))
                     continue
             try:
-                tuned = tune(spec, topo, layout, engine, kv, workload, calib, pinned)
+                tuned = tune(spec, topo, layout, engine, kv, workload, calib, pinned, max(above - 1, 0))
                 options.append(Option(layout, engine, kv, tuned, warnings_for(spec, topo, layout, tuned, workload)))
                 tuned_n += 1
                 if tuned.metrics.meets_targets:

@@ -9,6 +9,7 @@ allow, then the prefill chunk that keeps decode steps within the TPOT target.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import lru_cache
 from math import ceil
 
 from .backends import choose_block_size, usable_backends
@@ -66,7 +67,15 @@ def _backend_and_block(engine: str, gpu, kv_dtype: str, dcp: int, pinned: int | 
 
 def draft_knobs(spec: ModelSpec, topo: Topology, layout: Layout, engine: str, kv_dtype: str,
                 workload: Workload, pinned: Overrides = Overrides()) -> tuple[Knobs, dict]:
-    """Backend, block size, max-model-len and the safe memory fraction; sizing knobs at their caps."""
+    """Backend, block size, max-model-len and the safe memory fraction; sizing knobs at their caps.
+    Memoised (screening and tuning ask for the same draft); the reasons are a fresh dict each call."""
+    knobs, reasons = _draft_knobs(spec, topo, layout, engine, kv_dtype, workload, pinned)
+    return knobs, dict(reasons)
+
+
+@lru_cache(maxsize=4096)
+def _draft_knobs(spec: ModelSpec, topo: Topology, layout: Layout, engine: str, kv_dtype: str,
+                 workload: Workload, pinned: Overrides) -> tuple[Knobs, dict]:
     gpu = topo.gpu
     backend, block, why_block = _backend_and_block(engine, gpu, kv_dtype, layout.dcp, pinned.block_size)
     context = workload.max_context_len
@@ -135,13 +144,15 @@ def choose_chunk(spec, topo, layout, knobs: Knobs, workload: Workload, calib: Ca
 
 
 def tune(spec: ModelSpec, topo: Topology, layout: Layout, engine: str, kv_dtype: str, workload: Workload,
-         calib: Calibration, pinned: Overrides = Overrides()) -> Tuned:
-    """Every knob for this layout, engine and KV dtype, and the metrics they give; Rejected if it can't serve."""
+         calib: Calibration, pinned: Overrides = Overrides(), batch_hint: int = 0) -> Tuned:
+    """Every knob for this layout, engine and KV dtype, and the metrics they give; Rejected if it can't serve.
+    `batch_hint` (e.g. just below a batch whose decode step alone misses the TPOT target) only speeds up
+    the search for the largest batch."""
     knobs, reasons = draft_knobs(spec, topo, layout, engine, kv_dtype, workload, pinned)
     mem = memory_evaluate(spec, topo, layout, knobs)
     if not mem.fits:
         raise Rejected(mem.reasons[0] if mem.reasons else "does not fit")
-    first = evaluate(spec, topo, layout, knobs, workload, calib)
+    first = evaluate(spec, topo, layout, knobs, workload, calib, batch_hint)
     if not first.concurrency_per_dp_rank:
         raise Rejected("; ".join(first.notes[-1:]) or "cannot serve one request within the targets")
     chunk, reasons["max_num_batched_tokens"] = choose_chunk(spec, topo, layout, knobs, workload, calib,
