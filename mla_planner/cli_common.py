@@ -6,6 +6,7 @@ import functools
 import json
 import os
 import sys
+from pathlib import Path
 from typing import Annotated, Any, Callable
 
 import typer
@@ -13,6 +14,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from .errors import PlanError
+from .yamlio import path_kind
 
 DEFAULT_MODEL = "deepseek-v3"
 DEFAULT_TOPOLOGY = "2x8xh100-ib"
@@ -73,3 +75,13 @@ def human_count(n: float) -> str:
         if abs(n) >= scale:
             return f"{n / scale:,.2f}{unit}"
     return f"{n:,.0f}"
+
+
+def check_output_file(path: Path, flag: str) -> None:
+    """Fail before any work when a file cannot be written there."""
+    if path_kind(path) == "dir":
+        raise PlanError(f"{flag} {path}: is a folder, expected a file name")
+    if path_kind(path.parent) != "dir":
+        raise PlanError(f"{flag} {path}: folder {path.parent} does not exist")
+    if len(path.name.encode()) > 255:
+        raise PlanError(f"{flag}: file name longer than 255 bytes")

@@ -6,6 +6,8 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+from rich.console import Console
+from rich.markup import escape
 
 from .cli_common import JsonOpt, console, guard, print_json
 from .errors import PlanError
@@ -41,8 +43,14 @@ def emit_cmd(plan: Annotated[Path, typer.Option("--plan", "-p", help="Plan file 
                     head_address=head_address, force=force)
     except FolderNotEmpty as exc:
         raise PlanError(f"--out {exc}, or pass --force to replace an earlier emit's files") from None
+    cand = loaded.candidates[candidate - 1]
+    misses = [w for w in cand.warnings if "misses" in w] if not cand.performance.get("meets_targets", True) else []
+    if misses:   # written as asked, but said where a person or a script sees it
+        Console(stderr=True, highlight=False).print(
+            f"[yellow]warning:[/yellow] candidate {candidate} does not meet the plan's targets: "
+            + escape("; ".join(misses)), soft_wrap=True)
     if as_json:
-        print_json(emitted_json(done, Path(out)))
+        print_json({**emitted_json(done, Path(out)), "meets_targets": not misses})
         return
     con = console()
     con.print(f"wrote {len(done.paths)} files to {out}:", markup=False)

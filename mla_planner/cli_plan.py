@@ -11,14 +11,14 @@ import typer
 import yaml
 
 from .calibration import load_calibration
-from .cli_common import DEFAULT_MODEL, DEFAULT_TOPOLOGY, JsonOpt, guard, print_json
+from .cli_common import DEFAULT_MODEL, DEFAULT_TOPOLOGY, JsonOpt, check_output_file, guard, print_json
 from .errors import PlanError
 from .knobs import ENGINES, Workload
 from .layout import layout_problems, parse_layout
 from .models import load_model
 from .pareto import png_plot
 from .plan import to_plan
-from .planfile import Plan, plan_to_dict
+from .planfile import Plan, meets_targets, plan_to_dict
 from .search import SearchResult, search
 from .topology import load_topology
 from .yamlio import path_kind
@@ -130,7 +130,9 @@ def plan_cmd(
 ) -> None:
     """Search every layout of MODEL on TOPOLOGY, choose every launch knob, rank, explain.
 
-    With no arguments: DeepSeek-V3 on the seed article's 2 x 8 H100 InfiniBand cluster."""
+    With no arguments: DeepSeek-V3 on the seed article's 2 x 8 H100 InfiniBand cluster.
+
+    Exit status: 0 a candidate meets the targets; 1 none does (the closest are still shown, --emit writes nothing) or nothing fits; 2 bad input."""  # noqa: E501
     if top < 1:
         raise PlanError("--top must be at least 1")
     if as_json and as_yaml:
@@ -152,29 +154,26 @@ def plan_cmd(
                       for p in front]
     if plot:
         _plot(plot, plan, result)
-    if emit and plan.candidates:
+    meets = meets_targets(plan)
+    if emit and meets:
         from .launch import emit_plan
         emit_plan(plan, 1, plan.candidates[0].knobs.engine, emit)
+    elif emit:
+        notes = (*notes, f"--emit {emit}: nothing written, as no candidate meets the targets (`mla-plan emit "
+                         "--plan` on a saved plan writes one anyway)")
+        data["notes"] = list(notes)
     if not plan.candidates:
         from .plan import nothing_fits_advice
         data["nothing_fits"] = nothing_fits_advice(plan.spec, plan.topology, workload)
+    data["meets_targets"] = meets
     if as_json or as_yaml:
         print_json(data) if as_json else typer.echo(yaml.safe_dump(data, sort_keys=False), nl=False)
     else:
         from .plan_render import render_plan
-        render_plan(plan, result, top, explain, model == DEFAULT_MODEL and topology == DEFAULT_TOPOLOGY, emit, notes)
-    if not plan.candidates:
+        render_plan(plan, result, top, explain, model == DEFAULT_MODEL and topology == DEFAULT_TOPOLOGY,
+                    emit if meets else None, notes)
+    if not meets:
         raise typer.Exit(1)
-
-
-def check_output_file(path: Path, flag: str) -> None:
-    """Fail before any work when a file cannot be written there."""
-    if path_kind(path) == "dir":
-        raise PlanError(f"{flag} {path}: is a folder, expected a file name")
-    if path_kind(path.parent) != "dir":
-        raise PlanError(f"{flag} {path}: folder {path.parent} does not exist")
-    if len(path.name.encode()) > 255:
-        raise PlanError(f"{flag}: file name longer than 255 bytes")
 
 
 def _plot(path: Path, plan: Plan, result: SearchResult) -> None:

@@ -14,7 +14,8 @@ from rich.console import Console
 from rich.markup import escape
 
 from .calibration import load_calibration
-from .cli_common import DEFAULT_MODEL, DEFAULT_TOPOLOGY, JsonOpt, ModelOpt, TopologyOpt, console, guard, print_json
+from .cli_common import (DEFAULT_MODEL, DEFAULT_TOPOLOGY, JsonOpt, ModelOpt, TopologyOpt, check_output_file, console,
+                         guard, print_json)
 from .cli_plan import workload_from
 from .cli_memory import _knobs as memory_knobs, _kv_dtype, _positive
 from .errors import PlanError
@@ -188,6 +189,8 @@ def verify_cmd(
     workload_args = dict(input_len=checked.input_len, output_len=checked.output_len, tpot_ms=checked.tpot_ms)
     if not 1 <= port <= 65535:
         raise PlanError(f"--port {port}: expected 1..65535")
+    if write_cal is not None:      # before minutes of checks, not after
+        check_output_file(Path(write_cal).expanduser(), "--write-calibration")
     chosen = candidate_from_options(plan, candidate, model, topology, layout, knob_args | {"plan_engine": engine},
                                     workload_args, calibration, batch, context)
     if print_launch:

@@ -10,7 +10,7 @@ from rich.table import Column, Table
 
 from .cli_common import console
 from .pareto import ascii_scatter
-from .planfile import Plan
+from .planfile import Plan, meets_targets
 from .search import SearchResult
 
 
@@ -28,9 +28,10 @@ def headline(plan: Plan, is_default: bool) -> str:
 def candidates_table(plan: Plan, top: int) -> Table:
     heads = ["tok/s\nper GPU", "tok/s\nper user", "requests\nin flight", "step\nms", "net\nwait", "mem\nutil",
              "TTFT\nms", "ok"]
+    title = ("Best candidates: output tokens/s per GPU, among those meeting the targets" if meets_targets(plan)
+             else "Closest candidates (none meets the targets): output tokens/s per GPU")
     t = Table("#", Column("layout", no_wrap=True), Column("engine", no_wrap=True), "KV",
-              *(Column(h, justify="right") for h in heads),
-              title="Best candidates: output tokens/s per GPU, among those meeting the targets")
+              *(Column(h, justify="right") for h in heads), title=title)
     for i, c in enumerate(plan.candidates[:top], 1):
         p, k = c.performance, c.knobs
         t.add_row(str(i), c.layout.label, k.engine, k.kv_cache_dtype, f"{p['throughput_tokens_per_s_per_gpu']:,.0f}",
@@ -66,6 +67,12 @@ def render_plan(plan: Plan, result: SearchResult, top: int, explain: bool, is_de
         if explain:
             _explain(plan)
         return
+    if not meets_targets(plan):
+        misses = sorted({w for c in plan.candidates[:top] for w in c.warnings if "misses" in w})
+        out.print("[bold red]No candidate meets the latency targets.[/bold red] The closest follow; "
+                  "relax a target or add GPUs.")
+        for line in misses[:5]:
+            out.print(f"  - {line}", markup=False)
     out.print(candidates_table(plan, top))
     out.print(knobs_table(plan, top))
     best = plan.candidates[0]

@@ -124,6 +124,11 @@ class _PlanIn(BaseModel):
     rejected: list[dict] = []
 
 
+def meets_targets(plan: Plan) -> bool:
+    """Whether the best candidate (so, as those meeting the targets rank first, any) meets the targets."""
+    return bool(plan.candidates) and bool(plan.candidates[0].performance["meets_targets"])
+
+
 def plan_to_dict(plan: Plan) -> dict:
     return {"mla_plan_version": __version__,
             "model": {"name": plan.spec.name, "model_path": plan.model_path, "spec": plan.spec.model_dump()},

@@ -161,12 +161,13 @@ def tune(spec: ModelSpec, topo: Topology, layout: Layout, engine: str, kv_dtype:
     m = evaluate(spec, topo, layout, knobs, workload, calib, first.concurrency_per_dp_rank) \
         if chunk != knobs_chunk(first) else first
     seqs = max(1, m.concurrency_per_dp_rank)
-    reasons["max_num_seqs"] = (f"{seqs} per DP rank: limited by {_limit_words(m, workload)}; the pool holds "
-                               f"{m.memory.kv_capacity_tokens:,} tokens") + _stall_words(m, spec, layout)
     knobs = replace(knobs, max_num_seqs=seqs)
     # fewer sequences mean fewer CUDA graphs to capture: re-count memory for the final knobs (the metrics
     # were computed at the larger cap, so they stay a slight underestimate of the KV room)
-    return Tuned(knobs, replace(m, memory=memory_evaluate(spec, topo, layout, knobs)), reasons)
+    m = replace(m, memory=memory_evaluate(spec, topo, layout, knobs))
+    reasons["max_num_seqs"] = (f"{seqs} per DP rank: limited by {_limit_words(m, workload)}; the pool holds "
+                               f"{m.memory.kv_capacity_tokens:,} tokens") + _stall_words(m, spec, layout)
+    return Tuned(knobs, m, reasons)
 
 
 def _stall_words(m: Metrics, spec: ModelSpec, layout: Layout) -> str:

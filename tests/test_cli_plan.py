@@ -49,6 +49,24 @@ def test_no_candidate_exit_status_and_reason(cli):
     assert data["candidates"] == [] and data["nothing_fits"]
 
 
+def test_candidates_that_all_miss_a_target_exit_1_and_are_not_emitted(cli, tmp_path):
+    """A TTFT no layout reaches: the closest candidates are shown, said to miss, exit 1, and --emit writes
+    nothing; `emit` on the saved plan still writes them, with a warning."""
+    args = ("plan", "-t", "8xh200", "--ttft-ms", "1")
+    r = cli(*args, "--emit", str(tmp_path / "out"))
+    assert r.exit_code == 1
+    assert "No candidate meets the latency targets" in r.stdout and "misses the 1 ms target" in r.stdout
+    assert "among those meeting the targets" not in r.stdout and not (tmp_path / "out").exists()
+    data = json.loads(cli(*args, "--json").stdout)
+    assert data["meets_targets"] is False and data["candidates"]
+    assert not any(c["performance"]["meets_targets"] for c in data["candidates"])
+    (tmp_path / "plan.json").write_text(json.dumps(data))
+    e = cli("emit", "--plan", str(tmp_path / "plan.json"), "--out", str(tmp_path / "anyway"))
+    assert e.exit_code == 0 and "does not meet the plan's targets" in e.stderr
+    assert (tmp_path / "anyway" / "node-0.sh").exists()
+    assert json.loads(cli("plan", "-t", "8xh200", "--json").stdout)["meets_targets"] is True
+
+
 def test_explain_lists_rejections(cli):
     r = cli("plan", "-m", "deepseek-v2", "-t", "2x8xh100-ib", "--explain", "--engine", "vllm")
     assert r.exit_code == 0

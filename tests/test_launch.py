@@ -247,6 +247,24 @@ def test_force_refuses_a_folder_with_files_emit_did_not_write(tmp_path):
     assert (mine / "README.md").read_text() == "not written by emit"
 
 
+def test_force_never_deletes_a_folder_or_link_that_carries_an_emitted_name(tmp_path):
+    """A user's folder (or symlink) named like an emitted file is not emit's: --force refuses and keeps it."""
+    out = tmp_path / "out"
+    write_folder({"node-0.sh": ("a", True), "bench.sh": ("b", True)}, out)
+    (out / "bench.sh").unlink()
+    (out / "bench.sh").mkdir()
+    (out / "bench.sh" / "data.txt").write_text("precious")
+    with pytest.raises(PlanError, match=r"did not write \(bench.sh\)"):
+        write_folder({"node-0.sh": ("c", True)}, out, force=True)
+    assert (out / "bench.sh" / "data.txt").read_text() == "precious"
+    (tmp_path / "elsewhere.txt").write_text("theirs")
+    (out / "node-0.sh").unlink()
+    (out / "node-0.sh").symlink_to(tmp_path / "elsewhere.txt")
+    with pytest.raises(PlanError, match="did not write"):
+        write_folder({"node-0.sh": ("c", True)}, out, force=True)
+    assert (tmp_path / "elsewhere.txt").read_text() == "theirs" and (out / "node-0.sh").is_symlink()
+
+
 def test_force_leaves_no_stale_node_scripts(tmp_path):
     four = make_plan("4x8xh800-roce", Layout(tp=8, pp=4), Knobs())
     two = make_plan("4x8xh800-roce", Layout(tp=8, pp=2), Knobs())

@@ -165,6 +165,16 @@ def test_calibration_write_failure_leaves_nothing(cli, monkeypatch, tmp_path):
     assert nothing.exit_code == 2 and "no check measured an efficiency factor" in nothing.stderr
 
 
+def test_an_unwritable_calibration_path_fails_before_any_check(cli, tmp_path, monkeypatch):
+    """A folder (or a missing parent) for --write-calibration is bad input found up front, not after the
+    minutes the checks take on a cluster."""
+    from mla_planner.verify import checks
+    monkeypatch.setattr(checks, "run_checks", lambda *a, **k: pytest.fail("checks ran"))
+    for where in (tmp_path, tmp_path / "missing" / "cal.yaml"):
+        r = cli("verify", *SMALL, "--write-calibration", str(where))
+        assert r.exit_code == 2 and "--write-calibration" in r.stderr and "Traceback" not in r.output
+
+
 def test_efficiency_is_total_work_over_total_time():
     def timed(factor, amount, seconds, peak=1e12):
         return Check("x", 1.0, 1.0, "s", 1.0, "", True, extra={"evidence": {

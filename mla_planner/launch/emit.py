@@ -92,6 +92,8 @@ def single_node_command(plan: Plan, candidate: int, engine: str) -> Optional[str
     """The one-line command (env assignments first) when the candidate is one command on one node,
     else None (multi-node, replicas, or a layout the engine cannot express)."""
     cand = pick(plan, candidate, "plan")
+    if cand.layout.replicas > 1 or cand.layout.instance_gpus > plan.topology.gpus_per_node:
+        return None                      # several commands: do not build them all to count them
     try:
         commands = build(launch_inputs(plan, cand), engine)
     except PlanError:

@@ -74,8 +74,11 @@ def _emitted(out_dir: Path) -> Optional[set[str]]:
 
 
 def _check_only_emitted(out_dir: Path, present: list[str]) -> None:
+    """Refuse unless every entry is a plain file an earlier emit named: a folder or link that merely
+    carries an emitted file's name is the user's, and --force must never delete it."""
     emitted = _emitted(out_dir)
-    foreign = [n for n in present if emitted is None or n not in emitted]
+    foreign = [n for n in present if emitted is None or n not in emitted
+               or (out_dir / n).is_symlink() or not (out_dir / n).is_file()]
     if foreign:
         shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
         raise PlanError(f"{out_dir} holds files that emit did not write ({shown}); --force replaces only an "
