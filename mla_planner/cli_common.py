@@ -85,3 +85,11 @@ def check_output_file(path: Path, flag: str) -> None:
         raise PlanError(f"{flag} {path}: folder {path.parent} does not exist")
     if len(path.name.encode()) > 255:
         raise PlanError(f"{flag}: file name longer than 255 bytes")
+
+
+def check_context(spec, workload) -> None:
+    """A workload longer than the model's context is bad input, whatever the layout (both engines refuse
+    a max-model-len above max_position_embeddings; ENGINES.md)."""
+    if workload.max_context_len > spec.max_position_embeddings:
+        raise PlanError(f"--input-len + --output-len = {workload.max_context_len:,} tokens exceeds {spec.name}'s "
+                        f"max_position_embeddings {spec.max_position_embeddings:,}")

@@ -10,7 +10,8 @@ import typer
 from rich.table import Table
 
 from .calibration import load_calibration
-from .cli_common import DEFAULT_MODEL, DEFAULT_TOPOLOGY, JsonOpt, ModelOpt, TopologyOpt, console, guard, print_json
+from .cli_common import (DEFAULT_MODEL, DEFAULT_TOPOLOGY, JsonOpt, ModelOpt, TopologyOpt, check_context, console, guard,
+                         print_json)
 from .cli_memory import KV_CAPACITY_LABEL, bounded, fraction_from_flags, kv_dtype_choice
 from .cli_plan import parse_length
 from .engine_memory import default_memory_fraction, engine_default_knobs
@@ -160,9 +161,7 @@ def compare_cmd(layouts: Annotated[Optional[list[str]], typer.Option(
     calib = load_calibration(calibration, topo)
     workload = Workload(input_len=inp, output_len=out, input_len_max=inp_max, output_len_max=out_max,
                         tpot_ms=tpot_ms, ttft_ms=ttft_ms)
-    if workload.max_context_len > spec.max_position_embeddings:
-        raise PlanError(f"--input-len + --output-len = {workload.max_context_len:,} tokens exceeds {spec.name}'s "
-                        f"max_position_embeddings {spec.max_position_embeddings:,}")
+    check_context(spec, workload)
     base = engine_default_knobs(engine, spec, topo, kv_cache_dtype=kv_dtype, cuda_graphs=not enforce_eager,
                                 max_num_seqs=bounded("--max-num-seqs", max_num_seqs),
                                 max_model_len=workload.max_context_len)

@@ -11,7 +11,8 @@ import typer
 import yaml
 
 from .calibration import load_calibration
-from .cli_common import DEFAULT_MODEL, DEFAULT_TOPOLOGY, JsonOpt, check_output_file, guard, print_json
+from .cli_common import (DEFAULT_MODEL, DEFAULT_TOPOLOGY, JsonOpt, check_context, check_output_file, guard,
+                         print_json)
 from .errors import PlanError
 from .knobs import ENGINES, Workload
 from .layout import layout_problems, parse_layout
@@ -75,6 +76,7 @@ def run_plan(model: str, topology: str, workload: Workload, engine: Optional[str
              layouts: Optional[list[str]], calibration: Optional[Path],
              pinned: Overrides = Overrides()) -> tuple[Plan, SearchResult, tuple]:
     loaded, topo = load_model(model), load_topology(topology)
+    check_context(loaded.spec, workload)
     calib = load_calibration(calibration, topo)
     if engine and engine not in ENGINES:
         raise PlanError(f"--engine must be one of {', '.join(ENGINES)}, got '{engine}'")
@@ -184,6 +186,20 @@ def _plot(path: Path, plan: Plan, result: SearchResult) -> None:
         labels.append(f"#{p.option + 1} {c.layout.label} {c.knobs.engine} {c.knobs.kv_cache_dtype} "
                       f"B={p.batch_per_dp_rank}")
     png_plot(path, points, labels, result.pareto)
+
+
+def reasons_summary(rejected: list[dict], limit: int = 5) -> list[str]:
+    """One line per distinct reason, in the order they were found (the most telling first), with how
+    many layout/engine/KV combinations it stopped and a few of their layouts."""
+    by_reason: dict[str, list[str]] = {}
+    for r in rejected:
+        by_reason.setdefault(r["reason"], []).append(r["layout"])
+    out = []
+    for why, lays in list(by_reason.items())[:limit]:
+        names = list(dict.fromkeys(lays))
+        shown = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
+        out.append(f"{why} ({len(lays)} combination{'s' if len(lays) > 1 else ''}: {shown})")
+    return out
 
 
 def rejected_summary(rejected: list[dict], limit: int = 40) -> list[str]:

@@ -60,9 +60,9 @@ def render_plan(plan: Plan, result: SearchResult, top: int, explain: bool, is_de
         out.print(f"[yellow]note[/yellow] {escape(note)}")
     if not plan.candidates:
         out.print("[bold red]No candidate fits this model, cluster and workload.[/bold red]")
-        from .cli_plan import rejected_summary
-        for line in rejected_summary(plan.rejected, limit=5):
-            out.print(f"  - rejected {line}", markup=False)
+        from .cli_plan import reasons_summary
+        for line in reasons_summary(plan.rejected, limit=5):
+            out.print(f"  - {line}", markup=False)
         out.print(_nothing_fits(plan), markup=False)
         if explain:
             _explain(plan)

@@ -181,7 +181,7 @@ def search(spec: ModelSpec, topo: Topology, workload: Workload, calib: Calibrati
            engines: tuple = ENGINES, kv_dtype: str | None = None, layouts: list[Layout] | None = None,
            tuned_per_engine: int = TUNED_PER_ENGINE, pinned: Overrides = Overrides()) -> SearchResult:
     legal, illegal = candidate_layouts(spec, topo) if layouts is None else _given(spec, topo, layouts)
-    rejected = [{"layout": lay.label, "engine": "any", "kv_dtype": "any", "reason": why} for lay, why in illegal]
+    rejected = []     # most telling first: what failed in tuning, then screening; layouts that cannot exist last
     bounds: dict = {e: [] for e in engines}
     screened = 0
     for layout in legal:
@@ -222,6 +222,7 @@ def search(spec: ModelSpec, topo: Topology, workload: Workload, calib: Calibrati
                     best = max(best, tuned.metrics.throughput_tokens_per_s_per_gpu)
             except Rejected as exc:   # got furthest: listed first, as the most telling reasons
                 rejected.insert(0, {"layout": layout.label, "engine": engine, "kv_dtype": kv, "reason": str(exc)})
+    rejected += [{"layout": lay.label, "engine": "any", "kv_dtype": "any", "reason": why} for lay, why in illegal]
     options.sort(key=lambda o: o.key)
     points = [p for i, o in enumerate(options[:CURVES_FOR])
               for p in tradeoff_curve(spec, topo, i, o, workload, calib)]
