@@ -19,6 +19,7 @@ from .errors import PlanError
 from .knobs import ENGINES, Knobs, Workload
 from .layout import Layout, parse_layout
 from .memory import evaluate as memory_evaluate
+from .memory_terms import uses_deepep
 from .metrics import Metrics, evaluate
 from .models import load_model
 from .spec import ModelSpec
@@ -69,8 +70,6 @@ def detail(m: Metrics) -> dict:
 def knobs_for(spec: ModelSpec, topo, layout: Layout, base: Knobs, fraction: float | None) -> tuple[Knobs, str]:
     """The knobs one layout runs with: the given memory fraction, else the engine's default for the layout,
     lowered to the memory model's safe fraction when the default would run out of memory (with a note)."""
-    if base.engine == "sglang" and layout.dp > 1:   # SGLang's default chunk, per DP rank
-        base = replace(base, max_num_batched_tokens=max(base.max_num_batched_tokens // layout.dp, 1))
     if fraction is not None:
         return replace(base, memory_fraction=fraction), ""
     default = default_memory_fraction(base.engine, spec, topo, layout, base)
@@ -162,12 +161,13 @@ def compare_cmd(layouts: Annotated[Optional[list[str]], typer.Option(
     workload = Workload(input_len=inp, output_len=out, input_len_max=inp_max, output_len_max=out_max,
                         tpot_ms=tpot_ms, ttft_ms=ttft_ms)
     check_context(spec, workload)
-    base = engine_default_knobs(engine, spec, topo, kv_cache_dtype=kv_dtype, cuda_graphs=not enforce_eager,
-                                max_num_seqs=bounded("--max-num-seqs", max_num_seqs),
-                                max_model_len=workload.max_context_len)
+    seqs = bounded("--max-num-seqs", max_num_seqs)
     results, rows = [], []
     for text in layouts:
         layout = parse_layout(text)
+        base = engine_default_knobs(engine, spec, topo, layout.dp, uses_deepep(layout), kv_cache_dtype=kv_dtype,
+                                    cuda_graphs=not enforce_eager, max_num_seqs=seqs,
+                                    max_model_len=workload.max_context_len)
         knobs, note = knobs_for(spec, topo, layout, base, fraction)
         m = evaluate(spec, topo, layout, knobs, workload, calib)
         results.append((m, knobs))

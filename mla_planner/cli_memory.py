@@ -15,6 +15,7 @@ from .errors import PlanError
 from .knobs import KV_DTYPES, Knobs
 from .layout import KV_LAYOUTS, Layout, layout_problems
 from .memory import MemoryReport, memory_report
+from .memory_terms import uses_deepep
 from .models import load_model
 from .topology import load_topology
 
@@ -161,7 +162,7 @@ def _knobs(spec, topo, layout: Layout, engine: str, util: Optional[float], stati
            given: dict) -> Knobs:
     """Engine defaults, the user's flags over them, then the memory fraction (given or the engine's)."""
     fraction = fraction_from_flags(engine, util, static)
-    knobs = engine_default_knobs(engine, spec, topo, layout.dp, **given)
+    knobs = engine_default_knobs(engine, spec, topo, layout.dp, uses_deepep(layout), **given)
     if fraction is None:
         fraction = default_memory_fraction(engine, spec, topo, layout, knobs)
     return Knobs(**{**asdict(knobs), "memory_fraction": fraction})

@@ -169,11 +169,15 @@ def default_memory_fraction(engine: str, spec: ModelSpec, topo: Topology, layout
     return sglang_default_fraction(topo.gpu, layout, knobs)
 
 
-def engine_default_knobs(engine: str, spec: ModelSpec, topo: Topology, dp: int = 1, **given) -> Knobs:
+def engine_default_knobs(engine: str, spec: ModelSpec, topo: Topology, dp: int = 1, deepep: bool = False,
+                         **given) -> Knobs:
     """Knobs as the engine resolves them when a flag is not given (None in `given` means default):
     vLLM 0.33: block 16 (CacheConfig.DEFAULT_BLOCK_SIZE; FLASH_ATTN_MLA on Hopper takes multiples
-    of 16) or 64 on Blackwell (FLASHINFER_MLA rejects 16), max-num-seqs 1024, max-num-batched-tokens
-    8192 below 160 GiB else 16384; SGLang: page 1 (fa3) or 64 (trtllm_mla on Blackwell),
+    of 16) or 64 on Blackwell (FLASHINFER_MLA rejects 16), max-num-batched-tokens 8192 below 160 GiB
+    else 16384, but 256 with the DeepEP low-latency all-to-all under DP + EP (`deepep`;
+    SchedulerConfig.DEFAULT_MAX_NUM_BATCHED_TOKENS_FOR_BATCHED_DP), max-num-seqs 1024 capped at that
+    budget when not given (engine/arg_utils.py), and a budget below max-num-seqs refused
+    (config/scheduler.py); SGLang: page 1 (fa3) or 64 (trtllm_mla on Blackwell),
     chunked-prefill by GPU memory (per DP rank: divided by `dp` under DP attention), max-running-requests
     2048 (its auto floor). Both: max-model-len = the model's max_position_embeddings, bf16 KV.
     memory_fraction is vLLM's 0.92 for both engines here: SGLang's default depends on the layout, so the
@@ -184,10 +188,17 @@ def engine_default_knobs(engine: str, spec: ModelSpec, topo: Topology, dp: int =
                     max_num_batched_tokens=max(sglang_chunked_prefill(gpu) // dp, 1))
     else:
         base = dict(block_size=64 if blackwell else 16, max_num_seqs=1024,
-                    max_num_batched_tokens=8192 if gpu.memory_bytes < 160 * GiB else 16384)
+                    max_num_batched_tokens=256 if deepep else 8192 if gpu.memory_bytes < 160 * GiB else 16384)
     base.update(engine=engine, kv_cache_dtype="bf16", max_model_len=spec.max_position_embeddings,
                 memory_fraction=VLLM_DEFAULT_UTILIZATION)
     base.update({k: v for k, v in given.items() if v is not None})
+    if engine == "vllm":
+        if given.get("max_num_seqs") is None:
+            base["max_num_seqs"] = min(base["max_num_seqs"], base["max_num_batched_tokens"])
+        if base["max_num_batched_tokens"] < base["max_num_seqs"]:
+            raise PlanError(f"--max-num-batched-tokens {base['max_num_batched_tokens']} is below --max-num-seqs "
+                            f"{base['max_num_seqs']}: vLLM 0.33 refuses to start (each running request decodes "
+                            "one token of the step's budget)")
     return Knobs(**base)
 
 

@@ -50,7 +50,7 @@ class Metrics:
     layout: Layout
     concurrency: int                      # requests in flight, whole deployment
     concurrency_per_dp_rank: int
-    concurrency_limit: str                # "kv", "tpot", "max_num_seqs" or "none"
+    concurrency_limit: str                # "kv", "tpot", "max_num_seqs", "max_num_batched_tokens" or "none"
     throughput_tokens_per_s: float
     throughput_tokens_per_s_per_gpu: float
     step_s: float
@@ -208,9 +208,15 @@ def in_flight(batch_per_dp_rank: int, layout: Layout, workload: Workload) -> int
 
 
 def _limits(layout: Layout, knobs: Knobs, mem: MemoryReport, workload: Workload) -> tuple[int, str]:
+    """The most requests a DP rank can run, and what limits it: the KV pool at the workload's lengths,
+    max_num_seqs, or (vLLM) the step's token budget: every running request decodes one token of
+    max_num_batched_tokens (vLLM 0.33 `config/scheduler.py` refuses a budget below max_num_seqs)."""
     per_request = tokens_per_request(workload, knobs.block_size)
     kv = mem.kv_capacity_tokens // per_request if mem.fits else 0
-    return (kv, "kv") if kv <= knobs.max_num_seqs else (knobs.max_num_seqs, "max_num_seqs")
+    caps = [(kv, "kv"), (knobs.max_num_seqs, "max_num_seqs")]
+    if knobs.engine == "vllm":
+        caps.append((knobs.max_num_batched_tokens, "max_num_batched_tokens"))
+    return min(caps, key=lambda c: c[0])
 
 
 def evaluate(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, workload: Workload,

@@ -187,4 +187,5 @@ def _limit_words(m: Metrics, workload: Workload) -> str:
     return {"kv": "the KV pool at the workload's lengths (no preemption)",
             "tpot": f"the {workload.tpot_ms:g} ms TPOT target",
             "max_num_seqs": "the offered concurrency / the engine's cap",
+            "max_num_batched_tokens": "vLLM's token budget per step (each running request decodes one token of it)",
             "none": "nothing (it cannot serve)"}.get(m.concurrency_limit, m.concurrency_limit)

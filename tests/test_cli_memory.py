@@ -121,3 +121,17 @@ def test_help_teaches_the_engine_flags(cli):
     for flag in ("--gpu-memory-utilization", "--mem-fraction-static", "--max-running-requests", "--page-size",
                  "--chunked-prefill-size", "--context-length", "NOT divided by TP", "1 DOES NOT FIT"):
         assert flag in r.stdout, flag
+
+
+def test_vllm_budget_below_max_num_seqs_is_bad_input_and_deepep_defaults_to_256(cli):
+    """vLLM 0.33 refuses max_num_batched_tokens < max_num_seqs at start-up; without --max-num-seqs it caps the
+    default 1024 at the budget, which is 256 under DP + EP with the DeepEP low-latency all-to-all."""
+    r = cli("memory", "--tp", "16", "--max-num-batched-tokens", "1")
+    assert r.exit_code == 0                      # max-num-seqs not given: capped at the budget, as vLLM does
+    r = cli("memory", "--tp", "16", "--max-num-batched-tokens", "100", "--max-num-seqs", "200")
+    assert r.exit_code == 2 and "refuses to start" in r.stderr and "Traceback" not in r.output
+    data = json.loads(cli("memory", "--tp", "1", "--dp", "16", "--ep", "16", "--json").stdout)
+    assert data["knobs"]["max_num_batched_tokens"] == 256 and data["knobs"]["max_num_seqs"] == 256
+    sg = json.loads(cli("memory", "--engine", "sglang", "--tp", "16", "--max-num-batched-tokens", "100",
+                        "--max-num-seqs", "200", "--json").stdout)   # SGLang's chunk and running cap are separate
+    assert sg["knobs"]["max_num_seqs"] == 200

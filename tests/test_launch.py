@@ -463,3 +463,13 @@ def test_deepep_readme_install_buffer_and_fallback(tmp_path, engine, flag_text, 
     plain = make_plan("8xh200", Layout(tp=8), Knobs(engine=engine))
     emit_plan(plain, 1, engine, tmp_path / "plain")
     assert "DeepEP" not in (tmp_path / "plain" / "README.md").read_text()
+
+
+def test_a_vllm_budget_below_its_sequence_cap_is_never_emitted():
+    """vLLM 0.33 refuses max_num_batched_tokens < max_num_seqs at start-up (config/scheduler.py), so a plan
+    file carrying that pair (edited by hand, or from an older planner) is refused, not written."""
+    plan = make_plan("8xh200", Layout(tp=8), Knobs(max_num_seqs=392, max_num_batched_tokens=256))
+    with pytest.raises(PlanError, match="refuses to start"):
+        build(launch_inputs(plan, plan.candidates[0]), "vllm")
+    ok = make_plan("8xh200", Layout(tp=8), Knobs(max_num_seqs=256, max_num_batched_tokens=256))
+    assert build(launch_inputs(ok, ok.candidates[0]), "vllm")

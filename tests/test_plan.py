@@ -140,6 +140,19 @@ def test_knobs_follow_the_models():
                                   "kv_cache_dtype"}
 
 
+def test_vllm_never_runs_more_requests_than_its_token_budget():
+    """vLLM decodes one token per running request out of max_num_batched_tokens and refuses a budget below
+    max_num_seqs; DP+EP plans keep a small budget (the DeepEP buffer), so the batch must stay under it.
+    The review case: B200, long outputs, 40 ms (it once emitted 392 sequences with a 256-token budget)."""
+    spec, topo, calib = setup("deepseek-v3", "8xb200")
+    result = search(spec, topo, Workload(input_len=512, output_len=2048, tpot_ms=40), calib, engines=("vllm",))
+    dp_ep = [o for o in result.options if o.layout.dp > 1 and o.layout.ep > 1]
+    assert dp_ep and all(o.tuned.knobs.max_num_batched_tokens <= 1024 for o in dp_ep)
+    for o in result.options:
+        assert o.tuned.knobs.max_num_seqs <= o.tuned.knobs.max_num_batched_tokens, o.layout.label
+        assert o.tuned.metrics.concurrency_per_dp_rank <= o.tuned.knobs.max_num_batched_tokens
+
+
 def test_context_beyond_the_model_is_rejected():
     spec, topo, calib = setup("deepseek-v3", "8xh200")
     with pytest.raises(Rejected, match="max_position_embeddings"):

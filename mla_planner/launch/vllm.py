@@ -36,6 +36,10 @@ A2A_NOTE = (f"MoE all-to-all: --all2all-backend {a2a.VLLM_BACKEND} needs DeepEP 
 def check_expressible(inp: LaunchInputs) -> None:
     check_inputs(inp)
     L, per_node = inp.layout, inp.topology.gpus_per_node
+    k = inp.knobs
+    if k.max_num_batched_tokens < k.max_num_seqs:
+        raise PlanError(f"--max-num-batched-tokens {k.max_num_batched_tokens} is below --max-num-seqs "
+                        f"{k.max_num_seqs}: vLLM 0.33 refuses to start (config/scheduler.py)")
     if L.ep > 1 and L.ep != L.tp * L.dp:
         raise PlanError(f"{L.label}: vLLM's expert-parallel group is always tp*dp = {L.tp * L.dp} GPUs "
                         f"(--enable-expert-parallel has no size); ep={L.ep} cannot be expressed in vLLM")
