@@ -17,6 +17,7 @@ from math import ceil
 from typing import Optional
 
 from . import memory_terms as mt
+from .backends import fp8_weights_without_fp8
 from .engine_memory import (EngineRules, StageCosts, activation_tokens, block_size_warning, capture_plan,
                             default_memory_fraction, engine_rules, kv_pool, sglang_req_to_token_bytes)
 from .knobs import Knobs
@@ -172,8 +173,8 @@ def evaluate(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs,
     block = block_size_warning(spec, topo.gpu, knobs, layout.dcp)
     reasons += [block] if block else []
     if "fp8" in (spec.weight_dtype, spec.expert_dtype) and not topo.gpu.has_fp8:
-        notes.append(f"{topo.gpu.name} has no FP8 tensor cores: the FP8 checkpoint needs a BF16/INT8 conversion "
-                     f"there (USER_PROBLEMS.md section B), which changes the weight bytes")
+        runs, how = fp8_weights_without_fp8(knobs.engine, topo.gpu, spec.is_moe and spec.expert_dtype == "fp8")
+        notes.append(how + ("" if runs else "; the weight bytes here are the FP8 checkpoint's"))
     fits = not any(r.startswith("!") for r in reasons)
     return MemoryReport(
         knobs.engine, layout, knobs, ranks, binding, capacity, capacity * layout.dp, fits,
