@@ -123,6 +123,16 @@ def nvidia_smi_mib(gpu: GPU) -> float:
     return (gpu.memory_bytes + DRIVER_RESERVE_BYTES) / MiB
 
 
+def sglang_fraction_ceiling(gpu: GPU) -> float:
+    """The highest --mem-fraction-static SGLang 0.5.23 itself ever computes: on a GPU over 60 GiB it never
+    reserves under 10 GiB outside the static pool (memory_hook.handle_gpu_memory_settings:
+    reserved_mem = max(reserved_mem, 10 * 1024) MiB). The planner keeps to it: DeepSeek's decode CUDA
+    graphs alone have taken 5-6 GB with FA3 (sglang#16143; USER_PROBLEMS.md section C: keep 5-8 GB free),
+    more than the graph model here predicts. 1.0 (no ceiling) on smaller GPUs."""
+    mib = nvidia_smi_mib(gpu)
+    return round((mib - 10 * 1024) / mib, 3) if mib > 60 * 1024 else 1.0
+
+
 def sglang_chunked_prefill(gpu: GPU) -> int:
     """SGLang default --chunked-prefill-size by GPU memory (arg_groups/memory_hook.handle_gpu_memory_settings)."""
     mib = nvidia_smi_mib(gpu)

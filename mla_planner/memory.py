@@ -19,7 +19,8 @@ from typing import Optional
 from . import memory_terms as mt
 from .backends import fp8_weights_without_fp8
 from .engine_memory import (EngineRules, StageCosts, activation_tokens, block_size_warning, capture_plan,
-                            default_memory_fraction, engine_rules, kv_pool, sglang_req_to_token_bytes)
+                            default_memory_fraction, engine_rules, kv_pool, sglang_fraction_ceiling,
+                            sglang_req_to_token_bytes)
 from .knobs import Knobs
 from .layout import Layout, layout_problems
 from .memory_weights import dense_tp, stage_weight_terms
@@ -167,7 +168,7 @@ def evaluate(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs,
     ranks = [_rank(s, knobs, rules, total, layout.dcp) for s in stages]
     binding = min(ranks, key=lambda r: r.kv_tokens).pp_stage
     capacity = ranks[binding].kv_tokens
-    ceiling, no_safe = _safe_fraction(stages, knobs, rules, total)
+    ceiling, no_safe = _safe_fraction(stages, knobs, rules, total, _engine_ceiling(rules, topo))
     safe = 0.0 if no_safe else ceiling
     reasons, notes = _verdict(ranks, knobs, layout, capacity, safe)
     block = block_size_warning(spec, topo.gpu, knobs, layout.dcp)
@@ -203,7 +204,13 @@ def safe_memory_fraction(spec: ModelSpec, topo: Topology, layout: Layout, knobs:
     if layout_problems(layout, spec, topo.gpus_per_node, topo.total_gpus):
         return 0.0
     rules = engine_rules(knobs.engine, engine_version)
-    return _safe_fraction(_stages(spec, topo, layout, knobs, rules), knobs, rules, float(topo.gpu.memory_bytes))[0]
+    return _safe_fraction(_stages(spec, topo, layout, knobs, rules), knobs, rules, float(topo.gpu.memory_bytes),
+                          _engine_ceiling(rules, topo))[0]
+
+
+def _engine_ceiling(rules: EngineRules, topo: Topology) -> float:
+    """A fraction the engine's own defaults never exceed (SGLang's 10 GiB reserve floor), else 1.0."""
+    return sglang_fraction_ceiling(topo.gpu) if rules.engine == "sglang" else 1.0
 
 
 def _stage_fraction_bytes(s: _Stage, knobs: Knobs, rules: EngineRules, total: float) -> tuple[float, float, float]:
@@ -226,12 +233,14 @@ def _stage_fraction_bytes(s: _Stage, knobs: Knobs, rules: EngineRules, total: fl
     return charged, outside, total
 
 
-def _safe_fraction(stages: list[_Stage], knobs: Knobs, rules: EngineRules, total: float) -> tuple[float, str]:
-    """(ceiling, why none): the ceiling is 1 - outside / base, minimum over stages, floored to 0.001; the
-    reason is set when at the ceiling a stage has no room for one KV block (no fraction is both safe
-    and leaves a KV cache)."""
+def _safe_fraction(stages: list[_Stage], knobs: Knobs, rules: EngineRules, total: float,
+                   engine_ceiling: float = 1.0) -> tuple[float, str]:
+    """(ceiling, why none): the ceiling is 1 - outside / base, minimum over stages, and never above the
+    engine's own (`engine_ceiling`), floored to 0.001; the reason is set when at the ceiling a stage has
+    no room for one KV block (no fraction is both safe and leaves a KV cache)."""
     sized = [(s, *_stage_fraction_bytes(s, knobs, rules, total)) for s in stages]
-    safe = max(int(min(1 - outside / base for _, _, outside, base in sized) * 1000) / 1000, 0.0)
+    safe = min(1 - outside / base for _, _, outside, base in sized)
+    safe = max(int(min(safe, engine_ceiling) * 1000) / 1000, 0.0)
     gib = mt.GiB
     for s, inside, outside, base in sized:
         if s.costs.weights_bytes >= total:

@@ -14,6 +14,7 @@ from math import ceil
 
 from .backends import choose_block_size, fp8_weights_without_fp8, usable_backends
 from .calibration import Calibration
+from .engine_memory import sglang_fraction_ceiling
 from .errors import PlanError
 from .knobs import Knobs, Workload
 from .layout import Layout
@@ -101,8 +102,11 @@ def _draft_knobs(spec: ModelSpec, topo: Topology, layout: Layout, engine: str, k
         "block_size": why_block,
         "max_model_len": f"{knobs.max_model_len:,}: the workload's longest request ({context:,} tokens) rounded "
                          f"to whole blocks; never the model's {spec.max_position_embeddings:,} default",
-        "memory_fraction": f"{knobs.memory_fraction}: the highest fraction that leaves the activations, CUDA "
-                           "graphs, NCCL buffers and runtime the memory model predicts, plus a 2 GiB margin",
+        "memory_fraction": (f"{knobs.memory_fraction}: SGLang's own ceiling (it never reserves under 10 GiB "
+                            "outside the static pool on this GPU), below what the memory model alone allows"
+                            if engine == "sglang" and knobs.memory_fraction == sglang_fraction_ceiling(gpu) else
+                            f"{knobs.memory_fraction}: the highest fraction that leaves the activations, CUDA "
+                            "graphs, NCCL buffers and runtime the memory model predicts, plus a 2 GiB margin"),
         "kv_cache_dtype": "fp8 halves the latent cache (576 B/token/layer) on a backend that supports it"
                           if kv_dtype == "fp8" else "bf16 (the engine's `auto` for this checkpoint)",
         "prefix_caching": "on: hits skip prefill, and a miss costs only the hash of each full block"

@@ -281,3 +281,18 @@ def test_token_budget_is_per_dp_rank_for_both_engines():
     assert activation_tokens(engine_rules("sglang"), knobs, Layout(tp=1, dp=8, ep=8)) == 2048
     h200 = load_topology("8xh200")
     assert engine_default_knobs("sglang", load_model("deepseek-v3").spec, h200, 8).max_num_batched_tokens == 1024
+
+
+@pytest.mark.parametrize("topo_name, layout, ceiling", [("2x8xh100-ib", Layout(tp=16), 0.874),
+                                                        ("8xh200", Layout(tp=8), 0.929)])
+def test_sglang_safe_fraction_keeps_sglangs_own_10_gib_reserve(topo_name, layout, ceiling):
+    """SGLang never reserves under 10 GiB outside its static pool on a GPU over 60 GiB (its computed
+    default); the planner's safe fraction keeps to that (decode graphs have taken 5-6 GB, sglang#16143),
+    while vLLM's is the memory model's alone."""
+    topo = load_topology(topo_name)
+    k = engine_default_knobs("sglang", V3, topo, kv_cache_dtype="fp8", max_num_seqs=256,
+                             max_num_batched_tokens=2048, max_model_len=2560)
+    assert safe_memory_fraction(V3, topo, layout, k) == ceiling
+    v = engine_default_knobs("vllm", V3, topo, kv_cache_dtype="fp8", max_num_seqs=256,
+                             max_num_batched_tokens=2048, max_model_len=2560)
+    assert safe_memory_fraction(V3, topo, layout, v) > ceiling
