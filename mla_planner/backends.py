@@ -62,7 +62,10 @@ def backend_problems(b: Backend, gpu: GPU, kv_dtype: str, dcp: int, block_size: 
     out = []
     if gpu.arch not in b.archs:
         out.append(f"{b.name} does not run on {gpu.arch} (sm{gpu.sm}); it needs {'/'.join(b.archs)}")
-    if kv_dtype != "bf16" and not b.fp8_kv:
+    if kv_dtype == "fp8_ds_mla":   # FlashMLA's sparse-attention format (DeepSeek-V3.2): no dense MLA backend
+        out.append(f"{b.name} has no fp8_ds_mla cache (vLLM 0.33's dense MLA backends list auto, bfloat16, fp8 "
+                   "and fp8_e4m3 in supported_kv_cache_dtypes; SGLang 0.5.23's --kv-cache-dtype has no such choice)")
+    elif kv_dtype != "bf16" and not b.fp8_kv:
         out.append(f"{b.name} has no FP8 KV cache support")
     if kv_dtype != "bf16" and not gpu.has_fp8:
         out.append(f"{gpu.name} has no FP8 support (sm{gpu.sm})")
@@ -71,6 +74,14 @@ def backend_problems(b: Backend, gpu: GPU, kv_dtype: str, dcp: int, block_size: 
     if block_size is not None and not b.accepts_block(block_size):
         out.append(f"{b.name} does not accept block size {block_size} (legal: {b.legal_block_sizes()})")
     return out
+
+
+def no_backend_reason(engine: str, gpu: GPU, kv_dtype: str, dcp: int = 1) -> str:
+    """Why the engine cannot start this KV cache here ("" when some MLA backend can)."""
+    if usable_backends(engine, gpu, kv_dtype, dcp):
+        return ""
+    return (f"no {engine} MLA backend runs a {kv_dtype} KV cache on {gpu.name} (sm{gpu.sm})"
+            + (f" with dcp={dcp}" if dcp > 1 else ""))
 
 
 def usable_backends(engine: str, gpu: GPU, kv_dtype: str, dcp: int = 1) -> list[Backend]:

@@ -17,7 +17,7 @@ from math import ceil
 from typing import Optional
 
 from . import memory_terms as mt
-from .backends import fp8_weights_without_fp8
+from .backends import fp8_weights_without_fp8, no_backend_reason
 from .engine_memory import (EngineRules, StageCosts, activation_tokens, block_size_warning, capture_plan,
                             default_memory_fraction, engine_rules, kv_pool, sglang_fraction_ceiling,
                             sglang_req_to_token_bytes)
@@ -173,6 +173,9 @@ def evaluate(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs,
     reasons, notes = _verdict(ranks, knobs, layout, capacity, safe)
     block = block_size_warning(spec, topo.gpu, knobs, layout.dcp)
     reasons += [block] if block else []
+    backendless = no_backend_reason(knobs.engine, topo.gpu, knobs.kv_cache_dtype, layout.dcp) \
+        if spec.attention == "mla" and not knobs.attention_backend else ""
+    reasons += [f"!{backendless}: the engine refuses to start"] if backendless else []
     if "fp8" in (spec.weight_dtype, spec.expert_dtype) and not topo.gpu.has_fp8:
         runs, how = fp8_weights_without_fp8(knobs.engine, topo.gpu, spec.is_moe and spec.expert_dtype == "fp8")
         notes.append(how + ("" if runs else "; the weight bytes here are the FP8 checkpoint's"))

@@ -30,8 +30,8 @@ def ways_out(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs,
                          f"DP rank ({report.kv_tokens_per_replica:,} per replica)")
         if len(found) >= limit:
             break
-    return found or ["none of: safe memory fraction, fp8 KV, shorter max-model-len, dcp, more pipeline stages, "
-                     "DP attention, or twice the nodes makes this fit"]
+    return found or ["none of: safe memory fraction, another KV dtype, shorter max-model-len, dcp, more pipeline "
+                     "stages, DP attention, or twice the nodes makes this fit"]
 
 
 def _candidates(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs,
@@ -42,6 +42,8 @@ def _candidates(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs,
         yield f"{flag} {safe:.3f} (the safe fraction)", topo, layout, replace(knobs, memory_fraction=safe)
     if knobs.kv_cache_dtype == "bf16" and spec.attention == "mla":
         yield "fp8 KV cache (--kv-cache-dtype fp8)", topo, layout, replace(knobs, kv_cache_dtype="fp8")
+    if knobs.kv_cache_dtype != "bf16":     # e.g. a KV format no backend here runs
+        yield "bf16 KV cache (--kv-cache-dtype auto)", topo, layout, replace(knobs, kv_cache_dtype="bf16")
     fit_len = evaluate(spec, topo, layout, replace(knobs, max_model_len=1), engine_version).max_model_len_fit
     if 0 < fit_len < knobs.max_model_len:
         yield f"--max-model-len {fit_len:,}", topo, layout, replace(knobs, max_model_len=fit_len)

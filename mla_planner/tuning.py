@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from math import ceil
 
-from .backends import choose_block_size, fp8_weights_without_fp8, usable_backends
+from .backends import choose_block_size, fp8_weights_without_fp8, no_backend_reason, usable_backends
 from .calibration import Calibration
 from .engine_memory import sglang_fraction_ceiling
 from .errors import PlanError
@@ -52,8 +52,7 @@ class Overrides:
 def _backend_and_block(engine: str, gpu, kv_dtype: str, dcp: int, pinned: int | None) -> tuple:
     found = usable_backends(engine, gpu, kv_dtype, dcp)
     if not found:
-        raise Rejected(f"no {engine} MLA backend runs a {kv_dtype} KV cache on {gpu.name} (sm{gpu.sm})"
-                       + (f" with dcp={dcp}" if dcp > 1 else ""))
+        raise Rejected(no_backend_reason(engine, gpu, kv_dtype, dcp))
     if pinned is None:
         return (found[0], *choose_block_size(found[0], prefix_caching=True))
     fitting = [b for b in found if b.accepts_block(pinned)]

@@ -135,3 +135,13 @@ def test_vllm_budget_below_max_num_seqs_is_bad_input_and_deepep_defaults_to_256(
     sg = json.loads(cli("memory", "--engine", "sglang", "--tp", "16", "--max-num-batched-tokens", "100",
                         "--max-num-seqs", "200", "--json").stdout)   # SGLang's chunk and running cap are separate
     assert sg["knobs"]["max_num_seqs"] == 200
+
+
+def test_a_kv_format_no_backend_runs_does_not_fit_and_says_so(cli):
+    """fp8_ds_mla is FlashMLA's sparse-attention format: no dense MLA backend of vLLM 0.33 lists it and SGLang
+    0.5.23 has no such choice; FP8 KV on Ampere has no backend either. The engine would refuse to start."""
+    r = cli("memory", "--engine", "sglang", "--tp", "16", "--kv-cache-dtype", "fp8_ds_mla")
+    assert r.exit_code == 1 and "no sglang MLA backend runs a fp8_ds_mla KV cache" in r.stdout
+    assert "--kv-cache-dtype auto" in r.stdout                       # the way out
+    r = cli("memory", "-t", "4x8xa100-ib", "--tp", "8", "--pp", "4", "--kv-cache-dtype", "fp8")
+    assert r.exit_code == 1 and "no vllm MLA backend runs a fp8 KV cache on A100" in r.stdout
