@@ -146,16 +146,15 @@ def largest_under(f, target: float, cap: int, slack: float = 0.0, hint: int = 0)
     falsi on the bracket (mean TPOT is close to affine in B, so a guess lands near the answer), with a
     bisection whenever a guess moves the same end twice running (the Illinois safeguard). With `slack`
     it may stop once the bracket is within slack x its top and return an upper bound of the answer. A
-    `hint` (e.g. the answer under slightly different knobs) is tried first with its neighbour."""
+    `hint` (e.g. the answer under slightly different knobs) is tried first with its neighbour, then the
+    line through the latest two points is followed to the target until it is bracketed, so the search
+    stays near the hint instead of starting from 1 and `cap`."""
     lo, hi, f_lo, f_hi = 1, cap, None, None
     if 1 < hint < cap:
-        at, above = f(hint), f(hint + 1)
-        if at <= target < above:
-            return hint
-        if above <= target:
-            lo, f_lo = hint + 1, above
-        else:
-            hi, f_hi = hint, at
+        bracket = _walk_from(f, target, cap, hint)
+        if isinstance(bracket, int):
+            return bracket
+        lo, f_lo, hi, f_hi = bracket
     if f_lo is None:
         f_lo = f(1)
         if f_lo > target:
@@ -181,6 +180,42 @@ def largest_under(f, target: float, cap: int, slack: float = 0.0, hint: int = 0)
             hi, f_hi = mid, value
         last = (side, last[0] if last else None)
     return hi - 1
+
+
+def _walk_from(f, target: float, cap: int, hint: int):
+    """From `hint` and `hint + 1`, step along the line through the latest two points (at least one batch,
+    doubling when the line is flat or wrong-signed) until the target is bracketed: (lo, f(lo), hi, f(hi))
+    with f(lo) <= target < f(hi), either end None when the walk ran into 1 or `cap` unevaluated; or the
+    answer itself when the walk lands on it (or on 0 / `cap`)."""
+    (x1, y1), (x2, y2) = (hint, f(hint)), (hint + 1, f(hint + 1))
+    if y1 <= target < y2:
+        return hint
+    up = y2 <= target
+    step = 1
+    while True:
+        slope = (y2 - y1) / (x2 - x1)
+        guess = (target - y2) / slope if slope > 0 else None       # signed distance from x2 along the line
+        step = max(1, floor(guess)) if up and guess is not None and guess > 0 else step * 2
+        if not up:
+            far = (target - y1) / slope if slope > 0 else None
+            step = max(1, ceil(-far)) if far is not None and far < 0 else step
+        edge = x2 if up else x1
+        nxt = min(edge + step, cap) if up else max(edge - step, 1)
+        if nxt == edge:                      # ran into cap (up) or 1 (down) already evaluated
+            return cap if up else 0
+        value = f(nxt)
+        if up:
+            if value > target:
+                return x2, y2, nxt, value
+            if nxt == cap:
+                return cap
+            (x1, y1), (x2, y2) = (x2, y2), (nxt, value)
+        else:
+            if value <= target:
+                return nxt, value, x1, y1
+            if nxt == 1:
+                return 0
+            (x1, y1), (x2, y2) = (nxt, value), (x1, y1)
 
 
 def _largest_batch(spec, topo, layout, knobs, workload, calib, cap: int, hint: int = 0) -> int:
@@ -220,16 +255,18 @@ def _limits(layout: Layout, knobs: Knobs, mem: MemoryReport, workload: Workload)
 
 
 def evaluate(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, workload: Workload,
-             calib: Calibration, batch_hint: int = 0) -> Metrics:
+             calib: Calibration, batch_hint: int = 0, over_target: int = 0) -> Metrics:
     """The five metrics (+ TTFT) for one layout; PlanError when the layout cannot exist. `batch_hint`
-    (the batch found under nearby knobs) only speeds up the search for the largest batch."""
+    (the batch found under nearby knobs) and `over_target` (a batch known to miss the TPOT target, e.g.
+    where the decode step alone does) only speed up the search for the largest batch."""
     problems = layout_problems(layout, spec, topo.gpus_per_node, topo.total_gpus)
     if problems:
         raise PlanError(f"layout {layout.label}: " + "; ".join(problems))
     mem = memory_report(spec, topo, layout, knobs)
     notes = list(calib.notes) + [f"memory: {r}" for r in mem.reasons]
     cap, limit = _limits(layout, knobs, mem, workload)
-    batch = _largest_batch(spec, topo, layout, knobs, workload, calib, cap, batch_hint) if cap else 0
+    top = min(cap, over_target) if over_target else cap
+    batch = _largest_batch(spec, topo, layout, knobs, workload, calib, top, batch_hint) if cap else 0
     if cap and batch < cap:
         limit = "tpot"
     if cap and not batch:

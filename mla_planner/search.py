@@ -117,8 +117,8 @@ def _target_bound(spec, topo, layout, knobs: Knobs, top: int, workload, calib, b
     gives (above `best`: stop, the layout must be tuned); if not, B* < B and the bound is at most the
     decode bound up to B (not above `best`: stop, screened out). Otherwise bisect by regula falsi until
     the bracket is within 5 %, and return the decode bound at its top (an upper bound). Also returns the
-    smallest batch seen over the target (0 if none): mean TPOT is higher still there, so tuning starts
-    its batch search below it."""
+    smallest batch seen over the target (0 if none): mean TPOT is higher still there, so it bounds
+    tuning's batch search."""
     ctx, target = workload.mean_decode_context, workload.tpot_ms / 1e3
     gpus = layout.total_gpus
 
@@ -197,7 +197,7 @@ def search(spec: ModelSpec, topo: Topology, workload: Workload, calib: Calibrati
                                            layout, kv))
                 except Rejected as exc:
                     rejected.append({"layout": layout.label, "engine": engine, "kv_dtype": kv, "reason": str(exc)})
-    options = []
+    options, siblings = [], {}    # (layout, draft chunk) -> the draft batch of its last tuning: a hint
     for engine in engines:
         ranked = sorted(bounds[engine], key=lambda t: (-t[0], t[3].label, t[4]))
         best, tuned_n = 0.0, 0
@@ -215,7 +215,9 @@ def search(spec: ModelSpec, topo: Topology, workload: Workload, calib: Calibrati
                                                   "at the largest batch within the TPOT target"))
                     continue
             try:
-                tuned = tune(spec, topo, layout, engine, kv, workload, calib, pinned, max(above - 1, 0))
+                sibling = (layout, knobs.max_num_batched_tokens)    # same layout, same draft chunk
+                tuned = tune(spec, topo, layout, engine, kv, workload, calib, pinned, above, siblings.get(sibling, 0))
+                siblings[sibling] = tuned.draft_batch
                 options.append(Option(layout, engine, kv, tuned, warnings_for(spec, topo, layout, tuned, workload)))
                 tuned_n += 1
                 if tuned.metrics.meets_targets:

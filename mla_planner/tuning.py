@@ -40,6 +40,7 @@ class Tuned:
     knobs: Knobs
     metrics: Metrics
     reasons: dict
+    draft_batch: int = 0     # the largest batch at the draft chunk (a hint for a sibling's tuning)
 
 
 @dataclass(frozen=True)
@@ -151,21 +152,22 @@ def choose_chunk(spec, topo, layout, knobs: Knobs, workload: Workload, calib: Ca
 
 
 def tune(spec: ModelSpec, topo: Topology, layout: Layout, engine: str, kv_dtype: str, workload: Workload,
-         calib: Calibration, pinned: Overrides = Overrides(), batch_hint: int = 0) -> Tuned:
+         calib: Calibration, pinned: Overrides = Overrides(), over_target: int = 0, batch_hint: int = 0) -> Tuned:
     """Every knob for this layout, engine and KV dtype, and the metrics they give; Rejected if it can't serve.
-    `batch_hint` (e.g. just below a batch whose decode step alone misses the TPOT target) only speeds up
-    the search for the largest batch."""
+    `over_target` (a batch whose decode step alone misses the TPOT target, so whatever the chunk) and
+    `batch_hint` (a sibling's `draft_batch`: the same layout under another engine or KV dtype) only speed
+    up the search for the largest batch."""
     knobs, reasons = draft_knobs(spec, topo, layout, engine, kv_dtype, workload, pinned)
     mem = memory_evaluate(spec, topo, layout, knobs)
     if not mem.fits:
         raise Rejected(mem.reasons[0] if mem.reasons else "does not fit")
-    first = evaluate(spec, topo, layout, knobs, workload, calib, batch_hint)
+    first = evaluate(spec, topo, layout, knobs, workload, calib, batch_hint, over_target)
     if not first.concurrency_per_dp_rank:
         raise Rejected("; ".join(first.notes[-1:]) or "cannot serve one request within the targets")
     chunk, reasons["max_num_batched_tokens"] = choose_chunk(spec, topo, layout, knobs, workload, calib,
                                                             first.concurrency_per_dp_rank)
     knobs = replace(knobs, max_num_batched_tokens=chunk)
-    m = evaluate(spec, topo, layout, knobs, workload, calib, first.concurrency_per_dp_rank) \
+    m = evaluate(spec, topo, layout, knobs, workload, calib, first.concurrency_per_dp_rank, over_target) \
         if chunk != knobs_chunk(first) else first
     seqs = max(1, m.concurrency_per_dp_rank)
     knobs = replace(knobs, max_num_seqs=seqs)
@@ -174,7 +176,7 @@ def tune(spec: ModelSpec, topo: Topology, layout: Layout, engine: str, kv_dtype:
     m = replace(m, memory=memory_evaluate(spec, topo, layout, knobs))
     reasons["max_num_seqs"] = (f"{seqs} per DP rank: limited by {_limit_words(m, workload)}; the pool holds "
                                f"{m.memory.kv_capacity_tokens:,} tokens") + _stall_words(m, spec, layout)
-    return Tuned(knobs, m, reasons)
+    return Tuned(knobs, m, reasons, first.concurrency_per_dp_rank)
 
 
 def _stall_words(m: Metrics, spec: ModelSpec, layout: Layout) -> str:
