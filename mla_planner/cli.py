@@ -6,7 +6,7 @@ import sys
 from typing import Annotated, Optional
 
 import typer
-from typer.core import TyperGroup
+from typer.core import TyperGroup, TyperOption
 
 try:  # newer typer parses with its own vendored copy of click (and does not install click)
     from typer._click import exceptions as _click_errors
@@ -14,6 +14,17 @@ except ImportError:  # pragma: no cover - older typer runs on click itself
     from click import exceptions as _click_errors
 _USAGE = (_click_errors.ClickException,)
 _ABORT = tuple({typer.Abort, getattr(_click_errors, "Abort", typer.Abort)})
+
+
+def _flag_takes_no_value(display_type_rich):
+    """typer 0.29's help prints "<bool>" beside every flag (even --help), as if it took a value; a flag
+    takes none, so it shows no type (`--json true` is an error)."""
+    def shown(self, ctx):
+        return None if self.is_flag and self.metavar is None else display_type_rich(self, ctx)
+    return shown
+
+
+TyperOption.display_type_rich = _flag_takes_no_value(TyperOption.display_type_rich)
 
 from . import __version__  # noqa: E402
 from .cli_compare import compare_cmd  # noqa: E402

@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 from mla_planner import __version__
 
 
@@ -49,3 +51,10 @@ def test_show_topology(cli):
     assert r.exit_code == 0 and "infiniband" in r.stdout
     data = json.loads(cli("show", "--topology", "topologies/2x8xl40s-eth.yaml", "--json").stdout)
     assert data["total_gpus"] == 16 and data["nvls"] is False
+
+
+@pytest.mark.parametrize("command", ["models", "topologies", "show", "memory", "compare", "plan", "emit", "verify"])
+def test_help_shows_no_value_for_flags(cli, command):
+    """A flag (--json, --enforce-eager, --help) takes no value, so its help row shows no "<bool>" type."""
+    r = cli(command, "--help")
+    assert r.exit_code == 0 and "--json" in r.stdout and "<bool>" not in r.stdout
