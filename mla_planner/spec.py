@@ -10,7 +10,9 @@ from __future__ import annotations
 from functools import cached_property
 from typing import Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from .yamlio import Flag, NonNegInt, PosInt
 
 WeightDtype = Literal["bf16", "fp8", "int4"]
 
@@ -23,41 +25,41 @@ class ModelSpec(BaseModel):
     hf_id: Optional[str] = None
     attention: Literal["mla", "gqa"] = "mla"
     # trunk
-    hidden_size: PositiveInt
-    num_hidden_layers: PositiveInt
-    num_attention_heads: PositiveInt
-    num_key_value_heads: Optional[PositiveInt] = None
-    vocab_size: PositiveInt
-    tie_word_embeddings: bool = False
-    max_position_embeddings: PositiveInt
+    hidden_size: PosInt
+    num_hidden_layers: PosInt
+    num_attention_heads: PosInt
+    num_key_value_heads: Optional[PosInt] = None
+    vocab_size: PosInt
+    tie_word_embeddings: Flag = False
+    max_position_embeddings: PosInt
     rms_norm_eps: float = Field(default=1e-6, gt=0)
     # mla
-    q_lora_rank: Optional[PositiveInt] = None
-    kv_lora_rank: Optional[PositiveInt] = None
-    qk_nope_head_dim: Optional[PositiveInt] = None
-    qk_rope_head_dim: Optional[PositiveInt] = None
-    v_head_dim: Optional[PositiveInt] = None
+    q_lora_rank: Optional[PosInt] = None
+    kv_lora_rank: Optional[PosInt] = None
+    qk_nope_head_dim: Optional[PosInt] = None
+    qk_rope_head_dim: Optional[PosInt] = None
+    v_head_dim: Optional[PosInt] = None
     # gqa
-    head_dim: Optional[PositiveInt] = None
-    attention_bias: bool = False
+    head_dim: Optional[PosInt] = None
+    attention_bias: Flag = False
     # ffn / moe
-    intermediate_size: PositiveInt
-    first_k_dense_replace: NonNegativeInt = 0
-    moe_intermediate_size: Optional[PositiveInt] = None
-    n_routed_experts: NonNegativeInt = 0
-    n_shared_experts: NonNegativeInt = 0
-    num_experts_per_tok: NonNegativeInt = 0
+    intermediate_size: PosInt
+    first_k_dense_replace: NonNegInt = 0
+    moe_intermediate_size: Optional[PosInt] = None
+    n_routed_experts: NonNegInt = 0
+    n_shared_experts: NonNegInt = 0
+    num_experts_per_tok: NonNegInt = 0
     topk_method: Optional[str] = None
     # mtp
-    num_nextn_predict_layers: NonNegativeInt = 0
+    num_nextn_predict_layers: NonNegInt = 0
     # rope
     rope_theta: float = Field(default=10000.0, gt=0)
     rope_scaling: Optional[dict] = None
     # weights as stored in the checkpoint
     weight_dtype: WeightDtype = "bf16"
     expert_weight_dtype: Optional[WeightDtype] = None
-    weight_block_size: tuple[PositiveInt, PositiveInt] = (128, 128)
-    int4_group_size: PositiveInt = 32
+    weight_block_size: tuple[PosInt, PosInt] = (128, 128)
+    int4_group_size: PosInt = 32
 
     @model_validator(mode="after")
     def _consistent(self) -> "ModelSpec":

@@ -11,12 +11,11 @@ from pathlib import Path
 from typing import Literal, Optional
 
 import yaml
-from pydantic import (BaseModel, ConfigDict, Field, NonNegativeFloat, NonNegativeInt, PositiveFloat,
-                      PositiveInt, field_validator, model_validator)
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, PositiveFloat, field_validator, model_validator
 
 from .errors import InputError, did_you_mean
 from .resources import data_dir
-from .yamlio import path_kind, read_mapping, user_path, validate
+from .yamlio import Flag, NonNegInt, PosInt, path_kind, read_mapping, user_path, validate
 
 Strict = ConfigDict(frozen=True, extra="forbid")
 
@@ -24,8 +23,8 @@ Strict = ConfigDict(frozen=True, extra="forbid")
 class GPU(BaseModel):
     model_config = Strict
     name: str
-    memory_bytes: PositiveInt
-    nvidia_smi_mib: Optional[PositiveInt] = None   # total as nvidia-smi prints it (SGLang sizes defaults by it)
+    memory_bytes: PosInt
+    nvidia_smi_mib: Optional[PosInt] = None   # total as nvidia-smi prints it (SGLang sizes defaults by it)
     hbm_bytes_per_s: PositiveFloat
     bf16_flops_per_s: PositiveFloat
     fp8_flops_per_s: NonNegativeFloat = 0.0
@@ -54,26 +53,26 @@ class IntraNode(BaseModel):
     kind: Literal["nvswitch", "nvlink", "pcie"] = "nvswitch"
     gbytes_per_s: Optional[PositiveFloat] = None   # per GPU, per direction; default: the GPU's NVLink or PCIe
     latency_us: PositiveFloat = 3.0
-    nvls: Optional[bool] = None                    # NVLink SHARP all-reduce; default on for NVSwitch, SM90+
+    nvls: Optional[Flag] = None                    # NVLink SHARP all-reduce; default on for NVSwitch, SM90+
 
 
 class InterNode(BaseModel):
     model_config = Strict
     fabric: Literal["infiniband", "roce", "ethernet"]
-    nics_per_node: PositiveInt
+    nics_per_node: PosInt
     nic_gbit_per_s: PositiveFloat
     latency_us: PositiveFloat = 5.0
     socket_ifname: Optional[str] = None   # NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME
     ib_hca: Optional[str] = None          # NCCL_IB_HCA, e.g. "mlx5_0,mlx5_1"
-    ib_gid_index: Optional[NonNegativeInt] = None  # NCCL_IB_GID_INDEX (RoCE v2: usually 3)
+    ib_gid_index: Optional[NonNegInt] = None  # NCCL_IB_GID_INDEX (RoCE v2: usually 3)
 
 
 class Topology(BaseModel):
     model_config = Strict
     name: str
     description: str = ""
-    nodes: PositiveInt
-    gpus_per_node: PositiveInt
+    nodes: PosInt
+    gpus_per_node: PosInt
     gpu: GPU
     intra_node: IntraNode = IntraNode()
     inter_node: Optional[InterNode] = None

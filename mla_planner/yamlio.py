@@ -4,12 +4,18 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import get_args
+from typing import Annotated, get_args
 
 import yaml
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, Field, ValidationError
 
 from .errors import InputError, did_you_mean
+
+# Counts and flags in user files are checked by type, not coerced: `true` is not 1 and "512" is not 512
+# (pydantic's lax mode would take both). Floats stay lax, as PyYAML reads `3e12` as the string "3e12".
+PosInt = Annotated[int, Field(strict=True, gt=0)]
+NonNegInt = Annotated[int, Field(strict=True, ge=0)]
+Flag = Annotated[bool, Field(strict=True)]
 
 
 def user_path(text: str) -> Path:

@@ -49,6 +49,19 @@ def test_wrong_type(cli, tmp_path):
     one_line_error(cli("show", write(tmp_path, "m.yaml", {**GOOD_SPEC, "hidden_size": "big"})), "hidden_size")
 
 
+@pytest.mark.parametrize("field, value", [("hidden_size", True), ("kv_lora_rank", "512"), ("num_hidden_layers", 27.0),
+                                          ("tie_word_embeddings", "yes")])
+def test_counts_and_flags_are_not_coerced(cli, tmp_path, field, value):
+    """`true` is not 1 and "512" is not 512: a count or flag of the wrong type is an error, in a YAML spec
+    and in a config.json alike (pydantic's lax mode would take them)."""
+    one_line_error(cli("show", write(tmp_path, "m.yaml", {**GOOD_SPEC, field: value})), field)
+    cfg = json.load(open("tests/fixtures/hf/DeepSeek-V3/config.json")) | {"kv_lora_rank": "512"}
+    (tmp_path / "snap").mkdir(exist_ok=True)
+    (tmp_path / "snap" / "config.json").write_text(json.dumps(cfg))
+    one_line_error(cli("show", str(tmp_path / "snap")), "kv_lora_rank")
+    one_line_error(cli("show", "-t", write(tmp_path, "t.yaml", {**GOOD_TOPO, "nodes": True})), "nodes")
+
+
 @pytest.mark.parametrize("value", [0, -5])
 def test_zero_or_negative_size(cli, tmp_path, value):
     one_line_error(cli("show", write(tmp_path, "m.yaml", {**GOOD_SPEC, "num_hidden_layers": value})),
