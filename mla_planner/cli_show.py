@@ -59,6 +59,8 @@ def show_cmd(model: Annotated[Optional[str], typer.Argument(help="Model: built-i
                                                              "(built-in name or YAML file) instead.")] = None,
              as_json: JsonOpt = False) -> None:
     """Show a model's derived facts (parameters, weight bytes, KV bytes per token) or a topology."""
+    if topology and model:
+        raise PlanError("show: give a MODEL or --topology, not both (one `show` per thing)")
     if topology:
         return _show_topology(topology, as_json)
     if not model:

@@ -41,9 +41,11 @@ def load_model(ref: str) -> LoadedModel:
         spec = validate(ModelSpec, read_mapping(data_dir("models") / f"{ref.lower()}.yaml"), f"built-in:{ref}")
         return LoadedModel(spec, spec.hf_id or spec.name, "built-in")
     if kind == "dir":
+        if path.name == "config.json":
+            raise InputError(str(path), "is a folder, expected the config.json file (or its snapshot folder)")
         cfg = path / "config.json"
-        if not cfg.exists():
-            raise InputError(str(path), "folder holds no config.json (expected a Hugging Face snapshot)")
+        if not cfg.is_file():
+            raise InputError(str(path), "folder holds no config.json file (expected a Hugging Face snapshot)")
         return LoadedModel(spec_from_hf_config(cfg), str(path), "config.json")
     if path.suffix == ".json":
         return LoadedModel(spec_from_hf_config(path), str(path.parent), "config.json")

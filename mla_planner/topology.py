@@ -158,4 +158,7 @@ def load_topology(ref: str) -> Topology:
     elif kind == "missing":
         raise InputError(ref, "not a built-in topology nor an existing file" + did_you_mean(ref, builtin)
                          + f"; built-ins: {', '.join(builtin)}")
-    return validate(Topology, read_mapping(path), str(path))
+    topo = validate(Topology, read_mapping(path), str(path))
+    from .calibration import check_overrides   # it prices the factors on a Topology, so it imports this module
+    check_overrides(topo.efficiency, str(path))
+    return topo

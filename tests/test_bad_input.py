@@ -109,3 +109,15 @@ def test_topology_errors(cli, tmp_path):
 def test_experts_per_token_without_experts(cli, tmp_path):
     dense = {**GOOD_SPEC, "n_routed_experts": 0}
     one_line_error(cli("show", write(tmp_path, "m.yaml", dense)), "n_routed_experts")
+
+
+def test_misleading_paths_are_named_for_what_they_are(cli, tmp_path):
+    """A folder named config.json, a model and a topology at once, an output under a file: each says what
+    is wrong with that path."""
+    (tmp_path / "snap" / "config.json").mkdir(parents=True)
+    one_line_error(cli("show", str(tmp_path / "snap" / "config.json")), "is a folder, expected the config.json")
+    one_line_error(cli("show", "deepseek-v3", "-t", "8xh100"), "not both")
+    (tmp_path / "afile").write_text("x")
+    plan = tmp_path / "plan.json"
+    plan.write_text(cli("plan", "-t", "8xh200", "--json").stdout)
+    one_line_error(cli("emit", "--plan", str(plan), "--out", str(tmp_path / "afile" / "sub")), "is a file, not a folder")

@@ -285,11 +285,12 @@ def test_write_folder_into_an_existing_empty_folder_and_the_cwd(tmp_path, monkey
     assert sorted(p.name for p in tmp_path.iterdir()) == ["empty"]
 
 
-@pytest.mark.parametrize("where", ["/proc/mla-plan-test/out", "{tmp}/a-file/out"])
-def test_write_folder_os_errors_are_one_line(tmp_path, where):
+@pytest.mark.parametrize("where, words", [("/proc/mla-plan-test/out", "cannot write the launch folder there"),
+                                          ("{tmp}/a-file/out", "{tmp}/a-file is a file, not a folder")])
+def test_write_folder_os_errors_are_one_line(tmp_path, where, words):
     (tmp_path / "a-file").write_text("x")
     target = Path(where.format(tmp=tmp_path))
-    with pytest.raises(PlanError, match=f"^{target}: cannot write the launch folder there"):
+    with pytest.raises(PlanError, match=f"^{target}: {words.format(tmp=tmp_path)}"):
         write_folder({"node-0.sh": ("a", True)}, target)
 
 
@@ -372,7 +373,7 @@ def test_emit_engine_defaults_to_the_candidates_own(cli, tmp_path):
 
 @pytest.mark.parametrize("out, words", [("", "--out is empty"),
                                         ("/proc/mla-plan-test", "/proc/mla-plan-test: cannot write the launch folder"),
-                                        ("{tmp}/plan.json/out", "plan.json/out: cannot write the launch folder")])
+                                        ("{tmp}/plan.json/out", "plan.json is a file, not a folder")])
 def test_emit_cli_output_folder_errors_are_one_line(cli, tmp_path, out, words):
     plan_file = _plan_file(tmp_path, make_plan("8xh200", Layout(tp=8), Knobs()))
     result = cli("emit", "--plan", str(plan_file), "--out", out.format(tmp=tmp_path))

@@ -46,6 +46,9 @@ def _write(files: dict[str, tuple[str, bool]], out_dir: Path, force: bool) -> li
     if present:
         _check_only_emitted(out_dir, present)
     target = out_dir.resolve()   # "." and symlinks: work on the real folder, never rename the cwd
+    blocker = next((p for p in target.parents if p.exists()), None)
+    if blocker is not None and not blocker.is_dir():
+        raise PlanError(f"{out_dir}: {blocker} is a file, not a folder")
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
     try:
