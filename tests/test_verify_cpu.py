@@ -234,10 +234,13 @@ def test_print_launch_per_node_commands_shell_quoted(cli, tmp_path):
     r = cli("verify", "--model", "deepseek-v3", "--topology", "2x8xh200-ib", "--layout", "tp=8,pp=2",
             "--calibration", str(cal), "--quick", "--print-launch", "--port", "29511")
     assert r.exit_code == 0, r.output
-    commands = [ln for ln in r.stdout.splitlines() if ln.startswith("torchrun")]
+    commands = [ln for ln in r.stdout.splitlines() if not ln.startswith("#")]
     assert len(commands) == 2 and shlex.quote(str(cal)) in commands[0]
     for k, line in enumerate(commands):
         words = shlex.split(line.replace('"${HEAD_IP}"', "10.1.2.3"))
+        env = words[:words.index("torchrun")]     # the network variables the serving scripts export
+        assert "NCCL_IB_HCA=mlx5_0,mlx5_1,mlx5_2,mlx5_3,mlx5_4,mlx5_5,mlx5_6,mlx5_7" in env, env
+        words = words[len(env):]
         assert words[:13] == ["torchrun", "--nnodes", "2", "--nproc-per-node", "8", "--node-rank", str(k),
                               "--rdzv-endpoint", "10.1.2.3:29511", "-m", "mla_planner.cli", "verify", "--topology"]
         assert words[words.index("--layout") + 1] == "tp=8,pp=2" and "--quick" in words
@@ -268,3 +271,17 @@ def test_rank_to_stage_follows_the_engines_placement():
     lay = Layout(tp=1, pp=2, dp=8, ep=8)
     assert [rank_stage(r, lay, "vllm") for r in range(4)] == [0, 1, 0, 1]
     assert [rank_stage(r, lay, "sglang") for r in (0, 7, 8, 15)] == [0, 0, 1, 1]
+
+
+def test_print_launch_on_one_node_needs_no_head_address(cli):
+    r = cli("verify", "--model", "deepseek-v3", "--topology", "8xh200", "--layout", "tp=8", "--print-launch")
+    assert r.exit_code == 0, r.output
+    commands = [ln for ln in r.stdout.splitlines() if not ln.startswith("#")]
+    assert len(commands) == 1 and "HEAD_IP" not in r.stdout
+    assert shlex.split(commands[0])[:4] == ["torchrun", "--standalone", "--nproc-per-node", "8"]
+
+
+def test_a_batch_beyond_the_kv_pool_is_noted(cli):
+    r = cli("verify", *SMALL, "--only", "attention", "--batch", "100000000", "--json")
+    assert r.exit_code in (0, 1), r.output
+    assert "more than the KV pool holds" in r.stdout

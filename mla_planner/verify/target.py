@@ -156,6 +156,10 @@ def make_target(c: Chosen, ranks: RankInfo = RankInfo()) -> Target:
         raise PlanError(f"layout {c.layout.label} cannot exist on {c.topo.name}: {'; '.join(report.reasons)}")
     batch, notes = _planned_batch(c)
     context = c.context or c.workload.mean_decode_context
+    if batch * context > report.kv_capacity_tokens:
+        notes.append(f"{batch:,} sequences x {context:,} tokens = {batch * context:,} tokens per DP rank is more "
+                     f"than the KV pool holds ({report.kv_capacity_tokens:,}): the engine would never run this "
+                     "point; the checks still time it")
     step = decode_step(c.spec, c.topo, c.layout, c.knobs, batch, context, c.calib)
     stage = _stage(report, c.layout, ranks, c.knobs.engine)
     return Target(c, batch, step.micro_batch, context, stage, step, report.per_gpu[stage], report, ranks,

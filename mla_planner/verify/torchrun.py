@@ -13,6 +13,7 @@ from math import ceil
 from typing import Optional
 
 from ..launch.command import ShellRef
+from ..launch.env import network_env
 from ..launch.render import one_line
 from ..layout import Layout
 from ..topology import Topology
@@ -26,16 +27,24 @@ def node_shape(layout: Layout, topo: Topology) -> tuple[int, int]:
 
 def launch_lines(layout: Layout, topo: Topology, verify_args: list[str], head: Optional[str] = None,
                  port: int = 29500) -> list[str]:
-    """Comment lines and one command per node, in node order (node 0 is the rendezvous head)."""
+    """Comment lines and one command per node, in node order (node 0 is the rendezvous head). One node:
+    `torchrun --standalone` (no head address needed). Several: each command carries the network variables
+    the serving scripts export (launch/env.py), so the collectives take the path the engine will."""
     nnodes, per_node = node_shape(layout, topo)
-    endpoint = f"{head}:{port}" if head else ShellRef("HEAD_IP", f":{port}")
     lines = [f"# verify {layout.label} on {topo.name}: {nnodes} node(s) x {per_node} GPU(s), one process per GPU"]
-    if not head:
-        lines.append("# set HEAD_IP to node 0's address on every node first (or pass --head)")
     if layout.replicas > 1:
         lines.append(f"# the plan runs {layout.replicas} identical replicas; this checks one of them")
+    tail = ["-m", "mla_planner.cli", "verify", *verify_args]
+    if nnodes == 1:
+        return lines + [one_line(["torchrun", "--standalone", "--nproc-per-node", str(per_node), *tail])]
+    endpoint = f"{head}:{port}" if head else ShellRef("HEAD_IP", f":{port}")
+    if not head:
+        lines.append("# set HEAD_IP to node 0's address on every node first (or pass --head)")
+    net = network_env(topo)
+    lines += [f"# {note}" for note in net.notes]
+    env = "".join(f"{name}={one_line([value])} " for name, value in net.env.items())
     for k in range(nnodes):
         argv = ["torchrun", "--nnodes", str(nnodes), "--nproc-per-node", str(per_node), "--node-rank", str(k),
-                "--rdzv-endpoint", endpoint, "-m", "mla_planner.cli", "verify", *verify_args]
-        lines += [f"# node {k}" + (" (head)" if k == 0 else ""), one_line(argv)]
+                "--rdzv-endpoint", endpoint, *tail]
+        lines += [f"# node {k}" + (" (head)" if k == 0 else ""), env + one_line(argv)]
     return lines
