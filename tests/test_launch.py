@@ -312,6 +312,16 @@ def test_head_address_needs_a_single_head(tmp_path):
         emit_plan(plan, 1, "vllm", tmp_path / "out", head_address="10.0.0.1")
 
 
+def test_bench_loads_one_replica_and_says_how_to_load_all(tmp_path):
+    """bench.sh talks to one endpoint (node 0's server), so by default it offers one replica's share of the
+    requests; the header and README give the total for a balancer in front of every replica."""
+    plan = make_plan("4x8xa100-ib", Layout(tp=16, replicas=2), Knobs(max_num_seqs=72))
+    emit_plan(plan, 1, "vllm", tmp_path / "out")
+    bench, readme = (tmp_path / "out" / "bench.sh").read_text(), (tmp_path / "out" / "README.md").read_text()
+    assert "--max-concurrency 72 " in bench.replace(" \\\n    ", " ") and "144 requests in flight in all" in bench
+    assert "raise `--max-concurrency` to 144" in readme
+
+
 def test_emit_cli(cli, tmp_path):
     plan = make_plan("2x8xh200-ib", Layout(tp=1, dp=16, ep=16), Knobs(engine="sglang"), Workload(concurrency=64))
     plan_file = tmp_path / "plan.json"

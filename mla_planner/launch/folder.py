@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from math import ceil
+
 from typing import Optional
 
 from .. import __version__
@@ -85,10 +87,16 @@ def _node_script(inp: LaunchInputs, engine: str, node: int, cmds: list[NodeComma
     return render("node.sh.j2", commands=commands, **ctx)
 
 
-def bench_concurrency(inp: LaunchInputs) -> int:
-    """Requests in flight for bench.sh: the workload's, else every DP rank of every replica full."""
+def total_concurrency(inp: LaunchInputs) -> int:
+    """Requests in flight over the deployment: the workload's, else every DP rank of every replica full."""
     L = inp.layout
     return inp.workload.concurrency or inp.knobs.max_num_seqs * L.dp * L.replicas
+
+
+def bench_concurrency(inp: LaunchInputs) -> int:
+    """Requests in flight for bench.sh, which talks to one endpoint (node 0's server by default): one
+    replica's share of the total (the README says how to load a balancer in front of all of them)."""
+    return ceil(total_concurrency(inp) / inp.layout.replicas)
 
 
 def bench_argv(inp: LaunchInputs, engine: str) -> list[str]:
@@ -106,7 +114,8 @@ def folder_files(inp: LaunchInputs, engine: str, commands: list[NodeCommand], ca
     common = dict(title=f"{engine_label(engine)} serving {inp.model_path} as {describe(L)} on {inp.topology.name}",
                   version=__version__, engine_label=engine_label(engine), head_node=heads[0],
                   port=next(c.port for c in commands if c.port is not None), input_len=w.input_len,
-                  output_len=w.output_len, concurrency=bench_concurrency(inp))
+                  output_len=w.output_len, concurrency=bench_concurrency(inp), replicas=L.replicas,
+                  total_concurrency=total_concurrency(inp))
     files["bench.sh"] = (render("bench.sh.j2", argv=bench_argv(inp, engine),
                                 num_prompts=4 * common["concurrency"], **common), True)
     files["README.md"] = (_readme(inp, engine, commands, candidate, warnings, head_address, common), False)
@@ -145,5 +154,5 @@ def _readme(inp: LaunchInputs, engine: str, commands: list[NodeCommand], candida
                   nodes=rows, multi_node=bool(needs), fabric=inter.fabric if inter else "none",
                   needs_head_ip="HEAD_IP" in needs, head_ip=head_address, needs_host_ip="VLLM_HOST_IP" in needs,
                   host_ip_how=host_ip_how, ray=inp.mode == "ray", a2a=_all_to_all(inp, engine), engine=engine,
-                  order=_start_order(inp, engine, commands), health=health, replicas=inp.layout.replicas,
+                  order=_start_order(inp, engine, commands), health=health,
                   bench_tool=BENCH_TOOLS[engine], warnings=warnings, **common)
