@@ -144,8 +144,9 @@ def test_emitted_benchmark_flags_exist(tmp_path, topology, layout, knobs, mode):
     words = bench_command(tmp_path / "out" / "bench.sh")
     assert check_bench(words, knobs.engine) == []
     value = dict(zip(words, words[1:]))
+    per_endpoint = str(-(-96 // layout.replicas))    # bench.sh loads one replica's endpoint: its share
     assert (value["--random-input-len"], value["--random-output-len"], value["--max-concurrency"]) == (
-        "3000", "700", "96")
+        "3000", "700", per_endpoint)
 
 
 def _variables(text: str) -> set[str]:
