@@ -146,7 +146,16 @@ def compare_cmd(layouts: Annotated[Optional[list[str]], typer.Option(
     """Compare layouts on the seed article's metrics: concurrency, throughput, decode step, network wait,
     memory utilization (+ TPOT per user and TTFT), computed from the step and memory models.
 
-    --json uses `plan`'s metric names and units (seconds, shares 0..1); the table shows ms and %."""
+    --json uses `plan`'s metric names and units (seconds, shares 0..1); the table shows ms and %.
+
+    Exit status: 0 compared (a layout that misses its targets says so in the table); 2 bad input.
+
+    Examples:
+
+      mla-plan compare -m deepseek-v2 -t 2x8xh100-ib -l tp=16 -l tp=8,pp=2
+
+      mla-plan compare -l tp=8,pp=2 -l tp=1,dp=16,ep=16 -e sglang --tpot-ms 30 --json
+    """
     if not layouts:
         raise PlanError('compare: give at least one --layout, e.g. --layout "tp=16" --layout "tp=8,pp=2"')
     if engine not in ENGINES:

@@ -34,7 +34,16 @@ def emit_cmd(plan: Annotated[Path, typer.Option("--plan", "-p", help="Plan file 
              = False,
              as_json: JsonOpt = False,
              ) -> None:
-    """Write ready-to-run launch scripts for one plan candidate."""
+    """Write ready-to-run launch scripts for one plan candidate.
+
+    Exit status: 0 written (a warning on stderr when the candidate misses the plan's targets); 2 bad input.
+
+    Examples:
+
+      mla-plan emit --plan plan.json --out launch/
+
+      mla-plan emit --plan plan.json --candidate 3 --mode ray --out launch-ray/
+    """
     if not out.strip():
         raise PlanError("--out is empty; give the folder to write")
     loaded = read_plan(plan)

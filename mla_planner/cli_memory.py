@@ -46,7 +46,8 @@ def memory_cmd(
     kv_layout: Annotated[str, typer.Option("--kv-layout", help="How a TP group holds the latent cache: "
                                            "replicated (what both engines do) or latent-sharded (the "
                                            "seed's Route B, a planning figure).")] = "replicated",
-    engine: Annotated[str, typer.Option("--engine", help="vllm (V1, 0.33 accounting) or sglang (0.5.23).")] = "vllm",
+    engine: Annotated[str, typer.Option("--engine", "-e",
+                                        help="vllm (V1, 0.33 accounting) or sglang (0.5.23).")] = "vllm",
     gpu_memory_utilization: Annotated[Optional[float], typer.Option(
         "--gpu-memory-utilization", help="vLLM's --gpu-memory-utilization: share of total GPU memory for "
         "weights + activations + KV (+ CUDA graphs). Default 0.92.")] = None,
@@ -82,6 +83,12 @@ def memory_cmd(
 
     Exit status: 0 FITS; 1 DOES NOT FIT (after the full report or JSON); 2 bad input or a layout that
     cannot exist.
+
+    Examples:
+
+      mla-plan memory -m deepseek-v3 -t 2x8xh100-ib --tp 8 --pp 2 --kv-cache-dtype fp8
+
+      mla-plan memory -e sglang --tp 1 --dp 16 --ep 16 --max-model-len 32768 --json
     """
     spec, topo = load_model(model).spec, load_topology(topology)
     layout = _layout(tp, pp, dp, ep, dcp, kv_layout)

@@ -110,10 +110,10 @@ def plan_cmd(
                                   "per user).")] = 50.0,
     prefix_hit_rate: Annotated[float, Opt("--prefix-hit-rate", help="Share of prompt tokens served from the "
                                           "prefix cache, 0..1 (informs the prefix-caching choice).")] = 0.0,
-    engine: Annotated[Optional[str], Opt("--engine", help="Only vllm or only sglang (default: both).")] = None,
+    engine: Annotated[Optional[str], Opt("--engine", "-e", help="Only vllm or only sglang (default: both).")] = None,
     kv_cache_dtype: Annotated[str, Opt("--kv-cache-dtype", help="auto (search bf16 and fp8), bf16 or fp8.")]
     = "auto",
-    layout: Annotated[Optional[list[str]], Opt("--layout", help="Restrict the search to these layouts, e.g. "
+    layout: Annotated[Optional[list[str]], Opt("--layout", "-l", help="Restrict the search to these layouts, e.g. "
                                                "--layout tp=16 --layout tp=8,pp=2.")] = None,
     block_size: Annotated[Optional[int], Opt("--block-size", help="Pin the KV block / page size; backends that "
                                              "reject it are skipped (FlashMLA needs 64, CUTLASS MLA 128).")] = None,
@@ -134,7 +134,16 @@ def plan_cmd(
 
     With no arguments: DeepSeek-V3 on the seed article's 2 x 8 H100 InfiniBand cluster.
 
-    Exit status: 0 a candidate meets the targets; 1 none does (the closest are still shown, --emit writes nothing) or nothing fits; 2 bad input."""  # noqa: E501
+    Exit status: 0 a candidate meets the targets; 1 none does (the closest are still shown, --emit writes nothing) or nothing fits; 2 bad input.
+
+    Examples:
+
+      mla-plan plan -m deepseek-r1 -t cluster.yaml --input-len p50=1024,p99=8192
+
+      mla-plan plan -e sglang -l tp=16 -l tp=8,pp=2 --explain
+
+      mla-plan plan --json > plan.json    (then: mla-plan emit --plan plan.json --out launch/)
+    """  # noqa: E501
     if top < 1:
         raise PlanError("--top must be at least 1")
     if as_json and as_yaml:

@@ -136,7 +136,7 @@ def verify_cmd(
     topology: TopologyOpt = DEFAULT_TOPOLOGY,
     layout: Annotated[Optional[str], typer.Option("--layout", "-l",
                                                   help='Layout without a plan, e.g. "tp=8,pp=2".')] = None,
-    engine: Annotated[Optional[str], typer.Option("--engine", help="vllm or sglang (with --layout: default vllm; "
+    engine: Annotated[Optional[str], typer.Option("--engine", "-e", help="vllm or sglang (with --layout: default vllm; "
                                                   "without --plan or --layout: restricts the fresh plan).")] = None,
     gpu_memory_utilization: Annotated[Optional[float], typer.Option("--gpu-memory-utilization",
                                                                     help="vLLM's memory fraction.")] = None,
@@ -178,7 +178,18 @@ def verify_cmd(
                                                               "device memory in the fit check.")] = None,
 ) -> None:
     """Check a plan on the real GPUs: environment, memory fit, MLA attention, dense GEMMs and (under torchrun)
-    collectives, each measured against the planner's prediction, with --write-calibration to feed it back."""
+    collectives, each measured against the planner's prediction, with --write-calibration to feed it back.
+
+    Exit status: 0 every judged check passed; 1 a check failed or could not run; 2 bad input.
+
+    Examples:
+
+      mla-plan verify --plan plan.json --write-calibration cal.yaml
+
+      mla-plan verify --plan plan.json --print-launch --head 10.0.0.1
+
+      mla-plan verify --device cpu --quick    (a rehearsal of every check at small shapes)
+    """
     for flag, value in (("--candidate", candidate), ("--batch", batch), ("--context", context), ("--port", port)):
         _positive(flag, value)
     if not 0 < timeout_s < 1e6 or (memory_limit_gib is not None and not 0 < memory_limit_gib < 1e6):
