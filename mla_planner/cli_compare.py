@@ -88,6 +88,37 @@ def _cell(value: float, first: float, fmt: str, ratio: bool) -> str:
     return text
 
 
+# The seed article's five metrics: (summary key, name, +1 if higher is better else -1)
+FIVE = [("concurrency", "concurrency", 1), ("throughput_tokens_per_s", "throughput", 1),
+        ("step_s", "decode step", -1), ("network_wait_share", "network wait", -1),
+        ("memory_utilization", "effective memory", 1)]
+SPLIT_NAMES = {"attention_core_s": "attention kernel", "other_kernels_s": "other kernels",
+               "collectives_s": "collectives", "launch_s": "launch"}
+
+
+def verdict(rows: list[dict], tie: float = 0.01) -> list[str]:
+    """One line per layout after the first: on which of the article's five metrics it is ahead of or
+    behind the first (within `tie`, relative, counts as level), and which parts of the step split
+    (attention kernel, other kernels, collectives, launch) make most of the difference in step time."""
+    base, out = rows[0], []
+    for r in rows[1:]:
+        ahead, behind = [], []
+        for key, name, sign in FIVE:
+            a, b = r[key], base[key]
+            if abs(a - b) > tie * max(abs(a), abs(b)):
+                (ahead if (a - b) * sign > 0 else behind).append(name)
+        line = f"{r['layout']} vs {base['layout']}: ahead on {len(ahead)} of {len(FIVE)}"
+        line += f" ({', '.join(ahead)})" if ahead else ""
+        line += f", behind on {', '.join(behind)}" if behind else ""
+        parts = {k: r["step_breakdown_s"][k] - base["step_breakdown_s"][k] for k in SPLIT_NAMES}
+        top = sorted(parts, key=lambda k: -abs(parts[k]))[:2]
+        delta = r["step_s"] - base["step_s"]
+        line += (f"; its decode step is {abs(delta) * 1e3:,.1f} ms {'shorter' if delta < 0 else 'longer'}, mostly "
+                 + " and ".join(f"{SPLIT_NAMES[k]} ({parts[k] * 1e3:+,.1f} ms)" for k in top))
+        out.append(line)
+    return out
+
+
 def render(rows: list[dict], title: str) -> None:
     table = Table("metric", *[r["layout"] for r in rows], title=title)
     for label, key, scale, fmt in ROWS:
@@ -98,6 +129,8 @@ def render(rows: list[dict], title: str) -> None:
     table.add_row("meets targets", *["yes" if r["meets_targets"] else "NO" for r in rows])
     out = console()
     out.print(table)
+    for line in verdict(rows):
+        out.print(line, markup=False)
     for r in rows:
         for note in r["notes"]:
             out.print(f"  {r['layout']}: {note}")
@@ -184,6 +217,6 @@ def compare_cmd(layouts: Annotated[Optional[list[str]], typer.Option(
     if as_json:
         return print_json({"model": spec.name, "topology": topo.name, "engine": engine, "workload": asdict(workload),
                            "layouts": [r | {"knobs": asdict(k), "detail": detail(m)}
-                                       for r, (m, k) in zip(rows, results)]})
+                                       for r, (m, k) in zip(rows, results)], "verdict": verdict(rows)})
     render(rows, f"{spec.name} on {topo.name} ({engine}), {input_len} in / {output_len} out, "
                  f"TPOT target {tpot_ms:g} ms")

@@ -126,3 +126,14 @@ def test_a_slower_cross_node_network_through_a_calibration_file(cli, tmp_path):
     assert pp2["memory_utilization"] > tp16["memory_utilization"]
     base = json.loads(cli(*SEED, "--json").stdout)["layouts"][0]
     assert base["network_wait_share"] < 0.35 < tp16["network_wait_share"]
+
+
+def test_verdict_says_where_each_layout_is_ahead_and_what_makes_its_step(cli):
+    """Below the table, one line per layout against the first: the article's five metrics it leads or
+    trails on (level within 1 %) and the parts of the step split that differ most."""
+    args = ("compare", "-m", "deepseek-v2", "-t", "2x8xh100-ib", "-l", "tp=16", "-l", "tp=8,pp=2")
+    data = json.loads(cli(*args, "--json").stdout)
+    (line,) = data["verdict"]
+    assert line.startswith("tp8·pp2 vs tp16: ahead on") and "behind" not in line
+    assert "concurrency" in line and "network wait" in line and "shorter" in line and "collectives" in line
+    assert line.split(": ahead")[0] in " ".join(cli(*args).stdout.split())
