@@ -150,8 +150,10 @@ def verify_cmd(
     max_num_batched_tokens: Annotated[IntOpt, typer.Option("--max-num-batched-tokens", help="Prefill chunk.")] = None,
     mtp: Annotated[bool, typer.Option("--mtp", help="Serve with the MTP draft layer.")] = False,
     enforce_eager: Annotated[bool, typer.Option("--enforce-eager", help="No CUDA graphs.")] = False,
-    input_len: Annotated[int, typer.Option("--input-len", help="Prompt tokens per request.")] = 2048,
-    output_len: Annotated[int, typer.Option("--output-len", help="Output tokens per request.")] = 512,
+    input_len: Annotated[str, typer.Option("--input-len", help="Prompt tokens: '2048' or 'p50=1024,p99=8192' "
+                                           "(as plan takes it).")] = "2048",
+    output_len: Annotated[str, typer.Option("--output-len", help="Output tokens: '512' or "
+                                            "'p50=256,p99=2048'.")] = "512",
     tpot_ms: Annotated[float, typer.Option("--tpot-ms", help="Target time per output token.")] = 50.0,
     batch: Annotated[IntOpt, typer.Option("--batch", help="Decode sequences per DP rank to check (default: the "
                                           "plan's concurrency).")] = None,
@@ -196,8 +198,9 @@ def verify_cmd(
         raise PlanError("--timeout and --memory-limit-gib must be > 0")
     knob_args = _knob_args(engine or "vllm", gpu_memory_utilization, mem_fraction_static, kv_cache_dtype, block_size,
                            max_model_len, max_num_seqs, max_num_batched_tokens, mtp, enforce_eager)
-    checked = workload_from(str(input_len), str(output_len), None, None, 3000.0, tpot_ms, 0.0)  # plan's checks
-    workload_args = dict(input_len=checked.input_len, output_len=checked.output_len, tpot_ms=checked.tpot_ms)
+    checked = workload_from(input_len, output_len, None, None, 3000.0, tpot_ms, 0.0)  # plan's checks
+    workload_args = dict(input_len=checked.input_len, output_len=checked.output_len, tpot_ms=checked.tpot_ms,
+                         input_len_max=checked.input_len_max, output_len_max=checked.output_len_max)
     if not 1 <= port <= 65535:
         raise PlanError(f"--port {port}: expected 1..65535")
     if write_cal is not None:      # before minutes of checks, not after
