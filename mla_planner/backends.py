@@ -122,7 +122,8 @@ def fp8_weights_without_fp8(engine: str, gpu: GPU, moe_fp8: bool) -> tuple[bool,
     vLLM 0.33.0 runs it weight-only through FP8 Marlin (W8A16) from sm75, linear layers and the fused MoE
     alike (layers/quantization/fp8.py `use_marlin`, utils/marlin_utils_fp8.py `prepare_fp8_layer_for_marlin`,
     fused_moe/experts/marlin_moe.py accepts 128x128 block-FP8): the weights stay FP8 in memory (block
-    scales become per-128 group scales, ~1.6 % more, not modelled) and the GEMMs run at the BF16 rate.
+    scales become per-128 group scales, ~1.6 % more: memory_weights.marlin_scale_bytes) and the GEMMs run
+    at the BF16 rate.
     SGLang 0.5.23 switches dense FP8 linears to Marlin on sm80-88 (fp8_utils.can_auto_enable_marlin_fp8) but
     its Fp8MoEMethod has no Marlin path (sglang#12887: "fp8e4nv not supported in this architecture"), so
     FP8 experts need a BF16 / INT8 / AWQ checkpoint there. USER_PROBLEMS.md section B predates vLLM's path."""
@@ -131,7 +132,7 @@ def fp8_weights_without_fp8(engine: str, gpu: GPU, moe_fp8: bool) -> tuple[bool,
         if gpu.sm < 75:
             return False, f"{where}, and vLLM's FP8 Marlin fallback needs sm75"
         return True, (f"{where}: vLLM runs the FP8 checkpoint weight-only through FP8 Marlin (W8A16): weights "
-                      "stay FP8 in memory, GEMMs run at the BF16 rate")
+                      "stay FP8 in memory (plus ~1.6 % group scales), GEMMs run at the BF16 rate")
     if moe_fp8 or gpu.sm < 80:
         return False, (f"{where}, and SGLang 0.5.23 has no FP8 kernel for it ("
                        + ("no FP8 Marlin MoE, sglang#12887" if moe_fp8 else "FP8 Marlin needs sm80")

@@ -116,7 +116,8 @@ def _stage(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, rules:
     """The engine-neutral costs of one GPU of stage `index` owning decoder layers `rng`."""
     first, last = index == 0, index == layout.pp - 1
     mtp = knobs.mtp and last
-    weights = stage_weight_terms(spec, layout, rng, first, last, rules.engine, mtp)
+    marlin = rules.engine == "vllm" and not topo.gpu.has_fp8 and "fp8" in (spec.weight_dtype, spec.expert_dtype)
+    weights = stage_weight_terms(spec, layout, rng, first, last, rules.engine, mtp, marlin)
     kv_layers = len(rng) + (spec.num_nextn_predict_layers if mtp else 0)
     tokens = activation_tokens(rules, knobs, layout)
     ffn_tp = dense_tp(layout, rules.engine, "dense_ffn")

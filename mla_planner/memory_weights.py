@@ -28,26 +28,39 @@ DENSE_GROUPS = ("dense_ffn",)                              # tensors present onc
 
 
 def stage_weight_terms(spec: ModelSpec, layout: Layout, layers: range, first: bool, last: bool,
-                       engine: str = "vllm", mtp: bool = False) -> "OrderedDict[str, float]":
+                       engine: str = "vllm", mtp: bool = False, fp8_marlin: bool = False) -> "OrderedDict[str, float]":
     """Bytes of weights one GPU of the stage holds, per group (see `_stage_weight_terms`).
 
     Memoised: the plan search asks for the same stage under many knob settings, and only
     tp, dp and ep (not pp, dcp, the KV layout or replicas) change how weights split."""
     key = replace(layout, pp=1, dcp=1, kv_layout="replicated", replicas=1)
-    return OrderedDict(_stage_weight_terms(spec, key, layers, first, last, engine, mtp))
+    return OrderedDict(_stage_weight_terms(spec, key, layers, first, last, engine, mtp, fp8_marlin))
+
+
+def marlin_scale_bytes(t: Tensor, block: tuple[int, int]) -> float:
+    """What FP8 Marlin adds to a block-FP8 weight [N, K] on a GPU without FP8 (vLLM 0.33
+    utils/marlin_utils_fp8.py: "block-wise quantization -> group-wise quantization", the fp32 scale per
+    128 x 128 block repeated along N into one bf16 scale per output row and 128-wide K group): N x K/128 x 2
+    bytes replace ceil(N/128) x ceil(K/128) x 4, about 1/64 of the FP8 bytes more."""
+    if t.dtype != "fp8" or len(t.shape) != 2:
+        return 0.0
+    n, k = t.shape
+    groups = ceil(k / block[1])
+    return (n * groups * 2 - ceil(n / block[0]) * groups * 4) * t.count
 
 
 @lru_cache(maxsize=4096)
 def _stage_weight_terms(spec: ModelSpec, layout: Layout, layers: range, first: bool, last: bool,
-                        engine: str, mtp: bool) -> tuple:
+                        engine: str, mtp: bool, fp8_marlin: bool = False) -> tuple:
     """Bytes of weights one GPU of the stage owning decoder `layers` holds, per reporting group.
 
     Walks `inventory(spec)` (+ `mtp_inventory` on the last stage when `mtp`, vLLM/SGLang run the
     MTP drafter beside the last stage's layers) and adds `mla_absorb`, the bf16 W_UK/W_UV copies
-    both engines derive from a quantized `wkv_b` (see `mla_absorb_bytes`). Groups are keyed
-    `weights/<group>`.
+    both engines derive from a quantized `wkv_b` (see `mla_absorb_bytes`), and with `fp8_marlin` the
+    group scales FP8 Marlin builds (`marlin_scale_bytes`). Groups are keyed `weights/<group>`.
     """
     out: OrderedDict[str, float] = OrderedDict()
+    marlin = 0.0
     tensors = inventory(spec) + (mtp_inventory(spec) if mtp and last else [])
     for t in tensors:
         count = _stage_count(spec, t, layers, first, last)
@@ -55,9 +68,12 @@ def _stage_weight_terms(spec: ModelSpec, layout: Layout, layers: range, first: b
             shard = _shard(replace(t, count=count), layout, dense_tp(layout, engine, t.group))
             key = f"weights/{t.group}"
             out[key] = out.get(key, 0.0) + bytes_of(shard, spec.weight_block_size, spec.int4_group_size)
+            marlin += marlin_scale_bytes(shard, spec.weight_block_size) if fp8_marlin else 0.0
     absorb = mla_absorb_bytes(spec, layout, len(layers) + (spec.num_nextn_predict_layers if mtp and last else 0))
     if absorb:
         out["weights/mla_absorb"] = absorb
+    if marlin:
+        out["weights/fp8_marlin_scales"] = marlin
     return tuple(out.items())
 
 

@@ -296,3 +296,18 @@ def test_sglang_safe_fraction_keeps_sglangs_own_10_gib_reserve(topo_name, layout
     v = engine_default_knobs("vllm", V3, topo, kv_cache_dtype="fp8", max_num_seqs=256,
                              max_num_batched_tokens=2048, max_model_len=2560)
     assert safe_memory_fraction(V3, topo, layout, v) > ceiling
+
+
+def test_fp8_marlin_group_scales_on_gpus_without_fp8():
+    """vLLM runs a block-FP8 checkpoint on Ampere through FP8 Marlin, whose per-row group scales add about
+    1/64 of the FP8 bytes; on Hopper (native FP8) nothing is added."""
+    from mla_planner.memory_weights import marlin_scale_bytes
+    from mla_planner.weights import bytes_of, inventory
+    fp8 = sum(bytes_of(t) for t in inventory(V3) if t.dtype == "fp8")
+    extra = sum(marlin_scale_bytes(t, (128, 128)) for t in inventory(V3))
+    assert extra / fp8 == pytest.approx(1 / 64, rel=0.03)
+    a100 = report("4x8xa100-ib", Layout(tp=16))
+    h100 = report("2x8xh100-ib", Layout(tp=16))
+    # a 16th of the model's, a little more: the replicated q/kv down-projections are whole on every rank
+    assert extra / 16 < a100.per_gpu[0].terms["weights/fp8_marlin_scales"] < 1.05 * extra / 16
+    assert "weights/fp8_marlin_scales" not in h100.per_gpu[0].terms
