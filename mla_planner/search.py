@@ -99,13 +99,17 @@ def _screen(spec, topo, layout, engine, kv, workload, calib, pinned: Overrides) 
 def _decode_bound(spec, topo, layout, knobs: Knobs, top: int, workload, calib) -> float:
     """max over B <= top of in_flight(B) / decode tpot(B) / GPUs: no tuned batch B* <= top does better, as
     its mean TPOT (stalls included) is at least the decode step's. B / tpot(B) grows with B (each roofline
-    term is affine or concave in B), so the maximum is at `top`, or, when the offered concurrency caps the
-    requests in flight, at the batch where the cap starts (or the one before)."""
+    term is affine or concave in B) except where pipeline micro-batches fill up: B sequences over pp stages
+    run as ceil(B / pp)-row micro-batches, so a round costs as much at k x pp + 1 as at (k + 1) x pp and
+    B / tpot dips there. The maximum is therefore at `top` or at the last full row below it
+    (pp x floor(top / pp)), or, when the offered concurrency caps the requests in flight, at the batch where
+    the cap starts, the one after, or the last full row below it."""
     ctx = workload.mean_decode_context
-    points = {top}
+    ends = [top]
     if workload.concurrency:
         knee = workload.concurrency // (layout.dp * layout.replicas)
-        points |= {b for b in (knee, knee + 1) if 1 <= b < top}
+        ends += [b for b in (knee, knee + 1) if 1 <= b < top]
+    points = {p for e in ends for p in (e, layout.pp * (e // layout.pp)) if 1 <= p <= top}
     return max(in_flight(b, layout, workload) / decode_step(spec, topo, layout, knobs, b, ctx, calib).tpot_s
                for b in points) / layout.total_gpus
 

@@ -63,6 +63,19 @@ def test_pruning_never_drops_an_engines_best(model, topology, workload, eager):
     assert not any("screened out" in r["reason"] for r in everything.rejected)
 
 
+def test_pipeline_bounds_see_the_last_full_micro_batch_row():
+    """With pp stages the decode step costs as much at k x pp + 1 sequences as at (k + 1) x pp, so
+    B / tpot dips at each new micro-batch row and a bound taken at the first batch over the TPOT target
+    can fall below what the layout reaches (a review's counterexample: 149 screened vs 155 tuned)."""
+    spec, topo, calib = setup("deepseek-v3", "2x8xh200-ib")
+    workload = Workload(tpot_ms=40, input_len=1024, output_len=8192)
+    layouts = [Layout(tp=2, pp=4, dcp=2, replicas=2), Layout(tp=1, pp=4, dp=2, ep=2, replicas=2)]
+    runs = [search(spec, topo, workload, calib, engines=("vllm",), kv_dtype="bf16", layouts=layouts,
+                   tuned_per_engine=n) for n in (1, 10_000)]
+    best = [r.options[0].tuned.metrics.throughput_tokens_per_s_per_gpu for r in runs]
+    assert best[0] == pytest.approx(best[1]) and runs[0].options[0].layout == runs[1].options[0].layout
+
+
 def test_deepseek_v3_on_one_h100_node_has_no_candidate_and_says_what_fits():
     spec, topo, calib = setup("deepseek-v3", "8xh100")
     result = search(spec, topo, Workload(), calib)
