@@ -10,11 +10,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Optional
 
 import yaml
 
 from .errors import PlanError, did_you_mean
 from .resources import data_dir
+from .spec import ModelSpec
 from .topology import GPU
 
 BLOCK_SIZE_CANDIDATES = (1, 16, 32, 64, 128, 256)
@@ -116,8 +118,9 @@ def choose_block_size(b: Backend, prefix_caching: bool) -> tuple[int, str]:
     return size, why
 
 
-def fp8_weights_without_fp8(engine: str, gpu: GPU, moe_fp8: bool) -> tuple[bool, str]:
-    """(runs, how) for an FP8 block-scaled checkpoint on a GPU without FP8 tensor cores (sm < 89).
+def fp8_checkpoint(engine: str, spec: ModelSpec, gpu: GPU) -> Optional[tuple[bool, str]]:
+    """(runs, how) for an FP8 block-scaled checkpoint on a GPU without FP8 tensor cores (sm < 89); None
+    when the checkpoint is not FP8 or the GPU has FP8 (nothing to say).
 
     vLLM 0.33.0 runs it weight-only through FP8 Marlin (W8A16) from sm75, linear layers and the fused MoE
     alike (layers/quantization/fp8.py `use_marlin`, utils/marlin_utils_fp8.py `prepare_fp8_layer_for_marlin`,
@@ -127,6 +130,9 @@ def fp8_weights_without_fp8(engine: str, gpu: GPU, moe_fp8: bool) -> tuple[bool,
     SGLang 0.5.23 switches dense FP8 linears to Marlin on sm80-88 (fp8_utils.can_auto_enable_marlin_fp8) but
     its Fp8MoEMethod has no Marlin path (sglang#12887: "fp8e4nv not supported in this architecture"), so
     FP8 experts need a BF16 / INT8 / AWQ checkpoint there. USER_PROBLEMS.md section B predates vLLM's path."""
+    if "fp8" not in (spec.weight_dtype, spec.expert_dtype) or gpu.has_fp8:
+        return None
+    moe_fp8 = spec.is_moe and spec.expert_dtype == "fp8"
     where = f"{gpu.name} (sm{gpu.sm}) has no FP8 tensor cores"
     if engine == "vllm":
         if gpu.sm < 75:

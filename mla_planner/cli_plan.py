@@ -175,14 +175,14 @@ def plan_cmd(
         data["notes"] = list(notes)
     if not plan.candidates:
         from .plan import nothing_fits_advice
-        data["nothing_fits"] = nothing_fits_advice(plan.spec, plan.topology, workload)
+        data["nothing_fits"] = nothing_fits_advice(plan.spec, plan.topology, workload, engine or "vllm")
     data["meets_targets"] = meets
     if as_json or as_yaml:
         print_json(data) if as_json else typer.echo(yaml.safe_dump(data, sort_keys=False), nl=False)
     else:
         from .plan_render import render_plan
         render_plan(plan, result, top, explain, model == DEFAULT_MODEL and topology == DEFAULT_TOPOLOGY,
-                    emit if meets else None, notes)
+                    emit if meets else None, notes, data.get("nothing_fits", []))
     if not meets:
         raise typer.Exit(1)
 

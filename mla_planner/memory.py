@@ -17,7 +17,7 @@ from math import ceil
 from typing import Optional
 
 from . import memory_terms as mt
-from .backends import fp8_weights_without_fp8, no_backend_reason
+from .backends import fp8_checkpoint, no_backend_reason
 from .engine_memory import (EngineRules, StageCosts, activation_tokens, block_size_warning, capture_plan,
                             default_memory_fraction, engine_rules, kv_pool, sglang_fraction_ceiling,
                             sglang_req_to_token_bytes)
@@ -116,7 +116,8 @@ def _stage(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, rules:
     """The engine-neutral costs of one GPU of stage `index` owning decoder layers `rng`."""
     first, last = index == 0, index == layout.pp - 1
     mtp = knobs.mtp and last
-    marlin = rules.engine == "vllm" and not topo.gpu.has_fp8 and "fp8" in (spec.weight_dtype, spec.expert_dtype)
+    fp8 = fp8_checkpoint(rules.engine, spec, topo.gpu)
+    marlin = rules.engine == "vllm" and bool(fp8 and fp8[0])   # weight-only FP8 Marlin on a GPU without FP8
     weights = stage_weight_terms(spec, layout, rng, first, last, rules.engine, mtp, marlin)
     kv_layers = len(rng) + (spec.num_nextn_predict_layers if mtp else 0)
     tokens = activation_tokens(rules, knobs, layout)
@@ -177,9 +178,11 @@ def evaluate(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs,
     backendless = no_backend_reason(knobs.engine, topo.gpu, knobs.kv_cache_dtype, layout.dcp) \
         if spec.attention == "mla" and not knobs.attention_backend else ""
     reasons += [f"!{backendless}: the engine refuses to start"] if backendless else []
-    if "fp8" in (spec.weight_dtype, spec.expert_dtype) and not topo.gpu.has_fp8:
-        runs, how = fp8_weights_without_fp8(knobs.engine, topo.gpu, spec.is_moe and spec.expert_dtype == "fp8")
-        notes.append(how + ("" if runs else "; the weight bytes here are the FP8 checkpoint's"))
+    fp8 = fp8_checkpoint(knobs.engine, spec, topo.gpu)
+    if fp8 and fp8[0]:
+        notes.append(fp8[1])
+    elif fp8:
+        reasons.append(f"!{fp8[1]}")
     fits = not any(r.startswith("!") for r in reasons)
     return MemoryReport(
         knobs.engine, layout, knobs, ranks, binding, capacity, capacity * layout.dp, fits,

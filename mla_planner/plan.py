@@ -42,15 +42,15 @@ def to_plan(spec: ModelSpec, model_path: str, topo: Topology, workload: Workload
     return Plan(spec, model_path, topo, workload, cands, result.rejected)
 
 
-def nothing_fits_advice(spec: ModelSpec, topo: Topology, workload: Workload) -> list[str]:
-    """Why one node's worth of plain TP does not serve, and what would (memory.ways_out re-runs the model
-    on each alternative: fp8 KV, shorter context, dcp, PP, DP attention, more nodes)."""
+def nothing_fits_advice(spec: ModelSpec, topo: Topology, workload: Workload, engine: str = "vllm") -> list[str]:
+    """Why one node's worth of plain TP does not serve on `engine`, and what would (memory.ways_out
+    re-runs the model on each alternative: fp8 KV, shorter context, dcp, PP, DP attention, more nodes)."""
     from .tuning import draft_knobs, Rejected
     tp = max(d for d in range(1, topo.gpus_per_node + 1)
              if spec.num_attention_heads % d == 0 and topo.gpus_per_node % d == 0)
     layout = Layout(tp=tp)
     try:
-        knobs, _ = draft_knobs(spec, topo, layout, "vllm", "bf16", workload)
+        knobs, _ = draft_knobs(spec, topo, layout, engine, "bf16", workload)
     except Rejected as exc:
         return [str(exc)]
     mem = memory_report(spec, topo, layout, knobs)

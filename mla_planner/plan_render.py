@@ -53,7 +53,7 @@ def knobs_table(plan: Plan, top: int) -> Table:
 
 
 def render_plan(plan: Plan, result: SearchResult, top: int, explain: bool, is_default: bool,
-                emitted: Optional[Path], notes: tuple = ()) -> None:
+                emitted: Optional[Path], notes: tuple = (), nothing_fits: list = ()) -> None:
     out = console()
     out.print(headline(plan, is_default))
     for note in notes:
@@ -63,7 +63,7 @@ def render_plan(plan: Plan, result: SearchResult, top: int, explain: bool, is_de
         from .cli_plan import reasons_summary
         for line in reasons_summary(plan.rejected, limit=5):
             out.print(f"  - {line}", markup=False)
-        out.print(_nothing_fits(plan), markup=False)
+        out.print("\n".join(f"  - {line}" for line in nothing_fits), markup=False)
         if explain:
             _explain(plan)
         return
@@ -127,12 +127,6 @@ def _launch_hint(plan: Plan, emitted: Optional[Path]) -> None:
         out.print(f"Per-node launch scripts for #1 written to {emitted}/ (see its README.md).")
     elif not cmd:
         out.print("#1 spans several nodes: add --emit DIR for per-node launch scripts.")
-
-
-def _nothing_fits(plan: Plan) -> str:
-    from .plan import nothing_fits_advice
-    lines = nothing_fits_advice(plan.spec, plan.topology, plan.workload)
-    return "\n".join(f"  - {line}" for line in lines)
 
 
 def _explain(plan: Plan) -> None:

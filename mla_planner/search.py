@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .backends import fp8_weights_without_fp8
+from .backends import fp8_checkpoint
 from .calibration import Calibration
 from .knobs import ENGINES, Knobs, Workload
 from .layout import Layout, layout_problems
@@ -171,8 +171,8 @@ def warnings_for(spec: ModelSpec, topo: Topology, layout: Layout, tuned: Tuned, 
                    f"gets {alone:.1f} ms per token")
     if "runs instead" in tuned.reasons.get("block_size", ""):
         out.append("block size/backend: " + tuned.reasons["block_size"])
-    if "fp8" in (spec.weight_dtype, spec.expert_dtype) and not topo.gpu.has_fp8:
-        out.append(fp8_weights_without_fp8(tuned.knobs.engine, topo.gpu, spec.is_moe and spec.expert_dtype == "fp8")[1])
+    fp8 = fp8_checkpoint(tuned.knobs.engine, spec, topo.gpu)
+    out += [fp8[1]] if fp8 else []
     if workload.concurrency and layout.dp * layout.replicas > workload.concurrency:
         out.append(f"{layout.dp * layout.replicas} DP ranks for an offered concurrency of {workload.concurrency}: "
                    "some ranks will sit idle (DP attention needs concurrency >= DP size)")

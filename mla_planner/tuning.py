@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from math import ceil
 
-from .backends import choose_block_size, fp8_weights_without_fp8, no_backend_reason, usable_backends
+from .backends import choose_block_size, fp8_checkpoint, no_backend_reason, usable_backends
 from .calibration import Calibration
 from .engine_memory import sglang_fraction_ceiling
 from .errors import PlanError
@@ -78,10 +78,9 @@ def draft_knobs(spec: ModelSpec, topo: Topology, layout: Layout, engine: str, kv
 def _draft_knobs(spec: ModelSpec, topo: Topology, layout: Layout, engine: str, kv_dtype: str,
                  workload: Workload, pinned: Overrides) -> tuple[Knobs, dict]:
     gpu = topo.gpu
-    if "fp8" in (spec.weight_dtype, spec.expert_dtype) and not gpu.has_fp8:
-        runs, how = fp8_weights_without_fp8(engine, gpu, spec.is_moe and spec.expert_dtype == "fp8")
-        if not runs:
-            raise Rejected(how)
+    fp8 = fp8_checkpoint(engine, spec, gpu)
+    if fp8 and not fp8[0]:
+        raise Rejected(fp8[1])
     backend, block, why_block = _backend_and_block(engine, gpu, kv_dtype, layout.dcp, pinned.block_size)
     context = workload.max_context_len
     if context > spec.max_position_embeddings:
