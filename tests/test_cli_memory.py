@@ -145,3 +145,17 @@ def test_a_kv_format_no_backend_runs_does_not_fit_and_says_so(cli):
     assert "--kv-cache-dtype auto" in r.stdout                       # the way out
     r = cli("memory", "-t", "4x8xa100-ib", "--tp", "8", "--pp", "4", "--kv-cache-dtype", "fp8")
     assert r.exit_code == 1 and "no vllm MLA backend runs a fp8 KV cache on A100" in r.stdout
+
+
+def test_an_fp8_checkpoint_sglang_cannot_run_does_not_fit_anywhere(cli):
+    """SGLang 0.5.23 has no FP8 MoE kernel below sm89: memory and compare say so as plan does, and the
+    no-candidate advice of an SGLang-only plan does not offer a layout SGLang still cannot run."""
+    r = cli("memory", "-m", "deepseek-v3", "-t", "4x8xa100-ib", "-e", "sglang", "--tp", "8", "--pp", "4")
+    assert r.exit_code == 1 and "no FP8 Marlin MoE" in r.stdout
+    c = json.loads(cli("compare", "-m", "deepseek-v3", "-t", "4x8xa100-ib", "-e", "sglang", "-l", "tp=8,pp=4",
+                       "--json").stdout)
+    assert c["layouts"][0]["meets_targets"] is False
+    p = json.loads(cli("plan", "-m", "deepseek-v3", "-t", "4x8xa100-ib", "-e", "sglang", "--json").stdout)
+    assert p["candidates"] == [] and not any("would fit" in line for line in p["nothing_fits"])
+    v = cli("memory", "-m", "deepseek-v3", "-t", "4x8xa100-ib", "--tp", "8", "--pp", "4")   # vLLM: FP8 Marlin
+    assert "FP8 Marlin" in v.stdout and "no FP8 Marlin MoE" not in v.stdout
