@@ -205,10 +205,13 @@ def engine_default_knobs(engine: str, spec: ModelSpec, topo: Topology, dp: int =
     if engine == "vllm":
         if given.get("max_num_seqs") is None:
             base["max_num_seqs"] = min(base["max_num_seqs"], base["max_num_batched_tokens"])
-        if base["max_num_batched_tokens"] < base["max_num_seqs"]:
-            raise PlanError(f"--max-num-batched-tokens {base['max_num_batched_tokens']} is below --max-num-seqs "
-                            f"{base['max_num_seqs']}: vLLM 0.33 refuses to start (each running request decodes "
-                            "one token of the step's budget)")
+        budget, seqs = base["max_num_batched_tokens"], base["max_num_seqs"]
+        if budget < seqs:
+            whose = (f"--max-num-batched-tokens {budget}" if given.get("max_num_batched_tokens") is not None else
+                     f"vLLM's default max-num-batched-tokens {budget}"
+                     + (" (DP + EP with the DeepEP low-latency all-to-all)" if deepep else ""))
+            raise PlanError(f"{whose} is below --max-num-seqs {seqs}: vLLM 0.33 refuses to start (each running "
+                            f"request decodes one token of the step's budget); give --max-num-seqs {budget} or less")
     return Knobs(**base)
 
 

@@ -177,6 +177,8 @@ def evaluate(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs,
     reasons += [block] if block else []
     backendless = no_backend_reason(knobs.engine, topo.gpu, knobs.kv_cache_dtype, layout.dcp) \
         if spec.attention == "mla" and not knobs.attention_backend else ""
+    if spec.attention != "mla" and knobs.kv_cache_dtype == "fp8_ds_mla":
+        backendless = f"fp8_ds_mla is an MLA latent-cache format and {spec.name} uses {spec.attention} attention"
     reasons += [f"!{backendless}: the engine refuses to start"] if backendless else []
     fp8 = fp8_checkpoint(knobs.engine, spec, topo.gpu)
     if fp8 and fp8[0]:

@@ -155,11 +155,15 @@ def make_target(c: Chosen, ranks: RankInfo = RankInfo()) -> Target:
     if not report.per_gpu:
         raise PlanError(f"layout {c.layout.label} cannot exist on {c.topo.name}: {'; '.join(report.reasons)}")
     batch, notes = _planned_batch(c)
+    if not report.fits:
+        notes += [f"memory: {r}" for r in report.reasons]
     context = c.context or c.workload.mean_decode_context
-    if batch * context > report.kv_capacity_tokens:
-        notes.append(f"{batch:,} sequences x {context:,} tokens = {batch * context:,} tokens per DP rank is more "
-                     f"than the KV pool holds ({report.kv_capacity_tokens:,}): the engine would never run this "
-                     "point; the checks still time it")
+    block = max(c.knobs.block_size, 1)
+    tokens = batch * ceil(context / block) * block      # each sequence holds whole blocks (metrics.tokens_per_request)
+    if tokens > report.kv_capacity_tokens:
+        notes.append(f"{batch:,} sequences of {context:,} tokens (in whole {block}-token blocks: "
+                     f"{tokens:,}) per DP rank are more than the KV pool holds ({report.kv_capacity_tokens:,}): "
+                     "the engine would never run this point; the checks still time it")
     step = decode_step(c.spec, c.topo, c.layout, c.knobs, batch, context, c.calib)
     stage = _stage(report, c.layout, ranks, c.knobs.engine)
     return Target(c, batch, step.micro_batch, context, stage, step, report.per_gpu[stage], report, ranks,
