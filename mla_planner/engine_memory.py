@@ -123,6 +123,10 @@ def nvidia_smi_mib(gpu: GPU) -> float:
     return (gpu.memory_bytes + DRIVER_RESERVE_BYTES) / MiB
 
 
+SGLANG_RESERVE_FLOOR_MIB = 10 * 1024   # memory_hook.py: reserved_mem = max(reserved_mem, 10 * 1024) ...
+SGLANG_FLOOR_ABOVE_MIB = 60 * 1024     # ... on a GPU with more than 60 GiB
+
+
 def sglang_fraction_ceiling(gpu: GPU) -> float:
     """The highest --mem-fraction-static SGLang 0.5.23 itself ever computes: on a GPU over 60 GiB it never
     reserves under 10 GiB outside the static pool (memory_hook.handle_gpu_memory_settings:
@@ -130,7 +134,7 @@ def sglang_fraction_ceiling(gpu: GPU) -> float:
     graphs alone have taken 5-6 GB with FA3 (sglang#16143; USER_PROBLEMS.md section C: keep 5-8 GB free),
     more than the graph model here predicts. 1.0 (no ceiling) on smaller GPUs."""
     mib = nvidia_smi_mib(gpu)
-    return round((mib - 10 * 1024) / mib, 3) if mib > 60 * 1024 else 1.0
+    return round((mib - SGLANG_RESERVE_FLOOR_MIB) / mib, 3) if mib > SGLANG_FLOOR_ABOVE_MIB else 1.0
 
 
 def sglang_chunked_prefill(gpu: GPU) -> int:
@@ -164,8 +168,8 @@ def sglang_default_fraction(gpu: GPU, layout: Layout, knobs: Knobs) -> float:
         reserved += max_bs * 2 + 1.5 * 1024
         if layout.dp > 1:
             reserved += max_bs * layout.dp * 3 + (max_bs * layout.dp * 1.5 if max_bs > 300 else 0)
-    if mib > 60 * 1024:
-        reserved = max(reserved, 10 * 1024)
+    if mib > SGLANG_FLOOR_ABOVE_MIB:
+        reserved = max(reserved, SGLANG_RESERVE_FLOOR_MIB)
     return round((mib - reserved) / mib, 3)
 
 

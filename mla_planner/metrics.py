@@ -148,7 +148,10 @@ def largest_under(f, target: float, cap: int, slack: float = 0.0, hint: int = 0)
     it may stop once the bracket is within slack x its top and return an upper bound of the answer. A
     `hint` (e.g. the answer under slightly different knobs) is tried first with its neighbour, then the
     line through the latest two points is followed to the target until it is bracketed, so the search
-    stays near the hint instead of starting from 1 and `cap`."""
+    stays near the hint instead of starting from 1 and `cap`. Where f is not monotone (mean TPOT can dip
+    by a few per cent where coupled DP ranks' prefill chunks get finer), the search returns one crossing,
+    not necessarily the largest: a review found 5 of ~13,000 tuned batches differ from a search without
+    hints (2 lower, 3 higher, by up to 4 %)."""
     lo, hi, f_lo, f_hi = 1, cap, None, None
     if 1 < hint < cap:
         bracket = _walk_from(f, target, cap, hint)
@@ -183,39 +186,37 @@ def largest_under(f, target: float, cap: int, slack: float = 0.0, hint: int = 0)
 
 
 def _walk_from(f, target: float, cap: int, hint: int):
-    """From `hint` and `hint + 1`, step along the line through the latest two points (at least one batch,
-    doubling when the line is flat or wrong-signed) until the target is bracketed: (lo, f(lo), hi, f(hi))
-    with f(lo) <= target < f(hi), either end None when the walk ran into 1 or `cap` unevaluated; or the
-    answer itself when the walk lands on it (or on 0 / `cap`)."""
+    """From `hint` and `hint + 1`, follow the line through the latest two points towards the target (at
+    least one batch per step, doubling while the line is flat) until the target is bracketed. Returns
+    (lo, f(lo), hi, f(hi)) with f(lo) <= target < f(hi), or the answer itself when the walk finds it:
+    `hint`, `cap` (it meets the target), or 0 (even batch 1 misses)."""
     (x1, y1), (x2, y2) = (hint, f(hint)), (hint + 1, f(hint + 1))
     if y1 <= target < y2:
         return hint
-    up = y2 <= target
     step = 1
-    while True:
-        slope = (y2 - y1) / (x2 - x1)
-        guess = (target - y2) / slope if slope > 0 else None       # signed distance from x2 along the line
-        step = max(1, floor(guess)) if up and guess is not None and guess > 0 else step * 2
-        if not up:
-            far = (target - y1) / slope if slope > 0 else None
-            step = max(1, ceil(-far)) if far is not None and far < 0 else step
-        edge = x2 if up else x1
-        nxt = min(edge + step, cap) if up else max(edge - step, 1)
-        if nxt == edge:                      # ran into cap (up) or 1 (down) already evaluated
-            return cap if up else 0
-        value = f(nxt)
-        if up:
+    if y2 <= target:                                   # both meet the target: walk up from x2
+        while True:
+            slope = (y2 - y1) / (x2 - x1)
+            step = max(1, floor((target - y2) / slope)) if slope > 0 else step * 2
+            nxt = min(x2 + step, cap)
+            if nxt == x2:
+                return cap
+            value = f(nxt)
             if value > target:
                 return x2, y2, nxt, value
             if nxt == cap:
                 return cap
             (x1, y1), (x2, y2) = (x2, y2), (nxt, value)
-        else:
-            if value <= target:
-                return nxt, value, x1, y1
-            if nxt == 1:
-                return 0
-            (x1, y1), (x2, y2) = (nxt, value), (x1, y1)
+    while True:                                        # both miss it: walk down from x1 (>= 2 here)
+        slope = (y2 - y1) / (x2 - x1)
+        step = max(1, ceil((y1 - target) / slope)) if slope > 0 else step * 2
+        nxt = max(x1 - step, 1)
+        value = f(nxt)
+        if value <= target:
+            return nxt, value, x1, y1
+        if nxt == 1:
+            return 0
+        (x1, y1), (x2, y2) = (nxt, value), (x1, y1)
 
 
 def _largest_batch(spec, topo, layout, knobs, workload, calib, cap: int, hint: int = 0) -> int:
