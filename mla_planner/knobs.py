@@ -60,3 +60,9 @@ class Workload:
     def max_context_len(self) -> int:
         """Longest request the deployment must accept: p99 input + p99 output."""
         return (self.input_len_max or self.input_len) + (self.output_len_max or self.output_len)
+
+    @property
+    def tpot_applies(self) -> bool:
+        """Whether requests have time between tokens to hold to the TPOT target: a one-token output is all
+        prefill (its first token is its last), so only TTFT and throughput apply to it."""
+        return self.output_len > 1

@@ -5,17 +5,18 @@
                       accounting), B <= max_num_seqs, and mean time per output token <= the TPOT target;
                       x dp x replicas. A request holds input + output/2 tokens on average over its decode
                       (Workload.mean_decode_context), rounded up to whole KV blocks.
-  throughput          output tokens/s = concurrency / mean TPOT (total, and per GPU)
+  throughput          output tokens/s = concurrency / the serving round (a decode round + the chunk rounds
+                      of every request prefilled meanwhile: B x chunks / output_len; serving_round_s)
   decode step         one engine iteration at that concurrency (step.decode_step: tpot / micro-batches)
-  tokens/s per user   1 / mean TPOT; mean TPOT = decode round + the stalls prefill chunks add, spread over
-                      output_len tokens: tpot + B x stall / output_len on one DP rank (each of its B requests
-                      is prefilled once per output_len rounds); DP-attention ranks of a MoE model wait for
-                      each other's chunks, so there the round carries the chunk rounds of the rank with the
-                      most (chunk_rounds_per_round)
+  tokens/s per user   1 / mean TPOT; mean TPOT = decode round + the stalls the other requests' prefill
+                      chunks add, spread over output_len tokens: tpot + (B - 1) x stall / output_len on one
+                      DP rank (each request is prefilled once per output_len rounds; its own prefill is in
+                      its TTFT); DP-attention ranks of a MoE model wait for each other's chunks, so there
+                      the round carries the chunk rounds of the rank with the most (chunk_rounds_per_round)
   network wait share  share of the GPUs' time spent in collectives over the serving run (stage mean): per
                       round a GPU runs the collectives of m decode micro-batches, + B x (the extra
-                      collectives of a request's prefill chunks) / output_len, over mean TPOT - the same mix
-                      of decode-only rounds and rounds that carry a prefill chunk as throughput.
+                      collectives of a request's prefill chunks) / output_len, over the serving round - the
+                      same mix of decode-only rounds and rounds that carry a prefill chunk as throughput.
                       `decode_network_wait_share` is the share without prefill chunks
                       (step.DecodeStep.network_share)
   memory utilization  effective use of the instance's GPU memory: one copy of the weights + one copy of
@@ -93,52 +94,71 @@ def coupled_ranks(spec: ModelSpec, layout: Layout, batch: int = 0, workload: Wor
     return layout.dp
 
 
-def chunk_rounds_per_round(batch: int, chunks: int, output_len: int, ranks: int) -> float:
+def chunk_rounds_per_round(batch: int, chunks: int, output_len: int, ranks: int, others_only: bool = False) -> float:
     """Expected prefill-chunk rounds a decode round carries, for stalls. One DP rank: each of its B requests
-    needs `chunks` chunk rounds per output_len rounds, q = B x chunks / output_len (stalls add up). Coupled
-    ranks: their chunks in the same round overlap, so the round is stalled by the rank with the most; with
-    chunk arrivals per rank Poisson(q), that is E[max of `ranks` Poisson(q)] = sum_k (1 - F(k)^ranks),
-    which is q for one rank. The sum starts 12 standard deviations below the mean (every term before is 1
-    to within e^-72) with the pmf in log space, so a large q neither underflows nor loops long."""
+    needs `chunks` chunk rounds per output_len rounds, q = B x chunks / output_len (stalls add up): the
+    engine's view, which sets throughput. A request's own prefill comes before its first token (TTFT), so
+    what stretches its time per output token are the other requests' chunks: with `others_only`, its own
+    rank contributes (B - 1) x chunks / output_len (0 for a request alone). Coupled ranks: their chunks in
+    the same round overlap, so the round is stalled by the rank with the most; with chunk arrivals per rank
+    Poisson, that is E[max] = sum_k (1 - F_own(k) x F(k)^(ranks - 1)). The sum starts 12 standard deviations
+    below the smaller mean (every term before is 1 to within e^-72) with the pmfs in log space, so a large
+    q neither underflows nor loops long."""
     q = batch * chunks / max(output_len, 1)
+    q_own = max(batch - 1, 0) * chunks / max(output_len, 1) if others_only else q
     if ranks <= 1 or q <= 0:
-        return q
-    spread = 12.0 * sqrt(q) + 30.0
-    k = max(0, floor(q - spread))
-    pmf = exp(-q + k * log(q) - lgamma(k + 1))
-    total, cdf = float(k), pmf
-    while k <= q + spread:
-        tail = 1.0 - cdf ** ranks
+        return q_own
+    k = max(0, floor(q_own - 12.0 * sqrt(q_own) - 30.0))
+    top = q + 12.0 * sqrt(q) + 30.0
+
+    def pmf_at(mean: float) -> float:
+        return exp(-mean + k * log(mean) - lgamma(k + 1)) if mean > 0 else float(k == 0)
+
+    pmf_own, pmf = pmf_at(q_own), pmf_at(q)
+    total, cdf_own, cdf = float(k), pmf_own, pmf
+    while k <= top:
+        tail = 1.0 - cdf_own * cdf ** (ranks - 1)
         if tail < 1e-12 and k >= q:
             break
         total += tail
         k += 1
-        pmf *= q / k
-        cdf += pmf
+        pmf_own, pmf = (pmf_own * q_own / k if q_own > 0 else 0.0), pmf * q / k
+        cdf_own, cdf = cdf_own + pmf_own, cdf + pmf
     return total
 
 
 def mean_tpot_s(spec, topo, layout, knobs, workload, calib, batch: int) -> tuple[float, DecodeStep, Prefill]:
-    """Mean time per output token at `batch` running requests per DP rank: the decode round plus the stall
-    of each chunk round it carries (chunk_rounds_per_round x stall per chunk)."""
+    """Mean time per output token of a request at `batch` running requests per DP rank: the decode round
+    plus the stall of each chunk round of the other requests it carries (chunk_rounds_per_round x stall
+    per chunk); its own prefill is in its TTFT."""
     ctx = workload.mean_decode_context
     d = decode_step(spec, topo, layout, knobs, batch, ctx, calib)
     p = prefill(spec, topo, layout, knobs, prefill_tokens(workload, knobs), calib, batch, ctx)
-    return d.tpot_s + _chunk_rounds(spec, layout, batch, workload, p) * p.stall_s / p.chunks, d, p
+    return d.tpot_s + _chunk_rounds(spec, layout, batch, workload, p, True) * p.stall_s / p.chunks, d, p
 
 
-def _chunk_rounds(spec: ModelSpec, layout: Layout, batch: int, workload: Workload, p: Prefill) -> float:
-    return chunk_rounds_per_round(batch, p.chunks, workload.output_len, coupled_ranks(spec, layout, batch, workload))
+def serving_round_s(spec: ModelSpec, layout: Layout, batch: int, workload: Workload, d: DecodeStep,
+                    p: Prefill) -> tuple[float, float]:
+    """(seconds, chunk rounds) of an average decode round over the serving run, as the engine spends it:
+    the round plus the chunk rounds of every request prefilled meanwhile (chunk_rounds_per_round). Over
+    it each running request gains one token, so throughput = requests in flight / this time."""
+    rounds = _chunk_rounds(spec, layout, batch, workload, p)
+    return d.tpot_s + rounds * p.stall_s / p.chunks, rounds
 
 
-def network_wait_share(d: DecodeStep, p: Prefill, rounds: float, mean_tpot: float) -> float:
+def _chunk_rounds(spec: ModelSpec, layout: Layout, batch: int, workload: Workload, p: Prefill,
+                  others_only: bool = False) -> float:
+    return chunk_rounds_per_round(batch, p.chunks, workload.output_len, coupled_ranks(spec, layout, batch, workload),
+                                  others_only)
+
+
+def network_wait_share(d: DecodeStep, p: Prefill, rounds: float, round_s: float) -> float:
     """Collective time / wall time of a GPU over the serving run, stage mean: every decode round a GPU runs
     the collectives of the m micro-batches (DecodeStep.network_share x tpot), and each chunk round the
-    round carries (`chunk_rounds_per_round`) adds the chunk's extra collectives (the same amortisation as
-    the stall in mean TPOT). Coupled DP ranks waiting for another rank's chunk count as stalled, not as
-    network."""
+    round carries (`serving_round_s`) adds the chunk's extra collectives, over the serving round's time.
+    Coupled DP ranks waiting for another rank's chunk count as stalled, not as network."""
     net_s = d.network_share * d.tpot_s + rounds * p.stall_network_s / p.chunks
-    return min(1.0, net_s / mean_tpot) if mean_tpot else 0.0
+    return min(1.0, net_s / round_s) if round_s else 0.0
 
 
 def largest_under(f, target: float, cap: int, slack: float = 0.0, hint: int = 0) -> int:
@@ -267,7 +287,11 @@ def evaluate(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, work
     notes = list(calib.notes) + [f"memory: {r}" for r in mem.reasons]
     cap, limit = _limits(layout, knobs, mem, workload)
     top = min(cap, over_target) if over_target else cap
-    batch = _largest_batch(spec, topo, layout, knobs, workload, calib, top, batch_hint) if cap else 0
+    if not workload.tpot_applies:
+        batch = cap
+        notes.append("one output token per request: no time between tokens to hold to the TPOT target")
+    else:
+        batch = _largest_batch(spec, topo, layout, knobs, workload, calib, top, batch_hint) if cap else 0
     if cap and batch < cap:
         limit = "tpot"
     if cap and not batch:
@@ -276,11 +300,11 @@ def evaluate(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, work
         notes.append("the KV pool cannot hold one request of this workload")
         limit = "none"
     tpot, d, p = mean_tpot_s(spec, topo, layout, knobs, workload, calib, max(batch, 1))
-    rounds = _chunk_rounds(spec, layout, max(batch, 1), workload, p)
+    round_s, rounds = serving_round_s(spec, layout, max(batch, 1), workload, d, p)
     ctx = workload.mean_decode_context
     util, in_use = _memory_shares(spec, layout, knobs, mem, batch, ctx)
     conc = in_flight(batch, layout, workload)
-    tput = conc / tpot if batch else 0.0
+    tput = conc / round_s if batch else 0.0
     meets = bool(batch) and mem.fits and p.ttft_s <= workload.ttft_ms / 1e3
     if batch and p.ttft_s > workload.ttft_ms / 1e3:
         notes.append(f"TTFT {p.ttft_s * 1e3:,.0f} ms misses the {workload.ttft_ms:g} ms target")
@@ -288,6 +312,6 @@ def evaluate(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, work
         notes.append(f"max-model-len {knobs.max_model_len} is below the workload's {workload.max_context_len} tokens")
     alone = decode_step(spec, topo, layout, knobs, 1, workload.mean_decode_context, calib).tpot_s
     return Metrics(layout, conc, batch, limit, tput, tput / layout.total_gpus, d.step_s, tpot,
-                   1.0 / tpot if batch else 0.0, network_wait_share(d, p, rounds, tpot),
+                   1.0 / tpot if batch else 0.0, network_wait_share(d, p, rounds, round_s),
                    d.network_share, util, in_use, p.ttft_s, alone, d, p, mem,
                    meets, notes)

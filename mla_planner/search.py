@@ -24,7 +24,7 @@ from .knobs import ENGINES, Knobs, Workload
 from .layout import Layout, layout_problems
 from .layouts import candidate_layouts
 from .memory import evaluate as memory_evaluate
-from .metrics import in_flight, mean_tpot_s, tokens_per_request
+from .metrics import in_flight, mean_tpot_s, serving_round_s, tokens_per_request
 from .pareto import pareto_front
 from .spec import ModelSpec
 from .step import decode_step
@@ -212,7 +212,7 @@ def search(spec: ModelSpec, topo: Topology, workload: Workload, calib: Calibrati
                                                   "whole KV pool busy"))
                 break
             above = 0
-            if tuned_n >= tuned_per_engine:
+            if tuned_n >= tuned_per_engine and workload.tpot_applies:
                 tight, above = _target_bound(spec, topo, layout, knobs, batch, workload, calib, best)
                 if tight <= best:
                     rejected.append(_screened_out(layout, engine, kv, tight, best, "decoding without prefill "
@@ -253,6 +253,7 @@ def tradeoff_curve(spec: ModelSpec, topo: Topology, index: int, o: Option, workl
     batches = sorted({b for b in (2 ** i for i in range(12)) if b <= top} | {m.concurrency_per_dp_rank} - {0})
     out = []
     for b in batches:
-        tpot = mean_tpot_s(spec, topo, lay, knobs, workload, calib, b)[0]
-        out.append(TradeoffPoint(index, b, in_flight(b, lay, workload) / tpot / lay.total_gpus, 1.0 / tpot))
+        tpot, d, p = mean_tpot_s(spec, topo, lay, knobs, workload, calib, b)
+        round_s = serving_round_s(spec, lay, b, workload, d, p)[0]
+        out.append(TradeoffPoint(index, b, in_flight(b, lay, workload) / round_s / lay.total_gpus, 1.0 / tpot))
     return out

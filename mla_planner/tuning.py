@@ -140,7 +140,7 @@ def choose_chunk(spec, topo, layout, knobs: Knobs, workload: Workload, calib: Ca
     for chunk in chunks:
         k = replace(knobs, max_num_batched_tokens=chunk)
         tpot, _, pre = mean_tpot_s(spec, topo, layout, k, workload, calib, max(batch, 1))
-        if tpot <= target or chunk == chunks[0]:
+        if tpot <= target or chunk == chunks[0] or not workload.tpot_applies:
             best, why = chunk, (f"{chunk:,}: TTFT {pre.ttft_s * 1e3:,.0f} ms with mean TPOT {tpot * 1e3:.1f} ms "
                                 f"at {batch} running requests per DP rank (target {workload.tpot_ms:g} ms)")
     if chunks is DEEPEP_CHUNKS:

@@ -98,7 +98,10 @@ def test_concurrency_respects_kv_and_tpot(seed, text):
     assert m.concurrency_per_dp_rank * tokens_per_request(WORKLOAD, m.memory.knobs.block_size) \
         <= m.memory.kv_capacity_tokens
     assert m.tpot_s <= WORKLOAD.tpot_ms / 1e3
-    assert m.throughput_tokens_per_s == pytest.approx(m.concurrency / m.tpot_s)
+    # throughput is over the engine's serving round, which carries every prefill's chunks; a user's TPOT
+    # carries the other requests' only: one request's prefill stall / output_len less (one DP rank here)
+    assert m.throughput_tokens_per_s < m.concurrency / m.tpot_s
+    assert m.concurrency / m.throughput_tokens_per_s - m.tpot_s == pytest.approx(m.prefill.stall_s / WORKLOAD.output_len)
     assert m.tokens_per_s_per_user == pytest.approx(1 / m.tpot_s)
     assert 0 < m.memory_utilization < m.memory_in_use <= 1
     assert 0 < m.ttft_s < WORKLOAD.ttft_ms / 1e3
@@ -201,6 +204,27 @@ def test_coupled_dp_ranks_wait_for_the_rank_with_most_chunks():
     assert chunk_rounds_per_round(27, 5, 512, dp) == pytest.approx(sum(draws) / len(draws), rel=0.03)
     values = [chunk_rounds_per_round(27, 5, 512, n) for n in (1, 2, 4, 8, 16)]
     assert values == sorted(values) and values[-1] < 16 * q
+
+
+def test_a_requests_own_prefill_does_not_stretch_its_tpot():
+    """A request's own prefill comes before its first token (TTFT): what stretches its time per output
+    token are the other requests' chunks, (B - 1) x chunks / output_len on its rank, and every chunk of the
+    other coupled ranks. Checked against a Monte Carlo draw of max(own, others)."""
+    assert chunk_rounds_per_round(1, 5, 512, 1, others_only=True) == 0
+    assert chunk_rounds_per_round(27, 5, 512, 1, others_only=True) == pytest.approx(26 * 5 / 512)
+    rng = random.Random(5)
+
+    def poisson(q):
+        k, p, limit = 0, rng.random(), math.exp(-q)
+        while p > limit:
+            k, p = k + 1, p * rng.random()
+        return k
+    for batch, dp in ((1, 8), (3, 16)):
+        q, q_own = batch * 40 / 64, (batch - 1) * 40 / 64
+        draws = [max([poisson(q_own)] + [poisson(q) for _ in range(dp - 1)]) for _ in range(20000)]
+        got = chunk_rounds_per_round(batch, 40, 64, dp, others_only=True)
+        assert got == pytest.approx(sum(draws) / len(draws), rel=0.03)
+        assert got < chunk_rounds_per_round(batch, 40, 64, dp)
 
 
 def test_chunk_rounds_for_large_q_neither_underflow_nor_stall():
