@@ -110,7 +110,7 @@ def test_memorys_vocabulary_works_in_compare(cli):
 def test_a_slower_cross_node_network_through_a_calibration_file(cli, tmp_path):
     """The seed scenario with a measured cross-node latency instead of the NCCL-derived default: if a
     2-3 MB decode all-reduce over the two nodes takes ~140 us (internode_latency_s 100 us, the kind of figure
-    `verify --write-calibration` writes on such a cluster), the model gives TP16 183 requests, a 41.8 ms
+    `verify --write-calibration` writes on such a cluster), the model gives TP16 184 requests, a 41.9 ms
     step and 43.6 % network wait over the run, while TP8xPP2 (all-reduces inside the node) stays at 10 %
     and ahead on all five metrics. The default network gives 29.1 % (test_metrics)."""
     cal = tmp_path / "slow-ib.yaml"
