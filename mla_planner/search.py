@@ -173,6 +173,12 @@ def warnings_for(spec: ModelSpec, topo: Topology, layout: Layout, tuned: Tuned, 
         out.append("block size/backend: " + tuned.reasons["block_size"])
     fp8 = fp8_checkpoint(tuned.knobs.engine, spec, topo.gpu)
     out += [fp8[1]] if fp8 else []
+    idle = topo.total_gpus - layout.total_gpus
+    if idle:
+        more = idle // layout.instance_gpus
+        out.append(f"uses {layout.total_gpus} of the cluster's {topo.total_gpus} GPUs: {idle} stay idle (tokens/s "
+                   "per GPU counts the GPUs in use)" + (f"; {more} more replica(s) of this layout would use them"
+                                                        if more else ""))
     if workload.concurrency and layout.dp * layout.replicas > workload.concurrency:
         out.append(f"{layout.dp * layout.replicas} DP ranks for an offered concurrency of {workload.concurrency}: "
                    "some ranks will sit idle (DP attention needs concurrency >= DP size)")

@@ -179,6 +179,8 @@ def test_warnings_for_risky_choices():
     warn = {o.layout.label: " ".join(o.warnings) for o in result.options}
     assert "spans 2 nodes" in warn["tp16"]
     assert "sit idle" in warn["tp1·dp16·ep16"]
+    half = search(spec, topo, Workload(), calib, engines=("vllm",), kv_dtype="bf16", layouts=[parse_layout("tp=8")])
+    assert "uses 8 of the cluster's 16 GPUs: 8 stay idle" in " ".join(half.options[0].warnings)
     spec, topo, calib = setup("deepseek-v3", "4x8xa100-ib")
     result = search(spec, topo, Workload(), calib, layouts=[parse_layout("tp=8,pp=2")])
     # vLLM 0.33 runs block-FP8 weight-only through FP8 Marlin on sm80; SGLang 0.5.23 has no FP8 MoE kernel there
