@@ -42,12 +42,26 @@ class Option:
     kv_dtype: str
     tuned: Tuned
     warnings: list = field(default_factory=list)
+    shortfall: float = 0.0     # 0 when it meets the targets, else the worst of TTFT and TPOT over their targets
 
     @property
     def key(self) -> tuple:
+        """Those meeting the targets first, by output tokens/s per GPU; the others closest to the targets
+        first (so "the closest" are), then by tokens/s per GPU."""
         m = self.tuned.metrics
-        return (not m.meets_targets, -round(m.throughput_tokens_per_s_per_gpu, 6),
+        return (not m.meets_targets, round(self.shortfall, 6), -round(m.throughput_tokens_per_s_per_gpu, 6),
                 -round(m.tokens_per_s_per_user, 6), self.layout.label, self.engine, self.kv_dtype)
+
+
+def shortfall(m, workload: Workload) -> float:
+    """How far a candidate misses its targets: the larger of TTFT / target and mean TPOT / target (a
+    candidate that does not fit in memory is furthest); 0 when it meets them."""
+    if m.meets_targets:
+        return 0.0
+    if not m.memory.fits:
+        return float("inf")
+    tpot = m.tpot_s / (workload.tpot_ms / 1e3) if workload.tpot_applies else 0.0
+    return max(m.ttft_s / (workload.ttft_ms / 1e3), tpot)
 
 
 @dataclass(frozen=True)
@@ -228,7 +242,8 @@ def search(spec: ModelSpec, topo: Topology, workload: Workload, calib: Calibrati
                 sibling = (layout, knobs.max_num_batched_tokens)    # same layout, same draft chunk
                 tuned = tune(spec, topo, layout, engine, kv, workload, calib, pinned, above, siblings.get(sibling, 0))
                 siblings[sibling] = tuned.draft_batch
-                options.append(Option(layout, engine, kv, tuned, warnings_for(spec, topo, layout, tuned, workload)))
+                options.append(Option(layout, engine, kv, tuned, warnings_for(spec, topo, layout, tuned, workload),
+                                      shortfall(tuned.metrics, workload)))
                 tuned_n += 1
                 if tuned.metrics.meets_targets:
                     best = max(best, tuned.metrics.throughput_tokens_per_s_per_gpu)

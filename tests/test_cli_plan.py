@@ -65,6 +65,10 @@ def test_candidates_that_all_miss_a_target_exit_1_and_are_not_emitted(cli, tmp_p
     assert e.exit_code == 0 and "does not meet the plan's targets" in e.stderr
     assert (tmp_path / "anyway" / "node-0.sh").exists()
     assert json.loads(cli("plan", "-t", "8xh200", "--json").stdout)["meets_targets"] is True
+    close = json.loads(cli("plan", "-m", "deepseek-v3", "-t", "2x8xh200-ib", "--input-len", "8192", "--ttft-ms", "120",
+                           "--json").stdout)["candidates"]     # the closest to the targets come first
+    ttft = [c["performance"]["ttft_s"] for c in close if c["memory"]["fits"]]
+    assert ttft[0] == min(ttft)
 
 
 def test_explain_lists_rejections(cli):
