@@ -68,6 +68,7 @@ class Metrics:
     memory: MemoryReport
     meets_targets: bool
     notes: list = field(default_factory=list)
+    overload: float = 0.0                 # offered load / what the deployment takes within the targets, when > 1
 
 
 def tokens_per_request(workload: Workload, block_size: int) -> int:
@@ -308,10 +309,26 @@ def evaluate(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, work
     meets = bool(batch) and mem.fits and p.ttft_s <= workload.ttft_ms / 1e3
     if batch and p.ttft_s > workload.ttft_ms / 1e3:
         notes.append(f"TTFT {p.ttft_s * 1e3:,.0f} ms misses the {workload.ttft_ms:g} ms target")
+    held, overload = batch * layout.dp * layout.replicas, 0.0
+    if batch and workload.request_rate_per_s:
+        # an open arrival stream: output tokens/s cannot exceed what arrives, and a deployment slower than
+        # the arrivals grows its queue (and every TTFT) without bound
+        offered = workload.request_rate_per_s * workload.output_len
+        if held / round_s < offered:
+            overload = offered * round_s / held
+            notes.append(f"serves at most {held / round_s / workload.output_len:,.2f} requests/s, below the offered "
+                         f"{workload.request_rate_per_s:g}/s: its queue grows without bound, so TTFT misses the target")
+            meets = False
+        tput = min(tput, offered)
+    elif batch and workload.concurrency and held < workload.concurrency:
+        overload = workload.concurrency / held
+        notes.append(f"holds {held:,} of the {workload.concurrency:,} requests offered at once within the targets; "
+                     "the others queue, so their TTFT misses the target")
+        meets = False
     if knobs.max_model_len < workload.max_context_len:
         notes.append(f"max-model-len {knobs.max_model_len} is below the workload's {workload.max_context_len} tokens")
     alone = decode_step(spec, topo, layout, knobs, 1, workload.mean_decode_context, calib).tpot_s
     return Metrics(layout, conc, batch, limit, tput, tput / layout.total_gpus, d.step_s, tpot,
                    1.0 / tpot if batch else 0.0, network_wait_share(d, p, rounds, round_s),
                    d.network_share, util, in_use, p.ttft_s, alone, d, p, mem,
-                   meets, notes)
+                   meets, notes, overload)

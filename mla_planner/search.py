@@ -42,7 +42,7 @@ class Option:
     kv_dtype: str
     tuned: Tuned
     warnings: list = field(default_factory=list)
-    shortfall: float = 0.0     # 0 when it meets the targets, else the worst of TTFT and TPOT over their targets
+    shortfall: float = 0.0     # 0 when it meets the targets, else how far it misses (see `shortfall`)
 
     @property
     def key(self) -> tuple:
@@ -54,14 +54,15 @@ class Option:
 
 
 def shortfall(m, workload: Workload) -> float:
-    """How far a candidate misses its targets: the larger of TTFT / target and mean TPOT / target (a
-    candidate that does not fit in memory is furthest); 0 when it meets them."""
+    """How far a candidate misses its targets: the largest of TTFT / target, mean TPOT / target and the
+    offered load / what it takes (Metrics.overload); a candidate that does not fit in memory is furthest;
+    0 when it meets them."""
     if m.meets_targets:
         return 0.0
     if not m.memory.fits:
         return float("inf")
     tpot = m.tpot_s / (workload.tpot_ms / 1e3) if workload.tpot_applies else 0.0
-    return max(m.ttft_s / (workload.ttft_ms / 1e3), tpot)
+    return max(m.ttft_s / (workload.ttft_ms / 1e3), tpot, m.overload)
 
 
 @dataclass(frozen=True)

@@ -169,3 +169,19 @@ def test_short_outputs_and_long_prompts_are_served(cli, args):
     output fits (it once said "even one request misses the TPOT target"); one output token has no TPOT."""
     data = json.loads(cli("plan", "-m", "deepseek-v3", "-t", "8xh200", *args, "--json").stdout)
     assert data["meets_targets"] and data["candidates"][0]["performance"]["concurrency"] >= 1
+
+
+def test_an_offered_load_caps_throughput_and_an_overload_misses_the_targets(cli, tmp_path):
+    """An arrival rate is an open stream: output tokens/s cannot exceed rate x output length, and a
+    deployment slower than the arrivals (or one holding fewer requests than are offered at once) queues
+    without bound; bench.sh replays the same rate."""
+    light = json.loads(cli("plan", "-m", "deepseek-v3", "-t", "8xh200", "--request-rate", "2", "--json").stdout)
+    best = light["candidates"][0]["performance"]
+    assert light["meets_targets"] and best["throughput_tokens_per_s"] <= 2 * 512 * (1 + 1e-9)
+    (tmp_path / "p.json").write_text(json.dumps(light))
+    assert cli("emit", "--plan", str(tmp_path / "p.json"), "--out", str(tmp_path / "o")).exit_code == 0
+    assert "--request-rate 2.0" in (tmp_path / "o" / "bench.sh").read_text()
+    for args, words in ((("--request-rate", "50"), "below the offered 50/s"),
+                        (("--concurrency", "2000"), "of the 2,000 requests offered at once")):
+        heavy = json.loads(cli("plan", "-m", "deepseek-v3", "-t", "8xh200", *args, "--json").stdout)
+        assert not heavy["meets_targets"] and any(words in w for w in heavy["candidates"][0]["warnings"])

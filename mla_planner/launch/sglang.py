@@ -101,4 +101,5 @@ def bench_argv(inp: LaunchInputs, concurrency: int) -> list[str]:
         ("--backend", "sglang"), ("--host", ShellRef("BENCH_HOST")), ("--port", ShellRef("BENCH_PORT")),
         ("--model", inp.model_path), ("--dataset-name", "random"), ("--random-input-len", w.input_len),
         ("--random-output-len", w.output_len), ("--random-range-ratio", 1.0),
-        ("--max-concurrency", concurrency), ("--num-prompts", 4 * concurrency)])
+        ("--max-concurrency", concurrency), ("--request-rate", w.request_rate_per_s),
+        ("--num-prompts", 4 * concurrency)])

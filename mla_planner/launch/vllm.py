@@ -150,5 +150,6 @@ def bench_argv(inp: LaunchInputs, concurrency: int) -> list[str]:
     return ["vllm", "bench", "serve"] + flag_words([
         ("--model", inp.model_path), ("--host", ShellRef("BENCH_HOST")), ("--port", ShellRef("BENCH_PORT")),
         ("--dataset-name", "random"), ("--random-input-len", w.input_len), ("--random-output-len", w.output_len),
-        ("--max-concurrency", concurrency), ("--num-prompts", 4 * concurrency), ("--ignore-eos", True),
+        ("--max-concurrency", concurrency), ("--request-rate", w.request_rate_per_s),
+        ("--num-prompts", 4 * concurrency), ("--ignore-eos", True),
         ("--trust-remote-code", True)])
