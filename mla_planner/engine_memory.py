@@ -224,7 +224,7 @@ def vllm_capture_sizes(knobs: Knobs, gpu: GPU) -> list[int]:
     max_num_batched_tokens); sizes 1, 2, 4, then every 8 below 256, then every 16."""
     if not knobs.cuda_graphs:
         return []
-    top = min(knobs.max_num_seqs * 2, 1024 if gpu.arch == "blackwell" else 512, knobs.max_num_batched_tokens)
+    top = min(knobs.max_num_seqs * 2, graph_batch_cap("vllm", gpu, Layout()), knobs.max_num_batched_tokens)
     sizes = [s for s in (1, 2, 4) if s <= top] + list(range(8, min(top + 1, 256), 8)) + list(range(256, top + 1, 16))
     return sizes
 
@@ -237,6 +237,16 @@ def sglang_capture_sizes(knobs: Knobs, gpu: GPU, layout: Layout) -> list[int]:
     top = sglang_cuda_graph_max_bs(gpu, layout.stage_gpus)
     sizes = [1, 2, 4, 8, 12] + list(range(16, 257, 8)) + list(range(272, 512, 16)) + list(range(512, top + 1, 32))
     return [s for s in sizes if s <= top]
+
+
+def graph_batch_cap(engine: str, gpu: GPU, layout: Layout) -> int:
+    """The largest decode batch (per DP rank and micro-batch) the engine captures a CUDA graph for by
+    default; a larger one runs eagerly, several times slower (USER_PROBLEMS.md problem 19). vLLM 0.33:
+    512, 1024 on Blackwell (`_set_cudagraph_sizes`, see vllm_capture_sizes); SGLang 0.5.23:
+    sglang_cuda_graph_max_bs by GPU memory and TP size."""
+    if engine == "sglang":
+        return sglang_cuda_graph_max_bs(gpu, layout.stage_gpus)
+    return 1024 if gpu.arch == "blackwell" else 512
 
 
 def capture_plan(rules: EngineRules, knobs: Knobs, gpu: GPU, layout: Layout) -> tuple[list[int], int]:

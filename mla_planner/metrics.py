@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from math import ceil, exp, floor, lgamma, log, sqrt
 
 from .calibration import Calibration
+from .engine_memory import graph_batch_cap
 from .errors import PlanError
 from .knobs import Knobs, Workload
 from .layout import Layout, layout_problems
@@ -43,7 +44,7 @@ from .memory import MemoryReport, memory_report
 from .sizing import kv_bytes_per_token, weight_bytes_breakdown
 from .spec import ModelSpec
 from .step import DecodeStep, Prefill, decode_step, prefill
-from .topology import Topology
+from .topology import GPU, Topology
 
 
 @dataclass(frozen=True)
@@ -51,7 +52,7 @@ class Metrics:
     layout: Layout
     concurrency: int                      # requests in flight, whole deployment
     concurrency_per_dp_rank: int
-    concurrency_limit: str                # "kv", "tpot", "max_num_seqs", "max_num_batched_tokens" or "none"
+    concurrency_limit: str                # kv, tpot, max_num_seqs, max_num_batched_tokens, cuda_graphs or none
     throughput_tokens_per_s: float
     throughput_tokens_per_s_per_gpu: float
     step_s: float
@@ -264,15 +265,18 @@ def in_flight(batch_per_dp_rank: int, layout: Layout, workload: Workload) -> int
     return min(total, workload.concurrency) if workload.concurrency else total
 
 
-def _limits(layout: Layout, knobs: Knobs, mem: MemoryReport, workload: Workload) -> tuple[int, str]:
+def _limits(layout: Layout, knobs: Knobs, mem: MemoryReport, workload: Workload, gpu: GPU) -> tuple[int, str]:
     """The most requests a DP rank can run, and what limits it: the KV pool at the workload's lengths,
-    max_num_seqs, or (vLLM) the step's token budget: every running request decodes one token of
-    max_num_batched_tokens (vLLM 0.33 `config/scheduler.py` refuses a budget below max_num_seqs)."""
+    max_num_seqs, (vLLM) the step's token budget: every running request decodes one token of
+    max_num_batched_tokens (vLLM 0.33 `config/scheduler.py` refuses a budget below max_num_seqs), or the
+    CUDA-graph capture range (engine_memory.graph_batch_cap), past which decode runs eagerly."""
     per_request = tokens_per_request(workload, knobs.block_size)
     kv = mem.kv_capacity_tokens // per_request if mem.fits else 0
     caps = [(kv, "kv"), (knobs.max_num_seqs, "max_num_seqs")]
     if knobs.engine == "vllm":
         caps.append((knobs.max_num_batched_tokens, "max_num_batched_tokens"))
+    if knobs.cuda_graphs:    # the step model prices graph replay, so the micro-batch stays in the captured range
+        caps.append((graph_batch_cap(knobs.engine, gpu, layout) * layout.pp, "cuda_graphs"))
     return min(caps, key=lambda c: c[0])
 
 
@@ -286,7 +290,7 @@ def evaluate(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, work
         raise PlanError(f"layout {layout.label}: " + "; ".join(problems))
     mem = memory_report(spec, topo, layout, knobs)
     notes = list(calib.notes) + [f"memory: {r}" for r in mem.reasons]
-    cap, limit = _limits(layout, knobs, mem, workload)
+    cap, limit = _limits(layout, knobs, mem, workload, topo.gpu)
     top = min(cap, over_target) if over_target else cap
     if not workload.tpot_applies:
         batch = cap

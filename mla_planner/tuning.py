@@ -196,4 +196,6 @@ def _limit_words(m: Metrics, workload: Workload) -> str:
             "tpot": f"the {workload.tpot_ms:g} ms TPOT target",
             "max_num_seqs": "the offered concurrency / the engine's cap",
             "max_num_batched_tokens": "vLLM's token budget per step (each running request decodes one token of it)",
+            "cuda_graphs": "the engine's CUDA-graph capture range (a larger decode batch runs eagerly, several "
+                           "times slower)",
             "none": "nothing (it cannot serve)"}.get(m.concurrency_limit, m.concurrency_limit)

@@ -166,6 +166,19 @@ def test_vllm_never_runs_more_requests_than_its_token_budget():
         assert o.tuned.metrics.concurrency_per_dp_rank <= o.tuned.knobs.max_num_batched_tokens
 
 
+def test_running_requests_stay_in_the_cuda_graph_capture_range():
+    """The step model prices graph replay, so a DP rank's decode micro-batch stays within what the engine
+    captures by default (vLLM 512, SGLang by GPU and TP); beyond it decode runs eagerly (USER_PROBLEMS 19).
+    Short prompts on 8 H200 once planned 535 running requests."""
+    from mla_planner.engine_memory import graph_batch_cap
+    spec, topo, calib = setup("deepseek-v3", "8xh200")
+    result = search(spec, topo, Workload(input_len=1024), calib)
+    for o in result.options:
+        assert o.tuned.knobs.max_num_seqs <= graph_batch_cap(o.engine, topo.gpu, o.layout) * o.layout.pp
+    capped = [o for o in result.options if o.tuned.metrics.concurrency_limit == "cuda_graphs"]
+    assert capped and "CUDA-graph capture range" in capped[0].tuned.reasons["max_num_seqs"]
+
+
 def test_context_beyond_the_model_is_rejected():
     spec, topo, calib = setup("deepseek-v3", "8xh200")
     with pytest.raises(Rejected, match="max_position_embeddings"):
