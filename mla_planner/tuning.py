@@ -132,22 +132,27 @@ def chunk_candidates(engine: str, layout: Layout) -> tuple[int, ...]:
 
 def choose_chunk(spec, topo, layout, knobs: Knobs, workload: Workload, calib: Calibration,
                  batch: int) -> tuple[int, str]:
-    """The largest prefill chunk whose stalls keep mean TPOT within target at `batch`; bigger chunks
-    cut TTFT (fewer rounds) but stretch the decode steps that carry them (USER_PROBLEMS.md problem 18)."""
+    """The largest prefill chunk whose stalls keep mean TPOT within target at `batch`, and why in a few
+    words (the numbers are added once the batch is final, `chunk_reason`); bigger chunks cut TTFT (fewer
+    rounds) but stretch the decode steps that carry them (USER_PROBLEMS.md problem 18)."""
     target = workload.tpot_ms / 1e3
     chunks = chunk_candidates(knobs.engine, layout)
-    best, why = chunks[0], None
+    best = chunks[0]
     for chunk in chunks:
         k = replace(knobs, max_num_batched_tokens=chunk)
-        tpot, _, pre = mean_tpot_s(spec, topo, layout, k, workload, calib, max(batch, 1))
-        if tpot <= target or chunk == chunks[0] or not workload.tpot_applies:
-            best, why = chunk, (f"{chunk:,}: TTFT {pre.ttft_s * 1e3:,.0f} ms with mean TPOT {tpot * 1e3:.1f} ms "
-                                f"at {batch} running requests per DP rank (target {workload.tpot_ms:g} ms)")
+        tpot = mean_tpot_s(spec, topo, layout, k, workload, calib, max(batch, 1))[0]
+        if tpot <= target or not workload.tpot_applies:
+            best = chunk
     if chunks is DEEPEP_CHUNKS:
-        why += "; vLLM sizes the DeepEP buffer for this token budget, so larger budgets cost KV memory"
-    elif best < chunks[-1]:
-        why += "; larger chunks would push decode steps past the TPOT target"
-    return best, why
+        return best, "vLLM sizes the DeepEP buffer for this token budget, so larger budgets cost KV memory"
+    return best, "larger chunks would push decode steps past the TPOT target" if best < chunks[-1] else ""
+
+
+def chunk_reason(chunk: int, m: Metrics, workload: Workload, why: str) -> str:
+    """The max_num_batched_tokens reason at the batch the knobs end with."""
+    return (f"{chunk:,}: TTFT {m.ttft_s * 1e3:,.0f} ms with mean TPOT {m.tpot_s * 1e3:.1f} ms at "
+            f"{m.concurrency_per_dp_rank} running requests per DP rank (target {workload.tpot_ms:g} ms)"
+            + (f"; {why}" if why else ""))
 
 
 def tune(spec: ModelSpec, topo: Topology, layout: Layout, engine: str, kv_dtype: str, workload: Workload,
@@ -163,8 +168,7 @@ def tune(spec: ModelSpec, topo: Topology, layout: Layout, engine: str, kv_dtype:
     first = evaluate(spec, topo, layout, knobs, workload, calib, batch_hint, over_target)
     if not first.concurrency_per_dp_rank:
         raise Rejected("; ".join(first.notes[-1:]) or "cannot serve one request within the targets")
-    chunk, reasons["max_num_batched_tokens"] = choose_chunk(spec, topo, layout, knobs, workload, calib,
-                                                            first.concurrency_per_dp_rank)
+    chunk, chunk_why = choose_chunk(spec, topo, layout, knobs, workload, calib, first.concurrency_per_dp_rank)
     knobs = replace(knobs, max_num_batched_tokens=chunk)
     m = evaluate(spec, topo, layout, knobs, workload, calib, first.concurrency_per_dp_rank, over_target) \
         if chunk != knobs_chunk(first) else first
@@ -173,6 +177,7 @@ def tune(spec: ModelSpec, topo: Topology, layout: Layout, engine: str, kv_dtype:
     # fewer sequences mean fewer CUDA graphs to capture: re-count memory for the final knobs (the metrics
     # were computed at the larger cap, so they stay a slight underestimate of the KV room)
     m = replace(m, memory=memory_evaluate(spec, topo, layout, knobs))
+    reasons["max_num_batched_tokens"] = chunk_reason(chunk, m, workload, chunk_why)
     reasons["max_num_seqs"] = (f"{seqs} per DP rank: limited by {_limit_words(m, workload)}; the pool holds "
                                f"{m.memory.kv_capacity_tokens:,} tokens") + _stall_words(m, spec, layout)
     return Tuned(knobs, m, reasons, first.concurrency_per_dp_rank)

@@ -145,6 +145,7 @@ def test_knobs_follow_the_models():
     assert k.memory_fraction == int(safe_memory_fraction(spec, topo, Layout(tp=8), worst) * 1000) / 1000
     assert memory_report(spec, topo, Layout(tp=8), k).fits
     assert k.max_num_seqs == m.concurrency_per_dp_rank   # what the pool and the TPOT target allow
+    assert f"at {k.max_num_seqs} running requests" in tuned.reasons["max_num_batched_tokens"]   # the final batch
     assert m.tpot_s <= 0.040 and m.memory.fits
     assert k.max_num_batched_tokens in (2048, 4096, 8192, 16384)
     assert k.cuda_graphs and k.prefix_caching
