@@ -23,6 +23,7 @@ def models_cmd(as_json: JsonOpt = False) -> None:
         rows.append({"name": name, "hf_id": spec.hf_id, "attention": spec.attention,
                      "params": sizing.param_breakdown(spec)["total"], "layers": spec.num_hidden_layers,
                      "heads": spec.num_attention_heads, "weight_dtype": spec.weight_dtype,
+                     "expert_weight_dtype": spec.expert_dtype,
                      "kv_bytes_per_token_bf16": sizing.kv_bytes_per_token(spec, "bf16")})
     if as_json:
         return print_json(rows)
@@ -30,7 +31,7 @@ def models_cmd(as_json: JsonOpt = False) -> None:
                   title="Built-in models")
     for r in rows:
         table.add_row(r["name"], r["hf_id"] or "", r["attention"], human_count(r["params"]), str(r["layers"]),
-                      str(r["heads"]), r["weight_dtype"], f"{r['kv_bytes_per_token_bf16']:,.0f} B")
+                      str(r["heads"]), _dtypes(r), f"{r['kv_bytes_per_token_bf16']:,.0f} B")
     console().print(table)
 
 
@@ -84,10 +85,16 @@ def model_facts(spec) -> dict:
             "kv_cache": dict(sizing.kv_table(spec))}
 
 
+def _dtypes(spec: dict) -> str:
+    """'fp8', or 'bf16, experts int4' when the routed experts are stored differently."""
+    experts = spec.get("expert_weight_dtype")
+    return spec["weight_dtype"] + (f", experts {experts}" if experts and experts != spec["weight_dtype"] else "")
+
+
 def _render_model(f: dict) -> None:
     spec, out = f["spec"], console()
     out.print(f"[bold]{spec['name']}[/bold]  ({spec['attention'].upper()}, {spec['num_hidden_layers']} layers, "
-              f"{spec['num_attention_heads']} heads, weights {spec['weight_dtype']})  served as {f['model_path']}")
+              f"{spec['num_attention_heads']} heads, weights {_dtypes(spec)})  served as {f['model_path']}")
     t = Table("component", "parameters", "activated / token", "weight bytes", title="Parameters and weights")
     for group, n in f["params"].items():
         t.add_row(group, f"{n:,}", f"{f['activated_params'].get(group, 0):,}", human_bytes(f["weight_bytes"][group]))

@@ -67,12 +67,22 @@ def spec_from_hf_config(path: Path) -> ModelSpec:
         raise InputError(where, f"unsupported architecture {archs or 'none given'}; supported: {supported}",
                          "architectures")
     fields = {k: v for k, v in cfg.items() if k in ModelSpec.model_fields and k not in ("name", "attention")}
-    fields["name"] = path.parent.name or path.stem
+    fields["name"] = _snapshot_name(path)
     fields["attention"] = "mla" if arch in MLA_ARCHITECTURES else "gqa"
     if arch == "Qwen2ForCausalLM":
         fields["attention_bias"] = True  # Qwen2 always has q/k/v biases
     fields.update(_weight_dtypes(cfg.get("quantization_config"), where))
     return validate(ModelSpec, fields, where)
+
+
+def _snapshot_name(config: Path) -> str:
+    """The model's name from where its config.json lies: the folder name, or for a Hugging Face cache
+    snapshot (models--ORG--NAME/snapshots/HASH/config.json) ORG/NAME rather than the commit hash."""
+    folder = config.parent
+    repo = folder.parent.parent.name if folder.parent.name == "snapshots" else ""
+    if repo.startswith("models--"):
+        return repo[len("models--"):].replace("--", "/")
+    return folder.name or config.stem
 
 
 def _weight_dtypes(quant: dict | None, where: str) -> dict:

@@ -58,3 +58,19 @@ def test_help_shows_no_value_for_flags(cli, command):
     """A flag (--json, --enforce-eager, --help) takes no value, so its help row shows no "<bool>" type."""
     r = cli(command, "--help")
     assert r.exit_code == 0 and "--json" in r.stdout and "<bool>" not in r.stdout
+
+
+def test_show_names_the_experts_storage_when_it_differs(cli, tmp_path):
+    spec = (open("mla_planner/data/models/kimi-k2.yaml").read().replace("name: kimi-k2", "name: kimi-int4")
+            + "\nexpert_weight_dtype: int4\n")
+    (tmp_path / "k.yaml").write_text(spec)
+    r = cli("show", str(tmp_path / "k.yaml"))
+    assert r.exit_code == 0 and "weights fp8, experts int4" in r.stdout
+
+
+def test_a_hugging_face_cache_snapshot_is_named_by_its_repository(cli, tmp_path):
+    snap = tmp_path / "models--deepseek-ai--DeepSeek-V3" / "snapshots" / "abc123"
+    snap.mkdir(parents=True)
+    (snap / "config.json").write_text(open("tests/fixtures/hf/DeepSeek-V3/config.json").read())
+    r = cli("show", str(snap))
+    assert r.exit_code == 0 and r.stdout.startswith("deepseek-ai/DeepSeek-V3 ") and str(snap) in r.stdout
