@@ -27,6 +27,7 @@ from .topology import load_topology
 from .verify.report import progress, render, report_dict, verdict
 from .verify.target import Chosen, make_target, rank_info_from_env
 from .verify.torchrun import launch_lines
+from .yamlio import path_kind, user_path
 
 SECTIONS = ("env", "fit", "attention", "gemms", "collectives")
 LAUNCH_ONLY = {"print_launch", "head", "port"}
@@ -103,8 +104,20 @@ def _passthrough(ctx: typer.Context) -> list[str]:
             words += [flag] if value else list(param.secondary_opts[:1])
             continue
         for v in (value if param.multiple else [value]):
-            words += [flag, f"{v:g}" if isinstance(v, float) else str(v)]
+            words += [flag, f"{v:g}" if isinstance(v, float) else _absolute(param.name, str(v))]
     return words
+
+
+PATH_OPTIONS = ("plan", "calibration", "write_cal", "model", "topology")
+
+
+def _absolute(name: str, value: str) -> str:
+    """A file the other nodes must read, as an absolute path (they start in other folders, as emit's
+    scripts do); built-in names and values that are not paths here stay as given."""
+    if name not in PATH_OPTIONS:
+        return value
+    path = user_path(value)
+    return str(path.resolve()) if name == "write_cal" or path_kind(path) != "missing" else value
 
 
 def _need_torch() -> None:

@@ -285,3 +285,14 @@ def test_a_batch_beyond_the_kv_pool_is_noted(cli):
     r = cli("verify", *SMALL, "--only", "attention", "--batch", "100000000", "--json")
     assert r.exit_code in (0, 1), r.output
     assert "more than the KV pool holds" in r.stdout
+
+
+def test_print_launch_gives_other_nodes_absolute_paths(cli, tmp_path, monkeypatch):
+    """The other nodes start in other folders: a relative --plan becomes absolute, as emit's paths are."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "plan.json").write_text(cli("plan", "-t", "2x8xh200-ib", "--json").stdout)
+    r = cli("verify", "--plan", "plan.json", "--print-launch", "--head", "10.0.0.1")
+    assert r.exit_code == 0, r.output
+    line = next(ln for ln in r.stdout.splitlines() if "torchrun" in ln)
+    words = shlex.split(line)
+    assert words[words.index("--plan") + 1] == str(tmp_path / "plan.json")
