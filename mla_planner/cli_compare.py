@@ -159,7 +159,9 @@ def compare_cmd(layouts: Annotated[Optional[list[str]], typer.Option(
                 output_len: Annotated[str, typer.Option("--output-len", help="Output tokens: '512' or "
                                                         "'p50=256,p99=2048'.")] = "512",
                 tpot_ms: Annotated[float, typer.Option("--tpot-ms", help="Target time per output token.")] = 50.0,
-                ttft_ms: Annotated[float, typer.Option("--ttft-ms", help="Target time to first token.")] = 3000.0,
+                ttft_ms: Annotated[float, typer.Option(
+                    "--ttft-ms", help="Target time to first token, ms (held by the p99 prompt when --input-len gives "
+                    "percentiles).")] = 3000.0,
                 kv_cache_dtype: Annotated[str, typer.Option("--kv-cache-dtype", help="auto (= bf16), bf16, fp8 "
                                                             "or fp8_ds_mla.")] = "auto",
                 enforce_eager: Annotated[bool, typer.Option("--enforce-eager", help="No CUDA graphs "

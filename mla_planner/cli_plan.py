@@ -105,7 +105,8 @@ def plan_cmd(
                                                                    "(default: as many as the targets allow).")] = None,
     request_rate: Annotated[Optional[float], Opt("--request-rate", help="Arrivals per second; turned into a "
                                                  "concurrency by Little's law at the targets.")] = None,
-    ttft_ms: Annotated[float, Opt("--ttft-ms", help="Time-to-first-token target, ms.")] = 3000.0,
+    ttft_ms: Annotated[float, Opt("--ttft-ms", help="Time-to-first-token target, ms (held by the p99 "
+                                                     "prompt when --input-len gives percentiles).")] = 3000.0,
     tpot_ms: Annotated[float, Opt("--tpot-ms", help="Time-per-output-token target, ms (50 ms = 20 tok/s "
                                   "per user).")] = 50.0,
     prefix_hit_rate: Annotated[float, Opt("--prefix-hit-rate", help="Share of prompt tokens served from the "

@@ -77,10 +77,11 @@ def tokens_per_request(workload: Workload, block_size: int) -> int:
     return ceil(workload.mean_decode_context / block_size) * block_size
 
 
-def prefill_tokens(workload: Workload, knobs: Knobs) -> int:
-    """Prompt tokens that must be computed: the misses of the prefix cache (at least one token)."""
+def prefill_tokens(workload: Workload, knobs: Knobs, input_len: int | None = None) -> int:
+    """Prompt tokens that must be computed: the misses of the prefix cache (at least one token), for the
+    typical prompt or `input_len`."""
     hit = workload.prefix_hit_rate if knobs.prefix_caching else 0.0
-    return max(1, ceil(workload.input_len * (1.0 - hit)))
+    return max(1, ceil((input_len or workload.input_len) * (1.0 - hit)))
 
 
 def coupled_ranks(spec: ModelSpec, layout: Layout, batch: int = 0, workload: Workload | None = None) -> int:
@@ -310,9 +311,16 @@ def evaluate(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, work
     util, in_use = _memory_shares(spec, layout, knobs, mem, batch, ctx)
     conc = in_flight(batch, layout, workload)
     tput = conc / round_s if batch else 0.0
-    meets = bool(batch) and mem.fits and p.ttft_s <= workload.ttft_ms / 1e3
-    if batch and p.ttft_s > workload.ttft_ms / 1e3:
-        notes.append(f"TTFT {p.ttft_s * 1e3:,.0f} ms misses the {workload.ttft_ms:g} ms target")
+    ttft_s = p.ttft_s
+    longest = workload.input_len_max or workload.input_len
+    if batch and longest > workload.input_len:   # the TTFT target holds for the longest (p99) prompt too
+        ttft_s = prefill(spec, topo, layout, knobs, prefill_tokens(workload, knobs, longest), calib, max(batch, 1),
+                         ctx).ttft_s
+        notes.append(f"a p99 prompt ({longest:,} tokens) gets its first token after {ttft_s * 1e3:,.0f} ms")
+    meets = bool(batch) and mem.fits and ttft_s <= workload.ttft_ms / 1e3
+    if batch and ttft_s > workload.ttft_ms / 1e3:
+        which = "TTFT" if ttft_s == p.ttft_s else f"the p99 prompt's TTFT ({longest:,} tokens)"
+        notes.append(f"{which} {ttft_s * 1e3:,.0f} ms misses the {workload.ttft_ms:g} ms target")
     held, overload = batch * layout.dp * layout.replicas, 0.0
     if batch and workload.request_rate_per_s:
         # an open arrival stream: output tokens/s cannot exceed what arrives, and a deployment slower than

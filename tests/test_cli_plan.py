@@ -185,3 +185,15 @@ def test_an_offered_load_caps_throughput_and_an_overload_misses_the_targets(cli,
                         (("--concurrency", "2000"), "of the 2,000 requests offered at once")):
         heavy = json.loads(cli("plan", "-m", "deepseek-v3", "-t", "8xh200", *args, "--json").stdout)
         assert not heavy["meets_targets"] and any(words in w for w in heavy["candidates"][0]["warnings"])
+
+
+def test_the_ttft_target_holds_for_the_p99_prompt(cli):
+    """With percentile lengths, the TTFT target is held by the longest (p99) prompt as well: a 128k-token
+    p99 prompt cannot see its first token within 3 s on one H200 node (it was judged at p50 once)."""
+    data = json.loads(cli("plan", "-m", "deepseek-v3", "-t", "8xh200", "--input-len", "p50=1024,p99=131072",
+                          "--json").stdout)
+    assert not data["meets_targets"]
+    assert any("p99 prompt's TTFT (131,072 tokens)" in w for w in data["candidates"][0]["warnings"])
+    ok = json.loads(cli("plan", "-m", "deepseek-v3", "-t", "8xh200", "--input-len", "p50=1024,p99=4096",
+                        "--json").stdout)
+    assert ok["meets_targets"]
