@@ -484,3 +484,22 @@ def test_a_vllm_budget_below_its_sequence_cap_is_never_emitted():
         build(launch_inputs(plan, plan.candidates[0]), "vllm")
     ok = make_plan("8xh200", Layout(tp=8), Knobs(max_num_seqs=256, max_num_batched_tokens=256))
     assert build(launch_inputs(ok, ok.candidates[0]), "vllm")
+
+
+def test_a_node_running_several_replicas_fails_when_one_of_them_fails(tmp_path):
+    """Replicas on one node run in the background; the script waits for all and exits non-zero if any
+    failed (a bare `wait` returned 0 whatever happened)."""
+    import subprocess
+    plan = make_plan("8xh200", Layout(tp=4, replicas=2), Knobs(), model="deepseek-v2-lite")
+    emit_plan(plan, 1, "vllm", tmp_path / "out")
+    node = tmp_path / "out" / "node-0.sh"
+    assert "--port 8010" in node.read_text()          # the second replica's server
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for ok in (True, False):
+        stub = "#!/bin/bash\n" + ("exit 0\n" if ok else 'for a in "$@"; do [ "$a" = 8010 ] && exit 3; done; exit 0\n')
+        (bin_dir / "vllm").write_text(stub)
+        (bin_dir / "vllm").chmod(0o755)
+        done = subprocess.run(["bash", str(node)], env={"PATH": f"{bin_dir}:/usr/bin:/bin"}, capture_output=True,
+                              text=True, timeout=30)
+        assert (done.returncode == 0) == ok, done.stderr

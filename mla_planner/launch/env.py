@@ -53,6 +53,9 @@ def network_env(topology: Topology, deepep: bool = False) -> NetworkEnv:
     env["NCCL_IB_DISABLE"] = "0"
     if inter.ib_hca:
         env["NCCL_IB_HCA"] = inter.ib_hca
+    else:
+        notes.append("The topology names no HCAs: NCCL picks the IB/RoCE devices itself; on hosts with a "
+                     "storage or management NIC too, export NCCL_IB_HCA=<the GPU-facing mlx5 devices> (ibv_devinfo).")
     gid = inter.ib_gid_index if inter.ib_gid_index is not None else (
         ROCE_V2_GID_INDEX if inter.fabric == "roce" else None)
     if gid is not None:
