@@ -40,7 +40,7 @@ def test_verify_on_this_gpu_at_planned_shapes(cli, topology, tmp_path):
     cal = tmp_path / "cal.yaml"
     r, data = verify(cli, topology, "--write-calibration", str(cal))
     checks = {c["name"]: c for c in data["checks"]}
-    assert r.exit_code in (0, 1) and data["verdict"] in ("pass", "fail"), json.dumps(data["checks"], indent=1)
+    assert r.exit_code in (0, 1) and data["verdict"] in ("pass", "fail", "rehearsal"), json.dumps(data["checks"], indent=1)
     assert not [c for c in data["checks"] if c["status"] == "error"]
     assert checks["env.gpu"]["status"] == "pass", checks["env.gpu"]["detail"]
     assert checks["memory.fit"]["status"] == "pass", checks["memory.fit"]["detail"]

@@ -21,11 +21,14 @@ STYLE = {"pass": "green", "fail": "bold red", "error": "bold red", "info": "cyan
 
 
 def verdict(checks: list) -> tuple[str, int]:
-    """("error" | "fail" | "pass", exit status)."""
+    """("error" | "fail" | "pass" | "rehearsal", exit status): "rehearsal" when no check was judged (a CPU
+    run, or a GPU other than the plan's), so a script cannot read it as the plan holding."""
     statuses = {c.status for c in checks}
     if "error" in statuses:
         return "error", 1
-    return ("fail", 1) if "fail" in statuses else ("pass", 0)
+    if "fail" in statuses:
+        return "fail", 1
+    return ("pass", 0) if "pass" in statuses else ("rehearsal", 0)
 
 
 def fmt(value: Optional[float], unit: str) -> str:
@@ -49,7 +52,13 @@ def rates_text(extra: dict) -> str:
 
 
 def check_dict(c) -> dict:
-    return asdict(c) | {"status": c.status}
+    """A check as JSON. `ratio` is measured / predicted in the check's unit, so it means opposite things for
+    times (> 1: slower) and rates (< 1: slower); `speed_vs_predicted` reads the same way for both (> 1:
+    faster than the plan predicts, < 1: slower; null for other units)."""
+    speed = None
+    if c.ratio:
+        speed = 1 / c.ratio if c.unit == "s" else c.ratio if c.unit == "B/s" else None
+    return asdict(c) | {"status": c.status, "speed_vs_predicted": speed}
 
 
 def report_dict(target, dev, checks: list, calibration: Optional[dict] = None) -> dict:
@@ -102,7 +111,7 @@ def headline(checks: list) -> str:
         return "[bold red]CHECKS ERRORED[/bold red]: some checks could not run (see above)"
     if name == "fail":
         return "[bold red]CHECKS FAILED[/bold red]: the plan does not hold on this hardware (see above)"
-    if not any(c.status == "pass" for c in checks):
+    if name == "rehearsal":
         return "[bold cyan]REHEARSAL RAN[/bold cyan]: nothing judged (the topology's GPU is not here)"
     return "[bold green]PLAN HOLDS[/bold green]: every judged check is within its tolerance"
 
