@@ -145,3 +145,21 @@ def fp8_checkpoint(engine: str, spec: ModelSpec, gpu: GPU) -> Optional[tuple[boo
                        + "): serve a BF16, INT8 or AWQ checkpoint, or use vLLM")
     return True, (f"{where}: SGLang runs the dense FP8 layers weight-only through FP8 Marlin (W8A16): weights "
                   "stay FP8 in memory, GEMMs run at the BF16 rate")
+
+
+def startup_problems(engine: str, spec: ModelSpec, gpu: GPU, knobs, dcp: int = 1) -> tuple[list[str], list[str]]:
+    """(why the engine would refuse to start this model and KV cache on this GPU, notes on how it runs it):
+    no MLA backend for the KV dtype (`no_backend_reason`; an attention backend the user pinned is checked
+    by the block-size rule instead), fp8_ds_mla on a non-MLA model, an FP8 checkpoint it has no kernel
+    for (`fp8_checkpoint`)."""
+    refusals, notes = [], []
+    if spec.attention == "mla" and not knobs.attention_backend:
+        missing = no_backend_reason(engine, gpu, knobs.kv_cache_dtype, dcp)
+        refusals += [f"{missing}: the engine refuses to start"] if missing else []
+    if spec.attention != "mla" and knobs.kv_cache_dtype == "fp8_ds_mla":
+        refusals.append(f"fp8_ds_mla is an MLA latent-cache format and {spec.name} uses {spec.attention} attention: "
+                        "the engine refuses to start")
+    fp8 = fp8_checkpoint(engine, spec, gpu)
+    if fp8:
+        (notes if fp8[0] else refusals).append(fp8[1])
+    return refusals, notes

@@ -137,6 +137,11 @@ def sglang_fraction_ceiling(gpu: GPU) -> float:
     return round((mib - SGLANG_RESERVE_FLOOR_MIB) / mib, 3) if mib > SGLANG_FLOOR_ABOVE_MIB else 1.0
 
 
+def fraction_ceiling(engine: str, gpu: GPU) -> float:
+    """A memory fraction the engine's own defaults never exceed (SGLang's reserve floor), else 1.0."""
+    return sglang_fraction_ceiling(gpu) if engine == "sglang" else 1.0
+
+
 def sglang_chunked_prefill(gpu: GPU) -> int:
     """SGLang default --chunked-prefill-size by GPU memory (arg_groups/memory_hook.handle_gpu_memory_settings)."""
     mib = nvidia_smi_mib(gpu)

@@ -17,9 +17,9 @@ from math import ceil
 from typing import Optional
 
 from . import memory_terms as mt
-from .backends import fp8_checkpoint, no_backend_reason
+from .backends import fp8_checkpoint, startup_problems
 from .engine_memory import (EngineRules, StageCosts, activation_tokens, block_size_warning, capture_plan,
-                            default_memory_fraction, engine_rules, kv_pool, sglang_fraction_ceiling,
+                            default_memory_fraction, engine_rules, fraction_ceiling, kv_pool,
                             sglang_req_to_token_bytes)
 from .knobs import Knobs
 from .layout import Layout, layout_problems
@@ -170,21 +170,14 @@ def evaluate(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs,
     ranks = [_rank(s, knobs, rules, total, layout.dcp) for s in stages]
     binding = min(ranks, key=lambda r: r.kv_tokens).pp_stage
     capacity = ranks[binding].kv_tokens
-    ceiling, no_safe = _safe_fraction(stages, knobs, rules, total, _engine_ceiling(rules, topo))
+    ceiling, no_safe = _safe_fraction(stages, knobs, rules, total, fraction_ceiling(rules.engine, topo.gpu))
     safe = 0.0 if no_safe else ceiling
     reasons, notes = _verdict(ranks, knobs, layout, capacity, safe)
     block = block_size_warning(spec, topo.gpu, knobs, layout.dcp)
     reasons += [block] if block else []
-    backendless = no_backend_reason(knobs.engine, topo.gpu, knobs.kv_cache_dtype, layout.dcp) \
-        if spec.attention == "mla" and not knobs.attention_backend else ""
-    if spec.attention != "mla" and knobs.kv_cache_dtype == "fp8_ds_mla":
-        backendless = f"fp8_ds_mla is an MLA latent-cache format and {spec.name} uses {spec.attention} attention"
-    reasons += [f"!{backendless}: the engine refuses to start"] if backendless else []
-    fp8 = fp8_checkpoint(knobs.engine, spec, topo.gpu)
-    if fp8 and fp8[0]:
-        notes.append(fp8[1])
-    elif fp8:
-        reasons.append(f"!{fp8[1]}")
+    refusals, engine_notes = startup_problems(knobs.engine, spec, topo.gpu, knobs, layout.dcp)
+    reasons += [f"!{r}" for r in refusals]
+    notes += engine_notes
     fits = not any(r.startswith("!") for r in reasons)
     return MemoryReport(
         knobs.engine, layout, knobs, ranks, binding, capacity, capacity * layout.dp, fits,
@@ -214,12 +207,8 @@ def safe_memory_fraction(spec: ModelSpec, topo: Topology, layout: Layout, knobs:
         return 0.0
     rules = engine_rules(knobs.engine, engine_version)
     return _safe_fraction(_stages(spec, topo, layout, knobs, rules), knobs, rules, float(topo.gpu.memory_bytes),
-                          _engine_ceiling(rules, topo))[0]
+                          fraction_ceiling(rules.engine, topo.gpu))[0]
 
-
-def _engine_ceiling(rules: EngineRules, topo: Topology) -> float:
-    """A fraction the engine's own defaults never exceed (SGLang's 10 GiB reserve floor), else 1.0."""
-    return sglang_fraction_ceiling(topo.gpu) if rules.engine == "sglang" else 1.0
 
 
 def _stage_fraction_bytes(s: _Stage, knobs: Knobs, rules: EngineRules, total: float) -> tuple[float, float, float]:
