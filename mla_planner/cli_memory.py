@@ -17,6 +17,7 @@ from .layout import KV_LAYOUTS, Layout, layout_problems
 from .memory import MemoryReport, memory_report
 from .memory_terms import uses_deepep
 from .models import load_model
+from .pp_split import split_problem
 from .topology import load_topology
 
 KV_DTYPE_CHOICES = {"auto": "bf16", **{d: d for d in KV_DTYPES}}
@@ -66,6 +67,10 @@ def memory_cmd(
         "--max-num-batched-tokens", help="vLLM --max-num-batched-tokens / SGLang --chunked-prefill-size, per "
         "DP rank (SGLang's flag is this x the DP-attention size): tokens of the profiled forward that sizes "
         "the activation peak.")] = None,
+    pp_layer_partition: Annotated[Optional[str], typer.Option(
+        "--pp-layer-partition", help="Decoder layers per pipeline stage, e.g. 32,29 (what VLLM_PP_LAYER_PARTITION "
+        "/ SGLANG_PP_LAYER_PARTITION set; default: the engine's split by count, the remainder to vLLM's "
+        "middle stages or SGLang's last).")] = None,
     mtp: Annotated[bool, typer.Option("--mtp", help="Serve with the MTP draft layer (vLLM --speculative-config "
                                       "deepseek_mtp): its weights and KV on the last stage.")] = False,
     enforce_eager: Annotated[bool, typer.Option("--enforce-eager", help="No CUDA graphs (vLLM --enforce-eager, "
@@ -100,7 +105,8 @@ def memory_cmd(
                         max_model_len=_model_len(spec, engine, max_model_len),
                         max_num_seqs=bounded("--max-num-seqs", max_num_seqs),
                         max_num_batched_tokens=bounded("--max-num-batched-tokens", max_num_batched_tokens),
-                        mtp=mtp, cuda_graphs=not enforce_eager))
+                        mtp=mtp, cuda_graphs=not enforce_eager,
+                        pp_layer_partition=partition_choice(pp_layer_partition, spec, layout)))
     report = memory_report(spec, topo, layout, knobs, engine_version)
     data = report_dict(report, spec.name, topo.name)
     print_json(data) if as_json else _render(report, data)
@@ -137,6 +143,20 @@ def _model_len(spec, engine: str, value: Optional[int]) -> Optional[int]:
         raise PlanError(f"--max-model-len {value:,} exceeds {spec.name}'s max_position_embeddings "
                         f"{spec.max_position_embeddings:,}; {engine} refuses it unless {LONG_CONTEXT_ENV[engine]}")
     return value
+
+
+def partition_choice(text: Optional[str], spec, layout: Layout) -> Optional[tuple[int, ...]]:
+    """--pp-layer-partition "32,29" as the engines read it: one positive count per stage, summing to the layers."""
+    if text is None:
+        return None
+    try:
+        parts = tuple(int(p) for p in text.split(","))
+    except ValueError:
+        raise PlanError(f"--pp-layer-partition must be comma-separated layer counts like 31,30, got '{text}'") from None
+    problem = split_problem(spec, layout, Knobs(pp_layer_partition=parts))
+    if problem:
+        raise PlanError(f"--pp-layer-partition: {problem}")
+    return parts
 
 
 def kv_dtype_choice(text: str) -> str:

@@ -109,8 +109,10 @@ def plan_cmd(
                                                      "prompt when --input-len gives percentiles).")] = 3000.0,
     tpot_ms: Annotated[float, Opt("--tpot-ms", help="Time-per-output-token target, ms (50 ms = 20 tok/s "
                                   "per user).")] = 50.0,
-    prefix_hit_rate: Annotated[float, Opt("--prefix-hit-rate", help="Share of prompt tokens served from the "
-                                          "prefix cache, 0..1 (informs the prefix-caching choice).")] = 0.0,
+    prefix_hit_rate: Annotated[float, Opt("--prefix-hit-rate", help=(
+        "Share of prompt tokens served from the prefix cache, 0..1: only the misses are prefilled, which cuts "
+        "TTFT and the prefill chunks that stall decode (it can change the best layout); shared blocks are not "
+        "counted as extra KV room."))] = 0.0,
     engine: Annotated[Optional[str], Opt("--engine", "-e", help="Only vllm or only sglang (default: both).")] = None,
     kv_cache_dtype: Annotated[str, Opt("--kv-cache-dtype", help="auto (search bf16 and fp8), bf16 or fp8.")]
     = "auto",

@@ -78,20 +78,23 @@ class StageCosts:
     a2a_bytes: float = 0.0      # DeepEP buffer, allocated at model init like the weights (memory_terms)
 
 
-def kv_pool(rules: EngineRules, knobs: Knobs, total_bytes: float, c: StageCosts, dcp: int) -> tuple[float, int]:
+def kv_pool(rules: EngineRules, knobs: Knobs, total_bytes: float, c: StageCosts, dcp: int,
+            rest_bytes: Optional[float] = None) -> tuple[float, int]:
     """(pool bytes, tokens as the engine reports them) for one GPU; tokens count x dcp (each DCP rank
-    keeps 1/dcp of every sequence: vLLM PR #23734 'kv token budget increased by dcp times')."""
+    keeps 1/dcp of every sequence: vLLM PR #23734 'kv token budget increased by dcp times').
+    `rest_bytes`: SGLang's budget when it is not this GPU's own (`sglang_rest_bytes`, the minimum over ranks)."""
     if c.slot_bytes <= 0:
         return 0.0, 0
     if rules.engine == "sglang":
-        slots = _sglang_slots(knobs, total_bytes, c)
+        slots = _sglang_slots(knobs, c, sglang_rest_bytes(knobs, total_bytes, c) if rest_bytes is None else rest_bytes)
     else:
         slots = _vllm_slots(rules, knobs, total_bytes, c)
     return slots * c.slot_bytes, slots * dcp
 
 
 def _vllm_slots(rules: EngineRules, knobs: Knobs, total_bytes: float, c: StageCosts) -> int:
-    """num_blocks = available // (block_size x bytes/token/layer) // layers, in whole blocks."""
+    """num_blocks = available // (block_size x bytes/token/layer) // layers, in whole blocks. Each worker
+    profiles its own memory; the minimum over workers is taken afterwards (memory.evaluate)."""
     charged = c.weights_bytes + c.a2a_bytes + c.activation_bytes
     charged += c.cuda_graph_bytes if rules.graphs_in_budget and knobs.cuda_graphs else 0.0
     charged += 0.0 if rules.baseline_outside_budget else c.runtime_bytes + c.nccl_bytes
@@ -100,11 +103,18 @@ def _vllm_slots(rules: EngineRules, knobs: Knobs, total_bytes: float, c: StageCo
     return blocks * knobs.block_size
 
 
-def _sglang_slots(knobs: Knobs, total_bytes: float, c: StageCosts) -> int:
-    """rest = (pre_load - weights) - pre_load x (1 - f); tokens = rest // cell, floored to the page."""
+def sglang_rest_bytes(knobs: Knobs, total_bytes: float, c: StageCosts) -> float:
+    """SGLang's KV budget on one GPU: rest = (pre_load - weights) - pre_load x (1 - f). Across GPUs SGLang
+    takes the minimum (`_profile_available_bytes` reads free memory with get_available_gpu_memory(
+    distributed=True), "the minimum available memory of all GPUs"), so the rank with the heaviest
+    stage sets every rank's budget: memory.evaluate passes that minimum back in as `rest_bytes`."""
     pre_load = total_bytes - c.runtime_bytes - c.nccl_bytes
-    rest = pre_load * knobs.memory_fraction - c.weights_bytes - c.a2a_bytes
-    tokens = int(rest // c.slot_bytes) if rest > 0 else 0
+    return pre_load * knobs.memory_fraction - c.weights_bytes - c.a2a_bytes
+
+
+def _sglang_slots(knobs: Knobs, c: StageCosts, rest_bytes: float) -> int:
+    """tokens = rest // cell (this GPU's bytes per token: its own layers), floored to the page."""
+    tokens = int(rest_bytes // c.slot_bytes) if rest_bytes > 0 else 0
     return tokens // knobs.block_size * knobs.block_size
 
 

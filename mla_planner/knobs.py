@@ -6,6 +6,8 @@
   max_num_batched_tokens  vLLM --max-num-batched-tokens, SGLang --chunked-prefill-size
   max_model_len    vLLM --max-model-len, SGLang --context-length
   block_size       vLLM --block-size, SGLang --page-size
+  pp_layer_partition  vLLM VLLM_PP_LAYER_PARTITION, SGLang SGLANG_PP_LAYER_PARTITION (decoder layers per
+                   pipeline stage; None: the engine's own split by count, memory.stage_layers)
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ class Knobs:
     prefix_caching: bool = True
     cuda_graphs: bool = True
     mtp: bool = False
+    pp_layer_partition: Optional[tuple[int, ...]] = None
 
 
 @dataclass(frozen=True)

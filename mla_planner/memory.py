@@ -20,19 +20,19 @@ from . import memory_terms as mt
 from .backends import fp8_checkpoint, startup_problems
 from .engine_memory import (EngineRules, StageCosts, activation_tokens, block_size_warning, capture_plan,
                             default_memory_fraction, engine_rules, fraction_ceiling, kv_pool,
-                            sglang_req_to_token_bytes)
+                            sglang_req_to_token_bytes, sglang_rest_bytes)
 from .knobs import Knobs
 from .layout import Layout, layout_problems
+from .memory_verdict import ALLOCATOR_MARGIN_BYTES, verdict
 from .memory_weights import dense_tp, stage_weight_terms
+from .pp_split import layer_split, split_problem, stage_layers
 from .sizing import kv_bytes_per_token_layer
 from .spec import ModelSpec
 from .topology import Topology
 
-__all__ = ["RankMemory", "MemoryReport", "memory_report", "stage_layers", "default_memory_fraction",
+__all__ = ["RankMemory", "MemoryReport", "memory_report", "stage_layers", "layer_split", "default_memory_fraction",
            "safe_memory_fraction", "kv_slot_bytes"]
 
-ALLOCATOR_MARGIN_BYTES = 2 * mt.GiB  # headroom we keep for caching-allocator fragmentation and transient
-                                     # library workspaces beyond the modelled terms (our choice, not an engine figure)
 
 
 @dataclass(frozen=True)
@@ -69,24 +69,25 @@ class MemoryReport:
     no_safe_fraction: str = ""
 
 
-def stage_layers(num_layers: int, pp: int, engine: str = "vllm") -> list[int]:
-    """Decoder layers per pipeline stage as the engine splits them (without VLLM_PP_LAYER_PARTITION /
-    SGLANG_PP_LAYER_PARTITION). vLLM `distributed/utils.get_pp_indices`: even split, the remainder one
-    each to the stages before the last, from the second-to-last backwards (61/4 -> [15, 15, 16, 15],
-    USER_PROBLEMS.md #21); SGLang `distributed/utils.get_pp_indices`: the remainder to the last stages."""
-    base, rem = divmod(num_layers, pp)
-    parts = [base] * pp
-    for i in range(rem):
-        if engine == "sglang":
-            parts[pp - 1 - i] += 1
-        else:
-            parts[(pp - 2 - i) % pp] += 1
-    return parts
+def split_pools(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs,
+                engine_version: Optional[str] = None):
+    """split -> the KV tokens each stage's pool would hold under it: what pp_split.balance weighs."""
+    rules, total, memo = engine_rules(knobs.engine, engine_version), float(topo.gpu.memory_bytes), {}
+
+    def pools(split: list[int]) -> list[int]:
+        stages, start = [], 0
+        for i, n in enumerate(split):
+            if (i, start, n) not in memo:
+                memo[i, start, n] = _stage(spec, topo, layout, knobs, rules, i, range(start, start + n))
+            stages.append(memo[i, start, n])
+            start += n
+        return [r.kv_tokens for r in _ranks(stages, knobs, rules, total, layout.dcp)]
+    return pools
 
 
-def _stage_ranges(num_layers: int, pp: int, engine: str) -> list[range]:
+def _stage_ranges(split: list[int]) -> list[range]:
     out, start = [], 0
-    for n in stage_layers(num_layers, pp, engine):
+    for n in split:
         out.append(range(start, start + n))
         start += n
     return out
@@ -136,13 +137,20 @@ def _stage(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, rules:
 
 
 def _stages(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, rules: EngineRules) -> list[_Stage]:
-    ranges = _stage_ranges(spec.num_hidden_layers, layout.pp, rules.engine)
+    ranges = _stage_ranges(layer_split(spec, layout, knobs))
     return [_stage(spec, topo, layout, knobs, rules, i, r) for i, r in enumerate(ranges)]
 
 
-def _rank(stage: _Stage, knobs: Knobs, rules: EngineRules, total: float, dcp: int) -> RankMemory:
+def _ranks(stages: list[_Stage], knobs: Knobs, rules: EngineRules, total: float, dcp: int) -> list[RankMemory]:
+    """Every stage's GPU; SGLang's KV budget is the smallest over them (engine_memory.sglang_rest_bytes)."""
+    rest = min(sglang_rest_bytes(knobs, total, s.costs) for s in stages) if rules.engine == "sglang" else None
+    return [_rank(s, knobs, rules, total, dcp, rest) for s in stages]
+
+
+def _rank(stage: _Stage, knobs: Knobs, rules: EngineRules, total: float, dcp: int,
+          rest: Optional[float]) -> RankMemory:
     c = stage.costs
-    pool_bytes, tokens = kv_pool(rules, knobs, total, c, dcp)
+    pool_bytes, tokens = kv_pool(rules, knobs, total, c, dcp, rest)
     terms = dict(stage.weights)
     if c.a2a_bytes:
         terms["deepep_buffer"] = c.a2a_bytes
@@ -162,17 +170,18 @@ def evaluate(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs,
     """`memory_report` without the search for ways out (used by that search itself). Memoised: a plan
     search asks again for the same knobs (screen, tune, metrics); callers treat the report as read-only."""
     problems = layout_problems(layout, spec, topo.gpus_per_node, topo.total_gpus)
+    problems += [p for p in [split_problem(spec, layout, knobs)] if p and not problems]
     rules = engine_rules(knobs.engine, engine_version)
     if problems:
         return MemoryReport(knobs.engine, layout, knobs, [], 0, 0, 0, False, problems, [], 0.0, 0,
                             rules.version, 0.0, layout.kv_holding())
     stages, total = _stages(spec, topo, layout, knobs, rules), float(topo.gpu.memory_bytes)
-    ranks = [_rank(s, knobs, rules, total, layout.dcp) for s in stages]
+    ranks = _ranks(stages, knobs, rules, total, layout.dcp)
     binding = min(ranks, key=lambda r: r.kv_tokens).pp_stage
     capacity = ranks[binding].kv_tokens
     ceiling, no_safe = _safe_fraction(stages, knobs, rules, total, fraction_ceiling(rules.engine, topo.gpu))
     safe = 0.0 if no_safe else ceiling
-    reasons, notes = _verdict(ranks, knobs, layout, capacity, safe)
+    reasons, notes = verdict(ranks, knobs, layout, capacity, safe)
     block = block_size_warning(spec, topo.gpu, knobs, layout.dcp)
     reasons += [block] if block else []
     refusals, engine_notes = startup_problems(knobs.engine, spec, topo.gpu, knobs, layout.dcp)
@@ -189,10 +198,14 @@ def memory_report(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs,
                   engine_version: Optional[str] = None) -> MemoryReport:
     """Per-GPU memory, the KV capacity the engine will report, a FITS verdict and, when it does not
     fit, the cheapest ways out found by re-running this model on the alternatives."""
-    from .memory_ways_out import ways_out  # it re-runs `evaluate`, so it imports this module
+    from .memory_ways_out import split_note, ways_out  # they re-run `evaluate`, so they import this module
 
     report = evaluate(spec, topo, layout, knobs, engine_version)
-    if report.fits or not report.per_gpu:
+    if not report.per_gpu:
+        return report
+    note = split_note(spec, topo, layout, knobs, report, engine_version) if report.fits else ""
+    report = replace(report, notes=report.notes + [note]) if note else report
+    if report.fits:
         return report
     return replace(report, ways_out=ways_out(spec, topo, layout, knobs, engine_version))
 
@@ -203,7 +216,7 @@ def safe_memory_fraction(spec: ModelSpec, topo: Topology, layout: Layout, knobs:
     KV budget, plus ALLOCATOR_MARGIN_BYTES (see `_safe_fraction`); 0.0 for a layout that cannot exist.
     A ceiling for sizing knobs: where even it leaves no room for a KV block, `memory_report`'s
     `safe_fraction` is 0.0 and its `no_safe_fraction` says why, but this still returns the ceiling."""
-    if layout_problems(layout, spec, topo.gpus_per_node, topo.total_gpus):
+    if layout_problems(layout, spec, topo.gpus_per_node, topo.total_gpus) or split_problem(spec, layout, knobs):
         return 0.0
     rules = engine_rules(knobs.engine, engine_version)
     return _safe_fraction(_stages(spec, topo, layout, knobs, rules), knobs, rules, float(topo.gpu.memory_bytes),
@@ -252,48 +265,3 @@ def _safe_fraction(stages: list[_Stage], knobs: Knobs, rules: EngineRules, total
                          f"need {(inside + outside + total - base) / gib:,.1f} GiB, more than the GPU's "
                          f"{total / gib:,.1f} GiB")
     return safe, ""
-
-
-def _stage_reasons(r: RankMemory, knobs: Knobs, safe: float) -> list[str]:
-    """Why one stage does not fit (leading '!'), or its risk."""
-    gib, free = mt.GiB, r.terms["free"]
-    if r.weights_bytes >= r.total_bytes:
-        return [f"!stage {r.pp_stage}: the weights alone ({r.weights_bytes / gib:,.1f} GiB per GPU) exceed the "
-                f"GPU's {r.total_bytes / gib:,.1f} GiB"]
-    if r.kv_tokens == 0:
-        budget = r.total_bytes * knobs.memory_fraction
-        return [f"!stage {r.pp_stage}: no room for a KV cache: weights {r.weights_bytes / gib:,.1f} GiB per GPU plus "
-                f"activations and runtime use up the engine's budget ({knobs.memory_fraction:g} x "
-                f"{r.total_bytes / gib:,.1f} GiB = {budget / gib:,.1f} GiB)"]
-    if free < 0:
-        return [f"!stage {r.pp_stage}: {-free / gib:,.1f} GiB short once the KV pool, activations and CUDA graphs "
-                f"are in place (out of memory at graph capture or the first long prefill)" + _use(safe, "at most ")]
-    if free < ALLOCATOR_MARGIN_BYTES:
-        return [f"stage {r.pp_stage}: only {free / gib:,.1f} GiB left free (below the "
-                f"{ALLOCATOR_MARGIN_BYTES / gib:.0f} GiB margin)" + _use(safe, "")]
-    return []
-
-
-def _use(safe: float, bound: str) -> str:
-    if safe:
-        return f"; use a memory fraction of {bound}{safe:.3f}"
-    return "; no memory fraction leaves both a KV cache and the margin"
-
-
-def _verdict(ranks: list[RankMemory], knobs: Knobs, layout: Layout, capacity: int,
-             safe: float) -> tuple[list[str], list[str]]:
-    """Reasons (a leading '!' marks one that makes it not fit) and notes."""
-    reasons, notes = [], []
-    for r in ranks:
-        reasons += _stage_reasons(r, knobs, safe)
-    if 0 < capacity < knobs.max_model_len:
-        reasons.append(f"!the KV pool holds {capacity:,} tokens, fewer than --max-model-len {knobs.max_model_len:,} "
-                       f"(the engine refuses to start); the longest that fits is {capacity:,}")
-    if len(ranks) > 1 and len({r.kv_tokens for r in ranks}) > 1:
-        notes.append(f"stage {min(ranks, key=lambda r: r.kv_tokens).pp_stage} binds: the engine sizes every stage's "
-                     f"pool to the minimum, {capacity:,} tokens")
-    if layout.kv_layout == "latent-sharded":
-        notes.append("latent-sharded KV (the seed's Route B) is not implemented by vLLM or SGLang; a planning figure")
-    if 0 < safe < knobs.memory_fraction:
-        notes.append(f"memory fraction {knobs.memory_fraction:g} is above the safe {safe:.3f} predicted here")
-    return reasons, notes

@@ -12,7 +12,8 @@ from typing import Iterator, Optional
 
 from .knobs import Knobs
 from .layout import Layout
-from .memory import evaluate, safe_memory_fraction
+from .memory import MemoryReport, evaluate, safe_memory_fraction, split_pools
+from .pp_split import balance, layer_split, partition_env_name
 from .spec import ModelSpec
 from .topology import InterNode, Topology
 
@@ -25,6 +26,11 @@ def ways_out(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs,
     found = []
     for label, t, lay, kn in _candidates(spec, topo, layout, knobs, engine_version):
         report = evaluate(spec, t, lay, kn, engine_version)
+        safe = safe_memory_fraction(spec, t, lay, kn, engine_version)
+        if not report.fits and 0 < safe < kn.memory_fraction and "safe fraction" not in label:
+            # the alternative may need less of the GPU left to the engine (e.g. pp=4 on twice the nodes)
+            report = evaluate(spec, t, lay, replace(kn, memory_fraction=safe), engine_version)
+            label += f" with {_flag(kn)} {safe:.3f}"
         if report.fits:
             found.append(f"{label}: fits, KV capacity {report.kv_capacity_tokens:,} tokens per engine instance / "
                          f"DP rank ({report.kv_tokens_per_replica:,} per replica)")
@@ -34,12 +40,41 @@ def ways_out(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs,
                      "stages, DP attention, or twice the nodes makes this fit"]
 
 
+def balanced_split(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs,
+                   engine_version: Optional[str] = None) -> Optional[tuple[int, ...]]:
+    """The pipeline split that balances the stages' KV pools (pp_split.balance), if it differs from the knobs'."""
+    if layout.pp == 1:
+        return None
+    own = layer_split(spec, layout, knobs)
+    split = balance(own, split_pools(spec, topo, layout, knobs, engine_version))
+    return tuple(split) if split != own else None
+
+
+def split_note(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, report: MemoryReport,
+               engine_version: Optional[str] = None) -> str:
+    """A note when another pipeline split would hold more KV (at least 1 %), '' otherwise."""
+    split = balanced_split(spec, topo, layout, knobs, engine_version)
+    if not split or not report.kv_capacity_tokens:
+        return ""
+    better = evaluate(spec, topo, layout, replace(knobs, pp_layer_partition=split), engine_version)
+    gain = better.kv_capacity_tokens / report.kv_capacity_tokens - 1
+    if gain < 0.01:
+        return ""
+    return (f"{partition_env_name(knobs.engine)}={','.join(map(str, split))} (--pp-layer-partition) would hold "
+            f"{gain:.0%} more KV tokens ({better.kv_capacity_tokens:,}): stage {report.binding_stage} binds, and the "
+            "engine sizes every stage's pool to the smallest")
+
+
 def _candidates(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs,
                 engine_version: Optional[str]) -> Iterator[Candidate]:
-    flag = "--gpu-memory-utilization" if knobs.engine == "vllm" else "--mem-fraction-static"
+    flag = _flag(knobs)
     safe = safe_memory_fraction(spec, topo, layout, knobs, engine_version)
     if 0 < safe != knobs.memory_fraction:
         yield f"{flag} {safe:.3f} (the safe fraction)", topo, layout, replace(knobs, memory_fraction=safe)
+    split = balanced_split(spec, topo, layout, knobs, engine_version)
+    if split:
+        yield f"{partition_env_name(knobs.engine)}={','.join(map(str, split))} (layers balanced by memory)", topo, \
+            layout, replace(knobs, pp_layer_partition=split)
     if knobs.kv_cache_dtype == "bf16" and spec.attention == "mla":
         yield "fp8 KV cache (--kv-cache-dtype fp8)", topo, layout, replace(knobs, kv_cache_dtype="fp8")
     if knobs.kv_cache_dtype != "bf16":     # e.g. a KV format no backend here runs
@@ -48,6 +83,10 @@ def _candidates(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs,
     if 0 < fit_len < knobs.max_model_len:
         yield f"--max-model-len {fit_len:,}", topo, layout, replace(knobs, max_model_len=fit_len)
     yield from _layouts(spec, topo, layout, knobs)
+
+
+def _flag(knobs: Knobs) -> str:
+    return "--gpu-memory-utilization" if knobs.engine == "vllm" else "--mem-fraction-static"
 
 
 def _layouts(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs) -> Iterator[Candidate]:

@@ -42,6 +42,7 @@ from .errors import PlanError
 from .knobs import Knobs, Workload
 from .layout import Layout, layout_problems
 from .memory import MemoryReport, memory_report
+from .memory import evaluate as memory_evaluate
 from .sizing import kv_bytes_per_token, weight_bytes_breakdown
 from .spec import ModelSpec
 from .step import DecodeStep, Prefill, decode_step, prefill
@@ -212,7 +213,8 @@ def evaluate(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, work
     problems = layout_problems(layout, spec, topo.gpus_per_node, topo.total_gpus)
     if problems:
         raise PlanError(f"layout {layout.label}: " + "; ".join(problems))
-    mem = memory_report(spec, topo, layout, knobs)
+    mem = memory_evaluate(spec, topo, layout, knobs)   # memoised; the full report only for its ways out
+    mem = mem if mem.fits else memory_report(spec, topo, layout, knobs)
     notes = list(calib.notes) + [f"memory: {r}" for r in mem.reasons]
     cap, limit = _limits(layout, knobs, mem, workload, topo.gpu)
     top = min(cap, over_target) if over_target else cap

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from .knobs import Workload
 from .layout import Layout
-from .memory import memory_report, stage_layers
+from .memory import memory_report
+from .pp_split import layer_split
 from .planfile import Candidate, Plan
 from .search import Option, SearchResult
 from .spec import ModelSpec
@@ -16,7 +17,7 @@ def memory_dict(o: Option, spec: ModelSpec) -> dict:
     mem = o.tuned.metrics.memory
     return {"kv_capacity_tokens": mem.kv_capacity_tokens, "kv_tokens_per_replica": mem.kv_tokens_per_replica,
             "fits": mem.fits, "binding_stage": mem.binding_stage, "kv_holding": o.layout.kv_holding(),
-            "pp_layer_partition": list(stage_layers(spec.num_hidden_layers, o.layout.pp, o.engine)),
+            "pp_layer_partition": layer_split(spec, o.layout, o.tuned.knobs),
             "per_gpu": [{"pp_stage": g.pp_stage, "layers": g.layers, "total_bytes": g.total_bytes,
                          "weights_bytes": g.weights_bytes, "kv_pool_bytes": g.kv_pool_bytes,
                          "kv_bytes_per_token": g.kv_bytes_per_token, "kv_tokens": g.kv_tokens,
@@ -43,16 +44,17 @@ def to_plan(spec: ModelSpec, model_path: str, topo: Topology, workload: Workload
 
 
 def nothing_fits_advice(spec: ModelSpec, topo: Topology, workload: Workload, engine: str = "vllm") -> list[str]:
-    """Why one node's worth of plain TP does not serve on `engine`, and what would (memory.ways_out
+    """Why plain TP over a node (x PP over the nodes) does not serve on `engine`, and what would (memory.ways_out
     re-runs the model on each alternative: fp8 KV, shorter context, dcp, PP, DP attention, more nodes)."""
     from .tuning import draft_knobs, Rejected
     tp = max(d for d in range(1, topo.gpus_per_node + 1)
              if spec.num_attention_heads % d == 0 and topo.gpus_per_node % d == 0)
-    layout = Layout(tp=tp)
+    layout = Layout(tp=tp, pp=topo.nodes if topo.gpus_per_node == tp else 1)   # the whole cluster when TP fills a node
     try:
         knobs, _ = draft_knobs(spec, topo, layout, engine, "bf16", workload)
     except Rejected as exc:
         return [str(exc)]
     mem = memory_report(spec, topo, layout, knobs)
-    lines = [f"{layout.label} on one node: {r}" for r in mem.reasons[:2]]
+    where = "on one node" if layout.pp == 1 else f"on all {layout.total_gpus} GPUs"
+    lines = [f"{layout.label} {where}: {r}" for r in mem.reasons[:2]]
     return lines + [f"would fit: {w}" for w in mem.ways_out]

@@ -59,7 +59,7 @@ def render_plan(plan: Plan, result: SearchResult, top: int, explain: bool, is_de
     for note in notes:
         out.print(f"[yellow]note[/yellow] {escape(note)}")
     if not plan.candidates:
-        out.print("[bold red]No candidate fits this model, cluster and workload.[/bold red]")
+        out.print("[bold red]No layout can serve this workload on this cluster.[/bold red] Why (most common first):")
         from .cli_plan import reasons_summary
         for line in reasons_summary(plan.rejected, limit=5):
             out.print(f"  - {line}", markup=False)

@@ -21,6 +21,7 @@ from . import __version__
 from .errors import InputError, PlanError
 from .knobs import ENGINES, KV_DTYPES, Knobs, Workload
 from .layout import KV_LAYOUTS, Layout
+from .pp_split import split_problem
 from .spec import ModelSpec
 from .topology import Topology
 from .yamlio import read_mapping, validate
@@ -77,6 +78,7 @@ class _KnobsIn(BaseModel):
     prefix_caching: bool
     cuda_graphs: bool
     mtp: bool
+    pp_layer_partition: Optional[list[PositiveInt]] = None   # absent in plans written before it existed
 
 
 class _WorkloadIn(BaseModel):
@@ -166,11 +168,22 @@ def read_plan(path: str | Path) -> Plan:
         if c.knobs.max_model_len > limit:
             raise InputError(where, f"{c.knobs.max_model_len} exceeds the model's max_position_embeddings "
                              f"({limit})", f"candidates.{i}.knobs.max_model_len")
-    cands = [Candidate(Layout(**c.layout.model_dump()), Knobs(**c.knobs.model_dump()),
+    cands = [Candidate(Layout(**c.layout.model_dump()), _knobs(c.knobs, raw.model.spec, c.layout, where, i),
                        c.memory.model_dump(exclude_none=True), c.performance,
-                       c.warnings, c.reasons) for c in raw.candidates]
+                       c.warnings, c.reasons) for i, c in enumerate(raw.candidates)]
     return Plan(raw.model.spec, raw.model.model_path, raw.topology, Workload(**raw.workload.model_dump()), cands,
                 raw.rejected)
+
+
+def _knobs(raw: _KnobsIn, spec: ModelSpec, layout: _LayoutIn, where: str, i: int) -> Knobs:
+    fields = raw.model_dump()
+    if fields["pp_layer_partition"] is not None:
+        fields["pp_layer_partition"] = tuple(fields["pp_layer_partition"])
+    knobs = Knobs(**fields)
+    problem = split_problem(spec, Layout(**layout.model_dump()), knobs)
+    if problem:
+        raise InputError(where, problem, f"candidates.{i}.knobs.pp_layer_partition")
+    return knobs
 
 
 def pick(plan: Plan, candidate: int, where: str) -> Candidate:

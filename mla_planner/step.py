@@ -27,7 +27,7 @@ from math import ceil
 from .calibration import Calibration
 from .knobs import Knobs
 from .layout import Layout
-from .memory import stage_layers
+from .pp_split import stage_layers
 from .spec import ModelSpec
 from .step_comm import attention_comm, embed_comm, ffn_comm, logits_comm, pp_handoff_s
 from .step_work import Batch, LayerWeights, Op, attention_ops, ffn_ops, head_ops, layer_weights
@@ -182,9 +182,11 @@ def stage_split(spec: ModelSpec, layout: Layout, engine: str = "vllm") -> list[i
 
 def forward_stages(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, batch: Batch,
                    calib: Calibration, layers_per_stage: list[int] | None = None) -> tuple[dict, list]:
-    """Layer times by kind and the stage times of one forward pass of `batch` (one micro-batch)."""
+    """Layer times by kind and the stage times of one forward pass of `batch` (one micro-batch), over
+    `layers_per_stage`, else the knobs' partition, else the engine's own split."""
+    split = layers_per_stage or knobs.pp_layer_partition
     lt, stages = _forward_memo(spec, topo, layout, knobs.engine, knobs.kv_cache_dtype, knobs.cuda_graphs, batch,
-                               calib, tuple(layers_per_stage) if layers_per_stage else None)
+                               calib, tuple(split) if split else None)
     return lt, list(stages)
 
 

@@ -19,15 +19,17 @@ from .errors import PlanError
 from .knobs import Knobs, Workload
 from .layout import Layout
 from .memory import evaluate as memory_evaluate
-from .memory import safe_memory_fraction
+from .memory import safe_memory_fraction, split_pools
 from .memory_terms import uses_deepep
 from .metrics import Metrics, coupled_ranks, evaluate, mean_tpot_s
+from .pp_split import balance, layer_split, partition_env_name
 from .spec import ModelSpec
 from .topology import Topology
 
 CHUNK_CANDIDATES = (2048, 4096, 8192, 16384)   # max-num-batched-tokens / chunked-prefill-size tried
 DEEPEP_CHUNKS = (256, 512, 1024)                # vLLM sizes its DeepEP low-latency buffer for this many tokens
                                                 # (memory_terms.deepep_buffer_bytes: 3.6 GiB per 256 for V3)
+MIN_SPLIT_GAIN = 0.01                           # a layer split other than the engine's must add this much KV room
 MAX_NUM_SEQS_CAP = 1024                         # vLLM 0.33's own default on H100/H200 (ENGINES.md)
 
 
@@ -130,6 +132,35 @@ def chunk_candidates(engine: str, layout: Layout) -> tuple[int, ...]:
     return DEEPEP_CHUNKS if engine == "vllm" and uses_deepep(layout) else CHUNK_CANDIDATES
 
 
+def choose_split(spec, topo, layout, knobs: Knobs, workload: Workload, calib: Calibration,
+                 first: Metrics) -> tuple[Knobs, Metrics, str]:
+    """The pipeline split, and why ('' without PP). When the KV pool limits the batch, the split that
+    balances the stages' pools (pp_split.balance) is tried, and kept if it serves more tokens/s: it moves
+    layers (and so step time) too, and the step model prices the split it is given."""
+    if layout.pp == 1:
+        return knobs, first, ""
+    own = layer_split(spec, layout, knobs)
+    words = ",".join(map(str, own)) + ": the engine's own split by layer count"
+    if first.concurrency_limit != "kv":
+        return knobs, first, words
+    split = balance(own, split_pools(spec, topo, layout, knobs))
+    if split == own:
+        return knobs, first, words + "; no other split holds more KV"
+    alt = replace(knobs, pp_layer_partition=tuple(split))
+    alt = replace(alt, memory_fraction=safe_memory_fraction(spec, topo, layout, alt))
+    m = evaluate(spec, topo, layout, alt, workload, calib, first.concurrency_per_dp_rank)
+    gain = m.memory.kv_capacity_tokens / max(first.memory.kv_capacity_tokens, 1) - 1
+    if gain < MIN_SPLIT_GAIN or (m.meets_targets, m.throughput_tokens_per_s) <= \
+            (first.meets_targets, first.throughput_tokens_per_s):
+        return knobs, first, words + f"; the KV-balanced split {','.join(map(str, split))} would add {gain:.0%} " \
+                                     "KV room but not throughput"
+    return alt, m, (f"{','.join(map(str, split))} ({partition_env_name(knobs.engine)}): the engine's own split "
+                    f"{','.join(map(str, own))} leaves "
+                    f"stage {first.memory.binding_stage} binding the KV pool (the engine sizes every stage's pool "
+                    f"to the smallest); this split holds {gain:.0%} more tokens "
+                    f"({first.memory.kv_capacity_tokens:,} -> {m.memory.kv_capacity_tokens:,})")
+
+
 def choose_chunk(spec, topo, layout, knobs: Knobs, workload: Workload, calib: Calibration,
                  batch: int) -> tuple[int, str]:
     """The largest prefill chunk whose stalls keep mean TPOT within target at `batch`, and why in a few
@@ -166,6 +197,9 @@ def tune(spec: ModelSpec, topo: Topology, layout: Layout, engine: str, kv_dtype:
     if not mem.fits:
         raise Rejected(mem.reasons[0] if mem.reasons else "does not fit")
     first = evaluate(spec, topo, layout, knobs, workload, calib, batch_hint, over_target)
+    knobs, first, reasons["pp_layer_partition"] = choose_split(spec, topo, layout, knobs, workload, calib, first)
+    if not reasons["pp_layer_partition"]:
+        del reasons["pp_layer_partition"]
     if not first.concurrency_per_dp_rank:
         raise Rejected("; ".join(first.notes[-1:]) or "cannot serve one request within the targets")
     chunk, chunk_why = choose_chunk(spec, topo, layout, knobs, workload, calib, first.concurrency_per_dp_rank)

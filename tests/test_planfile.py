@@ -49,7 +49,13 @@ def test_round_trip(tmp_path):
 @pytest.mark.parametrize("model, dataclass", [(_KnobsIn, Knobs), (_LayoutIn, Layout), (_WorkloadIn, Workload)])
 def test_strict_models_cover_every_field_and_require_it(model, dataclass):
     assert list(model.model_fields) == [f.name for f in fields(dataclass)]
-    assert all(f.is_required() for f in model.model_fields.values())
+    optional = {"pp_layer_partition"}   # added later; a plan without it means the engine's own split
+    assert all(f.is_required() for name, f in model.model_fields.items() if name not in optional)
+
+
+def test_a_plan_without_a_layer_partition_means_the_engines_own_split(tmp_path):
+    path = _write(tmp_path, lambda d: [c["knobs"].pop("pp_layer_partition") for c in d["candidates"]])
+    assert all(c.knobs.pp_layer_partition is None for c in read_plan(path).candidates)
 
 
 def test_a_patch_release_reads_the_file(tmp_path):
@@ -78,6 +84,9 @@ def test_a_patch_release_reads_the_file(tmp_path):
     (_knob("kv_cache_dtype", "int8"), "candidates.0.knobs.kv_cache_dtype", "'bf16', 'fp8' or 'fp8_ds_mla'"),
     (_knob("prefix_caching", "yes"), "candidates.0.knobs.prefix_caching", "valid boolean"),
     (_knob("turbo", True), "candidates.0.knobs.turbo", "unknown field"),
+    (_knob("pp_layer_partition", [30, 31]), "candidates.0.knobs.pp_layer_partition",
+     "must give each of the 1 stages at least one of the model's 61 decoder layers"),
+    (_knob("pp_layer_partition", [61, 0]), "candidates.0.knobs.pp_layer_partition.1", "greater than 0"),
     (lambda d: d["candidates"][0]["layout"].update(kv_layout="sharded"), "candidates.0.layout.kv_layout",
      "'replicated' or 'latent-sharded'"),
     (lambda d: d["candidates"][0]["layout"].update(tp=-8), "candidates.0.layout.tp", "greater than 0"),

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from ..errors import PlanError
-from ..memory import stage_layers
+from ..pp_split import partition_env_name, stage_layers
 from ..topology import Topology
 
 ROCE_V2_GID_INDEX = 3
@@ -74,8 +74,7 @@ def partition_env(engine: str, layers: int, pp: int, partition: Optional[tuple[i
         raise PlanError(f"pipeline partition {parts} does not split {layers} layers into {pp} non-empty stages")
     if not partition and layers % pp == 0:
         return {}
-    name = "VLLM_PP_LAYER_PARTITION" if engine == "vllm" else "SGLANG_PP_LAYER_PARTITION"
-    return {name: ",".join(str(p) for p in parts)}
+    return {partition_env_name(engine): ",".join(str(p) for p in parts)}
 
 
 def instance_env(engine: str, topology: Topology, multi_node: bool, visible_devices: Optional[str],

@@ -1,0 +1,125 @@
+"""The pipeline layer split: each engine's own, one given by the user or chosen by the plan, the split that
+balances the stages' KV pools, and SGLang's one budget for all ranks."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from itertools import combinations
+
+import pytest
+
+from mla_planner.calibration import load_calibration
+from mla_planner.knobs import Workload
+from mla_planner.layout import Layout
+from mla_planner.memory import evaluate, split_pools
+from mla_planner.models import load_model
+from mla_planner.pp_split import balance, layer_split
+from mla_planner.step import decode_step
+from mla_planner.topology import load_topology
+from mla_planner.tuning import draft_knobs, tune
+
+
+def _setup(model, topo_name, layout, engine, kv="fp8"):
+    """The knobs a plan starts from (backend, block, the safe memory fraction) for the default workload."""
+    spec, topo = load_model(model).spec, load_topology(topo_name)
+    return spec, topo, draft_knobs(spec, topo, layout, engine, kv, Workload())[0]
+
+
+def _splits(layers: int, pp: int):
+    """Every way to cut `layers` into `pp` non-empty contiguous stages."""
+    for cuts in combinations(range(1, layers), pp - 1):
+        bounds = (0, *cuts, layers)
+        yield [b - a for a, b in zip(bounds, bounds[1:])]
+
+
+@pytest.mark.parametrize("model, topo_name, layout, engine", [
+    ("deepseek-v3", "2x8xh100-ib", Layout(tp=8, pp=2), "vllm"),
+    ("deepseek-v3", "2x8xh100-ib", Layout(tp=8, pp=2), "sglang"),
+    ("deepseek-v2", "2x8xl40s-eth", Layout(tp=8, pp=2), "vllm"),
+    ("deepseek-v2-lite", "2x8xl40s-eth", Layout(tp=1, pp=4), "vllm"),
+    ("deepseek-v2-lite", "2x8xl40s-eth", Layout(tp=2, pp=3), "sglang"),
+])
+def test_balance_finds_the_best_split_of_all(model, topo_name, layout, engine):
+    spec, topo, knobs = _setup(model, topo_name, layout, engine)
+    pools = split_pools(spec, topo, layout, knobs)
+    best = max(min(pools(s)) for s in _splits(spec.num_hidden_layers, layout.pp))
+    found = balance(layer_split(spec, layout, knobs), pools)
+    assert min(pools(found)) == best
+    assert best >= min(pools(layer_split(spec, layout, knobs)))
+
+
+def test_the_balanced_split_is_what_the_memory_model_then_reports():
+    layout = Layout(tp=8, pp=2)
+    spec, topo, knobs = _setup("deepseek-v2", "2x8xl40s-eth", layout, "vllm")
+    own = evaluate(spec, topo, layout, knobs)
+    split = balance([30, 30], split_pools(spec, topo, layout, knobs))
+    moved = evaluate(spec, topo, layout, replace(knobs, pp_layer_partition=tuple(split)))
+    assert split == [31, 29]        # stage 1 carries the LM head, so it gives a layer to stage 0
+    assert [g.layers for g in moved.per_gpu] == split
+    assert moved.kv_capacity_tokens > 1.15 * own.kv_capacity_tokens   # 18.6 % with these knobs
+
+
+def test_sglang_sizes_every_rank_from_the_smallest_budget():
+    """SGLang reads free memory as the minimum over all GPUs, then each rank divides it by its own bytes per
+    token; vLLM lets each worker profile its own memory. So with SGLang the lighter stage's pool is the
+    heavier stage's budget at its own cell size, while under vLLM it is larger."""
+    layout = Layout(tp=8, pp=2)
+    for engine in ("sglang", "vllm"):
+        spec, topo, knobs = _setup("deepseek-v3", "2x8xh100-ib", layout, engine)
+        light, heavy = sorted(evaluate(spec, topo, layout, knobs).per_gpu, key=lambda g: g.weights_bytes)
+        same_budget = light.kv_tokens * light.kv_bytes_per_token / (heavy.kv_tokens * heavy.kv_bytes_per_token)
+        if engine == "sglang":
+            assert same_budget == pytest.approx(1.0, abs=0.001)
+        else:
+            assert same_budget > 1.02
+
+
+def test_the_plan_moves_layers_when_the_kv_pool_binds(cli, tmp_path):
+    """SGLang's own split of DeepSeek-V3 over 2 stages, 30,31, puts the LM head and the extra MoE layer on
+    one stage; with a relaxed TPOT target the KV pool limits the batch, and 32,29 holds more."""
+    data = json.loads(cli("plan", "-m", "deepseek-v3", "-t", "2x8xh100-ib", "-e", "sglang", "--tpot-ms", "150",
+                          "--json").stdout)
+    best = data["candidates"][0]
+    assert best["label"] == "tp8·pp2" and best["performance"]["concurrency_limit"] == "kv"
+    assert best["knobs"]["pp_layer_partition"] == [32, 29] == best["memory"]["pp_layer_partition"]
+    reason = next(r for r in best["reasons"] if r.startswith("pp_layer_partition:"))
+    assert "SGLANG_PP_LAYER_PARTITION" in reason and "30,31" in reason
+    out = tmp_path / "out"
+    assert cli("emit", "--plan", _save(tmp_path, data), "--out", str(out)).exit_code == 0
+    for node in ("node-0.sh", "node-1.sh"):
+        assert "export SGLANG_PP_LAYER_PARTITION=32,29" in (out / node).read_text()
+
+
+def test_the_split_is_kept_only_when_it_serves_more():
+    spec, topo = load_model("deepseek-v3").spec, load_topology("2x8xh100-ib")
+    layout, calib = Layout(tp=8, pp=2), load_calibration(None, topo)
+    relaxed = tune(spec, topo, layout, "sglang", "fp8", Workload(tpot_ms=150), calib)
+    own = tune(spec, topo, layout, "sglang", "fp8", Workload(tpot_ms=50), calib)
+    assert relaxed.knobs.pp_layer_partition == (32, 29)
+    assert own.metrics.concurrency_limit != "kv" and own.knobs.pp_layer_partition is None
+    assert own.reasons["pp_layer_partition"].startswith("30,31: the engine's own split")
+    # the step model runs the split it is given
+    step = decode_step(spec, topo, layout, relaxed.knobs, 64, 2048, calib)
+    assert [s.layers for s in step.stages] == [32, 29]
+
+
+def test_memory_takes_a_partition_and_suggests_a_better_one(cli):
+    base = ("memory", "-m", "deepseek-v3", "-t", "2x8xh100-ib", "--tp", "8", "--pp", "2", "-e", "sglang",
+            "--kv-cache-dtype", "fp8", "--max-model-len", "4096", "--json")
+    own = json.loads(cli(*base).stdout)
+    assert any(n.startswith("SGLANG_PP_LAYER_PARTITION=32,29 (--pp-layer-partition) would hold") for n in own["notes"])
+    given = json.loads(cli(*base, "--pp-layer-partition", "32,29").stdout)
+    assert [g["layers"] for g in given["per_gpu"]] == [32, 29]
+    assert given["kv_capacity_tokens"] > own["kv_capacity_tokens"]
+    assert not any("would hold" in n for n in given["notes"])
+    for bad, words in (("32,30", "summing to 61"), ("61,0", "at least one"), ("31", "each of the 2 stages"),
+                       ("31;30", "comma-separated")):
+        r = cli(*base, "--pp-layer-partition", bad)
+        assert r.exit_code == 2 and words in r.output and len(r.output.strip().splitlines()) == 1, r.output
+
+
+def _save(tmp_path, data) -> str:
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(data))
+    return str(path)
