@@ -103,8 +103,9 @@ def plan_cmd(
     output_len: Annotated[str, Opt("--output-len", help="Output tokens: '512' or 'p50=256,p99=2048'.")] = "512",
     concurrency: Annotated[Optional[int], Opt("--concurrency", help="Requests in flight you expect "
                                                                    "(default: as many as the targets allow).")] = None,
-    request_rate: Annotated[Optional[float], Opt("--request-rate", help="Arrivals per second; turned into a "
-                                                 "concurrency by Little's law at the targets.")] = None,
+    request_rate: Annotated[Optional[float], Opt("--request-rate", help=(
+        "Arrivals per second. Little's law at the targets caps the requests in flight (and sizes max-num-seqs); "
+        "the figures are at the model's own steady state, where in flight = rate x (TTFT + output x TPOT)."))] = None,
     ttft_ms: Annotated[float, Opt("--ttft-ms", help="Time-to-first-token target, ms (held by the p99 "
                                                      "prompt when --input-len gives percentiles).")] = 3000.0,
     tpot_ms: Annotated[float, Opt("--tpot-ms", help="Time-per-output-token target, ms (50 ms = 20 tok/s "

@@ -166,6 +166,24 @@ def network_wait_share(d: DecodeStep, p: Prefill, rounds: float, round_s: float)
     return min(1.0, net_s / round_s) if round_s else 0.0
 
 
+def operating_batch(spec, topo, layout, knobs, workload, calib, batch: int) -> int:
+    """Requests running per DP rank under an open arrival stream, by Little's law with the model's own
+    latencies: B = lambda x (TTFT(B) + output_len x TPOT(B)), lambda the arrivals per DP rank. Iterated
+    down from `batch` (the most that meet the targets, where the latencies are at most the targets, so
+    the right side is at most what the CLI's Little's law at the targets gave); both latencies grow with
+    B, so the sequence falls monotonically to the largest fixed point. Rounded up: a fractional request
+    still occupies the batch part of the time."""
+    lam = workload.request_rate_per_s / (layout.dp * layout.replicas)
+    b = batch
+    for _ in range(64):
+        tpot, _, p = mean_tpot_s(spec, topo, layout, knobs, workload, calib, b)
+        nxt = min(batch, max(1, ceil(lam * (p.ttft_s + workload.output_len * tpot) - 1e-9)))
+        if nxt >= b:
+            break
+        b = nxt
+    return b
+
+
 def _largest_batch(spec, topo, layout, knobs, workload, calib, cap: int, hint: int = 0) -> int:
     """Largest B in [1, cap] with mean TPOT <= target (mean TPOT grows with B); 0 if even B=1 misses."""
     return largest_under(lambda b: mean_tpot_s(spec, topo, layout, knobs, workload, calib, b)[0],
@@ -257,6 +275,12 @@ def evaluate(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, work
                          f"{workload.request_rate_per_s:g}/s: its queue grows without bound, so TTFT misses the target")
             meets = False
         tput = min(tput, offered)
+        op = operating_batch(spec, topo, layout, knobs, workload, calib, batch) if not overload else batch
+        if op < batch:   # the figures of the requests actually running, not of the most the targets allow
+            tpot, d, p = mean_tpot_s(spec, topo, layout, knobs, workload, calib, op)
+            round_s, rounds = serving_round_s(spec, layout, op, workload, d, p)
+            util, in_use = _memory_shares(spec, layout, knobs, mem, op, ctx)
+            conc = in_flight(op, layout, workload)
     elif batch and workload.concurrency and held < workload.concurrency:
         overload = workload.concurrency / held
         notes.append(f"holds {held:,} of the {workload.concurrency:,} requests offered at once within the targets; "

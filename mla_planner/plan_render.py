@@ -22,7 +22,8 @@ def headline(plan: Plan, is_default: bool) -> str:
                                else "")
     return (f"{first}{plan.spec.name} on {t.name} ({t.nodes} x {t.gpus_per_node} {t.gpu.name}) for {inp} prompt / "
             f"{out} output tokens, TPOT <= {w.tpot_ms:g} ms, TTFT <= {w.ttft_ms:g} ms"
-            + (f", {w.concurrency} concurrent requests" if w.concurrency else ""))
+            + (f", {w.request_rate_per_s:g} requests/s (at most {w.concurrency} in flight at the targets)"
+               if w.request_rate_per_s else f", {w.concurrency} concurrent requests" if w.concurrency else ""))
 
 
 def candidates_table(plan: Plan, top: int) -> Table:
