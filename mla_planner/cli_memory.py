@@ -25,7 +25,8 @@ FRACTION_FLAG = {"vllm": "--gpu-memory-utilization", "sglang": "--mem-fraction-s
 KV_CAPACITY_LABEL = "KV capacity (tokens per engine instance / DP rank, as the engine logs it)"
 # Upper bounds on per-DP-rank knobs: far above any engine default (vLLM max-num-seqs 1024, SGLang 2048;
 # batched tokens 8192-16384; block sizes <= 256), low enough that a typo cannot price a 10^14-row table.
-UPPER_BOUNDS = {"--max-num-seqs": 65_536, "--max-num-batched-tokens": 1_048_576, "--block-size": 1024}
+UPPER_BOUNDS = {"--max-num-seqs": 65_536, "--max-num-batched-tokens": 1_048_576, "--block-size": 1024,
+                "--cuda-graph-max-bs": 65_536}
 LONG_CONTEXT_ENV = {"vllm": "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1", "sglang": "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1"}
 
 IntOpt = Optional[int]
@@ -67,6 +68,10 @@ def memory_cmd(
         "--max-num-batched-tokens", help="vLLM --max-num-batched-tokens / SGLang --chunked-prefill-size, per "
         "DP rank (SGLang's flag is this x the DP-attention size): tokens of the profiled forward that sizes "
         "the activation peak.")] = None,
+    cuda_graph_max_bs: Annotated[IntOpt, typer.Option(
+        "--cuda-graph-max-bs", help="Largest decode batch captured as a CUDA graph, per DP rank (vLLM "
+        "--max-cudagraph-capture-size, SGLang --cuda-graph-max-bs-decode; default: the engine's, 512 on vLLM, by "
+        "GPU memory and TP on SGLang): every captured size costs graph memory.")] = None,
     pp_layer_partition: Annotated[Optional[str], typer.Option(
         "--pp-layer-partition", help="Decoder layers per pipeline stage, e.g. 32,29 (what VLLM_PP_LAYER_PARTITION "
         "/ SGLANG_PP_LAYER_PARTITION set; default: the engine's split by count, the remainder to vLLM's "
@@ -106,6 +111,7 @@ def memory_cmd(
                         max_num_seqs=bounded("--max-num-seqs", max_num_seqs),
                         max_num_batched_tokens=bounded("--max-num-batched-tokens", max_num_batched_tokens),
                         mtp=mtp, cuda_graphs=not enforce_eager,
+                        cuda_graph_max_bs=bounded("--cuda-graph-max-bs", cuda_graph_max_bs),
                         pp_layer_partition=partition_choice(pp_layer_partition, spec, layout)))
     report = memory_report(spec, topo, layout, knobs, engine_version)
     data = report_dict(report, spec.name, topo.name)

@@ -176,7 +176,7 @@ def sglang_default_fraction(gpu: GPU, layout: Layout, knobs: Knobs) -> float:
     Reproduces ENGINES.md's resolved 0.886 (TP8 H200) and 0.758 (TP8, DP attention 8); not modelled:
     DeepEP (+2 GiB) and speculative-decoding reserves."""
     mib, tp_size = nvidia_smi_mib(gpu), layout.stage_gpus
-    max_bs = sglang_cuda_graph_max_bs(gpu, tp_size)
+    max_bs = knobs.cuda_graph_max_bs or sglang_cuda_graph_max_bs(gpu, tp_size)
     chunked = knobs.max_num_batched_tokens * layout.dp     # the server flag: per-DP-rank knob x dp
     reserved = 512 + max(chunked, 2048) * 1.5 + tp_size * layout.pp / 8 * 1024
     if knobs.cuda_graphs:
@@ -236,29 +236,34 @@ def engine_default_knobs(engine: str, spec: ModelSpec, topo: Topology, dp: int =
 
 def vllm_capture_sizes(knobs: Knobs, gpu: GPU) -> list[int]:
     """vLLM 0.33 `_set_cudagraph_sizes`: max = min(max_num_seqs x 2, 512 (1024 on Blackwell),
-    max_num_batched_tokens); sizes 1, 2, 4, then every 8 below 256, then every 16."""
+    max_num_batched_tokens), or min(--max-cudagraph-capture-size, max_num_batched_tokens) when given;
+    sizes 1, 2, 4, then every 8 below 256, then every 16."""
     if not knobs.cuda_graphs:
         return []
-    top = min(knobs.max_num_seqs * 2, graph_batch_cap("vllm", gpu, Layout()), knobs.max_num_batched_tokens)
+    top = min(knobs.cuda_graph_max_bs or min(knobs.max_num_seqs * 2, graph_batch_cap("vllm", gpu, Layout())),
+              knobs.max_num_batched_tokens)
     sizes = [s for s in (1, 2, 4) if s <= top] + list(range(8, min(top + 1, 256), 8)) + list(range(256, top + 1, 16))
     return sizes
 
 
 def sglang_capture_sizes(knobs: Knobs, gpu: GPU, layout: Layout) -> list[int]:
     """SGLang decode graph batch sizes: 1, 2, 4, 8, 12, every 8 to 256, every 16 to 512, every 32 up to
-    cuda_graph_max_bs (cuda_graph_hook.generate_decode_cuda_graph_batch_sizes)."""
+    cuda_graph_max_bs, or --cuda-graph-max-bs-decode when given
+    (cuda_graph_hook.generate_decode_cuda_graph_batch_sizes)."""
     if not knobs.cuda_graphs:
         return []
-    top = sglang_cuda_graph_max_bs(gpu, layout.stage_gpus)
+    top = knobs.cuda_graph_max_bs or sglang_cuda_graph_max_bs(gpu, layout.stage_gpus)
     sizes = [1, 2, 4, 8, 12] + list(range(16, 257, 8)) + list(range(272, 512, 16)) + list(range(512, top + 1, 32))
     return [s for s in sizes if s <= top]
 
 
-def graph_batch_cap(engine: str, gpu: GPU, layout: Layout) -> int:
-    """The largest decode batch (per DP rank and micro-batch) the engine captures a CUDA graph for by
-    default; a larger one runs eagerly, several times slower (USER_PROBLEMS.md problem 19). vLLM 0.33:
-    512, 1024 on Blackwell (`_set_cudagraph_sizes`, see vllm_capture_sizes); SGLang 0.5.23:
-    sglang_cuda_graph_max_bs by GPU memory and TP size."""
+def graph_batch_cap(engine: str, gpu: GPU, layout: Layout, knobs: Optional[Knobs] = None) -> int:
+    """The largest decode batch (per DP rank and micro-batch) the engine captures a CUDA graph for: the
+    knobs' cuda_graph_max_bs, else the engine's default; a larger one runs eagerly, several times slower
+    (USER_PROBLEMS.md problem 19). vLLM 0.33: 512, 1024 on Blackwell (`_set_cudagraph_sizes`, see
+    vllm_capture_sizes); SGLang 0.5.23: sglang_cuda_graph_max_bs by GPU memory and TP size."""
+    if knobs is not None and knobs.cuda_graph_max_bs:
+        return knobs.cuda_graph_max_bs
     if engine == "sglang":
         return sglang_cuda_graph_max_bs(gpu, layout.stage_gpus)
     return 1024 if gpu.arch == "blackwell" else 512

@@ -6,6 +6,8 @@
   max_num_batched_tokens  vLLM --max-num-batched-tokens, SGLang --chunked-prefill-size
   max_model_len    vLLM --max-model-len, SGLang --context-length
   block_size       vLLM --block-size, SGLang --page-size
+  cuda_graph_max_bs  vLLM --max-cudagraph-capture-size, SGLang --cuda-graph-max-bs-decode (the largest
+                   decode batch run from a CUDA graph; None: the engine's default, engine_memory.graph_batch_cap)
   pp_layer_partition  vLLM VLLM_PP_LAYER_PARTITION, SGLang SGLANG_PP_LAYER_PARTITION (decoder layers per
                    pipeline stage; None: the engine's own split by count, memory.stage_layers)
 """
@@ -33,6 +35,7 @@ class Knobs:
     cuda_graphs: bool = True
     mtp: bool = False
     pp_layer_partition: Optional[tuple[int, ...]] = None
+    cuda_graph_max_bs: Optional[int] = None
 
 
 @dataclass(frozen=True)

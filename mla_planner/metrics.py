@@ -208,7 +208,7 @@ def in_flight(batch_per_dp_rank: int, layout: Layout, workload: Workload) -> int
     return min(total, workload.concurrency) if workload.concurrency else total
 
 
-def _limits(layout: Layout, knobs: Knobs, mem: MemoryReport, workload: Workload, gpu: GPU) -> tuple[int, str]:
+def batch_limit(layout: Layout, knobs: Knobs, mem: MemoryReport, workload: Workload, gpu: GPU) -> tuple[int, str]:
     """The most requests a DP rank can run, and what limits it: the KV pool at the workload's lengths,
     max_num_seqs, (vLLM) the step's token budget: every running request decodes one token of
     max_num_batched_tokens (vLLM 0.33 `config/scheduler.py` refuses a budget below max_num_seqs), or the
@@ -219,7 +219,7 @@ def _limits(layout: Layout, knobs: Knobs, mem: MemoryReport, workload: Workload,
     if knobs.engine == "vllm":
         caps.append((knobs.max_num_batched_tokens, "max_num_batched_tokens"))
     if knobs.cuda_graphs:    # the step model prices graph replay, so the micro-batch stays in the captured range
-        caps.append((graph_batch_cap(knobs.engine, gpu, layout) * layout.pp, "cuda_graphs"))
+        caps.append((graph_batch_cap(knobs.engine, gpu, layout, knobs) * layout.pp, "cuda_graphs"))
     return min(caps, key=lambda c: c[0])
 
 
@@ -234,7 +234,7 @@ def evaluate(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, work
     mem = memory_evaluate(spec, topo, layout, knobs)   # memoised; the full report only for its ways out
     mem = mem if mem.fits else memory_report(spec, topo, layout, knobs)
     notes = list(calib.notes) + [f"memory: {r}" for r in mem.reasons]
-    cap, limit = _limits(layout, knobs, mem, workload, topo.gpu)
+    cap, limit = batch_limit(layout, knobs, mem, workload, topo.gpu)
     top = min(cap, over_target) if over_target else cap
     if not workload.tpot_applies:
         batch = cap

@@ -79,6 +79,7 @@ class _KnobsIn(BaseModel):
     cuda_graphs: bool
     mtp: bool
     pp_layer_partition: Optional[list[PositiveInt]] = None   # absent in plans written before it existed
+    cuda_graph_max_bs: Optional[PositiveInt] = None          # the same
 
 
 class _WorkloadIn(BaseModel):

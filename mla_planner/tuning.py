@@ -14,14 +14,14 @@ from math import ceil
 
 from .backends import choose_block_size, fp8_checkpoint, no_backend_reason, usable_backends
 from .calibration import Calibration
-from .engine_memory import sglang_fraction_ceiling
+from .engine_memory import graph_batch_cap, sglang_fraction_ceiling
 from .errors import PlanError
 from .knobs import Knobs, Workload
 from .layout import Layout
 from .memory import evaluate as memory_evaluate
 from .memory import safe_memory_fraction, split_pools
 from .memory_terms import uses_deepep
-from .metrics import Metrics, coupled_ranks, evaluate, mean_tpot_s
+from .metrics import Metrics, batch_limit, coupled_ranks, evaluate, mean_tpot_s
 from .pp_split import balance, layer_split, partition_env_name
 from .spec import ModelSpec
 from .topology import Topology
@@ -29,6 +29,8 @@ from .topology import Topology
 CHUNK_CANDIDATES = (2048, 4096, 8192, 16384)   # max-num-batched-tokens / chunked-prefill-size tried
 DEEPEP_CHUNKS = (256, 512, 1024)                # vLLM sizes its DeepEP low-latency buffer for this many tokens
                                                 # (memory_terms.deepep_buffer_bytes: 3.6 GiB per 256 for V3)
+GRAPH_CAP_MAX = 2048                            # the largest decode batch we ask an engine to capture (our
+                                                # bound: capture time and graph memory grow with every size)
 MIN_SPLIT_GAIN = 0.01                           # a layer split other than the engine's must add this much KV room
 MAX_NUM_SEQS_CAP = 1024                         # vLLM 0.33's own default on H100/H200 (ENGINES.md)
 
@@ -161,6 +163,43 @@ def choose_split(spec, topo, layout, knobs: Knobs, workload: Workload, calib: Ca
                     f"({first.memory.kv_capacity_tokens:,} -> {m.memory.kv_capacity_tokens:,})")
 
 
+def choose_graph_cap(spec, topo, layout, knobs: Knobs, workload: Workload, calib: Calibration,
+                     first: Metrics) -> tuple[Knobs, Metrics, str]:
+    """Raise the CUDA-graph capture range when it is what limits the batch (a larger decode batch would run
+    eagerly): to the batch the other limits allow, per micro-batch, in whole steps of 16 (vLLM captures
+    every 16th size above 256), at most GRAPH_CAP_MAX. More graphs cost memory (memory_terms.cuda_graph_bytes
+    counts every captured size), so the memory fraction is re-derived and the result kept only if it serves
+    more tokens/s."""
+    if first.concurrency_limit != "cuda_graphs":
+        return knobs, first, ""
+    others, _ = batch_limit(layout, replace(knobs, cuda_graphs=False), first.memory, workload, topo.gpu)
+    own = graph_batch_cap(knobs.engine, topo.gpu, layout, knobs)
+    cap = min(GRAPH_CAP_MAX, ceil(ceil(others / layout.pp) / 16) * 16)
+    if cap <= own:
+        return knobs, first, ""
+    alt, m = _with_graph_cap(spec, topo, layout, knobs, workload, calib, first, cap)
+    if m.concurrency_limit != "cuda_graphs":   # another limit came first: capture only what is used
+        cap = max(own + 16, ceil(ceil(m.concurrency_per_dp_rank / layout.pp) / 16) * 16)
+        if cap < alt.cuda_graph_max_bs:
+            tighter, m2 = _with_graph_cap(spec, topo, layout, knobs, workload, calib, m, cap)
+            if (m2.meets_targets, m2.throughput_tokens_per_s) >= (m.meets_targets, m.throughput_tokens_per_s):
+                alt, m = tighter, m2
+    flag = "--max-cudagraph-capture-size" if knobs.engine == "vllm" else "--cuda-graph-max-bs-decode"
+    if (m.meets_targets, m.throughput_tokens_per_s) <= (first.meets_targets, first.throughput_tokens_per_s):
+        return knobs, first, (f"the engine's own ({own} per micro-batch): capturing up to {cap} ({flag}) would not "
+                              "serve more, its graphs taking KV memory")
+    return alt, m, (f"{alt.cuda_graph_max_bs} ({flag}): the engine's own capture range ({own} per micro-batch) would "
+                    f"run larger decode batches eagerly; capturing more serves "
+                    f"{m.throughput_tokens_per_s / first.throughput_tokens_per_s - 1:.0%} more tokens/s")
+
+
+def _with_graph_cap(spec, topo, layout, knobs: Knobs, workload: Workload, calib: Calibration, hint: Metrics,
+                    cap: int) -> tuple[Knobs, Metrics]:
+    alt = replace(knobs, cuda_graph_max_bs=cap)
+    alt = replace(alt, memory_fraction=min(knobs.memory_fraction, safe_memory_fraction(spec, topo, layout, alt)))
+    return alt, evaluate(spec, topo, layout, alt, workload, calib, hint.concurrency_per_dp_rank)
+
+
 def choose_chunk(spec, topo, layout, knobs: Knobs, workload: Workload, calib: Calibration,
                  batch: int) -> tuple[int, str]:
     """The largest prefill chunk whose stalls keep mean TPOT within target at `batch`, and why in a few
@@ -199,8 +238,8 @@ def tune(spec: ModelSpec, topo: Topology, layout: Layout, engine: str, kv_dtype:
         raise Rejected(mem.reasons[0] if mem.reasons else "does not fit")
     first = evaluate(spec, topo, layout, knobs, workload, calib, batch_hint, over_target)
     knobs, first, reasons["pp_layer_partition"] = choose_split(spec, topo, layout, knobs, workload, calib, first)
-    if not reasons["pp_layer_partition"]:
-        del reasons["pp_layer_partition"]
+    knobs, first, reasons["cuda_graph_max_bs"] = choose_graph_cap(spec, topo, layout, knobs, workload, calib, first)
+    reasons = {k: v for k, v in reasons.items() if v}
     if not first.concurrency_per_dp_rank:
         raise Rejected("; ".join(first.notes[-1:]) or "cannot serve one request within the targets")
     chunk, chunk_why = choose_chunk(spec, topo, layout, knobs, workload, calib, first.concurrency_per_dp_rank)

@@ -169,15 +169,40 @@ def test_vllm_never_runs_more_requests_than_its_token_budget():
 
 def test_running_requests_stay_in_the_cuda_graph_capture_range():
     """The step model prices graph replay, so a DP rank's decode micro-batch stays within what the engine
-    captures by default (vLLM 512, SGLang by GPU and TP); beyond it decode runs eagerly (USER_PROBLEMS 19).
-    Short prompts on 8 H200 once planned 535 running requests."""
+    captures (vLLM 512, SGLang by GPU and TP, unless the plan raises it); beyond it decode runs eagerly
+    (USER_PROBLEMS 19). Short prompts on 8 H200 once planned 535 running requests under a 512 range."""
     from mla_planner.engine_memory import graph_batch_cap
+    from mla_planner.memory import evaluate
     spec, topo, calib = setup("deepseek-v3", "8xh200")
     result = search(spec, topo, Workload(input_len=1024), calib)
     for o in result.options:
-        assert o.tuned.knobs.max_num_seqs <= graph_batch_cap(o.engine, topo.gpu, o.layout) * o.layout.pp
-    capped = [o for o in result.options if o.tuned.metrics.concurrency_limit == "cuda_graphs"]
-    assert capped and "CUDA-graph capture range" in capped[0].tuned.reasons["max_num_seqs"]
+        assert o.tuned.knobs.max_num_seqs <= graph_batch_cap(o.engine, topo.gpu, o.layout, o.tuned.knobs) * o.layout.pp
+    raised = [o for o in result.options if o.tuned.knobs.cuda_graph_max_bs]
+    assert raised, "short prompts on 8 H200 run more than 512 requests per DP rank: the plan raises the range"
+    for o in raised:
+        k = o.tuned.knobs
+        assert k.cuda_graph_max_bs > graph_batch_cap(o.engine, topo.gpu, o.layout) and k.cuda_graph_max_bs % 16 == 0
+        assert o.tuned.knobs.max_num_seqs > graph_batch_cap(o.engine, topo.gpu, o.layout) * o.layout.pp
+        assert "would run larger decode batches eagerly" in o.tuned.reasons["cuda_graph_max_bs"]
+        own = evaluate(spec, topo, o.layout, replace(k, cuda_graph_max_bs=None))   # more graphs cost memory
+        assert o.tuned.metrics.memory.per_gpu[0].terms["cuda_graph"] > own.per_gpu[0].terms["cuda_graph"]
+
+
+def test_the_raised_capture_range_reaches_the_launch_command(tmp_path):
+    """One L40S with DeepSeek-V2-Lite: SGLang captures decode graphs up to 32 by default on a 48 GB GPU at
+    tp < 4 (memory_hook), while the KV pool and the TPOT target allow about 70 running requests."""
+    from mla_planner.launch.emit import emit
+    from mla_planner.plan import to_plan
+    topo_file = tmp_path / "1xl40s.yaml"
+    topo_file.write_text("name: 1xl40s\nnodes: 1\ngpus_per_node: 1\ngpu: L40S-48G\nintra_node: {kind: pcie}\n")
+    spec, topo, calib = setup("deepseek-v2-lite", str(topo_file))
+    result = search(spec, topo, Workload(), calib, engines=("sglang",))
+    best = result.options[0]
+    assert best.tuned.knobs.cuda_graph_max_bs and best.tuned.knobs.cuda_graph_max_bs > 32
+    assert best.tuned.metrics.concurrency_per_dp_rank > 32
+    plan = to_plan(spec, spec.hf_id, topo, Workload(), result, top=1)
+    emit(plan, 1, None, tmp_path / "out")
+    assert f"--cuda-graph-max-bs-decode {best.tuned.knobs.cuda_graph_max_bs}" in (tmp_path / "out" / "node-0.sh").read_text()
 
 
 def test_context_beyond_the_model_is_rejected():

@@ -10,7 +10,8 @@ Flags and recipes from ENGINES.md (a) and (b), checked against the SGLang 0.5.23
            --chunked-prefill-size (both totals over the attention-DP ranks: SGLang divides them by
            attn_dp_size, so knobs per DP rank are multiplied by dp), --context-length,
            --disable-radix-cache, --attention-backend, --cuda-graph-backend-{decode,prefill} disabled
-           (not the deprecated --disable-cuda-graph), MTP as EAGLE with one draft step
+           (not the deprecated --disable-cuda-graph), --cuda-graph-max-bs-decode (when the plan raises the
+           capture range; per DP rank), MTP as EAGLE with one draft step
   nodes    the same command on every node, only --node-rank differs: --nnodes --node-rank
            --dist-init-addr HEAD:PORT (+ --dist-timeout for slow loads); --host/--port on rank 0.
 SGLang has no Ray form here (`--use-ray` is an HTTP mode, not a multi-node launcher).
@@ -62,6 +63,7 @@ def sizing_flags(inp: LaunchInputs) -> list[str]:
         ("--attention-backend", k.attention_backend),
         ("--cuda-graph-backend-decode", None if k.cuda_graphs else "disabled"),
         ("--cuda-graph-backend-prefill", None if k.cuda_graphs else "disabled"),
+        ("--cuda-graph-max-bs-decode", k.cuda_graph_max_bs if k.cuda_graphs else None),
         ("--speculative-algorithm", "EAGLE" if k.mtp else None),
         ("--speculative-num-steps", 1 if k.mtp else None),
         ("--speculative-eagle-topk", 1 if k.mtp else None),

@@ -8,6 +8,7 @@ Flags and recipes from ENGINES.md (a) and (b), checked against the vLLM 0.33.0 w
   knobs    --block-size, --kv-cache-dtype (bf16 -> auto), --gpu-memory-utilization, --max-num-seqs and
            --max-num-batched-tokens (both per DP rank: each DP engine has its own scheduler),
            --max-model-len, prefix caching on/off, --attention-backend, --enforce-eager (graphs off),
+           --max-cudagraph-capture-size (when the plan raises the capture range),
            --speculative-config deepseek_mtp (MTP)
   nodes    one node: plain; tp*pp across nodes: --nnodes/--node-rank/--master-addr/--master-port and
            --headless off the head (mp executor, no Ray); DP across nodes: --data-parallel-size-local,
@@ -67,6 +68,7 @@ def sizing_flags(inp: LaunchInputs) -> list[str]:
         ("--enable-prefix-caching" if k.prefix_caching else "--no-enable-prefix-caching", True),
         ("--attention-backend", k.attention_backend),
         ("--enforce-eager", not k.cuda_graphs),
+        ("--max-cudagraph-capture-size", k.cuda_graph_max_bs if k.cuda_graphs else None),
         ("--speculative-config", MTP_CONFIG if k.mtp else None),
         ("--trust-remote-code", True),
     ])
