@@ -131,6 +131,27 @@ def uses_deepep(layout: Layout) -> bool:
     return layout.dp > 1 and layout.ep > 1 and layout.ep == layout.stage_gpus
 
 
+def deepep_problem(engine: str, layout: Layout, intra_kind: str, fabric: str | None, spans_nodes: bool) -> str:
+    """Why DeepEP cannot run this layout's all-to-all on this hardware ('' when it can). DeepEP's normal
+    kernels need NVLink inside a node (DeepEP#216; USER_PROBLEMS.md problem 16: "PCIe L20 cannot use it"),
+    its low-latency kernels reach other GPUs over NVLink or, through NVSHMEM, over RDMA (InfiniBand or
+    RoCE). SGLang's deepep mode `auto` prefills with the normal kernels; vLLM's deepep_low_latency uses
+    the low-latency ones only."""
+    if not uses_deepep(layout):
+        return ""
+    rdma = fabric in ("infiniband", "roce")
+    if intra_kind == "pcie" and engine == "sglang":
+        return ("SGLang's DeepEP all-to-all (DP attention + EP) prefills with DeepEP's normal kernels, which need "
+                "NVLink between the GPUs; this node has PCIe only")
+    if spans_nodes and not rdma:
+        return ("DeepEP (the all-to-all of DP attention + EP) between nodes needs an RDMA fabric (InfiniBand or "
+                "RoCE); this cluster's nodes talk over " + (fabric or "nothing"))
+    if intra_kind == "pcie" and not rdma:
+        return ("DeepEP (the all-to-all of DP attention + EP) needs NVLink or an RDMA NIC (InfiniBand/RoCE, "
+                "through NVSHMEM) between the GPUs; this cluster has PCIe only" + (" and Ethernet" if fabric else ""))
+    return ""
+
+
 def deepep_dispatch_tokens(engine: str, max_num_seqs: int, max_num_batched_tokens: int, mtp: bool) -> int:
     """Tokens per rank the low-latency buffer is sized for. vLLM 0.33: max_num_batched_tokens
     (fused_moe/layer.py: max_num_tokens). SGLang: the decode batch of one DP rank (x2 with MTP verify),

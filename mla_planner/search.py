@@ -24,6 +24,7 @@ from .knobs import ENGINES, Knobs, Workload
 from .layout import Layout, layout_problems
 from .layouts import candidate_layouts
 from .memory import evaluate as memory_evaluate
+from .memory_terms import uses_deepep
 from .metrics import in_flight, mean_tpot_s, serving_round_s, tokens_per_request
 from .pareto import pareto_front
 from .spec import ModelSpec
@@ -188,6 +189,9 @@ def warnings_for(spec: ModelSpec, topo: Topology, layout: Layout, tuned: Tuned, 
         out.append("block size/backend: " + tuned.reasons["block_size"])
     fp8 = fp8_checkpoint(tuned.knobs.engine, spec, topo.gpu)
     out += [fp8[1]] if fp8 else []
+    if uses_deepep(layout) and topo.intra_node.kind == "pcie":
+        out.append("DeepEP's low-latency kernels go over the RDMA NICs here (no NVLink; NVSHMEM with IBGDA): run "
+                   "DeepEP's test_low_latency.py on the nodes before serving (the emitted README: how to fall back)")
     idle = topo.total_gpus - layout.total_gpus
     if idle:
         more = idle // layout.instance_gpus

@@ -20,7 +20,7 @@ from .knobs import Knobs, Workload
 from .layout import Layout
 from .memory import evaluate as memory_evaluate
 from .memory import safe_memory_fraction, split_pools
-from .memory_terms import uses_deepep
+from .memory_terms import deepep_problem, uses_deepep
 from .metrics import Metrics, batch_limit, coupled_ranks, evaluate, mean_tpot_s
 from .pp_split import balance, layer_split, partition_env_name
 from .spec import ModelSpec
@@ -85,6 +85,11 @@ def _draft_knobs(spec: ModelSpec, topo: Topology, layout: Layout, engine: str, k
     fp8 = fp8_checkpoint(engine, spec, gpu)
     if fp8 and not fp8[0]:
         raise Rejected(fp8[1])
+    inter = topo.inter_node
+    deepep = deepep_problem(engine, layout, topo.intra_node.kind, inter.fabric if inter else None,
+                            layout.stage_gpus > topo.gpus_per_node)
+    if deepep:
+        raise Rejected(deepep)
     backend, block, why_block = _backend_and_block(engine, gpu, kv_dtype, layout.dcp, pinned.block_size)
     context = workload.max_context_len
     if context > spec.max_position_embeddings:

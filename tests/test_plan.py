@@ -285,3 +285,26 @@ def test_dp_candidates_say_when_prefill_chunks_stall_every_rank():
     why = {o.layout.label: o.tuned.reasons["max_num_seqs"] for o in result.options}
     assert "stall all of them" in why["tp1·dp16·ep16"] and "disaggregation" in why["tp1·dp16·ep16"]
     assert "stall" not in why["tp16"]
+
+
+@pytest.mark.parametrize("inter, vllm_ok", [("", False), ("inter_node: {fabric: ethernet, nics_per_node: 1, "
+                                                         "nic_gbit_per_s: 100}\n", False),
+                                            ("inter_node: {fabric: roce, nics_per_node: 4, nic_gbit_per_s: 200}\n",
+                                             True)])
+def test_deepep_is_planned_only_where_it_can_run(tmp_path, inter, vllm_ok):
+    """DeepEP's normal kernels need NVLink (DeepEP#216, USER_PROBLEMS 16: PCIe L20 cannot use them); its
+    low-latency kernels reach other GPUs over NVLink or RDMA. So on a PCIe box DP attention + EP is planned
+    for vLLM (low-latency kernels only) when RDMA NICs exist, with a warning, and never for SGLang (its
+    auto mode prefills with the normal kernels)."""
+    path = tmp_path / "pcie.yaml"
+    path.write_text("name: 4xl40s\nnodes: 2\ngpus_per_node: 4\ngpu: L40S-48G\nintra_node: {kind: pcie}\n" + inter
+                    if inter else "name: 4xl40s\nnodes: 1\ngpus_per_node: 4\ngpu: L40S-48G\nintra_node: {kind: pcie}\n")
+    spec, topo, calib = setup("deepseek-v2-lite", str(path))
+    result = search(spec, topo, Workload(), calib)
+    deepep = [o for o in result.options if o.layout.dp > 1 and o.layout.ep > 1]
+    assert not [o for o in deepep if o.engine == "sglang"]
+    assert bool([o for o in deepep if o.engine == "vllm"]) == vllm_ok
+    for o in deepep:
+        assert any("test_low_latency.py" in w for w in o.warnings)
+    said = {r["engine"]: r["reason"] for r in result.rejected if "DeepEP" in r["reason"]}
+    assert "NVLink" in said["sglang"] and ("vllm" in said) != vllm_ok
