@@ -56,6 +56,9 @@ class IntraNode(BaseModel):
     nvls: Optional[Flag] = None                    # NVLink SHARP all-reduce; default on for NVSwitch, SM90+
 
 
+MAX_NIC_GBIT_PER_S = 3200   # above any NIC sold (ConnectX-8: 800 Gb/s); catches a figure in bits/s
+
+
 class InterNode(BaseModel):
     model_config = Strict
     fabric: Literal["infiniband", "roce", "ethernet"]
@@ -65,6 +68,28 @@ class InterNode(BaseModel):
     socket_ifname: Optional[str] = None   # NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME
     ib_hca: Optional[str] = None          # NCCL_IB_HCA, e.g. "mlx5_0,mlx5_1"
     ib_gid_index: Optional[NonNegInt] = None  # NCCL_IB_GID_INDEX (RoCE v2: usually 3)
+
+    @field_validator("nic_gbit_per_s")
+    @classmethod
+    def _gbit(cls, value: float):
+        if value > MAX_NIC_GBIT_PER_S:
+            raise ValueError(f"is in Gb/s per NIC (400 for NDR InfiniBand), at most {MAX_NIC_GBIT_PER_S:,}; got "
+                             f"{value:g} (bits/s?)")
+        return value
+
+    @model_validator(mode="after")
+    def _hcas_match_nics(self):
+        """NCCL_IB_HCA restricts NCCL to the devices it names: exact names (mlx5_0, =mlx5_0, mlx5_0:1) fewer
+        than nics_per_node would leave NICs the model prices unused. A prefix (mlx5) or an exclusion (^...)
+        names no count, and is left alone."""
+        if not self.ib_hca or self.ib_hca.startswith("^"):
+            return self
+        names = [n.strip() for n in self.ib_hca.lstrip("=").split(",") if n.strip()]
+        exact = all(any(c.isdigit() for c in n) for n in names)
+        if exact and self.fabric != "ethernet" and len(names) < self.nics_per_node:
+            raise ValueError(f"ib_hca names {len(names)} HCA(s) ({self.ib_hca}) but nics_per_node is "
+                             f"{self.nics_per_node}: NCCL would use only those; make them agree")
+        return self
 
 
 class Topology(BaseModel):

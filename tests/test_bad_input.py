@@ -104,6 +104,15 @@ def test_topology_errors(cli, tmp_path):
     one_line_error(cli("show", "--topology", write(tmp_path, "t.yaml", nic)), "inter_node.nic_gbps",
                    "did you mean 'nic_gbit_per_s'")
     one_line_error(cli("show", "--topology", "no-such-cluster"), "no-such-cluster")
+    bits = {**GOOD_TOPO, "inter_node": {**GOOD_TOPO["inter_node"], "nic_gbit_per_s": 400e9}}
+    one_line_error(cli("show", "--topology", write(tmp_path, "t.yaml", bits)), "inter_node.nic_gbit_per_s",
+                   "Gb/s per NIC", "(bits/s?)")
+    two = {**GOOD_TOPO, "inter_node": {**GOOD_TOPO["inter_node"], "ib_hca": "mlx5_0,mlx5_1"}}
+    one_line_error(cli("show", "--topology", write(tmp_path, "t.yaml", two)), "inter_node",
+                   "ib_hca names 2 HCA(s)", "nics_per_node is 8")
+    for fine in ("mlx5", "^mlx5_8", ",".join(f"mlx5_{i}" for i in range(8))):   # a prefix, an exclusion, all 8
+        ok = {**GOOD_TOPO, "inter_node": {**GOOD_TOPO["inter_node"], "ib_hca": fine}}
+        assert cli("show", "--topology", write(tmp_path, "t.yaml", ok)).exit_code == 0
 
 
 def test_experts_per_token_without_experts(cli, tmp_path):
