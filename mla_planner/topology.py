@@ -6,6 +6,8 @@ Every number carries its unit in its name. The GPU is named from the built-in ta
 
 from __future__ import annotations
 
+import re
+
 from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Literal, Optional
@@ -85,7 +87,7 @@ class InterNode(BaseModel):
         if not self.ib_hca or self.ib_hca.startswith("^"):
             return self
         names = [n.strip() for n in self.ib_hca.lstrip("=").split(",") if n.strip()]
-        exact = all(any(c.isdigit() for c in n) for n in names)
+        exact = self.ib_hca.startswith("=") or all(re.fullmatch(r"[\w.-]*_\d+(:\d+)?", n) for n in names)
         if exact and self.fabric != "ethernet" and len(names) < self.nics_per_node:
             raise ValueError(f"ib_hca names {len(names)} HCA(s) ({self.ib_hca}) but nics_per_node is "
                              f"{self.nics_per_node}: NCCL would use only those; make them agree")
