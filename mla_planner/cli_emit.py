@@ -14,16 +14,19 @@ from .errors import PlanError
 from .launch import Emitted, emit
 from .launch.outdir import FolderNotEmpty
 from .launch.render import one_line
-from .planfile import read_plan
+from .planfile import engine_candidate, read_plan
 
 
 @guard
 def emit_cmd(plan: Annotated[Path, typer.Option("--plan", "-p", help="Plan file written by `mla-plan plan --json`.")],
              out: Annotated[str, typer.Option("--out", "-o", help="Folder to write (must be empty or new).")],
-             candidate: Annotated[int, typer.Option("--candidate", "-c", help="Candidate number from the plan "
-                                                    "table (1 = best).")] = 1,
-             engine: Annotated[Optional[str], typer.Option("--engine", "-e", help="vllm or sglang; default: the "
-                                                           "engine the candidate was planned for.")] = None,
+             candidate: Annotated[Optional[int], typer.Option("--candidate", "-c", help="Candidate number from "
+                                                              "the plan table (default: 1, the best; with --engine, "
+                                                              "the best for that engine).")] = None,
+             engine: Annotated[Optional[str], typer.Option("--engine", "-e", help="vllm or sglang: the best "
+                                                           "candidate planned for it (a candidate's knobs are its "
+                                                           "engine's own, so --candidate must be one of them).")]
+             = None,
              mode: Annotated[str, typer.Option("--mode", help="vLLM multi-node form: native (--nnodes/--headless, "
                                                "no Ray) or ray (a Ray cluster, one serve on the head).")] = "native",
              model_path: Annotated[Optional[str], typer.Option("--model-path", help="Serve this path or HF id "
@@ -43,10 +46,13 @@ def emit_cmd(plan: Annotated[Path, typer.Option("--plan", "-p", help="Plan file 
       mla-plan emit --plan plan.json --out launch/
 
       mla-plan emit --plan plan.json --candidate 3 --mode ray --out launch-ray/
+
+      mla-plan emit --plan plan.json --engine sglang --out launch-sglang/
     """
     if not out.strip():
         raise PlanError("--out is empty; give the folder to write")
     loaded = read_plan(plan)
+    candidate = engine_candidate(loaded, candidate, engine, "emit")
     try:
         done = emit(loaded, candidate, engine, Path(out), mode=mode, model_path=model_path,
                     head_address=head_address, force=force)

@@ -20,7 +20,8 @@ from .models import load_model
 from .pp_split import split_problem
 from .topology import load_topology
 
-KV_DTYPE_CHOICES = {"auto": "bf16", **{d: d for d in KV_DTYPES}}
+KV_DTYPE_CHOICES = {"auto": "bf16", **{d: d for d in KV_DTYPES},
+                    "fp8_e4m3": "fp8"}   # both engines' fp8 is e4m3 (SGLang's flag spells it out; launch/sglang.py)
 FRACTION_FLAG = {"vllm": "--gpu-memory-utilization", "sglang": "--mem-fraction-static"}
 KV_CAPACITY_LABEL = "KV capacity (tokens per engine instance / DP rank, as the engine logs it)"
 # Upper bounds on per-DP-rank knobs: far above any engine default (vLLM max-num-seqs 1024, SGLang 2048;

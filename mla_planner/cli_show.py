@@ -58,8 +58,13 @@ def show_cmd(model: Annotated[Optional[str], typer.Argument(help="Model: built-i
                                                             "or snapshot folder.")] = None,
              topology: Annotated[Optional[str], typer.Option("--topology", "-t", help="Show a topology "
                                                              "(built-in name or YAML file) instead.")] = None,
+             model_opt: Annotated[Optional[str], typer.Option("--model", "-m", help="The model, as the other "
+                                                              "commands take it (same as MODEL).")] = None,
              as_json: JsonOpt = False) -> None:
     """Show a model's derived facts (parameters, weight bytes, KV bytes per token) or a topology."""
+    if model and model_opt and model != model_opt:
+        raise PlanError(f"show: MODEL '{model}' and --model '{model_opt}' differ; give one")
+    model = model or model_opt
     if topology and model:
         raise PlanError("show: give a MODEL or --topology, not both (one `show` per thing)")
     if topology:

@@ -196,6 +196,18 @@ def pick(plan: Plan, candidate: int, where: str) -> Candidate:
     return plan.candidates[candidate - 1]
 
 
+def engine_candidate(plan: Plan, candidate: Optional[int], engine: Optional[str], where: str) -> int:
+    """The 1-based candidate to use: `candidate` when given, else the best planned for `engine`, else 1."""
+    if engine is not None and engine not in ENGINES:
+        raise PlanError(f"{where}: engine '{engine}' is not one of {', '.join(ENGINES)}")
+    if candidate is not None or engine is None:
+        return 1 if candidate is None else candidate
+    for i, c in enumerate(plan.candidates):
+        if c.knobs.engine == engine:
+            return i + 1
+    raise PlanError(f"{where}: this plan has no {engine} candidate; re-run `mla-plan plan --engine {engine}`")
+
+
 def pick_for_engine(plan: Plan, candidate: int, engine: Optional[str], where: str) -> Candidate:
     """`pick`, refusing a candidate planned for another engine (its knobs mean other things there).
     `engine=None`: the candidate's own engine."""

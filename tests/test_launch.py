@@ -337,7 +337,7 @@ def test_emit_cli(cli, tmp_path):
     ray = cli("emit", "--plan", str(plan_file), "--out", str(tmp_path / "x"), "--mode", "ray")
     assert ray.exit_code == 2 and "vLLM's form" in ray.output
     wrong = cli("emit", "--plan", str(plan_file), "--out", str(tmp_path / "y"), "--engine", "vllm")
-    assert wrong.exit_code == 2 and "candidate 1 was planned for sglang" in wrong.output
+    assert wrong.exit_code == 2 and "this plan has no vllm candidate; re-run `mla-plan plan --engine vllm`" in wrong.output
 
 
 # the emit command: engine choice, output folder errors, --json -------------------------------------
@@ -379,6 +379,18 @@ def test_emit_engine_defaults_to_the_candidates_own(cli, tmp_path):
     wrong = cli("emit", "--plan", str(plan_file), "--candidate", "1", "--engine", "sglang",
                 "--out", str(tmp_path / "x"))
     assert wrong.exit_code == 2 and "(#2, #3 in this plan)" in wrong.output and "Traceback" not in wrong.output
+
+
+def test_emit_engine_alone_picks_that_engines_best(cli, tmp_path):
+    plan_file = _plan_file(tmp_path, _mixed_plan())
+    done = cli("emit", "--plan", str(plan_file), "--engine", "sglang", "--out", str(tmp_path / "sg"), "--json")
+    assert done.exit_code == 0, done.output
+    assert json.loads(done.stdout)["candidate"] == 2 and json.loads(done.stdout)["engine"] == "sglang"
+    assert "sglang.launch_server" in (tmp_path / "sg" / "node-0.sh").read_text()
+    (tmp_path / "v").mkdir()
+    only_vllm = _plan_file(tmp_path / "v", replace(_mixed_plan(), candidates=_mixed_plan().candidates[:1]))
+    none = cli("emit", "--plan", str(only_vllm), "--engine", "sglang", "--out", str(tmp_path / "x"))
+    assert none.exit_code == 2 and "this plan has no sglang candidate" in none.output
 
 
 @pytest.mark.parametrize("out, words", [("", "--out is empty"),
