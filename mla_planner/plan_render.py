@@ -110,10 +110,13 @@ def _pareto(plan: Plan, result: SearchResult) -> None:
 
 
 def _warnings(plan: Plan, top: int) -> None:
-    out = console()
+    """Each warning once, with the candidates it concerns (the same sentence for five rows is noise)."""
+    out, who = console(), {}
     for i, c in enumerate(plan.candidates[:top], 1):
         for w in c.warnings:
-            out.print(f"[yellow]warning[/yellow] #{i} {c.layout.label}: {w}")
+            who.setdefault(w, []).append(i)
+    for w, rows in who.items():
+        out.print(f"[yellow]warning[/yellow] {', '.join(f'#{i}' for i in rows)}: {escape(w)}")
 
 
 def _launch_hint(plan: Plan, emitted: Optional[Path]) -> None:
