@@ -21,7 +21,7 @@ from .layout import Layout
 from .memory import evaluate as memory_evaluate
 from .memory import safe_memory_fraction, split_pools
 from .memory_terms import deepep_problem, uses_deepep
-from .metrics import Metrics, batch_limit, coupled_ranks, evaluate, mean_tpot_s
+from .metrics import Metrics, batch_limit, coupled_ranks, evaluate, mean_tpot_s, tokens_per_request
 from .pp_split import balance, layer_split, partition_env_name
 from .spec import ModelSpec
 from .topology import Topology
@@ -215,6 +215,10 @@ def choose_chunk(spec, topo, layout, knobs: Knobs, workload: Workload, calib: Ca
     best = chunks[0]
     for chunk in chunks:
         k = replace(knobs, max_num_batched_tokens=chunk)
+        if chunks is DEEPEP_CHUNKS:   # the buffer grows with the chunk: it must leave the KV room for `batch`
+            mem = memory_evaluate(spec, topo, layout, k)
+            if not mem.fits or mem.kv_capacity_tokens // tokens_per_request(workload, k.block_size) < batch:
+                continue
         tpot = mean_tpot_s(spec, topo, layout, k, workload, calib, max(batch, 1))[0]
         if tpot <= target or not workload.tpot_applies:
             best = chunk
@@ -251,6 +255,8 @@ def tune(spec: ModelSpec, topo: Topology, layout: Layout, engine: str, kv_dtype:
     knobs = replace(knobs, max_num_batched_tokens=chunk)
     m = evaluate(spec, topo, layout, knobs, workload, calib, first.concurrency_per_dp_rank, over_target) \
         if chunk != knobs_chunk(first) else first
+    if not m.concurrency_per_dp_rank:   # the chunk cost the batch its room: keep the draft chunk
+        knobs, m = replace(knobs, max_num_batched_tokens=knobs_chunk(first)), first
     seqs = max(1, m.concurrency_per_dp_rank)
     knobs = replace(knobs, max_num_seqs=seqs)
     # fewer sequences mean fewer CUDA graphs to capture: re-count memory for the final knobs (the metrics

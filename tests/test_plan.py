@@ -308,3 +308,12 @@ def test_deepep_is_planned_only_where_it_can_run(tmp_path, inter, vllm_ok):
         assert any("test_low_latency.py" in w for w in o.warnings)
     said = {r["engine"]: r["reason"] for r in result.rejected if "DeepEP" in r["reason"]}
     assert "NVLink" in said["sglang"] and ("vllm" in said) != vllm_ok
+
+
+def test_a_deepep_chunk_never_costs_the_batch_its_kv_room():
+    """vLLM sizes its DeepEP buffer for the whole token budget: on Kimi-K2 with DP32 a 1,024-token chunk
+    took 21 GiB and left no room for the batch the 256-token draft had (a tuned candidate served 0 tok/s)."""
+    spec, topo, calib = setup("kimi-k2", "4x8xh800-roce")
+    tuned = tune(spec, topo, parse_layout("tp=1,dp=32,ep=32"), "vllm", "fp8", Workload(), calib)
+    assert tuned.metrics.concurrency_per_dp_rank > 0 and tuned.metrics.throughput_tokens_per_s > 0
+    assert tuned.knobs.max_num_batched_tokens < 1024
