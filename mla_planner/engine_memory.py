@@ -254,7 +254,7 @@ def sglang_capture_sizes(knobs: Knobs, gpu: GPU, layout: Layout) -> list[int]:
         return []
     top = knobs.cuda_graph_max_bs or sglang_cuda_graph_max_bs(gpu, layout.stage_gpus)
     sizes = [1, 2, 4, 8, 12] + list(range(16, 257, 8)) + list(range(272, 512, 16)) + list(range(512, top + 1, 32))
-    return [s for s in sizes if s <= top]
+    return sorted({s for s in sizes if s <= top} | {top})   # SGLang appends max_bs when it is off the grid
 
 
 def graph_batch_cap(engine: str, gpu: GPU, layout: Layout, knobs: Optional[Knobs] = None) -> int:

@@ -4,7 +4,10 @@
                       B x (tokens a request holds on average) <= the KV pool (memory.py, the engine's own
                       accounting), B <= max_num_seqs, and mean time per output token <= the TPOT target;
                       x dp x replicas. A request holds input + output/2 tokens on average over its decode
-                      (Workload.mean_decode_context), rounded up to whole KV blocks.
+                      (Workload.mean_decode_context), rounded up to whole KV blocks. Under an arrival
+                      rate it is what runs at the steady state (operating_batch, Little's law with the
+                      predicted latencies), and that batch sets every figure below; `capacity_per_dp_rank`
+                      keeps the largest B (what max_num_seqs is sized for)
   throughput          output tokens/s = concurrency / the serving round (a decode round + the chunk rounds
                       of every request prefilled meanwhile: B x chunks / output_len; serving_round_s)
   decode step         one engine iteration at that concurrency (step.decode_step: tpot / micro-batches)
@@ -53,7 +56,7 @@ from .topology import GPU, Topology
 class Metrics:
     layout: Layout
     concurrency: int                      # requests in flight, whole deployment
-    concurrency_per_dp_rank: int
+    concurrency_per_dp_rank: int          # requests running per DP rank (the steady state under a rate)
     concurrency_limit: str                # kv, tpot, max_num_seqs, max_num_batched_tokens, cuda_graphs or none
     throughput_tokens_per_s: float
     throughput_tokens_per_s_per_gpu: float
@@ -72,6 +75,7 @@ class Metrics:
     meets_targets: bool
     notes: list = field(default_factory=list)
     overload: float = 0.0                 # offered load / what the deployment takes within the targets, when > 1
+    capacity_per_dp_rank: int = 0         # the largest batch per DP rank within the targets (max_num_seqs)
 
 
 def tokens_per_request(workload: Workload, block_size: int) -> int:
@@ -264,7 +268,7 @@ def evaluate(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, work
     if batch and ttft_s > workload.ttft_ms / 1e3:
         which = "TTFT" if ttft_s == p.ttft_s else f"the p99 prompt's TTFT ({longest:,} tokens)"
         notes.append(f"{which} {ttft_s * 1e3:,.0f} ms misses the {workload.ttft_ms:g} ms target")
-    held, overload = batch * layout.dp * layout.replicas, 0.0
+    held, overload, op = batch * layout.dp * layout.replicas, 0.0, batch
     if batch and workload.request_rate_per_s:
         # an open arrival stream: output tokens/s cannot exceed what arrives, and a deployment slower than
         # the arrivals grows its queue (and every TTFT) without bound
@@ -280,7 +284,8 @@ def evaluate(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, work
             tpot, d, p = mean_tpot_s(spec, topo, layout, knobs, workload, calib, op)
             round_s, rounds = serving_round_s(spec, layout, op, workload, d, p)
             util, in_use = _memory_shares(spec, layout, knobs, mem, op, ctx)
-            conc = in_flight(op, layout, workload)
+            little = ceil(workload.request_rate_per_s * (p.ttft_s + workload.output_len * tpot) - 1e-9)
+            conc = min(in_flight(op, layout, workload), max(little, 1))
     elif batch and workload.concurrency and held < workload.concurrency:
         overload = workload.concurrency / held
         notes.append(f"holds {held:,} of the {workload.concurrency:,} requests offered at once within the targets; "
@@ -289,7 +294,7 @@ def evaluate(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, work
     if knobs.max_model_len < workload.max_context_len:
         notes.append(f"max-model-len {knobs.max_model_len} is below the workload's {workload.max_context_len} tokens")
     alone = decode_step(spec, topo, layout, knobs, 1, workload.mean_decode_context, calib).tpot_s
-    return Metrics(layout, conc, batch, limit, tput, tput / layout.total_gpus, d.step_s, tpot,
+    return Metrics(layout, conc, op, limit, tput, tput / layout.total_gpus, d.step_s, tpot,
                    1.0 / tpot if batch else 0.0, network_wait_share(d, p, rounds, round_s),
                    d.network_share, util, in_use, p.ttft_s, alone, d, p, mem,
-                   meets, notes, overload)
+                   meets, notes, overload, batch)

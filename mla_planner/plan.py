@@ -27,6 +27,7 @@ def memory_dict(o: Option, spec: ModelSpec) -> dict:
 def performance_dict(o: Option) -> dict:
     m = o.tuned.metrics
     return {"concurrency": m.concurrency, "concurrency_per_dp_rank": m.concurrency_per_dp_rank,
+            "capacity_per_dp_rank": m.capacity_per_dp_rank,
             "concurrency_limit": m.concurrency_limit, "throughput_tokens_per_s": m.throughput_tokens_per_s,
             "throughput_tokens_per_s_per_gpu": m.throughput_tokens_per_s_per_gpu, "step_s": m.step_s,
             "tpot_s": m.tpot_s, "tokens_per_s_per_user": m.tokens_per_s_per_user,

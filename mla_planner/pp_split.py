@@ -61,20 +61,20 @@ def split_problem(spec: ModelSpec, layout: Layout, knobs: Knobs) -> str:
 
 
 def balance(split: list[int], pools: Pools) -> list[int]:
-    """The split whose smallest stage pool is largest, by hill-climbing from `split`: move one layer
-    across one stage boundary while the stages' pools, sorted ascending, grow lexicographically (so
-    the binding stage gains first, and a middle stage may pass layers on to make room for it). A stage's
-    pool shrinks as it takes layers, so a few moves reach the max-min split (tests/test_pp_split.py
-    checks it against every split)."""
+    """The split whose smallest stage pool is largest, by hill-climbing from `split`: move one layer from
+    any stage to any other (the stages between keep their counts and shift by one layer, so a layer can
+    pass through a middle stage in one move) while the stages' pools, sorted ascending, grow
+    lexicographically (the binding stage gains first). A stage's pool shrinks as it takes layers.
+    tests/test_pp_split.py checks the result against every split for PP 2 to 4."""
     best, score = list(split), sorted(pools(split))
     while True:
         moves = []
-        for b in range(len(best) - 1):
-            for d in (1, -1):
-                parts = list(best)
-                parts[b] += d
-                parts[b + 1] -= d
-                if min(parts[b], parts[b + 1]) >= 1:
+        for a in range(len(best)):
+            for b in range(len(best)):
+                if a != b and best[a] > 1:
+                    parts = list(best)
+                    parts[a] -= 1
+                    parts[b] += 1
                     moves.append((sorted(pools(parts)), parts))
         if not moves:
             return best

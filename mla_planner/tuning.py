@@ -14,24 +14,21 @@ from math import ceil
 
 from .backends import choose_block_size, fp8_checkpoint, no_backend_reason, usable_backends
 from .calibration import Calibration
-from .engine_memory import graph_batch_cap, sglang_fraction_ceiling
+from .engine_memory import sglang_fraction_ceiling
 from .errors import PlanError
 from .knobs import Knobs, Workload
 from .layout import Layout
 from .memory import evaluate as memory_evaluate
-from .memory import safe_memory_fraction, split_pools
+from .memory import safe_memory_fraction
 from .memory_terms import deepep_problem, uses_deepep
-from .metrics import Metrics, batch_limit, coupled_ranks, evaluate, mean_tpot_s, tokens_per_request
-from .pp_split import balance, layer_split, partition_env_name
+from .metrics import Metrics, coupled_ranks, evaluate, mean_tpot_s, tokens_per_request
+from .tuning_limits import choose_graph_cap, choose_split
 from .spec import ModelSpec
 from .topology import Topology
 
 CHUNK_CANDIDATES = (2048, 4096, 8192, 16384)   # max-num-batched-tokens / chunked-prefill-size tried
 DEEPEP_CHUNKS = (256, 512, 1024)                # vLLM sizes its DeepEP low-latency buffer for this many tokens
                                                 # (memory_terms.deepep_buffer_bytes: 3.6 GiB per 256 for V3)
-GRAPH_CAP_MAX = 2048                            # the largest decode batch we ask an engine to capture (our
-                                                # bound: capture time and graph memory grow with every size)
-MIN_SPLIT_GAIN = 0.01                           # a layer split other than the engine's must add this much KV room
 MAX_NUM_SEQS_CAP = 1024                         # vLLM 0.33's own default on H100/H200 (ENGINES.md)
 
 
@@ -110,11 +107,7 @@ def _draft_knobs(spec: ModelSpec, topo: Topology, layout: Layout, engine: str, k
         "block_size": why_block,
         "max_model_len": f"{knobs.max_model_len:,}: the workload's longest request ({context:,} tokens) rounded "
                          f"to whole blocks; never the model's {spec.max_position_embeddings:,} default",
-        "memory_fraction": (f"{knobs.memory_fraction}: SGLang's own ceiling (it never reserves under 10 GiB "
-                            "outside the static pool on this GPU), below what the memory model alone allows"
-                            if engine == "sglang" and knobs.memory_fraction == sglang_fraction_ceiling(gpu) else
-                            f"{knobs.memory_fraction}: the highest fraction that leaves the activations, CUDA "
-                            "graphs, NCCL buffers and runtime the memory model predicts, plus a 2 GiB margin"),
+        "memory_fraction": fraction_reason(engine, gpu, knobs.memory_fraction),
         "kv_cache_dtype": "fp8 halves the latent cache (576 B/token/layer) on a backend that supports it"
                           if kv_dtype == "fp8" else "bf16 (the engine's `auto` for this checkpoint)",
         "prefix_caching": "on: hits skip prefill, and a miss costs only the hash of each full block"
@@ -124,6 +117,14 @@ def _draft_knobs(spec: ModelSpec, topo: Topology, layout: Layout, engine: str, k
                                                   "launched from the CPU",
     }
     return knobs, reasons
+
+
+def fraction_reason(engine: str, gpu, fraction: float) -> str:
+    if engine == "sglang" and fraction == sglang_fraction_ceiling(gpu):
+        return (f"{fraction}: SGLang's own ceiling (it never reserves under 10 GiB outside the static pool on this "
+                "GPU), below what the memory model alone allows")
+    return (f"{fraction}: the highest fraction that leaves the activations, CUDA graphs, NCCL buffers and runtime "
+            "the memory model predicts, plus a 2 GiB margin")
 
 
 def _seq_cap(layout: Layout, workload: Workload) -> int:
@@ -137,72 +138,6 @@ def chunk_candidates(engine: str, layout: Layout) -> tuple[int, ...]:
     """Prefill chunks worth trying. vLLM with DeepEP sizes the all-to-all buffer for the whole token budget
     (4 x experts x tokens x ~2 x hidden bytes), so there the budget stays small."""
     return DEEPEP_CHUNKS if engine == "vllm" and uses_deepep(layout) else CHUNK_CANDIDATES
-
-
-def choose_split(spec, topo, layout, knobs: Knobs, workload: Workload, calib: Calibration,
-                 first: Metrics) -> tuple[Knobs, Metrics, str]:
-    """The pipeline split, and why ('' without PP). When the KV pool limits the batch, the split that
-    balances the stages' pools (pp_split.balance) is tried, and kept if it serves more tokens/s: it moves
-    layers (and so step time) too, and the step model prices the split it is given."""
-    if layout.pp == 1:
-        return knobs, first, ""
-    own = layer_split(spec, layout, knobs)
-    words = ",".join(map(str, own)) + ": the engine's own split by layer count"
-    if first.concurrency_limit != "kv":
-        return knobs, first, words
-    split = balance(own, split_pools(spec, topo, layout, knobs))
-    if split == own:
-        return knobs, first, words + "; no other split holds more KV"
-    alt = replace(knobs, pp_layer_partition=tuple(split))
-    alt = replace(alt, memory_fraction=safe_memory_fraction(spec, topo, layout, alt))
-    m = evaluate(spec, topo, layout, alt, workload, calib, first.concurrency_per_dp_rank)
-    gain = m.memory.kv_capacity_tokens / max(first.memory.kv_capacity_tokens, 1) - 1
-    if gain < MIN_SPLIT_GAIN or (m.meets_targets, m.throughput_tokens_per_s) <= \
-            (first.meets_targets, first.throughput_tokens_per_s):
-        return knobs, first, words + f"; the KV-balanced split {','.join(map(str, split))} would add {gain:.0%} " \
-                                     "KV room but not throughput"
-    return alt, m, (f"{','.join(map(str, split))} ({partition_env_name(knobs.engine)}): the engine's own split "
-                    f"{','.join(map(str, own))} leaves "
-                    f"stage {first.memory.binding_stage} binding the KV pool (the engine sizes every stage's pool "
-                    f"to the smallest); this split holds {gain:.0%} more tokens "
-                    f"({first.memory.kv_capacity_tokens:,} -> {m.memory.kv_capacity_tokens:,})")
-
-
-def choose_graph_cap(spec, topo, layout, knobs: Knobs, workload: Workload, calib: Calibration,
-                     first: Metrics) -> tuple[Knobs, Metrics, str]:
-    """Raise the CUDA-graph capture range when it is what limits the batch (a larger decode batch would run
-    eagerly): to the batch the other limits allow, per micro-batch, in whole steps of 16 (vLLM captures
-    every 16th size above 256), at most GRAPH_CAP_MAX. More graphs cost memory (memory_terms.cuda_graph_bytes
-    counts every captured size), so the memory fraction is re-derived and the result kept only if it serves
-    more tokens/s."""
-    if first.concurrency_limit != "cuda_graphs":
-        return knobs, first, ""
-    others, _ = batch_limit(layout, replace(knobs, cuda_graphs=False), first.memory, workload, topo.gpu)
-    own = graph_batch_cap(knobs.engine, topo.gpu, layout, knobs)
-    cap = min(GRAPH_CAP_MAX, ceil(ceil(others / layout.pp) / 16) * 16)
-    if cap <= own:
-        return knobs, first, ""
-    alt, m = _with_graph_cap(spec, topo, layout, knobs, workload, calib, first, cap)
-    if m.concurrency_limit != "cuda_graphs":   # another limit came first: capture only what is used
-        cap = max(own + 16, ceil(ceil(m.concurrency_per_dp_rank / layout.pp) / 16) * 16)
-        if cap < alt.cuda_graph_max_bs:
-            tighter, m2 = _with_graph_cap(spec, topo, layout, knobs, workload, calib, m, cap)
-            if (m2.meets_targets, m2.throughput_tokens_per_s) >= (m.meets_targets, m.throughput_tokens_per_s):
-                alt, m = tighter, m2
-    flag = "--max-cudagraph-capture-size" if knobs.engine == "vllm" else "--cuda-graph-max-bs-decode"
-    if (m.meets_targets, m.throughput_tokens_per_s) <= (first.meets_targets, first.throughput_tokens_per_s):
-        return knobs, first, (f"the engine's own ({own} per micro-batch): capturing up to {cap} ({flag}) would not "
-                              "serve more, its graphs taking KV memory")
-    return alt, m, (f"{alt.cuda_graph_max_bs} ({flag}): the engine's own capture range ({own} per micro-batch) would "
-                    f"run larger decode batches eagerly; capturing more serves "
-                    f"{m.throughput_tokens_per_s / first.throughput_tokens_per_s - 1:.0%} more tokens/s")
-
-
-def _with_graph_cap(spec, topo, layout, knobs: Knobs, workload: Workload, calib: Calibration, hint: Metrics,
-                    cap: int) -> tuple[Knobs, Metrics]:
-    alt = replace(knobs, cuda_graph_max_bs=cap)
-    alt = replace(alt, memory_fraction=min(knobs.memory_fraction, safe_memory_fraction(spec, topo, layout, alt)))
-    return alt, evaluate(spec, topo, layout, alt, workload, calib, hint.concurrency_per_dp_rank)
 
 
 def choose_chunk(spec, topo, layout, knobs: Knobs, workload: Workload, calib: Calibration,
@@ -230,8 +165,7 @@ def choose_chunk(spec, topo, layout, knobs: Knobs, workload: Workload, calib: Ca
 def chunk_reason(chunk: int, m: Metrics, workload: Workload, why: str) -> str:
     """The max_num_batched_tokens reason at the batch the knobs end with."""
     return (f"{chunk:,}: TTFT {m.ttft_s * 1e3:,.0f} ms with mean TPOT {m.tpot_s * 1e3:.1f} ms at "
-            f"{ceil(m.concurrency / (m.layout.dp * m.layout.replicas))} running requests per DP rank "
-            f"(target {workload.tpot_ms:g} ms)"
+            f"{m.concurrency_per_dp_rank} running requests per DP rank (target {workload.tpot_ms:g} ms)"
             + (f"; {why}" if why else ""))
 
 
@@ -246,18 +180,24 @@ def tune(spec: ModelSpec, topo: Topology, layout: Layout, engine: str, kv_dtype:
     if not mem.fits:
         raise Rejected(mem.reasons[0] if mem.reasons else "does not fit")
     first = evaluate(spec, topo, layout, knobs, workload, calib, batch_hint, over_target)
-    knobs, first, reasons["pp_layer_partition"] = choose_split(spec, topo, layout, knobs, workload, calib, first)
-    knobs, first, reasons["cuda_graph_max_bs"] = choose_graph_cap(spec, topo, layout, knobs, workload, calib, first)
+    worst = chunk_candidates(engine, layout)[-1]
+    knobs, first, reasons["pp_layer_partition"] = choose_split(spec, topo, layout, knobs, workload, calib, first, worst)
+    knobs, first, reasons["cuda_graph_max_bs"] = choose_graph_cap(spec, topo, layout, knobs, workload, calib, first,
+                                                                  worst)
+    if reasons["cuda_graph_max_bs"] and knobs.cuda_graph_max_bs and not knobs.pp_layer_partition:
+        # more graphs may have made the KV pool the limit: the split may now help
+        knobs, first, reasons["pp_layer_partition"] = choose_split(spec, topo, layout, knobs, workload, calib, first,
+                                                                   worst)
     reasons = {k: v for k, v in reasons.items() if v}
-    if not first.concurrency_per_dp_rank:
+    if not first.capacity_per_dp_rank:
         raise Rejected("; ".join(first.notes[-1:]) or "cannot serve one request within the targets")
-    chunk, chunk_why = choose_chunk(spec, topo, layout, knobs, workload, calib, first.concurrency_per_dp_rank)
+    chunk, chunk_why = choose_chunk(spec, topo, layout, knobs, workload, calib, first.capacity_per_dp_rank)
     knobs = replace(knobs, max_num_batched_tokens=chunk)
-    m = evaluate(spec, topo, layout, knobs, workload, calib, first.concurrency_per_dp_rank, over_target) \
+    m = evaluate(spec, topo, layout, knobs, workload, calib, first.capacity_per_dp_rank, over_target) \
         if chunk != knobs_chunk(first) else first
-    if not m.concurrency_per_dp_rank:   # the chunk cost the batch its room: keep the draft chunk
+    if not m.capacity_per_dp_rank:   # the chunk cost the batch its room: keep the draft chunk
         knobs, m = replace(knobs, max_num_batched_tokens=knobs_chunk(first)), first
-    seqs = max(1, m.concurrency_per_dp_rank)
+    seqs = max(1, m.capacity_per_dp_rank)
     knobs = replace(knobs, max_num_seqs=seqs)
     # fewer sequences mean fewer CUDA graphs to capture: re-count memory for the final knobs (the metrics
     # were computed at the larger cap, so they stay a slight underestimate of the KV room)
@@ -265,7 +205,8 @@ def tune(spec: ModelSpec, topo: Topology, layout: Layout, engine: str, kv_dtype:
     reasons["max_num_batched_tokens"] = chunk_reason(chunk, m, workload, chunk_why)
     reasons["max_num_seqs"] = (f"{seqs} per DP rank: limited by {_limit_words(m, workload)}; the pool holds "
                                f"{m.memory.kv_capacity_tokens:,} tokens") + _stall_words(m, spec, layout)
-    return Tuned(knobs, m, reasons, first.concurrency_per_dp_rank)
+    reasons["memory_fraction"] = fraction_reason(engine, topo.gpu, knobs.memory_fraction)
+    return Tuned(knobs, m, reasons, first.capacity_per_dp_rank)
 
 
 def _stall_words(m: Metrics, spec: ModelSpec, layout: Layout) -> str:

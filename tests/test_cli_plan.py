@@ -210,8 +210,8 @@ def test_under_an_arrival_rate_the_figures_are_those_of_the_requests_running(cli
         little = float(rate) * (p["ttft_s"] + 512 * p["tpot_s"])
         assert little <= p["concurrency"] <= little + ranks, (c["label"], little, p["concurrency"])
         assert p["throughput_tokens_per_s"] == pytest.approx(float(rate) * 512)
-        assert c["knobs"]["max_num_seqs"] * ranks >= p["concurrency"]
-        assert p["concurrency_per_dp_rank"] * ranks >= p["concurrency"]
+        assert p["concurrency_per_dp_rank"] <= p["capacity_per_dp_rank"] == c["knobs"]["max_num_seqs"]
+        assert p["concurrency_per_dp_rank"] * ranks >= p["concurrency"] > (p["concurrency_per_dp_rank"] - 1) * ranks
 
 
 def test_the_ttft_target_holds_for_the_p99_prompt(cli):

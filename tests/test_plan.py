@@ -317,3 +317,24 @@ def test_a_deepep_chunk_never_costs_the_batch_its_kv_room():
     tuned = tune(spec, topo, parse_layout("tp=1,dp=32,ep=32"), "vllm", "fp8", Workload(), calib)
     assert tuned.metrics.concurrency_per_dp_rank > 0 and tuned.metrics.throughput_tokens_per_s > 0
     assert tuned.knobs.max_num_batched_tokens < 1024
+
+
+@pytest.mark.parametrize("model, topo_name, engine, workload, layouts", [
+    ("deepseek-v2-lite", "2x8xl40s-eth", "sglang", Workload(input_len=4096, tpot_ms=150), ["tp=1,pp=8"]),
+    ("deepseek-v3", "2x8xh100-ib", "sglang", Workload(tpot_ms=150), None),
+    ("deepseek-v3", "8xh200", "vllm", Workload(tpot_ms=100), None),
+])
+def test_the_final_knobs_stay_within_their_own_safe_fraction(model, topo_name, engine, workload, layouts):
+    """A raised capture range or a moved layer split re-derives the memory fraction; it must be the one that
+    is safe at the prefill chunk finally chosen (it was once derived at the smallest chunk, and the
+    candidate then warned of its own knobs: 'only 1.8 GiB left free')."""
+    from mla_planner.memory import safe_memory_fraction
+    spec, topo, calib = setup(model, topo_name)
+    given = [parse_layout(s) for s in layouts] if layouts else None
+    result = search(spec, topo, workload, calib, engines=(engine,), layouts=given)
+    assert any(o.tuned.knobs.cuda_graph_max_bs or o.tuned.knobs.pp_layer_partition for o in result.options)
+    for o in result.options:
+        k = o.tuned.knobs
+        assert k.memory_fraction <= safe_memory_fraction(spec, topo, o.layout, k) + 1e-9, (o.layout.label, k)
+        assert not [w for w in o.warnings if "margin" in w]
+        assert o.tuned.reasons["memory_fraction"].startswith(f"{k.memory_fraction}:")

@@ -38,7 +38,11 @@ def _splits(layers: int, pp: int):
     ("deepseek-v3", "2x8xh100-ib", Layout(tp=8, pp=2), "sglang"),
     ("deepseek-v2", "2x8xl40s-eth", Layout(tp=8, pp=2), "vllm"),
     ("deepseek-v2-lite", "2x8xl40s-eth", Layout(tp=1, pp=4), "vllm"),
+    ("deepseek-v2-lite", "2x8xl40s-eth", Layout(tp=1, pp=4), "sglang"),
     ("deepseek-v2-lite", "2x8xl40s-eth", Layout(tp=2, pp=3), "sglang"),
+    # a layer must pass through a middle stage: single-boundary moves stopped at the engine's 15,15,16,15
+    ("deepseek-v3", "2x8xh200-ib", Layout(tp=4, pp=4), "vllm"),
+    ("deepseek-v2", "2x8xl40s-eth", Layout(tp=4, pp=4), "vllm"),
 ])
 def test_balance_finds_the_best_split_of_all(model, topo_name, layout, engine):
     spec, topo, knobs = _setup(model, topo_name, layout, engine)

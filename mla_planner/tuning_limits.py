@@ -1,0 +1,98 @@
+"""Two knobs that lift a limit on the batch, tried only where that limit binds: the pipeline layer split
+(when the KV pool binds: pp_split.balance) and the CUDA-graph capture range (when it binds: a larger
+decode batch would run eagerly). Each is kept only if the metrics say it serves more tokens/s, and each
+re-derives the memory fraction for its knobs at the largest prefill chunk the tuning may still pick.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from math import ceil
+
+from .calibration import Calibration
+from .engine_memory import graph_batch_cap
+from .knobs import Knobs, Workload
+from .memory import safe_memory_fraction, split_pools
+from .metrics import Metrics, batch_limit, evaluate
+from .pp_split import balance, layer_split, partition_env_name
+
+GRAPH_CAP_MAX = 2048      # the largest decode batch we ask an engine to capture (our bound: capture time and
+                          # graph memory grow with every size)
+GRAPH_CAP_STEP = 16       # vLLM captures every 16th size above 256 (SGLang adds the top itself)
+MIN_SPLIT_GAIN = 0.01     # a layer split other than the engine's must add this much KV room
+
+
+def _better(m: Metrics, than: Metrics) -> bool:
+    return (m.meets_targets, m.throughput_tokens_per_s) > (than.meets_targets, than.throughput_tokens_per_s)
+
+
+def _safe(spec, topo, layout, knobs: Knobs, worst_chunk: int) -> float:
+    """The safe fraction for `knobs` at the largest chunk still to be tried, never above the current one."""
+    worst = replace(knobs, max_num_batched_tokens=max(worst_chunk, knobs.max_num_batched_tokens))
+    return min(knobs.memory_fraction, safe_memory_fraction(spec, topo, layout, worst))
+
+
+def choose_split(spec, topo, layout, knobs: Knobs, workload: Workload, calib: Calibration, first: Metrics,
+                 worst_chunk: int) -> tuple[Knobs, Metrics, str]:
+    """The pipeline split, and why ('' without PP). When the KV pool limits the batch, the split that
+    balances the stages' pools (pp_split.balance) is tried, and kept if it serves more tokens/s: it moves
+    layers (and so step time) too, and the step model prices the split it is given."""
+    if layout.pp == 1:
+        return knobs, first, ""
+    own = layer_split(spec, layout, knobs)
+    words = ",".join(map(str, own)) + (": the engine's own split by layer count" if not knobs.pp_layer_partition
+                                       else ": balanced by memory")
+    if first.concurrency_limit != "kv":
+        return knobs, first, words
+    split = balance(own, split_pools(spec, topo, layout, knobs))
+    if split == own:
+        return knobs, first, words + "; no other split holds more KV"
+    alt = replace(knobs, pp_layer_partition=tuple(split))
+    alt = replace(alt, memory_fraction=_safe(spec, topo, layout, alt, worst_chunk))
+    m = evaluate(spec, topo, layout, alt, workload, calib, first.capacity_per_dp_rank)
+    gain = m.memory.kv_capacity_tokens / max(first.memory.kv_capacity_tokens, 1) - 1
+    if gain < MIN_SPLIT_GAIN or not _better(m, first):
+        return knobs, first, words + f"; the KV-balanced split {','.join(map(str, split))} would add {gain:.0%} " \
+                                     "KV room but not throughput"
+    return alt, m, (f"{','.join(map(str, split))} ({partition_env_name(knobs.engine)}): the engine's own split "
+                    f"{','.join(map(str, own))} leaves stage {first.memory.binding_stage} binding the KV pool (the "
+                    f"engine sizes every stage's pool to the smallest); this split holds {gain:.0%} more tokens "
+                    f"({first.memory.kv_capacity_tokens:,} -> {m.memory.kv_capacity_tokens:,})")
+
+
+def choose_graph_cap(spec, topo, layout, knobs: Knobs, workload: Workload, calib: Calibration, first: Metrics,
+                     worst_chunk: int) -> tuple[Knobs, Metrics, str]:
+    """Raise the CUDA-graph capture range when it is what limits the batch: to the batch the other limits
+    allow, per micro-batch, in whole steps of 16, at most GRAPH_CAP_MAX; then, if another limit binds
+    first, down to just above the batch reached (every captured size costs graph memory)."""
+    if first.concurrency_limit != "cuda_graphs":
+        return knobs, first, ""
+    others, _ = batch_limit(layout, replace(knobs, cuda_graphs=False), first.memory, workload, topo.gpu)
+    own = graph_batch_cap(knobs.engine, topo.gpu, layout, knobs)
+    cap = min(GRAPH_CAP_MAX, _steps(others / layout.pp))
+    if cap <= own:
+        return knobs, first, ""
+    alt, m = _with_graph_cap(spec, topo, layout, knobs, workload, calib, first, cap, worst_chunk)
+    tight = max(own + GRAPH_CAP_STEP, _steps(m.capacity_per_dp_rank / layout.pp))
+    if m.concurrency_limit != "cuda_graphs" and tight < cap:
+        tighter, m2 = _with_graph_cap(spec, topo, layout, knobs, workload, calib, m, tight, worst_chunk)
+        if not _better(m, m2):
+            alt, m = tighter, m2
+    flag = "--max-cudagraph-capture-size" if knobs.engine == "vllm" else "--cuda-graph-max-bs-decode"
+    if not _better(m, first):
+        return knobs, first, (f"the engine's own ({own} per micro-batch): capturing up to {cap} ({flag}) would not "
+                              "serve more, its graphs taking KV memory")
+    return alt, m, (f"{alt.cuda_graph_max_bs} ({flag}): the engine's own capture range ({own} per micro-batch) would "
+                    f"run larger decode batches eagerly; capturing more serves "
+                    f"{m.throughput_tokens_per_s / first.throughput_tokens_per_s - 1:.0%} more tokens/s")
+
+
+def _steps(batch: float) -> int:
+    return ceil(ceil(batch) / GRAPH_CAP_STEP) * GRAPH_CAP_STEP
+
+
+def _with_graph_cap(spec, topo, layout, knobs: Knobs, workload: Workload, calib: Calibration, hint: Metrics,
+                    cap: int, worst_chunk: int) -> tuple[Knobs, Metrics]:
+    alt = replace(knobs, cuda_graph_max_bs=cap)
+    alt = replace(alt, memory_fraction=_safe(spec, topo, layout, alt, worst_chunk))
+    return alt, evaluate(spec, topo, layout, alt, workload, calib, hint.capacity_per_dp_rank)
