@@ -96,9 +96,10 @@ def run_plan(model: str, topology: str, workload: Workload, engine: Optional[str
 
 @guard
 def plan_cmd(
-    model: Annotated[str, Opt("--model", "-m", help="Built-in name, YAML spec, config.json or snapshot folder.")]
-    = DEFAULT_MODEL,
-    topology: Annotated[str, Opt("--topology", "-t", help="Built-in topology or a topology YAML.")] = DEFAULT_TOPOLOGY,
+    model: Annotated[Optional[str], Opt("--model", "-m", help="Built-in name, YAML spec, config.json or snapshot "
+                                        f"folder (default: {DEFAULT_MODEL}).")] = None,
+    topology: Annotated[Optional[str], Opt("--topology", "-t", help="Built-in topology or a topology YAML "
+                                           f"(default: {DEFAULT_TOPOLOGY}).")] = None,
     input_len: Annotated[str, Opt("--input-len", help="Prompt tokens: '2048' or 'p50=1024,p99=8192'.")] = "2048",
     output_len: Annotated[str, Opt("--output-len", help="Output tokens: '512' or 'p50=256,p99=2048'.")] = "512",
     concurrency: Annotated[Optional[int], Opt("--concurrency", help="Requests in flight you expect "
@@ -148,6 +149,9 @@ def plan_cmd(
 
       mla-plan plan --json > plan.json    (then: mla-plan emit --plan plan.json --out launch/)
     """  # noqa: E501
+    is_default = model is None and topology is None
+    model = DEFAULT_MODEL if model is None else model
+    topology = DEFAULT_TOPOLOGY if topology is None else topology
     if top < 1:
         raise PlanError("--top must be at least 1")
     if as_json and as_yaml:
@@ -185,7 +189,7 @@ def plan_cmd(
         print_json(data) if as_json else typer.echo(yaml.safe_dump(data, sort_keys=False), nl=False)
     else:
         from .plan_render import render_plan
-        render_plan(plan, result, top, explain, model == DEFAULT_MODEL and topology == DEFAULT_TOPOLOGY,
+        render_plan(plan, result, top, explain, is_default,
                     emit if meets else None, notes, data.get("nothing_fits", []))
     if not meets:
         raise typer.Exit(1)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import InputError, did_you_mean
+from .errors import InputError, PlanError, did_you_mean
 from .resources import data_dir
 from .spec import ModelSpec
 from .yamlio import path_kind, read_mapping, user_path, validate
@@ -33,6 +33,8 @@ def builtin_names() -> list[str]:
 
 def load_model(ref: str) -> LoadedModel:
     """Resolve `ref`: built-in name first, then a path (YAML spec, config.json, or folder holding one)."""
+    if not ref.strip():
+        raise PlanError(f"the model is empty: give a built-in name ({', '.join(sorted(builtin_names()))}) or a path")
     path = user_path(ref)
     kind = path_kind(path)
     if kind != "missing":

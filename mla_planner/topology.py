@@ -15,7 +15,7 @@ from typing import Literal, Optional
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, PositiveFloat, field_validator, model_validator
 
-from .errors import InputError, did_you_mean
+from .errors import InputError, PlanError, did_you_mean
 from .resources import data_dir
 from .yamlio import Flag, NonNegInt, PosInt, path_kind, read_mapping, user_path, validate
 
@@ -178,6 +178,8 @@ def builtin_topologies() -> dict[str, Path]:
 def load_topology(ref: str) -> Topology:
     """A built-in topology name or a YAML file path."""
     builtin = builtin_topologies()
+    if not ref.strip():
+        raise PlanError(f"the topology is empty: give a built-in name ({', '.join(builtin)}) or a YAML file")
     path = user_path(ref)
     kind = path_kind(path)
     if ref in builtin and kind == "missing":

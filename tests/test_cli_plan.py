@@ -224,3 +224,12 @@ def test_the_ttft_target_holds_for_the_p99_prompt(cli):
     ok = json.loads(cli("plan", "-m", "deepseek-v3", "-t", "8xh200", "--input-len", "p50=1024,p99=4096",
                         "--json").stdout)
     assert ok["meets_targets"]
+
+
+def test_the_default_headline_only_when_nothing_was_given(cli):
+    given = cli("plan", "-m", "deepseek-v3", "-t", "2x8xh100-ib", "--top", "1").stdout
+    assert given.startswith("Planning deepseek-v3 on 2x8xh100-ib") and "No model or topology given" not in given
+    assert cli("plan", "--top", "1").stdout.startswith("No model or topology given")
+    for flag in ("-m", "-t"):
+        r = cli("plan", flag, " ")
+        assert r.exit_code == 2 and "is empty" in r.output and len(r.output.strip().splitlines()) == 1
