@@ -223,10 +223,15 @@ def knobs_chunk(m: Metrics) -> int:
 
 
 def _limit_words(m: Metrics, workload: Workload) -> str:
+    seqs = (f"the offered concurrency ({workload.concurrency:,} over the DP ranks and replicas)" if workload.concurrency
+            else f"the planner's cap of {MAX_NUM_SEQS_CAP:,} per DP rank (vLLM's own default --max-num-seqs); the "
+                 "KV pool and the TPOT target would allow more")
+    graphs = (f"the CUDA-graph capture range, raised to {m.memory.knobs.cuda_graph_max_bs} per micro-batch (just "
+              "above where the next limit falls)" if m.memory.knobs.cuda_graph_max_bs else
+              "the engine's CUDA-graph capture range (a larger decode batch runs eagerly, several times slower)")
     return {"kv": "the KV pool at the workload's lengths (no preemption)",
             "tpot": f"the {workload.tpot_ms:g} ms TPOT target",
-            "max_num_seqs": "the offered concurrency / the engine's cap",
+            "max_num_seqs": seqs,
             "max_num_batched_tokens": "vLLM's token budget per step (each running request decodes one token of it)",
-            "cuda_graphs": "the engine's CUDA-graph capture range (a larger decode batch runs eagerly, several "
-                           "times slower)",
+            "cuda_graphs": graphs,
             "none": "nothing (it cannot serve)"}.get(m.concurrency_limit, m.concurrency_limit)
