@@ -20,6 +20,7 @@ from .knobs import ENGINES, Knobs, Workload
 from .layout import Layout, parse_layout
 from .memory import evaluate as memory_evaluate
 from .memory_terms import uses_deepep
+from .memory_ways_out import split_note
 from .metrics import Metrics, evaluate
 from .models import load_model
 from .spec import ModelSpec
@@ -215,7 +216,8 @@ def compare_cmd(layouts: Annotated[Optional[list[str]], typer.Option(
         knobs, note = knobs_for(spec, topo, layout, base, fraction)
         m = evaluate(spec, topo, layout, knobs, workload, calib)
         results.append((m, knobs))
-        rows.append(summary(m) | {"notes": ([note] if note else []) + list(m.notes)})
+        split = split_note(spec, topo, layout, knobs, m.memory) if m.memory.fits else ""   # `plan` may adopt it
+        rows.append(summary(m) | {"notes": [n for n in (note, split) if n] + list(m.notes)})
     if as_json:
         return print_json({"model": spec.name, "topology": topo.name, "engine": engine, "workload": asdict(workload),
                            "layouts": [r | {"knobs": asdict(k), "detail": detail(m)}

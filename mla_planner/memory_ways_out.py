@@ -60,9 +60,10 @@ def split_note(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, re
     gain = better.kv_capacity_tokens / report.kv_capacity_tokens - 1
     if gain < 0.01:
         return ""
-    return (f"{partition_env_name(knobs.engine)}={','.join(map(str, split))} (--pp-layer-partition) would hold "
-            f"{gain:.0%} more KV tokens ({better.kv_capacity_tokens:,}): stage {report.binding_stage} binds, and the "
-            "engine sizes every stage's pool to the smallest")
+    return (f"{partition_env_name(knobs.engine)}={','.join(map(str, split))} would hold {gain:.0%} more KV tokens "
+            f"({better.kv_capacity_tokens:,}): stage {report.binding_stage} binds, and the engine sizes every stage's "
+            "pool to the smallest (`memory --pp-layer-partition` sizes a split; `plan` adopts this one where the "
+            "pool limits the batch)")
 
 
 def _candidates(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs,

@@ -137,5 +137,5 @@ def _explain(plan: Plan) -> None:
     from .cli_plan import rejected_summary
     out = console()
     out.print(f"[bold]Rejected or screened out ({len(plan.rejected)}):[/bold]")
-    for line in rejected_summary(plan.rejected, limit=60):
+    for line in rejected_summary(plan.rejected, limit=len(plan.rejected)):   # all of them: it was asked for
         out.print(f"  - {line}", markup=False)

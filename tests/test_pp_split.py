@@ -112,7 +112,7 @@ def test_memory_takes_a_partition_and_suggests_a_better_one(cli):
     base = ("memory", "-m", "deepseek-v3", "-t", "2x8xh100-ib", "--tp", "8", "--pp", "2", "-e", "sglang",
             "--kv-cache-dtype", "fp8", "--max-model-len", "4096", "--json")
     own = json.loads(cli(*base).stdout)
-    assert any(n.startswith("SGLANG_PP_LAYER_PARTITION=32,29 (--pp-layer-partition) would hold") for n in own["notes"])
+    assert any(n.startswith("SGLANG_PP_LAYER_PARTITION=32,29 would hold") for n in own["notes"])
     given = json.loads(cli(*base, "--pp-layer-partition", "32,29").stdout)
     assert [g["layers"] for g in given["per_gpu"]] == [32, 29]
     assert given["kv_capacity_tokens"] > own["kv_capacity_tokens"]
@@ -127,3 +127,12 @@ def _save(tmp_path, data) -> str:
     path = tmp_path / "plan.json"
     path.write_text(json.dumps(data))
     return str(path)
+
+
+def test_compare_names_the_split_plan_would_adopt(cli):
+    """compare runs the engine's own split; it says when another would hold more (plan and compare then
+    differ for a reason the user can see)."""
+    r = cli("compare", "-m", "deepseek-v3", "-t", "2x8xh100-ib", "-e", "sglang", "--kv-cache-dtype", "fp8",
+            "-l", "tp=8,pp=2", "--json")
+    notes = json.loads(r.stdout)["layouts"][0]["notes"]
+    assert any(n.startswith("SGLANG_PP_LAYER_PARTITION=32,29 would hold") for n in notes), notes
