@@ -85,22 +85,24 @@ def kv_pool(rules: EngineRules, knobs: Knobs, total_bytes: float, c: StageCosts,
     `rest_bytes`: SGLang's budget when it is not this GPU's own (`sglang_rest_bytes`, the minimum over ranks)."""
     if c.slot_bytes <= 0:
         return 0.0, 0
-    if rules.engine == "sglang":
-        slots = _sglang_slots(knobs, c, sglang_rest_bytes(knobs, total_bytes, c) if rest_bytes is None else rest_bytes)
-    else:
-        slots = _vllm_slots(rules, knobs, total_bytes, c)
+    budget = kv_budget_bytes(rules, knobs, total_bytes, c, rest_bytes)
+    tokens = int(budget // c.slot_bytes) if budget > 0 else 0   # vLLM: whole blocks; SGLang: whole pages
+    slots = tokens // knobs.block_size * knobs.block_size
     return slots * c.slot_bytes, slots * dcp
 
 
-def _vllm_slots(rules: EngineRules, knobs: Knobs, total_bytes: float, c: StageCosts) -> int:
-    """num_blocks = available // (block_size x bytes/token/layer) // layers, in whole blocks. Each worker
-    profiles its own memory; the minimum over workers is taken afterwards (memory.evaluate)."""
+def kv_budget_bytes(rules: EngineRules, knobs: Knobs, total_bytes: float, c: StageCosts,
+                    rest_bytes: Optional[float] = None) -> float:
+    """The bytes the engine gives this GPU's KV pool before rounding (negative when nothing is left).
+    vLLM: available = total x utilization - what it charges to the budget; num_blocks = available //
+    (block_size x bytes/token/layer) // layers; each worker profiles its own memory, the minimum over
+    workers is taken afterwards (memory.evaluate). SGLang: `sglang_rest_bytes`, or `rest_bytes`."""
+    if rules.engine == "sglang":
+        return sglang_rest_bytes(knobs, total_bytes, c) if rest_bytes is None else rest_bytes
     charged = c.weights_bytes + c.a2a_bytes + c.activation_bytes
     charged += c.cuda_graph_bytes if rules.graphs_in_budget and knobs.cuda_graphs else 0.0
     charged += 0.0 if rules.baseline_outside_budget else c.runtime_bytes + c.nccl_bytes
-    available = total_bytes * knobs.memory_fraction - charged
-    blocks = int(available // (knobs.block_size * c.slot_bytes)) if available > 0 else 0
-    return blocks * knobs.block_size
+    return total_bytes * knobs.memory_fraction - charged
 
 
 def sglang_rest_bytes(knobs: Knobs, total_bytes: float, c: StageCosts) -> float:
@@ -110,12 +112,6 @@ def sglang_rest_bytes(knobs: Knobs, total_bytes: float, c: StageCosts) -> float:
     stage sets every rank's budget: memory.evaluate passes that minimum back in as `rest_bytes`."""
     pre_load = total_bytes - c.runtime_bytes - c.nccl_bytes
     return pre_load * knobs.memory_fraction - c.weights_bytes - c.a2a_bytes
-
-
-def _sglang_slots(knobs: Knobs, c: StageCosts, rest_bytes: float) -> int:
-    """tokens = rest // cell (this GPU's bytes per token: its own layers), floored to the page."""
-    tokens = int(rest_bytes // c.slot_bytes) if rest_bytes > 0 else 0
-    return tokens // knobs.block_size * knobs.block_size
 
 
 def sglang_req_to_token_bytes(knobs: Knobs, tokens: int) -> float:

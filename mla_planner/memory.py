@@ -19,7 +19,7 @@ from typing import Optional
 from . import memory_terms as mt
 from .backends import fp8_checkpoint, startup_problems
 from .engine_memory import (EngineRules, StageCosts, activation_tokens, block_size_warning, capture_plan,
-                            default_memory_fraction, engine_rules, fraction_ceiling, kv_pool,
+                            default_memory_fraction, engine_rules, fraction_ceiling, kv_budget_bytes, kv_pool,
                             sglang_req_to_token_bytes, sglang_rest_bytes)
 from .knobs import Knobs
 from .layout import Layout, layout_problems
@@ -71,7 +71,9 @@ class MemoryReport:
 
 def split_pools(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs,
                 engine_version: Optional[str] = None):
-    """split -> the KV tokens each stage's pool would hold under it: what pp_split.balance weighs."""
+    """split -> the KV tokens each stage's pool would hold under it: what pp_split.balance weighs. A stage
+    with no room scores its budget in MB instead (negative or under a block: below any stage that has
+    room, and higher the less it lacks), so a split can still climb out of not fitting."""
     rules, total, memo = engine_rules(knobs.engine, engine_version), float(topo.gpu.memory_bytes), {}
 
     def pools(split: list[int]) -> list[int]:
@@ -81,7 +83,10 @@ def split_pools(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs,
                 memo[i, start, n] = _stage(spec, topo, layout, knobs, rules, i, range(start, start + n))
             stages.append(memo[i, start, n])
             start += n
-        return [r.kv_tokens for r in _ranks(stages, knobs, rules, total, layout.dcp)]
+        ranks = _ranks(stages, knobs, rules, total, layout.dcp)
+        rest = min(sglang_rest_bytes(knobs, total, s.costs) for s in stages) if rules.engine == "sglang" else None
+        return [r.kv_tokens or min(kv_budget_bytes(rules, knobs, total, s.costs, rest) / 1e6, 0.0)
+                for r, s in zip(ranks, stages)]
     return pools
 
 

@@ -76,7 +76,7 @@ def _candidates(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs,
     if split:
         yield f"{partition_env_name(knobs.engine)}={','.join(map(str, split))} (layers balanced by memory)", topo, \
             layout, replace(knobs, pp_layer_partition=split)
-    if knobs.kv_cache_dtype == "bf16" and spec.attention == "mla":
+    if knobs.kv_cache_dtype in ("bf16", "fp8_ds_mla") and spec.attention == "mla":
         yield "fp8 KV cache (--kv-cache-dtype fp8)", topo, layout, replace(knobs, kv_cache_dtype="fp8")
     if knobs.kv_cache_dtype != "bf16":     # e.g. a KV format no backend here runs
         yield "bf16 KV cache (--kv-cache-dtype auto)", topo, layout, replace(knobs, kv_cache_dtype="bf16")

@@ -136,3 +136,13 @@ def test_compare_names_the_split_plan_would_adopt(cli):
             "-l", "tp=8,pp=2", "--json")
     notes = json.loads(r.stdout)["layouts"][0]["notes"]
     assert any(n.startswith("SGLANG_PP_LAYER_PARTITION=32,29 would hold") for n in notes), notes
+
+
+def test_a_split_that_does_not_fit_is_told_the_balanced_one(cli):
+    """1,60 puts 60 layers on one H100 (79.2 GiB of weights): the balancing climbs out of 'no room' too
+    (a stage without room scores what it lacks), and the way out names the split that fits."""
+    r = cli("memory", "-m", "deepseek-v3", "-t", "2x8xh100-ib", "--tp", "8", "--pp", "2",
+            "--pp-layer-partition", "1,60", "--json")
+    data = json.loads(r.stdout)
+    assert r.exit_code == 1 and not data["fits"]
+    assert data["ways_out"][0].startswith("VLLM_PP_LAYER_PARTITION=31,30 (layers balanced by memory): fits")
