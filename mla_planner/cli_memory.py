@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import Annotated, Optional
 
 import typer
@@ -31,6 +31,7 @@ UPPER_BOUNDS = {"--max-num-seqs": 65_536, "--max-num-batched-tokens": 1_048_576,
 LONG_CONTEXT_ENV = {"vllm": "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1", "sglang": "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1"}
 
 IntOpt = Optional[int]
+SGLANG_LOW_DEFAULT = 0.5   # below this SGLang's computed default fraction is worth a word
 
 
 @guard
@@ -115,6 +116,13 @@ def memory_cmd(
                         cuda_graph_max_bs=bounded("--cuda-graph-max-bs", cuda_graph_max_bs),
                         pp_layer_partition=partition_choice(pp_layer_partition, spec, layout)))
     report = memory_report(spec, topo, layout, knobs, engine_version)
+    if engine == "sglang" and gpu_memory_utilization is None and mem_fraction_static is None and \
+            knobs.memory_fraction < SGLANG_LOW_DEFAULT:
+        report = replace(report, notes=report.notes + [
+            f"--mem-fraction-static {knobs.memory_fraction:g} is SGLang's own default here (memory_hook: under DP "
+            "attention it reserves 3 MiB (4.5 above max_bs 300) x cuda-graph max_bs x dp for the decode graphs, "
+            f"{layout.dp} ranks); pass --mem-fraction-static yourself"
+            + (f", e.g. the safe {report.safe_fraction:.3f}" if report.safe_fraction else "")])
     data = report_dict(report, spec.name, topo.name)
     print_json(data) if as_json else _render(report, data)
     if not report.fits:

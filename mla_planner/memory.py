@@ -255,13 +255,21 @@ def _safe_fraction(stages: list[_Stage], knobs: Knobs, rules: EngineRules, total
     engine's own (`engine_ceiling`), floored to 0.001; the reason is set when at the ceiling a stage has
     no room for one KV block (no fraction is both safe and leaves a KV cache)."""
     sized = [(s, *_stage_fraction_bytes(s, knobs, rules, total)) for s in stages]
-    safe = min(1 - outside / base for _, _, outside, base in sized)
-    safe = max(int(min(safe, engine_ceiling) * 1000) / 1000, 0.0)
+    own = min(1 - outside / base for _, _, outside, base in sized)
+    safe = max(int(min(own, engine_ceiling) * 1000) / 1000, 0.0)
     gib = mt.GiB
     for s, inside, outside, base in sized:
         if s.costs.weights_bytes >= total:
             return safe, (f"no fraction fits: the weights alone ({s.costs.weights_bytes / gib:,.1f} GiB per GPU on "
                          f"stage {s.index}) exceed the GPU's {total / gib:,.1f} GiB")
+        if inside > safe * base and inside <= own * base:   # only the engine's own ceiling stands in the way
+            return safe, (f"no fraction up to SGLang's own ceiling {safe:.3f} fits: on stage {s.index} the weights "
+                          f"({s.costs.weights_bytes / gib:,.1f} GiB per GPU) and one KV block"
+                          + (f" with the DeepEP buffer ({s.costs.a2a_bytes / gib:,.1f} GiB)" if s.costs.a2a_bytes
+                             else "")
+                          + f" need {inside / gib:,.1f} GiB of its static pool, more than {safe:.3f} x "
+                          f"{base / gib:,.1f} GiB; SGLang keeps at least 10 GiB outside it when it picks the fraction "
+                          "itself, so a higher --mem-fraction-static leaves less headroom than its own rule")
         if inside > safe * base:
             extra = "activations, CUDA graphs, runtime/NCCL buffers"
             extra += ", the req_to_token table" if rules.engine == "sglang" else ""

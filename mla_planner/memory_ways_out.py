@@ -27,8 +27,8 @@ def ways_out(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs,
     for label, t, lay, kn in _candidates(spec, topo, layout, knobs, engine_version):
         report = evaluate(spec, t, lay, kn, engine_version)
         safe = safe_memory_fraction(spec, t, lay, kn, engine_version)
-        if not report.fits and 0 < safe < kn.memory_fraction and "safe fraction" not in label:
-            # the alternative may need less of the GPU left to the engine (e.g. pp=4 on twice the nodes)
+        if not report.fits and 0 < safe != kn.memory_fraction and "safe fraction" not in label:
+            # the alternative may need another fraction (e.g. pp=4 on twice the nodes leaves less to the engine)
             report = evaluate(spec, t, lay, replace(kn, memory_fraction=safe), engine_version)
             label += f" with {_flag(kn)} {safe:.3f}"
         if report.fits:
