@@ -215,6 +215,7 @@ def memory_report(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs,
     return replace(report, ways_out=ways_out(spec, topo, layout, knobs, engine_version))
 
 
+@lru_cache(maxsize=8192)
 def safe_memory_fraction(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs,
                          engine_version: Optional[str] = None) -> float:
     """The highest memory fraction that leaves room for every term the engine does not charge to its

@@ -98,9 +98,14 @@ def _draft_knobs(spec: ModelSpec, topo: Topology, layout: Layout, engine: str, k
                   max_num_seqs=cap, max_num_batched_tokens=chunk_candidates(engine, layout)[0],
                   max_model_len=min(max_len, spec.max_position_embeddings),
                   attention_backend=backend.name, prefix_caching=True, cuda_graphs=pinned.cuda_graphs)
-    # the fraction is sized for the largest chunk and sequence cap tried, so the final (smaller) knobs stay safe
-    worst = replace(knobs, max_num_batched_tokens=chunk_candidates(engine, layout)[-1])
-    knobs = replace(knobs, memory_fraction=safe_memory_fraction(spec, topo, layout, worst))  # already floored to 0.001
+    # the fraction is sized for the largest chunk and sequence cap tried, so the final (smaller) knobs stay safe;
+    # where that leaves no KV room, for the largest chunk that does (choose_chunk then stays at or below it)
+    chunks = chunk_candidates(engine, layout)
+    for worst in reversed(chunks):
+        fraction = safe_memory_fraction(spec, topo, layout, replace(knobs, max_num_batched_tokens=worst))
+        if worst == chunks[0] or memory_evaluate(spec, topo, layout, replace(knobs, memory_fraction=fraction)).fits:
+            break
+    knobs = replace(knobs, memory_fraction=fraction)  # already floored to 0.001
     reasons = {
         "attention_backend": f"{backend.name}: {backend.note} (first usable in {engine}'s own order for "
                              f"{gpu.arch} with {kv_dtype} KV)",
@@ -140,6 +145,15 @@ def chunk_candidates(engine: str, layout: Layout) -> tuple[int, ...]:
     return DEEPEP_CHUNKS if engine == "vllm" and uses_deepep(layout) else CHUNK_CANDIDATES
 
 
+def largest_safe_chunk(spec, topo, layout, knobs: Knobs) -> int:
+    """The largest chunk tried at which the knobs' memory fraction is still safe (the draft sizes it for the
+    largest chunk, or a smaller one where the largest leaves no KV room)."""
+    chunks = chunk_candidates(knobs.engine, layout)
+    safe = [c for c in chunks if safe_memory_fraction(spec, topo, layout, replace(knobs, max_num_batched_tokens=c))
+            >= knobs.memory_fraction - 1e-9]
+    return max(safe, default=chunks[0])
+
+
 def choose_chunk(spec, topo, layout, knobs: Knobs, workload: Workload, calib: Calibration,
                  batch: int) -> tuple[int, str]:
     """The largest prefill chunk whose stalls keep mean TPOT within target at `batch`, and why in a few
@@ -147,8 +161,8 @@ def choose_chunk(spec, topo, layout, knobs: Knobs, workload: Workload, calib: Ca
     rounds) but stretch the decode steps that carry them (USER_PROBLEMS.md problem 18)."""
     target = workload.tpot_ms / 1e3
     chunks = chunk_candidates(knobs.engine, layout)
-    best = chunks[0]
-    for chunk in chunks:
+    best, top = chunks[0], largest_safe_chunk(spec, topo, layout, knobs)
+    for chunk in (c for c in chunks if c <= top):
         k = replace(knobs, max_num_batched_tokens=chunk)
         if chunks is DEEPEP_CHUNKS:   # the buffer grows with the chunk: it must leave the KV room for `batch`
             mem = memory_evaluate(spec, topo, layout, k)
@@ -180,7 +194,7 @@ def tune(spec: ModelSpec, topo: Topology, layout: Layout, engine: str, kv_dtype:
     if not mem.fits:
         raise Rejected(mem.reasons[0] if mem.reasons else "does not fit")
     first = evaluate(spec, topo, layout, knobs, workload, calib, batch_hint, over_target)
-    worst = chunk_candidates(engine, layout)[-1]
+    worst = largest_safe_chunk(spec, topo, layout, knobs)
     knobs, first, reasons["pp_layer_partition"] = choose_split(spec, topo, layout, knobs, workload, calib, first, worst)
     knobs, first, reasons["cuda_graph_max_bs"] = choose_graph_cap(spec, topo, layout, knobs, workload, calib, first,
                                                                   worst)

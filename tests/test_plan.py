@@ -338,3 +338,15 @@ def test_the_final_knobs_stay_within_their_own_safe_fraction(model, topo_name, e
         assert k.memory_fraction <= safe_memory_fraction(spec, topo, o.layout, k) + 1e-9, (o.layout.label, k)
         assert not [w for w in o.warnings if "margin" in w]
         assert o.tuned.reasons["memory_fraction"].startswith(f"{k.memory_fraction}:")
+
+
+def test_a_layout_that_fits_only_with_smaller_chunks_is_planned_with_them():
+    """The draft memory fraction is sized for the largest prefill chunk; on Kimi-K2 with SGLang DP32 that
+    left no KV room (rejected at 0.754) though smaller chunks fit. The draft falls back to the largest
+    chunk that leaves room, and the chunk chosen never exceeds what the fraction was sized for."""
+    from mla_planner.tuning import largest_safe_chunk
+    spec, topo, calib = setup("kimi-k2", "4x8xh800-roce")
+    layout = parse_layout("tp=1,dp=32,ep=32")
+    tuned = tune(spec, topo, layout, "sglang", "fp8", Workload(), calib)
+    assert tuned.metrics.concurrency_per_dp_rank > 0 and tuned.metrics.meets_targets
+    assert tuned.knobs.max_num_batched_tokens <= largest_safe_chunk(spec, topo, layout, tuned.knobs) < 16384
