@@ -93,3 +93,8 @@ def check_context(spec, workload) -> None:
     if workload.max_context_len > spec.max_position_embeddings:
         raise PlanError(f"--input-len + --output-len = {workload.max_context_len:,} tokens exceeds {spec.name}'s "
                         f"max_position_embeddings {spec.max_position_embeddings:,}")
+
+
+def lower_case(value):
+    """--engine SGLang reads as sglang (engine names are lower case everywhere else)."""
+    return value.lower() if isinstance(value, str) else value

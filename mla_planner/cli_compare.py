@@ -11,7 +11,7 @@ from rich.table import Table
 
 from .calibration import load_calibration
 from .cli_common import (DEFAULT_MODEL, DEFAULT_TOPOLOGY, JsonOpt, ModelOpt, TopologyOpt, check_context, console, guard,
-                         print_json)
+                         print_json, lower_case)
 from .cli_memory import KV_CAPACITY_LABEL, bounded, fraction_from_flags, kv_dtype_choice
 from .cli_plan import parse_length
 from .engine_memory import default_memory_fraction, engine_default_knobs
@@ -154,7 +154,8 @@ def compare_cmd(layouts: Annotated[Optional[list[str]], typer.Option(
                     "--layout", "-l", help='A layout to compare, e.g. "tp=16" or "tp=8,pp=2" (repeat; the first '
                     'is the baseline for the ratios).')] = None,
                 model: ModelOpt = DEFAULT_MODEL, topology: TopologyOpt = DEFAULT_TOPOLOGY,
-                engine: Annotated[str, typer.Option("--engine", "-e", help="vllm or sglang.")] = "vllm",
+                engine: Annotated[str, typer.Option("--engine", "-e",
+                    callback=lower_case, help="vllm or sglang.")] = "vllm",
                 input_len: Annotated[str, typer.Option("--input-len", help="Prompt tokens: '2048' or "
                                                        "'p50=1024,p99=8192'.")] = "2048",
                 output_len: Annotated[str, typer.Option("--output-len", help="Output tokens: '512' or "

@@ -9,7 +9,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from .cli_common import JsonOpt, console, guard, print_json
+from .cli_common import JsonOpt, console, guard, print_json, lower_case
 from .errors import PlanError
 from .launch import Emitted, emit
 from .launch.outdir import FolderNotEmpty
@@ -23,7 +23,8 @@ def emit_cmd(plan: Annotated[Path, typer.Option("--plan", "-p", help="Plan file 
              candidate: Annotated[Optional[int], typer.Option("--candidate", "-c", help="Candidate number from "
                                                               "the plan table (default: 1, the best; with --engine, "
                                                               "the best for that engine).")] = None,
-             engine: Annotated[Optional[str], typer.Option("--engine", "-e", help="vllm or sglang: the best "
+             engine: Annotated[Optional[str], typer.Option("--engine", "-e",
+                 callback=lower_case, help="vllm or sglang: the best "
                                                            "candidate planned for it (a candidate's knobs are its "
                                                            "engine's own, so --candidate must be one of them).")]
              = None,

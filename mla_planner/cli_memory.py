@@ -9,7 +9,7 @@ import typer
 from rich.table import Table
 
 from .cli_common import (DEFAULT_MODEL, DEFAULT_TOPOLOGY, JsonOpt, ModelOpt, TopologyOpt, console, guard, human_bytes,
-                         print_json)
+                         print_json, lower_case)
 from .engine_memory import default_memory_fraction, engine_default_knobs
 from .errors import PlanError
 from .knobs import KV_DTYPES, Knobs
@@ -50,7 +50,7 @@ def memory_cmd(
     kv_layout: Annotated[str, typer.Option("--kv-layout", help="How a TP group holds the latent cache: "
                                            "replicated (what both engines do) or latent-sharded (the "
                                            "seed's Route B, a planning figure).")] = "replicated",
-    engine: Annotated[str, typer.Option("--engine", "-e",
+    engine: Annotated[str, typer.Option("--engine", "-e", callback=lower_case,
                                         help="vllm (V1, 0.33 accounting) or sglang (0.5.23).")] = "vllm",
     gpu_memory_utilization: Annotated[Optional[float], typer.Option(
         "--gpu-memory-utilization", help="vLLM's --gpu-memory-utilization: share of total GPU memory for "
@@ -102,6 +102,8 @@ def memory_cmd(
 
       mla-plan memory -e sglang --tp 1 --dp 16 --ep 16 --max-model-len 32768 --json
     """
+    if enforce_eager and cuda_graph_max_bs is not None:
+        raise PlanError("--cuda-graph-max-bs sizes CUDA graphs, and --enforce-eager captures none: give one")
     spec, topo = load_model(model).spec, load_topology(topology)
     layout = _layout(tp, pp, dp, ep, dcp, kv_layout)
     problems = layout_problems(layout, spec, topo.gpus_per_node, topo.total_gpus)

@@ -12,7 +12,7 @@ import yaml
 
 from .calibration import load_calibration
 from .cli_common import (DEFAULT_MODEL, DEFAULT_TOPOLOGY, JsonOpt, check_context, check_output_file, guard,
-                         print_json)
+                         print_json, lower_case)
 from .errors import PlanError
 from .knobs import ENGINES, Workload
 from .layout import layout_problems, parse_layout
@@ -115,7 +115,8 @@ def plan_cmd(
         "Share of prompt tokens served from the prefix cache, 0..1: only the misses are prefilled, which cuts "
         "TTFT and the prefill chunks that stall decode (it can change the best layout); shared blocks are not "
         "counted as extra KV room."))] = 0.0,
-    engine: Annotated[Optional[str], Opt("--engine", "-e", help="Only vllm or only sglang (default: both).")] = None,
+    engine: Annotated[Optional[str], Opt("--engine", "-e",
+        callback=lower_case, help="Only vllm or only sglang (default: both).")] = None,
     kv_cache_dtype: Annotated[str, Opt("--kv-cache-dtype", help="auto (search bf16 and fp8), bf16 or fp8.")]
     = "auto",
     layout: Annotated[Optional[list[str]], Opt("--layout", "-l", help="Restrict the search to these layouts, e.g. "

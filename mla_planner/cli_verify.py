@@ -15,7 +15,7 @@ from rich.markup import escape
 
 from .calibration import load_calibration
 from .cli_common import (DEFAULT_MODEL, DEFAULT_TOPOLOGY, JsonOpt, ModelOpt, TopologyOpt, check_context,
-                         check_output_file, console, guard, print_json)
+                         check_output_file, console, guard, print_json, lower_case)
 from .cli_plan import workload_from
 from .cli_memory import _knobs as memory_knobs, _kv_dtype, _positive
 from .errors import PlanError
@@ -150,7 +150,8 @@ def verify_cmd(
     topology: TopologyOpt = DEFAULT_TOPOLOGY,
     layout: Annotated[Optional[str], typer.Option("--layout", "-l",
                                                   help='Layout without a plan, e.g. "tp=8,pp=2".')] = None,
-    engine: Annotated[Optional[str], typer.Option("--engine", "-e", help="vllm or sglang (with --layout: default vllm; "
+    engine: Annotated[Optional[str], typer.Option("--engine", "-e",
+        callback=lower_case, help="vllm or sglang (with --layout: default vllm; "
                                                   "without --plan or --layout: restricts the fresh plan).")] = None,
     gpu_memory_utilization: Annotated[Optional[float], typer.Option("--gpu-memory-utilization",
                                                                     help="vLLM's memory fraction.")] = None,

@@ -131,6 +131,10 @@ def uses_deepep(layout: Layout) -> bool:
     return layout.dp > 1 and layout.ep > 1 and layout.ep == layout.stage_gpus
 
 
+NO_FALLBACK = ("; vLLM's default all-gather/reduce-scatter MoE (--all2all-backend allgather_reducescatter) would run "
+               "without it, but the planner prices DP attention + EP as DeepEP only")
+
+
 def deepep_problem(engine: str, layout: Layout, intra_kind: str, fabric: str | None, spans_nodes: bool) -> str:
     """Why DeepEP cannot run this layout's all-to-all on this hardware ('' when it can). DeepEP's normal
     kernels need NVLink inside a node (DeepEP#216; USER_PROBLEMS.md problem 16: "PCIe L20 cannot use it"),
@@ -145,10 +149,11 @@ def deepep_problem(engine: str, layout: Layout, intra_kind: str, fabric: str | N
                 "NVLink between the GPUs; this node has PCIe only")
     if spans_nodes and not rdma:
         return ("DeepEP (the all-to-all of DP attention + EP) between nodes needs an RDMA fabric (InfiniBand or "
-                "RoCE); this cluster's nodes talk over " + (fabric or "nothing"))
+                "RoCE); this cluster's nodes talk over " + (fabric or "nothing") + NO_FALLBACK)
     if intra_kind == "pcie" and not rdma:
         return ("DeepEP (the all-to-all of DP attention + EP) needs NVLink or an RDMA NIC (InfiniBand/RoCE, "
-                "through NVSHMEM) between the GPUs; this cluster has PCIe only" + (" and Ethernet" if fabric else ""))
+                "through NVSHMEM) between the GPUs; this cluster has PCIe only" + (" and Ethernet" if fabric else "")
+                + NO_FALLBACK)
     return ""
 
 

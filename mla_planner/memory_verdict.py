@@ -28,7 +28,8 @@ def _stage_reasons(r: RankMemory, knobs: Knobs, safe: float) -> list[str]:
                 f"activations and runtime use up the engine's budget ({knobs.memory_fraction:g} x "
                 f"{r.total_bytes / gib:,.1f} GiB = {budget / gib:,.1f} GiB)"]
     if free < 0:
-        return [f"!stage {r.pp_stage}: {-free / gib:,.1f} GiB short once the KV pool, activations and CUDA graphs "
+        short = f"{-free / gib:,.1f} GiB" if -free >= 0.1 * gib else f"{-free / mt.MiB:,.0f} MiB"
+        return [f"!stage {r.pp_stage}: {short} short once the KV pool, activations and CUDA graphs "
                 f"are in place (out of memory at graph capture or the first long prefill)" + _use(safe, "at most ")]
     if free < ALLOCATOR_MARGIN_BYTES:
         return [f"stage {r.pp_stage}: only {free / gib:,.1f} GiB left free (below the "

@@ -25,6 +25,8 @@ def ways_out(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs,
     """Up to `limit` one-line alternatives that fit, cheapest first."""
     found = []
     for label, t, lay, kn in _candidates(spec, topo, layout, knobs, engine_version):
+        if found and label.startswith("more nodes"):   # hardware only when nothing cheaper does
+            break
         report = evaluate(spec, t, lay, kn, engine_version)
         safe = safe_memory_fraction(spec, t, lay, kn, engine_version)
         if not report.fits and 0 < safe != kn.memory_fraction and "safe fraction" not in label:

@@ -174,3 +174,10 @@ def test_sglang_dp_attention_on_two_h100_nodes_is_explained_not_contradicted(cli
     assert any(n.startswith("--mem-fraction-static 0.335 is SGLang's own default here") for n in data["notes"])
     assert any(w.startswith("more nodes: 4 x 8 H100-SXM-80G with pp=2 with --mem-fraction-static 0.8")
                for w in data["ways_out"]), data["ways_out"]
+
+
+def test_engine_names_in_any_case_and_contradictory_graph_flags(cli):
+    import json
+    assert json.loads(cli("memory", "-e", "SGLang", "--json").stdout)["engine"] == "sglang"
+    r = cli("memory", "--enforce-eager", "--cuda-graph-max-bs", "64")
+    assert r.exit_code == 2 and "--enforce-eager captures none" in r.output
