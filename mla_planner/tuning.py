@@ -211,6 +211,7 @@ def tune(spec: ModelSpec, topo: Topology, layout: Layout, engine: str, kv_dtype:
         if chunk != knobs_chunk(first) else first
     if not m.capacity_per_dp_rank:   # the chunk cost the batch its room: keep the draft chunk
         knobs, m = replace(knobs, max_num_batched_tokens=knobs_chunk(first)), first
+    knobs, m = _regain_kv_room(spec, topo, layout, knobs, workload, calib, m)
     seqs = max(1, m.capacity_per_dp_rank)
     knobs = replace(knobs, max_num_seqs=seqs)
     # fewer sequences mean fewer CUDA graphs to capture: re-count memory for the final knobs (the metrics
@@ -221,6 +222,27 @@ def tune(spec: ModelSpec, topo: Topology, layout: Layout, engine: str, kv_dtype:
                                f"{m.memory.kv_capacity_tokens:,} tokens") + _stall_words(m, spec, layout)
     reasons["memory_fraction"] = fraction_reason(engine, topo.gpu, knobs.memory_fraction)
     return Tuned(knobs, m, reasons, first.capacity_per_dp_rank)
+
+
+def _regain_kv_room(spec, topo, layout, knobs: Knobs, workload: Workload, calib: Calibration,
+                    m: Metrics) -> tuple[Knobs, Metrics]:
+    """Where the KV pool limits the batch, it was sized with the draft's sequence cap (up to 1,024), and
+    vLLM captures CUDA graphs up to 2 x max-num-seqs: capped at the batch actually reached, the graphs
+    shrink and the pool grows (Kimi-K2 at 64k prompts: 39 requests at the draft cap, 53 at 39). Raise
+    the cap to what the pool then holds, and again, while the batch grows (at most 3 times)."""
+    for _ in range(3):
+        if m.concurrency_limit != "kv":
+            break
+        at = memory_evaluate(spec, topo, layout, replace(knobs, max_num_seqs=m.capacity_per_dp_rank))
+        room = at.kv_capacity_tokens // tokens_per_request(workload, knobs.block_size) if at.fits else 0
+        if room <= m.capacity_per_dp_rank:
+            break
+        more = evaluate(spec, topo, layout, replace(knobs, max_num_seqs=room), workload, calib,
+                        m.capacity_per_dp_rank)
+        if more.capacity_per_dp_rank <= m.capacity_per_dp_rank:
+            break
+        knobs, m = replace(knobs, max_num_seqs=room), more
+    return knobs, m
 
 
 def _stall_words(m: Metrics, spec: ModelSpec, layout: Layout) -> str:

@@ -350,3 +350,21 @@ def test_a_layout_that_fits_only_with_smaller_chunks_is_planned_with_them():
     tuned = tune(spec, topo, layout, "sglang", "fp8", Workload(), calib)
     assert tuned.metrics.concurrency_per_dp_rank > 0 and tuned.metrics.meets_targets
     assert tuned.knobs.max_num_batched_tokens <= largest_safe_chunk(spec, topo, layout, tuned.knobs) < 16384
+
+
+def test_a_kv_bound_batch_is_sized_with_the_graphs_of_the_batch_itself():
+    """The KV-limited batch was found with the draft's 1,024-sequence cap, whose CUDA graphs (vLLM captures
+    up to 2 x max-num-seqs) took 2 GiB more than those of the 39 sequences emitted: the pool at the emitted
+    knobs held 53 (a user's check with `memory`). The cap is raised to what the pool then holds."""
+    from mla_planner.memory import evaluate as memory_evaluate
+    from mla_planner.metrics import tokens_per_request
+    spec, topo, calib = setup("kimi-k2", "4x8xh800-roce")
+    workload = Workload(input_len=65536, output_len=2048, tpot_ms=150, ttft_ms=60000)
+    result = search(spec, topo, workload, calib, engines=("vllm",), kv_dtype="fp8",
+                    layouts=[parse_layout("tp=16,dcp=16"), parse_layout("tp=8,pp=2,dcp=8")])
+    kv_bound = [o for o in result.options if o.tuned.metrics.concurrency_limit == "kv"]
+    assert kv_bound
+    for o in kv_bound:
+        k = o.tuned.knobs
+        room = memory_evaluate(spec, topo, o.layout, k).kv_capacity_tokens // tokens_per_request(workload, k.block_size)
+        assert k.max_num_seqs <= room <= k.max_num_seqs + max(1, k.max_num_seqs // 20), (o.layout.label, k, room)
