@@ -171,3 +171,16 @@ def test_template_variables_are_known():
     for template in data_dir("templates").iterdir():
         used |= _variables(template.read_text())
     assert used - set(ENV_SOURCES) == set()
+
+
+def test_bench_sends_one_replicas_share_of_the_rate(cli, tmp_path):
+    """bench.sh talks to one replica: its --request-rate is the rate over the replicas (the whole rate sent
+    to one replica doubles its load and its queue grows without bound)."""
+    import json
+    data = json.loads(cli("plan", "-m", "deepseek-r1", "-t", "2x8xh200-ib", "--request-rate", "12",
+                          "--output-len", "1024", "--tpot-ms", "40", "--json").stdout)
+    assert data["meets_targets"] and data["candidates"][0]["layout"]["replicas"] == 2
+    (tmp_path / "p.json").write_text(json.dumps(data))
+    assert cli("emit", "--plan", str(tmp_path / "p.json"), "--out", str(tmp_path / "o")).exit_code == 0
+    bench = (tmp_path / "o" / "bench.sh").read_text()
+    assert "--request-rate 6.0" in bench and "--request-rate to 12)" in bench

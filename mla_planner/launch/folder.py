@@ -99,8 +99,14 @@ def bench_concurrency(inp: LaunchInputs) -> int:
     return ceil(total_concurrency(inp) / inp.layout.replicas)
 
 
+def bench_rate(inp: LaunchInputs) -> Optional[float]:
+    """Arrivals per second for bench.sh: one replica's share of the workload's rate, like its concurrency."""
+    rate = inp.workload.request_rate_per_s
+    return round(rate / inp.layout.replicas, 6) if rate else None
+
+
 def bench_argv(inp: LaunchInputs, engine: str) -> list[str]:
-    return (vllm if engine == "vllm" else sglang).bench_argv(inp, bench_concurrency(inp))
+    return (vllm if engine == "vllm" else sglang).bench_argv(inp, bench_concurrency(inp), bench_rate(inp))
 
 
 def folder_files(inp: LaunchInputs, engine: str, commands: list[NodeCommand], candidate: int,
@@ -115,7 +121,8 @@ def folder_files(inp: LaunchInputs, engine: str, commands: list[NodeCommand], ca
                   version=__version__, engine_label=engine_label(engine), head_node=heads[0],
                   port=next(c.port for c in commands if c.port is not None), input_len=w.input_len,
                   output_len=w.output_len, concurrency=bench_concurrency(inp), replicas=L.replicas,
-                  total_concurrency=total_concurrency(inp))
+                  total_concurrency=total_concurrency(inp),
+                  total_rate=f"{inp.workload.request_rate_per_s:g}" if inp.workload.request_rate_per_s else "")
     files["bench.sh"] = (render("bench.sh.j2", argv=bench_argv(inp, engine),
                                 num_prompts=4 * common["concurrency"], **common), True)
     files["README.md"] = (_readme(inp, engine, commands, candidate, warnings, head_address, common), False)

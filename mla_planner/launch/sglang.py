@@ -19,6 +19,8 @@ SGLang has no Ray form here (`--use-ray` is an HTTP mode, not a multi-node launc
 
 from __future__ import annotations
 
+from typing import Optional
+
 from ..errors import PlanError
 from . import a2a
 from .command import LaunchInputs, NodeCommand, ShellRef, check_inputs, flag_words
@@ -95,7 +97,7 @@ def _command(inp: LaunchInputs, inst: InstancePlacement, i: int) -> NodeCommand:
                        needs=("HEAD_IP",) if inst.multi_node else (), notes=e.notes)
 
 
-def bench_argv(inp: LaunchInputs, concurrency: int) -> list[str]:
+def bench_argv(inp: LaunchInputs, concurrency: int, rate: Optional[float] = None) -> list[str]:
     """`python3 -m sglang.benchmark.serving` (0.5.23 deprecates the old `sglang.bench_serving` path) with
     the workload's fixed lengths: --random-range-ratio 1 (SGLang's default 0 samples lengths in [1, len])."""
     w = inp.workload
@@ -103,5 +105,5 @@ def bench_argv(inp: LaunchInputs, concurrency: int) -> list[str]:
         ("--backend", "sglang"), ("--host", ShellRef("BENCH_HOST")), ("--port", ShellRef("BENCH_PORT")),
         ("--model", inp.model_path), ("--dataset-name", "random"), ("--random-input-len", w.input_len),
         ("--random-output-len", w.output_len), ("--random-range-ratio", 1.0),
-        ("--max-concurrency", concurrency), ("--request-rate", w.request_rate_per_s),
+        ("--max-concurrency", concurrency), ("--request-rate", rate),
         ("--num-prompts", 4 * concurrency)])

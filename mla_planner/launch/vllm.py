@@ -19,6 +19,8 @@ Flags and recipes from ENGINES.md (a) and (b), checked against the vLLM 0.33.0 w
 
 from __future__ import annotations
 
+from typing import Optional
+
 from ..errors import PlanError
 from . import a2a
 from .command import LaunchInputs, NodeCommand, ShellRef, check_inputs, flag_words
@@ -145,13 +147,13 @@ def _ray(inp: LaunchInputs, inst: InstancePlacement) -> list[NodeCommand]:
     return [head] + workers
 
 
-def bench_argv(inp: LaunchInputs, concurrency: int) -> list[str]:
+def bench_argv(inp: LaunchInputs, concurrency: int, rate: Optional[float] = None) -> list[str]:
     """`vllm bench serve` with the workload's fixed lengths (random dataset, range ratio 0 by default;
     --ignore-eos so every request decodes its full output)."""
     w = inp.workload
     return ["vllm", "bench", "serve"] + flag_words([
         ("--model", inp.model_path), ("--host", ShellRef("BENCH_HOST")), ("--port", ShellRef("BENCH_PORT")),
         ("--dataset-name", "random"), ("--random-input-len", w.input_len), ("--random-output-len", w.output_len),
-        ("--max-concurrency", concurrency), ("--request-rate", w.request_rate_per_s),
+        ("--max-concurrency", concurrency), ("--request-rate", rate),
         ("--num-prompts", 4 * concurrency), ("--ignore-eos", True),
         ("--trust-remote-code", True)])
