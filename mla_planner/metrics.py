@@ -36,7 +36,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from math import ceil, exp, floor, lgamma, log, sqrt
+from math import ceil
 
 from .calibration import Calibration
 from .batch_search import largest_under
@@ -45,6 +45,7 @@ from .errors import PlanError
 from .knobs import Knobs, Workload
 from .layout import Layout, layout_problems
 from .memory import MemoryReport, memory_report
+from .stalls import chunk_rounds_per_round, coupled_ranks
 from .memory import evaluate as memory_evaluate
 from .sizing import kv_bytes_per_token, weight_bytes_breakdown
 from .spec import ModelSpec
@@ -88,52 +89,6 @@ def prefill_tokens(workload: Workload, knobs: Knobs, input_len: int | None = Non
     typical prompt or `input_len`."""
     hit = workload.prefix_hit_rate if knobs.prefix_caching else 0.0
     return max(1, ceil((input_len or workload.input_len) * (1.0 - hit)))
-
-
-def coupled_ranks(spec: ModelSpec, layout: Layout, batch: int = 0, workload: Workload | None = None) -> int:
-    """DP-attention ranks that wait for each other every layer: they meet in the MoE (EP all-to-all or the
-    DP gather/scatter), so a prefill chunk on one rank stalls them all (SGLang large-scale-EP blog, "DP
-    Attention Imbalance"; vLLM DP+EP runs dummy batches to keep the ranks in step). Only ranks with
-    requests prefill: with an offered concurrency below B x dp x replicas, ceil(concurrency per instance
-    / B) of them."""
-    if not spec.is_moe or layout.dp <= 1:
-        return 1
-    if workload is not None and workload.concurrency and batch:
-        return max(1, min(layout.dp, ceil(workload.concurrency / layout.replicas / batch)))
-    return layout.dp
-
-
-def chunk_rounds_per_round(batch: int, chunks: int, output_len: int, ranks: int, others_only: bool = False) -> float:
-    """Expected prefill-chunk rounds a decode round carries, for stalls. One DP rank: each of its B requests
-    needs `chunks` chunk rounds per output_len rounds, q = B x chunks / output_len (stalls add up): the
-    engine's view, which sets throughput. A request's own prefill comes before its first token (TTFT), so
-    what stretches its time per output token are the other requests' chunks: with `others_only`, its own
-    rank contributes (B - 1) x chunks / output_len (0 for a request alone). Coupled ranks: their chunks in
-    the same round overlap, so the round is stalled by the rank with the most; with chunk arrivals per rank
-    Poisson, that is E[max] = sum_k (1 - F_own(k) x F(k)^(ranks - 1)). The sum starts 12 standard deviations
-    below the smaller mean (every term before is 1 to within e^-72) with the pmfs in log space, so a large
-    q neither underflows nor loops long."""
-    q = batch * chunks / max(output_len, 1)
-    q_own = max(batch - 1, 0) * chunks / max(output_len, 1) if others_only else q
-    if ranks <= 1 or q <= 0:
-        return q_own
-    k = max(0, floor(q_own - 12.0 * sqrt(q_own) - 30.0))
-    top = q + 12.0 * sqrt(q) + 30.0
-
-    def pmf_at(mean: float) -> float:
-        return exp(-mean + k * log(mean) - lgamma(k + 1)) if mean > 0 else float(k == 0)
-
-    pmf_own, pmf = pmf_at(q_own), pmf_at(q)
-    total, cdf_own, cdf = float(k), pmf_own, pmf
-    while k <= top:
-        tail = 1.0 - cdf_own * cdf ** (ranks - 1)
-        if tail < 1e-12 and k >= q:
-            break
-        total += tail
-        k += 1
-        pmf_own, pmf = (pmf_own * q_own / k if q_own > 0 else 0.0), pmf * q / k
-        cdf_own, cdf = cdf_own + pmf_own, cdf + pmf
-    return total
 
 
 def mean_tpot_s(spec, topo, layout, knobs, workload, calib, batch: int) -> tuple[float, DecodeStep, Prefill]:
@@ -186,6 +141,16 @@ def operating_batch(spec, topo, layout, knobs, workload, calib, batch: int) -> i
             break
         b = nxt
     return b
+
+
+def _why_one_misses(spec: ModelSpec, layout: Layout, workload: Workload, alone_s: float) -> str:
+    """When the decode step alone would meet the target, it is the prefill chunks that stretch it."""
+    if alone_s * 1e3 > workload.tpot_ms:
+        return f" (alone a request decodes at {alone_s * 1e3:,.1f} ms per token)"
+    ranks = coupled_ranks(spec, layout)
+    return (f": alone a request decodes at {alone_s * 1e3:,.1f} ms per token, but the prefill chunks of "
+            + (f"all {ranks} coupled DP ranks stall every rank" if ranks > 1 else "the requests that follow stretch it")
+            + " (prefill/decode disaggregation would remove that)")
 
 
 def _largest_batch(spec, topo, layout, knobs, workload, calib, cap: int, hint: int = 0) -> int:
@@ -247,8 +212,10 @@ def evaluate(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, work
         batch = _largest_batch(spec, topo, layout, knobs, workload, calib, top, batch_hint) if cap else 0
     if cap and batch < cap:
         limit = "tpot"
+    alone = decode_step(spec, topo, layout, knobs, 1, workload.mean_decode_context, calib).tpot_s
     if cap and not batch:
-        notes.append(f"even one request per DP rank misses the TPOT target of {workload.tpot_ms:g} ms")
+        notes.append(f"even one request per DP rank misses the TPOT target of {workload.tpot_ms:g} ms"
+                     + _why_one_misses(spec, layout, workload, alone))
     if not cap:
         notes.append("the KV pool cannot hold one request of this workload")
         limit = "none"
@@ -293,7 +260,6 @@ def evaluate(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, work
         meets = False
     if knobs.max_model_len < workload.max_context_len:
         notes.append(f"max-model-len {knobs.max_model_len} is below the workload's {workload.max_context_len} tokens")
-    alone = decode_step(spec, topo, layout, knobs, 1, workload.mean_decode_context, calib).tpot_s
     return Metrics(layout, conc, op, limit, tput, tput / layout.total_gpus, d.step_s, tpot,
                    1.0 / tpot if batch else 0.0, network_wait_share(d, p, rounds, round_s),
                    d.network_share, util, in_use, p.ttft_s, alone, d, p, mem,

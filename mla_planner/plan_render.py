@@ -83,7 +83,7 @@ def render_plan(plan: Plan, result: SearchResult, top: int, explain: bool, is_de
     for reason in best.reasons:
         out.print(f"  - {reason}")
     _warnings(plan, top)
-    _launch_hint(plan, emitted)
+    _launch_hint(plan, emitted, any(n.startswith("--emit") for n in notes))
     _pareto(plan, result)
     if explain:
         _explain(plan)
@@ -119,7 +119,7 @@ def _warnings(plan: Plan, top: int) -> None:
         out.print(f"[yellow]warning[/yellow] {', '.join(f'#{i}' for i in rows)}: {escape(w)}")
 
 
-def _launch_hint(plan: Plan, emitted: Optional[Path]) -> None:
+def _launch_hint(plan: Plan, emitted: Optional[Path], emit_refused: bool = False) -> None:
     from .launch import single_node_command
     out = console()
     best = plan.candidates[0]
@@ -129,8 +129,12 @@ def _launch_hint(plan: Plan, emitted: Optional[Path]) -> None:
         out.print(cmd, soft_wrap=True, markup=False)
     if emitted:
         out.print(f"Per-node launch scripts for #1 written to {emitted}/ (see its README.md).")
-    elif not cmd:
-        out.print("#1 spans several nodes: add --emit DIR for per-node launch scripts.")
+    elif not cmd and not emit_refused:
+        L = best.layout
+        what = (f"spans {-(-L.instance_gpus // plan.topology.gpus_per_node)} nodes" if L.instance_gpus >
+                plan.topology.gpus_per_node else f"runs {L.replicas} replicas" if L.replicas > 1 else
+                "is more than one command")
+        out.print(f"#1 {what}: add --emit DIR for its launch scripts.")
 
 
 def _explain(plan: Plan) -> None:
