@@ -259,11 +259,12 @@ def _safe_fraction(stages: list[_Stage], knobs: Knobs, rules: EngineRules, total
     own = min(1 - outside / base for _, _, outside, base in sized)
     safe = max(int(min(own, engine_ceiling) * 1000) / 1000, 0.0)
     gib = mt.GiB
+    ceiling_binds = engine_ceiling < own and all(inside <= own * base for _, inside, _, base in sized)
     for s, inside, outside, base in sized:
         if s.costs.weights_bytes >= total:
             return safe, (f"no fraction fits: the weights alone ({s.costs.weights_bytes / gib:,.1f} GiB per GPU on "
                          f"stage {s.index}) exceed the GPU's {total / gib:,.1f} GiB")
-        if inside > safe * base and inside <= own * base:   # only the engine's own ceiling stands in the way
+        if inside > safe * base and ceiling_binds:   # only SGLang's own ceiling stands in the way
             return safe, (f"no fraction up to SGLang's own ceiling {safe:.3f} fits: on stage {s.index} the weights "
                           f"({s.costs.weights_bytes / gib:,.1f} GiB per GPU) and one KV block"
                           + (f" with the DeepEP buffer ({s.costs.a2a_bytes / gib:,.1f} GiB)" if s.costs.a2a_bytes

@@ -149,11 +149,12 @@ def deepep_problem(engine: str, layout: Layout, intra_kind: str, fabric: str | N
                 "NVLink between the GPUs; this node has PCIe only")
     if spans_nodes and not rdma:
         return ("DeepEP (the all-to-all of DP attention + EP) between nodes needs an RDMA fabric (InfiniBand or "
-                "RoCE); this cluster's nodes talk over " + (fabric or "nothing") + NO_FALLBACK)
+                "RoCE); this cluster's nodes talk over " + (fabric or "nothing")
+                + (NO_FALLBACK if engine == "vllm" else ""))
     if intra_kind == "pcie" and not rdma:
         return ("DeepEP (the all-to-all of DP attention + EP) needs NVLink or an RDMA NIC (InfiniBand/RoCE, "
                 "through NVSHMEM) between the GPUs; this cluster has PCIe only" + (" and Ethernet" if fabric else "")
-                + NO_FALLBACK)
+                + (NO_FALLBACK if engine == "vllm" else ""))
     return ""
 
 

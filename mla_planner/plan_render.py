@@ -97,7 +97,7 @@ def _pareto(plan: Plan, result: SearchResult) -> None:
     out = console()
     points = [(p.tokens_per_s_per_gpu, p.tokens_per_s_per_user) for p in result.points]
     best = [i for i, p in enumerate(result.points) if p.option == 0 and p.batch_per_dp_rank ==
-            plan.candidates[0].knobs.max_num_seqs]
+            plan.candidates[0].performance["concurrency_per_dp_rank"]]   # the running batch (a rate's steady state)
     order = best + [i for i in range(len(points)) if i not in best]
     out.print("[bold]Pareto front[/bold] (each candidate swept over its running batch; 1 = #1 as planned):")
     out.print(ascii_scatter([points[i] for i in order], [order.index(i) for i in result.pareto]), markup=False)

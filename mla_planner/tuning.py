@@ -29,6 +29,7 @@ from .topology import Topology
 CHUNK_CANDIDATES = (2048, 4096, 8192, 16384)   # max-num-batched-tokens / chunked-prefill-size tried
 DEEPEP_CHUNKS = (256, 512, 1024)                # vLLM sizes its DeepEP low-latency buffer for this many tokens
                                                 # (memory_terms.deepep_buffer_bytes: 3.6 GiB per 256 for V3)
+GQA_DEFAULT_BLOCK = {"vllm": 16, "sglang": 1}   # vLLM CacheConfig.DEFAULT_BLOCK_SIZE; SGLang page size 1
 MAX_NUM_SEQS_CAP = 1024                         # vLLM 0.33's own default on H100/H200 (ENGINES.md)
 
 
@@ -87,7 +88,16 @@ def _draft_knobs(spec: ModelSpec, topo: Topology, layout: Layout, engine: str, k
                             layout.stage_gpus > topo.gpus_per_node)
     if deepep:
         raise Rejected(deepep)
-    backend, block, why_block = _backend_and_block(engine, gpu, kv_dtype, layout.dcp, pinned.block_size)
+    if spec.attention == "mla":
+        backend, block, why_block = _backend_and_block(engine, gpu, kv_dtype, layout.dcp, pinned.block_size)
+        backend_name = backend.name
+        why_backend = (f"{backend.name}: {backend.note} (first usable in {engine}'s own order for {gpu.arch} with "
+                       f"{kv_dtype} KV)")
+    else:   # the MLA backend table does not apply (vLLM refuses an MLA backend for a non-MLA model)
+        backend_name, block = None, pinned.block_size or GQA_DEFAULT_BLOCK[engine]
+        why_backend = f"the engine's own choice for a {spec.attention.upper()} model (the MLA backends do not apply)"
+        why_block = (f"{block} as pinned by --block-size" if pinned.block_size else
+                     f"{block}: {engine}'s default for a non-MLA attention backend")
     context = workload.max_context_len
     if context > spec.max_position_embeddings:
         raise Rejected(f"the workload's {context:,}-token context exceeds the model's "
@@ -97,7 +107,7 @@ def _draft_knobs(spec: ModelSpec, topo: Topology, layout: Layout, engine: str, k
     knobs = Knobs(engine=engine, block_size=block, kv_cache_dtype=kv_dtype, memory_fraction=0.9,
                   max_num_seqs=cap, max_num_batched_tokens=chunk_candidates(engine, layout)[0],
                   max_model_len=min(max_len, spec.max_position_embeddings),
-                  attention_backend=backend.name, prefix_caching=True, cuda_graphs=pinned.cuda_graphs)
+                  attention_backend=backend_name, prefix_caching=True, cuda_graphs=pinned.cuda_graphs)
     # the fraction is sized for the largest chunk and sequence cap tried, so the final (smaller) knobs stay safe;
     # where that leaves no KV room, for the largest chunk that does (choose_chunk then stays at or below it)
     chunks = chunk_candidates(engine, layout)
@@ -107,13 +117,13 @@ def _draft_knobs(spec: ModelSpec, topo: Topology, layout: Layout, engine: str, k
             break
     knobs = replace(knobs, memory_fraction=fraction)  # already floored to 0.001
     reasons = {
-        "attention_backend": f"{backend.name}: {backend.note} (first usable in {engine}'s own order for "
-                             f"{gpu.arch} with {kv_dtype} KV)",
+        "attention_backend": why_backend,
         "block_size": why_block,
         "max_model_len": f"{knobs.max_model_len:,}: the workload's longest request ({context:,} tokens) rounded "
                          f"to whole blocks; never the model's {spec.max_position_embeddings:,} default",
         "memory_fraction": fraction_reason(engine, gpu, knobs.memory_fraction),
-        "kv_cache_dtype": "fp8 halves the latent cache (576 B/token/layer) on a backend that supports it"
+        "kv_cache_dtype": ("fp8 halves the latent cache (576 B/token/layer) on a backend that supports it"
+                           if spec.attention == "mla" else "fp8 halves the K/V cache")
                           if kv_dtype == "fp8" else "bf16 (the engine's `auto` for this checkpoint)",
         "prefix_caching": "on: hits skip prefill, and a miss costs only the hash of each full block"
                           + (f"; expected hit rate {workload.prefix_hit_rate:.0%}" if workload.prefix_hit_rate else ""),
@@ -161,19 +171,25 @@ def choose_chunk(spec, topo, layout, knobs: Knobs, workload: Workload, calib: Ca
     rounds) but stretch the decode steps that carry them (USER_PROBLEMS.md problem 18)."""
     target = workload.tpot_ms / 1e3
     chunks = chunk_candidates(knobs.engine, layout)
-    best, top = chunks[0], largest_safe_chunk(spec, topo, layout, knobs)
+    best, top, room = chunks[0], largest_safe_chunk(spec, topo, layout, knobs), True
     for chunk in (c for c in chunks if c <= top):
         k = replace(knobs, max_num_batched_tokens=chunk)
-        if chunks is DEEPEP_CHUNKS:   # the buffer grows with the chunk: it must leave the KV room for `batch`
-            mem = memory_evaluate(spec, topo, layout, k)
-            if not mem.fits or mem.kv_capacity_tokens // tokens_per_request(workload, k.block_size) < batch:
-                continue
+        # vLLM charges the chunk's activations (and the DeepEP buffer, sized for it) to its KV budget: a
+        # chunk must leave the KV room for `batch`
+        mem = memory_evaluate(spec, topo, layout, k)
+        if not mem.fits or mem.kv_capacity_tokens // tokens_per_request(workload, k.block_size) < batch:
+            room = False
+            continue
         tpot = mean_tpot_s(spec, topo, layout, k, workload, calib, max(batch, 1))[0]
         if tpot <= target or not workload.tpot_applies:
             best = chunk
     if chunks is DEEPEP_CHUNKS:
         return best, "vLLM sizes the DeepEP buffer for this token budget, so larger budgets cost KV memory"
-    return best, "larger chunks would push decode steps past the TPOT target" if best < chunks[-1] else ""
+    if best == chunks[-1]:
+        return best, ""
+    return best, ("larger chunks would take the KV room of the batch (vLLM charges their activations to its "
+                  "budget)" if not room else "larger chunks would push decode steps past the TPOT target"
+                  if top == chunks[-1] else "the memory fraction leaves no room for larger chunks' activations")
 
 
 def chunk_reason(chunk: int, m: Metrics, workload: Workload, why: str) -> str:
@@ -211,6 +227,7 @@ def tune(spec: ModelSpec, topo: Topology, layout: Layout, engine: str, kv_dtype:
         if chunk != knobs_chunk(first) else first
     if not m.capacity_per_dp_rank:   # the chunk cost the batch its room: keep the draft chunk
         knobs, m = replace(knobs, max_num_batched_tokens=knobs_chunk(first)), first
+        chunk, chunk_why = knobs_chunk(first), "a larger chunk leaves no KV room for the batch"
     knobs, m = _regain_kv_room(spec, topo, layout, knobs, workload, calib, m)
     seqs = max(1, m.capacity_per_dp_rank)
     knobs = replace(knobs, max_num_seqs=seqs)
@@ -259,11 +276,15 @@ def knobs_chunk(m: Metrics) -> int:
 
 
 def _limit_words(m: Metrics, workload: Workload) -> str:
-    seqs = (f"the offered concurrency ({workload.concurrency:,} over the DP ranks and replicas)" if workload.concurrency
+    ranks = m.layout.dp * m.layout.replicas
+    offered = workload.concurrency and ceil(workload.concurrency / ranks) <= MAX_NUM_SEQS_CAP
+    seqs = (f"the requests in flight at {workload.request_rate_per_s:g}/s by Little's law at the targets "
+            f"({workload.concurrency:,} over the DP ranks and replicas)" if offered and workload.request_rate_per_s
+            else f"the offered concurrency ({workload.concurrency:,} over the DP ranks and replicas)" if offered
             else f"the planner's cap of {MAX_NUM_SEQS_CAP:,} per DP rank (vLLM's own default --max-num-seqs); the "
                  "KV pool and the TPOT target would allow more")
-    graphs = (f"the CUDA-graph capture range, raised to {m.memory.knobs.cuda_graph_max_bs} per micro-batch (just "
-              "above where the next limit falls)" if m.memory.knobs.cuda_graph_max_bs else
+    graphs = (f"the CUDA-graph capture range, which the plan raised to {m.memory.knobs.cuda_graph_max_bs} per "
+              "micro-batch" if m.memory.knobs.cuda_graph_max_bs else
               "the engine's CUDA-graph capture range (a larger decode batch runs eagerly, several times slower)")
     return {"kv": "the KV pool at the workload's lengths (no preemption)",
             "tpot": f"the {workload.tpot_ms:g} ms TPOT target",

@@ -368,3 +368,36 @@ def test_a_kv_bound_batch_is_sized_with_the_graphs_of_the_batch_itself():
         k = o.tuned.knobs
         room = memory_evaluate(spec, topo, o.layout, k).kv_capacity_tokens // tokens_per_request(workload, k.block_size)
         assert k.max_num_seqs <= room <= k.max_num_seqs + max(1, k.max_num_seqs // 20), (o.layout.label, k, room)
+
+
+def test_a_gqa_model_gets_no_mla_backend():
+    """vLLM refuses an MLA backend for a non-MLA model (backend.py: 'non-MLA not supported'): the Llama
+    baseline runs the engine's own attention backend, and no --attention-backend reaches its command."""
+    from mla_planner.launch.emit import build, launch_inputs
+    from mla_planner.plan import to_plan
+    spec, topo, calib = setup("llama-3.1-70b", "8xh100")
+    result = search(spec, topo, Workload(), calib)
+    assert result.options and all(o.tuned.knobs.attention_backend is None for o in result.options)
+    assert "MLA backends do not apply" in result.options[0].tuned.reasons["attention_backend"]
+    plan = to_plan(spec, spec.hf_id, topo, Workload(), result, top=1)
+    argv = [w for c in build(launch_inputs(plan, plan.candidates[0]), plan.candidates[0].knobs.engine)
+            for w in c.argv]
+    assert "--attention-backend" not in argv
+
+
+@pytest.mark.parametrize("args", [
+    ("llama-3.1-70b", "2x8xl40s-eth", Workload(tpot_ms=150), "tp=2,pp=2", "vllm", "bf16"),
+    ("deepseek-v2-lite", "8xh200", Workload(concurrency=5000, tpot_ms=200, input_len=512, output_len=128), "tp=8",
+     "vllm", None),
+])
+def test_the_reasons_name_the_knobs_emitted(args):
+    """The max_num_batched_tokens reason names the chunk the knobs have (a fallback once kept the rejected
+    one), and max_num_seqs blames the offered concurrency only when it, not the planner's cap, binds."""
+    from mla_planner.tuning import MAX_NUM_SEQS_CAP
+    model, topo_name, workload, layout, engine, kv = args
+    spec, topo, calib = setup(model, topo_name)
+    for o in search(spec, topo, workload, calib, engines=(engine,), kv_dtype=kv, layouts=[parse_layout(layout)]).options:
+        k, why = o.tuned.knobs, o.tuned.reasons
+        assert why["max_num_batched_tokens"].startswith(f"{k.max_num_batched_tokens:,}:")
+        if k.max_num_seqs == MAX_NUM_SEQS_CAP and o.tuned.metrics.concurrency_limit == "max_num_seqs":
+            assert "the planner's cap of 1,024" in why["max_num_seqs"]
