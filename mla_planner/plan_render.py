@@ -82,6 +82,9 @@ def render_plan(plan: Plan, result: SearchResult, top: int, explain: bool, is_de
               "instance / DP rank")
     for reason in best.reasons:
         out.print(f"  - {reason}")
+    tie = _tie(plan)
+    if tie:
+        out.print(tie, markup=False)
     _warnings(plan, top)
     _launch_hint(plan, emitted, any(n.startswith("--emit") for n in notes))
     _pareto(plan, result)
@@ -107,6 +110,19 @@ def _pareto(plan: Plan, result: SearchResult) -> None:
         out.print(f"  #{p.option + 1} {c.layout.label} {c.knobs.engine} {c.knobs.kv_cache_dtype} at "
                   f"{p.batch_per_dp_rank} per DP rank: {p.tokens_per_s_per_gpu:,.0f} tok/s/GPU, "
                   f"{p.tokens_per_s_per_user:.1f} tok/s/user", markup=False)
+
+
+def _tie(plan: Plan, within: float = 0.005) -> str:
+    """Say so when candidates behind #1 predict the same tokens/s (within 0.5 %): the order between them is
+    not a recommendation (the model prices vLLM and SGLang alike where their kernels and collectives are)."""
+    tput = [c.performance["throughput_tokens_per_s_per_gpu"] for c in plan.candidates]
+    same = [i + 1 for i, t in enumerate(tput[1:], 1) if tput[0] and abs(t / tput[0] - 1) <= within]
+    if not same:
+        return ""
+    others = ", ".join(f"#{i} ({plan.candidates[i - 1].layout.label}, {plan.candidates[i - 1].knobs.engine})"
+                       for i in same[:4]) + (", ..." if len(same) > 4 else "")
+    return (f"Tie: {others} predict the same tokens/s as #1 within {within:.1%}; the order among them is not a "
+            "recommendation (choose by the engine you run, or what else differs).")
 
 
 def _warnings(plan: Plan, top: int) -> None:
