@@ -110,11 +110,16 @@ def _describe(t: Target) -> str:
     mem, k = t.memory, t.chosen.knobs
     layers, per_layer, shape, dtype = kv_layout(t, 1.0)
     weights = sum(v for n, v in mem.terms.items() if n.startswith("weights/"))
-    budget = k.memory_fraction * mem.total_bytes
+    base = mem.total_bytes - (mem.terms.get("runtime_overhead", 0.0) + mem.terms.get("nccl_buffers", 0.0)
+                              if k.engine == "sglang" else 0.0)   # SGLang: a fraction of the memory free before load
+    budget = k.memory_fraction * base
+    covers = ("weights + KV pool (SGLang's static pool; the rest lives outside it)" if k.engine == "sglang" else
+              "what vLLM charges to it")
     return (f"stage {mem.pp_stage}: weights {weights / GiB:,.1f} GiB + KV pool {mem.kv_pool_bytes / GiB:,.1f} GiB "
             f"({layers} layers x [{shape[0]:,}, {shape[1]}, {shape[2]}] {str(dtype).removeprefix('torch.')}) + "
-            f"activations, graphs, NCCL = {_planned_bytes(t) / GiB:,.1f} GiB; engine budget {k.memory_fraction:g} x "
-            f"{mem.total_bytes / GiB:,.1f} GiB = {budget / GiB:,.1f} GiB")
+            f"activations, graphs, NCCL = {_planned_bytes(t) / GiB:,.1f} GiB of the GPU's "
+            f"{mem.total_bytes / GiB:,.1f} GiB; the engine's budget, {k.memory_fraction:g} x "
+            f"{base / GiB:,.1f} GiB = {budget / GiB:,.1f} GiB, covers {covers}")
 
 
 def fit_check(t: Target, dev: DeviceInfo, caps: Optional[Caps], limit_bytes: Optional[int] = None) -> Check:
