@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections import Counter
 from math import inf
 from pathlib import Path
 from typing import Annotated, Optional
@@ -221,6 +220,10 @@ def reasons_summary(rejected: list[dict], limit: int = 5) -> list[str]:
 
 
 def rejected_summary(rejected: list[dict], limit: int = 40) -> list[str]:
-    """One line per distinct (layout, reason), most informative first; engine/KV merged where equal."""
-    seen = Counter((r["layout"], r["reason"]) for r in rejected)
-    return [f"{lay}: {why}" + (f" (x{n})" if n > 1 else "") for (lay, why), n in list(seen.items())[:limit]]
+    """One line per distinct (layout, reason), most informative first, naming the engine/KV combinations
+    it stopped (a layout can fail for different reasons under each)."""
+    seen: dict[tuple, list[str]] = {}
+    for r in rejected:
+        combo = "any engine" if r["engine"] == "any" else f"{r['engine']} {r['kv_dtype']}"
+        seen.setdefault((r["layout"], r["reason"]), []).append(combo)
+    return [f"{lay} [{', '.join(dict.fromkeys(combos))}]: {why}" for (lay, why), combos in list(seen.items())[:limit]]
