@@ -48,6 +48,9 @@ def parse_length(text: str, flag: str) -> tuple[int, int]:
                         "decreasing)") from None
 
 
+RANK_BY = ("per-gpu", "total")
+
+
 def workload_from(input_len: str, output_len: str, concurrency: Optional[int], request_rate: Optional[float],
                   ttft_ms: float, tpot_ms: float, prefix_hit_rate: float) -> Workload:
     inp, inp_max = parse_length(input_len, "--input-len")
@@ -73,7 +76,7 @@ def workload_from(input_len: str, output_len: str, concurrency: Optional[int], r
 
 def run_plan(model: str, topology: str, workload: Workload, engine: Optional[str], kv_cache_dtype: Optional[str],
              layouts: Optional[list[str]], calibration: Optional[Path],
-             pinned: Overrides = Overrides()) -> tuple[Plan, SearchResult, tuple]:
+             pinned: Overrides = Overrides(), rank_by: str = "per-gpu") -> tuple[Plan, SearchResult, tuple]:
     loaded, topo = load_model(model), load_topology(topology)
     check_context(loaded.spec, workload)
     calib = load_calibration(calibration, topo)
@@ -89,7 +92,10 @@ def run_plan(model: str, topology: str, workload: Workload, engine: Optional[str
             raise PlanError("; ".join(f"layout {lay.label}: {', '.join(p)}" for lay, p in problems))
     if pinned.block_size is not None and pinned.block_size < 1:
         raise PlanError("--block-size must be a positive number of tokens")
-    result = search(loaded.spec, topo, workload, calib, (engine,) if engine else ENGINES, kv, chosen, pinned=pinned)
+    if rank_by not in RANK_BY:
+        raise PlanError(f"--rank-by must be one of {', '.join(RANK_BY)}, got '{rank_by}'")
+    result = search(loaded.spec, topo, workload, calib, (engine,) if engine else ENGINES, kv, chosen, pinned=pinned,
+                    rank_by=rank_by)
     return to_plan(loaded.spec, loaded.model_path, topo, workload, result), result, calib.notes
 
 
@@ -118,6 +124,9 @@ def plan_cmd(
         callback=lower_case, help="Only vllm or only sglang (default: both).")] = None,
     kv_cache_dtype: Annotated[str, Opt("--kv-cache-dtype", help="auto (search bf16 and fp8), bf16 or fp8.")]
     = "auto",
+    rank_by: Annotated[str, Opt("--rank-by", help="Rank those meeting the targets by output tokens/s per GPU "
+                                "(per-gpu: the GPUs a layout leaves idle do not count against it) or in all "
+                                "(total: the most from this cluster).")] = "per-gpu",
     layout: Annotated[Optional[list[str]], Opt("--layout", "-l", help="Restrict the search to these layouts, e.g. "
                                                "--layout tp=16 --layout tp=8,pp=2.")] = None,
     block_size: Annotated[Optional[int], Opt("--block-size", help="Pin the KV block / page size; backends that "
@@ -164,9 +173,11 @@ def plan_cmd(
         raise PlanError("--emit: give a folder name")
     workload = workload_from(input_len, output_len, concurrency, request_rate, ttft_ms, tpot_ms, prefix_hit_rate)
     pinned = Overrides(block_size=block_size, cuda_graphs=not enforce_eager)
-    plan, result, notes = run_plan(model, topology, workload, engine, kv_cache_dtype, layout, calibration, pinned)
+    plan, result, notes = run_plan(model, topology, workload, engine, kv_cache_dtype, layout, calibration, pinned,
+                                   rank_by)
     data = plan_to_dict(plan)
     data["notes"] = list(notes)
+    data["rank_by"] = rank_by
     front = [result.points[i] for i in result.pareto]
     data["pareto"] = [{"candidate": p.option + 1, "batch_per_dp_rank": p.batch_per_dp_rank,
                        "tokens_per_s_per_gpu": p.tokens_per_s_per_gpu, "tokens_per_s_per_user": p.tokens_per_s_per_user}
@@ -190,7 +201,7 @@ def plan_cmd(
     else:
         from .plan_render import render_plan
         render_plan(plan, result, top, explain, is_default,
-                    emit if meets else None, notes, data.get("nothing_fits", []))
+                    emit if meets else None, notes, data.get("nothing_fits", []), rank_by)
     if not meets:
         raise typer.Exit(1)
 

@@ -26,16 +26,19 @@ def headline(plan: Plan, is_default: bool) -> str:
                if w.request_rate_per_s else f", {w.concurrency} concurrent requests" if w.concurrency else ""))
 
 
-def candidates_table(plan: Plan, top: int) -> Table:
-    heads = ["tok/s\nper GPU", "tok/s\nper user", "requests\nin flight", "step\nms", "net\nwait", "mem\nutil",
-             "TTFT\nms", "ok"]
-    title = ("Best candidates: output tokens/s per GPU, among those meeting the targets" if meets_targets(plan)
-             else "Closest candidates (none meets the targets): output tokens/s per GPU")
+def candidates_table(plan: Plan, top: int, rank_by: str = "per-gpu") -> Table:
+    total = rank_by == "total"
+    heads = ["tok/s\nin all" if total else "tok/s\nper GPU", "tok/s\nper user", "requests\nin flight", "step\nms",
+             "net\nwait", "mem\nutil", "TTFT\nms", "ok"]
+    unit = "output tokens/s in all (the cluster's GPUs in use)" if total else "output tokens/s per GPU"
+    title = (f"Best candidates: {unit}, among those meeting the targets" if meets_targets(plan)
+             else f"Closest candidates (none meets the targets): {unit}")
     t = Table("#", Column("layout", no_wrap=True), Column("engine", no_wrap=True), "KV",
               *(Column(h, justify="right") for h in heads), title=title)
     for i, c in enumerate(plan.candidates[:top], 1):
         p, k = c.performance, c.knobs
-        t.add_row(str(i), c.layout.label, k.engine, k.kv_cache_dtype, f"{p['throughput_tokens_per_s_per_gpu']:,.0f}",
+        tput = p["throughput_tokens_per_s"] if total else p["throughput_tokens_per_s_per_gpu"]
+        t.add_row(str(i), c.layout.label, k.engine, k.kv_cache_dtype, f"{tput:,.0f}",
                   f"{p['tokens_per_s_per_user']:.1f}", f"{p['concurrency']:,}", f"{p['step_s'] * 1e3:.1f}",
                   f"{p['network_wait_share']:.0%}", f"{p['memory_utilization']:.0%}", f"{p['ttft_s'] * 1e3:,.0f}",
                   "yes" if p["meets_targets"] else "no")
@@ -54,7 +57,7 @@ def knobs_table(plan: Plan, top: int) -> Table:
 
 
 def render_plan(plan: Plan, result: SearchResult, top: int, explain: bool, is_default: bool,
-                emitted: Optional[Path], notes: tuple = (), nothing_fits: list = ()) -> None:
+                emitted: Optional[Path], notes: tuple = (), nothing_fits: list = (), rank_by: str = "per-gpu") -> None:
     out = console()
     out.print(headline(plan, is_default))
     for note in notes:
@@ -74,7 +77,7 @@ def render_plan(plan: Plan, result: SearchResult, top: int, explain: bool, is_de
                   "relax a target or add GPUs.")
         for line in misses[:5]:
             out.print(f"  - {line}", markup=False)
-    out.print(candidates_table(plan, top))
+    out.print(candidates_table(plan, top, rank_by))
     out.print(knobs_table(plan, top))
     best = plan.candidates[0]
     out.print(f"[bold]Why #1 ({best.layout.label}, {best.knobs.engine}, KV {best.knobs.kv_cache_dtype}):[/bold] "
@@ -115,7 +118,7 @@ def _pareto(plan: Plan, result: SearchResult) -> None:
 def _tie(plan: Plan, within: float = 0.005) -> str:
     """Say so when candidates behind #1 predict the same tokens/s (within 0.5 %): the order between them is
     not a recommendation (the model prices vLLM and SGLang alike where their kernels and collectives are)."""
-    tput = [c.performance["throughput_tokens_per_s_per_gpu"] for c in plan.candidates]
+    tput = [c.performance["throughput_tokens_per_s"] for c in plan.candidates]
     same = [i + 1 for i, t in enumerate(tput[1:], 1) if tput[0] and abs(t / tput[0] - 1) <= within]
     if not same:
         return ""

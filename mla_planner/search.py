@@ -47,10 +47,14 @@ class Option:
 
     @property
     def key(self) -> tuple:
-        """Those meeting the targets first, by output tokens/s per GPU; the others closest to the targets
-        first (so "the closest" are), then by tokens/s per GPU."""
+        return self.key_for("per-gpu")
+
+    def key_for(self, rank_by: str) -> tuple:
+        """Those meeting the targets first, by output tokens/s per GPU (or in all, `rank_by` "total"); the
+        others closest to the targets first (so "the closest" are), then by the same tokens/s."""
         m = self.tuned.metrics
-        return (not m.meets_targets, round(self.shortfall, 6), -round(m.throughput_tokens_per_s_per_gpu, 6),
+        tput = m.throughput_tokens_per_s if rank_by == "total" else m.throughput_tokens_per_s_per_gpu
+        return (not m.meets_targets, round(self.shortfall, 6), -round(tput, 6),
                 -round(m.tokens_per_s_per_user, 6), self.layout.label, self.engine, self.kv_dtype)
 
 
@@ -208,7 +212,8 @@ def warnings_for(spec: ModelSpec, topo: Topology, layout: Layout, tuned: Tuned, 
 
 def search(spec: ModelSpec, topo: Topology, workload: Workload, calib: Calibration,
            engines: tuple = ENGINES, kv_dtype: str | None = None, layouts: list[Layout] | None = None,
-           tuned_per_engine: int = TUNED_PER_ENGINE, pinned: Overrides = Overrides()) -> SearchResult:
+           tuned_per_engine: int = TUNED_PER_ENGINE, pinned: Overrides = Overrides(),
+           rank_by: str = "per-gpu") -> SearchResult:
     legal, illegal = candidate_layouts(spec, topo) if layouts is None else _given(spec, topo, layouts)
     rejected = []     # most telling first: what failed in tuning, then screening; layouts that cannot exist last
     bounds: dict = {e: [] for e in engines}
@@ -227,20 +232,26 @@ def search(spec: ModelSpec, topo: Topology, workload: Workload, calib: Calibrati
                 except Rejected as exc:
                     rejected.append({"layout": layout.label, "engine": engine, "kv_dtype": kv, "reason": str(exc)})
     options, siblings = [], {}    # (layout, draft chunk) -> the draft batch of its last tuning: a hint
+    def weight(layout: Layout) -> int:   # per-GPU bounds to the ranking's unit (tokens/s per GPU, or in all)
+        return layout.total_gpus if rank_by == "total" else 1
+
     for engine in engines:
-        ranked = sorted(bounds[engine], key=lambda t: (-t[0], t[3].label, t[4]))
+        ranked = sorted(bounds[engine], key=lambda t: (-t[0] * weight(t[3]), t[3].label, t[4]))
         best, tuned_n = 0.0, 0
         for i, (bound, knobs, batch, layout, kv) in enumerate(ranked):
-            if tuned_n >= tuned_per_engine and bound <= best:
+            if tuned_n >= tuned_per_engine and bound * weight(layout) <= best:
                 for b, _, _, lay, k in ranked[i:]:
-                    rejected.append(_screened_out(lay, engine, k, b, best, "decoding without prefill with the "
+                    rejected.append(_screened_out(lay, engine, k, b * weight(lay), best, rank_by,
+                                                  "decoding without prefill with the "
                                                   "whole KV pool busy"))
                 break
             above = 0
             if tuned_n >= tuned_per_engine and workload.tpot_applies:
-                tight, above = _target_bound(spec, topo, layout, knobs, batch, workload, calib, best)
-                if tight <= best:
-                    rejected.append(_screened_out(layout, engine, kv, tight, best, "decoding without prefill "
+                tight, above = _target_bound(spec, topo, layout, knobs, batch, workload, calib,
+                                             best / weight(layout))
+                if tight * weight(layout) <= best:
+                    rejected.append(_screened_out(layout, engine, kv, tight * weight(layout), best, rank_by,
+                                                  "decoding without prefill "
                                                   "at the largest batch within the TPOT target"))
                     continue
             try:
@@ -251,20 +262,21 @@ def search(spec: ModelSpec, topo: Topology, workload: Workload, calib: Calibrati
                                       shortfall(tuned.metrics, workload)))
                 tuned_n += 1
                 if tuned.metrics.meets_targets:
-                    best = max(best, tuned.metrics.throughput_tokens_per_s_per_gpu)
+                    best = max(best, tuned.metrics.throughput_tokens_per_s_per_gpu * weight(layout))
             except Rejected as exc:   # got furthest: listed first, as the most telling reasons
                 rejected.insert(0, {"layout": layout.label, "engine": engine, "kv_dtype": kv, "reason": str(exc)})
     rejected += [{"layout": lay.label, "engine": "any", "kv_dtype": "any", "reason": why} for lay, why in illegal]
-    options.sort(key=lambda o: o.key)
+    options.sort(key=lambda o: o.key_for(rank_by))
     points = [p for i, o in enumerate(options[:CURVES_FOR])
               for p in tradeoff_curve(spec, topo, i, o, workload, calib)]
     front = pareto_front([(p.tokens_per_s_per_gpu, p.tokens_per_s_per_user) for p in points])
     return SearchResult(options, rejected, points, front, screened)
 
 
-def _screened_out(layout: Layout, engine: str, kv: str, bound: float, best: float, how: str) -> dict:
+def _screened_out(layout: Layout, engine: str, kv: str, bound: float, best: float, rank_by: str, how: str) -> dict:
+    unit = "output tokens/s in all" if rank_by == "total" else "output tokens/s per GPU"
     return {"layout": layout.label, "engine": engine, "kv_dtype": kv,
-            "reason": f"screened out: at most {bound:,.0f} output tokens/s per GPU even {how}, not above the "
+            "reason": f"screened out: at most {bound:,.0f} {unit} even {how}, not above the "
                       f"{best:,.0f} of a tuned {engine} candidate"}
 
 

@@ -401,3 +401,37 @@ def test_the_reasons_name_the_knobs_emitted(args):
         assert why["max_num_batched_tokens"].startswith(f"{k.max_num_batched_tokens:,}:")
         if k.max_num_seqs == MAX_NUM_SEQS_CAP and o.tuned.metrics.concurrency_limit == "max_num_seqs":
             assert "the planner's cap of 1,024" in why["max_num_seqs"]
+
+
+@pytest.mark.parametrize("model, topology, workload", [
+    ("kimi-k2", "4x8xh800-roce", Workload(input_len=65536, output_len=2048, tpot_ms=150, ttft_ms=60000)),
+    ("deepseek-v3", "2x8xh200-ib", Workload()),
+    ("deepseek-v2-lite", "2x8xl40s-eth", Workload(tpot_ms=30)),
+])
+def test_ranking_by_total_tokens_prunes_soundly(model, topology, workload):
+    """--rank-by total scales every per-GPU bound by the layout's GPUs: the pruned search still finds what
+    tuning every layout finds, and a layout using more of the cluster can now come first."""
+    spec, topo, calib = setup(model, topology)
+    runs = [search(spec, topo, workload, calib, tuned_per_engine=n, rank_by="total") for n in (1, 10_000)]
+    for engine in ("vllm", "sglang"):
+        best = [next((o.tuned.metrics.throughput_tokens_per_s for o in r.options
+                      if o.engine == engine and o.tuned.metrics.meets_targets), None) for r in runs]
+        assert best[0] == pytest.approx(best[1])
+    ok = [o for o in runs[1].options if o.tuned.metrics.meets_targets]
+    totals = [o.tuned.metrics.throughput_tokens_per_s for o in ok]
+    assert totals == sorted(totals, reverse=True)
+
+
+def test_rank_by_total_can_fill_the_cluster(cli):
+    import json
+    per_gpu = json.loads(cli("plan", "-m", "kimi-k2", "-t", "4x8xh800-roce", "--input-len", "65536", "--output-len",
+                             "2048", "--tpot-ms", "150", "--ttft-ms", "60000", "-e", "sglang", "--json").stdout)
+    total = json.loads(cli("plan", "-m", "kimi-k2", "-t", "4x8xh800-roce", "--input-len", "65536", "--output-len",
+                           "2048", "--tpot-ms", "150", "--ttft-ms", "60000", "-e", "sglang", "--rank-by", "total",
+                           "--json").stdout)
+    assert total["rank_by"] == "total" and per_gpu["rank_by"] == "per-gpu"
+    first = [d["candidates"][0] for d in (per_gpu, total)]
+    assert first[1]["performance"]["throughput_tokens_per_s"] > first[0]["performance"]["throughput_tokens_per_s"]
+    assert first[1]["layout"]["pp"] * first[1]["layout"]["tp"] > first[0]["layout"]["pp"] * first[0]["layout"]["tp"]
+    bad = cli("plan", "--rank-by", "latency")
+    assert bad.exit_code == 2 and "--rank-by must be one of per-gpu, total" in bad.output
