@@ -159,9 +159,11 @@ def largest_safe_chunk(spec, topo, layout, knobs: Knobs) -> int:
     """The largest chunk tried at which the knobs' memory fraction is still safe (the draft sizes it for the
     largest chunk, or a smaller one where the largest leaves no KV room)."""
     chunks = chunk_candidates(knobs.engine, layout)
-    safe = [c for c in chunks if safe_memory_fraction(spec, topo, layout, replace(knobs, max_num_batched_tokens=c))
-            >= knobs.memory_fraction - 1e-9]
-    return max(safe, default=chunks[0])
+    for c in reversed(chunks):   # the safe fraction only falls as the chunk grows: the first safe one is the largest
+        if safe_memory_fraction(spec, topo, layout, replace(knobs, max_num_batched_tokens=c)) >= \
+                knobs.memory_fraction - 1e-9:
+            return c
+    return chunks[0]
 
 
 def choose_chunk(spec, topo, layout, knobs: Knobs, workload: Workload, calib: Calibration,
@@ -176,8 +178,8 @@ def choose_chunk(spec, topo, layout, knobs: Knobs, workload: Workload, calib: Ca
         k = replace(knobs, max_num_batched_tokens=chunk)
         # vLLM charges the chunk's activations (and the DeepEP buffer, sized for it) to its KV budget: a
         # chunk must leave the KV room for `batch`
-        mem = memory_evaluate(spec, topo, layout, k)
-        if not mem.fits or mem.kv_capacity_tokens // tokens_per_request(workload, k.block_size) < batch:
+        mem = memory_evaluate(spec, topo, layout, k) if k.engine == "vllm" else None   # SGLang: outside its pool
+        if mem and (not mem.fits or mem.kv_capacity_tokens // tokens_per_request(workload, k.block_size) < batch):
             room = False
             continue
         tpot = mean_tpot_s(spec, topo, layout, k, workload, calib, max(batch, 1))[0]
