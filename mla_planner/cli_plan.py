@@ -124,7 +124,8 @@ def plan_cmd(
         callback=lower_case, help="Only vllm or only sglang (default: both).")] = None,
     kv_cache_dtype: Annotated[str, Opt("--kv-cache-dtype", help="auto (search bf16 and fp8), bf16 or fp8.")]
     = "auto",
-    rank_by: Annotated[str, Opt("--rank-by", help="Rank those meeting the targets by output tokens/s per GPU "
+    rank_by: Annotated[str, Opt("--rank-by", callback=lower_case, help="Rank those meeting the targets by output "
+                                "tokens/s per GPU "
                                 "(per-gpu: the GPUs a layout leaves idle do not count against it) or in all "
                                 "(total: the most from this cluster).")] = "per-gpu",
     layout: Annotated[Optional[list[str]], Opt("--layout", "-l", help="Restrict the search to these layouts, e.g. "

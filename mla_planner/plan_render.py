@@ -85,7 +85,7 @@ def render_plan(plan: Plan, result: SearchResult, top: int, explain: bool, is_de
               "instance / DP rank")
     for reason in best.reasons:
         out.print(f"  - {reason}")
-    tie = _tie(plan)
+    tie = _tie(plan, rank_by)
     if tie:
         out.print(tie, markup=False)
     _warnings(plan, top)
@@ -115,11 +115,15 @@ def _pareto(plan: Plan, result: SearchResult) -> None:
                   f"{p.tokens_per_s_per_user:.1f} tok/s/user", markup=False)
 
 
-def _tie(plan: Plan, within: float = 0.005) -> str:
-    """Say so when candidates behind #1 predict the same tokens/s (within 0.5 %): the order between them is
-    not a recommendation (the model prices vLLM and SGLang alike where their kernels and collectives are)."""
-    tput = [c.performance["throughput_tokens_per_s"] for c in plan.candidates]
-    same = [i + 1 for i, t in enumerate(tput[1:], 1) if tput[0] and abs(t / tput[0] - 1) <= within]
+def _tie(plan: Plan, rank_by: str = "per-gpu", within: float = 0.005) -> str:
+    """Say so when candidates behind #1 predict the same ranked tokens/s (within 0.5 %) and meet the
+    targets as #1 does: the order between them is not a recommendation (the model prices vLLM and SGLang
+    alike where their kernels and collectives are)."""
+    key = "throughput_tokens_per_s" if rank_by == "total" else "throughput_tokens_per_s_per_gpu"
+    first = plan.candidates[0].performance
+    same = [i + 1 for i, c in enumerate(plan.candidates[1:], 1)
+            if first[key] and abs(c.performance[key] / first[key] - 1) <= within
+            and c.performance["meets_targets"] == first["meets_targets"]]
     if not same:
         return ""
     others = ", ".join(f"#{i} ({plan.candidates[i - 1].layout.label}, {plan.candidates[i - 1].knobs.engine})"

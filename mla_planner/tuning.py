@@ -95,6 +95,9 @@ def _draft_knobs(spec: ModelSpec, topo: Topology, layout: Layout, engine: str, k
                        f"{kv_dtype} KV)")
     else:   # the MLA backend table does not apply (vLLM refuses an MLA backend for a non-MLA model)
         backend_name, block = None, pinned.block_size or GQA_DEFAULT_BLOCK[engine]
+        if engine == "vllm" and block % 16:
+            raise Rejected(f"block size {block}: vLLM's FlashAttention and Triton backends take multiples of 16 "
+                           "(flash_attn.py / triton_attn.py), so no backend would start")
         why_backend = f"the engine's own choice for a {spec.attention.upper()} model (the MLA backends do not apply)"
         why_block = (f"{block} as pinned by --block-size" if pinned.block_size else
                      f"{block}: {engine}'s default for a non-MLA attention backend")
@@ -191,7 +194,7 @@ def choose_chunk(spec, topo, layout, knobs: Knobs, workload: Workload, calib: Ca
         return best, ""
     return best, ("larger chunks would take the KV room of the batch (vLLM charges their activations to its "
                   "budget)" if not room else "larger chunks would push decode steps past the TPOT target"
-                  if top == chunks[-1] else "the memory fraction leaves no room for larger chunks' activations")
+                  if best < top else "the memory fraction leaves no room for larger chunks' activations")
 
 
 def chunk_reason(chunk: int, m: Metrics, workload: Workload, why: str) -> str:
@@ -248,8 +251,8 @@ def _regain_kv_room(spec, topo, layout, knobs: Knobs, workload: Workload, calib:
     """Where the KV pool limits the batch, it was sized with the draft's sequence cap (up to 1,024), and
     vLLM captures CUDA graphs up to 2 x max-num-seqs: capped at the batch actually reached, the graphs
     shrink and the pool grows (Kimi-K2 at 64k prompts: 39 requests at the draft cap, 53 at 39). Raise
-    the cap to what the pool then holds, and again, while the batch grows (at most 3 times)."""
-    for _ in range(3):
+    the cap to what the pool then holds, and again, while the batch grows (at most 8 times)."""
+    for _ in range(8):
         if m.concurrency_limit != "kv":
             break
         at = memory_evaluate(spec, topo, layout, replace(knobs, max_num_seqs=m.capacity_per_dp_rank))

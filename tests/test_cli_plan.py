@@ -240,3 +240,18 @@ def test_ties_are_called_ties(cli):
     among them is said not to be a recommendation."""
     out = cli("plan", "-t", "8xh200").stdout
     assert "Tie: #2 (tp8, vllm)" in out and "not a" in out
+
+
+def test_no_tie_between_different_per_gpu_figures_under_a_rate(cli):
+    """Under a request rate every candidate meeting the targets serves the same total tokens/s; with the
+    default per-GPU ranking that is no tie (tp8 at twice the per-GPU figure of 2 x tp8)."""
+    out = cli("plan", "-t", "2x8xh200-ib", "--request-rate", "2", "-e", "vllm", "--kv-cache-dtype", "fp8",
+              "-l", "tp=8", "-l", "tp=8,replicas=2").stdout
+    assert "Tie:" not in out
+
+
+def test_a_gqa_block_vllm_cannot_run_is_refused(cli):
+    import json
+    data = json.loads(cli("plan", "-m", "llama-3.1-70b", "-t", "8xh100", "-e", "vllm", "--block-size", "8",
+                          "--json").stdout)
+    assert not data["candidates"] and any("multiples of 16" in r["reason"] for r in data["rejected"])

@@ -113,8 +113,9 @@ def _describe(t: Target) -> str:
     base = mem.total_bytes - (mem.terms.get("runtime_overhead", 0.0) + mem.terms.get("nccl_buffers", 0.0)
                               if k.engine == "sglang" else 0.0)   # SGLang: a fraction of the memory free before load
     budget = k.memory_fraction * base
-    covers = ("weights + KV pool (SGLang's static pool; the rest lives outside it)" if k.engine == "sglang" else
-              "what vLLM charges to it")
+    a2a = " + DeepEP buffer" if mem.terms.get("deepep_buffer") else ""
+    covers = (f"weights{a2a} + KV pool (SGLang's static pool; the rest lives outside it)" if k.engine == "sglang"
+              else "what vLLM charges to it")
     return (f"stage {mem.pp_stage}: weights {weights / GiB:,.1f} GiB + KV pool {mem.kv_pool_bytes / GiB:,.1f} GiB "
             f"({layers} layers x [{shape[0]:,}, {shape[1]}, {shape[2]}] {str(dtype).removeprefix('torch.')}) + "
             f"activations, graphs, NCCL = {_planned_bytes(t) / GiB:,.1f} GiB of the GPU's "
