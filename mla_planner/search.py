@@ -22,6 +22,7 @@ from .backends import fp8_checkpoint
 from .calibration import Calibration
 from .knobs import ENGINES, Knobs, Workload
 from .layout import Layout, layout_problems
+from .launch.vllm import layout_problem as vllm_layout_problem
 from .layouts import candidate_layouts
 from .memory import evaluate as memory_evaluate
 from .memory_terms import uses_deepep
@@ -173,11 +174,11 @@ def _target_bound(spec, topo, layout, knobs: Knobs, top: int, workload, calib, b
     return _decode_bound(spec, topo, layout, knobs, hi, workload, calib), hi
 
 
-def _engine_problem(layout: Layout) -> str | None:
+def _engine_problem(layout: Layout, engine: str, topo: Topology) -> str | None:
     if layout.kv_layout == "latent-sharded":
         return ("no engine implements latent-width sharding (the seed's Route B): vLLM and SGLang replicate "
                 "the latent per TP rank, or split it by request (DP attention) or by token (DCP)")
-    return None
+    return (vllm_layout_problem(layout, topo.gpus_per_node) or None) if engine == "vllm" else None
 
 
 def warnings_for(spec: ModelSpec, topo: Topology, layout: Layout, tuned: Tuned, workload: Workload) -> list[str]:
@@ -220,7 +221,7 @@ def search(spec: ModelSpec, topo: Topology, workload: Workload, calib: Calibrati
     screened = 0
     for layout in legal:
         for engine in engines:
-            problem = _engine_problem(layout)
+            problem = _engine_problem(layout, engine, topo)
             for kv in kv_dtypes_for(topo, kv_dtype):
                 if problem:
                     rejected.append({"layout": layout.label, "engine": engine, "kv_dtype": kv, "reason": problem})

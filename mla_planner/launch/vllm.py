@@ -22,6 +22,7 @@ from __future__ import annotations
 from typing import Optional
 
 from ..errors import PlanError
+from ..layout import Layout
 from . import a2a
 from .command import LaunchInputs, NodeCommand, ShellRef, check_inputs, flag_words
 from .env import instance_env
@@ -36,19 +37,26 @@ A2A_NOTE = (f"MoE all-to-all: --all2all-backend {a2a.VLLM_BACKEND} needs DeepEP 
             "allgather_reducescatter, which is slower than the plan predicts.")
 
 
+def layout_problem(L: Layout, per_node: int) -> str:
+    """Why vLLM 0.33 cannot launch this layout ('' when it can); the search skips such layouts for vLLM."""
+    if L.ep > 1 and L.ep != L.tp * L.dp:
+        return (f"{L.label}: vLLM's expert-parallel group is always tp*dp = {L.tp * L.dp} GPUs "
+                f"(--enable-expert-parallel has no size); ep={L.ep} cannot be expressed in vLLM")
+    if L.dp > 1 and L.instance_gpus > per_node and (L.tp * L.pp > per_node or per_node % (L.tp * L.pp)):
+        return (f"{L.label}: a vLLM data-parallel rank (tp*pp = {L.tp * L.pp} GPUs) must fit whole on a node of "
+                f"{per_node} GPUs for multi-node data parallelism")
+    return ""
+
+
 def check_expressible(inp: LaunchInputs) -> None:
     check_inputs(inp)
-    L, per_node = inp.layout, inp.topology.gpus_per_node
     k = inp.knobs
     if k.max_num_batched_tokens < k.max_num_seqs:
         raise PlanError(f"--max-num-batched-tokens {k.max_num_batched_tokens} is below --max-num-seqs "
                         f"{k.max_num_seqs}: vLLM 0.33 refuses to start (config/scheduler.py)")
-    if L.ep > 1 and L.ep != L.tp * L.dp:
-        raise PlanError(f"{L.label}: vLLM's expert-parallel group is always tp*dp = {L.tp * L.dp} GPUs "
-                        f"(--enable-expert-parallel has no size); ep={L.ep} cannot be expressed in vLLM")
-    if L.dp > 1 and L.instance_gpus > per_node and (L.tp * L.pp > per_node or per_node % (L.tp * L.pp)):
-        raise PlanError(f"{L.label}: a vLLM data-parallel rank (tp*pp = {L.tp * L.pp} GPUs) must fit whole on a "
-                        f"node of {per_node} GPUs for multi-node data parallelism")
+    problem = layout_problem(inp.layout, inp.topology.gpus_per_node)
+    if problem:
+        raise PlanError(problem)
 
 
 def sizing_flags(inp: LaunchInputs) -> list[str]:
