@@ -131,8 +131,8 @@ def uses_deepep(layout: Layout) -> bool:
     return layout.dp > 1 and layout.ep > 1 and layout.ep == layout.stage_gpus
 
 
-NO_FALLBACK = ("; vLLM's default all-gather/reduce-scatter MoE (--all2all-backend allgather_reducescatter) would run "
-               "without it, but the planner prices DP attention + EP as DeepEP only")
+NO_FALLBACK = ("; DP attention with the MoE tensor-parallel over the stage (no EP, tokens all-gathered and "
+               "reduce-scattered) is searched instead")
 
 
 def deepep_problem(engine: str, layout: Layout, intra_kind: str, fabric: str | None, spans_nodes: bool) -> str:
@@ -150,11 +150,11 @@ def deepep_problem(engine: str, layout: Layout, intra_kind: str, fabric: str | N
     if spans_nodes and not rdma:
         return ("DeepEP (the all-to-all of DP attention + EP) between nodes needs an RDMA fabric (InfiniBand or "
                 "RoCE); this cluster's nodes talk over " + (fabric or "nothing")
-                + (NO_FALLBACK if engine == "vllm" else ""))
+                + NO_FALLBACK)
     if intra_kind == "pcie" and not rdma:
         return ("DeepEP (the all-to-all of DP attention + EP) needs NVLink or an RDMA NIC (InfiniBand/RoCE, "
                 "through NVSHMEM) between the GPUs; this cluster has PCIe only" + (" and Ethernet" if fabric else "")
-                + (NO_FALLBACK if engine == "vllm" else ""))
+                + NO_FALLBACK)
     return ""
 
 

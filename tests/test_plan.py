@@ -435,3 +435,28 @@ def test_rank_by_total_can_fill_the_cluster(cli):
     assert first[1]["layout"]["pp"] * first[1]["layout"]["tp"] > first[0]["layout"]["pp"] * first[0]["layout"]["tp"]
     bad = cli("plan", "--rank-by", "latency")
     assert bad.exit_code == 2 and "--rank-by must be one of per-gpu, total" in bad.output
+
+
+def test_without_deepep_dp_attention_runs_a_tensor_parallel_moe(tmp_path):
+    """Where DeepEP cannot run (PCIe, no RDMA), DP attention is still searched, with the MoE tensor-parallel
+    over the stage and its tokens gathered and scattered (vLLM flattens TP across DP without
+    --enable-expert-parallel, fused_moe/config.py; SGLang's --attn-dp-size without --ep-size); on an
+    NVLink + InfiniBand cluster DP attention keeps EP over DeepEP only."""
+    from engine_check import check_command
+    from mla_planner.launch.emit import build, launch_inputs
+    from mla_planner.plan import to_plan
+    path = tmp_path / "pcie.yaml"
+    path.write_text("name: 4xl40s\nnodes: 1\ngpus_per_node: 4\ngpu: L40S-48G\nintra_node: {kind: pcie}\n")
+    spec, topo, calib = setup("deepseek-v2-lite", str(path))
+    result = search(spec, topo, Workload(), calib)
+    plan = to_plan(spec, spec.hf_id, topo, Workload(), result)
+    for engine in ("vllm", "sglang"):
+        i, c = next((i, c) for i, c in enumerate(plan.candidates, 1)
+                    if c.knobs.engine == engine and c.layout.dp > 1)
+        assert c.layout.ep == 1 and c.performance["meets_targets"]
+        for cmd in build(launch_inputs(plan, c), engine):
+            assert check_command(cmd.engine_args, engine, "sm89", model_max_len=spec.max_position_embeddings) == []
+            assert not {"--enable-expert-parallel", "--all2all-backend", "--ep-size", "--moe-a2a-backend"} & set(cmd.argv)
+    spec, topo, calib = setup("deepseek-v3", "2x8xh200-ib")
+    from mla_planner.layouts import candidate_layouts
+    assert all(lay.ep == lay.stage_gpus for lay in candidate_layouts(spec, topo)[0] if lay.dp > 1)
