@@ -19,7 +19,7 @@ from .errors import PlanError
 from .knobs import ENGINES, Knobs, Workload
 from .layout import Layout, parse_layout
 from .memory import evaluate as memory_evaluate
-from .memory_terms import uses_deepep
+from .memory_terms import deepep_problem, uses_deepep
 from .memory_ways_out import split_note
 from .metrics import Metrics, evaluate
 from .models import load_model
@@ -218,7 +218,11 @@ def compare_cmd(layouts: Annotated[Optional[list[str]], typer.Option(
         m = evaluate(spec, topo, layout, knobs, workload, calib)
         results.append((m, knobs))
         split = split_note(spec, topo, layout, knobs, m.memory) if m.memory.fits else ""   # `plan` may adopt it
-        rows.append(summary(m) | {"notes": [n for n in (note, split) if n] + list(m.notes)})
+        inter = topo.inter_node
+        deepep = deepep_problem(engine, layout, topo.intra_node.kind, inter.fabric if inter else None,
+                                layout.stage_gpus > topo.gpus_per_node)
+        deepep = f"will not start as priced here: {deepep}" if deepep else ""
+        rows.append(summary(m) | {"notes": [n for n in (deepep, note, split) if n] + list(m.notes)})
     if as_json:
         return print_json({"model": spec.name, "topology": topo.name, "engine": engine, "workload": asdict(workload),
                            "layouts": [r | {"knobs": asdict(k), "detail": detail(m)}

@@ -131,8 +131,8 @@ def uses_deepep(layout: Layout) -> bool:
     return layout.dp > 1 and layout.ep > 1 and layout.ep == layout.stage_gpus
 
 
-NO_FALLBACK = ("; DP attention with the MoE tensor-parallel over the stage (no EP, tokens all-gathered and "
-               "reduce-scattered) is searched instead")
+NO_FALLBACK = ("; DP attention with ep=1 (the MoE tensor-parallel over the stage, tokens all-gathered and "
+               "reduce-scattered) runs without it")
 
 
 def deepep_problem(engine: str, layout: Layout, intra_kind: str, fabric: str | None, spans_nodes: bool) -> str:

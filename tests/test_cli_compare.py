@@ -137,3 +137,14 @@ def test_verdict_says_where_each_layout_is_ahead_and_what_makes_its_step(cli):
     assert line.startswith("tp8·pp2 vs tp16: ahead on") and "behind" not in line
     assert "concurrency" in line and "network wait" in line and "shorter" in line and "collectives" in line
     assert line.split(": ahead")[0] in " ".join(cli(*args).stdout.split())
+
+
+def test_compare_says_when_deepep_cannot_run_there(cli, tmp_path):
+    import json
+    path = tmp_path / "pcie.yaml"
+    path.write_text("name: 4xl40s\nnodes: 1\ngpus_per_node: 4\ngpu: L40S-48G\nintra_node: {kind: pcie}\n")
+    data = json.loads(cli("compare", "-m", "deepseek-v2-lite", "-t", str(path), "-l", "tp=1,dp=4",
+                          "-l", "tp=1,dp=4,ep=1", "--json").stdout)
+    with_ep, without = (row["notes"] for row in data["layouts"])
+    assert any(n.startswith("will not start as priced here: DeepEP") and "ep=1" in n for n in with_ep)
+    assert not any("DeepEP" in n for n in without)
