@@ -210,7 +210,7 @@ def compare_cmd(layouts: Annotated[Optional[list[str]], typer.Option(
     seqs = bounded("--max-num-seqs", max_num_seqs)
     results, rows = [], []
     for text in layouts:
-        layout = parse_layout(text)
+        layout = parse_layout(text, topo)
         base = engine_default_knobs(engine, spec, topo, layout.dp, uses_deepep(layout), kv_cache_dtype=kv_dtype,
                                     cuda_graphs=not enforce_eager, max_num_seqs=seqs,
                                     max_model_len=workload.max_context_len)

@@ -13,7 +13,7 @@ from .cli_common import (DEFAULT_MODEL, DEFAULT_TOPOLOGY, JsonOpt, ModelOpt, Top
 from .engine_memory import default_memory_fraction, engine_default_knobs
 from .errors import PlanError
 from .knobs import KV_DTYPES, Knobs
-from .layout import KV_LAYOUTS, Layout, layout_problems
+from .layout import KV_LAYOUTS, Layout, deepep_runs, layout_problems
 from .memory import MemoryReport, memory_report
 from .memory_terms import uses_deepep
 from .models import load_model
@@ -41,10 +41,12 @@ def memory_cmd(
     tp: Annotated[int, typer.Option("--tp", help="Tensor parallel size of attention (vLLM -tp per DP rank; "
                                     "SGLang --tp-size is tp x dp).")] = 8,
     pp: Annotated[int, typer.Option("--pp", help="Pipeline stages (vLLM -pp, SGLang --pp-size).")] = 1,
-    dp: Annotated[int, typer.Option("--dp", help="Data-parallel attention ranks per stage (vLLM -dp with "
-                                    "--enable-expert-parallel, SGLang --attn-dp-size).")] = 1,
-    ep: Annotated[IntOpt, typer.Option("--ep", help="Expert parallel size of the MoE (default: tp x dp when "
-                                       "--dp > 1, else 1; vLLM --enable-expert-parallel, SGLang --ep-size).")] = None,
+    dp: Annotated[int, typer.Option("--dp", help="Data-parallel attention ranks per stage (vLLM -dp, SGLang "
+                                    "--attn-dp-size).")] = 1,
+    ep: Annotated[IntOpt, typer.Option("--ep", help="Expert parallel size of the MoE (default: tp x dp over "
+                                       "DeepEP when --dp > 1 and the cluster has NVLink and RDMA, else 1: the MoE "
+                                       "tensor-parallel; vLLM --enable-expert-parallel, SGLang --ep-size).")]
+    = None,
     dcp: Annotated[int, typer.Option("--dcp", help="Decode context parallel size: the tp ranks split each "
                                      "sequence's cached tokens (vLLM -dcp, SGLang --dcp-size).")] = 1,
     kv_layout: Annotated[str, typer.Option("--kv-layout", help="How a TP group holds the latent cache: "
@@ -105,7 +107,7 @@ def memory_cmd(
     if enforce_eager and cuda_graph_max_bs is not None:
         raise PlanError("--cuda-graph-max-bs sizes CUDA graphs, and --enforce-eager captures none: give one")
     spec, topo = load_model(model).spec, load_topology(topology)
-    layout = _layout(tp, pp, dp, ep, dcp, kv_layout)
+    layout = _layout(tp, pp, dp, ep, dcp, kv_layout, topo)
     problems = layout_problems(layout, spec, topo.gpus_per_node, topo.total_gpus)
     if problems:
         raise PlanError(f"layout {layout.label} cannot exist on {topo.name}: {'; '.join(problems)}")
@@ -131,12 +133,13 @@ def memory_cmd(
         raise typer.Exit(1)
 
 
-def _layout(tp: int, pp: int, dp: int, ep: Optional[int], dcp: int, kv_layout: str) -> Layout:
+def _layout(tp: int, pp: int, dp: int, ep: Optional[int], dcp: int, kv_layout: str, topo) -> Layout:
     for flag, value in (("--tp", tp), ("--pp", pp), ("--dp", dp), ("--ep", ep), ("--dcp", dcp)):
         _positive(flag, value)
     if kv_layout not in KV_LAYOUTS:
         raise PlanError(f"--kv-layout must be one of {', '.join(KV_LAYOUTS)}, got '{kv_layout}'")
-    return Layout(tp=tp, pp=pp, dp=dp, ep=ep or (tp * dp if dp > 1 else 1), dcp=dcp, kv_layout=kv_layout)
+    wide = dp > 1 and deepep_runs(topo, tp * dp)   # DP attention goes with EP over DeepEP where DeepEP runs
+    return Layout(tp=tp, pp=pp, dp=dp, ep=ep or (tp * dp if wide else 1), dcp=dcp, kv_layout=kv_layout)
 
 
 def _positive(flag: str, value: Optional[int]) -> Optional[int]:

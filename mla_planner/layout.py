@@ -50,7 +50,7 @@ class Layout:
     def label(self) -> str:
         parts = [f"tp{self.tp}"]
         for name in ("pp", "dp", "ep", "dcp"):
-            if getattr(self, name) > 1:
+            if getattr(self, name) > 1 or (name == "ep" and self.dp > 1):   # ep1 said: DP without EP
                 parts.append(f"{name}{getattr(self, name)}")
         if self.kv_layout != "replicated":
             parts.append("latent-sharded")
@@ -72,9 +72,19 @@ class Layout:
         return how
 
 
-def parse_layout(text: str) -> Layout:
+def deepep_runs(topo, stage_gpus: int) -> bool:
+    """Whether DeepEP can carry a stage's all-to-all (memory_terms.deepep_problem): NVLink inside a node and
+    RDMA between nodes. Where it cannot, DP attention runs with the MoE tensor-parallel over the stage (ep=1:
+    vLLM flattens TP across DP, fused_moe/config.py; SGLang --attn-dp-size without --ep-size)."""
+    inter = topo.inter_node
+    rdma = inter is not None and inter.fabric in ("infiniband", "roce")
+    return topo.intra_node.kind != "pcie" and (stage_gpus <= topo.gpus_per_node or rdma)
+
+
+def parse_layout(text: str, topo=None) -> Layout:
     """`"tp=8,pp=2"`, `"tp=1,dp=16,ep=16"`, `"tp=8,kv=latent-sharded"`, `"tp=8,replicas=2"`, or a label as
-    the tables print it: `"tp8·pp2"`, `"2x(tp8)"`, `"tp8·latent-sharded"`."""
+    the tables print it: `"tp8·pp2"`, `"2x(tp8)"`, `"tp8·latent-sharded"`. DP attention without an ep goes
+    with EP over the stage, or with ep=1 on a `topo` where DeepEP cannot run (`deepep_runs`)."""
     text = _from_label(text.strip())
     names = {f.name for f in fields(Layout)}
     values: dict = {}
@@ -95,7 +105,7 @@ def parse_layout(text: str) -> Layout:
     if not values:
         raise PlanError(f"layout '{text}': empty; expected e.g. 'tp=8,pp=2'")
     layout = Layout(**values)
-    if "ep" not in values and layout.dp > 1:
+    if "ep" not in values and layout.dp > 1 and (topo is None or deepep_runs(topo, layout.stage_gpus)):
         layout = replace(layout, ep=layout.stage_gpus)  # DP attention goes with EP over the stage (SGLang/vLLM recipes)
     return layout
 

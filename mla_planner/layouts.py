@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import replace
 from math import ceil
 
-from .layout import Layout, layout_problems
+from .layout import Layout, deepep_runs, layout_problems
 from .sizing import weight_bytes_breakdown
 from .spec import ModelSpec
 from .topology import Topology
@@ -44,18 +44,9 @@ def _stage_shapes(spec: ModelSpec, topo: Topology) -> list[tuple[int, int, int]]
                 shapes.append((size, 1, size))
         if spec.is_moe and size > 1 and spec.n_routed_experts % size == 0:
             shapes.append((1, size, size))
-        if spec.is_moe and size > 1 and spec.moe_intermediate_size % size == 0 and not _deepep_runs(topo, size):
+        if spec.is_moe and size > 1 and spec.moe_intermediate_size % size == 0 and not deepep_runs(topo, size):
             shapes.append((1, size, 1))   # DP attention, MoE tensor-parallel over the stage (no DeepEP)
     return shapes
-
-
-def _deepep_runs(topo: Topology, stage_gpus: int) -> bool:
-    """Whether DeepEP can carry a stage's all-to-all (memory_terms.deepep_problem): NVLink inside a node and
-    RDMA between nodes. Where it cannot, DP attention is searched with the MoE tensor-parallel over the stage
-    instead (vLLM: TP flattened across DP, fused_moe/config.py; SGLang: --attn-dp-size without --ep-size),
-    its tokens gathered and scattered over the stage; elsewhere DP attention comes with EP over DeepEP."""
-    rdma = topo.inter_node is not None and topo.inter_node.fabric in ("infiniband", "roce")
-    return topo.intra_node.kind != "pcie" and (stage_gpus <= topo.gpus_per_node or rdma)
 
 
 def min_instance_gpus(spec: ModelSpec, topo: Topology) -> int:

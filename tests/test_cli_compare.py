@@ -143,8 +143,9 @@ def test_compare_says_when_deepep_cannot_run_there(cli, tmp_path):
     import json
     path = tmp_path / "pcie.yaml"
     path.write_text("name: 4xl40s\nnodes: 1\ngpus_per_node: 4\ngpu: L40S-48G\nintra_node: {kind: pcie}\n")
-    data = json.loads(cli("compare", "-m", "deepseek-v2-lite", "-t", str(path), "-l", "tp=1,dp=4",
-                          "-l", "tp=1,dp=4,ep=1", "--json").stdout)
+    data = json.loads(cli("compare", "-m", "deepseek-v2-lite", "-t", str(path), "-l", "tp=1,dp=4,ep=4",
+                          "-l", "tp=1,dp=4", "--json").stdout)
+    assert [row["layout"] for row in data["layouts"]] == ["tp1·dp4·ep4", "tp1·dp4·ep1"]   # no ep: the one that runs
     with_ep, without = (row["notes"] for row in data["layouts"])
     assert any(n.startswith("will not start as priced here: DeepEP") and "ep=1" in n for n in with_ep)
     assert not any("DeepEP" in n for n in without)
