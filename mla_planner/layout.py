@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, fields, replace
+from functools import lru_cache
 
 from .errors import PlanError
 from .spec import ModelSpec
@@ -70,6 +71,12 @@ class Layout:
         if self.dp > 1:
             how += f", requests split over {self.dp} DP-attention ranks"
         return how
+
+
+@lru_cache(maxsize=None)
+def weight_key(layout: Layout) -> Layout:
+    """The layout reduced to what splits weights (tp, dp, ep): the memo key of the weight models."""
+    return replace(layout, pp=1, dcp=1, kv_layout="replicated", replicas=1)
 
 
 def deepep_runs(topo, stage_gpus: int) -> bool:

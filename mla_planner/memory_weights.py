@@ -19,7 +19,7 @@ from dataclasses import replace
 from functools import lru_cache
 from math import ceil
 
-from .layout import Layout
+from .layout import Layout, weight_key
 from .spec import ModelSpec
 from .weights import Tensor, bytes_of, inventory, mtp_inventory
 
@@ -33,8 +33,7 @@ def stage_weight_terms(spec: ModelSpec, layout: Layout, layers: range, first: bo
 
     Memoised: the plan search asks for the same stage under many knob settings, and only
     tp, dp and ep (not pp, dcp, the KV layout or replicas) change how weights split."""
-    key = replace(layout, pp=1, dcp=1, kv_layout="replicated", replicas=1)
-    return OrderedDict(_stage_weight_terms(spec, key, layers, first, last, engine, mtp, fp8_marlin))
+    return OrderedDict(_stage_weight_terms(spec, weight_key(layout), layers, first, last, engine, mtp, fp8_marlin))
 
 
 def marlin_scale_bytes(t: Tensor, block: tuple[int, int]) -> float:

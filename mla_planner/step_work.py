@@ -17,13 +17,13 @@ Sources: ../shared/reference/MLA_MATH.md sections 2, 3 and 8; attention_cost.py 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import lru_cache
 from math import ceil
 
 from . import attention_cost
 from .knobs import Knobs
-from .layout import Layout
+from .layout import Layout, weight_key
 from .memory_terms import ACT_BYTES
 from .memory_weights import dense_tp as _memory_dense_tp
 from .sizing import kv_bytes_per_token_layer
@@ -92,7 +92,7 @@ def layer_weights(spec: ModelSpec, layout: Layout, engine: str = "vllm") -> Laye
     """Per-layer, per-GPU weight bytes and parameters from the weight inventory (weights.py), split as
     the memory model splits them. Memoised on what splits weights (tp, dp, ep), as the plan search asks
     for the same layer under many batches and knobs."""
-    return _layer_weights(spec, replace(layout, pp=1, dcp=1, kv_layout="replicated", replicas=1), engine)
+    return _layer_weights(spec, weight_key(layout), engine)
 
 
 @lru_cache(maxsize=4096)

@@ -22,7 +22,7 @@ from .memory import evaluate as memory_evaluate
 from .memory import safe_memory_fraction
 from .memory_terms import deepep_problem, uses_deepep
 from .metrics import Metrics, coupled_ranks, evaluate, mean_tpot_s, tokens_per_request
-from .tuning_limits import choose_graph_cap, choose_split
+from .tuning_limits import choose_graph_cap, choose_split, regain_kv_room
 from .spec import ModelSpec
 from .topology import Topology
 
@@ -233,9 +233,14 @@ def tune(spec: ModelSpec, topo: Topology, layout: Layout, engine: str, kv_dtype:
     if not m.capacity_per_dp_rank:   # the chunk cost the batch its room: keep the draft chunk
         knobs, m = replace(knobs, max_num_batched_tokens=knobs_chunk(first)), first
         chunk, chunk_why = knobs_chunk(first), "a larger chunk leaves no KV room for the batch"
-    knobs, m = _regain_kv_room(spec, topo, layout, knobs, workload, calib, m)
+    knobs, m = regain_kv_room(spec, topo, layout, knobs, workload, calib, m)
     seqs = max(1, m.capacity_per_dp_rank)
     knobs = replace(knobs, max_num_seqs=seqs)
+    # SGLang keeps the chosen (smaller) chunk's activations and the smaller request table outside its static
+    # pool: the fraction safe at the final knobs is higher; the batch keeps its size, the pool gains headroom
+    if engine == "sglang":   # (vLLM charges both to its budget: its safe fraction does not move)
+        knobs = replace(knobs, memory_fraction=max(knobs.memory_fraction,
+                                                   safe_memory_fraction(spec, topo, layout, knobs)))
     # fewer sequences mean fewer CUDA graphs to capture: re-count memory for the final knobs (the metrics
     # were computed at the larger cap, so they stay a slight underestimate of the KV room)
     m = replace(m, memory=memory_evaluate(spec, topo, layout, knobs))
@@ -244,27 +249,6 @@ def tune(spec: ModelSpec, topo: Topology, layout: Layout, engine: str, kv_dtype:
                                f"{m.memory.kv_capacity_tokens:,} tokens") + _stall_words(m, spec, layout)
     reasons["memory_fraction"] = fraction_reason(engine, topo.gpu, knobs.memory_fraction)
     return Tuned(knobs, m, reasons, first.capacity_per_dp_rank)
-
-
-def _regain_kv_room(spec, topo, layout, knobs: Knobs, workload: Workload, calib: Calibration,
-                    m: Metrics) -> tuple[Knobs, Metrics]:
-    """Where the KV pool limits the batch, it was sized with the draft's sequence cap (up to 1,024), and
-    vLLM captures CUDA graphs up to 2 x max-num-seqs: capped at the batch actually reached, the graphs
-    shrink and the pool grows (Kimi-K2 at 64k prompts: 39 requests at the draft cap, 53 at 39). Raise
-    the cap to what the pool then holds, and again, while the batch grows (at most 8 times)."""
-    for _ in range(8):
-        if m.concurrency_limit != "kv":
-            break
-        at = memory_evaluate(spec, topo, layout, replace(knobs, max_num_seqs=m.capacity_per_dp_rank))
-        room = at.kv_capacity_tokens // tokens_per_request(workload, knobs.block_size) if at.fits else 0
-        if room <= m.capacity_per_dp_rank:
-            break
-        more = evaluate(spec, topo, layout, replace(knobs, max_num_seqs=room), workload, calib,
-                        m.capacity_per_dp_rank)
-        if more.capacity_per_dp_rank <= m.capacity_per_dp_rank:
-            break
-        knobs, m = replace(knobs, max_num_seqs=room), more
-    return knobs, m
 
 
 def _stall_words(m: Metrics, spec: ModelSpec, layout: Layout) -> str:

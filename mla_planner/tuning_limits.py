@@ -1,7 +1,8 @@
-"""Two knobs that lift a limit on the batch, tried only where that limit binds: the pipeline layer split
-(when the KV pool binds: pp_split.balance) and the CUDA-graph capture range (when it binds: a larger
-decode batch would run eagerly). Each is kept only if the metrics say it serves more tokens/s, and each
-re-derives the memory fraction for its knobs at the largest prefill chunk the tuning may still pick.
+"""Knobs that lift a limit on the batch, tried only where that limit binds: the pipeline layer split
+(when the KV pool binds: pp_split.balance), the CUDA-graph capture range (when it binds: a larger
+decode batch would run eagerly), and the sequence cap the KV pool is sized with (regain_kv_room). The
+split and the range are kept only if the metrics say they serve more tokens/s, and each re-derives the
+memory fraction for its knobs at the largest prefill chunk the tuning may still pick.
 """
 
 from __future__ import annotations
@@ -12,8 +13,9 @@ from math import ceil
 from .calibration import Calibration
 from .engine_memory import graph_batch_cap
 from .knobs import Knobs, Workload
+from .memory import evaluate as memory_evaluate
 from .memory import safe_memory_fraction, split_pools
-from .metrics import Metrics, batch_limit, evaluate
+from .metrics import Metrics, batch_limit, evaluate, tokens_per_request
 from .pp_split import balance, layer_split, partition_env_name
 
 GRAPH_CAP_MAX = 2048      # the largest decode batch we ask an engine to capture (our bound: capture time and
@@ -96,3 +98,24 @@ def _with_graph_cap(spec, topo, layout, knobs: Knobs, workload: Workload, calib:
     alt = replace(knobs, cuda_graph_max_bs=cap)
     alt = replace(alt, memory_fraction=_safe(spec, topo, layout, alt, worst_chunk))
     return alt, evaluate(spec, topo, layout, alt, workload, calib, hint.capacity_per_dp_rank)
+
+
+def regain_kv_room(spec, topo, layout, knobs: Knobs, workload: Workload, calib: Calibration,
+                    m: Metrics) -> tuple[Knobs, Metrics]:
+    """Where the KV pool limits the batch, it was sized with the draft's sequence cap (up to 1,024), and
+    vLLM captures CUDA graphs up to 2 x max-num-seqs: capped at the batch actually reached, the graphs
+    shrink and the pool grows (Kimi-K2 at 64k prompts: 39 requests at the draft cap, 53 at 39). Raise
+    the cap to what the pool then holds, and again, while the batch grows (at most 8 times)."""
+    for _ in range(8):
+        if m.concurrency_limit != "kv":
+            break
+        at = memory_evaluate(spec, topo, layout, replace(knobs, max_num_seqs=m.capacity_per_dp_rank))
+        room = at.kv_capacity_tokens // tokens_per_request(workload, knobs.block_size) if at.fits else 0
+        if room <= m.capacity_per_dp_rank:
+            break
+        more = evaluate(spec, topo, layout, replace(knobs, max_num_seqs=room), workload, calib,
+                        m.capacity_per_dp_rank)
+        if more.capacity_per_dp_rank <= m.capacity_per_dp_rank:
+            break
+        knobs, m = replace(knobs, max_num_seqs=room), more
+    return knobs, m

@@ -460,3 +460,14 @@ def test_without_deepep_dp_attention_runs_a_tensor_parallel_moe(tmp_path):
     spec, topo, calib = setup("deepseek-v3", "2x8xh200-ib")
     from mla_planner.layouts import candidate_layouts
     assert all(lay.ep == lay.stage_gpus for lay in candidate_layouts(spec, topo)[0] if lay.dp > 1)
+
+
+def test_sglang_fraction_is_the_safe_one_at_the_chunk_chosen():
+    """SGLang keeps a smaller chunk's activations outside its static pool, so once the chunk is chosen the
+    fraction is raised to what is safe for it (a user's `memory` run found 0.935 safe where the plan said
+    0.907, the fraction for the largest chunk tried)."""
+    from mla_planner.memory import safe_memory_fraction
+    spec, topo, calib = setup("deepseek-v2-lite", "2x8xl40s-eth")
+    for o in search(spec, topo, Workload(), calib, engines=("sglang",)).options[:6]:
+        k = o.tuned.knobs
+        assert k.memory_fraction == pytest.approx(safe_memory_fraction(spec, topo, o.layout, k), abs=0.0015)
