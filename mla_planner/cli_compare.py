@@ -170,6 +170,15 @@ def compare_cmd(layouts: Annotated[Optional[list[str]], typer.Option(
                                                             "(each kernel launched from the CPU).")] = False,
                 max_num_seqs: Annotated[Optional[int], typer.Option("--max-num-seqs", help="Running requests "
                                                                     "per DP rank (engine default).")] = None,
+                block_size: Annotated[Optional[int], typer.Option("--block-size", help="vLLM --block-size / "
+                                                                  "SGLang --page-size (engine default).")] = None,
+                max_num_batched_tokens: Annotated[Optional[int], typer.Option(
+                    "--max-num-batched-tokens", help="vLLM --max-num-batched-tokens / SGLang --chunked-prefill-size "
+                    "per DP rank (engine default); with --block-size, --max-num-seqs and the memory fraction, "
+                    "a plan candidate's knobs.")] = None,
+                cuda_graph_max_bs: Annotated[Optional[int], typer.Option(
+                    "--cuda-graph-max-bs", help="Largest decode batch captured as a CUDA graph, per DP rank "
+                    "(engine default).")] = None,
                 gpu_memory_utilization: Annotated[Optional[float], typer.Option(
                     "--gpu-memory-utilization", help="vLLM's --gpu-memory-utilization (default: 0.92, lowered to "
                     "the safe fraction when that runs out of memory).")] = None,
@@ -208,11 +217,16 @@ def compare_cmd(layouts: Annotated[Optional[list[str]], typer.Option(
                         tpot_ms=tpot_ms, ttft_ms=ttft_ms)
     check_context(spec, workload)
     seqs = bounded("--max-num-seqs", max_num_seqs)
+    block, chunk = bounded("--block-size", block_size), bounded("--max-num-batched-tokens", max_num_batched_tokens)
+    graphs = bounded("--cuda-graph-max-bs", cuda_graph_max_bs)
+    if enforce_eager and graphs is not None:
+        raise PlanError("--cuda-graph-max-bs sizes CUDA graphs, and --enforce-eager captures none: give one")
     results, rows = [], []
     for text in layouts:
         layout = parse_layout(text, topo)
         base = engine_default_knobs(engine, spec, topo, layout.dp, uses_deepep(layout), kv_cache_dtype=kv_dtype,
-                                    cuda_graphs=not enforce_eager, max_num_seqs=seqs,
+                                    cuda_graphs=not enforce_eager, max_num_seqs=seqs, block_size=block,
+                                    max_num_batched_tokens=chunk, cuda_graph_max_bs=graphs,
                                     max_model_len=workload.max_context_len)
         knobs, note = knobs_for(spec, topo, layout, base, fraction)
         m = evaluate(spec, topo, layout, knobs, workload, calib)

@@ -149,3 +149,21 @@ def test_compare_says_when_deepep_cannot_run_there(cli, tmp_path):
     with_ep, without = (row["notes"] for row in data["layouts"])
     assert any(n.startswith("will not start as priced here: DeepEP") and "ep=1" in n for n in with_ep)
     assert not any("DeepEP" in n for n in without)
+
+
+def test_compare_reproduces_a_plan_candidate_from_its_knobs(cli):
+    """With a candidate's block size, chunk, sequence cap and memory fraction, compare gives the plan's own
+    numbers for it (a user could not check plan against compare without them)."""
+    import json
+    plan = json.loads(cli("plan", "-m", "deepseek-v2-lite", "-t", "8xh100", "-e", "vllm", "--kv-cache-dtype", "fp8",
+                          "--json").stdout)
+    c = plan["candidates"][0]
+    k = c["knobs"]
+    row = json.loads(cli("compare", "-m", "deepseek-v2-lite", "-t", "8xh100", "-e", "vllm", "--kv-cache-dtype", "fp8",
+                         "-l", c["label"], "--block-size", str(k["block_size"]), "--max-num-batched-tokens",
+                         str(k["max_num_batched_tokens"]), "--max-num-seqs", str(k["max_num_seqs"]),
+                         *(["--cuda-graph-max-bs", str(k["cuda_graph_max_bs"])] if k["cuda_graph_max_bs"] else []),
+                         "--gpu-memory-utilization", str(k["memory_fraction"]), "--json").stdout)["layouts"][0]
+    assert row["layout"] == c["label"]
+    assert row["kv_capacity_tokens"] == c["memory"]["kv_capacity_tokens"]
+    assert row["throughput_tokens_per_s_per_gpu"] == pytest.approx(c["performance"]["throughput_tokens_per_s_per_gpu"])
