@@ -12,7 +12,7 @@ from rich.table import Table
 from .calibration import load_calibration
 from .cli_common import (DEFAULT_MODEL, DEFAULT_TOPOLOGY, JsonOpt, ModelOpt, TopologyOpt, check_context, console, guard,
                          print_json, lower_case)
-from .cli_memory import KV_CAPACITY_LABEL, bounded, fraction_from_flags, kv_dtype_choice
+from .cli_memory import KV_CAPACITY_LABEL, bounded, fraction_from_flags, graph_cap_choice, kv_dtype_choice
 from .cli_plan import parse_length
 from .engine_memory import default_memory_fraction, engine_default_knobs
 from .errors import PlanError
@@ -218,9 +218,7 @@ def compare_cmd(layouts: Annotated[Optional[list[str]], typer.Option(
     check_context(spec, workload)
     seqs = bounded("--max-num-seqs", max_num_seqs)
     block, chunk = bounded("--block-size", block_size), bounded("--max-num-batched-tokens", max_num_batched_tokens)
-    graphs = bounded("--cuda-graph-max-bs", cuda_graph_max_bs)
-    if enforce_eager and graphs is not None:
-        raise PlanError("--cuda-graph-max-bs sizes CUDA graphs, and --enforce-eager captures none: give one")
+    graphs = graph_cap_choice(cuda_graph_max_bs, enforce_eager)
     results, rows = [], []
     for text in layouts:
         layout = parse_layout(text, topo)
@@ -232,9 +230,7 @@ def compare_cmd(layouts: Annotated[Optional[list[str]], typer.Option(
         m = evaluate(spec, topo, layout, knobs, workload, calib)
         results.append((m, knobs))
         split = split_note(spec, topo, layout, knobs, m.memory) if m.memory.fits else ""   # `plan` may adopt it
-        inter = topo.inter_node
-        deepep = deepep_problem(engine, layout, topo.intra_node.kind, inter.fabric if inter else None,
-                                layout.stage_gpus > topo.gpus_per_node)
+        deepep = deepep_problem(engine, layout, topo)
         deepep = f"will not start as priced here: {deepep}" if deepep else ""
         rows.append(summary(m) | {"notes": [n for n in (deepep, note, split) if n] + list(m.notes)})
     if as_json:

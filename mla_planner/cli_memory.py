@@ -104,8 +104,6 @@ def memory_cmd(
 
       mla-plan memory -e sglang --tp 1 --dp 16 --ep 16 --max-model-len 32768 --json
     """
-    if enforce_eager and cuda_graph_max_bs is not None:
-        raise PlanError("--cuda-graph-max-bs sizes CUDA graphs, and --enforce-eager captures none: give one")
     spec, topo = load_model(model).spec, load_topology(topology)
     layout = _layout(tp, pp, dp, ep, dcp, kv_layout, topo)
     problems = layout_problems(layout, spec, topo.gpus_per_node, topo.total_gpus)
@@ -117,7 +115,7 @@ def memory_cmd(
                         max_num_seqs=bounded("--max-num-seqs", max_num_seqs),
                         max_num_batched_tokens=bounded("--max-num-batched-tokens", max_num_batched_tokens),
                         mtp=mtp, cuda_graphs=not enforce_eager,
-                        cuda_graph_max_bs=bounded("--cuda-graph-max-bs", cuda_graph_max_bs),
+                        cuda_graph_max_bs=graph_cap_choice(cuda_graph_max_bs, enforce_eager),
                         pp_layer_partition=partition_choice(pp_layer_partition, spec, layout)))
     report = memory_report(spec, topo, layout, knobs, engine_version)
     if engine == "sglang" and gpu_memory_utilization is None and mem_fraction_static is None and \
@@ -154,6 +152,13 @@ def bounded(flag: str, value: Optional[int]) -> Optional[int]:
     if value is not None and value > UPPER_BOUNDS[flag]:
         raise PlanError(f"{flag} {value:,} is beyond any real deployment (at most {UPPER_BOUNDS[flag]:,})")
     return value
+
+
+def graph_cap_choice(value: Optional[int], enforce_eager: bool) -> Optional[int]:
+    """--cuda-graph-max-bs, bounded; refused with --enforce-eager (which captures no graphs)."""
+    if enforce_eager and value is not None:
+        raise PlanError("--cuda-graph-max-bs sizes CUDA graphs, and --enforce-eager captures none: give one")
+    return bounded("--cuda-graph-max-bs", value)
 
 
 def _model_len(spec, engine: str, value: Optional[int]) -> Optional[int]:

@@ -79,13 +79,16 @@ def weight_key(layout: Layout) -> Layout:
     return replace(layout, pp=1, dcp=1, kv_layout="replicated", replicas=1)
 
 
+def rdma_between_nodes(topo) -> bool:
+    """Whether the nodes talk over InfiniBand or RoCE (what NVSHMEM, and so DeepEP, needs across nodes)."""
+    return topo.inter_node is not None and topo.inter_node.fabric in ("infiniband", "roce")
+
+
 def deepep_runs(topo, stage_gpus: int) -> bool:
-    """Whether DeepEP can carry a stage's all-to-all (memory_terms.deepep_problem): NVLink inside a node and
-    RDMA between nodes. Where it cannot, DP attention runs with the MoE tensor-parallel over the stage (ep=1:
-    vLLM flattens TP across DP, fused_moe/config.py; SGLang --attn-dp-size without --ep-size)."""
-    inter = topo.inter_node
-    rdma = inter is not None and inter.fabric in ("infiniband", "roce")
-    return topo.intra_node.kind != "pcie" and (stage_gpus <= topo.gpus_per_node or rdma)
+    """Whether both engines' DeepEP can carry a stage's all-to-all (memory_terms.deepep_problem): NVLink inside
+    a node and RDMA between nodes. Where it cannot, DP attention runs with the MoE tensor-parallel over the
+    stage (ep=1: vLLM flattens TP across DP, fused_moe/config.py; SGLang --attn-dp-size without --ep-size)."""
+    return topo.intra_node.kind != "pcie" and (stage_gpus <= topo.gpus_per_node or rdma_between_nodes(topo))
 
 
 def parse_layout(text: str, topo=None) -> Layout:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from math import ceil
 
-from .layout import Layout
+from .layout import Layout, rdma_between_nodes
 from .spec import ModelSpec
 
 GiB = 2**30
@@ -135,7 +135,7 @@ NO_FALLBACK = ("; DP attention with ep=1 (the MoE tensor-parallel over the stage
                "reduce-scattered) runs without it")
 
 
-def deepep_problem(engine: str, layout: Layout, intra_kind: str, fabric: str | None, spans_nodes: bool) -> str:
+def deepep_problem(engine: str, layout: Layout, topo) -> str:
     """Why DeepEP cannot run this layout's all-to-all on this hardware ('' when it can). DeepEP's normal
     kernels need NVLink inside a node (DeepEP#216; USER_PROBLEMS.md problem 16: "PCIe L20 cannot use it"),
     its low-latency kernels reach other GPUs over NVLink or, through NVSHMEM, over RDMA (InfiniBand or
@@ -143,11 +143,12 @@ def deepep_problem(engine: str, layout: Layout, intra_kind: str, fabric: str | N
     the low-latency ones only."""
     if not uses_deepep(layout):
         return ""
-    rdma = fabric in ("infiniband", "roce")
+    rdma, intra_kind = rdma_between_nodes(topo), topo.intra_node.kind
+    fabric = topo.inter_node.fabric if topo.inter_node else None
     if intra_kind == "pcie" and engine == "sglang":
         return ("SGLang's DeepEP all-to-all (DP attention + EP) prefills with DeepEP's normal kernels, which need "
                 "NVLink between the GPUs; this node has PCIe only")
-    if spans_nodes and not rdma:
+    if layout.stage_gpus > topo.gpus_per_node and not rdma:
         return ("DeepEP (the all-to-all of DP attention + EP) between nodes needs an RDMA fabric (InfiniBand or "
                 "RoCE); this cluster's nodes talk over " + (fabric or "nothing")
                 + NO_FALLBACK)

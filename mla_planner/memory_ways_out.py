@@ -13,7 +13,7 @@ from typing import Iterator, Optional
 from .knobs import Knobs
 from .layout import Layout
 from .memory import MemoryReport, evaluate, safe_memory_fraction, split_pools
-from .pp_split import balance, layer_split, partition_env_name
+from .pp_split import MIN_SPLIT_GAIN, balance, layer_split, partition_env_name
 from .spec import ModelSpec
 from .topology import InterNode, Topology
 
@@ -60,7 +60,7 @@ def split_note(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, re
         return ""
     better = evaluate(spec, topo, layout, replace(knobs, pp_layer_partition=split), engine_version)
     gain = better.kv_capacity_tokens / report.kv_capacity_tokens - 1
-    if gain < 0.01:
+    if gain < MIN_SPLIT_GAIN:
         return ""
     return (f"{partition_env_name(knobs.engine)}={','.join(map(str, split))} would hold {gain:.0%} more KV tokens "
             f"({better.kv_capacity_tokens:,}): stage {report.binding_stage} binds, and the engine sizes every stage's "

@@ -18,6 +18,7 @@ from .knobs import Knobs
 from .layout import Layout
 from .spec import ModelSpec
 
+MIN_SPLIT_GAIN = 0.01   # a split other than the engine's is worth an environment variable from 1 % more KV room
 Pools = Callable[[list[int]], list[int]]   # a split -> the KV tokens each stage's pool holds (memory.split_pools)
 
 

@@ -83,9 +83,7 @@ def _draft_knobs(spec: ModelSpec, topo: Topology, layout: Layout, engine: str, k
     fp8 = fp8_checkpoint(engine, spec, gpu)
     if fp8 and not fp8[0]:
         raise Rejected(fp8[1])
-    inter = topo.inter_node
-    deepep = deepep_problem(engine, layout, topo.intra_node.kind, inter.fabric if inter else None,
-                            layout.stage_gpus > topo.gpus_per_node)
+    deepep = deepep_problem(engine, layout, topo)
     if deepep:
         raise Rejected(deepep)
     if spec.attention == "mla":

@@ -16,12 +16,11 @@ from .knobs import Knobs, Workload
 from .memory import evaluate as memory_evaluate
 from .memory import safe_memory_fraction, split_pools
 from .metrics import Metrics, batch_limit, evaluate, tokens_per_request
-from .pp_split import balance, layer_split, partition_env_name
+from .pp_split import MIN_SPLIT_GAIN, balance, layer_split, partition_env_name
 
 GRAPH_CAP_MAX = 2048      # the largest decode batch we ask an engine to capture (our bound: capture time and
                           # graph memory grow with every size)
 GRAPH_CAP_STEP = 16       # vLLM captures every 16th size above 256 (SGLang adds the top itself)
-MIN_SPLIT_GAIN = 0.01     # a layer split other than the engine's must add this much KV room
 
 
 def _better(m: Metrics, than: Metrics) -> bool:
