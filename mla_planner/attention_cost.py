@@ -31,14 +31,14 @@ def absorbed_core_bytes(batch: int, heads_per_rank: int, context_tokens_total: i
     """HBM bytes moved by the absorbed attention core on one rank for one layer.
 
     latent cache read (sum(T_b) * kv_bytes_per_token_layer; NOT divided by TP)
-    + new token's latent written (batch * kv_bytes_per_token_layer)
+    + the new tokens' latents written (batch * s_q * kv_bytes_per_token_layer)
     + q_mqa read (batch * s_q * H_t * (d_c + d_r) * act_bytes)
     + o_lat written (batch * s_q * H_t * d_c * act_bytes).
     Source: FlashMLA test bytes = (total_seqlens*d + b*s_q*h_q*d + b*s_q*h_q*dv) * 2;
     MLA_MATH.md section 8.
     """
     cache_read = context_tokens_total * kv_bytes_per_token_layer
-    cache_write = batch * kv_bytes_per_token_layer
+    cache_write = batch * q_len * kv_bytes_per_token_layer
     q_read = batch * q_len * heads_per_rank * (kv_lora_rank + rope_dim) * act_bytes
     o_write = batch * q_len * heads_per_rank * kv_lora_rank * act_bytes
     return cache_read + cache_write + q_read + o_write

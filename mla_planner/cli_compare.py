@@ -10,13 +10,13 @@ import typer
 from rich.table import Table
 
 from .calibration import load_calibration
-from .cli_common import (DEFAULT_MODEL, DEFAULT_TOPOLOGY, JsonOpt, ModelOpt, TopologyOpt, check_context, console, guard,
-                         print_json, lower_case)
+from .cli_common import (DEFAULT_MODEL, DEFAULT_TOPOLOGY, JsonOpt, ModelOpt, MtpAcceptanceOpt, TopologyOpt,
+                         check_acceptance, check_context, check_mtp, console, guard, print_json, lower_case)
 from .cli_memory import KV_CAPACITY_LABEL, bounded, fraction_from_flags, graph_cap_choice, kv_dtype_choice
 from .cli_plan import parse_length
-from .engine_memory import default_memory_fraction, engine_default_knobs
+from .engine_memory import SGLANG_SPECULATIVE_MAX_RUNNING, default_memory_fraction, engine_default_knobs
 from .errors import PlanError
-from .knobs import ENGINES, Knobs, Workload
+from .knobs import ENGINES, MTP_ACCEPTANCE, Knobs, Workload
 from .layout import Layout, parse_layout
 from .memory import evaluate as memory_evaluate
 from .memory_terms import deepep_problem, uses_deepep
@@ -168,6 +168,10 @@ def compare_cmd(layouts: Annotated[Optional[list[str]], typer.Option(
                                                             "or fp8_ds_mla.")] = "auto",
                 enforce_eager: Annotated[bool, typer.Option("--enforce-eager", help="No CUDA graphs "
                                                             "(each kernel launched from the CPU).")] = False,
+                mtp: Annotated[bool, typer.Option("--mtp", help="Serve with the model's MTP layer drafting a "
+                                                  "token per step (speculative decoding; SGLang then defaults "
+                                                  "to 48 running requests).")] = False,
+                mtp_acceptance: MtpAcceptanceOpt = MTP_ACCEPTANCE,
                 max_num_seqs: Annotated[Optional[int], typer.Option("--max-num-seqs", help="Running requests "
                                                                     "per DP rank (engine default).")] = None,
                 block_size: Annotated[Optional[int], typer.Option("--block-size", help="vLLM --block-size / "
@@ -213,9 +217,11 @@ def compare_cmd(layouts: Annotated[Optional[list[str]], typer.Option(
     fraction = _fraction(engine, gpu_memory_utilization, mem_fraction_static, memory_fraction)
     spec, topo = load_model(model).spec, load_topology(topology)
     calib = load_calibration(calibration, topo)
+    check_acceptance(mtp_acceptance)
     workload = Workload(input_len=inp, output_len=out, input_len_max=inp_max, output_len_max=out_max,
-                        tpot_ms=tpot_ms, ttft_ms=ttft_ms)
+                        tpot_ms=tpot_ms, ttft_ms=ttft_ms, mtp_acceptance=mtp_acceptance)
     check_context(spec, workload)
+    check_mtp(spec, mtp)
     seqs = bounded("--max-num-seqs", max_num_seqs)
     block, chunk = bounded("--block-size", block_size), bounded("--max-num-batched-tokens", max_num_batched_tokens)
     graphs = graph_cap_choice(cuda_graph_max_bs, enforce_eager)
@@ -225,14 +231,16 @@ def compare_cmd(layouts: Annotated[Optional[list[str]], typer.Option(
         base = engine_default_knobs(engine, spec, topo, layout.dp, uses_deepep(layout), kv_cache_dtype=kv_dtype,
                                     cuda_graphs=not enforce_eager, max_num_seqs=seqs, block_size=block,
                                     max_num_batched_tokens=chunk, cuda_graph_max_bs=graphs,
-                                    max_model_len=workload.max_context_len)
+                                    max_model_len=workload.max_context_len, mtp=mtp)
         knobs, note = knobs_for(spec, topo, layout, base, fraction)
         m = evaluate(spec, topo, layout, knobs, workload, calib)
         results.append((m, knobs))
         split = split_note(spec, topo, layout, knobs, m.memory) if m.memory.fits else ""   # `plan` may adopt it
         deepep = deepep_problem(engine, layout, topo)
         deepep = f"will not start as priced here: {deepep}" if deepep else ""
-        rows.append(summary(m) | {"notes": [n for n in (deepep, note, split) if n] + list(m.notes)})
+        capped = (f"SGLang resets --max-running-requests to {SGLANG_SPECULATIVE_MAX_RUNNING} with speculative "
+                  "decoding: give --max-num-seqs for more" if mtp and engine == "sglang" and seqs is None else "")
+        rows.append(summary(m) | {"notes": [n for n in (deepep, note, split, capped) if n] + list(m.notes)})
     if as_json:
         return print_json({"model": spec.name, "topology": topo.name, "engine": engine, "workload": asdict(workload),
                            "layouts": [r | {"knobs": asdict(k), "detail": detail(m)}

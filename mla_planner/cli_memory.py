@@ -8,8 +8,8 @@ from typing import Annotated, Optional
 import typer
 from rich.table import Table
 
-from .cli_common import (DEFAULT_MODEL, DEFAULT_TOPOLOGY, JsonOpt, ModelOpt, TopologyOpt, console, guard, human_bytes,
-                         print_json, lower_case)
+from .cli_common import (DEFAULT_MODEL, DEFAULT_TOPOLOGY, JsonOpt, ModelOpt, TopologyOpt, check_mtp, console, guard,
+                         human_bytes, print_json, lower_case)
 from .engine_memory import default_memory_fraction, engine_default_knobs
 from .errors import PlanError
 from .knobs import KV_DTYPES, Knobs
@@ -105,6 +105,7 @@ def memory_cmd(
       mla-plan memory -e sglang --tp 1 --dp 16 --ep 16 --max-model-len 32768 --json
     """
     spec, topo = load_model(model).spec, load_topology(topology)
+    check_mtp(spec, mtp)
     layout = _layout(tp, pp, dp, ep, dcp, kv_layout, topo)
     problems = layout_problems(layout, spec, topo.gpus_per_node, topo.total_gpus)
     if problems:

@@ -10,10 +10,10 @@ import typer
 import yaml
 
 from .calibration import load_calibration
-from .cli_common import (DEFAULT_MODEL, DEFAULT_TOPOLOGY, JsonOpt, check_context, check_output_file, guard,
-                         print_json, lower_case)
+from .cli_common import (DEFAULT_MODEL, DEFAULT_TOPOLOGY, JsonOpt, MtpAcceptanceOpt, MtpOpt, check_acceptance,
+                         check_context, check_mtp, check_output_file, guard, print_json, lower_case)
 from .errors import PlanError
-from .knobs import ENGINES, Workload
+from .knobs import ENGINES, MTP_ACCEPTANCE, Workload
 from .layout import layout_problems, parse_layout
 from .models import load_model
 from .pareto import png_plot
@@ -23,6 +23,7 @@ from .search import SearchResult, search
 from .topology import load_topology
 from .yamlio import path_kind
 from .tuning import Overrides
+from .tuning_mtp import mtp_hint
 
 Opt = typer.Option
 
@@ -52,7 +53,8 @@ RANK_BY = ("per-gpu", "total")
 
 
 def workload_from(input_len: str, output_len: str, concurrency: Optional[int], request_rate: Optional[float],
-                  ttft_ms: float, tpot_ms: float, prefix_hit_rate: float) -> Workload:
+                  ttft_ms: float, tpot_ms: float, prefix_hit_rate: float,
+                  mtp_acceptance: float = MTP_ACCEPTANCE) -> Workload:
     inp, inp_max = parse_length(input_len, "--input-len")
     out, out_max = parse_length(output_len, "--output-len")
     if concurrency is not None and concurrency < 1:
@@ -63,6 +65,7 @@ def workload_from(input_len: str, output_len: str, concurrency: Optional[int], r
         raise PlanError("give --concurrency or --request-rate, not both")
     if not 0 <= prefix_hit_rate < 1:
         raise PlanError("--prefix-hit-rate must be in [0, 1)")
+    check_acceptance(mtp_acceptance)
     if request_rate is not None:
         if not 0 < request_rate < inf:
             raise PlanError("--request-rate must be positive (requests per second)")
@@ -71,7 +74,8 @@ def workload_from(input_len: str, output_len: str, concurrency: Optional[int], r
         if not in_flight < 1e9:
             raise PlanError(f"--request-rate {request_rate:g}: implies more than a billion requests in flight")
         concurrency = concurrency or max(1, round(in_flight))
-    return Workload(inp, out, inp_max, out_max, concurrency, request_rate, ttft_ms, tpot_ms, prefix_hit_rate)
+    return Workload(inp, out, inp_max, out_max, concurrency, request_rate, ttft_ms, tpot_ms, prefix_hit_rate,
+                    mtp_acceptance)
 
 
 def run_plan(model: str, topology: str, workload: Workload, engine: Optional[str], kv_cache_dtype: Optional[str],
@@ -92,11 +96,17 @@ def run_plan(model: str, topology: str, workload: Workload, engine: Optional[str
             raise PlanError("; ".join(f"layout {lay.label}: {', '.join(p)}" for lay, p in problems))
     if pinned.block_size is not None and pinned.block_size < 1:
         raise PlanError("--block-size must be a positive number of tokens")
+    check_mtp(loaded.spec, pinned.mtp)
     if rank_by not in RANK_BY:
         raise PlanError(f"--rank-by must be one of {', '.join(RANK_BY)}, got '{rank_by}'")
     result = search(loaded.spec, topo, workload, calib, (engine,) if engine else ENGINES, kv, chosen, pinned=pinned,
                     rank_by=rank_by)
-    return to_plan(loaded.spec, loaded.model_path, topo, workload, result), result, calib.notes
+    notes = tuple(calib.notes)
+    if result.options:
+        best = result.options[0]
+        hint = mtp_hint(loaded.spec, topo, best.tuned, best.kv_dtype, workload, calib, pinned)
+        notes += (hint,) if hint else ()
+    return to_plan(loaded.spec, loaded.model_path, topo, workload, result), result, notes
 
 
 @guard
@@ -134,6 +144,8 @@ def plan_cmd(
                                              "reject it are skipped (FlashMLA needs 64, CUTLASS MLA 128).")] = None,
     enforce_eager: Annotated[bool, Opt("--enforce-eager", help="Plan without CUDA graphs (priced, and warned "
                                        "about).")] = False,
+    mtp: MtpOpt = None,
+    mtp_acceptance: MtpAcceptanceOpt = MTP_ACCEPTANCE,
     top: Annotated[int, Opt("--top", help="Candidates to show.")] = 5,
     explain: Annotated[bool, Opt("--explain", help="Also list rejected layouts with one-line reasons.")] = False,
     as_json: JsonOpt = False,
@@ -172,8 +184,9 @@ def plan_cmd(
         raise PlanError(f"--emit {emit}: is not empty; choose an empty folder")
     if emit is not None and not str(emit).strip():
         raise PlanError("--emit: give a folder name")
-    workload = workload_from(input_len, output_len, concurrency, request_rate, ttft_ms, tpot_ms, prefix_hit_rate)
-    pinned = Overrides(block_size=block_size, cuda_graphs=not enforce_eager)
+    workload = workload_from(input_len, output_len, concurrency, request_rate, ttft_ms, tpot_ms, prefix_hit_rate,
+                             mtp_acceptance)
+    pinned = Overrides(block_size=block_size, cuda_graphs=not enforce_eager, mtp=mtp)
     plan, result, notes = run_plan(model, topology, workload, engine, kv_cache_dtype, layout, calibration, pinned,
                                    rank_by)
     data = plan_to_dict(plan)

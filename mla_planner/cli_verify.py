@@ -15,7 +15,7 @@ from rich.markup import escape
 
 from .calibration import load_calibration
 from .cli_common import (DEFAULT_MODEL, DEFAULT_TOPOLOGY, JsonOpt, ModelOpt, TopologyOpt, check_context,
-                         check_output_file, console, guard, print_json, lower_case)
+                         check_mtp, check_output_file, console, guard, print_json, lower_case)
 from .cli_plan import workload_from
 from .cli_memory import _knobs as memory_knobs, _kv_dtype, _positive
 from .errors import PlanError
@@ -61,6 +61,7 @@ def candidate_from_options(plan: Optional[str], candidate: int, model: str, topo
         raise PlanError(f"layout {lay.label} cannot exist on {topo.name}: {'; '.join(problems)}")
     workload = Workload(**workload_args)
     check_context(spec, workload)
+    check_mtp(spec, knob_args["mtp"])
     given = dict(knob_args)
     given["max_model_len"] = given.get("max_model_len") or workload.max_context_len
     given.pop("plan_engine", None)

@@ -194,6 +194,9 @@ def default_memory_fraction(engine: str, spec: ModelSpec, topo: Topology, layout
     return sglang_default_fraction(topo.gpu, layout, knobs)
 
 
+SGLANG_SPECULATIVE_MAX_RUNNING = 48
+
+
 def engine_default_knobs(engine: str, spec: ModelSpec, topo: Topology, dp: int = 1, deepep: bool = False,
                          **given) -> Knobs:
     """Knobs as the engine resolves them when a flag is not given (None in `given` means default):
@@ -204,7 +207,9 @@ def engine_default_knobs(engine: str, spec: ModelSpec, topo: Topology, dp: int =
     budget when not given (engine/arg_utils.py), and a budget below max-num-seqs refused
     (config/scheduler.py); SGLang: page 1 (fa3) or 64 (trtllm_mla on Blackwell),
     chunked-prefill by GPU memory (per DP rank: divided by `dp` under DP attention), max-running-requests
-    2048 (its auto floor). Both: max-model-len = the model's max_position_embeddings, bf16 KV.
+    2048 (its auto floor), but 48 with speculative decoding (MTP; arg_groups/speculative_hook.py
+    `_handle_eagle_family`: "Max running requests is reset to 48 for speculative decoding").
+    Both: max-model-len = the model's max_position_embeddings, bf16 KV.
     memory_fraction is vLLM's 0.92 for both engines here: SGLang's default depends on the layout, so the
     callers that know it replace it with `default_memory_fraction` (or the user's flag)."""
     gpu, blackwell = topo.gpu, topo.gpu.arch == "blackwell"
@@ -217,6 +222,8 @@ def engine_default_knobs(engine: str, spec: ModelSpec, topo: Topology, dp: int =
     base.update(engine=engine, kv_cache_dtype="bf16", max_model_len=spec.max_position_embeddings,
                 memory_fraction=VLLM_DEFAULT_UTILIZATION)
     base.update({k: v for k, v in given.items() if v is not None})
+    if engine == "sglang" and base.get("mtp") and given.get("max_num_seqs") is None:
+        base["max_num_seqs"] = SGLANG_SPECULATIVE_MAX_RUNNING
     if engine == "vllm":
         if given.get("max_num_seqs") is None:
             base["max_num_seqs"] = min(base["max_num_seqs"], base["max_num_batched_tokens"])
@@ -228,49 +235,6 @@ def engine_default_knobs(engine: str, spec: ModelSpec, topo: Topology, dp: int =
             raise PlanError(f"{whose} is below --max-num-seqs {seqs}: vLLM 0.33 refuses to start (each running "
                             f"request decodes one token of the step's budget); give --max-num-seqs {budget} or less")
     return Knobs(**base)
-
-
-def vllm_capture_sizes(knobs: Knobs, gpu: GPU) -> list[int]:
-    """vLLM 0.33 `_set_cudagraph_sizes`: max = min(max_num_seqs x 2, 512 (1024 on Blackwell),
-    max_num_batched_tokens), or min(--max-cudagraph-capture-size, max_num_batched_tokens) when given;
-    sizes 1, 2, 4, then every 8 below 256, then every 16."""
-    if not knobs.cuda_graphs:
-        return []
-    top = min(knobs.cuda_graph_max_bs or min(knobs.max_num_seqs * 2, graph_batch_cap("vllm", gpu, Layout())),
-              knobs.max_num_batched_tokens)
-    sizes = [s for s in (1, 2, 4) if s <= top] + list(range(8, min(top + 1, 256), 8)) + list(range(256, top + 1, 16))
-    return sizes
-
-
-def sglang_capture_sizes(knobs: Knobs, gpu: GPU, layout: Layout) -> list[int]:
-    """SGLang decode graph batch sizes: 1, 2, 4, 8, 12, every 8 to 256, every 16 to 512, every 32 up to
-    cuda_graph_max_bs, or --cuda-graph-max-bs-decode when given
-    (cuda_graph_hook.generate_decode_cuda_graph_batch_sizes)."""
-    if not knobs.cuda_graphs:
-        return []
-    top = knobs.cuda_graph_max_bs or sglang_cuda_graph_max_bs(gpu, layout.stage_gpus)
-    sizes = [1, 2, 4, 8, 12] + list(range(16, 257, 8)) + list(range(272, 512, 16)) + list(range(512, top + 1, 32))
-    return sorted({s for s in sizes if s <= top} | {top})   # SGLang appends max_bs when it is off the grid
-
-
-def graph_batch_cap(engine: str, gpu: GPU, layout: Layout, knobs: Optional[Knobs] = None) -> int:
-    """The largest decode batch (per DP rank and micro-batch) the engine captures a CUDA graph for: the
-    knobs' cuda_graph_max_bs, else the engine's default; a larger one runs eagerly, several times slower
-    (USER_PROBLEMS.md problem 19). vLLM 0.33: 512, 1024 on Blackwell (`_set_cudagraph_sizes`, see
-    vllm_capture_sizes); SGLang 0.5.23: sglang_cuda_graph_max_bs by GPU memory and TP size."""
-    if knobs is not None and knobs.cuda_graph_max_bs:
-        return knobs.cuda_graph_max_bs
-    if engine == "sglang":
-        return sglang_cuda_graph_max_bs(gpu, layout.stage_gpus)
-    return 1024 if gpu.arch == "blackwell" else 512
-
-
-def capture_plan(rules: EngineRules, knobs: Knobs, gpu: GPU, layout: Layout) -> tuple[list[int], int]:
-    """(captured batch sizes, graph modes): vLLM >= 0.21 FULL_AND_PIECEWISE captures each size twice
-    (FULL decode + PIECEWISE), older vLLM piecewise only; SGLang one decode graph per size."""
-    if rules.engine == "sglang":
-        return sglang_capture_sizes(knobs, gpu, layout), 1
-    return vllm_capture_sizes(knobs, gpu), 2 if rules.graphs_in_budget else 1
 
 
 def activation_tokens(rules: EngineRules, knobs: Knobs, layout: Layout) -> int:

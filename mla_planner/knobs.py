@@ -7,9 +7,12 @@
   max_model_len    vLLM --max-model-len, SGLang --context-length
   block_size       vLLM --block-size, SGLang --page-size
   cuda_graph_max_bs  vLLM --max-cudagraph-capture-size, SGLang --cuda-graph-max-bs-decode (the largest
-                   decode batch run from a CUDA graph; None: the engine's default, engine_memory.graph_batch_cap)
+                   decode batch run from a CUDA graph; None: the engine's default, cuda_graphs.graph_batch_cap)
   pp_layer_partition  vLLM VLLM_PP_LAYER_PARTITION, SGLang SGLANG_PP_LAYER_PARTITION (decoder layers per
                    pipeline stage; None: the engine's own split by count, memory.stage_layers)
+  mtp              speculative decoding with the model's own MTP layer drafting MTP_DRAFT_TOKENS token(s) per
+                   step: vLLM --speculative-config '{"method":"deepseek_mtp","num_speculative_tokens":1}', SGLang
+                   --speculative-algorithm EAGLE --speculative-num-steps 1 --speculative-num-draft-tokens 2
 """
 
 from __future__ import annotations
@@ -19,6 +22,10 @@ from typing import Optional
 
 ENGINES = ("vllm", "sglang")
 KV_DTYPES = ("bf16", "fp8", "fp8_ds_mla")
+MTP_DRAFT_TOKENS = 1        # tokens the MTP layer drafts per step (DeepSeek-V3 trains one MTP module, depth 1)
+MTP_ACCEPTANCE = 0.85       # chance the target model accepts a drafted token: "the acceptance rate of the second
+                            # token prediction ranges between 85% and 90%" (DeepSeek-V3 Technical Report,
+                            # arXiv:2412.19437, section 5.4.3); the low end, as chat traffic varies
 
 
 @dataclass(frozen=True)
@@ -51,6 +58,7 @@ class Workload:
     ttft_ms: float = 3000.0
     tpot_ms: float = 50.0
     prefix_hit_rate: float = 0.0
+    mtp_acceptance: float = MTP_ACCEPTANCE
 
     @property
     def context_len(self) -> int:
@@ -72,3 +80,18 @@ class Workload:
         """Whether requests have time between tokens to hold to the TPOT target: a one-token output is all
         prefill (its first token is its last), so only TTFT and throughput apply to it."""
         return self.output_len > 1
+
+
+def decode_query_len(knobs: Knobs) -> int:
+    """Tokens each decoding sequence runs through the model per step: 1, or with MTP the last accepted
+    token and the drafted ones, verified in one forward (vLLM `uniform_decode_query_len` = 1 + k)."""
+    return 1 + MTP_DRAFT_TOKENS if knobs.mtp else 1
+
+
+def tokens_per_step(knobs: Knobs, acceptance: float) -> float:
+    """Output tokens a decoding sequence gains per step, on average: 1 + a + a^2 + ... + a^k for k drafted
+    tokens each accepted with probability a given the previous one was (Leviathan et al., "Fast Inference
+    from Transformers via Speculative Decoding", ICML 2023, eq. 1 with a chain of k drafts). 1 without MTP."""
+    if not knobs.mtp:
+        return 1.0
+    return sum(acceptance ** i for i in range(MTP_DRAFT_TOKENS + 1))

@@ -18,9 +18,10 @@ from typing import Optional
 
 from . import memory_terms as mt
 from .backends import fp8_checkpoint, startup_problems
-from .engine_memory import (EngineRules, StageCosts, activation_tokens, block_size_warning, capture_plan,
-                            default_memory_fraction, engine_rules, fraction_ceiling, kv_budget_bytes, kv_pool,
-                            sglang_req_to_token_bytes, sglang_rest_bytes)
+from .cuda_graphs import capture_plan
+from .engine_memory import (EngineRules, StageCosts, activation_tokens, block_size_warning, default_memory_fraction,
+                            engine_rules, fraction_ceiling, kv_budget_bytes, kv_pool, sglang_req_to_token_bytes,
+                            sglang_rest_bytes)
 from .knobs import Knobs
 from .layout import Layout, layout_problems
 from .memory_verdict import ALLOCATOR_MARGIN_BYTES, verdict

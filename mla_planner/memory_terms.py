@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from math import ceil
 
+from .knobs import MTP_DRAFT_TOKENS
 from .layout import Layout, rdma_between_nodes
 from .spec import ModelSpec
 
@@ -161,11 +162,11 @@ def deepep_problem(engine: str, layout: Layout, topo) -> str:
 
 def deepep_dispatch_tokens(engine: str, max_num_seqs: int, max_num_batched_tokens: int, mtp: bool) -> int:
     """Tokens per rank the low-latency buffer is sized for. vLLM 0.33: max_num_batched_tokens
-    (fused_moe/layer.py: max_num_tokens). SGLang: the decode batch of one DP rank (x2 with MTP verify),
+    (fused_moe/layer.py: max_num_tokens). SGLang: the decode batch of one DP rank (x 1 + k with MTP verify),
     at least its default 128 and at most 1024 (launch/a2a.py raises the env var to that)."""
     if engine == "vllm":
         return max_num_batched_tokens
-    tokens = max_num_seqs * (2 if mtp else 1)
+    tokens = max_num_seqs * (1 + MTP_DRAFT_TOKENS if mtp else 1)
     return min(max(tokens, DEEPEP_SGLANG_DISPATCH_TOKENS), DEEPEP_SGLANG_DISPATCH_MAX)
 
 

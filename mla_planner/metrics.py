@@ -27,7 +27,7 @@
                       (the latent every TP rank replicates, weights every DP-attention rank replicates).
                       `memory_in_use` is the plain share: (weights + live KV) per GPU / GPU memory
   TTFT                chunked prefill of the prompt tokens the prefix cache misses, input_len x
-                      (1 - prefix_hit_rate), riding the decode rounds (step.prefill); a hit skips its
+                      (1 - prefix_hit_rate), riding the decode rounds (prefill.prefill); a hit skips its
                       blocks' prefill (vLLM automatic prefix caching / SGLang radix cache)
   alone_tpot          time per output token of one request on an idle deployment: the latency floor,
                       where launch overheads (--enforce-eager) and collective latencies show most
@@ -40,16 +40,17 @@ from math import ceil
 
 from .calibration import Calibration
 from .batch_search import largest_under
-from .engine_memory import graph_batch_cap
+from .cuda_graphs import graph_batch_cap
 from .errors import PlanError
-from .knobs import Knobs, Workload
+from .knobs import Knobs, Workload, decode_query_len
 from .layout import Layout, layout_problems
 from .memory import MemoryReport, memory_report
 from .stalls import chunk_rounds_per_round, coupled_ranks
 from .memory import evaluate as memory_evaluate
 from .sizing import kv_bytes_per_token, weight_bytes_breakdown
 from .spec import ModelSpec
-from .step import DecodeStep, Prefill, decode_step, prefill
+from .prefill import Prefill, prefill
+from .step import DecodeStep, decode_step
 from .topology import GPU, Topology
 
 
@@ -96,7 +97,7 @@ def mean_tpot_s(spec, topo, layout, knobs, workload, calib, batch: int) -> tuple
     plus the stall of each chunk round of the other requests it carries (chunk_rounds_per_round x stall
     per chunk); its own prefill is in its TTFT."""
     ctx = workload.mean_decode_context
-    d = decode_step(spec, topo, layout, knobs, batch, ctx, calib)
+    d = decode_step(spec, topo, layout, knobs, batch, ctx, calib, mtp_acceptance=workload.mtp_acceptance)
     p = prefill(spec, topo, layout, knobs, prefill_tokens(workload, knobs), calib, batch, ctx)
     return d.tpot_s + _chunk_rounds(spec, layout, batch, workload, p, True) * p.stall_s / p.chunks, d, p
 
@@ -180,13 +181,13 @@ def in_flight(batch_per_dp_rank: int, layout: Layout, workload: Workload) -> int
 def batch_limit(layout: Layout, knobs: Knobs, mem: MemoryReport, workload: Workload, gpu: GPU) -> tuple[int, str]:
     """The most requests a DP rank can run, and what limits it: the KV pool at the workload's lengths,
     max_num_seqs, (vLLM) the step's token budget: every running request decodes one token of
-    max_num_batched_tokens (vLLM 0.33 `config/scheduler.py` refuses a budget below max_num_seqs), or the
-    CUDA-graph capture range (engine_memory.graph_batch_cap), past which decode runs eagerly."""
+    max_num_batched_tokens (vLLM 0.33 `config/scheduler.py` refuses a budget below max_num_seqs), 1 + k with
+    MTP, or the CUDA-graph capture range (cuda_graphs.graph_batch_cap), past which decode runs eagerly."""
     per_request = tokens_per_request(workload, knobs.block_size)
     kv = mem.kv_capacity_tokens // per_request if mem.fits else 0
     caps = [(kv, "kv"), (knobs.max_num_seqs, "max_num_seqs")]
     if knobs.engine == "vllm":
-        caps.append((knobs.max_num_batched_tokens, "max_num_batched_tokens"))
+        caps.append((knobs.max_num_batched_tokens // decode_query_len(knobs), "max_num_batched_tokens"))
     if knobs.cuda_graphs:    # the step model prices graph replay, so the micro-batch stays in the captured range
         caps.append((graph_batch_cap(knobs.engine, gpu, layout, knobs) * layout.pp, "cuda_graphs"))
     return min(caps, key=lambda c: c[0])
@@ -212,7 +213,8 @@ def evaluate(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, work
         batch = _largest_batch(spec, topo, layout, knobs, workload, calib, top, batch_hint) if cap else 0
     if cap and batch < cap:
         limit = "tpot"
-    alone = decode_step(spec, topo, layout, knobs, 1, workload.mean_decode_context, calib).tpot_s
+    alone = decode_step(spec, topo, layout, knobs, 1, workload.mean_decode_context, calib,
+                        mtp_acceptance=workload.mtp_acceptance).tpot_s
     if cap and not batch:
         notes.append(f"even one request per DP rank misses the TPOT target of {workload.tpot_ms:g} ms"
                      + _why_one_misses(spec, layout, workload, alone))

@@ -47,12 +47,12 @@ def candidates_table(plan: Plan, top: int, rank_by: str = "per-gpu") -> Table:
 
 def knobs_table(plan: Plan, top: int) -> Table:
     t = Table("#", "backend", "block", "memory\nfraction", "max seqs\nper DP rank", "batched\ntokens",
-              "max model\nlen", "KV pool\ntokens", title="Their launch knobs")
+              "max model\nlen", "KV pool\ntokens", "MTP", title="Their launch knobs")
     for i, c in enumerate(plan.candidates[:top], 1):
         k = c.knobs
         t.add_row(str(i), k.attention_backend or "auto", str(k.block_size), f"{k.memory_fraction:.3f}",
                   str(k.max_num_seqs), f"{k.max_num_batched_tokens:,}", f"{k.max_model_len:,}",
-                  f"{c.memory['kv_capacity_tokens']:,}")
+                  f"{c.memory['kv_capacity_tokens']:,}", "on" if k.mtp else "off")
     return t
 
 

@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveInt
 
 from . import __version__
 from .errors import InputError, PlanError
-from .knobs import ENGINES, KV_DTYPES, Knobs, Workload
+from .knobs import ENGINES, KV_DTYPES, MTP_ACCEPTANCE, Knobs, Workload
 from .layout import KV_LAYOUTS, Layout
 from .pp_split import split_problem
 from .spec import ModelSpec
@@ -94,6 +94,7 @@ class _WorkloadIn(BaseModel):
     ttft_ms: PosFloat
     tpot_ms: PosFloat
     prefix_hit_rate: Annotated[float, Field(ge=0, le=1)]
+    mtp_acceptance: Annotated[float, Field(ge=0, le=1)] = MTP_ACCEPTANCE   # absent in plans written before it
 
 
 class _MemoryIn(BaseModel):

@@ -131,7 +131,8 @@ def _decode_bound(spec, topo, layout, knobs: Knobs, top: int, workload, calib) -
         knee = workload.concurrency // (layout.dp * layout.replicas)
         ends += [b for b in (knee, knee + 1) if 1 <= b < top]
     points = {p for e in ends for p in (e, layout.pp * (e // layout.pp)) if 1 <= p <= top}
-    return max(in_flight(b, layout, workload) / decode_step(spec, topo, layout, knobs, b, ctx, calib).tpot_s
+    return max(in_flight(b, layout, workload) / decode_step(spec, topo, layout, knobs, b, ctx, calib,
+                                                            mtp_acceptance=workload.mtp_acceptance).tpot_s
                for b in points) / layout.total_gpus
 
 
@@ -148,7 +149,7 @@ def _target_bound(spec, topo, layout, knobs: Knobs, top: int, workload, calib, b
     gpus = layout.total_gpus
 
     def tpot(b: int) -> float:
-        return decode_step(spec, topo, layout, knobs, b, ctx, calib).tpot_s
+        return decode_step(spec, topo, layout, knobs, b, ctx, calib, mtp_acceptance=workload.mtp_acceptance).tpot_s
 
     f_top = tpot(top)
     if f_top <= target:

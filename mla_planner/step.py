@@ -8,14 +8,16 @@ Per layer on one GPU (named terms that sum to the layer's time):
   each collective of step_comm (TP all-reduces, EP all-to-all, DP gather/scatter, DCP, Route B), not
       overlapped with compute (vLLM and SGLang run them on the compute stream in decode)
   launch: kernels_per_layer x graph_kernel_overhead_s (CUDA-graph replay)
-Per stage: its layers + embedding (first) + lm_head and logits gather (last) + the pipeline hand-off.
+Per stage: its layers + embedding (first) + lm_head and logits gather (last) + the pipeline hand-off; with
+MTP the last stage also runs the drafter (mtp_draft) and every decoding sequence carries 1 + k query tokens.
 Without CUDA graphs (--enforce-eager) the CPU launches kernels_per_layer x eager_kernel_launch_s per layer;
 the GPU cannot run ahead of it, so the stage takes max(GPU time, CPU launch time).
 
 Pipeline (vLLM V1 and SGLang keep up to pp micro-batches in flight): the B sequences of a DP rank are split
-into m = min(B, pp) micro-batches. Each sequence gets one token per round; a round takes
-tpot = max(sum of stage times, m x slowest stage) (a micro-batch must cross every stage, and the slowest
-stage serves m micro-batches per round). The engine completes a micro-batch every step = tpot / m.
+into m = min(B, pp) micro-batches. Each sequence runs one step per round; a round takes
+round = max(sum of stage times, m x slowest stage) (a micro-batch must cross every stage, and the slowest
+stage serves m micro-batches per round). The engine completes a micro-batch every step = round / m.
+A sequence gains one token per round, or with MTP 1 + a + ... + a^k (knobs.tokens_per_step): tpot = round / that.
 """
 
 from __future__ import annotations
@@ -25,12 +27,13 @@ from functools import lru_cache
 from math import ceil
 
 from .calibration import Calibration
-from .knobs import Knobs
+from .errors import PlanError
+from .knobs import MTP_ACCEPTANCE, Knobs, decode_query_len, tokens_per_step
 from .layout import Layout
 from .pp_split import stage_layers
 from .spec import ModelSpec
 from .step_comm import attention_comm, embed_comm, ffn_comm, logits_comm, pp_handoff_s
-from .step_work import Batch, LayerWeights, Op, attention_ops, ffn_ops, head_ops, layer_weights
+from .step_work import Batch, LayerWeights, Op, attention_ops, ffn_ops, head_ops, layer_weights, mtp_proj_ops
 from .topology import GPU, Topology
 
 
@@ -78,22 +81,24 @@ class DecodeStep:
     layers: dict                   # "dense" / "moe" -> LayerTime (the same in every stage)
     stages: list = field(default_factory=list)
     step_s: float = 0.0            # one engine iteration: a micro-batch finishes every step_s
-    tpot_s: float = 0.0            # between two tokens of one sequence: m x step_s
+    tpot_s: float = 0.0            # mean time between two tokens of one sequence: round_s / tokens_per_step
     network_s: float = 0.0         # of the slowest stage
     compute_s: float = 0.0
     memory_s: float = 0.0
     overhead_s: float = 0.0
     bottleneck_stage: int = 0
     split_s: dict = field(default_factory=dict)   # one step on the round's critical path (round_split_s / m)
+    round_s: float = 0.0           # every sequence runs one step: m x step_s
+    tokens_per_step: float = 1.0   # output tokens a sequence gains per step (> 1 with MTP): tpot = round / this
 
     @property
     def network_share(self) -> float:
         """Share of the deployment's GPU time spent in collectives: every stage runs each of the m
-        micro-batches once per round, so a GPU of stage s spends m x its collectives per tpot; averaged over
+        micro-batches once per round, so a GPU of stage s spends m x its collectives per round; averaged over
         the stages (they have equal GPU counts). With pp = 1: collectives / step."""
-        if not self.tpot_s:
+        if not self.round_s:
             return 0.0
-        return self.micro_batches * mean_network_s(self.stages) / self.tpot_s
+        return self.micro_batches * mean_network_s(self.stages) / self.round_s
 
 
 def mean_network_s(stages: list) -> float:
@@ -158,21 +163,49 @@ def stage_time(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, ba
         terms["embed"] = embed_comm(spec, layout, batch, topo, calib)
         net += terms["embed"]
     if last:
-        rows = batch.decode + (1 if batch.prefill else 0)
+        rows = batch.decode_tokens + (1 if batch.prefill else 0)
         head = sum(max(op_time_s(o, topo.gpu, calib)) for o in head_ops(spec, layout, rows, knobs.engine))
         gather = logits_comm(spec, layout, rows, topo, calib, knobs.engine)
         terms["lm_head"] = head + gather
         comp, net = comp + head, net + gather
+        if knobs.mtp:
+            d = mtp_draft(spec, topo, layout, knobs, batch, calib, lt)
+            terms["mtp_draft"] = d.total_s
+            comp, net, mem, launch = comp + d.compute_s, net + d.network_s, mem + d.memory_s, launch + d.launch_s
+            attention += d.terms_s.get("attn.core", 0.0)
     else:
         terms["pp_handoff"] = pp_handoff_s(spec, layout, batch, stage, topo, calib, knobs.engine)
         net += terms["pp_handoff"]
     gpu_s = sum(terms.values())
     overhead = launch
     if not knobs.cuda_graphs:
-        cpu_s = n * calib.kernels_per_layer * calib.eager_kernel_launch_s
+        cpu_s = (n + (spec.num_nextn_predict_layers if last and knobs.mtp else 0)) * calib.kernels_per_layer \
+            * calib.eager_kernel_launch_s
         terms["eager_overhead"] = max(0.0, cpu_s - gpu_s)
         overhead += terms["eager_overhead"]
     return StageTime(stage, n, dense, n - dense, terms, comp, net, mem, overhead, sum(terms.values()), attention)
+
+
+def mtp_draft(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, batch: Batch, calib: Calibration,
+              lt: dict) -> LayerTime:
+    """The MTP drafter on the last stage, once per step (MTP_DRAFT_TOKENS = 1): its decoder layer over the
+    tokens the target just ran (vLLM's EAGLE-style proposer runs the draft model over every scheduled token;
+    SGLang's draft-extend over the verified ones) - one more layer of the model's MoE kind, the same work
+    and collectives as `lt` (MLA_MATH.md section 2: "one more full MoE block") - plus its eh_proj, and the
+    shared lm_head with its logits gather for one drafted row per decoding sequence."""
+    if not spec.num_nextn_predict_layers:
+        raise PlanError(f"MTP: {spec.name} has no MTP layer to draft with (num_nextn_predict_layers is 0)")
+    layer = lt["moe"] if "moe" in lt else lt["dense"]
+    ops = mtp_proj_ops(spec, batch)
+    rows = batch.decode + (1 if batch.prefill else 0)
+    ops += head_ops(spec, layout, rows, knobs.engine)
+    times = [op_time_s(o, topo.gpu, calib) for o in ops]
+    extra = sum(max(t) for t in times)
+    gather = logits_comm(spec, layout, rows, topo, calib, knobs.engine)
+    terms = dict(layer.terms_s, **{"mtp.proj_head": extra, "mtp.logits_gather": gather})
+    return LayerTime("mtp", terms, dict(layer.bytes), dict(layer.flops), layer.compute_s + extra,
+                     layer.network_s + gather, layer.memory_s + sum(t[0] for t in times),
+                     layer.math_s + sum(t[1] for t in times), layer.launch_s, layer.total_s + extra + gather)
 
 
 def stage_split(spec: ModelSpec, layout: Layout, engine: str = "vllm") -> list[int]:
@@ -185,17 +218,18 @@ def forward_stages(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs
     """Layer times by kind and the stage times of one forward pass of `batch` (one micro-batch), over
     `layers_per_stage`, else the knobs' partition, else the engine's own split."""
     split = layers_per_stage or knobs.pp_layer_partition
-    lt, stages = _forward_memo(spec, topo, layout, knobs.engine, knobs.kv_cache_dtype, knobs.cuda_graphs, batch,
-                               calib, tuple(split) if split else None)
+    lt, stages = _forward_memo(spec, topo, layout, knobs.engine, knobs.kv_cache_dtype, knobs.cuda_graphs, knobs.mtp,
+                               batch, calib, tuple(split) if split else None)
     return lt, list(stages)
 
 
 @lru_cache(maxsize=32768)
 def _forward_memo(spec: ModelSpec, topo: Topology, layout: Layout, engine: str, kv_cache_dtype: str,
-                  cuda_graphs: bool, batch: Batch, calib: Calibration, split: tuple | None) -> tuple[dict, tuple]:
-    """forward_stages keyed on the only knobs a forward pass reads (engine, KV dtype, CUDA graphs): a plan
-    search prices the same pass under many chunk sizes, sequence caps and memory fractions."""
-    knobs = Knobs(engine=engine, kv_cache_dtype=kv_cache_dtype, cuda_graphs=cuda_graphs)
+                  cuda_graphs: bool, mtp: bool, batch: Batch, calib: Calibration,
+                  split: tuple | None) -> tuple[dict, tuple]:
+    """forward_stages keyed on the only knobs a forward pass reads (engine, KV dtype, CUDA graphs, MTP): a
+    plan search prices the same pass under many chunk sizes, sequence caps and memory fractions."""
+    knobs = Knobs(engine=engine, kv_cache_dtype=kv_cache_dtype, cuda_graphs=cuda_graphs, mtp=mtp)
     split = list(split) if split else stage_split(spec, layout, engine)
     w = layer_weights(spec, layout, engine)
     lt = {"dense": layer_time(spec, topo, layout, knobs, batch, calib, False, w)}
@@ -229,72 +263,20 @@ def round_split_s(stages: list, micro_batches: int) -> dict[str, float]:
 
 
 def decode_step(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, batch_per_dp_rank: int,
-                context_len: int, calib: Calibration, layers_per_stage: list[int] | None = None) -> DecodeStep:
-    """Decode step for `batch_per_dp_rank` running sequences per DP rank, each at `context_len` tokens."""
+                context_len: int, calib: Calibration, layers_per_stage: list[int] | None = None,
+                mtp_acceptance: float = MTP_ACCEPTANCE) -> DecodeStep:
+    """Decode step for `batch_per_dp_rank` running sequences per DP rank, each at `context_len` tokens.
+    With MTP every step verifies 1 + k tokens per sequence and drafts k more (the last stage's `mtp_draft`),
+    and a sequence gains `tokens_per_step` tokens on average, so tpot = round / tokens_per_step."""
     B = max(1, int(batch_per_dp_rank))
     m = min(B, layout.pp)
     micro = ceil(B / m)
-    lt, stages = forward_stages(spec, topo, layout, knobs, Batch(micro, context_len), calib, layers_per_stage)
-    tpot = round_s(stages, m)
+    batch = Batch(micro, context_len, q_len=decode_query_len(knobs))
+    lt, stages = forward_stages(spec, topo, layout, knobs, batch, calib, layers_per_stage)
+    rnd = round_s(stages, m)
+    gained = tokens_per_step(knobs, mtp_acceptance)
     slow = max(range(len(stages)), key=lambda i: stages[i].total_s)
     s = stages[slow]
     split = {k: v / m for k, v in round_split_s(stages, m).items()}
-    return DecodeStep(B, micro, m, context_len, lt, stages, tpot / m, tpot, s.network_s, s.compute_s,
-                      s.memory_s, s.overhead_s, slow, split)
-
-
-@dataclass(frozen=True)
-class Prefill:
-    input_len: int
-    chunk_tokens: int
-    chunks: int
-    ttft_s: float                  # all chunks, each riding one pipeline round
-    stall_s: float                 # how much longer the decode rounds got while the chunks ran
-    stall_network_s: float = 0.0   # the extra collective seconds the chunks add to a GPU's rounds, averaged
-                                   # over the stages (eager: may hide under CPU launches and exceed stall_s)
-
-
-def prefill(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, input_len: int, calib: Calibration,
-            decode_batch: int = 0, context_len: int = 0, layers_per_stage: list[int] | None = None) -> Prefill:
-    """Chunked prefill of one request while `decode_batch` sequences per DP rank keep decoding.
-
-    The step's token budget (max_num_batched_tokens) goes to the micro-batch's decodes first, the rest to the
-    chunk (vLLM's scheduler order); chunks of one request run one after another, each riding one round.
-    Full chunks differ only in the prefix their attention reads, which grows linearly, so their rounds are
-    summed with the trapezoid rule over the first and last full chunk (exact where a round is linear in
-    the prefix; every round is priced when there are at most two full chunks)."""
-    m = min(max(decode_batch, 1), layout.pp)
-    micro = ceil(decode_batch / m) if decode_batch else 0
-    chunk = max(knobs.max_num_batched_tokens - micro, 1)
-    base = None
-    if decode_batch:
-        _, base = forward_stages(spec, topo, layout, knobs, Batch(micro, context_len), calib, layers_per_stage)
-    base_round = round_s(base, m) if base else 0.0
-    base_net = mean_network_s(base) if base else 0.0
-
-    def round_at(prefix: int, tokens: int) -> tuple[float, float]:
-        """(round seconds, extra collective seconds per GPU, stage mean) of a round carrying this chunk:
-        each stage runs the chunk's micro-batch once instead of a decode-only one."""
-        _, st = forward_stages(spec, topo, layout, knobs, Batch(micro, context_len, tokens, prefix), calib,
-                               layers_per_stage)
-        if not base:
-            return sum(s.total_s for s in st), mean_network_s(st)
-        return round_s(st, m, base), mean_network_s(st) - base_net
-
-    full, rest = divmod(input_len, chunk)
-    if full <= 2:
-        rounds = [round_at(i * chunk, chunk) for i in range(full)]
-        full_s, full_net = sum(r[0] for r in rounds), sum(r[1] for r in rounds)
-    else:
-        first, last = round_at(0, chunk), round_at((full - 1) * chunk, chunk)
-        full_s, full_net = full * (first[0] + last[0]) / 2, full * (first[1] + last[1]) / 2
-    tail = round_at(full * chunk, rest) if rest else (0.0, 0.0)
-    ttft = full_s + tail[0]
-    n = full + (1 if rest else 0)
-    return Prefill(input_len, chunk, ceil(input_len / chunk), ttft, ttft - n * base_round, full_net + tail[1])
-
-
-def prefill_time_s(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, input_len: int,
-                   calib: Calibration, decode_batch: int = 0, context_len: int = 0) -> float:
-    """Time to first token of an `input_len`-token prompt (see `prefill`)."""
-    return prefill(spec, topo, layout, knobs, input_len, calib, decode_batch, context_len).ttft_s
+    return DecodeStep(B, micro, m, context_len, lt, stages, rnd / m, rnd / gained, s.network_s, s.compute_s,
+                      s.memory_s, s.overhead_s, slow, split, rnd, gained)

@@ -1,6 +1,7 @@
 """The communication one decoder layer (and one pipeline hand-off) needs, as named collective costs.
 
-Per layer, on one GPU, for a forward pass of `tokens` rows per DP rank (activations bf16, d = hidden):
+Per layer, on one GPU, for a forward pass of `tokens` rows per DP rank (activations bf16, d = hidden; b = the
+decoding query rows, sequences x q_len, q_len = 2 with MTP):
   attn.tp_all_reduce      all-reduce of tokens x d x 2 B over the TP group after wo (Megatron row-parallel)
   attn.dcp_gather_q       all-gather of the queries over the DCP group: dcp x b x H/tp x 576 x 2 B
   attn.dcp_combine        reduce-scatter of the partial latent outputs (dcp x b x H/tp x 512 x 2 B) plus an
@@ -55,7 +56,7 @@ def stage_group_spans(layout: Layout, topo: Topology, engine: str) -> bool:
 
 def attention_comm(spec: ModelSpec, layout: Layout, batch: Batch, topo: Topology,
                    calib: Calibration) -> dict[str, float]:
-    d, tp, b = spec.hidden_size, layout.tp, batch.decode
+    d, tp, b = spec.hidden_size, layout.tp, batch.decode_tokens     # query rows (q_len per sequence with MTP)
     out = {"attn.tp_all_reduce": _ct("all_reduce", batch.tokens * d * ACT_BYTES, tp, topo, calib)}
     if spec.attention != "mla" or not b:
         return out

@@ -4,7 +4,8 @@ Named operations (nanoGPT-sizing style), each with the bytes it moves and the FL
   attn.proj     q/kv down and up projections, W_UK/W_UV absorption, wo: 2 x tokens x the rank's
                 attention matrix parameters FLOPs (every weight element is one MAC per token, MLA_MATH.md
                 section 8 table) and the rank's attention weight bytes (weights.py splits)
-  attn.core     decode: the absorbed MLA core from attention_cost (the functions `verify` uses)
+  attn.core     decode: the absorbed MLA core from attention_cost (the functions `verify` uses); with MTP each
+                sequence's s_q = q_len query tokens read its cache once (FlashMLA's s_q)
   attn.prefill  a prefill chunk: the naive/MHA form over the prefix plus K/V up-projection of the latent
   ffn.dense     dense SwiGLU FFN (first_k_dense_replace layers), split by TP
   moe.gate      router: E x d bf16 weights, 2 x tokens x d x E FLOPs
@@ -28,7 +29,7 @@ from .memory_terms import ACT_BYTES
 from .memory_weights import dense_tp as _memory_dense_tp
 from .sizing import kv_bytes_per_token_layer
 from .spec import ModelSpec
-from .weights import Tensor, bytes_of, inventory
+from .weights import Tensor, bytes_of, inventory, mtp_inventory
 
 
 
@@ -44,15 +45,21 @@ class Op:
 @dataclass(frozen=True)
 class Batch:
     """What one DP rank runs in one forward pass: `decode` sequences of `context` tokens (the new token
-    included) and optionally a prefill chunk of `prefill` tokens after `prefix` cached tokens."""
+    included), each with `q_len` query tokens (1; with MTP the drafted tokens verified too), and optionally
+    a prefill chunk of `prefill` tokens after `prefix` cached tokens."""
     decode: int
     context: int
     prefill: int = 0
     prefix: int = 0
+    q_len: int = 1
+
+    @property
+    def decode_tokens(self) -> int:
+        return self.decode * self.q_len
 
     @property
     def tokens(self) -> int:
-        return self.decode + self.prefill
+        return self.decode_tokens + self.prefill
 
 
 @dataclass(frozen=True)
@@ -132,7 +139,7 @@ def attention_ops(spec: ModelSpec, layout: Layout, knobs: Knobs, batch: Batch, w
     """attn.proj, attn.core and attn.prefill for this rank (heads split by TP; KV layout as in layout.py).
     Prefill tokens skip the W_UK / W_UV absorption (wkv_b up-projects the cached latent instead, counted
     in attn.prefill), so their projection FLOPs leave wkv_b out."""
-    flops = 2.0 * (batch.decode * w.attn_params + batch.prefill * (w.attn_params - w.absorb_params))
+    flops = 2.0 * (batch.decode_tokens * w.attn_params + batch.prefill * (w.attn_params - w.absorb_params))
     proj = Op("attn.proj", w.attn_bytes, flops, "gemm", w.weight_fp8)
     ops = [proj]
     if batch.decode:
@@ -155,8 +162,9 @@ def _decode_core(spec: ModelSpec, layout: Layout, knobs: Knobs, batch: Batch) ->
         heads, total, dc, dr, kv_b = H, b * batch.context, dc // tp, dr // tp, kv_b / tp
     else:
         heads, total = H // tp * layout.dcp, ceil(b * batch.context / layout.dcp)
-    flops = attention_cost.absorbed_core_flops(heads, total, dc, dr)
-    nbytes = attention_cost.absorbed_core_bytes(b, heads, total, kv_b, dc, dr, act_bytes=ACT_BYTES)
+    q = batch.q_len
+    flops = attention_cost.absorbed_core_flops(heads, total, dc, dr, q)
+    nbytes = attention_cost.absorbed_core_bytes(b, heads, total, kv_b, dc, dr, q, ACT_BYTES)
     return Op("attn.core", nbytes, flops, "attention")
 
 
@@ -198,7 +206,7 @@ def ffn_ops(spec: ModelSpec, layout: Layout, batch: Batch, w: LayerWeights, moe:
     ops = [Op("moe.gate", w.gate_bytes, 2.0 * n * spec.hidden_size * E)]
     if w.shared_bytes:
         ops.append(Op("moe.shared", w.shared_bytes, 2.0 * rows * w.shared_params, "gemm", w.weight_fp8))
-    group_tokens = batch.decode * layout.dp + batch.prefill   # distinct tokens entering the MoE group
+    group_tokens = batch.decode_tokens * layout.dp + batch.prefill   # distinct tokens entering the MoE group
     hit = experts_hit(E / layout.ep, E, k, group_tokens)
     routed_pairs = group_tokens * k / layout.ep                # token-expert pairs landing on this EP rank
     ops.append(Op("moe.experts", hit * w.expert_bytes / layout.moe_tp,
@@ -214,3 +222,11 @@ def head_ops(spec: ModelSpec, layout: Layout, tokens: int, engine: str = "vllm")
     tp = dense_tp(layout, engine, "lm_head")
     rows = tokens * (tp // layout.tp)
     return [Op("lm_head", V * d * ACT_BYTES / tp, 2.0 * rows * V * d / tp)]
+
+
+def mtp_proj_ops(spec: ModelSpec, batch: Batch) -> list[Op]:
+    """The MTP module's own projection, besides its decoder layer (priced as one more layer) and the shared
+    lm_head: eh_proj [d, 2d], replicated (weights.mtp_inventory), over every token the drafter runs on."""
+    eh = next(t for t in mtp_inventory(spec) if t.name == "mtp.eh_proj")
+    per = bytes_of(eh, spec.weight_block_size, spec.int4_group_size) / eh.count
+    return [Op("mtp.eh_proj", per, 2.0 * batch.tokens * eh.numel / eh.count, "gemm", spec.weight_dtype == "fp8")]

@@ -16,7 +16,7 @@ from .backends import choose_block_size, fp8_checkpoint, no_backend_reason, usab
 from .calibration import Calibration
 from .engine_memory import sglang_fraction_ceiling
 from .errors import PlanError
-from .knobs import Knobs, Workload
+from .knobs import MTP_DRAFT_TOKENS, Knobs, Workload, tokens_per_step
 from .layout import Layout
 from .memory import evaluate as memory_evaluate
 from .memory import safe_memory_fraction
@@ -50,6 +50,7 @@ class Overrides:
     """Knobs the user pins on the command line; the planner works around them and says what they cost."""
     block_size: int | None = None
     cuda_graphs: bool = True
+    mtp: bool = False             # speculative decoding with the model's MTP layer (--mtp; tuning_mtp.mtp_hint)
 
 
 def _backend_and_block(engine: str, gpu, kv_dtype: str, dcp: int, pinned: int | None) -> tuple:
@@ -105,10 +106,13 @@ def _draft_knobs(spec: ModelSpec, topo: Topology, layout: Layout, engine: str, k
                        f"max_position_embeddings {spec.max_position_embeddings:,}")
     max_len = ceil(context / max(block, 1)) * max(block, 1)
     cap = _seq_cap(layout, workload)
+    if pinned.mtp and not spec.num_nextn_predict_layers:
+        raise Rejected(f"{spec.name} has no MTP layer (num_nextn_predict_layers is 0) to draft tokens with")
     knobs = Knobs(engine=engine, block_size=block, kv_cache_dtype=kv_dtype, memory_fraction=0.9,
                   max_num_seqs=cap, max_num_batched_tokens=chunk_candidates(engine, layout)[0],
                   max_model_len=min(max_len, spec.max_position_embeddings),
-                  attention_backend=backend_name, prefix_caching=True, cuda_graphs=pinned.cuda_graphs)
+                  attention_backend=backend_name, prefix_caching=True, cuda_graphs=pinned.cuda_graphs,
+                  mtp=bool(pinned.mtp))
     # the fraction is sized for the largest chunk and sequence cap tried, so the final (smaller) knobs stay safe;
     # where that leaves no KV room, for the largest chunk that does (choose_chunk then stays at or below it)
     chunks = chunk_candidates(engine, layout)
@@ -132,6 +136,10 @@ def _draft_knobs(spec: ModelSpec, topo: Topology, layout: Layout, engine: str, k
                        if pinned.cuda_graphs else "off, as pinned by --enforce-eager: every decode kernel is "
                                                   "launched from the CPU",
     }
+    if knobs.mtp:
+        reasons["mtp"] = (f"on, as asked by --mtp: the MTP layer drafts {MTP_DRAFT_TOKENS} token per step, "
+                          f"{tokens_per_step(knobs, workload.mtp_acceptance):.2f} tokens per step at "
+                          f"{workload.mtp_acceptance:.0%} acceptance")
     return knobs, reasons
 
 

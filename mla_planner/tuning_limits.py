@@ -11,8 +11,8 @@ from dataclasses import replace
 from math import ceil
 
 from .calibration import Calibration
-from .engine_memory import graph_batch_cap
-from .knobs import Knobs, Workload
+from .cuda_graphs import graph_batch_cap
+from .knobs import Knobs, Workload, decode_query_len
 from .memory import evaluate as memory_evaluate
 from .memory import safe_memory_fraction, split_pools
 from .metrics import Metrics, batch_limit, evaluate, tokens_per_request
@@ -80,6 +80,8 @@ def choose_graph_cap(spec, topo, layout, knobs: Knobs, workload: Workload, calib
         if not _better(m, m2):
             alt, m = tighter, m2
     flag = "--max-cudagraph-capture-size" if knobs.engine == "vllm" else "--cuda-graph-max-bs-decode"
+    if knobs.engine == "vllm" and knobs.mtp:
+        flag += f", in tokens: {decode_query_len(knobs)} per request with MTP"
     if not _better(m, first):
         return knobs, first, (f"the engine's own ({own} per micro-batch): capturing up to {cap} ({flag}) would not "
                               "serve more, its graphs taking KV memory")
@@ -94,7 +96,7 @@ def _steps(batch: float) -> int:
 
 def _with_graph_cap(spec, topo, layout, knobs: Knobs, workload: Workload, calib: Calibration, hint: Metrics,
                     cap: int, worst_chunk: int) -> tuple[Knobs, Metrics]:
-    alt = replace(knobs, cuda_graph_max_bs=cap)
+    alt = replace(knobs, cuda_graph_max_bs=cap * (decode_query_len(knobs) if knobs.engine == "vllm" else 1))
     alt = replace(alt, memory_fraction=_safe(spec, topo, layout, alt, worst_chunk))
     return alt, evaluate(spec, topo, layout, alt, workload, calib, hint.capacity_per_dp_rank)
 

@@ -5,8 +5,8 @@ from dataclasses import replace
 import pytest
 
 from mla_planner import sizing
-from mla_planner.engine_memory import (default_memory_fraction, engine_default_knobs, engine_rules,
-                                       vllm_capture_sizes)
+from mla_planner.cuda_graphs import vllm_capture_sizes
+from mla_planner.engine_memory import default_memory_fraction, engine_default_knobs, engine_rules
 from mla_planner.errors import PlanError
 from mla_planner.knobs import Knobs
 from mla_planner.layout import Layout

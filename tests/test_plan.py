@@ -171,7 +171,7 @@ def test_running_requests_stay_in_the_cuda_graph_capture_range():
     """The step model prices graph replay, so a DP rank's decode micro-batch stays within what the engine
     captures (vLLM 512, SGLang by GPU and TP, unless the plan raises it); beyond it decode runs eagerly
     (USER_PROBLEMS 19). Short prompts on 8 H200 once planned 535 running requests under a 512 range."""
-    from mla_planner.engine_memory import graph_batch_cap
+    from mla_planner.cuda_graphs import graph_batch_cap
     from mla_planner.memory import evaluate
     spec, topo, calib = setup("deepseek-v3", "8xh200")
     result = search(spec, topo, Workload(input_len=1024), calib)

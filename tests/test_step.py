@@ -14,7 +14,8 @@ from mla_planner.knobs import Knobs
 from mla_planner.layout import Layout, parse_layout
 from mla_planner.models import load_model
 from mla_planner.sizing import kv_bytes_per_token_layer
-from mla_planner.step import decode_step, forward_stages, op_time_s, prefill, prefill_time_s
+from mla_planner.prefill import prefill, prefill_time_s
+from mla_planner.step import decode_step, forward_stages, op_time_s
 from mla_planner.step_work import Batch, attention_ops, experts_hit, ffn_ops, layer_weights
 from mla_planner.topology import load_topology
 

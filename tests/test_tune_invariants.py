@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mla_planner.calibration import load_calibration
-from mla_planner.engine_memory import graph_batch_cap
+from mla_planner.cuda_graphs import graph_batch_cap
 from mla_planner.knobs import Workload
 from mla_planner.launch.emit import build, launch_inputs
 from mla_planner.layouts import candidate_layouts

@@ -23,7 +23,7 @@ from __future__ import annotations
 from typing import Optional
 
 from ..errors import PlanError
-from ..knobs import Knobs
+from ..knobs import Knobs, decode_query_len
 from ..layout import Layout
 from ..memory_terms import uses_deepep
 from ..spec import ModelSpec
@@ -33,7 +33,6 @@ SGLANG_BACKEND = "deepep"
 SGLANG_DISPATCH_ENV = "SGLANG_DEEPEP_NUM_MAX_DISPATCH_TOKENS_PER_RANK"
 SGLANG_DISPATCH_DEFAULT = 128
 SGLANG_DISPATCH_MAX = 1024
-SGLANG_MTP_TOKENS_PER_SEQ = 2   # --speculative-num-draft-tokens 2 (sglang.py): a verify step decodes 2 per sequence
 
 
 def priced_as_all_to_all(layout: Layout) -> bool:
@@ -51,7 +50,7 @@ def sglang_backend(layout: Layout) -> Optional[str]:
 
 def sglang_dispatch_tokens(knobs: Knobs) -> int:
     """Tokens one DP rank sends through the low-latency dispatch in its largest decode step."""
-    return knobs.max_num_seqs * (SGLANG_MTP_TOKENS_PER_SEQ if knobs.mtp else 1)
+    return knobs.max_num_seqs * decode_query_len(knobs)   # a verify step decodes --speculative-num-draft-tokens each
 
 
 def sglang_dispatch_env(layout: Layout, knobs: Knobs) -> dict[str, str]:

@@ -22,6 +22,7 @@ from __future__ import annotations
 from typing import Optional
 
 from ..errors import PlanError
+from ..knobs import MTP_DRAFT_TOKENS, decode_query_len
 from . import a2a
 from .command import LaunchInputs, NodeCommand, ShellRef, check_inputs, flag_words
 from .env import instance_env
@@ -67,9 +68,9 @@ def sizing_flags(inp: LaunchInputs) -> list[str]:
         ("--cuda-graph-backend-prefill", None if k.cuda_graphs else "disabled"),
         ("--cuda-graph-max-bs-decode", k.cuda_graph_max_bs if k.cuda_graphs else None),
         ("--speculative-algorithm", "EAGLE" if k.mtp else None),
-        ("--speculative-num-steps", 1 if k.mtp else None),
+        ("--speculative-num-steps", MTP_DRAFT_TOKENS if k.mtp else None),
         ("--speculative-eagle-topk", 1 if k.mtp else None),
-        ("--speculative-num-draft-tokens", 2 if k.mtp else None),
+        ("--speculative-num-draft-tokens", decode_query_len(k) if k.mtp else None),
         ("--trust-remote-code", True),
     ])
 

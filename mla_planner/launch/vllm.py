@@ -22,6 +22,7 @@ from __future__ import annotations
 from typing import Optional
 
 from ..errors import PlanError
+from ..knobs import MTP_DRAFT_TOKENS
 from ..layout import Layout
 from . import a2a
 from .command import LaunchInputs, NodeCommand, ShellRef, check_inputs, flag_words
@@ -30,7 +31,7 @@ from .placement import InstancePlacement, place
 
 PROGRAM = ["vllm", "serve"]
 KV_CACHE_DTYPES = {"bf16": "auto", "fp8": "fp8", "fp8_ds_mla": "fp8_ds_mla"}
-MTP_CONFIG = '{"method":"deepseek_mtp","num_speculative_tokens":1}'
+MTP_CONFIG = '{"method":"deepseek_mtp","num_speculative_tokens":%d}' % MTP_DRAFT_TOKENS
 ENGINE_READY_TIMEOUT_S = 3600   # multi-node loads of a 671B checkpoint outlast the 600 s default
 A2A_NOTE = (f"MoE all-to-all: --all2all-backend {a2a.VLLM_BACKEND} needs DeepEP and NVSHMEM on this node (README.md, "
             "'Expert-parallel all-to-all'). Without them, delete that flag: vLLM falls back to "

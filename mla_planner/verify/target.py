@@ -14,7 +14,7 @@ decode context (input + output / 2), the point the step model prices (metrics.me
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from math import ceil
 from typing import Optional
 
@@ -164,7 +164,10 @@ def make_target(c: Chosen, ranks: RankInfo = RankInfo()) -> Target:
         notes.append(f"{batch:,} sequences of {context:,} tokens (in whole {block}-token blocks: "
                      f"{tokens:,}) per DP rank are more than the KV pool holds ({report.kv_capacity_tokens:,}): "
                      "the engine would never run this point; the checks still time it")
-    step = decode_step(c.spec, c.topo, c.layout, c.knobs, batch, context, c.calib)
+    step = decode_step(c.spec, c.topo, c.layout, replace(c.knobs, mtp=False), batch, context, c.calib)
+    if c.knobs.mtp:
+        notes.append("MTP: the checks time a plain decode step (one query token per sequence, no drafter), and "
+                     "the prediction they hold it to is of that step")
     stage = _stage(report, c.layout, ranks, c.knobs.engine)
     return Target(c, batch, step.micro_batch, context, stage, step, report.per_gpu[stage], report, ranks,
                   tuple(notes) + tuple(c.calib.notes))

@@ -1,0 +1,132 @@
+"""Speculative decoding with the model's MTP layer: the step model, the engines' limits, the plan's hint, the CLI."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from mla_planner.calibration import load_calibration
+from mla_planner.cuda_graphs import graph_batch_cap, vllm_capture_sizes
+from mla_planner.knobs import Knobs, Workload, tokens_per_step
+from mla_planner.layout import Layout
+from mla_planner.metrics import evaluate
+from mla_planner.models import load_model
+from mla_planner.step import decode_step
+from mla_planner.topology import load_topology
+
+CTX = 2304   # the default workload's mean decode context (2048 + 512 / 2)
+
+
+def setup(model="deepseek-v3", topology="8xh200"):
+    spec, topo = load_model(model).spec, load_topology(topology)
+    return spec, topo, load_calibration(None, topo)
+
+
+def steps(layout: Layout, batch: int, acceptance: float = 0.85, topology: str = "8xh200"):
+    spec, topo, calib = setup(topology=topology)
+    plain = decode_step(spec, topo, layout, Knobs(engine="sglang", kv_cache_dtype="fp8"), batch, CTX, calib)
+    drafted = decode_step(spec, topo, layout, Knobs(engine="sglang", kv_cache_dtype="fp8", mtp=True), batch, CTX,
+                          calib, mtp_acceptance=acceptance)
+    return plain, drafted
+
+
+def test_tokens_per_step_is_the_expected_accepted_length():
+    assert tokens_per_step(Knobs(mtp=True), 0.85) == pytest.approx(1.85)
+    assert tokens_per_step(Knobs(mtp=True), 0.0) == 1.0
+    assert tokens_per_step(Knobs(), 0.85) == 1.0
+
+
+def test_each_sequence_verifies_two_tokens_and_the_drafter_runs_on_the_last_stage():
+    plain, drafted = steps(Layout(tp=8, pp=2), 32, topology="2x8xh100-ib")
+    assert "mtp_draft" in drafted.stages[1].terms_s and "mtp_draft" not in drafted.stages[0].terms_s
+    core_p, core_d = plain.layers["moe"], drafted.layers["moe"]
+    assert core_d.flops["attn.core"] == pytest.approx(2 * core_p.flops["attn.core"])       # s_q = 2
+    assert core_d.bytes["attn.core"] < 1.05 * core_p.bytes["attn.core"]   # the cache once (q and o twice), not 2x
+    assert core_d.flops["attn.proj"] == pytest.approx(2 * core_p.flops["attn.proj"])
+    assert drafted.tokens_per_step == pytest.approx(1.85)
+    assert drafted.tpot_s == pytest.approx(drafted.round_s / 1.85)
+    assert sum(s.total_s for s in drafted.stages) > sum(s.total_s for s in plain.stages)
+
+
+def test_at_zero_acceptance_mtp_only_costs_and_alone_it_gains():
+    plain, wasted = steps(Layout(tp=8), 64, acceptance=0.0)
+    assert wasted.tpot_s > plain.tpot_s
+    plain, drafted = steps(Layout(tp=8), 1)
+    assert plain.tpot_s / 1.85 < drafted.tpot_s < plain.tpot_s
+
+
+def test_mtp_gains_less_where_the_verify_step_is_compute_bound():
+    """DP attention runs all 128 heads per rank: two query tokens make the absorbed core compute-bound (about
+    twice the time), where TP8's 16 heads per rank stay bound by the latent cache read."""
+    tp_plain, tp_mtp = steps(Layout(tp=8), 256)
+    dp_plain, dp_mtp = steps(Layout(tp=1, dp=8, ep=8), 256)
+    assert dp_mtp.layers["moe"].terms_s["attn.core"] > 1.8 * dp_plain.layers["moe"].terms_s["attn.core"]
+    assert tp_mtp.layers["moe"].terms_s["attn.core"] < 1.1 * tp_plain.layers["moe"].terms_s["attn.core"]
+    assert tp_plain.tpot_s / tp_mtp.tpot_s > dp_plain.tpot_s / dp_mtp.tpot_s + 0.3
+
+
+def test_vllm_counts_graph_sizes_and_its_token_budget_in_tokens():
+    spec, topo, calib = setup()
+    mtp = Knobs(engine="vllm", kv_cache_dtype="fp8", mtp=True, max_num_seqs=1024, max_num_batched_tokens=8192)
+    assert graph_batch_cap("vllm", topo.gpu, Layout(tp=8), mtp) == 256       # 512 tokens / 2 per request
+    assert graph_batch_cap("sglang", topo.gpu, Layout(tp=8), Knobs(engine="sglang", mtp=True)) == \
+        graph_batch_cap("sglang", topo.gpu, Layout(tp=8), Knobs(engine="sglang"))   # SGLang counts requests
+    sizes = vllm_capture_sizes(mtp, topo.gpu)
+    assert sizes and all(s % 2 == 0 for s in sizes) and max(sizes) == 512
+    budget = Knobs(engine="vllm", kv_cache_dtype="fp8", mtp=True, max_num_seqs=1024, max_num_batched_tokens=256,
+                   max_model_len=2560, memory_fraction=0.9)
+    m = evaluate(spec, topo, Layout(tp=8), budget, Workload(tpot_ms=1000), calib)
+    assert m.concurrency_limit == "max_num_batched_tokens" and m.capacity_per_dp_rank == 128
+
+
+def test_plan_says_what_mtp_would_serve_and_plans_with_it_on_request(cli, tmp_path):
+    args = ("plan", "-m", "deepseek-v3", "-t", "8xh200", "-e", "sglang", "--json")
+    data = json.loads(cli(*args).stdout)
+    hint = [n for n in data["notes"] if n.startswith("MTP")]
+    assert len(hint) == 1 and "#1 would serve" in hint[0] and "--mtp" in hint[0]
+    assert not data["candidates"][0]["knobs"]["mtp"]
+    drafted = json.loads(cli(*args, "--mtp", "--mtp-acceptance", "0.7").stdout)
+    assert all(c["knobs"]["mtp"] for c in drafted["candidates"])
+    assert drafted["workload"]["mtp_acceptance"] == 0.7
+    assert not [n for n in drafted["notes"] if n.startswith("MTP")]
+    best = drafted["candidates"][0]
+    assert any(r.startswith("mtp: on") and "1.70 tokens per step" in r for r in best["reasons"])
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps(drafted))
+    out = tmp_path / "out"
+    assert cli("emit", "--plan", str(plan), "--out", str(out)).exit_code == 0
+    script = (out / "node-0.sh").read_text()
+    assert "--speculative-algorithm EAGLE" in script and "--speculative-num-draft-tokens 2" in script
+
+
+def test_a_plan_written_before_the_acceptance_rate_existed_reads_with_the_default(cli, tmp_path):
+    from mla_planner.planfile import read_plan
+    data = json.loads(cli("plan", "-m", "deepseek-v2-lite", "-t", "8xh100", "--top", "1", "--json").stdout)
+    del data["workload"]["mtp_acceptance"]
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(data))
+    assert read_plan(path).workload.mtp_acceptance == 0.85
+
+
+@pytest.mark.parametrize("args, needle", [
+    (("plan", "-m", "deepseek-v2", "--mtp"), "has no MTP layer"),
+    (("compare", "-m", "deepseek-v2", "-l", "tp=8", "--mtp"), "has no MTP layer"),
+    (("memory", "-m", "deepseek-v2", "--mtp"), "has no MTP layer"),
+    (("verify", "--device", "cpu", "-m", "deepseek-v2-lite", "-t", "8xh200", "--layout", "tp=8", "--quick", "--mtp"),
+     "has no MTP layer"),
+    (("plan", "--mtp-acceptance", "1.5"), "--mtp-acceptance must be a share in [0, 1]"),
+    (("compare", "-l", "tp=8", "--mtp-acceptance", "-0.1"), "--mtp-acceptance must be a share in [0, 1]"),
+])
+def test_bad_mtp_input_is_one_line(cli, args, needle):
+    r = cli(*args)
+    assert r.exit_code == 2 and needle in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.output
+
+
+def test_compare_shows_sglangs_speculative_default_of_48_requests(cli):
+    base = ("compare", "-m", "deepseek-v3", "-t", "8xh200", "-l", "tp=8", "-e", "sglang", "--json")
+    capped = json.loads(cli(*base, "--mtp").stdout)["layouts"][0]
+    assert capped["concurrency"] == 48 and capped["concurrency_limit"] == "max_num_seqs"
+    assert any("48 with speculative decoding" in n for n in capped["notes"])
+    opened = json.loads(cli(*base, "--mtp", "--max-num-seqs", "512").stdout)["layouts"][0]
+    assert opened["concurrency"] > 48 and opened["knobs"]["mtp"]
