@@ -3,7 +3,8 @@
     python benchmarks/plan_speed.py            # prints a table; --json FILE to save
 
 Targets (2-core machine): DeepSeek-V3 on 2 x 8 H200 < 0.3 s; on 64 nodes x 8 H100 < 1 s. The time is
-the search itself (layouts, screening, tuning, ranking), median of repeats after one warm-up run, with
+the search itself (layouts, screening, tuning, ranking) and the MTP hint on the best candidate (one more
+tuning, for a model with an MTP layer; tuning_mtp.mtp_hint), median of repeats after one warm-up run, with
 the model, topology and calibration already loaded - as `mla-plan plan` spends it after start-up. The
 model's memo caches are cleared before every timed run, so each run is as cold as a fresh CLI call.
 """
@@ -21,6 +22,8 @@ from mla_planner.knobs import Workload
 from mla_planner.models import load_model
 from mla_planner.search import search
 from mla_planner.topology import load_topology
+from mla_planner.tuning import Overrides
+from mla_planner.tuning_mtp import mtp_hint
 
 CASES = [("deepseek-v3", "2x8xh200-ib", None, 0.3), ("deepseek-v3", "2x8xh100-ib", 64, 1.0),
          ("deepseek-v2", "2x8xh100-ib", None, None), ("kimi-k2", "4x8xh800-roce", None, None)]
@@ -46,6 +49,9 @@ def time_case(model: str, topology: str, nodes: int | None, repeats: int) -> dic
         clear_caches()
         t0 = time.perf_counter()
         result = search(spec, topo, Workload(), calib)
+        if result.options:
+            best = result.options[0]
+            mtp_hint(spec, topo, best.tuned, best.kv_dtype, Workload(), calib, Overrides())
         times.append(time.perf_counter() - t0)
     best = result.options[0] if result.options else None
     return {"model": model, "topology": topo.name, "gpus": topo.total_gpus, "median_s": statistics.median(times),
