@@ -47,6 +47,7 @@ from .layout import Layout, layout_problems
 from .memory import MemoryReport, memory_report
 from .stalls import chunk_rounds_per_round, coupled_ranks
 from .memory import evaluate as memory_evaluate
+from .memory_terms import DEEPEP_SGLANG_DISPATCH_MAX, uses_deepep
 from .sizing import kv_bytes_per_token, weight_bytes_breakdown
 from .spec import ModelSpec
 from .prefill import Prefill, prefill
@@ -59,7 +60,8 @@ class Metrics:
     layout: Layout
     concurrency: int                      # requests in flight, whole deployment
     concurrency_per_dp_rank: int          # requests running per DP rank (the steady state under a rate)
-    concurrency_limit: str                # kv, tpot, max_num_seqs, max_num_batched_tokens, cuda_graphs or none
+    concurrency_limit: str                # kv, tpot, max_num_seqs, max_num_batched_tokens, deepep_dispatch,
+                                          # cuda_graphs or none
     throughput_tokens_per_s: float
     throughput_tokens_per_s_per_gpu: float
     step_s: float
@@ -182,12 +184,15 @@ def batch_limit(layout: Layout, knobs: Knobs, mem: MemoryReport, workload: Workl
     """The most requests a DP rank can run, and what limits it: the KV pool at the workload's lengths,
     max_num_seqs, (vLLM) the step's token budget: every running request decodes one token of
     max_num_batched_tokens (vLLM 0.33 `config/scheduler.py` refuses a budget below max_num_seqs), 1 + k with
-    MTP, or the CUDA-graph capture range (cuda_graphs.graph_batch_cap), past which decode runs eagerly."""
+    MTP, (SGLang with DeepEP) the 1,024 tokens its low-latency dispatch takes per step, or the CUDA-graph capture
+    range (cuda_graphs.graph_batch_cap), past which decode runs eagerly."""
     per_request = tokens_per_request(workload, knobs.block_size)
     kv = mem.kv_capacity_tokens // per_request if mem.fits else 0
     caps = [(kv, "kv"), (knobs.max_num_seqs, "max_num_seqs")]
     if knobs.engine == "vllm":
         caps.append((knobs.max_num_batched_tokens // decode_query_len(knobs), "max_num_batched_tokens"))
+    if knobs.engine == "sglang" and uses_deepep(layout):   # its low-latency dispatch buffer's hard limit
+        caps.append((DEEPEP_SGLANG_DISPATCH_MAX // decode_query_len(knobs), "deepep_dispatch"))
     if knobs.cuda_graphs:    # the step model prices graph replay, so the micro-batch stays in the captured range
         caps.append((graph_batch_cap(knobs.engine, gpu, layout, knobs) * layout.pp, "cuda_graphs"))
     return min(caps, key=lambda c: c[0])

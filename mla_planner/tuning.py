@@ -16,11 +16,11 @@ from .backends import choose_block_size, fp8_checkpoint, no_backend_reason, usab
 from .calibration import Calibration
 from .engine_memory import sglang_fraction_ceiling
 from .errors import PlanError
-from .knobs import MTP_DRAFT_TOKENS, Knobs, Workload, tokens_per_step
+from .knobs import MTP_DRAFT_TOKENS, Knobs, Workload, decode_query_len, tokens_per_step
 from .layout import Layout
 from .memory import evaluate as memory_evaluate
 from .memory import safe_memory_fraction
-from .memory_terms import deepep_problem, uses_deepep
+from .memory_terms import DEEPEP_SGLANG_DISPATCH_MAX, deepep_problem, uses_deepep
 from .metrics import Metrics, coupled_ranks, evaluate, mean_tpot_s, tokens_per_request
 from .tuning_limits import choose_graph_cap, choose_split, regain_kv_room
 from .spec import ModelSpec
@@ -286,4 +286,7 @@ def _limit_words(m: Metrics, workload: Workload) -> str:
             "max_num_seqs": seqs,
             "max_num_batched_tokens": "vLLM's token budget per step (each running request decodes one token of it)",
             "cuda_graphs": graphs,
+            "deepep_dispatch": f"SGLang's DeepEP low-latency dispatch, at most {DEEPEP_SGLANG_DISPATCH_MAX:,} tokens "
+                               "per DP rank per step" + (f" ({decode_query_len(m.memory.knobs)} per request with MTP)"
+                                                          if m.memory.knobs.mtp else ""),
             "none": "nothing (it cannot serve)"}.get(m.concurrency_limit, m.concurrency_limit)

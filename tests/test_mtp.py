@@ -130,3 +130,14 @@ def test_compare_shows_sglangs_speculative_default_of_48_requests(cli):
     assert any("48 with speculative decoding" in n for n in capped["notes"])
     opened = json.loads(cli(*base, "--mtp", "--max-num-seqs", "512").stdout)["layouts"][0]
     assert opened["concurrency"] > 48 and opened["knobs"]["mtp"]
+
+
+def test_sglang_with_deepep_holds_the_dispatch_limit_in_tokens_with_mtp():
+    """SGLang's DeepEP low-latency dispatch takes at most 1,024 tokens per DP rank per step; with MTP each request
+    decodes 2, so the batch stops at 512 (the invariant test found a 1,024-request candidate emit refused)."""
+    from mla_planner.tuning import Overrides, tune
+    spec, topo, calib = setup("deepseek-r1", "8xb200")
+    tuned = tune(spec, topo, Layout(tp=1, pp=4, dp=2, ep=2), "sglang", "bf16", Workload(tpot_ms=150), calib,
+                 Overrides(mtp=True))
+    assert tuned.knobs.max_num_seqs == 512 and tuned.metrics.concurrency_limit == "deepep_dispatch"
+    assert "DeepEP low-latency dispatch" in tuned.reasons["max_num_seqs"]

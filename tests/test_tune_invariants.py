@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from mla_planner.calibration import load_calibration
 from mla_planner.cuda_graphs import graph_batch_cap
-from mla_planner.knobs import Workload
+from mla_planner.knobs import Workload, decode_query_len
 from mla_planner.launch.emit import build, launch_inputs
 from mla_planner.layouts import candidate_layouts
 from mla_planner.memory import evaluate, safe_memory_fraction
@@ -28,7 +28,7 @@ CASES = [("deepseek-v3", "2x8xh100-ib"), ("deepseek-v3", "8xh200"), ("kimi-k2", 
          ("llama-3.1-70b", "8xh100")]
 WORKLOADS = [Workload(), Workload(concurrency=64), Workload(concurrency=143, request_rate_per_s=5.0),
              Workload(tpot_ms=150), Workload(output_len=1), Workload(input_len=16384, output_len=1024, tpot_ms=100)]
-PINS = [Overrides(), Overrides(cuda_graphs=False), Overrides(block_size=128)]
+PINS = [Overrides(), Overrides(cuda_graphs=False), Overrides(block_size=128), Overrides(mtp=True)]
 ARCH = {"hopper": "sm90", "blackwell": "sm100", "ada": "sm89", "ampere": "sm80"}
 
 
@@ -56,8 +56,9 @@ def test_a_tuned_candidate_keeps_its_invariants(case, pick, engine, kv, workload
         assert m.capacity_per_dp_rank <= graph_batch_cap(engine, topo.gpu, layout, k) * layout.pp
     else:
         assert k.cuda_graph_max_bs is None
-    if engine == "vllm":
-        assert k.max_num_batched_tokens >= k.max_num_seqs
+    if engine == "vllm":   # every running request decodes 1 (+ k drafted with MTP) tokens of the step's budget
+        assert k.max_num_batched_tokens >= k.max_num_seqs * decode_query_len(k)
+    assert k.mtp == pinned.mtp
     if pinned.block_size:
         assert k.block_size == pinned.block_size
     assert tuned.reasons["memory_fraction"].startswith(f"{k.memory_fraction}:")

@@ -25,14 +25,14 @@ from typing import Optional
 from ..errors import PlanError
 from ..knobs import Knobs, decode_query_len
 from ..layout import Layout
-from ..memory_terms import uses_deepep
+from ..memory_terms import DEEPEP_SGLANG_DISPATCH_MAX, DEEPEP_SGLANG_DISPATCH_TOKENS, uses_deepep
 from ..spec import ModelSpec
 
 VLLM_BACKEND = "deepep_low_latency"
 SGLANG_BACKEND = "deepep"
 SGLANG_DISPATCH_ENV = "SGLANG_DEEPEP_NUM_MAX_DISPATCH_TOKENS_PER_RANK"
-SGLANG_DISPATCH_DEFAULT = 128
-SGLANG_DISPATCH_MAX = 1024
+SGLANG_DISPATCH_DEFAULT = DEEPEP_SGLANG_DISPATCH_TOKENS
+SGLANG_DISPATCH_MAX = DEEPEP_SGLANG_DISPATCH_MAX
 
 
 def priced_as_all_to_all(layout: Layout) -> bool:
