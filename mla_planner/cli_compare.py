@@ -12,7 +12,8 @@ from rich.table import Table
 from .calibration import load_calibration
 from .cli_common import (DEFAULT_MODEL, DEFAULT_TOPOLOGY, JsonOpt, ModelOpt, MtpAcceptanceOpt, TopologyOpt,
                          check_acceptance, check_context, check_mtp, console, guard, print_json, lower_case)
-from .cli_memory import KV_CAPACITY_LABEL, bounded, fraction_from_flags, graph_cap_choice, kv_dtype_choice
+from .cli_memory import (KV_CAPACITY_LABEL, bounded, fraction_from_flags, graph_cap_choice, kv_dtype_choice,
+                         partition_choice)
 from .cli_plan import parse_length
 from .engine_memory import SGLANG_SPECULATIVE_MAX_RUNNING, default_memory_fraction, engine_default_knobs
 from .errors import PlanError
@@ -180,6 +181,10 @@ def compare_cmd(layouts: Annotated[Optional[list[str]], typer.Option(
                     "--max-num-batched-tokens", help="vLLM --max-num-batched-tokens / SGLang --chunked-prefill-size "
                     "per DP rank (engine default); with --block-size, --max-num-seqs and the memory fraction, "
                     "a plan candidate's knobs.")] = None,
+                pp_layer_partition: Annotated[Optional[str], typer.Option(
+                    "--pp-layer-partition", help="Decoder layers per pipeline stage, e.g. 32,29, for the layouts "
+                    "with as many stages (VLLM_PP_LAYER_PARTITION / SGLANG_PP_LAYER_PARTITION; default: the "
+                    "engine's own split).")] = None,
                 cuda_graph_max_bs: Annotated[Optional[int], typer.Option(
                     "--cuda-graph-max-bs", help="Largest decode batch captured as a CUDA graph, per DP rank "
                     "(engine default).")] = None,
@@ -231,7 +236,9 @@ def compare_cmd(layouts: Annotated[Optional[list[str]], typer.Option(
         base = engine_default_knobs(engine, spec, topo, layout.dp, uses_deepep(layout), kv_cache_dtype=kv_dtype,
                                     cuda_graphs=not enforce_eager, max_num_seqs=seqs, block_size=block,
                                     max_num_batched_tokens=chunk, cuda_graph_max_bs=graphs,
-                                    max_model_len=workload.max_context_len, mtp=mtp)
+                                    max_model_len=workload.max_context_len, mtp=mtp,
+                                    pp_layer_partition=partition_choice(pp_layer_partition, spec, layout)
+                                    if layout.pp > 1 else None)
         knobs, note = knobs_for(spec, topo, layout, base, fraction)
         m = evaluate(spec, topo, layout, knobs, workload, calib)
         results.append((m, knobs))

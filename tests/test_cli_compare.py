@@ -167,3 +167,16 @@ def test_compare_reproduces_a_plan_candidate_from_its_knobs(cli):
     assert row["layout"] == c["label"]
     assert row["kv_capacity_tokens"] == c["memory"]["kv_capacity_tokens"]
     assert row["throughput_tokens_per_s_per_gpu"] == pytest.approx(c["performance"]["throughput_tokens_per_s_per_gpu"])
+
+
+def test_a_layer_partition_applies_to_the_layouts_with_as_many_stages(cli):
+    base = ("compare", "-m", "deepseek-v3", "-t", "2x8xh100-ib", "-e", "sglang", "-l", "tp=16", "-l", "tp=8,pp=2",
+            "--json")
+    own = json.loads(cli(*base).stdout)["layouts"]
+    moved = json.loads(cli(*base, "--pp-layer-partition", "32,29").stdout)["layouts"]
+    assert moved[0]["knobs"]["pp_layer_partition"] is None and moved[0]["concurrency"] == own[0]["concurrency"]
+    assert moved[1]["knobs"]["pp_layer_partition"] == [32, 29]
+    assert [s["layers"] for s in moved[1]["detail"]["stages"]] == [32, 29]
+    assert moved[1]["kv_capacity_tokens"] > own[1]["kv_capacity_tokens"]
+    bad = cli(*base, "--pp-layer-partition", "32,28")
+    assert bad.exit_code == 2 and "summing to 61" in bad.stderr

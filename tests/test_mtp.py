@@ -141,3 +141,21 @@ def test_sglang_with_deepep_holds_the_dispatch_limit_in_tokens_with_mtp():
                  Overrides(mtp=True))
     assert tuned.knobs.max_num_seqs == 512 and tuned.metrics.concurrency_limit == "deepep_dispatch"
     assert "DeepEP low-latency dispatch" in tuned.reasons["max_num_seqs"]
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_compare_reproduces_an_mtp_candidate_from_its_knobs(cli, engine):
+    plan = json.loads(cli("plan", "-m", "deepseek-v3", "-t", "8xh200", "-e", engine, "--kv-cache-dtype", "fp8",
+                          "--mtp", "--mtp-acceptance", "0.8", "--top", "1", "--json").stdout)
+    c = plan["candidates"][0]
+    k = c["knobs"]
+    fraction = "--gpu-memory-utilization" if engine == "vllm" else "--mem-fraction-static"
+    row = json.loads(cli("compare", "-m", "deepseek-v3", "-t", "8xh200", "-e", engine, "--kv-cache-dtype", "fp8",
+                         "-l", c["label"], "--mtp", "--mtp-acceptance", "0.8", "--block-size", str(k["block_size"]),
+                         "--max-num-batched-tokens", str(k["max_num_batched_tokens"]),
+                         "--max-num-seqs", str(k["max_num_seqs"]),
+                         *(["--cuda-graph-max-bs", str(k["cuda_graph_max_bs"])] if k["cuda_graph_max_bs"] else []),
+                         fraction, str(k["memory_fraction"]), "--json").stdout)["layouts"][0]
+    assert row["knobs"]["mtp"] and row["kv_capacity_tokens"] == c["memory"]["kv_capacity_tokens"]
+    assert row["throughput_tokens_per_s_per_gpu"] == pytest.approx(c["performance"]["throughput_tokens_per_s_per_gpu"])
+    assert row["tpot_s"] == pytest.approx(c["performance"]["tpot_s"])
