@@ -49,9 +49,7 @@ def time_case(model: str, topology: str, nodes: int | None, repeats: int) -> dic
         clear_caches()
         t0 = time.perf_counter()
         result = search(spec, topo, Workload(), calib)
-        if result.options:
-            best = result.options[0]
-            mtp_hint(spec, topo, best.tuned, best.kv_dtype, Workload(), calib, Overrides())
+        mtp_hint(spec, topo, result.options, Workload(), calib, Overrides())
         times.append(time.perf_counter() - t0)
     best = result.options[0] if result.options else None
     return {"model": model, "topology": topo.name, "gpus": topo.total_gpus, "median_s": statistics.median(times),

@@ -32,6 +32,8 @@ class Backend:
     fp8_kv: bool
     dcp: bool
     note: str
+    multi_token_decode: bool = True     # verifies MTP's 1 + k tokens on the decode path (data/backends.yaml)
+    dcp_varlen: bool = False            # ... and still under DCP
 
     def accepts_block(self, block_size: int) -> bool:
         return block_size in self.block_sizes or bool(self.multiple_of and block_size % self.multiple_of == 0)
@@ -56,7 +58,22 @@ def backend(engine: str, name: str) -> Backend:
                         f"choices: {', '.join(entries)}")
     e = entries[name]
     return Backend(engine, name, tuple(e["archs"]), tuple(e.get("block_sizes", ())), e.get("multiple_of"),
-                   e["fp8_kv"], e["dcp"], e["note"])
+                   e["fp8_kv"], e["dcp"], e["note"], e.get("multi_token_decode", True), e.get("dcp_varlen", False))
+
+
+def mtp_verify_problem(b: Backend, dcp: int) -> str:
+    """Why this vLLM backend would run MTP's verify (1 + k query tokens per request) through the MLA prefill
+    path, which up-projects every cached token instead of reading the latent once: the step model prices it
+    as decode, so MTP is not planned there ('' where the decode path takes it)."""
+    if b.engine != "vllm":
+        return ""
+    if not b.multi_token_decode:
+        return (f"vLLM's {b.name} decodes one query token per request, so MTP's verify would go through the MLA "
+                "prefill path (every cached token up-projected)")
+    if dcp > 1 and not b.dcp_varlen:
+        return (f"under DCP vLLM decodes one query token per request on {b.name} (it lacks varlen DCP), so MTP's "
+                "verify would go through the MLA prefill path (every cached token up-projected)")
+    return ""
 
 
 def backend_problems(b: Backend, gpu: GPU, kv_dtype: str, dcp: int, block_size: int | None = None) -> list[str]:

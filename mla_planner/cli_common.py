@@ -24,10 +24,18 @@ ModelOpt = Annotated[str, typer.Option("--model", "-m", help="Built-in model nam
 TopologyOpt = Annotated[str, typer.Option("--topology", "-t", help="Built-in topology (see `mla-plan topologies`) "
                                           "or a topology YAML file.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON instead of tables.")]
-MtpOpt = Annotated[Optional[bool], typer.Option("--mtp/--no-mtp", help=(
-    "Speculative decoding with the model's own MTP layer (DeepSeek-V3/R1): on, off, or by default tried both "
-    "ways where the model has one and kept where it serves 3 % more tokens/s within the targets."),
-    show_default=False)]
+PpPartitionOpt = Annotated[Optional[str], typer.Option("--pp-layer-partition", help=(
+    "Decoder layers per pipeline stage, e.g. 32,29 (what VLLM_PP_LAYER_PARTITION / SGLANG_PP_LAYER_PARTITION set; "
+    "default: the engine's split by count, the remainder to vLLM's middle stages or SGLang's last); compare "
+    "applies it to the layouts with as many stages."))]
+GraphCapOpt = Annotated[Optional[int], typer.Option("--cuda-graph-max-bs", help=(
+    "Largest decode batch captured as a CUDA graph, per DP rank (vLLM --max-cudagraph-capture-size, in tokens: "
+    "2 per request with --mtp; SGLang --cuda-graph-max-bs-decode, in requests; default: the engine's, 512 on "
+    "vLLM, by GPU memory and TP on SGLang): every captured size costs graph memory."))]
+MtpOpt = Annotated[bool, typer.Option("--mtp", help=(
+    "Plan every layout with speculative decoding by the model's own MTP layer (DeepSeek-V3/R1: one drafted "
+    "token per step). Without it, a note says what the best candidate would serve with it, and with it, "
+    "what it serves without."))]
 MtpAcceptanceOpt = Annotated[float, typer.Option("--mtp-acceptance", help=(
     "Share of MTP-drafted tokens the model accepts on your traffic (the engines log it: vLLM's SpecDecoding "
     "metrics, SGLang's accept length - 1). Default: the DeepSeek-V3 report's 85 % (it found 85-90 %)."))]

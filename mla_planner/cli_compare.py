@@ -10,7 +10,8 @@ import typer
 from rich.table import Table
 
 from .calibration import load_calibration
-from .cli_common import (DEFAULT_MODEL, DEFAULT_TOPOLOGY, JsonOpt, ModelOpt, MtpAcceptanceOpt, TopologyOpt,
+from .cli_common import (DEFAULT_MODEL, DEFAULT_TOPOLOGY, GraphCapOpt, JsonOpt, ModelOpt, MtpAcceptanceOpt,
+                         PpPartitionOpt, TopologyOpt,
                          check_acceptance, check_context, check_mtp, console, guard, print_json, lower_case)
 from .cli_memory import (KV_CAPACITY_LABEL, bounded, fraction_from_flags, graph_cap_choice, kv_dtype_choice,
                          partition_choice)
@@ -181,13 +182,8 @@ def compare_cmd(layouts: Annotated[Optional[list[str]], typer.Option(
                     "--max-num-batched-tokens", help="vLLM --max-num-batched-tokens / SGLang --chunked-prefill-size "
                     "per DP rank (engine default); with --block-size, --max-num-seqs and the memory fraction, "
                     "a plan candidate's knobs.")] = None,
-                pp_layer_partition: Annotated[Optional[str], typer.Option(
-                    "--pp-layer-partition", help="Decoder layers per pipeline stage, e.g. 32,29, for the layouts "
-                    "with as many stages (VLLM_PP_LAYER_PARTITION / SGLANG_PP_LAYER_PARTITION; default: the "
-                    "engine's own split).")] = None,
-                cuda_graph_max_bs: Annotated[Optional[int], typer.Option(
-                    "--cuda-graph-max-bs", help="Largest decode batch captured as a CUDA graph, per DP rank "
-                    "(engine default).")] = None,
+                pp_layer_partition: PpPartitionOpt = None,
+                cuda_graph_max_bs: GraphCapOpt = None,
                 gpu_memory_utilization: Annotated[Optional[float], typer.Option(
                     "--gpu-memory-utilization", help="vLLM's --gpu-memory-utilization (default: 0.92, lowered to "
                     "the safe fraction when that runs out of memory).")] = None,
@@ -246,11 +242,12 @@ def compare_cmd(layouts: Annotated[Optional[list[str]], typer.Option(
         deepep = deepep_problem(engine, layout, topo)
         deepep = f"will not start as priced here: {deepep}" if deepep else ""
         capped = (f"SGLang resets --max-running-requests to {SGLANG_SPECULATIVE_MAX_RUNNING} with speculative "
-                  "decoding: give --max-num-seqs for more" if mtp and engine == "sglang" and seqs is None else "")
+                  "decoding (for the whole server): give --max-num-seqs for more"
+                  if mtp and engine == "sglang" and seqs is None else "")
         rows.append(summary(m) | {"notes": [n for n in (deepep, note, split, capped) if n] + list(m.notes)})
     if as_json:
         return print_json({"model": spec.name, "topology": topo.name, "engine": engine, "workload": asdict(workload),
                            "layouts": [r | {"knobs": asdict(k), "detail": detail(m)}
                                        for r, (m, k) in zip(rows, results)], "verdict": verdict(rows)})
     render(rows, f"{spec.name} on {topo.name} ({engine}), {input_len} in / {output_len} out, "
-                 f"TPOT target {tpot_ms:g} ms")
+                 f"TPOT target {tpot_ms:g} ms" + (f", MTP at {mtp_acceptance:.0%} acceptance" if mtp else ""))

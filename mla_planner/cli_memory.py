@@ -8,7 +8,8 @@ from typing import Annotated, Optional
 import typer
 from rich.table import Table
 
-from .cli_common import (DEFAULT_MODEL, DEFAULT_TOPOLOGY, JsonOpt, ModelOpt, TopologyOpt, check_mtp, console, guard,
+from .cli_common import (DEFAULT_MODEL, DEFAULT_TOPOLOGY, GraphCapOpt, JsonOpt, ModelOpt, PpPartitionOpt,
+                         TopologyOpt, check_mtp, console, guard,
                          human_bytes, print_json, lower_case)
 from .engine_memory import default_memory_fraction, engine_default_knobs
 from .errors import PlanError
@@ -72,16 +73,11 @@ def memory_cmd(
         "--max-num-batched-tokens", help="vLLM --max-num-batched-tokens / SGLang --chunked-prefill-size, per "
         "DP rank (SGLang's flag is this x the DP-attention size): tokens of the profiled forward that sizes "
         "the activation peak.")] = None,
-    cuda_graph_max_bs: Annotated[IntOpt, typer.Option(
-        "--cuda-graph-max-bs", help="Largest decode batch captured as a CUDA graph, per DP rank (vLLM "
-        "--max-cudagraph-capture-size, SGLang --cuda-graph-max-bs-decode; default: the engine's, 512 on vLLM, by "
-        "GPU memory and TP on SGLang): every captured size costs graph memory.")] = None,
-    pp_layer_partition: Annotated[Optional[str], typer.Option(
-        "--pp-layer-partition", help="Decoder layers per pipeline stage, e.g. 32,29 (what VLLM_PP_LAYER_PARTITION "
-        "/ SGLANG_PP_LAYER_PARTITION set; default: the engine's split by count, the remainder to vLLM's "
-        "middle stages or SGLang's last).")] = None,
-    mtp: Annotated[bool, typer.Option("--mtp", help="Serve with the MTP draft layer (vLLM --speculative-config "
-                                      "deepseek_mtp): its weights and KV on the last stage.")] = False,
+    cuda_graph_max_bs: GraphCapOpt = None,
+    pp_layer_partition: PpPartitionOpt = None,
+    mtp: Annotated[bool, typer.Option("--mtp", help="Serve with the MTP draft layer (vLLM --speculative-config, "
+                                      "SGLang --speculative-algorithm EAGLE): its weights and KV on the last "
+                                      "stage, its CUDA graphs.")] = False,
     enforce_eager: Annotated[bool, typer.Option("--enforce-eager", help="No CUDA graphs (vLLM --enforce-eager, "
                                                 "SGLang --cuda-graph-backend-decode disabled).")] = False,
     engine_version: Annotated[Optional[str], typer.Option(

@@ -102,10 +102,8 @@ def run_plan(model: str, topology: str, workload: Workload, engine: Optional[str
     result = search(loaded.spec, topo, workload, calib, (engine,) if engine else ENGINES, kv, chosen, pinned=pinned,
                     rank_by=rank_by)
     notes = tuple(calib.notes)
-    if result.options:
-        best = result.options[0]
-        hint = mtp_hint(loaded.spec, topo, best.tuned, best.kv_dtype, workload, calib, pinned)
-        notes += (hint,) if hint else ()
+    hint = mtp_hint(loaded.spec, topo, result.options, workload, calib, pinned)
+    notes += (hint,) if hint else ()
     return to_plan(loaded.spec, loaded.model_path, topo, workload, result), result, notes
 
 
@@ -144,7 +142,7 @@ def plan_cmd(
                                              "reject it are skipped (FlashMLA needs 64, CUTLASS MLA 128).")] = None,
     enforce_eager: Annotated[bool, Opt("--enforce-eager", help="Plan without CUDA graphs (priced, and warned "
                                        "about).")] = False,
-    mtp: MtpOpt = None,
+    mtp: MtpOpt = False,
     mtp_acceptance: MtpAcceptanceOpt = MTP_ACCEPTANCE,
     top: Annotated[int, Opt("--top", help="Candidates to show.")] = 5,
     explain: Annotated[bool, Opt("--explain", help="Also list rejected layouts with one-line reasons.")] = False,

@@ -17,7 +17,8 @@ def vllm_capture_sizes(knobs: Knobs, gpu: GPU) -> list[int]:
     """vLLM 0.33 `_set_cudagraph_sizes`, in tokens: max = min(max_num_seqs x q x 2, 512 (1024 on Blackwell),
     max_num_batched_tokens), or min(--max-cudagraph-capture-size, max_num_batched_tokens) when given;
     sizes 1, 2, 4, then every 8 below 256, then every 16; with MTP (q = 1 + k query tokens per request)
-    rounded up to multiples of q (`adjust_cudagraph_sizes_for_spec_decode`)."""
+    rounded up to multiples of q (the V1 runner's `adjust_cudagraph_sizes_for_spec_decode`; 0.33's default V2
+    runner rounds its FULL decode graphs so and keeps the grid for PIECEWISE, about one size apart)."""
     if not knobs.cuda_graphs:
         return []
     q = decode_query_len(knobs)
@@ -60,8 +61,13 @@ def graph_batch_cap(engine: str, gpu: GPU, layout: Layout, knobs: Optional[Knobs
 
 
 def capture_plan(rules: EngineRules, knobs: Knobs, gpu: GPU, layout: Layout) -> tuple[list[int], int]:
-    """(captured batch sizes, graph modes): vLLM >= 0.21 FULL_AND_PIECEWISE captures each size twice
-    (FULL decode + PIECEWISE), older vLLM piecewise only; SGLang one decode graph per size."""
+    """(captured sizes in tokens, graphs per size): vLLM >= 0.21 FULL_AND_PIECEWISE captures each size twice
+    (FULL decode + PIECEWISE), older vLLM piecewise only; SGLang one decode graph per size. With MTP a SGLang
+    size of bs requests runs bs x (1 + k) tokens (decode_cuda_graph_runner.py), and the drafter captures its
+    own set at the same sizes (vLLM target_dependent_ar/speculator.py; SGLang's draft-extend runner,
+    eagle_worker_v2.py)."""
+    sets = 2 if knobs.mtp else 1
     if rules.engine == "sglang":
-        return sglang_capture_sizes(knobs, gpu, layout), 1
-    return vllm_capture_sizes(knobs, gpu), 2 if rules.graphs_in_budget else 1
+        q = decode_query_len(knobs)
+        return [s * q for s in sglang_capture_sizes(knobs, gpu, layout)], sets
+    return vllm_capture_sizes(knobs, gpu), (2 if rules.graphs_in_budget else 1) * sets

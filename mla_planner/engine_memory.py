@@ -208,7 +208,8 @@ def engine_default_knobs(engine: str, spec: ModelSpec, topo: Topology, dp: int =
     (config/scheduler.py); SGLang: page 1 (fa3) or 64 (trtllm_mla on Blackwell),
     chunked-prefill by GPU memory (per DP rank: divided by `dp` under DP attention), max-running-requests
     2048 (its auto floor), but 48 with speculative decoding (MTP; arg_groups/speculative_hook.py
-    `_handle_eagle_family`: "Max running requests is reset to 48 for speculative decoding").
+    `_handle_eagle_family`: "Max running requests is reset to 48 for speculative decoding"; for the whole
+    server, each DP-attention rank taking 48 // dp: kv_cache_configurator.py).
     Both: max-model-len = the model's max_position_embeddings, bf16 KV.
     memory_fraction is vLLM's 0.92 for both engines here: SGLang's default depends on the layout, so the
     callers that know it replace it with `default_memory_fraction` (or the user's flag)."""
@@ -223,7 +224,7 @@ def engine_default_knobs(engine: str, spec: ModelSpec, topo: Topology, dp: int =
                 memory_fraction=VLLM_DEFAULT_UTILIZATION)
     base.update({k: v for k, v in given.items() if v is not None})
     if engine == "sglang" and base.get("mtp") and given.get("max_num_seqs") is None:
-        base["max_num_seqs"] = SGLANG_SPECULATIVE_MAX_RUNNING
+        base["max_num_seqs"] = max(SGLANG_SPECULATIVE_MAX_RUNNING // dp, 1)   # the server's, split over DP ranks
     if engine == "vllm":
         if given.get("max_num_seqs") is None:
             base["max_num_seqs"] = min(base["max_num_seqs"], base["max_num_batched_tokens"])

@@ -11,7 +11,7 @@
   pp_layer_partition  vLLM VLLM_PP_LAYER_PARTITION, SGLang SGLANG_PP_LAYER_PARTITION (decoder layers per
                    pipeline stage; None: the engine's own split by count, memory.stage_layers)
   mtp              speculative decoding with the model's own MTP layer drafting MTP_DRAFT_TOKENS token(s) per
-                   step: vLLM --speculative-config '{"method":"deepseek_mtp","num_speculative_tokens":1}', SGLang
+                   step: vLLM --speculative-config '{"method":"mtp","num_speculative_tokens":1}', SGLang
                    --speculative-algorithm EAGLE --speculative-num-steps 1 --speculative-num-draft-tokens 2
 """
 

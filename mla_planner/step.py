@@ -122,18 +122,27 @@ def op_time_s(op: Op, gpu: GPU, calib: Calibration) -> tuple[float, float]:
     return op.bytes / bw, op.flops / (peak * eff)
 
 
+def attention_part(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, batch: Batch,
+                   calib: Calibration, w: LayerWeights) -> tuple[list, dict]:
+    """(ops, collectives) of a layer's attention: the same in its dense and MoE layers."""
+    return attention_ops(spec, layout, knobs, batch, w), attention_comm(spec, layout, batch, topo, calib)
+
+
 def layer_time(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, batch: Batch,
-               calib: Calibration, moe: bool, weights: LayerWeights | None = None) -> LayerTime:
-    """One decoder layer on one GPU: roofline per op + collectives + graph launch overhead."""
+               calib: Calibration, moe: bool, weights: LayerWeights | None = None,
+               attention: tuple | None = None) -> LayerTime:
+    """One decoder layer on one GPU: roofline per op + collectives + graph launch overhead (`attention`:
+    the layer's attention_part, when the caller has it)."""
     w = weights or layer_weights(spec, layout, knobs.engine)
-    ops = attention_ops(spec, layout, knobs, batch, w) + ffn_ops(spec, layout, batch, w, moe, knobs.engine)
+    a_ops, a_net = attention or attention_part(spec, topo, layout, knobs, batch, calib, w)
+    ops = a_ops + ffn_ops(spec, layout, batch, w, moe, knobs.engine)
     terms, mem_s, math_s = {}, 0.0, 0.0
     for op in ops:
         m, f = op_time_s(op, topo.gpu, calib)
         terms[op.name] = max(m, f)
         mem_s, math_s = mem_s + m, math_s + f
     compute_s = sum(terms.values())
-    net = attention_comm(spec, layout, batch, topo, calib)
+    net = dict(a_net)
     net.update(ffn_comm(spec, layout, batch, topo, calib, moe, topo.gpu.has_fp8, knobs.engine))
     net = {k: v for k, v in net.items() if v}
     launch_s = calib.kernels_per_layer * calib.graph_kernel_overhead_s
@@ -232,9 +241,10 @@ def _forward_memo(spec: ModelSpec, topo: Topology, layout: Layout, engine: str, 
     knobs = Knobs(engine=engine, kv_cache_dtype=kv_cache_dtype, cuda_graphs=cuda_graphs, mtp=mtp)
     split = list(split) if split else stage_split(spec, layout, engine)
     w = layer_weights(spec, layout, engine)
-    lt = {"dense": layer_time(spec, topo, layout, knobs, batch, calib, False, w)}
+    att = attention_part(spec, topo, layout, knobs, batch, calib, w)
+    lt = {"dense": layer_time(spec, topo, layout, knobs, batch, calib, False, w, att)}
     if spec.is_moe:
-        lt["moe"] = layer_time(spec, topo, layout, knobs, batch, calib, True, w)
+        lt["moe"] = layer_time(spec, topo, layout, knobs, batch, calib, True, w, att)
     return lt, tuple(stage_time(spec, topo, layout, knobs, batch, calib, split, s, lt) for s in range(layout.pp))
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from math import ceil
 
-from .backends import choose_block_size, fp8_checkpoint, no_backend_reason, usable_backends
+from .backends import choose_block_size, fp8_checkpoint, mtp_verify_problem, no_backend_reason, usable_backends
 from .calibration import Calibration
 from .engine_memory import sglang_fraction_ceiling
 from .errors import PlanError
@@ -90,6 +90,11 @@ def _draft_knobs(spec: ModelSpec, topo: Topology, layout: Layout, engine: str, k
     if spec.attention == "mla":
         backend, block, why_block = _backend_and_block(engine, gpu, kv_dtype, layout.dcp, pinned.block_size)
         backend_name = backend.name
+        if pinned.mtp and engine == "sglang" and layout.pp > 1 and layout.dp > 1:
+            raise Rejected("SGLang runs speculative decoding under PP only with SGLANG_ENABLE_PP_SPEC=1, which "
+                           "refuses attention DP (arg_groups/validation_hook.py); MTP is not planned there")
+        if pinned.mtp and mtp_verify_problem(backend, layout.dcp):
+            raise Rejected(mtp_verify_problem(backend, layout.dcp) + "; MTP is not planned there")
         why_backend = (f"{backend.name}: {backend.note} (first usable in {engine}'s own order for {gpu.arch} with "
                        f"{kv_dtype} KV)")
     else:   # the MLA backend table does not apply (vLLM refuses an MLA backend for a non-MLA model)
@@ -278,8 +283,10 @@ def _limit_words(m: Metrics, workload: Workload) -> str:
             else f"the offered concurrency ({workload.concurrency:,} over the DP ranks and replicas)" if offered
             else f"the planner's cap of {MAX_NUM_SEQS_CAP:,} per DP rank (vLLM's own default --max-num-seqs); the "
                  "KV pool and the TPOT target would allow more")
-    graphs = (f"the CUDA-graph capture range, which the plan raised to {m.memory.knobs.cuda_graph_max_bs} per "
-              "micro-batch" if m.memory.knobs.cuda_graph_max_bs else
+    k = m.memory.knobs
+    q = decode_query_len(k) if k.engine == "vllm" else 1    # vLLM's range counts tokens
+    graphs = (f"the CUDA-graph capture range, which the plan raised to {k.cuda_graph_max_bs // q} requests per "
+              "micro-batch" + (f" ({k.cuda_graph_max_bs} tokens)" if q > 1 else "") if k.cuda_graph_max_bs else
               "the engine's CUDA-graph capture range (a larger decode batch runs eagerly, several times slower)")
     return {"kv": "the KV pool at the workload's lengths (no preemption)",
             "tpot": f"the {workload.tpot_ms:g} ms TPOT target",

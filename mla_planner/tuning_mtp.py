@@ -9,7 +9,8 @@ gains: MTP "degraded R1 throughput on H20 at concurrency 32" (USER_PROBLEMS.md p
 
 The search runs with MTP off unless `--mtp` asks for it: the gain rests on an acceptance rate only the
 user's traffic can tell, and searching both ways would double the plan's time. So the plan tunes its best
-candidate with MTP too and says what it would serve (MIN_MTP_GAIN decides whether to recommend it).
+candidate again with MTP (or the next best, where the best cannot run it) and says what it would serve
+against #1 (mtp_pays decides whether to recommend it); a plan made with --mtp says what #1 serves without.
 """
 
 from __future__ import annotations
@@ -18,42 +19,92 @@ from dataclasses import replace
 
 from .knobs import Knobs, Workload, tokens_per_step
 from .metrics import Metrics
-from .tuning import Overrides, Rejected, Tuned, tune
+from .tuning import Overrides, Rejected, tune
 
+MTP_HINT_TRIES = 3      # candidates tried, best first, until one can run MTP
 MIN_MTP_GAIN = 0.03     # below it, the drafter's extra moving part (and engines' version-specific MTP bugs,
                         # USER_PROBLEMS.md problems 15 and 29) is not worth it
 
 
 def mtp_pays(plain: Metrics, drafted: Metrics) -> bool:
-    """MTP is worth it where it meets targets the plain engine misses, or serves MIN_MTP_GAIN more tokens/s."""
+    """MTP is worth it where it meets targets the plain engine misses, or serves MIN_MTP_GAIN more tokens/s;
+    where the offered load (--request-rate, --concurrency) fixes the tokens/s both serve, where each token
+    comes MIN_MTP_GAIN sooner."""
     if drafted.meets_targets != plain.meets_targets:
         return drafted.meets_targets
-    return drafted.throughput_tokens_per_s > plain.throughput_tokens_per_s * (1 + MIN_MTP_GAIN)
+    tp, td = plain.throughput_tokens_per_s, drafted.throughput_tokens_per_s
+    if abs(td - tp) <= 0.01 * tp:
+        return drafted.tpot_s < plain.tpot_s * (1 - MIN_MTP_GAIN)
+    return td > tp * (1 + MIN_MTP_GAIN)
 
 
 def _serves(m: Metrics) -> str:
-    return (f"{m.throughput_tokens_per_s:,.0f} tok/s at {m.concurrency_per_dp_rank} requests per DP rank, "
-            f"{m.tpot_s * 1e3:.1f} ms per token" + ("" if m.meets_targets else " (missing the targets)"))
+    """The plan table's units: tokens/s per GPU, requests in flight, time per token; and a miss, said."""
+    out = (f"{m.throughput_tokens_per_s_per_gpu:,.0f} tok/s per GPU, {m.concurrency:,} in flight, "
+           f"{m.tpot_s * 1e3:.1f} ms per token")
+    if not m.meets_targets:
+        why = next((n for n in m.notes if "misses" in n or n.startswith(("holds", "serves at most"))), "")
+        out += f" (missing the targets{': ' + why if why else ''})"
+    return out
 
 
-def mtp_hint(spec, topo, best: Tuned, kv_dtype: str, workload: Workload, calib, pinned: Overrides) -> str:
-    """What `best` (tuned without MTP) would serve with its MTP layer drafting, tuned again with it; '' for a
-    model without one."""
-    if not spec.num_nextn_predict_layers or best.knobs.mtp:
+def _gain(plain: Metrics, drafted: Metrics) -> str:
+    tp, td = plain.throughput_tokens_per_s, drafted.throughput_tokens_per_s
+    if tp and abs(td - tp) > 0.01 * tp:
+        return f" ({td / tp - 1:+.0%} tok/s" + ("; more requests fit under the TPOT target"
+                                               if drafted.concurrency > plain.concurrency else "") + ")"
+    return f" (the same tok/s, each token {1 - drafted.tpot_s / plain.tpot_s:.0%} sooner)" if plain.tpot_s else ""
+
+
+def _name(i: int, o) -> str:
+    return f"#{i} ({o.layout.label}, {o.engine}, {o.kv_dtype})"
+
+
+def mtp_hint(spec, topo, options: list, workload: Workload, calib, pinned: Overrides) -> str:
+    """One note on speculative decoding for the plan (options: search.Option, best first): planned without it,
+    what the first of the best MTP_HINT_TRIES candidates that can run it would serve with it, tuned again,
+    against #1; planned with it (--mtp), what #1 would serve without. '' for a model without an MTP layer."""
+    if not spec.num_nextn_predict_layers or not options:
         return ""
-    layout, k = best.metrics.layout, best.knobs
-    per_step = tokens_per_step(Knobs(mtp=True), workload.mtp_acceptance)
-    what = f"MTP ({per_step:.2f} tokens per step at {workload.mtp_acceptance:.0%} acceptance, --mtp-acceptance)"
+    a = workload.mtp_acceptance
+    what = f"MTP ({tokens_per_step(Knobs(mtp=True), a):.2f} tokens per step at {a:.0%} acceptance, --mtp-acceptance)"
+    best = options[0]
+    if best.tuned.knobs.mtp:
+        return _without(spec, topo, best, workload, calib, pinned, what)
+    plain, refused = best.tuned.metrics, []
+    for i, o in enumerate(options[:MTP_HINT_TRIES], 1):
+        try:
+            drafted = tune(spec, topo, o.layout, o.engine, o.kv_dtype, workload, calib,
+                           replace(pinned, mtp=True)).metrics
+        except Rejected as exc:
+            refused.append((i, str(exc).removesuffix("; MTP is not planned there")))
+            continue
+        cannot = _cannot(refused) + "; " if refused else ""
+        if mtp_pays(plain, drafted):
+            return (f"{what}: {cannot}{_name(i, o)} would serve {_serves(drafted)} with it, against {_serves(plain)} "
+                    f"for #1 without{_gain(plain, drafted)}: rerun with --mtp to plan every layout with it")
+        return (f"{what}: {cannot}it would not pay on {_name(i, o)}: {_serves(drafted)} with it, against "
+                f"{_serves(plain)} for #1 without (plan --mtp searches every layout with it)")
+    return f"{what}: " + _cannot(refused)
+
+
+def _without(spec, topo, best, workload: Workload, calib, pinned: Overrides, what: str) -> str:
+    """For a plan made with --mtp: #1 tuned again without it."""
     try:
-        drafted = tune(spec, topo, layout, k.engine, kv_dtype, workload, calib, replace(pinned, mtp=True)).metrics
+        plain = tune(spec, topo, best.layout, best.engine, best.kv_dtype, workload, calib,
+                     replace(pinned, mtp=False)).metrics
     except Rejected as exc:
-        return f"{what}: #1 could not serve with it: {exc}"
-    plain = best.metrics
-    if mtp_pays(plain, drafted):
-        gain = drafted.throughput_tokens_per_s / plain.throughput_tokens_per_s - 1 if plain.throughput_tokens_per_s \
-            else 0.0
-        return (f"{what}: #1 would serve {_serves(drafted)}" + (f", {gain:+.0%}" if gain else "")
-                + f", against {_serves(plain)} without: rerun with --mtp to search every layout with it")
-    return (f"{what} would not pay on #1: {_serves(drafted)} with it, against {_serves(plain)} without"
-            + ("" if drafted.throughput_tokens_per_s <= plain.throughput_tokens_per_s
-               else f" (under the {MIN_MTP_GAIN:.0%} gain worth the drafter)"))
+        return f"{what}: #1 cannot serve without it ({exc})"
+    drafted = best.tuned.metrics
+    verdict = ("" if mtp_pays(plain, drafted) else
+               ": at this acceptance MTP does not pay here; plan without --mtp")
+    return (f"{what}: #1 {_name(1, best)[3:]} serves {_serves(drafted)} with it; without it "
+            f"{_serves(plain)}{verdict}")
+
+
+def _cannot(refused: list) -> str:
+    """'#1 and #2 cannot use it (why)', one clause per distinct reason."""
+    by_why: dict[str, list[str]] = {}
+    for i, why in refused:
+        by_why.setdefault(why, []).append(f"#{i}")
+    return "; ".join(f"{' and '.join(who)} cannot use it ({why})" for why, who in by_why.items())

@@ -59,7 +59,7 @@ def test_vllm_knob_flags():
                     attention_backend="FLASHMLA", block_size=64, max_num_seqs=32, memory_fraction=0.85)
     a = c.argv
     assert flag(a, "--kv-cache-dtype") == "fp8" and "--no-enable-prefix-caching" in a and "--enforce-eager" in a
-    assert json.loads(flag(a, "--speculative-config")) == {"method": "deepseek_mtp", "num_speculative_tokens": 1}
+    assert json.loads(flag(a, "--speculative-config")) == {"method": "mtp", "num_speculative_tokens": 1}
     assert flag(a, "--attention-backend") == "FLASHMLA" and flag(a, "--gpu-memory-utilization") == "0.85"
     assert check_command(c.engine_args, "vllm", "sm90", model_max_len=163840) == []
     (d,) = commands("8xh200", Layout(tp=8))

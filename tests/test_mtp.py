@@ -83,13 +83,15 @@ def test_vllm_counts_graph_sizes_and_its_token_budget_in_tokens():
 def test_plan_says_what_mtp_would_serve_and_plans_with_it_on_request(cli, tmp_path):
     args = ("plan", "-m", "deepseek-v3", "-t", "8xh200", "-e", "sglang", "--json")
     data = json.loads(cli(*args).stdout)
+    best = data["candidates"][0]
     hint = [n for n in data["notes"] if n.startswith("MTP")]
-    assert len(hint) == 1 and "#1 would serve" in hint[0] and "--mtp" in hint[0]
-    assert not data["candidates"][0]["knobs"]["mtp"]
+    assert len(hint) == 1 and f"#1 ({best['label']}, sglang, {best['knobs']['kv_cache_dtype']}) would serve" in hint[0]
+    assert "rerun with --mtp" in hint[0] and not best["knobs"]["mtp"]
     drafted = json.loads(cli(*args, "--mtp", "--mtp-acceptance", "0.7").stdout)
     assert all(c["knobs"]["mtp"] for c in drafted["candidates"])
     assert drafted["workload"]["mtp_acceptance"] == 0.7
-    assert not [n for n in drafted["notes"] if n.startswith("MTP")]
+    (without,) = [n for n in drafted["notes"] if n.startswith("MTP")]
+    assert "with it; without it" in without and "does not pay" not in without
     best = drafted["candidates"][0]
     assert any(r.startswith("mtp: on") and "1.70 tokens per step" in r for r in best["reasons"])
     plan = tmp_path / "plan.json"
@@ -98,6 +100,9 @@ def test_plan_says_what_mtp_would_serve_and_plans_with_it_on_request(cli, tmp_pa
     assert cli("emit", "--plan", str(plan), "--out", str(out)).exit_code == 0
     script = (out / "node-0.sh").read_text()
     assert "--speculative-algorithm EAGLE" in script and "--speculative-num-draft-tokens 2" in script
+    readme = (out / "README.md").read_text()
+    assert "## Speculative decoding (MTP)" in readme and "assume 70% of drafted tokens" in readme
+    assert "accept len" in readme
 
 
 def test_a_plan_written_before_the_acceptance_rate_existed_reads_with_the_default(cli, tmp_path):
@@ -137,7 +142,7 @@ def test_sglang_with_deepep_holds_the_dispatch_limit_in_tokens_with_mtp():
     decodes 2, so the batch stops at 512 (the invariant test found a 1,024-request candidate emit refused)."""
     from mla_planner.tuning import Overrides, tune
     spec, topo, calib = setup("deepseek-r1", "8xb200")
-    tuned = tune(spec, topo, Layout(tp=1, pp=4, dp=2, ep=2), "sglang", "bf16", Workload(tpot_ms=150), calib,
+    tuned = tune(spec, topo, Layout(tp=4, dp=2, ep=8), "sglang", "fp8", Workload(tpot_ms=150), calib,
                  Overrides(mtp=True))
     assert tuned.knobs.max_num_seqs == 512 and tuned.metrics.concurrency_limit == "deepep_dispatch"
     assert "DeepEP low-latency dispatch" in tuned.reasons["max_num_seqs"]
@@ -159,3 +164,58 @@ def test_compare_reproduces_an_mtp_candidate_from_its_knobs(cli, engine):
     assert row["knobs"]["mtp"] and row["kv_capacity_tokens"] == c["memory"]["kv_capacity_tokens"]
     assert row["throughput_tokens_per_s_per_gpu"] == pytest.approx(c["performance"]["throughput_tokens_per_s_per_gpu"])
     assert row["tpot_s"] == pytest.approx(c["performance"]["tpot_s"])
+
+
+@pytest.mark.parametrize("topology, layout, engine, needle", [
+    ("8xh200", "tp=8,dcp=2", "vllm", "under DCP vLLM decodes one query token per request on FLASHMLA"),
+    ("8xb200", "tp=8,dcp=8", "vllm", "CUTLASS_MLA decodes one query token per request"),
+    ("2x8xh100-ib", "tp=1,pp=2,dp=8,ep=8", "sglang", "SGLANG_ENABLE_PP_SPEC=1, which refuses attention DP"),
+])
+def test_mtp_is_not_planned_where_the_engine_would_not_verify_on_the_decode_path(topology, layout, engine, needle):
+    from mla_planner.layout import parse_layout
+    from mla_planner.tuning import Overrides, Rejected, tune
+    spec, topo, calib = setup(topology=topology)
+    lay = parse_layout(layout, topo)
+    tune(spec, topo, lay, engine, "fp8", Workload(tpot_ms=150), calib)          # without MTP it is planned
+    with pytest.raises(Rejected, match=needle.replace("(", r"\(")):
+        tune(spec, topo, lay, engine, "fp8", Workload(tpot_ms=150), calib, Overrides(mtp=True))
+
+
+def test_sglang_under_pp_gets_the_switch_that_lets_it_speculate(cli, tmp_path):
+    data = json.loads(cli("plan", "-m", "deepseek-v3", "-t", "2x8xh100-ib", "-e", "sglang", "-l", "tp=8,pp=2",
+                          "--mtp", "--json").stdout)
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps(data))
+    out = tmp_path / "out"
+    assert cli("emit", "--plan", str(plan), "--out", str(out)).exit_code == 0
+    assert "export SGLANG_ENABLE_PP_SPEC=1" in (out / "node-0.sh").read_text()
+
+
+def test_the_note_judges_by_latency_where_the_offered_rate_fixes_throughput(cli):
+    data = json.loads(cli("plan", "-m", "deepseek-v3", "-t", "8xh200", "--request-rate", "5", "--json").stdout)
+    (hint,) = [n for n in data["notes"] if n.startswith("MTP")]
+    assert "the same tok/s, each token" in hint and "rerun with --mtp" in hint
+
+
+def test_a_plan_with_mtp_says_when_it_does_not_pay(cli):
+    data = json.loads(cli("plan", "-m", "deepseek-v3", "-t", "8xh200", "-e", "sglang", "--mtp", "--mtp-acceptance",
+                          "0.05", "--json").stdout)
+    (hint,) = [n for n in data["notes"] if n.startswith("MTP")]
+    assert "1.05 tokens per step" in hint and "MTP does not pay here; plan without --mtp" in hint
+
+
+def test_sglang_graphs_with_mtp_run_two_tokens_a_request_and_the_drafter_has_its_own():
+    from mla_planner.cuda_graphs import capture_plan, sglang_capture_sizes
+    from mla_planner.engine_memory import engine_rules
+    spec, topo, calib = setup()
+    plain, mtp = Knobs(engine="sglang"), Knobs(engine="sglang", mtp=True)
+    sizes, sets = capture_plan(engine_rules("sglang"), mtp, topo.gpu, Layout(tp=8))
+    assert sizes == [2 * s for s in sglang_capture_sizes(plain, topo.gpu, Layout(tp=8))] and sets == 2
+    assert capture_plan(engine_rules("vllm"), Knobs(mtp=True), topo.gpu, Layout(tp=8))[1] == \
+        2 * capture_plan(engine_rules("vllm"), Knobs(), topo.gpu, Layout(tp=8))[1]
+
+
+def test_sglangs_speculative_default_is_for_the_whole_server(cli):
+    row = json.loads(cli("compare", "-m", "deepseek-v3", "-t", "8xh200", "-e", "sglang", "-l", "tp=1,dp=8,ep=8",
+                         "--mtp", "--json").stdout)["layouts"][0]
+    assert row["knobs"]["max_num_seqs"] == 6 and row["concurrency"] <= 48

@@ -9,6 +9,7 @@ from typing import Optional
 
 from .. import __version__
 from ..backends import engine_version
+from ..knobs import tokens_per_step
 from ..layout import Layout
 from . import a2a, sglang, vllm
 from .command import LaunchInputs, NodeCommand
@@ -162,4 +163,21 @@ def _readme(inp: LaunchInputs, engine: str, commands: list[NodeCommand], candida
                   needs_head_ip="HEAD_IP" in needs, head_ip=head_address, needs_host_ip="VLLM_HOST_IP" in needs,
                   host_ip_how=host_ip_how, ray=inp.mode == "ray", a2a=_all_to_all(inp, engine), engine=engine,
                   order=_start_order(inp, engine, commands), health=health,
-                  bench_tool=BENCH_TOOLS[engine], warnings=warnings, **common)
+                  bench_tool=BENCH_TOOLS[engine], warnings=warnings, mtp=_mtp(inp, engine), **common)
+
+
+def _mtp(inp: LaunchInputs, engine: str) -> Optional[dict]:
+    """The README's speculative-decoding section: the flags, the acceptance the plan assumed, where to read
+    the real one; None without MTP."""
+    if not inp.knobs.mtp:
+        return None
+    a = inp.workload.mtp_acceptance
+    flags = ("`--speculative-config` with method mtp" if engine == "vllm" else
+             "`--speculative-algorithm EAGLE --speculative-num-steps 1 --speculative-eagle-topk 1 "
+             "--speculative-num-draft-tokens 2`")
+    where = ("vLLM logs 'SpecDecoding metrics: ... Avg Draft acceptance rate' (v1/spec_decode/metrics.py), and "
+             "on /metrics the rate is vllm:spec_decode_num_accepted_tokens_total / "
+             "vllm:spec_decode_num_draft_tokens_total"
+             if engine == "vllm" else "SGLang's decode log lines carry 'accept len: L, accept rate: R' "
+             "(scheduler_components/metrics_reporter.py); with one drafted token the acceptance is L - 1")
+    return dict(flags=flags, acceptance=f"{a:.0%}", per_step=f"{tokens_per_step(inp.knobs, a):.2f}", where=where)

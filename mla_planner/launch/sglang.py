@@ -28,6 +28,8 @@ from .command import LaunchInputs, NodeCommand, ShellRef, check_inputs, flag_wor
 from .env import instance_env
 from .placement import InstancePlacement, place
 
+PP_SPEC_ENV = "SGLANG_ENABLE_PP_SPEC"   # arg_groups/validation_hook.py check_pipeline_parallel_compat (0.5.23)
+
 PROGRAM = ["python3", "-m", "sglang.launch_server"]
 KV_CACHE_DTYPES = {"bf16": "bf16", "fp8": "fp8_e4m3"}
 DIST_TIMEOUT_S = 3600   # SGLang DeepSeek FAQ: slow multi-node loads
@@ -86,6 +88,8 @@ def _command(inp: LaunchInputs, inst: InstancePlacement, i: int) -> NodeCommand:
     e = instance_env("sglang", inp.topology, inst.multi_node, inst.visible_devices, inp.spec.num_hidden_layers,
                      L.pp, inp.pp_partition, deepep)
     e.env.update(a2a.sglang_dispatch_env(L, inp.knobs))
+    if inp.knobs.mtp and L.pp > 1:   # SGLang refuses PP + speculative decoding outside PD prefill without it
+        e.env[PP_SPEC_ENV] = "1"
     if deepep:
         e.notes.append(A2A_NOTE)
     nodes = flag_words([("--nnodes", len(inst.nodes)), ("--node-rank", i),

@@ -9,7 +9,7 @@ Flags and recipes from ENGINES.md (a) and (b), checked against the vLLM 0.33.0 w
            --max-num-batched-tokens (both per DP rank: each DP engine has its own scheduler),
            --max-model-len, prefix caching on/off, --attention-backend, --enforce-eager (graphs off),
            --max-cudagraph-capture-size (when the plan raises the capture range),
-           --speculative-config deepseek_mtp (MTP)
+           --speculative-config {"method":"mtp"} (MTP)
   nodes    one node: plain; tp*pp across nodes: --nnodes/--node-rank/--master-addr/--master-port and
            --headless off the head (mp executor, no Ray); DP across nodes: --data-parallel-size-local,
            --data-parallel-start-rank, --data-parallel-address, --data-parallel-rpc-port, --headless;
@@ -31,7 +31,8 @@ from .placement import InstancePlacement, place
 
 PROGRAM = ["vllm", "serve"]
 KV_CACHE_DTYPES = {"bf16": "auto", "fp8": "fp8", "fp8_ds_mla": "fp8_ds_mla"}
-MTP_CONFIG = '{"method":"deepseek_mtp","num_speculative_tokens":%d}' % MTP_DRAFT_TOKENS
+# "deepseek_mtp" is deprecated and rewritten to "mtp" with a warning (vllm/config/speculative.py)
+MTP_CONFIG = '{"method":"mtp","num_speculative_tokens":%d}' % MTP_DRAFT_TOKENS
 ENGINE_READY_TIMEOUT_S = 3600   # multi-node loads of a 671B checkpoint outlast the 600 s default
 A2A_NOTE = (f"MoE all-to-all: --all2all-backend {a2a.VLLM_BACKEND} needs DeepEP and NVSHMEM on this node (README.md, "
             "'Expert-parallel all-to-all'). Without them, delete that flag: vLLM falls back to "

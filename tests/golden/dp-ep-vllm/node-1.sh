@@ -31,7 +31,7 @@ exec vllm serve deepseek-ai/DeepSeek-V3 \
     --max-model-len 16384 \
     --enable-prefix-caching \
     --attention-backend FLASHMLA \
-    --speculative-config '{"method":"deepseek_mtp","num_speculative_tokens":1}' \
+    --speculative-config '{"method":"mtp","num_speculative_tokens":1}' \
     --trust-remote-code \
     --data-parallel-size-local 8 \
     --data-parallel-start-rank 8 \
