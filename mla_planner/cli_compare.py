@@ -47,6 +47,9 @@ ROWS = [("GPUs", "gpus", 1, "{:,.0f}"),
         (KV_CAPACITY_LABEL, "kv_capacity_tokens", 1, "{:,.0f}")]
 
 
+SERVING_ONLY = {"step_s", "tpot_s", "network_wait_share", "decode_network_wait_share", "ttft_s", "alone_tpot_s"}
+
+
 def summary(m: Metrics) -> dict:
     """The flat numbers of one layout (what the table and --json show), named as `plan`'s JSON names them."""
     return {"layout": m.layout.label, "gpus": m.layout.total_gpus, "concurrency": m.concurrency,
@@ -124,10 +127,12 @@ def verdict(rows: list[dict], tie: float = 0.01) -> list[str]:
 
 def render(rows: list[dict], title: str) -> None:
     table = Table("metric", *[r["layout"] for r in rows], title=title)
-    for label, key, scale, fmt in ROWS:
-        table.add_row(label, *[_cell(r[key] * scale, rows[0][key] * scale, fmt, i > 0) for i, r in enumerate(rows)])
+    for label, key, scale, fmt in ROWS:   # a layout that serves nothing has no step, latency or network share
+        table.add_row(label, *["-" if key in SERVING_ONLY and not r["concurrency"] else
+                               _cell(r[key] * scale, rows[0][key] * scale, fmt, i > 0) for i, r in enumerate(rows)])
     table.add_row("step split: attention / kernels / comm / launch (ms)",
-                  *[" / ".join(f"{v * 1e3:,.1f}" for v in r["step_breakdown_s"].values()) for r in rows])
+                  *[" / ".join(f"{v * 1e3:,.1f}" for v in r["step_breakdown_s"].values()) if r["concurrency"] else "-"
+                    for r in rows])
     table.add_row("limited by", *[r["concurrency_limit"] for r in rows])
     table.add_row("meets targets", *["yes" if r["meets_targets"] else "NO" for r in rows])
     out = console()
