@@ -219,3 +219,15 @@ def test_sglangs_speculative_default_is_for_the_whole_server(cli):
     row = json.loads(cli("compare", "-m", "deepseek-v3", "-t", "8xh200", "-e", "sglang", "-l", "tp=1,dp=8,ep=8",
                          "--mtp", "--json").stdout)["layouts"][0]
     assert row["knobs"]["max_num_seqs"] == 6 and row["concurrency"] <= 48
+
+
+def test_the_capture_range_widens_again_when_the_chosen_chunk_lets_the_batch_grow():
+    """vLLM with MTP on 8 B200: the range fitted at the draft chunk (976 requests) stopped a batch that the chosen
+    chunk's smaller stalls let grow, with TPOT still under target and KV room left."""
+    from mla_planner.tuning import Overrides, tune
+    spec, topo, calib = setup(topology="8xb200")
+    tuned = tune(spec, topo, Layout(tp=8), "vllm", "fp8", Workload(), calib, Overrides(mtp=True))
+    m = tuned.metrics
+    assert m.concurrency_limit != "cuda_graphs" and m.capacity_per_dp_rank > 976
+    assert "the one fitted at the draft chunk" in tuned.reasons["cuda_graph_max_bs"]
+    assert tuned.knobs.cuda_graph_max_bs >= 2 * m.capacity_per_dp_rank      # tokens, 2 per request
