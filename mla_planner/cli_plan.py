@@ -192,10 +192,11 @@ def plan_cmd(
     data["rank_by"] = rank_by
     front = [result.points[i] for i in result.pareto]
     data["pareto"] = [{"candidate": p.option + 1, "batch_per_dp_rank": p.batch_per_dp_rank,
-                       "tokens_per_s_per_gpu": p.tokens_per_s_per_gpu, "tokens_per_s_per_user": p.tokens_per_s_per_user}
+                       "tokens_per_s_per_gpu": p.tokens_per_s_per_gpu, "tokens_per_s": p.tokens_per_s,
+                       "tokens_per_s_per_user": p.tokens_per_s_per_user}
                       for p in front]
     if plot:
-        _plot(plot, plan, result)
+        _plot(plot, plan, result, rank_by)
     meets = meets_targets(plan)
     if emit and meets:
         from .launch import emit_plan
@@ -218,14 +219,15 @@ def plan_cmd(
         raise typer.Exit(1)
 
 
-def _plot(path: Path, plan: Plan, result: SearchResult) -> None:
-    points = [(p.tokens_per_s_per_gpu, p.tokens_per_s_per_user) for p in result.points]
+def _plot(path: Path, plan: Plan, result: SearchResult, rank_by: str = "per-gpu") -> None:
+    points = [(p.throughput(rank_by), p.tokens_per_s_per_user) for p in result.points]
     labels = []
     for p in result.points:
         c = plan.candidates[p.option]
         labels.append(f"#{p.option + 1} {c.layout.label} {c.knobs.engine} {c.knobs.kv_cache_dtype} "
                       f"B={p.batch_per_dp_rank}")
-    png_plot(path, points, labels, result.pareto)
+    png_plot(path, points, labels, result.pareto,
+             "output tokens/s in all" if rank_by == "total" else "output tokens/s per GPU")
 
 
 def reasons_summary(rejected: list[dict], limit: int = 5) -> list[str]:

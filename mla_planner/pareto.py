@@ -38,7 +38,8 @@ def ascii_scatter(points: list[tuple[float, float]], front: list[int], width: in
     return "\n".join(lines)
 
 
-def png_plot(path: Path, points: list[tuple[float, float]], labels: list[str], front: list[int]) -> None:
+def png_plot(path: Path, points: list[tuple[float, float]], labels: list[str], front: list[int],
+             x_label: str = "output tokens/s per GPU") -> None:
     """Write the scatter with the front highlighted; needs the optional `plot` extra (matplotlib)."""
     try:
         import matplotlib
@@ -52,7 +53,7 @@ def png_plot(path: Path, points: list[tuple[float, float]], labels: list[str], f
     ax.plot(fx, fy, "o-", c="#d9480f", label="Pareto front")
     for i in front:
         ax.annotate(labels[i], points[i], fontsize=7, xytext=(4, 4), textcoords="offset points")
-    ax.set_xlabel("output tokens/s per GPU")
+    ax.set_xlabel(x_label)
     ax.set_ylabel("output tokens/s per user")
     ax.legend()
     ax.grid(alpha=0.3)

@@ -90,7 +90,7 @@ def render_plan(plan: Plan, result: SearchResult, top: int, explain: bool, is_de
         out.print(tie, markup=False)
     _warnings(plan, top)
     _launch_hint(plan, emitted, any(n.startswith("--emit") for n in notes))
-    _pareto(plan, result)
+    _pareto(plan, result, rank_by)
     if explain:
         _explain(plan)
     else:
@@ -98,10 +98,12 @@ def render_plan(plan: Plan, result: SearchResult, top: int, explain: bool, is_de
                   "--explain lists them with reasons.")
 
 
-def _pareto(plan: Plan, result: SearchResult) -> None:
-    """The front of throughput per GPU vs speed per user over every candidate's batch sweep."""
+def _pareto(plan: Plan, result: SearchResult, rank_by: str = "per-gpu") -> None:
+    """The front of throughput (per GPU, or in all with --rank-by total) vs speed per user over every
+    candidate's batch sweep."""
     out = console()
-    points = [(p.tokens_per_s_per_gpu, p.tokens_per_s_per_user) for p in result.points]
+    points = [(p.throughput(rank_by), p.tokens_per_s_per_user) for p in result.points]
+    unit = "tok/s in all" if rank_by == "total" else "tok/s/GPU"
     best = [i for i, p in enumerate(result.points) if p.option == 0 and p.batch_per_dp_rank ==
             plan.candidates[0].performance["concurrency_per_dp_rank"]]   # the running batch (a rate's steady state)
     order = best + [i for i in range(len(points)) if i not in best]
@@ -111,7 +113,7 @@ def _pareto(plan: Plan, result: SearchResult) -> None:
         p = result.points[i]
         c = plan.candidates[p.option]
         out.print(f"  #{p.option + 1} {c.layout.label} {c.knobs.engine} {c.knobs.kv_cache_dtype} at "
-                  f"{p.batch_per_dp_rank} per DP rank: {p.tokens_per_s_per_gpu:,.0f} tok/s/GPU, "
+                  f"{p.batch_per_dp_rank} per DP rank: {p.throughput(rank_by):,.0f} {unit}, "
                   f"{p.tokens_per_s_per_user:.1f} tok/s/user", markup=False)
 
 

@@ -77,6 +77,11 @@ class TradeoffPoint:
     batch_per_dp_rank: int
     tokens_per_s_per_gpu: float
     tokens_per_s_per_user: float
+    tokens_per_s: float = 0.0          # the whole deployment's
+
+    def throughput(self, rank_by: str) -> float:
+        """The x of the Pareto plot, in the ranking's unit."""
+        return self.tokens_per_s if rank_by == "total" else self.tokens_per_s_per_gpu
 
 
 @dataclass(frozen=True)
@@ -271,7 +276,7 @@ def search(spec: ModelSpec, topo: Topology, workload: Workload, calib: Calibrati
     options.sort(key=lambda o: o.key_for(rank_by))
     points = [p for i, o in enumerate(options[:CURVES_FOR])
               for p in tradeoff_curve(spec, topo, i, o, workload, calib)]
-    front = pareto_front([(p.tokens_per_s_per_gpu, p.tokens_per_s_per_user) for p in points])
+    front = pareto_front([(p.throughput(rank_by), p.tokens_per_s_per_user) for p in points])
     return SearchResult(options, rejected, points, front, screened)
 
 
@@ -284,7 +289,7 @@ def _screened_out(layout: Layout, engine: str, kv: str, bound: float, best: floa
 
 def tradeoff_curve(spec: ModelSpec, topo: Topology, index: int, o: Option, workload: Workload,
                    calib: Calibration) -> list[TradeoffPoint]:
-    """Throughput per GPU against speed per user as the running batch grows (powers of two up to what
+    """Throughput (per GPU and in all) against speed per user as the running batch grows (powers of two up to what
     the KV pool holds, plus the chosen batch): the latency/throughput trade each layout offers, so the
     Pareto front shows which layout wins at which TPOT, not only at the target."""
     m, knobs, lay = o.tuned.metrics, o.tuned.knobs, o.layout
@@ -295,5 +300,6 @@ def tradeoff_curve(spec: ModelSpec, topo: Topology, index: int, o: Option, workl
     for b in batches:
         tpot, d, p = mean_tpot_s(spec, topo, lay, knobs, workload, calib, b)
         round_s = serving_round_s(spec, lay, b, workload, d, p)[0]
-        out.append(TradeoffPoint(index, b, in_flight(b, lay, workload) / round_s / lay.total_gpus, 1.0 / tpot))
+        total = in_flight(b, lay, workload) / round_s
+        out.append(TradeoffPoint(index, b, total / lay.total_gpus, 1.0 / tpot, total))
     return out

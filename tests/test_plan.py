@@ -433,6 +433,12 @@ def test_rank_by_total_can_fill_the_cluster(cli):
     first = [d["candidates"][0] for d in (per_gpu, total)]
     assert first[1]["performance"]["throughput_tokens_per_s"] > first[0]["performance"]["throughput_tokens_per_s"]
     assert first[1]["layout"]["pp"] * first[1]["layout"]["tp"] > first[0]["layout"]["pp"] * first[0]["layout"]["tp"]
+    # the Pareto front is taken in the ranking's unit: no point of it is beaten in all tokens/s and per user
+    for data, key in ((per_gpu, "tokens_per_s_per_gpu"), (total, "tokens_per_s")):
+        front = data["pareto"]
+        assert front and all(a[key] <= b[key] and a["tokens_per_s_per_user"] >= b["tokens_per_s_per_user"]
+                             for a, b in zip(front, front[1:]))
+    assert total["pareto"][-1]["tokens_per_s"] >= max(p["tokens_per_s"] for p in per_gpu["pareto"])
     bad = cli("plan", "--rank-by", "latency")
     assert bad.exit_code == 2 and "--rank-by must be one of per-gpu, total" in bad.output
 
