@@ -8,14 +8,15 @@
                       rate it is what runs at the steady state (operating_batch, Little's law with the
                       predicted latencies), and that batch sets every figure below; `capacity_per_dp_rank`
                       keeps the largest B (what max_num_seqs is sized for)
-  throughput          output tokens/s = concurrency / the serving round (a decode round + the chunk rounds
-                      of every request prefilled meanwhile: B x chunks / output_len; serving_round_s)
-  decode step         one engine iteration at that concurrency (step.decode_step: tpot / micro-batches)
-  tokens/s per user   1 / mean TPOT; mean TPOT = decode round + the stalls the other requests' prefill
-                      chunks add, spread over output_len tokens: tpot + (B - 1) x stall / output_len on one
-                      DP rank (each request is prefilled once per output_len rounds; its own prefill is in
-                      its TTFT); DP-attention ranks of a MoE model wait for each other's chunks, so there
-                      the round carries the chunk rounds of the rank with the most (chunk_rounds_per_round)
+  throughput          output tokens/s = concurrency / the serving time per token (a decode round + the chunk
+                      rounds of every request prefilled meanwhile, B x chunks / R for R = output_len / the
+                      tokens a round gains (1; 1 + a with MTP), over those tokens; serving_round_s)
+  decode step         one engine iteration at that concurrency (step.decode_step: round / micro-batches)
+  tokens/s per user   1 / mean TPOT; mean TPOT = (decode round + the stalls the other requests' prefill
+                      chunks add) / the tokens a round gains: round + (B - 1) x stall / R on one DP rank
+                      (each request is prefilled once per R rounds; its own prefill is in its TTFT);
+                      DP-attention ranks of a MoE model wait for each other's chunks, so there the round
+                      carries the chunk rounds of the rank with the most (chunk_rounds_per_round)
   network wait share  share of the GPUs' time spent in collectives over the serving run (stage mean): per
                       round a GPU runs the collectives of m decode micro-batches, + B x (the extra
                       collectives of a request's prefill chunks) / output_len, over the serving round - the
@@ -97,35 +98,39 @@ def prefill_tokens(workload: Workload, knobs: Knobs, input_len: int | None = Non
 def mean_tpot_s(spec, topo, layout, knobs, workload, calib, batch: int) -> tuple[float, DecodeStep, Prefill]:
     """Mean time per output token of a request at `batch` running requests per DP rank: the decode round
     plus the stall of each chunk round of the other requests it carries (chunk_rounds_per_round x stall
-    per chunk); its own prefill is in its TTFT."""
+    per chunk), over the tokens the round gains it (1, more with MTP); its own prefill is in its TTFT."""
     ctx = workload.mean_decode_context
     d = decode_step(spec, topo, layout, knobs, batch, ctx, calib, mtp_acceptance=workload.mtp_acceptance)
     p = prefill(spec, topo, layout, knobs, prefill_tokens(workload, knobs), calib, batch, ctx)
-    return d.tpot_s + _chunk_rounds(spec, layout, batch, workload, p, True) * p.stall_s / p.chunks, d, p
+    rounds = _chunk_rounds(spec, layout, batch, workload, d, p, True)
+    return (d.round_s + rounds * p.stall_s / p.chunks) / d.tokens_per_step, d, p
 
 
 def serving_round_s(spec: ModelSpec, layout: Layout, batch: int, workload: Workload, d: DecodeStep,
                     p: Prefill) -> tuple[float, float]:
-    """(seconds, chunk rounds) of an average decode round over the serving run, as the engine spends it:
-    the round plus the chunk rounds of every request prefilled meanwhile (chunk_rounds_per_round). Over
-    it each running request gains one token, so throughput = requests in flight / this time."""
-    rounds = _chunk_rounds(spec, layout, batch, workload, p)
-    return d.tpot_s + rounds * p.stall_s / p.chunks, rounds
+    """(seconds per output token of every running request, chunk rounds per decode round) over the serving
+    run, as the engine spends it: the round plus the chunk rounds of every request prefilled meanwhile
+    (chunk_rounds_per_round), over the tokens the round gains each request; throughput = requests in
+    flight / these seconds."""
+    rounds = _chunk_rounds(spec, layout, batch, workload, d, p)
+    return (d.round_s + rounds * p.stall_s / p.chunks) / d.tokens_per_step, rounds
 
 
-def _chunk_rounds(spec: ModelSpec, layout: Layout, batch: int, workload: Workload, p: Prefill,
+def _chunk_rounds(spec: ModelSpec, layout: Layout, batch: int, workload: Workload, d: DecodeStep, p: Prefill,
                   others_only: bool = False) -> float:
-    return chunk_rounds_per_round(batch, p.chunks, workload.output_len, coupled_ranks(spec, layout, batch, workload),
-                                  others_only)
+    """A request runs output_len / tokens_per_step decode rounds between its prefills."""
+    return chunk_rounds_per_round(batch, p.chunks, workload.output_len / d.tokens_per_step,
+                                  coupled_ranks(spec, layout, batch, workload), others_only)
 
 
-def network_wait_share(d: DecodeStep, p: Prefill, rounds: float, round_s: float) -> float:
+def network_wait_share(d: DecodeStep, p: Prefill, rounds: float, per_token_s: float) -> float:
     """Collective time / wall time of a GPU over the serving run, stage mean: every decode round a GPU runs
-    the collectives of the m micro-batches (DecodeStep.network_share x tpot), and each chunk round the
-    round carries (`serving_round_s`) adds the chunk's extra collectives, over the serving round's time.
-    Coupled DP ranks waiting for another rank's chunk count as stalled, not as network."""
-    net_s = d.network_share * d.tpot_s + rounds * p.stall_network_s / p.chunks
-    return min(1.0, net_s / round_s) if round_s else 0.0
+    the collectives of the m micro-batches (DecodeStep.network_share x round), and each chunk round the
+    round carries (`serving_round_s`) adds the chunk's extra collectives; per output token (the round's
+    time over the tokens it gains), over the serving run's time per token. Coupled DP ranks waiting for
+    another rank's chunk count as stalled, not as network."""
+    net_s = (d.network_share * d.round_s + rounds * p.stall_network_s / p.chunks) / d.tokens_per_step
+    return min(1.0, net_s / per_token_s) if per_token_s else 0.0
 
 
 def operating_batch(spec, topo, layout, knobs, workload, calib, batch: int) -> int:
@@ -227,11 +232,11 @@ def evaluate(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, work
         notes.append("the KV pool cannot hold one request of this workload")
         limit = "none"
     tpot, d, p = mean_tpot_s(spec, topo, layout, knobs, workload, calib, max(batch, 1))
-    round_s, rounds = serving_round_s(spec, layout, max(batch, 1), workload, d, p)
+    per_token_s, rounds = serving_round_s(spec, layout, max(batch, 1), workload, d, p)
     ctx = workload.mean_decode_context
     util, in_use = _memory_shares(spec, layout, knobs, mem, batch, ctx)
     conc = in_flight(batch, layout, workload)
-    tput = conc / round_s if batch else 0.0
+    tput = conc / per_token_s if batch else 0.0
     ttft_s = p.ttft_s
     longest = workload.input_len_max or workload.input_len
     if batch and longest > workload.input_len:   # the TTFT target holds for the longest (p99) prompt too
@@ -247,16 +252,17 @@ def evaluate(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, work
         # an open arrival stream: output tokens/s cannot exceed what arrives, and a deployment slower than
         # the arrivals grows its queue (and every TTFT) without bound
         offered = workload.request_rate_per_s * workload.output_len
-        if held / round_s < offered:
-            overload = offered * round_s / held
-            notes.append(f"serves at most {held / round_s / workload.output_len:,.2f} requests/s, below the offered "
-                         f"{workload.request_rate_per_s:g}/s: its queue grows without bound, so TTFT misses the target")
+        if held / per_token_s < offered:
+            overload = offered * per_token_s / held
+            notes.append(f"serves at most {held / per_token_s / workload.output_len:,.2f} requests/s, below the "
+                         f"offered {workload.request_rate_per_s:g}/s: its queue grows without bound, so TTFT misses "
+                         "the target")
             meets = False
         tput = min(tput, offered)
         op = operating_batch(spec, topo, layout, knobs, workload, calib, batch) if not overload else batch
         if op < batch:   # the figures of the requests actually running, not of the most the targets allow
             tpot, d, p = mean_tpot_s(spec, topo, layout, knobs, workload, calib, op)
-            round_s, rounds = serving_round_s(spec, layout, op, workload, d, p)
+            per_token_s, rounds = serving_round_s(spec, layout, op, workload, d, p)
             util, in_use = _memory_shares(spec, layout, knobs, mem, op, ctx)
             little = ceil(workload.request_rate_per_s * (p.ttft_s + workload.output_len * tpot) - 1e-9)
             conc = min(in_flight(op, layout, workload), max(little, 1))
@@ -268,6 +274,6 @@ def evaluate(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, work
     if knobs.max_model_len < workload.max_context_len:
         notes.append(f"max-model-len {knobs.max_model_len} is below the workload's {workload.max_context_len} tokens")
     return Metrics(layout, conc, op, limit, tput, tput / layout.total_gpus, d.step_s, tpot,
-                   1.0 / tpot if batch else 0.0, network_wait_share(d, p, rounds, round_s),
+                   1.0 / tpot if batch else 0.0, network_wait_share(d, p, rounds, per_token_s),
                    d.network_share, util, in_use, p.ttft_s, alone, d, p, mem,
                    meets, notes, overload, batch)

@@ -23,18 +23,21 @@ def coupled_ranks(spec: ModelSpec, layout: Layout, batch: int = 0, workload: Wor
     return layout.dp
 
 
-def chunk_rounds_per_round(batch: int, chunks: int, output_len: int, ranks: int, others_only: bool = False) -> float:
+def chunk_rounds_per_round(batch: int, chunks: int, rounds_per_request: float, ranks: int,
+                           others_only: bool = False) -> float:
     """Expected prefill-chunk rounds a decode round carries, for stalls. One DP rank: each of its B requests
-    needs `chunks` chunk rounds per output_len rounds, q = B x chunks / output_len (stalls add up): the
-    engine's view, which sets throughput. A request's own prefill comes before its first token (TTFT), so
-    what stretches its time per output token are the other requests' chunks: with `others_only`, its own
-    rank contributes (B - 1) x chunks / output_len (0 for a request alone). Coupled ranks: their chunks in
+    needs `chunks` chunk rounds per `rounds_per_request` decode rounds (output_len, or output_len / the
+    tokens a step gains with MTP), q = B x chunks / rounds_per_request (stalls add up): the engine's view,
+    which sets throughput. A request's own prefill comes before its first token (TTFT), so what stretches its
+    time per output token are the other requests' chunks: with `others_only`, its own rank contributes
+    (B - 1) x chunks / rounds_per_request (0 for a request alone). Coupled ranks: their chunks in
     the same round overlap, so the round is stalled by the rank with the most; with chunk arrivals per rank
     Poisson, that is E[max] = sum_k (1 - F_own(k) x F(k)^(ranks - 1)). The sum starts 12 standard deviations
     below the smaller mean (every term before is 1 to within e^-72) with the pmfs in log space, so a large
     q neither underflows nor loops long."""
-    q = batch * chunks / max(output_len, 1)
-    q_own = max(batch - 1, 0) * chunks / max(output_len, 1) if others_only else q
+    per = max(rounds_per_request, 1.0)
+    q = batch * chunks / per
+    q_own = max(batch - 1, 0) * chunks / per if others_only else q
     if ranks <= 1 or q <= 0:
         return q_own
     k = max(0, floor(q_own - 12.0 * sqrt(q_own) - 30.0))

@@ -242,3 +242,20 @@ def test_alone_a_request_speeds_up_about_as_deepseek_reported():
     hundreds of GPUs, where every local expert is hit either way.)"""
     plain, drafted = steps(Layout(tp=8), 1, acceptance=0.875)
     assert 1.8 * 0.85 <= plain.tpot_s / drafted.tpot_s <= 1.875
+
+
+def test_with_mtp_a_request_is_prefilled_once_per_output_len_over_the_tokens_a_round_gains():
+    """Coupled DP ranks wait for the rank with the most chunks (a non-linear E[max]), so the rounds between a
+    request's prefills must be output_len / tokens_per_step with MTP, not output_len (which overstated the
+    stall of V3 tp1-dp16 with MTP by a third)."""
+    from mla_planner.metrics import mean_tpot_s
+    from mla_planner.stalls import chunk_rounds_per_round
+    spec, topo, calib = setup(topology="2x8xh200-ib")
+    layout, w = Layout(tp=1, dp=16, ep=16), Workload()
+    knobs = Knobs(engine="vllm", kv_cache_dtype="fp8", mtp=True, max_num_batched_tokens=512, max_num_seqs=64)
+    tpot, d, p = mean_tpot_s(spec, topo, layout, knobs, w, calib, 32)
+    rounds = chunk_rounds_per_round(32, p.chunks, w.output_len / d.tokens_per_step, 16, others_only=True)
+    assert tpot == pytest.approx((d.round_s + rounds * p.stall_s / p.chunks) / d.tokens_per_step)
+    # per output token the waits are fewer than the old count (the max over ranks grows slower than the chunks)
+    old = chunk_rounds_per_round(32, p.chunks, w.output_len, 16, others_only=True)
+    assert rounds / d.tokens_per_step < 0.95 * old
