@@ -245,11 +245,10 @@ def tune(spec: ModelSpec, topo: Topology, layout: Layout, engine: str, kv_dtype:
         knobs, m = replace(knobs, max_num_batched_tokens=knobs_chunk(first)), first
         chunk, chunk_why = knobs_chunk(first), "a larger chunk leaves no KV room for the batch"
     knobs, m = regain_kv_room(spec, topo, layout, knobs, workload, calib, m)
-    if m.concurrency_limit == "cuda_graphs" and knobs.cuda_graph_max_bs:
-        # the range was fitted to the batch at the draft chunk; the chosen chunk stalls less and the batch grew
-        # into it: widen it again where that serves more
-        knobs, m, wider = choose_graph_cap(spec, topo, layout, knobs, workload, calib, m, chunk)
-        reasons["cuda_graph_max_bs"] = wider or reasons["cuda_graph_max_bs"]
+    # the range was fitted at the draft chunk; the chosen chunk may stall less, and the batch grow into it
+    knobs, m, wider = choose_graph_cap(spec, topo, layout, knobs, workload, calib, m, chunk)
+    if wider:
+        reasons["cuda_graph_max_bs"] = wider
     seqs = max(1, m.capacity_per_dp_rank)
     knobs = replace(knobs, max_num_seqs=seqs)
     # SGLang keeps the chosen (smaller) chunk's activations and the smaller request table outside its static
@@ -291,15 +290,14 @@ def _limit_words(m: Metrics, workload: Workload) -> str:
     k = m.memory.knobs
     q = decode_query_len(k) if k.engine == "vllm" else 1    # vLLM's range counts tokens
     graphs = (f"the CUDA-graph capture range, which the plan raised to {k.cuda_graph_max_bs // q} requests per "
-              "micro-batch" + (f" ({k.cuda_graph_max_bs} tokens)" if q > 1 else "") if k.cuda_graph_max_bs else
+              "micro-batch" + (f" ({k.cuda_graph_max_bs} tokens)" if q > 1 else "") + " (capturing more would "
+              "not serve more: the graphs take the KV room a larger batch needs)" if k.cuda_graph_max_bs else
               "the engine's CUDA-graph capture range (a larger decode batch runs eagerly, several times slower)")
     return {"kv": "the KV pool at the workload's lengths (no preemption)",
             "tpot": f"the {workload.tpot_ms:g} ms TPOT target",
             "max_num_seqs": seqs,
             "max_num_batched_tokens": "vLLM's token budget per step (each running request decodes one token of it)",
             "cuda_graphs": graphs,
-            "kv_and_graphs": "the KV pool together with the CUDA graphs: the capture range stops at this batch, "
-                             "and capturing larger batches would take the KV room they need",
             "deepep_dispatch": f"SGLang's DeepEP low-latency dispatch, at most {DEEPEP_SGLANG_DISPATCH_MAX:,} tokens "
                                "per DP rank per step" + (f" ({decode_query_len(m.memory.knobs)} per request with MTP)"
                                                           if m.memory.knobs.mtp else ""),

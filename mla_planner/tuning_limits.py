@@ -78,17 +78,15 @@ def choose_graph_cap(spec, topo, layout, knobs: Knobs, workload: Workload, calib
     if m.concurrency_limit != "cuda_graphs" and tight < cap:
         tighter, m2 = _with_graph_cap(spec, topo, layout, knobs, workload, calib, m, tight, worst_chunk)
         if not _better(m, m2):
-            # the range now stops the batch where the wider one's graphs left the KV pool full: both bind
-            both = m.concurrency_limit == "kv" and m2.concurrency_limit == "cuda_graphs"
-            alt, m = tighter, replace(m2, concurrency_limit="kv_and_graphs") if both else m2
+            alt, m = tighter, m2
     flag = "--max-cudagraph-capture-size" if knobs.engine == "vllm" else "--cuda-graph-max-bs-decode"
     if knobs.engine == "vllm" and knobs.mtp:
         flag += f", in tokens: {decode_query_len(knobs)} per request with MTP"
-    was = "the engine's own" if not knobs.cuda_graph_max_bs else "the one fitted at the draft chunk"
+    was = "the engine's own capture range" if not knobs.cuda_graph_max_bs else "the range fitted at the draft chunk"
     if not _better(m, first):
         return knobs, first, (f"{was} ({own} per micro-batch): capturing up to {cap} ({flag}) would not "
                               "serve more, its graphs taking KV memory")
-    return alt, m, (f"{alt.cuda_graph_max_bs} ({flag}): {was} capture range ({own} per micro-batch) would "
+    return alt, m, (f"{alt.cuda_graph_max_bs} ({flag}): {was} ({own} per micro-batch) would "
                     f"run larger decode batches eagerly; capturing more serves "
                     f"{m.throughput_tokens_per_s / first.throughput_tokens_per_s - 1:.0%} more tokens/s")
 
