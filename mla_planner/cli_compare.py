@@ -43,11 +43,13 @@ ROWS = [("GPUs", "gpus", 1, "{:,.0f}"),
         ("effective memory utilization", "memory_utilization", 100, "{:.1f} %"),
         ("memory in use (weights + live KV)", "memory_in_use", 100, "{:.1f} %"),
         ("TTFT (ms)", "ttft_s", 1e3, "{:,.0f}"),
+        ("TTFT of the longest (p99) prompt (ms)", "ttft_longest_s", 1e3, "{:,.0f}"),
         ("TPOT, one request alone (ms)", "alone_tpot_s", 1e3, "{:,.2f}"),
         (KV_CAPACITY_LABEL, "kv_capacity_tokens", 1, "{:,.0f}")]
 
 
-SERVING_ONLY = {"step_s", "tpot_s", "network_wait_share", "decode_network_wait_share", "ttft_s", "alone_tpot_s"}
+SERVING_ONLY = {"step_s", "tpot_s", "network_wait_share", "decode_network_wait_share", "ttft_s", "ttft_longest_s",
+                "alone_tpot_s"}
 
 
 def summary(m: Metrics) -> dict:
@@ -59,7 +61,8 @@ def summary(m: Metrics) -> dict:
             "step_s": m.step_s, "tpot_s": m.tpot_s, "tokens_per_s_per_user": m.tokens_per_s_per_user,
             "network_wait_share": m.network_wait_share, "decode_network_wait_share": m.decode_network_wait_share,
             "memory_utilization": m.memory_utilization,
-            "memory_in_use": m.memory_in_use, "ttft_s": m.ttft_s, "alone_tpot_s": m.alone_tpot_s,
+            "memory_in_use": m.memory_in_use, "ttft_s": m.ttft_s, "ttft_longest_s": m.ttft_longest_s,
+            "alone_tpot_s": m.alone_tpot_s,
             "kv_capacity_tokens": m.memory.kv_capacity_tokens, "meets_targets": m.meets_targets,
             "step_breakdown_s": step_breakdown_s(m.decode),
             "notes": list(m.notes)}

@@ -81,6 +81,7 @@ class Metrics:
     notes: list = field(default_factory=list)
     overload: float = 0.0                 # offered load / what the deployment takes within the targets, when > 1
     capacity_per_dp_rank: int = 0         # the largest batch per DP rank within the targets (max_num_seqs)
+    ttft_longest_s: float = 0.0           # TTFT of the longest (p99) prompt: the one held to the TTFT target
 
 
 def tokens_per_request(workload: Workload, block_size: int) -> int:
@@ -276,4 +277,4 @@ def evaluate(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, work
     return Metrics(layout, conc, op, limit, tput, tput / layout.total_gpus, d.step_s, tpot,
                    1.0 / tpot if batch else 0.0, network_wait_share(d, p, rounds, per_token_s),
                    d.network_share, util, in_use, p.ttft_s, alone, d, p, mem,
-                   meets, notes, overload, batch)
+                   meets, notes, overload, batch, ttft_s)

@@ -33,7 +33,7 @@ def performance_dict(o: Option) -> dict:
             "tpot_s": m.tpot_s, "tokens_per_s_per_user": m.tokens_per_s_per_user,
             "network_wait_share": m.network_wait_share,
             "decode_network_wait_share": m.decode_network_wait_share, "memory_utilization": m.memory_utilization,
-            "ttft_s": m.ttft_s, "meets_targets": m.meets_targets}
+            "ttft_s": m.ttft_s, "ttft_longest_s": m.ttft_longest_s, "meets_targets": m.meets_targets}
 
 
 def to_plan(spec: ModelSpec, model_path: str, topo: Topology, workload: Workload, result: SearchResult,

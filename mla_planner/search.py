@@ -68,7 +68,7 @@ def shortfall(m, workload: Workload) -> float:
     if not m.memory.fits:
         return float("inf")
     tpot = m.tpot_s / (workload.tpot_ms / 1e3) if workload.tpot_applies else 0.0
-    return max(m.ttft_s / (workload.ttft_ms / 1e3), tpot, m.overload)
+    return max(m.ttft_longest_s / (workload.ttft_ms / 1e3), tpot, m.overload)
 
 
 @dataclass(frozen=True)
