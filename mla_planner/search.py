@@ -196,6 +196,10 @@ def warnings_for(spec: ModelSpec, topo: Topology, layout: Layout, tuned: Tuned, 
         alone = tuned.metrics.alone_tpot_s * 1e3
         out.append(f"eager mode (no CUDA graphs): every decode kernel pays a CPU launch; one request alone "
                    f"gets {alone:.1f} ms per token")
+    if tuned.knobs.mtp and layout.pp > 1:
+        out.append("MTP under pipeline parallelism is a recent path in both engines (vLLM's V2 model runner, "
+                   "vllm-project/vllm#46994; SGLang only with SGLANG_ENABLE_PP_SPEC=1, which the scripts export): "
+                   "start it once and check its output against a run without --mtp before serving")
     if "runs instead" in tuned.reasons.get("block_size", ""):
         out.append("block size/backend: " + tuned.reasons["block_size"])
     fp8 = fp8_checkpoint(tuned.knobs.engine, spec, topo.gpu)

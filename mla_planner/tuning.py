@@ -150,8 +150,10 @@ def _draft_knobs(spec: ModelSpec, topo: Topology, layout: Layout, engine: str, k
 
 def fraction_reason(engine: str, gpu, fraction: float) -> str:
     if engine == "sglang" and fraction == sglang_fraction_ceiling(gpu):
-        return (f"{fraction}: SGLang's own ceiling (it never reserves under 10 GiB outside the static pool on this "
-                "GPU), below what the memory model alone allows")
+        return (f"{fraction}: the planner's ceiling for SGLang, below what the memory model alone allows: the 10 GiB "
+                "SGLang itself always keeps outside the static pool on this GPU when it sizes the pool (its decode "
+                "CUDA graphs alone have taken 5-6 GB, sglang#16143); SGLang accepts a higher --mem-fraction-static, "
+                "at that risk (mla-plan memory prices any fraction)")
     return (f"{fraction}: the highest fraction that leaves the activations, CUDA graphs, NCCL buffers and runtime "
             "the memory model predicts, plus a 2 GiB margin")
 

@@ -189,6 +189,8 @@ def test_sglang_under_pp_gets_the_switch_that_lets_it_speculate(cli, tmp_path):
     out = tmp_path / "out"
     assert cli("emit", "--plan", str(plan), "--out", str(out)).exit_code == 0
     assert "export SGLANG_ENABLE_PP_SPEC=1" in (out / "node-0.sh").read_text()
+    assert "`SGLANG_ENABLE_PP_SPEC=1`" in (out / "README.md").read_text()
+    assert any("MTP under pipeline parallelism" in w for w in data["candidates"][0]["warnings"])
 
 
 def test_the_note_judges_by_latency_where_the_offered_rate_fixes_throughput(cli):

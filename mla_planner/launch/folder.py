@@ -180,4 +180,6 @@ def _mtp(inp: LaunchInputs, engine: str) -> Optional[dict]:
              "vllm:spec_decode_num_draft_tokens_total"
              if engine == "vllm" else "SGLang's decode log lines carry 'accept len: L, accept rate: R' "
              "(scheduler_components/metrics_reporter.py); with one drafted token the acceptance is L - 1")
-    return dict(flags=flags, acceptance=f"{a:.0%}", per_step=f"{tokens_per_step(inp.knobs, a):.2f}", where=where)
+    pp_env = sglang.PP_SPEC_ENV if engine == "sglang" and inp.layout.pp > 1 else ""
+    return dict(flags=flags, acceptance=f"{a:.0%}", per_step=f"{tokens_per_step(inp.knobs, a):.2f}", where=where,
+                pp_env=pp_env)
