@@ -235,14 +235,17 @@ def compare_cmd(layouts: Annotated[Optional[list[str]], typer.Option(
     block, chunk = bounded("--block-size", block_size), bounded("--max-num-batched-tokens", max_num_batched_tokens)
     graphs = graph_cap_choice(cuda_graph_max_bs, enforce_eager)
     results, rows = [], []
-    for text in layouts:
-        layout = parse_layout(text, topo)
+    parsed = [parse_layout(text, topo) for text in layouts]
+    stages = len(pp_layer_partition.split(",")) if pp_layer_partition else 0
+    if stages and not any(lay.pp == stages > 1 for lay in parsed):
+        raise PlanError(f"--pp-layer-partition {pp_layer_partition}: none of the layouts has {stages} pipeline stages")
+    for layout in parsed:
         base = engine_default_knobs(engine, spec, topo, layout.dp, uses_deepep(layout), kv_cache_dtype=kv_dtype,
                                     cuda_graphs=not enforce_eager, max_num_seqs=seqs, block_size=block,
                                     max_num_batched_tokens=chunk, cuda_graph_max_bs=graphs,
                                     max_model_len=workload.max_context_len, mtp=mtp,
                                     pp_layer_partition=partition_choice(pp_layer_partition, spec, layout)
-                                    if layout.pp > 1 else None)
+                                    if layout.pp == stages else None)
         knobs, note = knobs_for(spec, topo, layout, base, fraction)
         m = evaluate(spec, topo, layout, knobs, workload, calib)
         results.append((m, knobs))

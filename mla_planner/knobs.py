@@ -7,7 +7,8 @@
   max_model_len    vLLM --max-model-len, SGLang --context-length
   block_size       vLLM --block-size, SGLang --page-size
   cuda_graph_max_bs  vLLM --max-cudagraph-capture-size, SGLang --cuda-graph-max-bs-decode (the largest
-                   decode batch run from a CUDA graph; None: the engine's default, cuda_graphs.graph_batch_cap)
+                   decode batch run from a CUDA graph, in the flag's own unit: vLLM counts tokens, 1 + k per
+                   request with MTP, SGLang requests; None: the engine's default, cuda_graphs.graph_batch_cap)
   pp_layer_partition  vLLM VLLM_PP_LAYER_PARTITION, SGLang SGLANG_PP_LAYER_PARTITION (decoder layers per
                    pipeline stage; None: the engine's own split by count, memory.stage_layers)
   mtp              speculative decoding with the model's own MTP layer drafting MTP_DRAFT_TOKENS token(s) per

@@ -166,8 +166,13 @@ def deepep_dispatch_tokens(engine: str, max_num_seqs: int, max_num_batched_token
     at least its default 128 and at most 1024 (launch/a2a.py raises the env var to that)."""
     if engine == "vllm":
         return max_num_batched_tokens
-    tokens = max_num_seqs * (1 + MTP_DRAFT_TOKENS if mtp else 1)
-    return min(max(tokens, DEEPEP_SGLANG_DISPATCH_TOKENS), DEEPEP_SGLANG_DISPATCH_MAX)
+    return min(max(sglang_decode_tokens(max_num_seqs, mtp), DEEPEP_SGLANG_DISPATCH_TOKENS), DEEPEP_SGLANG_DISPATCH_MAX)
+
+
+def sglang_decode_tokens(max_num_seqs: int, mtp: bool) -> int:
+    """Tokens one DP rank sends through the low-latency dispatch in its largest decode step: every running
+    request's token, 1 + k with MTP (--speculative-num-draft-tokens)."""
+    return max_num_seqs * (1 + MTP_DRAFT_TOKENS if mtp else 1)
 
 
 def deepep_buffer_bytes(spec: ModelSpec, layout: Layout, tokens: int) -> float:

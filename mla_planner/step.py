@@ -28,7 +28,7 @@ from math import ceil
 
 from .calibration import Calibration
 from .errors import PlanError
-from .knobs import MTP_ACCEPTANCE, Knobs, decode_query_len, tokens_per_step
+from .knobs import MTP_ACCEPTANCE, MTP_DRAFT_TOKENS, Knobs, decode_query_len, tokens_per_step
 from .layout import Layout
 from .pp_split import stage_layers
 from .spec import ModelSpec
@@ -188,8 +188,8 @@ def stage_time(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, ba
     gpu_s = sum(terms.values())
     overhead = launch
     if not knobs.cuda_graphs:
-        cpu_s = (n + (spec.num_nextn_predict_layers if last and knobs.mtp else 0)) * calib.kernels_per_layer \
-            * calib.eager_kernel_launch_s
+        cpu_s = (n + (MTP_DRAFT_TOKENS if last and knobs.mtp else 0)) * calib.kernels_per_layer \
+            * calib.eager_kernel_launch_s       # mtp_draft: one drafter layer per drafted token
         terms["eager_overhead"] = max(0.0, cpu_s - gpu_s)
         overhead += terms["eager_overhead"]
     return StageTime(stage, n, dense, n - dense, terms, comp, net, mem, overhead, sum(terms.values()), attention)

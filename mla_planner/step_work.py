@@ -227,6 +227,12 @@ def head_ops(spec: ModelSpec, layout: Layout, tokens: int, engine: str = "vllm")
 def mtp_proj_ops(spec: ModelSpec, batch: Batch) -> list[Op]:
     """The MTP module's own projection, besides its decoder layer (priced as one more layer) and the shared
     lm_head: eh_proj [d, 2d], replicated (weights.mtp_inventory), over every token the drafter runs on."""
+    nbytes, params = _eh_proj(spec)
+    return [Op("mtp.eh_proj", nbytes, 2.0 * batch.tokens * params, "gemm", spec.weight_dtype == "fp8")]
+
+
+@lru_cache(maxsize=64)
+def _eh_proj(spec: ModelSpec) -> tuple[float, float]:
+    """(bytes, parameters) of one module's eh_proj, read from the inventory once per model."""
     eh = next(t for t in mtp_inventory(spec) if t.name == "mtp.eh_proj")
-    per = bytes_of(eh, spec.weight_block_size, spec.int4_group_size) / eh.count
-    return [Op("mtp.eh_proj", per, 2.0 * batch.tokens * eh.numel / eh.count, "gemm", spec.weight_dtype == "fp8")]
+    return bytes_of(eh, spec.weight_block_size, spec.int4_group_size) / eh.count, eh.numel / eh.count

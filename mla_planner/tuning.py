@@ -93,8 +93,9 @@ def _draft_knobs(spec: ModelSpec, topo: Topology, layout: Layout, engine: str, k
         if pinned.mtp and engine == "sglang" and layout.pp > 1 and layout.dp > 1:
             raise Rejected("SGLang runs speculative decoding under PP only with SGLANG_ENABLE_PP_SPEC=1, which "
                            "refuses attention DP (arg_groups/validation_hook.py); MTP is not planned there")
-        if pinned.mtp and mtp_verify_problem(backend, layout.dcp):
-            raise Rejected(mtp_verify_problem(backend, layout.dcp) + "; MTP is not planned there")
+        verify_problem = mtp_verify_problem(backend, layout.dcp) if pinned.mtp else ""
+        if verify_problem:
+            raise Rejected(verify_problem + "; MTP is not planned there")
         why_backend = (f"{backend.name}: {backend.note} (first usable in {engine}'s own order for {gpu.arch} with "
                        f"{kv_dtype} KV)")
     else:   # the MLA backend table does not apply (vLLM refuses an MLA backend for a non-MLA model)

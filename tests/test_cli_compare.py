@@ -180,6 +180,11 @@ def test_a_layer_partition_applies_to_the_layouts_with_as_many_stages(cli):
     assert moved[1]["kv_capacity_tokens"] > own[1]["kv_capacity_tokens"]
     bad = cli(*base, "--pp-layer-partition", "32,28")
     assert bad.exit_code == 2 and "summing to 61" in bad.stderr
+    four = json.loads(cli("compare", "-m", "deepseek-v3", "-t", "2x8xh100-ib", "-l", "tp=8,pp=2", "-l", "tp=4,pp=4",
+                          "--pp-layer-partition", "32,29", "--json").stdout)["layouts"]
+    assert four[0]["knobs"]["pp_layer_partition"] == [32, 29] and four[1]["knobs"]["pp_layer_partition"] is None
+    none = cli("compare", "-l", "tp=16", "--pp-layer-partition", "32,29")
+    assert none.exit_code == 2 and "none of the layouts has 2 pipeline stages" in none.stderr
 
 
 def test_a_layout_that_serves_nothing_shows_no_latencies(cli):

@@ -23,9 +23,9 @@ from __future__ import annotations
 from typing import Optional
 
 from ..errors import PlanError
-from ..knobs import Knobs, decode_query_len
+from ..knobs import Knobs
 from ..layout import Layout
-from ..memory_terms import DEEPEP_SGLANG_DISPATCH_MAX, DEEPEP_SGLANG_DISPATCH_TOKENS, uses_deepep
+from ..memory_terms import DEEPEP_SGLANG_DISPATCH_MAX, DEEPEP_SGLANG_DISPATCH_TOKENS, sglang_decode_tokens, uses_deepep
 from ..spec import ModelSpec
 
 VLLM_BACKEND = "deepep_low_latency"
@@ -50,7 +50,7 @@ def sglang_backend(layout: Layout) -> Optional[str]:
 
 def sglang_dispatch_tokens(knobs: Knobs) -> int:
     """Tokens one DP rank sends through the low-latency dispatch in its largest decode step."""
-    return knobs.max_num_seqs * decode_query_len(knobs)   # a verify step decodes --speculative-num-draft-tokens each
+    return sglang_decode_tokens(knobs.max_num_seqs, knobs.mtp)
 
 
 def sglang_dispatch_env(layout: Layout, knobs: Knobs) -> dict[str, str]:

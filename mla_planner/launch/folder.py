@@ -9,7 +9,7 @@ from typing import Optional
 
 from .. import __version__
 from ..backends import engine_version
-from ..knobs import tokens_per_step
+from ..knobs import MTP_DRAFT_TOKENS, decode_query_len, tokens_per_step
 from ..layout import Layout
 from . import a2a, sglang, vllm
 from .command import LaunchInputs, NodeCommand
@@ -173,8 +173,8 @@ def _mtp(inp: LaunchInputs, engine: str) -> Optional[dict]:
         return None
     a = inp.workload.mtp_acceptance
     flags = ("`--speculative-config` with method mtp" if engine == "vllm" else
-             "`--speculative-algorithm EAGLE --speculative-num-steps 1 --speculative-eagle-topk 1 "
-             "--speculative-num-draft-tokens 2`")
+             f"`--speculative-algorithm EAGLE --speculative-num-steps {MTP_DRAFT_TOKENS} --speculative-eagle-topk 1 "
+             f"--speculative-num-draft-tokens {decode_query_len(inp.knobs)}`")
     where = ("vLLM logs 'SpecDecoding metrics: ... Avg Draft acceptance rate' (v1/spec_decode/metrics.py), and "
              "on /metrics the rate is vllm:spec_decode_num_accepted_tokens_total / "
              "vllm:spec_decode_num_draft_tokens_total"
