@@ -251,3 +251,21 @@ def test_only_ranks_with_requests_are_coupled():
     assert coupled_ranks(spec, lay) == 16
     assert coupled_ranks(spec, lay, 10, Workload(concurrency=20)) == 2
     assert coupled_ranks(load_model("deepseek-v2").spec, parse_layout("tp=16")) == 1
+
+
+# SemiAnalysisAI/InferenceX#870 (2026-03-05): DeepSeek-R1-0528 FP8 on 8 x H200, SGLang v0.5.7, TP8, 1,024 in /
+# 1,024 out, a closed loop at each concurrency: mean TPOT in ms. Not in validation.yaml; cited here with its source.
+INFERENCEX_R1_H200_TPOT_MS = {8: 12.8, 16: 17.2, 32: 25.6, 64: 34.6}
+
+
+@pytest.mark.parametrize("concurrency, measured_ms", sorted(INFERENCEX_R1_H200_TPOT_MS.items()))
+def test_mean_tpot_against_a_published_sglang_sweep(cli, concurrency, measured_ms):
+    """The step model leaves out scheduler and sampler CPU time and assumes ideal kernels at their roofline
+    efficiency, so it is optimistic: within 30 % below the measured TPOT, never above it (today 13-23 %
+    below; README, Validation)."""
+    import json
+    row = json.loads(cli("compare", "-m", "deepseek-r1", "-t", "8xh200", "-e", "sglang", "-l", "tp=8",
+                         "--input-len", "1024", "--output-len", "1024", "--tpot-ms", "1000",
+                         "--max-num-seqs", str(concurrency), "--json").stdout)["layouts"][0]
+    assert row["concurrency"] == concurrency
+    assert 0.7 * measured_ms <= row["tpot_s"] * 1e3 <= measured_ms
