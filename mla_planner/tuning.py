@@ -22,7 +22,7 @@ from .memory import evaluate as memory_evaluate
 from .memory import safe_memory_fraction
 from .memory_terms import DEEPEP_SGLANG_DISPATCH_MAX, deepep_problem, uses_deepep
 from .metrics import Metrics, coupled_ranks, evaluate, mean_tpot_s, tokens_per_request
-from .tuning_limits import choose_graph_cap, choose_split, regain_kv_room
+from .tuning_limits import choose_graph_cap, choose_split, fit_by_split, regain_kv_room
 from .spec import ModelSpec
 from .topology import Topology
 
@@ -127,6 +127,7 @@ def _draft_knobs(spec: ModelSpec, topo: Topology, layout: Layout, engine: str, k
         if worst == chunks[0] or memory_evaluate(spec, topo, layout, replace(knobs, memory_fraction=fraction)).fits:
             break
     knobs = replace(knobs, memory_fraction=fraction)  # already floored to 0.001
+    knobs, why_split = fit_by_split(spec, topo, layout, knobs, worst)
     reasons = {
         "attention_backend": why_backend,
         "block_size": why_block,
@@ -142,6 +143,8 @@ def _draft_knobs(spec: ModelSpec, topo: Topology, layout: Layout, engine: str, k
                        if pinned.cuda_graphs else "off, as pinned by --enforce-eager: every decode kernel is "
                                                   "launched from the CPU",
     }
+    if why_split:
+        reasons["pp_layer_partition"] = why_split
     if knobs.mtp:
         reasons["mtp"] = (f"on, as asked by --mtp: the MTP layer drafts {MTP_DRAFT_TOKENS} token per step, "
                           f"{tokens_per_step(knobs, workload.mtp_acceptance):.2f} tokens per step at "
@@ -230,7 +233,10 @@ def tune(spec: ModelSpec, topo: Topology, layout: Layout, engine: str, kv_dtype:
         raise Rejected(mem.reasons[0] if mem.reasons else "does not fit")
     first = evaluate(spec, topo, layout, knobs, workload, calib, batch_hint, over_target)
     worst = largest_safe_chunk(spec, topo, layout, knobs)
+    fitted = knobs.pp_layer_partition, reasons.get("pp_layer_partition")   # a split the draft needed to fit
     knobs, first, reasons["pp_layer_partition"] = choose_split(spec, topo, layout, knobs, workload, calib, first, worst)
+    if fitted[1] and knobs.pp_layer_partition == fitted[0]:
+        reasons["pp_layer_partition"] = fitted[1]
     knobs, first, reasons["cuda_graph_max_bs"] = choose_graph_cap(spec, topo, layout, knobs, workload, calib, first,
                                                                   worst)
     if reasons["cuda_graph_max_bs"] and knobs.cuda_graph_max_bs and not knobs.pp_layer_partition:

@@ -61,6 +61,28 @@ def choose_split(spec, topo, layout, knobs: Knobs, workload: Workload, calib: Ca
                     f"({first.memory.kv_capacity_tokens:,} -> {m.memory.kv_capacity_tokens:,})")
 
 
+def fit_by_split(spec, topo, layout, knobs: Knobs, worst_chunk: int) -> tuple[Knobs, str]:
+    """Where the engine's own layer split leaves a stage without room (a max-model-len request, or any KV),
+    the split that balances the stages' pools (pp_split.balance climbs out of not fitting), with the memory
+    fraction re-derived for it; (knobs, why) or the knobs unchanged and ''."""
+    if layout.pp == 1 or knobs.pp_layer_partition or memory_evaluate(spec, topo, layout, knobs).fits:
+        return knobs, ""
+    own, pools = layer_split(spec, layout, knobs), split_pools(spec, topo, layout, knobs)
+    if max(pools(own)) <= 0:    # no stage has KV room: moving layers cannot make one for every stage
+        return knobs, ""
+    split = balance(own, pools)
+    if split == own:
+        return knobs, ""
+    alt = replace(knobs, pp_layer_partition=tuple(split))
+    alt = replace(alt, memory_fraction=_safe(spec, topo, layout, replace(alt, memory_fraction=1.0), worst_chunk))
+    mem = memory_evaluate(spec, topo, layout, alt)
+    if not mem.fits:
+        return knobs, ""
+    return alt, (f"{','.join(map(str, split))} ({partition_env_name(knobs.engine)}): with the engine's own split "
+                 f"{','.join(map(str, own))} a stage has no room for the workload's requests; this one balances the "
+                 f"stages' pools ({mem.kv_capacity_tokens:,} tokens)")
+
+
 def choose_graph_cap(spec, topo, layout, knobs: Knobs, workload: Workload, calib: Calibration, first: Metrics,
                      worst_chunk: int) -> tuple[Knobs, Metrics, str]:
     """Raise the CUDA-graph capture range when it is what limits the batch: to the batch the other limits

@@ -146,3 +146,15 @@ def test_a_split_that_does_not_fit_is_told_the_balanced_one(cli):
     data = json.loads(r.stdout)
     assert r.exit_code == 1 and not data["fits"]
     assert data["ways_out"][0].startswith("VLLM_PP_LAYER_PARTITION=31,30 (layers balanced by memory): fits")
+
+
+def test_a_split_that_fits_where_the_engines_own_does_not_is_planned(cli):
+    """Kimi-K2 with bf16 KV, SGLang tp8 x pp2, 64k requests: SGLang's own split (30,31) leaves the last stage a
+    pool smaller than one max-model-len request, and the layout was rejected although `memory` offered 31,30."""
+    data = json.loads(cli("plan", "-m", "kimi-k2", "-t", "4x8xh800-roce", "--input-len", "p50=8192,p99=61440",
+                          "--output-len", "4096", "-e", "sglang", "-l", "replicas=2,tp=8,pp=2",
+                          "--kv-cache-dtype", "bf16", "--json").stdout)
+    best = data["candidates"][0]
+    assert best["knobs"]["pp_layer_partition"] == [31, 30]
+    assert best["memory"]["kv_capacity_tokens"] >= best["knobs"]["max_model_len"]
+    assert any(r.startswith("pp_layer_partition: 31,30") and "no room" in r for r in best["reasons"])
