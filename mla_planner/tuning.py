@@ -132,7 +132,9 @@ def _draft_knobs(spec: ModelSpec, topo: Topology, layout: Layout, engine: str, k
         "attention_backend": why_backend,
         "block_size": why_block,
         "max_model_len": f"{knobs.max_model_len:,}: the workload's longest request ({context:,} tokens) rounded "
-                         f"to whole blocks; never the model's {spec.max_position_embeddings:,} default",
+                         f"to whole blocks; never the model's {spec.max_position_embeddings:,} default. The engine "
+                         "refuses longer requests (prompt + max_tokens, chat template included): give the p99 "
+                         "lengths with that headroom",
         "memory_fraction": fraction_reason(engine, gpu, knobs.memory_fraction),
         "kv_cache_dtype": ("fp8 halves the latent cache (576 B/token/layer) on a backend that supports it"
                            if spec.attention == "mla" else "fp8 halves the K/V cache")
