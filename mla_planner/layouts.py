@@ -4,7 +4,8 @@
   two nodes is the seed article's baseline and is priced honestly by the comm model; wider TP only
   multiplies cross-node all-reduces).
 - Data-parallel attention comes with expert parallelism over the whole stage (the SGLang and vLLM
-  DP-attention recipes, ENGINES.md), at any power-of-two width the experts divide.
+  DP-attention recipes, ENGINES.md), at any power-of-two width the experts divide. EP across a plain TP
+  group is not searched: it is priced exactly as the tensor-parallel MoE (see _stage_shapes).
 - PP stages: from the fewest whose GPUs can hold the weights at all (a lower bound: the checkpoint
   spread evenly) up to twice that; more stages only add pipeline rounds a token must cross.
 - DCP divides TP (2 and the whole TP group); the latent-sharded KV layout (the seed's Route B) is
@@ -35,13 +36,14 @@ def _powers_of_two(limit: int) -> list[int]:
 
 
 def _stage_shapes(spec: ModelSpec, topo: Topology) -> list[tuple[int, int, int]]:
-    """(tp, dp, ep) per stage: plain TP (EP off, or EP across the TP group for MoE), or DP-attention+EP."""
+    """(tp, dp, ep) per stage: plain TP, or DP-attention+EP (or + a tensor-parallel MoE where DeepEP cannot
+    run). EP across a plain TP group (vLLM --enable-expert-parallel without DP attention) is not searched:
+    the models price it exactly as the tensor-parallel MoE (the same bytes per GPU, the same all-reduce), so
+    it only doubled the candidates with ties; `compare -l tp=8,ep=8` and `plan -l` still take it."""
     shapes = []
     for size in _powers_of_two(topo.total_gpus):
         if spec.num_attention_heads % size == 0 and size <= 2 * topo.gpus_per_node:
             shapes.append((size, 1, 1))
-            if spec.is_moe and size > 1:
-                shapes.append((size, 1, size))
         if spec.is_moe and size > 1 and spec.n_routed_experts % size == 0:
             shapes.append((1, size, size))
         if spec.is_moe and size > 1 and spec.moe_intermediate_size % size == 0 and not deepep_runs(topo, size):

@@ -243,7 +243,7 @@ def test_the_default_headline_only_when_nothing_was_given(cli):
 
 
 def test_ties_are_called_ties(cli):
-    """On one H200 node vLLM and SGLang, with or without EP, predict the same tokens/s: the table's order
+    """On one H200 node vLLM and SGLang predict the same tokens/s: the table's order
     among them is said not to be a recommendation."""
     out = cli("plan", "-t", "8xh200").stdout
     assert "Tie: #2 (tp8, vllm)" in out and "not a" in out

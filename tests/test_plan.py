@@ -58,8 +58,9 @@ def test_pruning_never_drops_an_engines_best(model, topology, workload, eager):
             return ok[0].tuned.metrics.throughput_tokens_per_s_per_gpu if ok else None
         assert best(pruned) == pytest.approx(best(everything))
     assert len(pruned.options) <= len(everything.options)
-    if workload == Workload():   # there the bounds are tight enough to spare most of the tuning
-        assert len(pruned.options) < len(everything.options) / 2
+    if workload == Workload():   # there the bounds spare half the tuning (the EP-across-TP duplicates they
+        # pruned easily are no longer searched: 37 of 74 tuned for V3 on 2 x 8 H200, 59 of 120 before)
+        assert len(pruned.options) <= len(everything.options) / 2
     assert not any("screened out" in r["reason"] for r in everything.rejected)
 
 
