@@ -9,6 +9,7 @@ from typing import Annotated, Optional
 import typer
 from rich.table import Table
 
+from .backends import mtp_verify_problem, usable_backends
 from .calibration import load_calibration
 from .cli_common import (DEFAULT_MODEL, DEFAULT_TOPOLOGY, GraphCapOpt, JsonOpt, ModelOpt, MtpAcceptanceOpt,
                          PpPartitionOpt, TopologyOpt,
@@ -19,6 +20,7 @@ from .cli_plan import parse_length
 from .engine_memory import SGLANG_SPECULATIVE_MAX_RUNNING, default_memory_fraction, engine_default_knobs
 from .errors import PlanError
 from .knobs import ENGINES, MTP_ACCEPTANCE, Knobs, Workload
+from .launch.vllm import layout_problem as vllm_layout_problem
 from .layout import Layout, parse_layout
 from .memory import evaluate as memory_evaluate
 from .memory_terms import deepep_problem, uses_deepep
@@ -65,7 +67,16 @@ def summary(m: Metrics) -> dict:
             "alone_tpot_s": m.alone_tpot_s,
             "kv_capacity_tokens": m.memory.kv_capacity_tokens, "meets_targets": m.meets_targets,
             "step_breakdown_s": step_breakdown_s(m.decode),
-            "notes": list(m.notes)}
+            "notes": list(m.notes)} | _not_serving(m)
+
+
+def _not_serving(m: Metrics) -> dict:
+    """A layout that serves nothing has no step, latencies or network share (None; '-' in the table), and,
+    when it does not even fit, no TPOT alone either."""
+    if m.concurrency:
+        return {}
+    gone = SERVING_ONLY - ({"alone_tpot_s"} if m.memory.fits else set())
+    return dict.fromkeys(gone | {"step_breakdown_s"})
 
 
 def detail(m: Metrics) -> dict:
@@ -111,6 +122,11 @@ def verdict(rows: list[dict], tie: float = 0.01) -> list[str]:
     (attention kernel, other kernels, collectives, launch) make most of the difference in step time."""
     base, out = rows[0], []
     for r in rows[1:]:
+        idle = [x["layout"] for x in (base, r) if not x["concurrency"]]
+        if idle:
+            out.append(f"{r['layout']} vs {base['layout']}: not compared ({' and '.join(idle)} "
+                       f"{'serve' if len(idle) > 1 else 'serves'} nothing here)")
+            continue
         ahead, behind = [], []
         for key, name, sign in FIVE:
             a, b = r[key], base[key]
@@ -130,12 +146,13 @@ def verdict(rows: list[dict], tie: float = 0.01) -> list[str]:
 
 def render(rows: list[dict], title: str) -> None:
     table = Table("metric", *[r["layout"] for r in rows], title=title)
-    for label, key, scale, fmt in ROWS:   # a layout that serves nothing has no step, latency or network share
-        table.add_row(label, *["-" if key in SERVING_ONLY and not r["concurrency"] else
-                               _cell(r[key] * scale, rows[0][key] * scale, fmt, i > 0) for i, r in enumerate(rows)])
+    for label, key, scale, fmt in ROWS:   # None: a layout that serves nothing (_not_serving)
+        table.add_row(label, *["-" if r[key] is None else
+                               _cell(r[key] * scale, (rows[0][key] or 0) * scale, fmt, i > 0)
+                               for i, r in enumerate(rows)])
     table.add_row("step split: attention / kernels / comm / launch (ms)",
-                  *[" / ".join(f"{v * 1e3:,.1f}" for v in r["step_breakdown_s"].values()) if r["concurrency"] else "-"
-                    for r in rows])
+                  *[" / ".join(f"{v * 1e3:,.1f}" for v in r["step_breakdown_s"].values())
+                    if r["step_breakdown_s"] else "-" for r in rows])
     table.add_row("limited by", *[r["concurrency_limit"] for r in rows])
     table.add_row("meets targets", *["yes" if r["meets_targets"] else "NO" for r in rows])
     out = console()
@@ -145,6 +162,17 @@ def render(rows: list[dict], title: str) -> None:
     for r in rows:
         for note in r["notes"]:
             out.print(f"  {r['layout']}: {note}")
+
+
+def _mtp_verify_note(spec: ModelSpec, topo, layout: Layout, knobs: Knobs) -> str:
+    """Where the engine's backend would verify MTP's tokens through its prefill path (plan does not plan MTP
+    there; backends.mtp_verify_problem), say that the priced decode is not what runs."""
+    if spec.attention != "mla":
+        return ""
+    found = [b for b in usable_backends(knobs.engine, topo.gpu, knobs.kv_cache_dtype, layout.dcp)
+             if b.accepts_block(knobs.block_size)]
+    problem = mtp_verify_problem(found[0], layout.dcp) if found else ""
+    return f"slower than priced here: {problem}" if problem else ""
 
 
 def _fraction(engine: str, util: Optional[float], static: Optional[float], alias: Optional[float]) -> Optional[float]:
@@ -250,12 +278,14 @@ def compare_cmd(layouts: Annotated[Optional[list[str]], typer.Option(
         m = evaluate(spec, topo, layout, knobs, workload, calib)
         results.append((m, knobs))
         split = split_note(spec, topo, layout, knobs, m.memory) if m.memory.fits else ""   # `plan` may adopt it
-        deepep = deepep_problem(engine, layout, topo)
+        deepep = deepep_problem(engine, layout, topo) or (vllm_layout_problem(layout, topo.gpus_per_node)
+                                                          if engine == "vllm" else "")
         deepep = f"will not start as priced here: {deepep}" if deepep else ""
+        verify = _mtp_verify_note(spec, topo, layout, knobs) if mtp else ""
         capped = (f"SGLang resets --max-running-requests to {SGLANG_SPECULATIVE_MAX_RUNNING} with speculative "
                   "decoding (for the whole server): give --max-num-seqs for more"
                   if mtp and engine == "sglang" and seqs is None else "")
-        rows.append(summary(m) | {"notes": [n for n in (deepep, note, split, capped) if n] + list(m.notes)})
+        rows.append(summary(m) | {"notes": [n for n in (deepep, verify, note, split, capped) if n] + list(m.notes)})
     if as_json:
         return print_json({"model": spec.name, "topology": topo.name, "engine": engine, "workload": asdict(workload),
                            "layouts": [r | {"knobs": asdict(k), "detail": detail(m)}

@@ -42,11 +42,14 @@ def parse_length(text: str, flag: str) -> tuple[int, int]:
         if len(pct) != len(pairs) or 50 not in pct or min(ordered) < 1 or ordered != sorted(ordered) \
                 or not all(0 < k < 100 for k in pct):
             raise ValueError
-        return pct[50], pct[max(pct)]
     except ValueError:
         raise PlanError(f"{flag} '{text}': expected a positive token count or percentiles like "
                         "'p50=1024,p90=4096,p99=8192' (p50 required, each percentile once, lengths not "
                         "decreasing)") from None
+    if max(pct) < 99:
+        raise PlanError(f"{flag} '{text}': give p99 too: the longest length sizes --max-model-len, and the engine "
+                        f"refuses longer requests (p{max(pct)} would turn away {100 - max(pct)} % of them)")
+    return pct[50], pct[max(pct)]
 
 
 RANK_BY = ("per-gpu", "total")

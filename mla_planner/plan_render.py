@@ -168,6 +168,10 @@ def _launch_hint(plan: Plan, emitted: Optional[Path], emit_refused: bool = False
 def _explain(plan: Plan) -> None:
     from .cli_plan import rejected_summary
     out = console()
+    if not plan.rejected:
+        out.print("Rejected or screened out: none (every layout searched was tuned; EP across a plain TP group is "
+                  "not searched, as it is priced exactly as the tensor-parallel MoE: -l tp=N,ep=N plans it)")
+        return
     out.print(f"[bold]Rejected or screened out ({len(plan.rejected)}):[/bold]")
     for line in rejected_summary(plan.rejected, limit=len(plan.rejected)):   # all of them: it was asked for
         out.print(f"  - {line}", markup=False)

@@ -218,7 +218,8 @@ def choose_chunk(spec, topo, layout, knobs: Knobs, workload: Workload, calib: Ca
 
 def chunk_reason(chunk: int, m: Metrics, workload: Workload, why: str) -> str:
     """The max_num_batched_tokens reason at the batch the knobs end with."""
-    return (f"{chunk:,}: TTFT {m.ttft_s * 1e3:,.0f} ms with mean TPOT {m.tpot_s * 1e3:.1f} ms at "
+    longest = f" (the p99 prompt's {m.ttft_longest_s * 1e3:,.0f} ms)" if m.ttft_longest_s > m.ttft_s else ""
+    return (f"{chunk:,}: TTFT {m.ttft_s * 1e3:,.0f} ms{longest} with mean TPOT {m.tpot_s * 1e3:.1f} ms at "
             f"{m.concurrency_per_dp_rank} running requests per DP rank (target {workload.tpot_ms:g} ms)"
             + (f"; {why}" if why else ""))
 

@@ -75,12 +75,11 @@ def fit_by_split(spec, topo, layout, knobs: Knobs, worst_chunk: int) -> tuple[Kn
         return knobs, ""
     alt = replace(knobs, pp_layer_partition=tuple(split))
     alt = replace(alt, memory_fraction=_safe(spec, topo, layout, replace(alt, memory_fraction=1.0), worst_chunk))
-    mem = memory_evaluate(spec, topo, layout, alt)
-    if not mem.fits:
+    if not memory_evaluate(spec, topo, layout, alt).fits:
         return knobs, ""
     return alt, (f"{','.join(map(str, split))} ({partition_env_name(knobs.engine)}): with the engine's own split "
                  f"{','.join(map(str, own))} a stage has no room for the workload's requests; this one balances the "
-                 f"stages' pools ({mem.kv_capacity_tokens:,} tokens)")
+                 "stages' pools")
 
 
 def choose_graph_cap(spec, topo, layout, knobs: Knobs, workload: Workload, calib: Calibration, first: Metrics,

@@ -193,3 +193,9 @@ def test_a_layout_that_serves_nothing_shows_no_latencies(cli):
     assert r.exit_code == 0, r.output
     tpot = next(line for line in r.stdout.splitlines() if "time per output token" in line)
     assert tpot.rstrip(" │").endswith("-") and "NO" in r.stdout
+    both = cli("compare", "-l", "tp=16", "-l", "tp=8")
+    assert "tp8 vs tp16: not compared (tp8 serves nothing here)" in both.stdout
+    row = json.loads(cli("compare", "-l", "tp=8", "--json").stdout)["layouts"][0]
+    assert row["tpot_s"] is None and row["step_s"] is None and row["alone_tpot_s"] is None   # it does not even fit
+    fits = json.loads(cli("compare", "-t", "8xh200", "-l", "tp=8", "--tpot-ms", "5", "--json").stdout)["layouts"][0]
+    assert fits["tpot_s"] is None and fits["alone_tpot_s"] > 0.005                # too slow, but it loads

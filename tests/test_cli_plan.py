@@ -149,6 +149,7 @@ def test_user_layouts_that_cannot_exist_say_why(cli):
     (("--tpot-ms", "nan"), "finite"),
     (("--ttft-ms", "inf"), "finite"),
     (("--input-len", "p50=1024,p99=512"), "not decreasing"),
+    (("--input-len", "p50=1024,p90=4096"), "give p99 too"),
     (("--input-len", "p50=1024,p50=2048"), "each percentile once"),
     (("--concurrency", "8", "--request-rate", "2"), "not both"),
     (("--json", "--yaml"), "not both"),

@@ -261,3 +261,9 @@ def test_with_mtp_a_request_is_prefilled_once_per_output_len_over_the_tokens_a_r
     # per output token the waits are fewer than the old count (the max over ranks grows slower than the chunks)
     old = chunk_rounds_per_round(32, p.chunks, w.output_len, 16, others_only=True)
     assert rounds / d.tokens_per_step < 0.95 * old
+
+
+def test_compare_says_where_mtp_would_not_run_as_priced(cli):
+    row = json.loads(cli("compare", "-t", "8xh200", "-l", "tp=8,dcp=2", "--mtp", "--kv-cache-dtype", "fp8",
+                         "--json").stdout)["layouts"][0]
+    assert any(n.startswith("slower than priced here: under DCP vLLM decodes one query token") for n in row["notes"])
