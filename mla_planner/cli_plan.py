@@ -44,8 +44,8 @@ def parse_length(text: str, flag: str) -> tuple[int, int]:
             raise ValueError
     except ValueError:
         raise PlanError(f"{flag} '{text}': expected a positive token count or percentiles like "
-                        "'p50=1024,p90=4096,p99=8192' (p50 required, and p99 or above; each percentile once, lengths not "
-                        "decreasing)") from None
+                        "'p50=1024,p90=4096,p99=8192' (p50 required, and p99 or above; each percentile once, "
+                        "lengths not decreasing)") from None
     if max(pct) < 99:
         raise PlanError(f"{flag} '{text}': give p99 too: the longest length sizes --max-model-len, and the engine "
                         f"refuses longer requests (p{max(pct)} would turn away {100 - max(pct)} % of them)")
