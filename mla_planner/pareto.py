@@ -1,10 +1,48 @@
-"""The Pareto front of throughput per GPU against speed per user, drawn in the terminal or as a PNG."""
+"""The Pareto front of throughput (per GPU, or in all) against speed per user: each candidate's curve as its
+batch grows, the front over them, drawn in the terminal or as a PNG."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
+from .calibration import Calibration
 from .errors import PlanError
+from .knobs import Workload
+from .metrics import in_flight, mean_tpot_s, serving_round_s, tokens_per_request
+from .spec import ModelSpec
+from .topology import Topology
+
+
+@dataclass(frozen=True)
+class TradeoffPoint:
+    option: int                        # index into SearchResult.options
+    batch_per_dp_rank: int
+    tokens_per_s_per_gpu: float
+    tokens_per_s_per_user: float
+    tokens_per_s: float = 0.0          # the whole deployment's
+
+    def throughput(self, rank_by: str) -> float:
+        """The x of the Pareto plot, in the ranking's unit."""
+        return self.tokens_per_s if rank_by == "total" else self.tokens_per_s_per_gpu
+
+
+def tradeoff_curve(spec: ModelSpec, topo: Topology, index: int, o, workload: Workload,
+                   calib: Calibration) -> list[TradeoffPoint]:
+    """Throughput (per GPU and in all) of `o` (a search.Option) against speed per user as the running batch
+    grows (powers of two up to what the KV pool holds, plus the chosen batch): the latency/throughput trade
+    each layout offers, so the Pareto front shows which layout wins at which TPOT, not only at the target."""
+    m, knobs, lay = o.tuned.metrics, o.tuned.knobs, o.layout
+    kv_max = m.memory.kv_capacity_tokens // tokens_per_request(workload, knobs.block_size)
+    top = min(kv_max, knobs.max_num_seqs)     # what this deployment, as launched, can ever run
+    batches = sorted({b for b in (2 ** i for i in range(12)) if b <= top} | {m.concurrency_per_dp_rank} - {0})
+    out = []
+    for b in batches:
+        tpot, d, p = mean_tpot_s(spec, topo, lay, knobs, workload, calib, b)
+        round_s = serving_round_s(spec, lay, b, workload, d, p)[0]
+        total = in_flight(b, lay, workload) / round_s
+        out.append(TradeoffPoint(index, b, total / lay.total_gpus, 1.0 / tpot, total))
+    return out
 
 
 def pareto_front(points: list[tuple[float, float]]) -> list[int]:

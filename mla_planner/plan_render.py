@@ -111,7 +111,8 @@ def _pareto(plan: Plan, result: SearchResult, rank_by: str = "per-gpu") -> None:
             plan.candidates[0].performance["concurrency_per_dp_rank"]]   # the running batch (a rate's steady state)
     order = best + [i for i in range(len(points)) if i not in best]
     out.print("[bold]Pareto front[/bold] (each candidate swept over its running batch; 1 = #1 as planned):")
-    out.print(ascii_scatter([points[i] for i in order], [order.index(i) for i in result.pareto]), markup=False)
+    out.print(ascii_scatter([points[i] for i in order], [order.index(i) for i in result.pareto],
+                            x_label="tokens/s in all" if rank_by == "total" else "tokens/s per GPU"), markup=False)
     for i in result.pareto:
         p = result.points[i]
         c = plan.candidates[p.option]

@@ -26,8 +26,8 @@ from .launch.vllm import layout_problem as vllm_layout_problem
 from .layouts import candidate_layouts
 from .memory import evaluate as memory_evaluate
 from .memory_terms import uses_deepep
-from .metrics import in_flight, mean_tpot_s, serving_round_s, tokens_per_request
-from .pareto import pareto_front
+from .metrics import in_flight, tokens_per_request
+from .pareto import pareto_front, tradeoff_curve
 from .spec import ModelSpec
 from .step import decode_step
 from .topology import Topology
@@ -69,19 +69,6 @@ def shortfall(m, workload: Workload) -> float:
         return float("inf")
     tpot = m.tpot_s / (workload.tpot_ms / 1e3) if workload.tpot_applies else 0.0
     return max(m.ttft_longest_s / (workload.ttft_ms / 1e3), tpot, m.overload)
-
-
-@dataclass(frozen=True)
-class TradeoffPoint:
-    option: int                        # index into SearchResult.options
-    batch_per_dp_rank: int
-    tokens_per_s_per_gpu: float
-    tokens_per_s_per_user: float
-    tokens_per_s: float = 0.0          # the whole deployment's
-
-    def throughput(self, rank_by: str) -> float:
-        """The x of the Pareto plot, in the ranking's unit."""
-        return self.tokens_per_s if rank_by == "total" else self.tokens_per_s_per_gpu
 
 
 @dataclass(frozen=True)
@@ -289,21 +276,3 @@ def _screened_out(layout: Layout, engine: str, kv: str, bound: float, best: floa
     return {"layout": layout.label, "engine": engine, "kv_dtype": kv,
             "reason": f"screened out: at most {bound:,.0f} {unit} even {how}, not above the "
                       f"{best:,.0f} of a tuned {engine} candidate"}
-
-
-def tradeoff_curve(spec: ModelSpec, topo: Topology, index: int, o: Option, workload: Workload,
-                   calib: Calibration) -> list[TradeoffPoint]:
-    """Throughput (per GPU and in all) against speed per user as the running batch grows (powers of two up to what
-    the KV pool holds, plus the chosen batch): the latency/throughput trade each layout offers, so the
-    Pareto front shows which layout wins at which TPOT, not only at the target."""
-    m, knobs, lay = o.tuned.metrics, o.tuned.knobs, o.layout
-    kv_max = m.memory.kv_capacity_tokens // tokens_per_request(workload, knobs.block_size)
-    top = min(kv_max, knobs.max_num_seqs)     # what this deployment, as launched, can ever run
-    batches = sorted({b for b in (2 ** i for i in range(12)) if b <= top} | {m.concurrency_per_dp_rank} - {0})
-    out = []
-    for b in batches:
-        tpot, d, p = mean_tpot_s(spec, topo, lay, knobs, workload, calib, b)
-        round_s = serving_round_s(spec, lay, b, workload, d, p)[0]
-        total = in_flight(b, lay, workload) / round_s
-        out.append(TradeoffPoint(index, b, total / lay.total_gpus, 1.0 / tpot, total))
-    return out

@@ -14,14 +14,14 @@ from math import ceil
 
 from .backends import choose_block_size, fp8_checkpoint, mtp_verify_problem, no_backend_reason, usable_backends
 from .calibration import Calibration
-from .engine_memory import sglang_fraction_ceiling
 from .errors import PlanError
-from .knobs import MTP_DRAFT_TOKENS, Knobs, Workload, decode_query_len, tokens_per_step
+from .knobs import MTP_DRAFT_TOKENS, Knobs, Workload, tokens_per_step
 from .layout import Layout
 from .memory import evaluate as memory_evaluate
 from .memory import safe_memory_fraction
-from .memory_terms import DEEPEP_SGLANG_DISPATCH_MAX, deepep_problem, uses_deepep
-from .metrics import Metrics, coupled_ranks, evaluate, mean_tpot_s, tokens_per_request
+from .memory_terms import deepep_problem, uses_deepep
+from .metrics import Metrics, evaluate, mean_tpot_s, tokens_per_request
+from .reasons import MAX_NUM_SEQS_CAP, chunk_reason, fraction_reason, limit_words, stall_words
 from .tuning_limits import choose_graph_cap, choose_split, fit_by_split, regain_kv_room
 from .spec import ModelSpec
 from .topology import Topology
@@ -30,7 +30,6 @@ CHUNK_CANDIDATES = (2048, 4096, 8192, 16384)   # max-num-batched-tokens / chunke
 DEEPEP_CHUNKS = (256, 512, 1024)                # vLLM sizes its DeepEP low-latency buffer for this many tokens
                                                 # (memory_terms.deepep_buffer_bytes: 3.6 GiB per 256 for V3)
 GQA_DEFAULT_BLOCK = {"vllm": 16, "sglang": 1}   # vLLM CacheConfig.DEFAULT_BLOCK_SIZE; SGLang page size 1
-MAX_NUM_SEQS_CAP = 1024                         # vLLM 0.33's own default on H100/H200 (ENGINES.md)
 
 
 class Rejected(PlanError):
@@ -154,16 +153,6 @@ def _draft_knobs(spec: ModelSpec, topo: Topology, layout: Layout, engine: str, k
     return knobs, reasons
 
 
-def fraction_reason(engine: str, gpu, fraction: float) -> str:
-    if engine == "sglang" and fraction == sglang_fraction_ceiling(gpu):
-        return (f"{fraction}: the planner's ceiling for SGLang, below what the memory model alone allows: the 10 GiB "
-                "SGLang itself always keeps outside the static pool on this GPU when it sizes the pool (its decode "
-                "CUDA graphs alone have taken 5-6 GB, sglang#16143); SGLang accepts a higher --mem-fraction-static, "
-                "at that risk (mla-plan memory prices any fraction)")
-    return (f"{fraction}: the highest fraction that leaves the activations, CUDA graphs, NCCL buffers and runtime "
-            "the memory model predicts, plus a 2 GiB margin")
-
-
 def _seq_cap(layout: Layout, workload: Workload) -> int:
     """Per DP rank: the offered concurrency spread over DP ranks and replicas, or the engine's cap."""
     if workload.concurrency:
@@ -216,14 +205,6 @@ def choose_chunk(spec, topo, layout, knobs: Knobs, workload: Workload, calib: Ca
                   if best < top else "the memory fraction leaves no room for larger chunks' activations")
 
 
-def chunk_reason(chunk: int, m: Metrics, workload: Workload, why: str) -> str:
-    """The max_num_batched_tokens reason at the batch the knobs end with."""
-    longest = f" (the p99 prompt's {m.ttft_longest_s * 1e3:,.0f} ms)" if m.ttft_longest_s > m.ttft_s else ""
-    return (f"{chunk:,}: TTFT {m.ttft_s * 1e3:,.0f} ms{longest} with mean TPOT {m.tpot_s * 1e3:.1f} ms at "
-            f"{m.concurrency_per_dp_rank} running requests per DP rank (target {workload.tpot_ms:g} ms)"
-            + (f"; {why}" if why else ""))
-
-
 def tune(spec: ModelSpec, topo: Topology, layout: Layout, engine: str, kv_dtype: str, workload: Workload,
          calib: Calibration, pinned: Overrides = Overrides(), over_target: int = 0, batch_hint: int = 0) -> Tuned:
     """Every knob for this layout, engine and KV dtype, and the metrics they give; Rejected if it can't serve.
@@ -272,45 +253,11 @@ def tune(spec: ModelSpec, topo: Topology, layout: Layout, engine: str, kv_dtype:
     # were computed at the larger cap, so they stay a slight underestimate of the KV room)
     m = replace(m, memory=memory_evaluate(spec, topo, layout, knobs))
     reasons["max_num_batched_tokens"] = chunk_reason(chunk, m, workload, chunk_why)
-    reasons["max_num_seqs"] = (f"{seqs} per DP rank: limited by {_limit_words(m, workload)}; the pool holds "
-                               f"{m.memory.kv_capacity_tokens:,} tokens") + _stall_words(m, spec, layout)
+    reasons["max_num_seqs"] = (f"{seqs} per DP rank: limited by {limit_words(m, workload)}; the pool holds "
+                               f"{m.memory.kv_capacity_tokens:,} tokens") + stall_words(m, spec, layout)
     reasons["memory_fraction"] = fraction_reason(engine, topo.gpu, knobs.memory_fraction)
     return Tuned(knobs, m, reasons, first.capacity_per_dp_rank)
 
 
-def _stall_words(m: Metrics, spec: ModelSpec, layout: Layout) -> str:
-    """Say so when prefill chunks stretch the tokens of coupled DP ranks: the cost PD disaggregation removes."""
-    share = 1.0 - m.decode.tpot_s / m.tpot_s if m.tpot_s else 0.0
-    if coupled_ranks(spec, layout) <= 1 or share < 0.25:
-        return ""
-    return (f"; prefill chunks on any of the {layout.dp} DP ranks stall all of them ({share:.0%} of each "
-            "token's time), which prefill/decode disaggregation would remove")
-
-
 def knobs_chunk(m: Metrics) -> int:
     return m.memory.knobs.max_num_batched_tokens
-
-
-def _limit_words(m: Metrics, workload: Workload) -> str:
-    ranks = m.layout.dp * m.layout.replicas
-    offered = workload.concurrency and ceil(workload.concurrency / ranks) <= MAX_NUM_SEQS_CAP
-    seqs = (f"the requests in flight at {workload.request_rate_per_s:g}/s by Little's law at the targets "
-            f"({workload.concurrency:,} over the DP ranks and replicas)" if offered and workload.request_rate_per_s
-            else f"the offered concurrency ({workload.concurrency:,} over the DP ranks and replicas)" if offered
-            else f"the planner's cap of {MAX_NUM_SEQS_CAP:,} per DP rank (vLLM's own default --max-num-seqs); the "
-                 "KV pool and the TPOT target would allow more")
-    k = m.memory.knobs
-    q = decode_query_len(k) if k.engine == "vllm" else 1    # vLLM's range counts tokens
-    graphs = (f"the CUDA-graph capture range, which the plan raised to {k.cuda_graph_max_bs // q} requests per "
-              "micro-batch" + (f" ({k.cuda_graph_max_bs} tokens)" if q > 1 else "") + " (capturing more would "
-              "not serve more: the graphs take the KV room a larger batch needs)" if k.cuda_graph_max_bs else
-              "the engine's CUDA-graph capture range (a larger decode batch runs eagerly, several times slower)")
-    return {"kv": "the KV pool at the workload's lengths (no preemption)",
-            "tpot": f"the {workload.tpot_ms:g} ms TPOT target",
-            "max_num_seqs": seqs,
-            "max_num_batched_tokens": "vLLM's token budget per step (each running request decodes one token of it)",
-            "cuda_graphs": graphs,
-            "deepep_dispatch": f"SGLang's DeepEP low-latency dispatch, at most {DEEPEP_SGLANG_DISPATCH_MAX:,} tokens "
-                               "per DP rank per step" + (f" ({decode_query_len(m.memory.knobs)} per request with MTP)"
-                                                          if m.memory.knobs.mtp else ""),
-            "none": "nothing (it cannot serve)"}.get(m.concurrency_limit, m.concurrency_limit)

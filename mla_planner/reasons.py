@@ -1,0 +1,67 @@
+"""The words of the tuning's reasons that need the final metrics: the memory fraction, the prefill chunk,
+what limits the batch, and the stalls coupled DP ranks take (tuning.py chooses; this says why)."""
+
+from __future__ import annotations
+
+from math import ceil
+
+from .engine_memory import sglang_fraction_ceiling
+from .knobs import Workload, decode_query_len
+from .layout import Layout
+from .memory_terms import DEEPEP_SGLANG_DISPATCH_MAX
+from .metrics import Metrics, coupled_ranks
+from .spec import ModelSpec
+
+MAX_NUM_SEQS_CAP = 1024                         # vLLM 0.33's own default on H100/H200 (ENGINES.md)
+
+
+def fraction_reason(engine: str, gpu, fraction: float) -> str:
+    if engine == "sglang" and fraction == sglang_fraction_ceiling(gpu):
+        return (f"{fraction}: the planner's ceiling for SGLang, below what the memory model alone allows: the 10 GiB "
+                "SGLang itself always keeps outside the static pool on this GPU when it sizes the pool (its decode "
+                "CUDA graphs alone have taken 5-6 GB, sglang#16143); SGLang accepts a higher --mem-fraction-static, "
+                "at that risk (mla-plan memory prices any fraction)")
+    return (f"{fraction}: the highest fraction that leaves the activations, CUDA graphs, NCCL buffers and runtime "
+            "the memory model predicts, plus a 2 GiB margin")
+
+
+def chunk_reason(chunk: int, m: Metrics, workload: Workload, why: str) -> str:
+    """The max_num_batched_tokens reason at the batch the knobs end with."""
+    longest = f" (the p99 prompt's {m.ttft_longest_s * 1e3:,.0f} ms)" if m.ttft_longest_s > m.ttft_s else ""
+    return (f"{chunk:,}: TTFT {m.ttft_s * 1e3:,.0f} ms{longest} with mean TPOT {m.tpot_s * 1e3:.1f} ms at "
+            f"{m.concurrency_per_dp_rank} running requests per DP rank (target {workload.tpot_ms:g} ms)"
+            + (f"; {why}" if why else ""))
+
+
+def stall_words(m: Metrics, spec: ModelSpec, layout: Layout) -> str:
+    """Say so when prefill chunks stretch the tokens of coupled DP ranks: the cost PD disaggregation removes."""
+    share = 1.0 - m.decode.tpot_s / m.tpot_s if m.tpot_s else 0.0
+    if coupled_ranks(spec, layout) <= 1 or share < 0.25:
+        return ""
+    return (f"; prefill chunks on any of the {layout.dp} DP ranks stall all of them ({share:.0%} of each "
+            "token's time), which prefill/decode disaggregation would remove")
+
+
+def limit_words(m: Metrics, workload: Workload) -> str:
+    ranks = m.layout.dp * m.layout.replicas
+    offered = workload.concurrency and ceil(workload.concurrency / ranks) <= MAX_NUM_SEQS_CAP
+    seqs = (f"the requests in flight at {workload.request_rate_per_s:g}/s by Little's law at the targets "
+            f"({workload.concurrency:,} over the DP ranks and replicas)" if offered and workload.request_rate_per_s
+            else f"the offered concurrency ({workload.concurrency:,} over the DP ranks and replicas)" if offered
+            else f"the planner's cap of {MAX_NUM_SEQS_CAP:,} per DP rank (vLLM's own default --max-num-seqs); the "
+                 "KV pool and the TPOT target would allow more")
+    k = m.memory.knobs
+    q = decode_query_len(k) if k.engine == "vllm" else 1    # vLLM's range counts tokens
+    graphs = (f"the CUDA-graph capture range, which the plan raised to {k.cuda_graph_max_bs // q} requests per "
+              "micro-batch" + (f" ({k.cuda_graph_max_bs} tokens)" if q > 1 else "") + " (capturing more would "
+              "not serve more: the graphs take the KV room a larger batch needs)" if k.cuda_graph_max_bs else
+              "the engine's CUDA-graph capture range (a larger decode batch runs eagerly, several times slower)")
+    return {"kv": "the KV pool at the workload's lengths (no preemption)",
+            "tpot": f"the {workload.tpot_ms:g} ms TPOT target",
+            "max_num_seqs": seqs,
+            "max_num_batched_tokens": "vLLM's token budget per step (each running request decodes one token of it)",
+            "cuda_graphs": graphs,
+            "deepep_dispatch": f"SGLang's DeepEP low-latency dispatch, at most {DEEPEP_SGLANG_DISPATCH_MAX:,} tokens "
+                               "per DP rank per step" + (f" ({decode_query_len(m.memory.knobs)} per request with MTP)"
+                                                          if m.memory.knobs.mtp else ""),
+            "none": "nothing (it cannot serve)"}.get(m.concurrency_limit, m.concurrency_limit)
