@@ -23,7 +23,7 @@ from .search import SearchResult, search
 from .topology import load_topology
 from .yamlio import path_kind
 from .tuning import Overrides
-from .tuning_mtp import mtp_hint
+from .tuning_mtp import MtpHint, mtp_hint
 
 Opt = typer.Option
 
@@ -83,7 +83,8 @@ def workload_from(input_len: str, output_len: str, concurrency: Optional[int], r
 
 def run_plan(model: str, topology: str, workload: Workload, engine: Optional[str], kv_cache_dtype: Optional[str],
              layouts: Optional[list[str]], calibration: Optional[Path],
-             pinned: Overrides = Overrides(), rank_by: str = "per-gpu") -> tuple[Plan, SearchResult, tuple]:
+             pinned: Overrides = Overrides(),
+             rank_by: str = "per-gpu") -> tuple[Plan, SearchResult, tuple, MtpHint | None]:
     loaded, topo = load_model(model), load_topology(topology)
     check_context(loaded.spec, workload)
     calib = load_calibration(calibration, topo)
@@ -106,8 +107,8 @@ def run_plan(model: str, topology: str, workload: Workload, engine: Optional[str
                     rank_by=rank_by)
     notes = tuple(calib.notes)
     hint = mtp_hint(loaded.spec, topo, result.options, workload, calib, pinned)
-    notes += (hint,) if hint else ()
-    return to_plan(loaded.spec, loaded.model_path, topo, workload, result), result, notes
+    notes += (hint.text,) if hint else ()
+    return to_plan(loaded.spec, loaded.model_path, topo, workload, result), result, notes, hint
 
 
 @guard
@@ -188,10 +189,12 @@ def plan_cmd(
     workload = workload_from(input_len, output_len, concurrency, request_rate, ttft_ms, tpot_ms, prefix_hit_rate,
                              mtp_acceptance)
     pinned = Overrides(block_size=block_size, cuda_graphs=not enforce_eager, mtp=mtp)
-    plan, result, notes = run_plan(model, topology, workload, engine, kv_cache_dtype, layout, calibration, pinned,
-                                   rank_by)
+    plan, result, notes, hint = run_plan(model, topology, workload, engine, kv_cache_dtype, layout, calibration,
+                                         pinned, rank_by)
     data = plan_to_dict(plan)
     data["notes"] = list(notes)
+    if hint:
+        data["mtp"] = hint.data
     data["rank_by"] = rank_by
     front = [result.points[i] for i in result.pareto]
     data["pareto"] = [{"candidate": p.option + 1, "batch_per_dp_rank": p.batch_per_dp_rank,

@@ -15,7 +15,7 @@ against #1 (mtp_pays decides whether to recommend it); a plan made with --mtp sa
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from .knobs import Knobs, Workload, tokens_per_step
 from .metrics import Metrics
@@ -60,17 +60,31 @@ def _name(i: int, o) -> str:
     return f"#{i} ({o.layout.label}, {o.engine}, {o.kv_dtype})"
 
 
-def mtp_hint(spec, topo, options: list, workload: Workload, calib, pinned: Overrides) -> str:
+@dataclass(frozen=True)
+class MtpHint:
+    text: str      # the plan's note
+    data: dict     # the same for scripts (plan --json "mtp")
+
+
+def _perf(m: Metrics | None) -> dict | None:
+    return None if m is None else {
+        "throughput_tokens_per_s_per_gpu": m.throughput_tokens_per_s_per_gpu, "concurrency": m.concurrency,
+        "tpot_s": m.tpot_s, "meets_targets": m.meets_targets}
+
+
+def mtp_hint(spec, topo, options: list, workload: Workload, calib, pinned: Overrides) -> MtpHint | None:
     """One note on speculative decoding for the plan (options: search.Option, best first): planned without it,
     what the first of the best MTP_HINT_TRIES candidates that can run it would serve with it, tuned again,
-    against #1; planned with it (--mtp), what #1 would serve without. '' for a model without an MTP layer."""
+    against #1; planned with it (--mtp), what #1 would serve without. None for a model without an MTP layer."""
     if not spec.num_nextn_predict_layers or not options:
-        return ""
+        return None
     a = workload.mtp_acceptance
-    what = f"MTP ({tokens_per_step(Knobs(mtp=True), a):.2f} tokens per step at {a:.0%} acceptance, --mtp-acceptance)"
+    per_step = tokens_per_step(Knobs(mtp=True), a)
+    what = f"MTP ({per_step:.2f} tokens per step at {a:.0%} acceptance, --mtp-acceptance)"
     best = options[0]
+    data = {"acceptance": a, "tokens_per_step": per_step, "planned_with_mtp": best.tuned.knobs.mtp}
     if best.tuned.knobs.mtp:
-        return _without(spec, topo, best, workload, calib, pinned, what)
+        return _without(spec, topo, best, workload, calib, pinned, what, data)
     plain, refused = best.tuned.metrics, []
     for i, o in enumerate(options[:MTP_HINT_TRIES], 1):
         try:
@@ -80,26 +94,34 @@ def mtp_hint(spec, topo, options: list, workload: Workload, calib, pinned: Overr
             refused.append((i, str(exc).removesuffix("; MTP is not planned there")))
             continue
         cannot = _cannot(refused) + "; " if refused else ""
-        if mtp_pays(plain, drafted):
-            return (f"{what}: {cannot}{_name(i, o)} would serve {_serves(drafted)} with it, against {_serves(plain)} "
-                    f"for #1 without{_gain(plain, drafted)}: rerun with --mtp to plan every layout with it")
-        return (f"{what}: {cannot}it would not pay on {_name(i, o)}: {_serves(drafted)} with it, against "
-                f"{_serves(plain)} for #1 without (plan --mtp searches every layout with it)")
-    return f"{what}: " + _cannot(refused)
+        pays = mtp_pays(plain, drafted)
+        data |= {"candidate": i, "layout": o.layout.label, "engine": o.engine, "kv_dtype": o.kv_dtype,
+                 "with_mtp": _perf(drafted), "first_without_mtp": _perf(plain), "pays": pays,
+                 "cannot": [{"candidate": j, "reason": why} for j, why in refused]}
+        if pays:
+            return MtpHint(f"{what}: {cannot}{_name(i, o)} would serve {_serves(drafted)} with it, against "
+                           f"{_serves(plain)} for #1 without{_gain(plain, drafted)}: rerun with --mtp to plan every "
+                           "layout with it", data)
+        return MtpHint(f"{what}: {cannot}it would not pay on {_name(i, o)}: {_serves(drafted)} with it, against "
+                       f"{_serves(plain)} for #1 without (plan --mtp searches every layout with it)", data)
+    data |= {"pays": None, "cannot": [{"candidate": j, "reason": why} for j, why in refused]}
+    return MtpHint(f"{what}: " + _cannot(refused), data)
 
 
-def _without(spec, topo, best, workload: Workload, calib, pinned: Overrides, what: str) -> str:
+def _without(spec, topo, best, workload: Workload, calib, pinned: Overrides, what: str, data: dict) -> MtpHint:
     """For a plan made with --mtp: #1 tuned again without it."""
+    data |= {"candidate": 1, "layout": best.layout.label, "engine": best.engine, "kv_dtype": best.kv_dtype,
+             "with_mtp": _perf(best.tuned.metrics)}
     try:
         plain = tune(spec, topo, best.layout, best.engine, best.kv_dtype, workload, calib,
                      replace(pinned, mtp=False)).metrics
     except Rejected as exc:
-        return f"{what}: #1 cannot serve without it ({exc})"
+        return MtpHint(f"{what}: #1 cannot serve without it ({exc})", data | {"without_mtp": None, "pays": True})
     drafted = best.tuned.metrics
-    verdict = ("" if mtp_pays(plain, drafted) else
-               ": at this acceptance MTP does not pay here; plan without --mtp")
-    return (f"{what}: #1 {_name(1, best)[3:]} serves {_serves(drafted)} with it; without it "
-            f"{_serves(plain)}{verdict}")
+    pays = mtp_pays(plain, drafted)
+    verdict = "" if pays else ": at this acceptance MTP does not pay here; plan without --mtp"
+    return MtpHint(f"{what}: #1 {_name(1, best)[3:]} serves {_serves(drafted)} with it; without it "
+                   f"{_serves(plain)}{verdict}", data | {"without_mtp": _perf(plain), "pays": pays})
 
 
 def _cannot(refused: list) -> str:

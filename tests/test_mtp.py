@@ -87,11 +87,16 @@ def test_plan_says_what_mtp_would_serve_and_plans_with_it_on_request(cli, tmp_pa
     hint = [n for n in data["notes"] if n.startswith("MTP")]
     assert len(hint) == 1 and f"#1 ({best['label']}, sglang, {best['knobs']['kv_cache_dtype']}) would serve" in hint[0]
     assert "rerun with --mtp" in hint[0] and not best["knobs"]["mtp"]
+    m = data["mtp"]    # the same for scripts
+    assert m["pays"] and m["candidate"] == 1 and m["layout"] == best["label"] and not m["planned_with_mtp"]
+    assert m["with_mtp"]["throughput_tokens_per_s_per_gpu"] > m["first_without_mtp"]["throughput_tokens_per_s_per_gpu"]
+    assert m["first_without_mtp"]["tpot_s"] == pytest.approx(best["performance"]["tpot_s"])
     drafted = json.loads(cli(*args, "--mtp", "--mtp-acceptance", "0.7").stdout)
     assert all(c["knobs"]["mtp"] for c in drafted["candidates"])
     assert drafted["workload"]["mtp_acceptance"] == 0.7
     (without,) = [n for n in drafted["notes"] if n.startswith("MTP")]
     assert "with it; without it" in without and "does not pay" not in without
+    assert drafted["mtp"]["planned_with_mtp"] and drafted["mtp"]["pays"] and drafted["mtp"]["without_mtp"]
     best = drafted["candidates"][0]
     assert any(r.startswith("mtp: on") and "1.70 tokens per step" in r for r in best["reasons"])
     plan = tmp_path / "plan.json"
