@@ -61,6 +61,7 @@ class Calibration:
     nvlink_step_latency_s: float
     # HBM and tensor cores
     hbm_efficiency: float
+    moe_hbm_efficiency: float
     attention_hbm_efficiency: float
     tensor_core_efficiency: float
     attention_tensor_core_efficiency: float

@@ -38,7 +38,7 @@ class Op:
     name: str
     bytes: float
     flops: float
-    kind: str = "gemm"     # "gemm" (weights-streaming) or "attention" (the attention kernel)
+    kind: str = "gemm"     # "gemm" (weights-streaming), "moe" (the routed experts' grouped GEMMs) or "attention"
     fp8: bool = False      # runs on fp8 tensor cores (fp8 weights on a GPU with fp8)
 
 
@@ -210,7 +210,7 @@ def ffn_ops(spec: ModelSpec, layout: Layout, batch: Batch, w: LayerWeights, moe:
     hit = experts_hit(E / layout.ep, E, k, group_tokens)
     routed_pairs = group_tokens * k / layout.ep                # token-expert pairs landing on this EP rank
     ops.append(Op("moe.experts", hit * w.expert_bytes / layout.moe_tp,
-                  2.0 * routed_pairs * w.expert_params / layout.moe_tp, "gemm", w.expert_fp8))
+                  2.0 * routed_pairs * w.expert_params / layout.moe_tp, "moe", w.expert_fp8))
     return ops
 
 
