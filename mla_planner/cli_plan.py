@@ -203,6 +203,8 @@ def plan_cmd(
                       for p in front]
     if plot:
         _plot(plot, plan, result, rank_by)
+        notes = (*notes, f"--plot: the Pareto plot is in {plot}")
+        data["notes"] = list(notes)
     meets = meets_targets(plan)
     if emit and meets:
         from .launch import emit_plan

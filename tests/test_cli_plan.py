@@ -128,7 +128,7 @@ def test_plot_png_or_clear_error(cli, tmp_path):
     except ImportError:
         assert r.exit_code == 2 and "mla-plan[plot]" in r.stderr
     else:
-        assert r.exit_code == 0 and png.read_bytes()[:4] == b"\x89PNG"
+        assert r.exit_code == 0 and png.read_bytes()[:4] == b"\x89PNG" and f"the Pareto plot is in {png}" in r.stdout
 
 
 def test_offered_concurrency_caps_what_is_in_flight(cli):
