@@ -24,6 +24,7 @@ from .tuning import Overrides, Rejected, tune
 MTP_HINT_TRIES = 3      # candidates tried, best first, until one can run MTP
 MIN_MTP_GAIN = 0.03     # below it, the drafter's extra moving part (and engines' version-specific MTP bugs,
                         # USER_PROBLEMS.md problems 15 and 29) is not worth it
+SAME_RATE = 0.01        # tokens/s within 1 %: the offered load (--request-rate, --concurrency) fixes them
 
 
 def mtp_pays(plain: Metrics, drafted: Metrics) -> bool:
@@ -33,7 +34,7 @@ def mtp_pays(plain: Metrics, drafted: Metrics) -> bool:
     if drafted.meets_targets != plain.meets_targets:
         return drafted.meets_targets
     tp, td = plain.throughput_tokens_per_s, drafted.throughput_tokens_per_s
-    if abs(td - tp) <= 0.01 * tp:
+    if abs(td - tp) <= SAME_RATE * tp:
         return drafted.tpot_s < plain.tpot_s * (1 - MIN_MTP_GAIN)
     return td > tp * (1 + MIN_MTP_GAIN)
 
@@ -50,7 +51,7 @@ def _serves(m: Metrics) -> str:
 
 def _gain(plain: Metrics, drafted: Metrics) -> str:
     tp, td = plain.throughput_tokens_per_s, drafted.throughput_tokens_per_s
-    if tp and abs(td - tp) > 0.01 * tp:
+    if tp and abs(td - tp) > SAME_RATE * tp:
         return f" ({td / tp - 1:+.0%} tok/s" + ("; more requests fit under the TPOT target"
                                                if drafted.concurrency > plain.concurrency else "") + ")"
     return f" (the same tok/s, each token {1 - drafted.tpot_s / plain.tpot_s:.0%} sooner)" if plain.tpot_s else ""
