@@ -26,8 +26,8 @@ TopologyOpt = Annotated[str, typer.Option("--topology", "-t", help="Built-in top
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON instead of tables.")]
 PpPartitionOpt = Annotated[Optional[str], typer.Option("--pp-layer-partition", help=(
     "Decoder layers per pipeline stage, e.g. 32,29 (what VLLM_PP_LAYER_PARTITION / SGLANG_PP_LAYER_PARTITION set; "
-    "default: the engine's split by count, the remainder to vLLM's middle stages or SGLang's last); compare "
-    "applies it to the layouts with as many stages."))]
+    "default: the engine's split by count, the remainder to vLLM's middle stages or SGLang's last); with "
+    "several layouts (compare), those with as many stages take it."))]
 GraphCapOpt = Annotated[Optional[int], typer.Option("--cuda-graph-max-bs", help=(
     "Largest decode batch captured as a CUDA graph, per DP rank (vLLM --max-cudagraph-capture-size, in tokens: "
     "2 per request with --mtp; SGLang --cuda-graph-max-bs-decode, in requests; default: the engine's, 512 on "

@@ -20,6 +20,7 @@ from .cli_plan import parse_length
 from .engine_memory import SGLANG_SPECULATIVE_MAX_RUNNING, default_memory_fraction, engine_default_knobs
 from .errors import PlanError
 from .knobs import ENGINES, MTP_ACCEPTANCE, Knobs, Workload
+from .launch.sglang import pp_spec_problem as sglang_pp_spec_problem
 from .launch.vllm import layout_problem as vllm_layout_problem
 from .layout import Layout, parse_layout
 from .memory import evaluate as memory_evaluate
@@ -282,6 +283,8 @@ def compare_cmd(layouts: Annotated[Optional[list[str]], typer.Option(
                                                           if engine == "vllm" else "")
         deepep = f"will not start as priced here: {deepep}" if deepep else ""
         verify = _mtp_verify_note(spec, topo, layout, knobs) if mtp else ""
+        if mtp and engine == "sglang" and sglang_pp_spec_problem(layout):
+            deepep = deepep or f"will not start as priced here: {sglang_pp_spec_problem(layout)}"
         capped = (f"SGLang resets --max-running-requests to {SGLANG_SPECULATIVE_MAX_RUNNING} with speculative "
                   "decoding (for the whole server): give --max-num-seqs for more"
                   if mtp and engine == "sglang" and seqs is None else "")

@@ -16,6 +16,7 @@ from .backends import choose_block_size, fp8_checkpoint, mtp_verify_problem, no_
 from .calibration import Calibration
 from .errors import PlanError
 from .knobs import MTP_DRAFT_TOKENS, Knobs, Workload, tokens_per_step
+from .launch.sglang import pp_spec_problem as sglang_pp_spec_problem
 from .layout import Layout
 from .memory import evaluate as memory_evaluate
 from .memory import safe_memory_fraction
@@ -89,9 +90,8 @@ def _draft_knobs(spec: ModelSpec, topo: Topology, layout: Layout, engine: str, k
     if spec.attention == "mla":
         backend, block, why_block = _backend_and_block(engine, gpu, kv_dtype, layout.dcp, pinned.block_size)
         backend_name = backend.name
-        if pinned.mtp and engine == "sglang" and layout.pp > 1 and layout.dp > 1:
-            raise Rejected("SGLang runs speculative decoding under PP only with SGLANG_ENABLE_PP_SPEC=1, which "
-                           "refuses attention DP (arg_groups/validation_hook.py); MTP is not planned there")
+        if pinned.mtp and engine == "sglang" and sglang_pp_spec_problem(layout):
+            raise Rejected(sglang_pp_spec_problem(layout) + "; MTP is not planned there")
         verify_problem = mtp_verify_problem(backend, layout.dcp) if pinned.mtp else ""
         if verify_problem:
             raise Rejected(verify_problem + "; MTP is not planned there")

@@ -272,3 +272,7 @@ def test_compare_says_where_mtp_would_not_run_as_priced(cli):
     row = json.loads(cli("compare", "-t", "8xh200", "-l", "tp=8,dcp=2", "--mtp", "--kv-cache-dtype", "fp8",
                          "--json").stdout)["layouts"][0]
     assert any(n.startswith("slower than priced here: under DCP vLLM decodes one query token") for n in row["notes"])
+    sglang = json.loads(cli("compare", "-t", "8xh200", "-e", "sglang", "-l", "tp=1,dp=4,ep=4,pp=2", "--mtp",
+                            "--json").stdout)["layouts"][0]
+    assert any(n.startswith("will not start as priced here: SGLang runs speculative decoding under PP only")
+               for n in sglang["notes"])
