@@ -279,16 +279,15 @@ def compare_cmd(layouts: Annotated[Optional[list[str]], typer.Option(
         m = evaluate(spec, topo, layout, knobs, workload, calib)
         results.append((m, knobs))
         split = split_note(spec, topo, layout, knobs, m.memory) if m.memory.fits else ""   # `plan` may adopt it
-        deepep = deepep_problem(engine, layout, topo) or (vllm_layout_problem(layout, topo.gpus_per_node)
-                                                          if engine == "vllm" else "")
-        deepep = f"will not start as priced here: {deepep}" if deepep else ""
+        start = (deepep_problem(engine, layout, topo)
+                 or (vllm_layout_problem(layout, topo.gpus_per_node) if engine == "vllm" else "")
+                 or (sglang_pp_spec_problem(layout) if mtp and engine == "sglang" else ""))
+        start = f"will not start as priced here: {start}" if start else ""
         verify = _mtp_verify_note(spec, topo, layout, knobs) if mtp else ""
-        if mtp and engine == "sglang" and sglang_pp_spec_problem(layout):
-            deepep = deepep or f"will not start as priced here: {sglang_pp_spec_problem(layout)}"
         capped = (f"SGLang resets --max-running-requests to {SGLANG_SPECULATIVE_MAX_RUNNING} with speculative "
                   "decoding (for the whole server): give --max-num-seqs for more"
                   if mtp and engine == "sglang" and seqs is None else "")
-        rows.append(summary(m) | {"notes": [n for n in (deepep, verify, note, split, capped) if n] + list(m.notes)})
+        rows.append(summary(m) | {"notes": [n for n in (start, verify, note, split, capped) if n] + list(m.notes)})
     if as_json:
         return print_json({"model": spec.name, "topology": topo.name, "engine": engine, "workload": asdict(workload),
                            "layouts": [r | {"knobs": asdict(k), "detail": detail(m)}

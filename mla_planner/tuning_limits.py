@@ -74,7 +74,8 @@ def fit_by_split(spec, topo, layout, knobs: Knobs, worst_chunk: int) -> tuple[Kn
     if split == own:
         return knobs, ""
     alt = replace(knobs, pp_layer_partition=tuple(split))
-    alt = replace(alt, memory_fraction=_safe(spec, topo, layout, replace(alt, memory_fraction=1.0), worst_chunk))
+    worst = replace(alt, max_num_batched_tokens=max(worst_chunk, alt.max_num_batched_tokens))
+    alt = replace(alt, memory_fraction=safe_memory_fraction(spec, topo, layout, worst))   # the split's own
     if not memory_evaluate(spec, topo, layout, alt).fits:
         return knobs, ""
     return alt, (f"{','.join(map(str, split))} ({partition_env_name(knobs.engine)}): with the engine's own split "
