@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import sys
 from typing import Annotated, Optional
 
@@ -90,6 +91,12 @@ app.command("verify")(verify_cmd)
 
 
 def main() -> None:
+    # A reader that closes the pipe early (`mla-plan plan | head`) ends the process as it ends `yes | head`:
+    # by SIGPIPE, status 141, silently. Click would exit 1, which here means "no candidate meets the targets".
+    if hasattr(signal, "SIGPIPE"):
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     app()
+
+
 if __name__ == "__main__":
     main()

@@ -29,3 +29,15 @@ def test_wheel_carries_data_and_runs_outside_the_checkout(tmp_path):
                          env={"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin"}, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert "2x8xh100-ib" in out.stdout and str(ROOT) not in out.stdout
+
+
+def test_a_reader_closing_the_pipe_early_is_not_read_as_no_candidate():
+    """`plan | head -1` once exited 1 (Click's EPIPE handling), the status that means "none meets the
+    targets"; a closed pipe now ends the process by SIGPIPE (141 in the shell), silently."""
+    import shutil
+    if shutil.which("bash") is None or sys.platform == "win32":
+        import pytest
+        pytest.skip("needs a POSIX shell")
+    cmd = f"{sys.executable} -m mla_planner.cli plan 2>&1 | head -c 20 >/dev/null; echo ${{PIPESTATUS[0]}}"
+    out = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == "141", out.stdout + out.stderr
