@@ -6,7 +6,10 @@ algorithm is picked. Alpha = nccl_base_latency_s (+ internode_latency_s once whe
 + hop latencies: the first NVLink hop costs the topology's `intra_node.latency_us`, each further pipelined
 ring step `nvlink_step_latency_s`, each step between nodes `inter_node.latency_us`. Beta uses the per-GPU
 per-direction NVLink (or PCIe) rate and, between nodes, the GPU's share of its node's NICs (node NIC line
-rate / GPUs per node), each times its efficiency.
+rate / GPUs per node), each times its efficiency. Those hop latencies are the LL protocol's; between nodes
+each algorithm is also priced under NCCL's LL128 and Simple protocols (more latency, more bandwidth;
+data/nccl_protocols.yaml, from tuning.cc) and the fastest pair is taken - pairing LL's latency with Simple's
+bandwidth put 1-16 MB two-node all-reduces 28-48 % below published nccl-tests tables.
 
 Sizes follow nccl-tests (PERFORMANCE.md): all_reduce S = the buffer; all_gather S = the gathered output;
 reduce_scatter S = the input; all_to_all S = what one rank sends in total; p2p S = the message. busbw =
@@ -19,8 +22,11 @@ from dataclasses import dataclass
 from functools import lru_cache
 from math import ceil, log2
 
+import yaml
+
 from .calibration import Calibration
 from .errors import PlanError
+from .resources import data_dir
 from .topology import Topology
 
 KINDS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "p2p")
@@ -111,6 +117,45 @@ def _intra(kind: str, S: float, p: int, net: Net, calib: Calibration) -> list[tu
 
 # ---- spanning n nodes with g GPUs each ----
 
+@dataclass(frozen=True)
+class _Path:
+    """One algorithm between nodes before NCCL picks a protocol: its latency at the LL protocol (the
+    topology's figures), the NVLink and network steps that latency counts (each protocol adds its own
+    surcharge per step), its bandwidth term, and the bytes its busiest link carries (for LL's cap)."""
+    algorithm: str        # "ring" | "tree" | "hierarchical"
+    latency_s: float
+    nvlink_steps: int
+    net_steps: int
+    bandwidth_s: float
+    bus_bytes: float
+
+
+@lru_cache(maxsize=1)
+def _protocol_table() -> dict:
+    return yaml.safe_load(data_dir("nccl_protocols.yaml").read_text(encoding="utf-8"))
+
+
+def _with_protocols(paths: list[_Path], n: int) -> list[tuple[str, float, float]]:
+    """Each path under NCCL's LL, LL128 and Simple protocols (data/nccl_protocols.yaml, from NCCL's
+    tuning.cc): latency + the protocol's surcharge per call and per step, bandwidth x the share it keeps,
+    and LL's bandwidth capped at llMaxBw. NCCL's NVLSTree, which `hierarchical` stands for, is Simple only."""
+    table = _protocol_table()
+    cap = table["ll_busbw_cap_bytes_per_s"]["two_nodes" if n == 2 else "more_nodes"]
+    out = []
+    for path in paths:
+        for proto, by_algorithm in table["protocols"].items():
+            if path.algorithm == "hierarchical" and proto != "Simple":
+                continue
+            extra = by_algorithm["tree" if path.algorithm == "tree" else "ring"]
+            latency_s = (path.latency_s + extra["base_s"] + path.nvlink_steps * extra["nvlink_step_s"]
+                         + path.net_steps * extra["net_step_s"])
+            bandwidth_s = path.bandwidth_s / extra["bandwidth_fraction"]
+            if proto == "LL":
+                bandwidth_s = max(bandwidth_s, path.bus_bytes / cap)
+            out.append((f"{path.algorithm}/{proto}", latency_s, bandwidth_s))
+    return out
+
+
 def _inter(kind: str, S: float, n: int, g: int, net: Net, calib: Calibration) -> list[tuple[str, float, float]]:
     nic = net.nic_line_bytes_per_s * net.nic_efficiency
     if kind == "p2p":
@@ -121,39 +166,43 @@ def _inter(kind: str, S: float, n: int, g: int, net: Net, calib: Calibration) ->
         inter_s = (p - g) / p * S / (net.nic_line_bytes_per_s * net.a2a_nic_efficiency)
         return [("direct", net.first_hop_s + net.net_hop_s, max(intra_s, inter_s))]
     if kind == "all_reduce":
-        return _inter_all_reduce(S, n, g, net, calib, nic)
-    return _inter_gather(kind, S, n, g, net, calib, nic)
+        return _with_protocols(_inter_all_reduce(S, n, g, net, calib, nic), n)
+    return _with_protocols(_inter_gather(kind, S, n, g, net, calib, nic), n)
 
 
-def _inter_all_reduce(S, n, g, net, calib, nic) -> list[tuple[str, float, float]]:
+def _inter_all_reduce(S, n, g, net, calib, nic) -> list[_Path]:
     """Flat ring over all n*g ranks (crossings share the group's NICs), NCCL's tree between nodes (a chain
     inside each node, log2(n) network hops, algbw = busbw / 2 as tuning.cc), and hierarchical:
     reduce-scatter inside the node, ring all-reduce of the 1/g shard over each GPU's own NIC, all-gather."""
     p = n * g
     ring_busbw = min(net.nvlink_bytes_per_s * calib.nvlink_ring_efficiency, g * nic)
-    ring = ("ring", net.first_hop_s + max(2 * (p - n) - 1, 0) * net.step_s + 2 * (n - 1) * net.net_hop_s,
-            2 * (p - 1) / p * S / ring_busbw)
-    tree = ("tree", net.first_hop_s + 2 * ((g - 1) * net.step_s + ceil(log2(n)) * net.net_hop_s),
-            2 * S / ring_busbw)
+    ring_steps = max(2 * (p - n) - 1, 0)
+    ring = _Path("ring", net.first_hop_s + ring_steps * net.step_s + 2 * (n - 1) * net.net_hop_s,
+                 ring_steps + 1, 2 * (n - 1), 2 * (p - 1) / p * S / ring_busbw, 2 * (p - 1) / p * S)
+    hops = ceil(log2(n))
+    tree = _Path("tree", net.first_hop_s + 2 * ((g - 1) * net.step_s + hops * net.net_hop_s),
+                 2 * (g - 1) + 1, 2 * hops, 2 * S / ring_busbw, 2 * S)
     out = [ring, tree]
     if g > 1:
         rs = min(_intra("reduce_scatter", S, g, net, calib), key=lambda a: a[1] + a[2])
         shard_lat, shard_bw = 2 * (n - 1) * net.net_hop_s, 2 * (n - 1) / n * (S / g) / nic
-        out.append(("hierarchical", 2 * rs[1] + shard_lat, 2 * rs[2] + shard_bw))
+        out.append(_Path("hierarchical", 2 * rs[1] + shard_lat, 2 * (g - 1), 2 * (n - 1),
+                         2 * rs[2] + shard_bw, S))
     return out
 
 
-def _inter_gather(kind, S, n, g, net, calib, nic) -> list[tuple[str, float, float]]:
+def _inter_gather(kind, S, n, g, net, calib, nic) -> list[_Path]:
     """All-gather / reduce-scatter: flat ring (NIC-limited crossings) and hierarchical (exchange with the
     same-index GPU of the other nodes over its own NIC, then a ring inside the node)."""
     p = n * g
     busbw = min(net.nvlink_bytes_per_s * calib.nvlink_allgather_efficiency, g * nic)
-    ring = ("ring", net.first_hop_s + max(p - n - 1, 0) * net.step_s + (n - 1) * net.net_hop_s,
-            (p - 1) / p * S / busbw)
-    out = [ring]
+    ring_steps = max(p - n - 1, 0)
+    out = [_Path("ring", net.first_hop_s + ring_steps * net.step_s + (n - 1) * net.net_hop_s,
+                 ring_steps + 1, n - 1, (p - 1) / p * S / busbw, (p - 1) / p * S)]
     if g > 1:
         intra = _intra(kind, S, g, net, calib)[0]
-        out.append(("hierarchical", (n - 1) * net.net_hop_s + intra[1], (n - 1) * S / p / nic + intra[2]))
+        out.append(_Path("hierarchical", (n - 1) * net.net_hop_s + intra[1], g - 1, n - 1,
+                         (n - 1) * S / p / nic + intra[2], S))
     return out
 
 
@@ -173,7 +222,7 @@ def collective(kind: str, message_bytes: float, group_size: int, topo: Topology,
     options = _intra(kind, message_bytes, g, net, calib) if n == 1 else \
         _inter(kind, message_bytes, n, g, net, calib)
     if algorithm is not None:
-        options = [o for o in options if o[0] == algorithm]
+        options = [o for o in options if algorithm in (o[0], o[0].split("/")[0])]
         if not options:
             raise PlanError(f"algorithm '{algorithm}' is not available for {kind} over {group_size} GPUs")
     name, lat, bw = min(options, key=lambda o: o[1] + o[2])
