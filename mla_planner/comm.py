@@ -181,7 +181,7 @@ def _inter_all_reduce(S, n, g, net, calib, nic) -> list[_Path]:
                  ring_steps + 1, 2 * (n - 1), 2 * (p - 1) / p * S / ring_busbw, 2 * (p - 1) / p * S)
     hops = ceil(log2(n))
     tree = _Path("tree", net.first_hop_s + 2 * ((g - 1) * net.step_s + hops * net.net_hop_s),
-                 2 * (g - 1) + 1, 2 * hops, 2 * S / ring_busbw, 2 * S)
+                 2 * (g - 1), 2 * hops, 2 * S / ring_busbw, 2 * S)
     out = [ring, tree]
     if g > 1:
         rs = min(_intra("reduce_scatter", S, g, net, calib), key=lambda a: a[1] + a[2])

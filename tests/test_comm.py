@@ -120,7 +120,7 @@ def test_two_node_all_reduce_follows_published_nccl_tests(source):
     the bandwidth): the model prices each (algorithm, protocol) with NCCL's own tuning.cc constants
     (data/nccl_protocols.yaml) and lands within 15 % of the table NVIDIA called good, 25 % of the other two.
     Pairing LL's latency with Simple's bandwidth, as the model did before, gave times 28-48 % below these
-    tables (e.g. 2.8 MB, a TP16 decode all-reduce of DeepSeek-V2: 58 us; now 84 us; the tables: ~83-101 us)."""
+    tables (e.g. 2.8 MB, a TP16 decode all-reduce of DeepSeek-V2: 58 us; now 83 us; the tables: ~83-101 us)."""
     topo = load_topology("2x8xh100-ib")
     cal = load_calibration(None, topo)
     table, tolerance = TWO_NODE_ALL_REDUCE_US[source]

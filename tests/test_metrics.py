@@ -37,14 +37,14 @@ def seed():
 
 def test_seed_scenario_tp8_pp2_beats_tp16(seed):
     """The direction of the seed article's table, computed (efficiency.yaml defaults, 2048 in / 512 out,
-    TPOT <= 50 ms). The model produces: TP16 239 requests (TPOT-bound), 4.8k tok/s, 38.2 ms step, 35.1 %
-    network wait over the serving run (26.4 % in a decode step without a prefill chunk), 37.5 % effective
+    TPOT <= 50 ms). The model produces: TP16 240 requests (TPOT-bound), 4.8k tok/s, 38.2 ms step, 34.9 %
+    network wait over the serving run (26.2 % in a decode step without a prefill chunk), 37.5 % effective
     memory; TP8xPP2 305 requests (TPOT-bound: a token takes two stage steps, and a prefill chunk stalls
     both stages), 6.1k tok/s, 18.2 ms step, 10.2 % network wait (6.3 %), 38.3 %.
     The article's 58 % network share for TP16 is not reproduced at the concurrency TP16 sustains: its 120
-    cross-node all-reduces of 2.8 MB cost ~84 us each (NCCL's LL128 protocol; within 15 % of published
+    cross-node all-reduces of 2.5 MB cost ~81 us each (NCCL's LL128 protocol; within 15 % of published
     2-node nccl-tests, test_comm) against ~28 ms of HBM-bound work per step; the rounds that carry a
-    2048-token prefill chunk add all-reduces of 23.8 MB (~216 us each) (docs/step-model.md, section 9)."""
+    2048-token prefill chunk add all-reduces of 23.4 MB (~213 us each) (docs/step-model.md, section 9)."""
     tp16, pp2 = seed["tp=16"], seed["tp=8,pp=2"]
     assert pp2.concurrency > tp16.concurrency
     assert pp2.throughput_tokens_per_s > 1.05 * tp16.throughput_tokens_per_s
