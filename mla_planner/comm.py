@@ -45,6 +45,7 @@ class Net:
     base_s: float
     internode_s: float
     nvls: bool
+    ll128: bool             # NCCL enables LL128 by default only where the GPUs of a node share NVLink
 
 
 @dataclass(frozen=True)
@@ -70,7 +71,8 @@ def net_of(topo: Topology, calib: Calibration) -> Net:
                a2a_nic_efficiency=calib.socket_efficiency if tcp else calib.rdma_all_to_all_efficiency,
                first_hop_s=topo.intra_node.latency_us * 1e-6, step_s=calib.nvlink_step_latency_s,
                net_hop_s=(inter.latency_us if inter else 0.0) * 1e-6, base_s=calib.nccl_base_latency_s,
-               internode_s=calib.internode_latency_s, nvls=topo.uses_nvls)
+               internode_s=calib.internode_latency_s, nvls=topo.uses_nvls,
+               ll128=topo.intra_node.kind != "pcie" and bool(topo.gpu.nvlink_bytes_per_s))
 
 
 def placement(group_size: int, topo: Topology, spans_nodes: bool | None) -> tuple[int, int]:
@@ -135,16 +137,18 @@ def _protocol_table() -> dict:
     return yaml.safe_load(data_dir("nccl_protocols.yaml").read_text(encoding="utf-8"))
 
 
-def _with_protocols(paths: list[_Path], n: int) -> list[tuple[str, float, float]]:
+def _with_protocols(paths: list[_Path], n: int, net: Net) -> list[tuple[str, float, float]]:
     """Each path under NCCL's LL, LL128 and Simple protocols (data/nccl_protocols.yaml, from NCCL's
     tuning.cc): latency + the protocol's surcharge per call and per step, bandwidth x the share it keeps,
-    and LL's bandwidth capped at llMaxBw. NCCL's NVLSTree, which `hierarchical` stands for, is Simple only."""
+    and LL's bandwidth capped at llMaxBw. `hierarchical` is priced with Simple only (a bulk path, like
+    NCCL's NVLSTree); LL128 only where the node's GPUs share NVLink (NCCL's default: tuning.cc enables it
+    for NVLink-connected sm70-sm120). The surcharges are NCCL's NVLink figures, used on PCIe too."""
     table = _protocol_table()
     cap = table["ll_busbw_cap_bytes_per_s"]["two_nodes" if n == 2 else "more_nodes"]
     out = []
     for path in paths:
         for proto, by_algorithm in table["protocols"].items():
-            if path.algorithm == "hierarchical" and proto != "Simple":
+            if (path.algorithm == "hierarchical" and proto != "Simple") or (proto == "LL128" and not net.ll128):
                 continue
             extra = by_algorithm["tree" if path.algorithm == "tree" else "ring"]
             latency_s = (path.latency_s + extra["base_s"] + path.nvlink_steps * extra["nvlink_step_s"]
@@ -166,8 +170,8 @@ def _inter(kind: str, S: float, n: int, g: int, net: Net, calib: Calibration) ->
         inter_s = (p - g) / p * S / (net.nic_line_bytes_per_s * net.a2a_nic_efficiency)
         return [("direct", net.first_hop_s + net.net_hop_s, max(intra_s, inter_s))]
     if kind == "all_reduce":
-        return _with_protocols(_inter_all_reduce(S, n, g, net, calib, nic), n)
-    return _with_protocols(_inter_gather(kind, S, n, g, net, calib, nic), n)
+        return _with_protocols(_inter_all_reduce(S, n, g, net, calib, nic), n, net)
+    return _with_protocols(_inter_gather(kind, S, n, g, net, calib, nic), n, net)
 
 
 def _inter_all_reduce(S, n, g, net, calib, nic) -> list[_Path]:
@@ -178,13 +182,13 @@ def _inter_all_reduce(S, n, g, net, calib, nic) -> list[_Path]:
     ring_busbw = min(net.nvlink_bytes_per_s * calib.nvlink_ring_efficiency, g * nic)
     ring_steps = max(2 * (p - n) - 1, 0)
     ring = _Path("ring", net.first_hop_s + ring_steps * net.step_s + 2 * (n - 1) * net.net_hop_s,
-                 ring_steps + 1, 2 * (n - 1), 2 * (p - 1) / p * S / ring_busbw, 2 * (p - 1) / p * S)
+                 2 * (p - n), 2 * (n - 1), 2 * (p - 1) / p * S / ring_busbw, 2 * (p - 1) / p * S)
     hops = ceil(log2(n))
     tree = _Path("tree", net.first_hop_s + 2 * ((g - 1) * net.step_s + hops * net.net_hop_s),
                  2 * (g - 1), 2 * hops, 2 * S / ring_busbw, 2 * S)
     out = [ring, tree]
     if g > 1:
-        rs = min(_intra("reduce_scatter", S, g, net, calib), key=lambda a: a[1] + a[2])
+        rs = _intra("reduce_scatter", S, g, net, calib)[0]
         shard_lat, shard_bw = 2 * (n - 1) * net.net_hop_s, 2 * (n - 1) / n * (S / g) / nic
         out.append(_Path("hierarchical", 2 * rs[1] + shard_lat, 2 * (g - 1), 2 * (n - 1),
                          2 * rs[2] + shard_bw, S))
@@ -198,7 +202,7 @@ def _inter_gather(kind, S, n, g, net, calib, nic) -> list[_Path]:
     busbw = min(net.nvlink_bytes_per_s * calib.nvlink_allgather_efficiency, g * nic)
     ring_steps = max(p - n - 1, 0)
     out = [_Path("ring", net.first_hop_s + ring_steps * net.step_s + (n - 1) * net.net_hop_s,
-                 ring_steps + 1, n - 1, (p - 1) / p * S / busbw, (p - 1) / p * S)]
+                 p - n, n - 1, (p - 1) / p * S / busbw, (p - 1) / p * S)]
     if g > 1:
         intra = _intra(kind, S, g, net, calib)[0]
         out.append(_Path("hierarchical", (n - 1) * net.net_hop_s + intra[1], g - 1, n - 1,

@@ -132,15 +132,32 @@ def test_two_node_all_reduce_follows_published_nccl_tests(source):
 
 def test_protocols_trade_latency_for_bandwidth_between_nodes():
     """NCCL's choice as its tuner makes it: LL for small messages (lowest latency), LL128 in the middle, a
-    full-bandwidth protocol for large ones; each protocol priced alone is never faster than the pick."""
+    full-bandwidth protocol for large ones; each (algorithm, protocol) priced alone costs more latency and
+    less bandwidth time the further it is from LL, and the pick is the cheapest of them."""
     topo = load_topology("2x8xh100-ib")
     cal = load_calibration(None, topo)
-    picks = [collective("all_reduce", s, 16, topo, cal).algorithm.split("/")[1] for s in (8, 2**21, LARGE)]
-    assert picks == ["LL", "LL128", "Simple"]
+    picks = [collective("all_reduce", s, 16, topo, cal).algorithm for s in (8, 2**21, LARGE)]
+    assert [p.split("/")[1] for p in picks] == ["LL", "LL128", "Simple"]
+    names = [f"{a}/{p}" for a in ("ring", "tree") for p in ("LL", "LL128", "Simple")] + ["hierarchical/Simple"]
     for size in (8, 2**16, 2**21, 2**24, LARGE):
+        each = {name: collective("all_reduce", size, 16, topo, cal, algorithm=name) for name in names}
         best = collective("all_reduce", size, 16, topo, cal)
-        for algorithm in ("ring", "tree", "hierarchical"):
-            assert collective("all_reduce", size, 16, topo, cal, algorithm=algorithm).time_s >= best.time_s
-    # a protocol's surcharges only add: the small-message latency is LL's, as before
+        assert best.time_s == min(c.time_s for c in each.values()) and best.algorithm in each
+    for algorithm in ("ring", "tree"):
+        ll, ll128, simple = (collective("all_reduce", 2**21, 16, topo, cal, algorithm=f"{algorithm}/{p}")
+                             for p in ("LL", "LL128", "Simple"))
+        assert ll.latency_s < ll128.latency_s and ll.latency_s < simple.latency_s
+        assert ll.bandwidth_s > ll128.bandwidth_s >= simple.bandwidth_s
+    # the small-message latency is LL's, as before the protocols were priced
     small = collective("all_reduce", 8, 16, topo, cal)
     assert small.latency_s == pytest.approx(small.time_s, rel=1e-3)
+
+
+def test_no_ll128_where_a_node_has_no_nvlink():
+    """NCCL enables LL128 by default only where the node's GPUs share NVLink: not on a PCIe box."""
+    topo = load_topology("2x8xl40s-eth")
+    cal = load_calibration(None, topo)
+    picks = {collective("all_reduce", s, 16, topo, cal).algorithm for s in (2**10, 2**17, 2**20, 2**23, LARGE)}
+    assert picks and not any(p.endswith("/LL128") for p in picks)
+    with pytest.raises(PlanError, match="not available"):
+        collective("all_reduce", 2**20, 16, topo, cal, algorithm="tree/LL128")
