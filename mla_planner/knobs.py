@@ -14,6 +14,9 @@
   mtp              speculative decoding with the model's own MTP layer drafting MTP_DRAFT_TOKENS token(s) per
                    step: vLLM --speculative-config '{"method":"mtp","num_speculative_tokens":1}', SGLang
                    --speculative-algorithm EAGLE --speculative-num-steps 1 --speculative-num-draft-tokens 2
+  dense_per_rank   SGLang under DP attention (tp = 1): the dense MLP layers and the lm_head on each DP rank's own
+                   tokens (--moe-dense-tp-size 1 --enable-dp-lm-head) instead of split over every GPU of the
+                   stage with all ranks' tokens gathered (memory_weights.dense_tp); vLLM always does the former
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ class Knobs:
     mtp: bool = False
     pp_layer_partition: Optional[tuple[int, ...]] = None
     cuda_graph_max_bs: Optional[int] = None
+    dense_per_rank: bool = False
 
 
 @dataclass(frozen=True)

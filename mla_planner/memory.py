@@ -125,10 +125,10 @@ def _stage(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, rules:
     mtp = knobs.mtp and last
     fp8 = fp8_checkpoint(rules.engine, spec, topo.gpu)
     marlin = rules.engine == "vllm" and bool(fp8 and fp8[0])   # weight-only FP8 Marlin on a GPU without FP8
-    weights = stage_weight_terms(spec, layout, rng, first, last, rules.engine, mtp, marlin)
+    weights = stage_weight_terms(spec, layout, rng, first, last, rules.engine, mtp, marlin, knobs.dense_per_rank)
     kv_layers = len(rng) + (spec.num_nextn_predict_layers if mtp else 0)
     tokens = activation_tokens(rules, knobs, layout)
-    ffn_tp = dense_tp(layout, rules.engine, "dense_ffn")
+    ffn_tp = dense_tp(layout, rules.engine, "dense_ffn", knobs.dense_per_rank)
     sizes, modes = capture_plan(rules, knobs, topo.gpu, layout)
     costs = StageCosts(
         weights_bytes=sum(weights.values()),

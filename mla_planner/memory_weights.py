@@ -20,6 +20,7 @@ from functools import lru_cache
 from math import ceil
 
 from .layout import Layout, weight_key
+from .memory_terms import uses_deepep
 from .spec import ModelSpec
 from .weights import Tensor, bytes_of, inventory, mtp_inventory
 
@@ -28,12 +29,14 @@ DENSE_GROUPS = ("dense_ffn",)                              # tensors present onc
 
 
 def stage_weight_terms(spec: ModelSpec, layout: Layout, layers: range, first: bool, last: bool,
-                       engine: str = "vllm", mtp: bool = False, fp8_marlin: bool = False) -> "OrderedDict[str, float]":
+                       engine: str = "vllm", mtp: bool = False, fp8_marlin: bool = False,
+                       dense_per_rank: bool = False) -> "OrderedDict[str, float]":
     """Bytes of weights one GPU of the stage holds, per group (see `_stage_weight_terms`).
 
     Memoised: the plan search asks for the same stage under many knob settings, and only
     tp, dp and ep (not pp, dcp, the KV layout or replicas) change how weights split."""
-    return OrderedDict(_stage_weight_terms(spec, weight_key(layout), layers, first, last, engine, mtp, fp8_marlin))
+    return OrderedDict(_stage_weight_terms(spec, weight_key(layout), layers, first, last, engine, mtp, fp8_marlin,
+                                           dense_per_rank))
 
 
 def marlin_scale_bytes(t: Tensor, block: tuple[int, int]) -> float:
@@ -50,7 +53,7 @@ def marlin_scale_bytes(t: Tensor, block: tuple[int, int]) -> float:
 
 @lru_cache(maxsize=4096)
 def _stage_weight_terms(spec: ModelSpec, layout: Layout, layers: range, first: bool, last: bool,
-                        engine: str, mtp: bool, fp8_marlin: bool = False) -> tuple:
+                        engine: str, mtp: bool, fp8_marlin: bool = False, dense_per_rank: bool = False) -> tuple:
     """Bytes of weights one GPU of the stage owning decoder `layers` holds, per reporting group.
 
     Walks `inventory(spec)` (+ `mtp_inventory` on the last stage when `mtp`, vLLM/SGLang run the
@@ -64,7 +67,7 @@ def _stage_weight_terms(spec: ModelSpec, layout: Layout, layers: range, first: b
     for t in tensors:
         count = _stage_count(spec, t, layers, first, last)
         if count:
-            shard = _shard(replace(t, count=count), layout, dense_tp(layout, engine, t.group))
+            shard = _shard(replace(t, count=count), layout, dense_tp(layout, engine, t.group, dense_per_rank))
             key = f"weights/{t.group}"
             out[key] = out.get(key, 0.0) + bytes_of(shard, spec.weight_block_size, spec.int4_group_size)
             marlin += marlin_scale_bytes(shard, spec.weight_block_size) if fp8_marlin else 0.0
@@ -108,18 +111,26 @@ def _stage_count(spec: ModelSpec, t: Tensor, layers: range, first: bool, last: b
     return t.count // total * here if total else 0
 
 
-def dense_tp(layout: Layout, engine: str, group: str) -> int:
-    """TP degree of column/row/vocab-split tensors. Attention always splits over the attention-TP
+def dense_tp(layout: Layout, engine: str, group: str, dense_per_rank: bool = False) -> int:
+    """TP degree of column/row/vocab-split tensors of `group`. Attention always splits over the attention-TP
     group (`tp`). Under DP attention vLLM keeps each DP rank a full TP replica for everything but
     the routed experts (vLLM DP+EP docs). SGLang 0.5.23 splits the input embedding over the
     attention-TP group too (`layers/vocab_parallel_embedding.get_embedding_tp_kwargs`:
-    use_attn_tp_group = is_dp_attention_enabled()), so at tp1 x dp16 every rank holds all of it; its
-    dense MLP and shared experts (`moe_dense_tp_size` unset) and lm_head (`models/deepseek_v2.py`:
-    `ParallelLMHead(use_attn_tp_group=enable_dp_lm_head)`, `--enable-dp-lm-head` default off) split
-    over its whole `--tp-size` = tp x dp."""
-    if engine == "sglang" and layout.dp > 1 and group not in ("attention", "embedding"):
-        return layout.stage_gpus
-    return layout.tp
+    use_attn_tp_group = is_dp_attention_enabled()), so at tp1 x dp16 every rank holds all of it. By default
+    its dense MLP, shared experts and lm_head split over its whole `--tp-size` = tp x dp (`moe_dense_tp_size`
+    unset; `ParallelLMHead(use_attn_tp_group=enable_dp_lm_head)`, `--enable-dp-lm-head` off), except:
+      shared experts under DeepEP run replicated (`models/deepseek_v2.py`: parallel_group "replicated" when
+        the MoE all-to-all backend is deepep), each rank on its own tokens;
+      `dense_per_rank` (`--moe-dense-tp-size 1 --enable-dp-lm-head`, the large-scale EP recipe; planned at
+        tp = 1 only): the dense MLP replicated (`is_dense_ffn_fully_dp`), the lm_head over the attention-TP
+        group."""
+    if engine != "sglang" or layout.dp == 1 or group in ("attention", "embedding"):
+        return layout.tp
+    if group == "shared_experts" and uses_deepep(layout):
+        return 1
+    if dense_per_rank and group in ("dense_ffn", "lm_head"):
+        return 1 if group == "dense_ffn" else layout.tp
+    return layout.stage_gpus
 
 
 def _shard(t: Tensor, layout: Layout, tp: int) -> Tensor:

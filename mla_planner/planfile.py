@@ -80,6 +80,7 @@ class _KnobsIn(BaseModel):
     mtp: bool
     pp_layer_partition: Optional[list[PositiveInt]] = None   # absent in plans written before it existed
     cuda_graph_max_bs: Optional[PositiveInt] = None          # the same
+    dense_per_rank: bool = False                             # the same
 
 
 class _WorkloadIn(BaseModel):

@@ -135,9 +135,9 @@ def layer_time(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, ba
                attention: tuple | None = None) -> LayerTime:
     """One decoder layer on one GPU: roofline per op + collectives + graph launch overhead (`attention`:
     the layer's attention_part, when the caller has it)."""
-    w = weights or layer_weights(spec, layout, knobs.engine)
+    w = weights or layer_weights(spec, layout, knobs.engine, knobs.dense_per_rank)
     a_ops, a_net = attention or attention_part(spec, topo, layout, knobs, batch, calib, w)
-    ops = a_ops + ffn_ops(spec, layout, batch, w, moe, knobs.engine)
+    ops = a_ops + ffn_ops(spec, layout, batch, w, moe, knobs.engine, knobs.dense_per_rank)
     terms, mem_s, math_s = {}, 0.0, 0.0
     for op in ops:
         m, f = op_time_s(op, topo.gpu, calib)
@@ -145,7 +145,8 @@ def layer_time(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, ba
         mem_s, math_s = mem_s + m, math_s + f
     compute_s = sum(terms.values())
     net = dict(a_net)
-    net.update(ffn_comm(spec, layout, batch, topo, calib, moe, topo.gpu.has_fp8, knobs.engine))
+    net.update(ffn_comm(spec, layout, batch, topo, calib, moe, topo.gpu.has_fp8, knobs.engine,
+                        knobs.dense_per_rank))
     net = {k: v for k, v in net.items() if v}
     launch_s = calib.kernels_per_layer * calib.graph_kernel_overhead_s
     terms.update(net)
@@ -175,8 +176,9 @@ def stage_time(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, ba
         net += terms["embed"]
     if last:
         rows = batch.decode_tokens + (1 if batch.prefill else 0)
-        head = sum(max(op_time_s(o, topo.gpu, calib)) for o in head_ops(spec, layout, rows, knobs.engine))
-        gather = logits_comm(spec, layout, rows, topo, calib, knobs.engine)
+        head = sum(max(op_time_s(o, topo.gpu, calib))
+                   for o in head_ops(spec, layout, rows, knobs.engine, knobs.dense_per_rank))
+        gather = logits_comm(spec, layout, rows, topo, calib, knobs.engine, knobs.dense_per_rank)
         terms["lm_head"] = head + gather
         comp, net = comp + head, net + gather
         if knobs.mtp:
@@ -209,10 +211,10 @@ def mtp_draft(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, bat
     layer = lt["moe"] if "moe" in lt else lt["dense"]
     ops = mtp_proj_ops(spec, batch)
     rows = batch.decode + (1 if batch.prefill else 0)
-    ops += head_ops(spec, layout, rows, knobs.engine)
+    ops += head_ops(spec, layout, rows, knobs.engine, knobs.dense_per_rank)
     times = [op_time_s(o, topo.gpu, calib) for o in ops]
     extra = sum(max(t) for t in times)
-    gather = logits_comm(spec, layout, rows, topo, calib, knobs.engine)
+    gather = logits_comm(spec, layout, rows, topo, calib, knobs.engine, knobs.dense_per_rank)
     terms = dict(layer.terms_s, **{"mtp.proj_head": extra, "mtp.logits_gather": gather})
     return LayerTime("mtp", terms, dict(layer.bytes), dict(layer.flops), layer.compute_s + extra,
                      layer.network_s + gather, layer.memory_s + sum(t[0] for t in times),
@@ -230,19 +232,21 @@ def forward_stages(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs
     `layers_per_stage`, else the knobs' partition, else the engine's own split."""
     split = layers_per_stage or knobs.pp_layer_partition
     lt, stages = _forward_memo(spec, topo, layout, knobs.engine, knobs.kv_cache_dtype, knobs.cuda_graphs, knobs.mtp,
-                               batch, calib, tuple(split) if split else None)
+                               batch, calib, tuple(split) if split else None, knobs.dense_per_rank)
     return lt, list(stages)
 
 
 @lru_cache(maxsize=32768)
 def _forward_memo(spec: ModelSpec, topo: Topology, layout: Layout, engine: str, kv_cache_dtype: str,
                   cuda_graphs: bool, mtp: bool, batch: Batch, calib: Calibration,
-                  split: tuple | None) -> tuple[dict, tuple]:
-    """forward_stages keyed on the only knobs a forward pass reads (engine, KV dtype, CUDA graphs, MTP): a
-    plan search prices the same pass under many chunk sizes, sequence caps and memory fractions."""
-    knobs = Knobs(engine=engine, kv_cache_dtype=kv_cache_dtype, cuda_graphs=cuda_graphs, mtp=mtp)
+                  split: tuple | None, dense_per_rank: bool = False) -> tuple[dict, tuple]:
+    """forward_stages keyed on the only knobs a forward pass reads (engine, KV dtype, CUDA graphs, MTP, where
+    the dense parts run): a plan search prices the same pass under many chunk sizes, sequence caps and memory
+    fractions."""
+    knobs = Knobs(engine=engine, kv_cache_dtype=kv_cache_dtype, cuda_graphs=cuda_graphs, mtp=mtp,
+                  dense_per_rank=dense_per_rank)
     split = list(split) if split else stage_split(spec, layout, engine)
-    w = layer_weights(spec, layout, engine)
+    w = layer_weights(spec, layout, engine, dense_per_rank)
     att = attention_part(spec, topo, layout, knobs, batch, calib, w)
     lt = {"dense": layer_time(spec, topo, layout, knobs, batch, calib, False, w, att)}
     if spec.is_moe:

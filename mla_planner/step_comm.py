@@ -11,7 +11,8 @@ decoding query rows, sequences x q_len, q_len = 2 with MTP):
                           latent outputs exchanged (all-to-all, b x H x 512/tp x 2)
   ffn.all_reduce / moe.all_reduce   after the FFN/MoE when the stage runs it tensor-parallel on the same tokens
   ffn.dp_gather / ffn.dp_scatter    SGLang under DP attention: its dense MLP splits over tp x dp, so the dp
-                          ranks' tokens are all-gathered before it and reduce-scattered after
+                          ranks' tokens are all-gathered before it and reduce-scattered after (none with
+                          dense_per_rank, --moe-dense-tp-size 1: each rank runs the whole MLP on its tokens)
   moe.dispatch / moe.combine        DP attention + EP: all-to-all of tokens/tp x k x d, fp8 (1 B + 4 B per
                           128 scale) to dispatch where the GPU has fp8, bf16 to combine (DeepEP)
   moe.dp_gather / moe.dp_scatter    DP attention without EP: all-gather of dp x b x d x 2 B before the MoE,
@@ -27,7 +28,7 @@ from .comm import collective_time_s
 from .layout import Layout
 from .memory_terms import uses_deepep
 from .spec import ModelSpec
-from .step_work import ACT_BYTES, Batch, dense_token_factor, dense_tp
+from .step_work import ACT_BYTES, Batch, dense_tp, ffn_rows
 from .topology import Topology
 
 
@@ -77,10 +78,10 @@ def attention_comm(spec: ModelSpec, layout: Layout, batch: Batch, topo: Topology
 
 
 def ffn_comm(spec: ModelSpec, layout: Layout, batch: Batch, topo: Topology, calib: Calibration,
-             moe: bool, fp8_dispatch: bool, engine: str = "vllm") -> dict[str, float]:
+             moe: bool, fp8_dispatch: bool, engine: str = "vllm", dense_per_rank: bool = False) -> dict[str, float]:
     d, n = spec.hidden_size, batch.tokens
     stage, spans = layout.stage_gpus, stage_group_spans(layout, topo, engine)
-    if not moe and dense_token_factor(layout, engine) > 1:
+    if not moe and ffn_rows(layout, engine, "dense_ffn", n, dense_per_rank) > n:
         total = layout.dp * n * d * ACT_BYTES
         return {"ffn.dp_gather": _ct("all_gather", total, stage, topo, calib, spans),
                 "ffn.dp_scatter": _ct("reduce_scatter", total, stage, topo, calib, spans)}
@@ -124,9 +125,10 @@ def embed_comm(spec: ModelSpec, layout: Layout, batch: Batch, topo: Topology, ca
 
 
 def logits_comm(spec: ModelSpec, layout: Layout, rows: int, topo: Topology, calib: Calibration,
-                engine: str = "vllm") -> float:
+                engine: str = "vllm", dense_per_rank: bool = False) -> float:
     """Vocab-parallel lm_head: gather the rows' logits (bf16) over the group the head is split over
     (memory_weights.dense_tp; SGLang's DP attention: all dp ranks' rows over tp x dp), last stage."""
-    tp = dense_tp(layout, engine, "lm_head")
-    return _ct("all_gather", rows * (tp // layout.tp) * spec.vocab_size * ACT_BYTES, tp, topo, calib,
+    tp = dense_tp(layout, engine, "lm_head", dense_per_rank)
+    wide = ffn_rows(layout, engine, "lm_head", rows, dense_per_rank)
+    return _ct("all_gather", wide * spec.vocab_size * ACT_BYTES, tp, topo, calib,
                stage_group_spans(layout, topo, engine) if tp > layout.tp else None)

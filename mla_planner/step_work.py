@@ -7,9 +7,9 @@ Named operations (nanoGPT-sizing style), each with the bytes it moves and the FL
   attn.core     decode: the absorbed MLA core from attention_cost (the functions `verify` uses); with MTP each
                 sequence's s_q = q_len query tokens read its cache once (FlashMLA's s_q)
   attn.prefill  a prefill chunk: the naive/MHA form over the prefix plus K/V up-projection of the latent
-  ffn.dense     dense SwiGLU FFN (first_k_dense_replace layers), split by TP
+  ffn.dense     dense SwiGLU FFN (first_k_dense_replace layers), split as the memory model splits it
   moe.gate      router: E x d bf16 weights, 2 x tokens x d x E FLOPs
-  moe.shared    shared experts, split by TP
+  moe.shared    shared experts, split as the memory model splits them (`ffn_rows`: the rows they see)
   moe.experts   routed experts actually hit: E_local x (1 - (1 - k/E)^N) distinct experts per EP rank
                 for N tokens in the MoE group (each token picks k of E uniformly; expectation of the
                 number of distinct experts hit), each read once, split by moe_tp
@@ -79,38 +79,46 @@ class LayerWeights:
     expert_fp8: bool
 
 
-def dense_tp(layout: Layout, engine: str, group: str = "dense_ffn") -> int:
+def dense_tp(layout: Layout, engine: str, group: str = "dense_ffn", dense_per_rank: bool = False) -> int:
     """TP degree of a split tensor of `group`: the memory model's rule (memory_weights.dense_tp): the
-    attention TP group, except SGLang under DP attention splits dense MLP / shared experts over tp x dp."""
-    return _memory_dense_tp(layout, engine, group)
+    attention TP group, except SGLang under DP attention (tp x dp, or replicated: see there)."""
+    return _memory_dense_tp(layout, engine, group, dense_per_rank)
 
 
-def _share(t: Tensor, layout: Layout, engine: str) -> float:
-    return 1.0 if t.split == "replicated" else 1.0 / dense_tp(layout, engine, t.group)
+def _share(t: Tensor, layout: Layout, engine: str, dense_per_rank: bool) -> float:
+    return 1.0 if t.split == "replicated" else 1.0 / dense_tp(layout, engine, t.group, dense_per_rank)
 
 
-def dense_token_factor(layout: Layout, engine: str) -> int:
-    """Rows a GPU's dense FFN / shared experts see per DP rank's token: SGLang gathers the dp ranks'
-    tokens before its tp x dp-split dense MLP (so dp x the tokens on 1/(tp x dp) of the weights)."""
-    return layout.dp if dense_tp(layout, engine) != layout.tp else 1
+def ffn_rows(layout: Layout, engine: str, group: str, tokens: float, dense_per_rank: bool = False) -> float:
+    """Rows one GPU's `group` (dense_ffn, shared_experts, lm_head) runs for a DP rank's `tokens`: split
+    over the whole stage under SGLang's DP attention, it sees every DP rank's tokens, gathered first (dp x
+    the tokens on 1/(tp x dp) of the weights); replicated while attention is tensor-parallel (SGLang's
+    shared experts under DeepEP), the 1/tp of the tokens DeepEP dispatches from this rank; otherwise the
+    DP rank's tokens."""
+    tp = dense_tp(layout, engine, group, dense_per_rank)
+    if tp == layout.stage_gpus and tp != layout.tp:
+        return tokens * layout.dp
+    if tp < layout.tp:
+        return tokens / layout.tp
+    return tokens
 
 
-def layer_weights(spec: ModelSpec, layout: Layout, engine: str = "vllm") -> LayerWeights:
+def layer_weights(spec: ModelSpec, layout: Layout, engine: str = "vllm", dense_per_rank: bool = False) -> LayerWeights:
     """Per-layer, per-GPU weight bytes and parameters from the weight inventory (weights.py), split as
     the memory model splits them. Memoised on what splits weights (tp, dp, ep), as the plan search asks
     for the same layer under many batches and knobs."""
-    return _layer_weights(spec, weight_key(layout), engine)
+    return _layer_weights(spec, weight_key(layout), engine, dense_per_rank)
 
 
 @lru_cache(maxsize=4096)
-def _layer_weights(spec: ModelSpec, layout: Layout, engine: str) -> LayerWeights:
+def _layer_weights(spec: ModelSpec, layout: Layout, engine: str, dense_per_rank: bool) -> LayerWeights:
     sums: dict[str, list[float]] = {}
     for t in inventory(spec):
         if t.where != "layers":
             continue
         per = bytes_of(t, spec.weight_block_size, spec.int4_group_size) / t.count
         params = t.numel / t.count if len(t.shape) == 2 else 0.0
-        share = 1.0 if t.group == "routed_experts" else _share(t, layout, engine)
+        share = 1.0 if t.group == "routed_experts" else _share(t, layout, engine, dense_per_rank)
         acc = sums.setdefault(t.group, [0.0, 0.0])
         acc[0] += per * share
         acc[1] += params * share
@@ -196,15 +204,16 @@ def _prefill_core(spec: ModelSpec, layout: Layout, knobs: Knobs, batch: Batch) -
 
 
 def ffn_ops(spec: ModelSpec, layout: Layout, batch: Batch, w: LayerWeights, moe: bool,
-            engine: str = "vllm") -> list[Op]:
+            engine: str = "vllm", dense_per_rank: bool = False) -> list[Op]:
     """ffn.dense for a dense layer; moe.gate, moe.shared and moe.experts for an MoE layer."""
     n = batch.tokens
-    rows = n * dense_token_factor(layout, engine)
     if not moe:
+        rows = ffn_rows(layout, engine, "dense_ffn", n, dense_per_rank)
         return [Op("ffn.dense", w.dense_bytes, 2.0 * rows * w.dense_params, "gemm", w.weight_fp8)]
     E, k = spec.n_routed_experts, spec.num_experts_per_tok
     ops = [Op("moe.gate", w.gate_bytes, 2.0 * n * spec.hidden_size * E)]
     if w.shared_bytes:
+        rows = ffn_rows(layout, engine, "shared_experts", n)
         ops.append(Op("moe.shared", w.shared_bytes, 2.0 * rows * w.shared_params, "gemm", w.weight_fp8))
     group_tokens = batch.decode_tokens * layout.dp + batch.prefill   # distinct tokens entering the MoE group
     hit = experts_hit(E / layout.ep, E, k, group_tokens)
@@ -214,13 +223,14 @@ def ffn_ops(spec: ModelSpec, layout: Layout, batch: Batch, w: LayerWeights, moe:
     return ops
 
 
-def head_ops(spec: ModelSpec, layout: Layout, tokens: int, engine: str = "vllm") -> list[Op]:
+def head_ops(spec: ModelSpec, layout: Layout, tokens: int, engine: str = "vllm",
+             dense_per_rank: bool = False) -> list[Op]:
     """lm_head on the last stage: vocab-parallel V x d bf16 split as the memory model splits it
-    (memory_weights.dense_tp: the TP group; SGLang under DP attention: tp x dp); logits only for decoding
-    rows (under SGLang's DP attention the rows of all dp ranks are gathered first)."""
+    (memory_weights.dense_tp: the TP group; SGLang under DP attention: tp x dp, unless `dense_per_rank`);
+    logits only for decoding rows (split over tp x dp, the rows of all dp ranks are gathered first)."""
     V, d = spec.vocab_size, spec.hidden_size
-    tp = dense_tp(layout, engine, "lm_head")
-    rows = tokens * (tp // layout.tp)
+    tp = dense_tp(layout, engine, "lm_head", dense_per_rank)
+    rows = ffn_rows(layout, engine, "lm_head", tokens, dense_per_rank)
     return [Op("lm_head", V * d * ACT_BYTES / tp, 2.0 * rows * V * d / tp)]
 
 

@@ -11,7 +11,8 @@ Flags and recipes from ENGINES.md (a) and (b), checked against the SGLang 0.5.23
            attn_dp_size, so knobs per DP rank are multiplied by dp), --context-length,
            --disable-radix-cache, --attention-backend, --cuda-graph-backend-{decode,prefill} disabled
            (not the deprecated --disable-cuda-graph), --cuda-graph-max-bs-decode (when the plan raises the
-           capture range; per DP rank), MTP as EAGLE with one draft step
+           capture range; per DP rank), MTP as EAGLE with one draft step, --moe-dense-tp-size 1
+           --enable-dp-lm-head with dense_per_rank (the large-scale EP recipe, sglang#6017 / #6669)
   nodes    the same command on every node, only --node-rank differs: --nnodes --node-rank
            --dist-init-addr HEAD:PORT (+ --dist-timeout for slow loads); --host/--port on rank 0.
 SGLang has no Ray form here (`--use-ray` is an HTTP mode, not a multi-node launcher).
@@ -67,6 +68,8 @@ def sizing_flags(inp: LaunchInputs) -> list[str]:
         ("--attn-dp-size", L.dp if L.dp > 1 else None),
         ("--ep-size", L.ep if L.ep > 1 else None),
         ("--moe-a2a-backend", a2a.sglang_backend(L)),
+        ("--moe-dense-tp-size", 1 if k.dense_per_rank else None),
+        ("--enable-dp-lm-head", k.dense_per_rank),
         ("--dcp-size", L.dcp if L.dcp > 1 else None),
         ("--page-size", k.block_size),
         ("--kv-cache-dtype", KV_CACHE_DTYPES[k.kv_cache_dtype]),

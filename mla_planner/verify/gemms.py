@@ -24,7 +24,7 @@ from typing import Callable, Optional
 
 import torch
 
-from ..step_work import Op, dense_token_factor, dense_tp, experts_hit
+from ..step_work import Op, dense_tp, experts_hit, ffn_rows
 from .bench import time_fn
 from .checks import GEMM_BAND, Check, Timing, one_line, rates, ratio_check, roofline, skipped
 from .env import DeviceInfo
@@ -65,18 +65,20 @@ def attention_gemms(t: Target, rows: int) -> list[Gemm]:
 def layer_gemms(t: Target, caps: Optional[Caps]) -> dict[str, list[Gemm]]:
     """The GEMMs of each step_work op at the planned micro-batch (capped on a CPU)."""
     c = t.chosen
-    s, layout, engine = c.spec, c.layout, c.knobs.engine
+    s, layout, engine, per_rank = c.spec, c.layout, c.knobs.engine, c.knobs.dense_per_rank
     rows = min(t.micro_batch, caps.rows) if caps else t.micro_batch
-    wide = rows * dense_token_factor(layout, engine)
     ops = {"attn.proj": attention_gemms(t, rows)}
     if s.num_dense_layers:
-        ops["ffn.dense"] = _swiglu("ffn", wide, s.hidden_size, ceil(s.intermediate_size / dense_tp(layout, engine)))
+        wide = ceil(ffn_rows(layout, engine, "dense_ffn", rows, per_rank))
+        ops["ffn.dense"] = _swiglu("ffn", wide, s.hidden_size,
+                                   ceil(s.intermediate_size / dense_tp(layout, engine, "dense_ffn", per_rank)))
     if not s.is_moe:
         return ops
     ops["moe.gate"] = [Gemm("gate", 1, rows, s.hidden_size, s.n_routed_experts)]
     if s.n_shared_experts:
         inter = ceil(s.moe_intermediate_size * s.n_shared_experts / dense_tp(layout, engine, "shared_experts"))
-        ops["moe.shared"] = _swiglu("shared", wide, s.hidden_size, inter)
+        ops["moe.shared"] = _swiglu("shared", ceil(ffn_rows(layout, engine, "shared_experts", rows)), s.hidden_size,
+                                    inter)
     tokens = rows * layout.dp
     hit = experts_hit(s.n_routed_experts / layout.ep, s.n_routed_experts, s.num_experts_per_tok, tokens)
     e = max(1, round(hit))
