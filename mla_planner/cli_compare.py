@@ -7,16 +7,15 @@ from math import inf
 from typing import Annotated, Optional
 
 import typer
-from rich.table import Table
-
 from .backends import mtp_verify_problem, usable_backends
 from .calibration import load_calibration
 from .cli_common import (DEFAULT_MODEL, DEFAULT_TOPOLOGY, GraphCapOpt, JsonOpt, ModelOpt, MtpAcceptanceOpt,
                          PpPartitionOpt, TopologyOpt,
-                         check_acceptance, check_context, check_mtp, console, guard, print_json, lower_case)
-from .cli_memory import (KV_CAPACITY_LABEL, bounded, fraction_from_flags, graph_cap_choice, kv_dtype_choice,
+                         check_acceptance, check_context, check_mtp, guard, print_json, lower_case)
+from .cli_memory import (bounded, fraction_from_flags, graph_cap_choice, kv_dtype_choice,
                          partition_choice)
 from .cli_plan import parse_length
+from .compare_render import render, verdict
 from .engine_memory import SGLANG_SPECULATIVE_MAX_RUNNING, default_memory_fraction, engine_default_knobs
 from .errors import PlanError
 from .knobs import ENGINES, MTP_ACCEPTANCE, Knobs, Workload
@@ -31,25 +30,7 @@ from .models import load_model
 from .spec import ModelSpec
 from .step import step_breakdown_s
 from .topology import load_topology
-
-# (label, key of `summary`, scale for the table, format): the JSON keeps plan's names and SI units
-# (seconds, shares 0..1); the table shows ms and %.
-ROWS = [("GPUs", "gpus", 1, "{:,.0f}"),
-        ("concurrent requests", "concurrency", 1, "{:,.0f}"),
-        ("throughput (output tok/s)", "throughput_tokens_per_s", 1, "{:,.0f}"),
-        ("throughput per GPU (tok/s)", "throughput_tokens_per_s_per_gpu", 1, "{:,.0f}"),
-        ("decode step (ms)", "step_s", 1e3, "{:,.2f}"),
-        ("time per output token (ms)", "tpot_s", 1e3, "{:,.2f}"),
-        ("tokens/s per user", "tokens_per_s_per_user", 1, "{:,.1f}"),
-        ("network wait share (serving run)", "network_wait_share", 100, "{:.1f} %"),
-        ("network wait share (decode step alone)", "decode_network_wait_share", 100, "{:.1f} %"),
-        ("effective memory utilization", "memory_utilization", 100, "{:.1f} %"),
-        ("memory in use (weights + live KV)", "memory_in_use", 100, "{:.1f} %"),
-        ("TTFT (ms)", "ttft_s", 1e3, "{:,.0f}"),
-        ("TTFT of the longest (p99) prompt (ms)", "ttft_longest_s", 1e3, "{:,.0f}"),
-        ("TPOT, one request alone (ms)", "alone_tpot_s", 1e3, "{:,.2f}"),
-        (KV_CAPACITY_LABEL, "kv_capacity_tokens", 1, "{:,.0f}")]
-
+from .tuning import dense_variants
 
 SERVING_ONLY = {"step_s", "tpot_s", "network_wait_share", "decode_network_wait_share", "ttft_s", "ttft_longest_s",
                 "alone_tpot_s"}
@@ -102,69 +83,6 @@ def knobs_for(spec: ModelSpec, topo, layout: Layout, base: Knobs, fraction: floa
             f"memory fraction {report.safe_fraction:.3f} used: the engine default {default:g} runs out of memory")
 
 
-def _cell(value: float, first: float, fmt: str, ratio: bool) -> str:
-    text = fmt.format(value)
-    if ratio and first:
-        text += f"  ({value / first:.2f}x)"
-    return text
-
-
-# The seed article's five metrics: (summary key, name, +1 if higher is better else -1)
-FIVE = [("concurrency", "concurrency", 1), ("throughput_tokens_per_s", "throughput", 1),
-        ("step_s", "decode step", -1), ("network_wait_share", "network wait", -1),
-        ("memory_utilization", "effective memory", 1)]
-SPLIT_NAMES = {"attention_core_s": "attention kernel", "other_kernels_s": "other kernels",
-               "collectives_s": "collectives", "launch_s": "launch"}
-
-
-def verdict(rows: list[dict], tie: float = 0.01) -> list[str]:
-    """One line per layout after the first: on which of the article's five metrics it is ahead of or
-    behind the first (within `tie`, relative, counts as level), and which parts of the step split
-    (attention kernel, other kernels, collectives, launch) make most of the difference in step time."""
-    base, out = rows[0], []
-    for r in rows[1:]:
-        idle = [x["layout"] for x in (base, r) if not x["concurrency"]]
-        if idle:
-            out.append(f"{r['layout']} vs {base['layout']}: not compared ({' and '.join(idle)} "
-                       f"{'serve' if len(idle) > 1 else 'serves'} nothing here)")
-            continue
-        ahead, behind = [], []
-        for key, name, sign in FIVE:
-            a, b = r[key], base[key]
-            if abs(a - b) > tie * max(abs(a), abs(b)):
-                (ahead if (a - b) * sign > 0 else behind).append(name)
-        line = f"{r['layout']} vs {base['layout']}: ahead on {len(ahead)} of {len(FIVE)}"
-        line += f" ({', '.join(ahead)})" if ahead else ""
-        line += f", behind on {', '.join(behind)}" if behind else ""
-        parts = {k: r["step_breakdown_s"][k] - base["step_breakdown_s"][k] for k in SPLIT_NAMES}
-        top = sorted(parts, key=lambda k: -abs(parts[k]))[:2]
-        delta = r["step_s"] - base["step_s"]
-        line += (f"; its decode step is {abs(delta) * 1e3:,.1f} ms {'shorter' if delta < 0 else 'longer'}, mostly "
-                 + " and ".join(f"{SPLIT_NAMES[k]} ({parts[k] * 1e3:+,.1f} ms)" for k in top))
-        out.append(line)
-    return out
-
-
-def render(rows: list[dict], title: str) -> None:
-    table = Table("metric", *[r["layout"] for r in rows], title=title)
-    for label, key, scale, fmt in ROWS:   # None: a layout that serves nothing (_not_serving)
-        table.add_row(label, *["-" if r[key] is None else
-                               _cell(r[key] * scale, (rows[0][key] or 0) * scale, fmt, i > 0)
-                               for i, r in enumerate(rows)])
-    table.add_row("step split: attention / kernels / comm / launch (ms)",
-                  *[" / ".join(f"{v * 1e3:,.1f}" for v in r["step_breakdown_s"].values())
-                    if r["step_breakdown_s"] else "-" for r in rows])
-    table.add_row("limited by", *[r["concurrency_limit"] for r in rows])
-    table.add_row("meets targets", *["yes" if r["meets_targets"] else "NO" for r in rows])
-    out = console()
-    out.print(table)
-    for line in verdict(rows):
-        out.print(line, markup=False)
-    for r in rows:
-        for note in r["notes"]:
-            out.print(f"  {r['layout']}: {note}")
-
-
 def _mtp_verify_note(spec: ModelSpec, topo, layout: Layout, knobs: Knobs) -> str:
     """Where the engine's backend would verify MTP's tokens through its prefill path (plan does not plan MTP
     there; backends.mtp_verify_problem), say that the priced decode is not what runs."""
@@ -211,6 +129,10 @@ def compare_cmd(layouts: Annotated[Optional[list[str]], typer.Option(
                                                   "token per step (speculative decoding; SGLang then defaults "
                                                   "to 48 running requests).")] = False,
                 mtp_acceptance: MtpAcceptanceOpt = MTP_ACCEPTANCE,
+                dense_per_rank: Annotated[bool, typer.Option(
+                    "--dense-per-rank", help="SGLang under DP attention at tp=1: the dense MLP layers and lm_head on "
+                    "each rank's own tokens (--moe-dense-tp-size 1 --enable-dp-lm-head), not split over the stage "
+                    "with every rank's tokens gathered (plan tries both).")] = False,
                 max_num_seqs: Annotated[Optional[int], typer.Option("--max-num-seqs", help="Running requests "
                                                                     "per DP rank (engine default).")] = None,
                 block_size: Annotated[Optional[int], typer.Option("--block-size", help="vLLM --block-size / "
@@ -260,6 +182,9 @@ def compare_cmd(layouts: Annotated[Optional[list[str]], typer.Option(
                         tpot_ms=tpot_ms, ttft_ms=ttft_ms, mtp_acceptance=mtp_acceptance)
     check_context(spec, workload)
     check_mtp(spec, mtp)
+    if dense_per_rank and engine != "sglang":
+        raise PlanError("--dense-per-rank is SGLang's choice: vLLM always runs the dense parts on each DP rank's "
+                        "own tokens")
     seqs = bounded("--max-num-seqs", max_num_seqs)
     block, chunk = bounded("--block-size", block_size), bounded("--max-num-batched-tokens", max_num_batched_tokens)
     graphs = graph_cap_choice(cuda_graph_max_bs, enforce_eager)
@@ -275,7 +200,8 @@ def compare_cmd(layouts: Annotated[Optional[list[str]], typer.Option(
                                     max_model_len=workload.max_context_len, mtp=mtp,
                                     pp_layer_partition=partition_choice(pp_layer_partition, spec, layout)
                                     if layout.pp == stages else None)
-        knobs, note = knobs_for(spec, topo, layout, base, fraction)
+        per_rank = dense_per_rank and len(dense_variants(layout, engine)) > 1
+        knobs, note = knobs_for(spec, topo, layout, replace(base, dense_per_rank=per_rank), fraction)
         m = evaluate(spec, topo, layout, knobs, workload, calib)
         results.append((m, knobs))
         split = split_note(spec, topo, layout, knobs, m.memory) if m.memory.fits else ""   # `plan` may adopt it
@@ -287,7 +213,10 @@ def compare_cmd(layouts: Annotated[Optional[list[str]], typer.Option(
         capped = (f"SGLang resets --max-running-requests to {SGLANG_SPECULATIVE_MAX_RUNNING} with speculative "
                   "decoding (for the whole server): give --max-num-seqs for more"
                   if mtp and engine == "sglang" and seqs is None else "")
-        rows.append(summary(m) | {"notes": [n for n in (start, verify, note, split, capped) if n] + list(m.notes)})
+        moot = ("--dense-per-rank does not apply here (DP attention at tp=1 only)"
+                if dense_per_rank and not per_rank else "")
+        rows.append(summary(m) | {"notes": [n for n in (start, verify, note, split, capped, moot) if n]
+                                  + list(m.notes)})
     if as_json:
         return print_json({"model": spec.name, "topology": topo.name, "engine": engine, "workload": asdict(workload),
                            "layouts": [r | {"knobs": asdict(k), "detail": detail(m)}

@@ -1,5 +1,6 @@
 """The words of the tuning's reasons that need the final metrics: the memory fraction, the prefill chunk,
-what limits the batch, and the stalls coupled DP ranks take (tuning.py chooses; this says why)."""
+what limits the batch, the stalls coupled DP ranks take, where SGLang runs its dense parts (tuning.py chooses;
+this says why)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from .engine_memory import sglang_fraction_ceiling
 from .knobs import Workload, decode_query_len
 from .layout import Layout
 from .memory_terms import DEEPEP_SGLANG_DISPATCH_MAX
+from .memory_weights import stage_weight_terms
 from .metrics import Metrics, coupled_ranks
 from .spec import ModelSpec
 
@@ -65,3 +67,18 @@ def limit_words(m: Metrics, workload: Workload) -> str:
                                "per DP rank per step" + (f" ({decode_query_len(m.memory.knobs)} per request with MTP)"
                                                           if m.memory.knobs.mtp else ""),
             "none": "nothing (it cannot serve)"}.get(m.concurrency_limit, m.concurrency_limit)
+
+
+def dense_reason(spec: ModelSpec, layout: Layout, per_rank: bool) -> str:
+    """SGLang under DP attention: where the dense MLP layers and the lm_head run, and what the other way costs."""
+    whole = range(spec.num_hidden_layers)
+    extra = sum(stage_weight_terms(spec, layout, whole, True, True, "sglang", dense_per_rank=True).get(g, 0.0)
+                - stage_weight_terms(spec, layout, whole, True, True, "sglang").get(g, 0.0)
+                for g in ("weights/dense_ffn", "weights/lm_head")) / 2**30
+    if per_rank:
+        return (f"on (--moe-dense-tp-size 1 --enable-dp-lm-head, the large-scale EP recipe): each DP rank runs the "
+                f"dense MLP layers and the lm_head on its own tokens, holding them whole ({extra:.1f} GiB more per "
+                f"GPU), with no all-gather of every rank's tokens around them")
+    return (f"off (SGLang's default): the dense MLP layers and the lm_head are split over all {layout.stage_gpus} "
+            f"GPUs of the stage and run on every DP rank's tokens, gathered first; per rank they would take "
+            f"{extra:.1f} GiB more per GPU")

@@ -16,22 +16,21 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from .backends import fp8_checkpoint
 from .calibration import Calibration
 from .knobs import ENGINES, Knobs, Workload
 from .layout import Layout, layout_problems
 from .launch.vllm import layout_problem as vllm_layout_problem
 from .layouts import candidate_layouts
 from .memory import evaluate as memory_evaluate
-from .memory_terms import uses_deepep
 from .metrics import in_flight, tokens_per_request
 from .pareto import pareto_front, tradeoff_curve
 from .spec import ModelSpec
 from .step import decode_step
 from .topology import Topology
-from .tuning import Overrides, Rejected, Tuned, draft_knobs, tune
+from .candidate_warnings import warnings_for
+from .tuning import Overrides, Rejected, Tuned, dense_variants, draft_knobs, tune
 
 TUNED_PER_ENGINE = 6   # layouts tuned in full per engine, best screening bounds first
 CURVES_FOR = 8         # best candidates whose batch sweep makes up the Pareto front
@@ -95,10 +94,11 @@ def _given(spec: ModelSpec, topo: Topology, layouts: list[Layout]) -> tuple[list
     return legal, illegal
 
 
-def _screen(spec, topo, layout, engine, kv, workload, calib, pinned: Overrides) -> tuple[float, Knobs, int]:
+def _screen(spec, topo, layout, engine, kv, workload, calib, pinned: Overrides,
+            per_rank: bool = False) -> tuple[float, Knobs, int]:
     """Upper bound on output tokens/s per GPU (the decode step alone, up to the batch the KV pool holds
     with the draft knobs), the draft knobs and that batch; raises Rejected when the layout cannot serve."""
-    knobs, _ = draft_knobs(spec, topo, layout, engine, kv, workload, pinned)
+    knobs, _ = draft_knobs(spec, topo, layout, engine, kv, workload, pinned, per_rank)
     mem = memory_evaluate(spec, topo, layout, knobs)      # the verdict only: no search for ways out
     if not mem.fits:
         raise Rejected(mem.reasons[0] if mem.reasons else "does not fit")
@@ -174,40 +174,6 @@ def _engine_problem(layout: Layout, engine: str, topo: Topology) -> str | None:
     return (vllm_layout_problem(layout, topo.gpus_per_node) or None) if engine == "vllm" else None
 
 
-def warnings_for(spec: ModelSpec, topo: Topology, layout: Layout, tuned: Tuned, workload: Workload) -> list[str]:
-    out = []
-    if layout.tp > topo.gpus_per_node:
-        out.append(f"tensor parallelism spans {layout.tp // topo.gpus_per_node} nodes: every layer's all-reduce "
-                   "crosses the inter-node fabric")
-    if not tuned.knobs.cuda_graphs:
-        alone = tuned.metrics.alone_tpot_s * 1e3
-        out.append(f"eager mode (no CUDA graphs): every decode kernel pays a CPU launch; one request alone "
-                   f"gets {alone:.1f} ms per token")
-    if tuned.knobs.mtp and layout.pp > 1:
-        out.append("MTP under pipeline parallelism is a recent path in both engines (vLLM's V2 model runner, "
-                   "vllm-project/vllm#46994; SGLang only with SGLANG_ENABLE_PP_SPEC=1, which the scripts export): "
-                   "start it once and check its output against a run without --mtp before serving")
-    if "runs instead" in tuned.reasons.get("block_size", ""):
-        out.append("block size/backend: " + tuned.reasons["block_size"])
-    fp8 = fp8_checkpoint(tuned.knobs.engine, spec, topo.gpu)
-    out += [fp8[1]] if fp8 else []
-    if uses_deepep(layout) and topo.intra_node.kind == "pcie":
-        out.append("DeepEP's low-latency kernels go over the RDMA NICs here (no NVLink; NVSHMEM with IBGDA): run "
-                   "DeepEP's test_low_latency.py on the nodes before serving (the emitted README: how to fall back)")
-    idle = topo.total_gpus - layout.total_gpus
-    if idle:
-        more = idle // layout.instance_gpus
-        out.append(f"uses {layout.total_gpus} of the cluster's {topo.total_gpus} GPUs: {idle} stay idle (tokens/s "
-                   "per GPU counts the GPUs in use)" + (f"; {more} more replica(s) of this layout would use them"
-                                                        if more else ""))
-    if workload.concurrency and layout.dp * layout.replicas > workload.concurrency:
-        out.append(f"{layout.dp * layout.replicas} DP ranks for an offered concurrency of {workload.concurrency}: "
-                   "some ranks will sit idle (DP attention needs concurrency >= DP size)")
-    out += [f"memory: {r}" for r in tuned.metrics.memory.reasons if "risk" in r or "only" in r]
-    out += [n for n in tuned.metrics.notes if n.startswith("TTFT") or "misses" in n]
-    return out
-
-
 def search(spec: ModelSpec, topo: Topology, workload: Workload, calib: Calibration,
            engines: tuple = ENGINES, kv_dtype: str | None = None, layouts: list[Layout] | None = None,
            tuned_per_engine: int = TUNED_PER_ENGINE, pinned: Overrides = Overrides(),
@@ -223,25 +189,27 @@ def search(spec: ModelSpec, topo: Topology, workload: Workload, calib: Calibrati
                 if problem:
                     rejected.append({"layout": layout.label, "engine": engine, "kv_dtype": kv, "reason": problem})
                     continue
-                try:
-                    screened += 1
-                    bounds[engine].append((*_screen(spec, topo, layout, engine, kv, workload, calib, pinned),
-                                           layout, kv))
-                except Rejected as exc:
-                    rejected.append({"layout": layout.label, "engine": engine, "kv_dtype": kv, "reason": str(exc)})
+                for per_rank in dense_variants(layout, engine):
+                    try:
+                        screened += 1
+                        bounds[engine].append((*_screen(spec, topo, layout, engine, kv, workload, calib, pinned,
+                                                        per_rank), layout, kv, per_rank))
+                    except Rejected as exc:
+                        rejected.append({"layout": _label(layout, per_rank), "engine": engine, "kv_dtype": kv,
+                                         "reason": str(exc)})
     options, siblings = [], {}    # (layout, draft chunk) -> the draft batch of its last tuning: a hint
     def weight(layout: Layout) -> int:   # per-GPU bounds to the ranking's unit (tokens/s per GPU, or in all)
         return layout.total_gpus if rank_by == "total" else 1
 
     for engine in engines:
-        ranked = sorted(bounds[engine], key=lambda t: (-t[0] * weight(t[3]), t[3].label, t[4]))
+        ranked = sorted(bounds[engine], key=lambda t: (-t[0] * weight(t[3]), t[3].label, t[4], t[5]))
         best, tuned_n = 0.0, 0
-        for i, (bound, knobs, batch, layout, kv) in enumerate(ranked):
+        for i, (bound, knobs, batch, layout, kv, per_rank) in enumerate(ranked):
             if tuned_n >= tuned_per_engine and bound * weight(layout) <= best:
-                for b, _, _, lay, k in ranked[i:]:
+                for b, _, _, lay, k, pr in ranked[i:]:
                     rejected.append(_screened_out(lay, engine, k, b * weight(lay), best, rank_by,
                                                   "decoding without prefill with the "
-                                                  "whole KV pool busy"))
+                                                  "whole KV pool busy", pr))
                 break
             above = 0
             if tuned_n >= tuned_per_engine and workload.tpot_applies:
@@ -250,11 +218,12 @@ def search(spec: ModelSpec, topo: Topology, workload: Workload, calib: Calibrati
                 if tight * weight(layout) <= best:
                     rejected.append(_screened_out(layout, engine, kv, tight * weight(layout), best, rank_by,
                                                   "decoding without prefill "
-                                                  "at the largest batch within the TPOT target"))
+                                                  "at the largest batch within the TPOT target", per_rank))
                     continue
             try:
-                sibling = (layout, knobs.max_num_batched_tokens)    # same layout, same draft chunk
-                tuned = tune(spec, topo, layout, engine, kv, workload, calib, pinned, above, siblings.get(sibling, 0))
+                sibling = (layout, knobs.max_num_batched_tokens, per_rank)    # same layout, same draft chunk
+                tuned = tune(spec, topo, layout, engine, kv, workload, calib, pinned, above, siblings.get(sibling, 0),
+                             per_rank)
                 siblings[sibling] = tuned.draft_batch
                 options.append(Option(layout, engine, kv, tuned, warnings_for(spec, topo, layout, tuned, workload),
                                       shortfall(tuned.metrics, workload)))
@@ -262,8 +231,10 @@ def search(spec: ModelSpec, topo: Topology, workload: Workload, calib: Calibrati
                 if tuned.metrics.meets_targets:
                     best = max(best, tuned.metrics.throughput_tokens_per_s_per_gpu * weight(layout))
             except Rejected as exc:   # got furthest: listed first, as the most telling reasons
-                rejected.insert(0, {"layout": layout.label, "engine": engine, "kv_dtype": kv, "reason": str(exc)})
+                rejected.insert(0, {"layout": _label(layout, per_rank), "engine": engine, "kv_dtype": kv,
+                                    "reason": str(exc)})
     rejected += [{"layout": lay.label, "engine": "any", "kv_dtype": "any", "reason": why} for lay, why in illegal]
+    options = _one_dense_variant(options, rank_by)
     options.sort(key=lambda o: o.key_for(rank_by))
     points = [p for i, o in enumerate(options[:CURVES_FOR])
               for p in tradeoff_curve(spec, topo, i, o, workload, calib)]
@@ -271,8 +242,36 @@ def search(spec: ModelSpec, topo: Topology, workload: Workload, calib: Calibrati
     return SearchResult(options, rejected, points, front, screened)
 
 
-def _screened_out(layout: Layout, engine: str, kv: str, bound: float, best: float, rank_by: str, how: str) -> dict:
+def _label(layout: Layout, per_rank: bool) -> str:
+    return layout.label + (" (dense per rank)" if per_rank else "")
+
+
+def _one_dense_variant(options: list, rank_by: str) -> list:
+    """Of a layout tuned both with and without SGLang's dense parts per rank, the better one - the engine's
+    default unless the other serves over 1 % more (or only it meets the targets) - its reason saying what the
+    other way served."""
+    groups: dict = {}
+    for o in options:
+        groups.setdefault((o.layout, o.engine, o.kv_dtype), []).append(o)
+    out = []
+    for group in groups.values():
+        best = min(group, key=lambda o: o.key_for(rank_by))
+        default = next((o for o in group if not o.tuned.knobs.dense_per_rank), best)
+        m, d = best.tuned.metrics, default.tuned.metrics
+        if m.meets_targets == d.meets_targets and m.throughput_tokens_per_s < 1.01 * d.throughput_tokens_per_s:
+            best = default
+        for other in [o for o in group if o is not best]:
+            m, why = other.tuned.metrics, dict(best.tuned.reasons)
+            why["dense_per_rank"] += (f"; the other way was tuned too: {m.throughput_tokens_per_s_per_gpu:,.0f} "
+                                      f"output tok/s per GPU" + ("" if m.meets_targets else ", missing the targets"))
+            best = replace(best, tuned=replace(best.tuned, reasons=why))
+        out.append(best)
+    return out
+
+
+def _screened_out(layout: Layout, engine: str, kv: str, bound: float, best: float, rank_by: str, how: str,
+                  per_rank: bool = False) -> dict:
     unit = "output tokens/s in all" if rank_by == "total" else "output tokens/s per GPU"
-    return {"layout": layout.label, "engine": engine, "kv_dtype": kv,
+    return {"layout": _label(layout, per_rank), "engine": engine, "kv_dtype": kv,
             "reason": f"screened out: at most {bound:,.0f} {unit} even {how}, not above the "
                       f"{best:,.0f} of a tuned {engine} candidate"}

@@ -22,7 +22,7 @@ from .memory import evaluate as memory_evaluate
 from .memory import safe_memory_fraction
 from .memory_terms import deepep_problem, uses_deepep
 from .metrics import Metrics, evaluate, mean_tpot_s, tokens_per_request
-from .reasons import MAX_NUM_SEQS_CAP, chunk_reason, fraction_reason, limit_words, stall_words
+from .reasons import MAX_NUM_SEQS_CAP, chunk_reason, dense_reason, fraction_reason, limit_words, stall_words
 from .tuning_limits import choose_graph_cap, choose_split, fit_by_split, regain_kv_room
 from .spec import ModelSpec
 from .topology import Topology
@@ -69,17 +69,25 @@ def _backend_and_block(engine: str, gpu, kv_dtype: str, dcp: int, pinned: int | 
     return fitting[0], pinned, why
 
 
+def dense_variants(layout: Layout, engine: str) -> tuple[bool, ...]:
+    """The `dense_per_rank` settings worth tuning: both for SGLang under DP attention at tp = 1 (its default
+    splits the dense MLP and lm_head over every GPU of the stage and gathers every rank's tokens; the large-scale
+    EP recipe runs them per rank, at the cost of holding them whole), else only the engine's own way."""
+    return (False, True) if engine == "sglang" and layout.dp > 1 and layout.tp == 1 else (False,)
+
+
 def draft_knobs(spec: ModelSpec, topo: Topology, layout: Layout, engine: str, kv_dtype: str,
-                workload: Workload, pinned: Overrides = Overrides()) -> tuple[Knobs, dict]:
+                workload: Workload, pinned: Overrides = Overrides(),
+                dense_per_rank: bool = False) -> tuple[Knobs, dict]:
     """Backend, block size, max-model-len and the safe memory fraction; sizing knobs at their caps.
     Memoised (screening and tuning ask for the same draft); the reasons are a fresh dict each call."""
-    knobs, reasons = _draft_knobs(spec, topo, layout, engine, kv_dtype, workload, pinned)
+    knobs, reasons = _draft_knobs(spec, topo, layout, engine, kv_dtype, workload, pinned, dense_per_rank)
     return knobs, dict(reasons)
 
 
 @lru_cache(maxsize=4096)
 def _draft_knobs(spec: ModelSpec, topo: Topology, layout: Layout, engine: str, kv_dtype: str,
-                 workload: Workload, pinned: Overrides) -> tuple[Knobs, dict]:
+                 workload: Workload, pinned: Overrides, dense_per_rank: bool = False) -> tuple[Knobs, dict]:
     gpu = topo.gpu
     fp8 = fp8_checkpoint(engine, spec, gpu)
     if fp8 and not fp8[0]:
@@ -117,7 +125,7 @@ def _draft_knobs(spec: ModelSpec, topo: Topology, layout: Layout, engine: str, k
                   max_num_seqs=cap, max_num_batched_tokens=chunk_candidates(engine, layout)[0],
                   max_model_len=min(max_len, spec.max_position_embeddings),
                   attention_backend=backend_name, prefix_caching=True, cuda_graphs=pinned.cuda_graphs,
-                  mtp=bool(pinned.mtp))
+                  mtp=bool(pinned.mtp), dense_per_rank=dense_per_rank)
     # the fraction is sized for the largest chunk and sequence cap tried, so the final (smaller) knobs stay safe;
     # where that leaves no KV room, for the largest chunk that does (choose_chunk then stays at or below it)
     chunks = chunk_candidates(engine, layout)
@@ -146,6 +154,8 @@ def _draft_knobs(spec: ModelSpec, topo: Topology, layout: Layout, engine: str, k
     }
     if why_split:
         reasons["pp_layer_partition"] = why_split
+    if len(dense_variants(layout, engine)) > 1:
+        reasons["dense_per_rank"] = dense_reason(spec, layout, dense_per_rank)
     if knobs.mtp:
         reasons["mtp"] = (f"on, as asked by --mtp: the MTP layer drafts {MTP_DRAFT_TOKENS} token per step, "
                           f"{tokens_per_step(knobs, workload.mtp_acceptance):.2f} tokens per step at "
@@ -206,12 +216,13 @@ def choose_chunk(spec, topo, layout, knobs: Knobs, workload: Workload, calib: Ca
 
 
 def tune(spec: ModelSpec, topo: Topology, layout: Layout, engine: str, kv_dtype: str, workload: Workload,
-         calib: Calibration, pinned: Overrides = Overrides(), over_target: int = 0, batch_hint: int = 0) -> Tuned:
+         calib: Calibration, pinned: Overrides = Overrides(), over_target: int = 0, batch_hint: int = 0,
+         dense_per_rank: bool = False) -> Tuned:
     """Every knob for this layout, engine and KV dtype, and the metrics they give; Rejected if it can't serve.
     `over_target` (a batch whose decode step alone misses the TPOT target, so whatever the chunk) and
     `batch_hint` (a sibling's `draft_batch`: the same layout under another engine or KV dtype) only speed
     up the search for the largest batch."""
-    knobs, reasons = draft_knobs(spec, topo, layout, engine, kv_dtype, workload, pinned)
+    knobs, reasons = draft_knobs(spec, topo, layout, engine, kv_dtype, workload, pinned, dense_per_rank)
     mem = memory_evaluate(spec, topo, layout, knobs)
     if not mem.fits:
         raise Rejected(mem.reasons[0] if mem.reasons else "does not fit")

@@ -90,7 +90,7 @@ def mtp_hint(spec, topo, options: list, workload: Workload, calib, pinned: Overr
     for i, o in enumerate(options[:MTP_HINT_TRIES], 1):
         try:
             drafted = tune(spec, topo, o.layout, o.engine, o.kv_dtype, workload, calib,
-                           replace(pinned, mtp=True)).metrics
+                           replace(pinned, mtp=True), dense_per_rank=o.tuned.knobs.dense_per_rank).metrics
         except Rejected as exc:
             refused.append((i, str(exc).removesuffix("; MTP is not planned there")))
             continue
@@ -115,7 +115,7 @@ def _without(spec, topo, best, workload: Workload, calib, pinned: Overrides, wha
              "with_mtp": _perf(best.tuned.metrics)}
     try:
         plain = tune(spec, topo, best.layout, best.engine, best.kv_dtype, workload, calib,
-                     replace(pinned, mtp=False)).metrics
+                     replace(pinned, mtp=False), dense_per_rank=best.tuned.knobs.dense_per_rank).metrics
     except Rejected as exc:
         return MtpHint(f"{what}: #1 cannot serve without it ({exc})", data | {"without_mtp": None, "pays": True})
     drafted = best.tuned.metrics

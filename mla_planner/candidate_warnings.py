@@ -1,0 +1,47 @@
+"""What a tuned candidate should warn its user about: TP over nodes, eager mode, MTP under PP, a backend
+swap, an FP8 checkpoint on a GPU without FP8, DeepEP over PCIe, idle GPUs, idle DP ranks, memory risks,
+TTFT and TPOT misses."""
+
+from __future__ import annotations
+
+from .backends import fp8_checkpoint
+from .knobs import Workload
+from .layout import Layout
+from .memory_terms import uses_deepep
+from .spec import ModelSpec
+from .topology import Topology
+from .tuning import Tuned
+
+
+def warnings_for(spec: ModelSpec, topo: Topology, layout: Layout, tuned: Tuned, workload: Workload) -> list[str]:
+    out = []
+    if layout.tp > topo.gpus_per_node:
+        out.append(f"tensor parallelism spans {layout.tp // topo.gpus_per_node} nodes: every layer's all-reduce "
+                   "crosses the inter-node fabric")
+    if not tuned.knobs.cuda_graphs:
+        alone = tuned.metrics.alone_tpot_s * 1e3
+        out.append(f"eager mode (no CUDA graphs): every decode kernel pays a CPU launch; one request alone "
+                   f"gets {alone:.1f} ms per token")
+    if tuned.knobs.mtp and layout.pp > 1:
+        out.append("MTP under pipeline parallelism is a recent path in both engines (vLLM's V2 model runner, "
+                   "vllm-project/vllm#46994; SGLang only with SGLANG_ENABLE_PP_SPEC=1, which the scripts export): "
+                   "start it once and check its output against a run without --mtp before serving")
+    if "runs instead" in tuned.reasons.get("block_size", ""):
+        out.append("block size/backend: " + tuned.reasons["block_size"])
+    fp8 = fp8_checkpoint(tuned.knobs.engine, spec, topo.gpu)
+    out += [fp8[1]] if fp8 else []
+    if uses_deepep(layout) and topo.intra_node.kind == "pcie":
+        out.append("DeepEP's low-latency kernels go over the RDMA NICs here (no NVLink; NVSHMEM with IBGDA): run "
+                   "DeepEP's test_low_latency.py on the nodes before serving (the emitted README: how to fall back)")
+    idle = topo.total_gpus - layout.total_gpus
+    if idle:
+        more = idle // layout.instance_gpus
+        out.append(f"uses {layout.total_gpus} of the cluster's {topo.total_gpus} GPUs: {idle} stay idle (tokens/s "
+                   "per GPU counts the GPUs in use)" + (f"; {more} more replica(s) of this layout would use them"
+                                                        if more else ""))
+    if workload.concurrency and layout.dp * layout.replicas > workload.concurrency:
+        out.append(f"{layout.dp * layout.replicas} DP ranks for an offered concurrency of {workload.concurrency}: "
+                   "some ranks will sit idle (DP attention needs concurrency >= DP size)")
+    out += [f"memory: {r}" for r in tuned.metrics.memory.reasons if "risk" in r or "only" in r]
+    out += [n for n in tuned.metrics.notes if n.startswith("TTFT") or "misses" in n]
+    return out
