@@ -50,8 +50,14 @@ def verdict(ranks: list[RankMemory], knobs: Knobs, layout: Layout, capacity: int
     for r in ranks:
         reasons += _stage_reasons(r, knobs, safe)
     if 0 < capacity < knobs.max_model_len:
-        reasons.append(f"!the KV pool holds {capacity:,} tokens, fewer than --max-model-len {knobs.max_model_len:,} "
-                       f"(the engine refuses to start); the longest that fits is {capacity:,}")
+        if knobs.engine == "sglang":   # managers/tp_worker.py: max_req_len = min(context_len - 1, pool - 1)
+            reasons.append(f"!the KV pool holds {capacity:,} tokens, fewer than --context-length "
+                           f"{knobs.max_model_len:,}: SGLang starts but caps every request at {capacity - 1:,} "
+                           "tokens (prompt + output) and turns longer ones away")
+        else:
+            reasons.append(f"!the KV pool holds {capacity:,} tokens, fewer than --max-model-len "
+                           f"{knobs.max_model_len:,} (the engine refuses to start); the longest that fits is "
+                           f"{capacity:,}")
     if len(ranks) > 1 and len({r.kv_tokens for r in ranks}) > 1:
         notes.append(f"stage {min(ranks, key=lambda r: r.kv_tokens).pp_stage} binds: the engine sizes every stage's "
                      f"pool to the minimum, {capacity:,} tokens")

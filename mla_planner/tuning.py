@@ -143,8 +143,10 @@ def _draft_knobs(spec: ModelSpec, topo: Topology, layout: Layout, engine: str, k
                          "refuses longer requests (prompt + max_tokens, chat template included): give the p99 "
                          "lengths with that headroom",
         "memory_fraction": fraction_reason(engine, gpu, knobs.memory_fraction),
-        "kv_cache_dtype": ("fp8 halves the latent cache (576 B/token/layer) on a backend that supports it"
-                           if spec.attention == "mla" else "fp8 halves the K/V cache")
+        "kv_cache_dtype": (("fp8 halves the latent cache (576 B/token/layer) on a backend that supports it"
+                            if spec.attention == "mla" else "fp8 halves the K/V cache")
+                           + "; its accuracy varies by backend and model: score a small eval against bf16 before "
+                             "serving (the emitted README says how)")
                           if kv_dtype == "fp8" else "bf16 (the engine's `auto` for this checkpoint)",
         "prefix_caching": "on: hits skip prefill, and a miss costs only the hash of each full block"
                           + (f"; expected hit rate {workload.prefix_hit_rate:.0%}" if workload.prefix_hit_rate else ""),

@@ -203,7 +203,8 @@ def test_gpu_count_guard_catches_a_wrong_flag(engine, word, bad):
 def test_single_node_command():
     plan = make_plan("8xh200", Layout(tp=4), Knobs())
     line = single_node_command(plan, 1, "vllm")
-    assert line.startswith("CUDA_VISIBLE_DEVICES=0,1,2,3 vllm serve deepseek-ai/DeepSeek-V3 --tensor-parallel-size 4")
+    assert line.startswith("CUDA_VISIBLE_DEVICES=0,1,2,3 VLLM_ENGINE_READY_TIMEOUT_S=3600 vllm serve "
+                           "deepseek-ai/DeepSeek-V3 --tensor-parallel-size 4")   # a 671B load outlasts 600 s
     assert single_node_command(make_plan("2x8xh100-ib", Layout(tp=8, pp=2), Knobs()), 1, "vllm") is None
     assert single_node_command(make_plan("8xh200", Layout(tp=8, ep=4), Knobs()), 1, "vllm") is None
     assert single_node_command(make_plan("8xh200", Layout(tp=8), Knobs(engine="sglang")), 1, "sglang").startswith(

@@ -192,6 +192,17 @@ def test_safe_fraction_leaves_the_margin(engine):
     assert any("above the safe" in n for n in over.notes)
 
 
+def test_a_context_longer_than_the_pool_in_each_engines_words():
+    """vLLM refuses to start; SGLang starts and caps every request at the pool (managers/tp_worker.py:
+    max_req_len = min(context_len - 1, pool - 1))."""
+    vllm = report("8xh200", Layout(tp=8), max_model_len=1_000_000)
+    assert any("(the engine refuses to start)" in x for x in vllm.reasons)
+    sglang = report("8xh200", Layout(tp=8), "sglang", max_model_len=1_000_000)
+    (line,) = [x for x in sglang.reasons if "--context-length 1,000,000" in x]
+    assert not sglang.fits and "SGLang starts but caps every request at" in line and "refuses" not in line
+    assert f"{sglang.kv_capacity_tokens - 1:,} tokens" in line
+
+
 def test_ways_out_come_from_rerunning_the_model():
     r = report("8xh200", Layout(tp=8), max_model_len=1_000_000)
     assert not r.fits and any("fewer than --max-model-len" in x for x in r.reasons)

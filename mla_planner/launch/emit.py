@@ -77,7 +77,8 @@ def emit(plan: Plan, candidate: int, engine: Optional[str], out_dir: Path, mode:
                         "leave it out and export HEAD_IP on each replica's nodes")
     if head_address is not None and not head_address:
         raise PlanError("--head-address is empty")
-    files = folder_files(inp, engine, commands, candidate, cand.warnings, head_address)
+    files = folder_files(inp, engine, commands, candidate, cand.warnings, head_address,
+                         {"memory": cand.memory, "performance": cand.performance})
     paths = write_folder(files, Path(out_dir), force)
     return Emitted(engine, candidate, paths, commands, bench_argv(inp, engine))
 

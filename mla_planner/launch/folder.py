@@ -111,8 +111,11 @@ def bench_argv(inp: LaunchInputs, engine: str) -> list[str]:
 
 
 def folder_files(inp: LaunchInputs, engine: str, commands: list[NodeCommand], candidate: int,
-                 warnings: list[str], head_address: Optional[str]) -> dict[str, tuple[str, bool]]:
-    """{file name: (text, executable)} for the whole launch folder."""
+                 warnings: list[str], head_address: Optional[str],
+                 figures: Optional[dict] = None) -> dict[str, tuple[str, bool]]:
+    """{file name: (text, executable)} for the whole launch folder; `figures`: the candidate's memory and
+    performance from the plan (the README's "what the plan predicts"), None for a hand-built one."""
+    predicted = _predicted(inp, engine, figures)
     heads = {p.replica: p.head for p in place(inp.layout, inp.topology)}
     nodes = sorted({c.node_rank for c in commands})
     files = {f"node-{n}.sh": (_node_script(inp, engine, n, [c for c in commands if c.node_rank == n], heads,
@@ -126,8 +129,27 @@ def folder_files(inp: LaunchInputs, engine: str, commands: list[NodeCommand], ca
                   total_rate=f"{inp.workload.request_rate_per_s:g}" if inp.workload.request_rate_per_s else "")
     files["bench.sh"] = (render("bench.sh.j2", argv=bench_argv(inp, engine),
                                 num_prompts=4 * common["concurrency"], **common), True)
-    files["README.md"] = (_readme(inp, engine, commands, candidate, warnings, head_address, common), False)
+    files["README.md"] = (_readme(inp, engine, commands, candidate, warnings, head_address,
+                                  dict(common, predicted=predicted)), False)
     return files
+
+
+KV_LOG = {"vllm": "vLLM logs it as `GPU KV cache size: N tokens` (v1/core/kv_cache_utils.py; the minimum over "
+                  "workers and stages).",
+          "sglang": "SGLang logs it as `max_total_num_tokens=N` at start-up (managers/scheduler.py), per DP rank."}
+
+
+def _predicted(inp: LaunchInputs, engine: str, figures: Optional[dict]) -> Optional[dict]:
+    """The plan's figures one replica should show: KV tokens as the engine logs them, tokens/s, TPOT and TTFT
+    at the planned concurrency; None without them (a hand-built plan) or when the candidate serves nothing."""
+    perf, mem = (figures or {}).get("performance") or {}, (figures or {}).get("memory") or {}
+    if not perf.get("concurrency") or not mem.get("kv_capacity_tokens"):
+        return None
+    k = inp.knobs
+    return dict(kv_tokens=f"{mem['kv_capacity_tokens']:,}", dp=inp.layout.dp, kv_log=KV_LOG[engine],
+                tok_s=f"{perf['throughput_tokens_per_s'] / inp.layout.replicas:,.0f}",
+                tpot_ms=f"{perf['tpot_s'] * 1e3:.1f}", ttft_ms=f"{perf['ttft_s'] * 1e3:,.0f}",
+                fp8_kv=k.kv_cache_dtype != "bf16", bf16_flag="auto" if engine == "vllm" else "bf16")
 
 
 def _all_to_all(inp: LaunchInputs, engine: str) -> Optional[dict]:

@@ -33,7 +33,8 @@ PROGRAM = ["vllm", "serve"]
 KV_CACHE_DTYPES = {"bf16": "auto", "fp8": "fp8", "fp8_ds_mla": "fp8_ds_mla"}
 # "deepseek_mtp" is deprecated and rewritten to "mtp" with a warning (vllm/config/speculative.py)
 MTP_CONFIG = '{"method":"mtp","num_speculative_tokens":%d}' % MTP_DRAFT_TOKENS
-ENGINE_READY_TIMEOUT_S = 3600   # multi-node loads of a 671B checkpoint outlast the 600 s default
+ENGINE_READY_TIMEOUT_S = 3600   # loads of a 671B checkpoint (+ DeepGEMM warm-up, graph capture) outlast the 600 s
+                                # default, on one node too (USER_PROBLEMS.md problem 13)
 A2A_NOTE = (f"MoE all-to-all: --all2all-backend {a2a.VLLM_BACKEND} needs DeepEP and NVSHMEM on this node (README.md, "
             "'Expert-parallel all-to-all'). Without them, delete that flag: vLLM falls back to "
             "allgather_reducescatter, which is slower than the plan predicts.")
@@ -128,8 +129,7 @@ def _env(inp: LaunchInputs, inst: InstancePlacement):
     deepep = a2a.vllm_backend(inp.layout) is not None
     e = instance_env("vllm", inp.topology, inst.multi_node, inst.visible_devices, inp.spec.num_hidden_layers,
                      inp.layout.pp, inp.pp_partition, deepep)
-    if inst.multi_node:
-        e.env["VLLM_ENGINE_READY_TIMEOUT_S"] = str(ENGINE_READY_TIMEOUT_S)
+    e.env["VLLM_ENGINE_READY_TIMEOUT_S"] = str(ENGINE_READY_TIMEOUT_S)
     if deepep:
         e.notes.append(A2A_NOTE)
     return e
