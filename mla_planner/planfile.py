@@ -18,6 +18,7 @@ from typing import Annotated, Any, Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt
 
 from . import __version__
+from .backends import engine_version
 from .errors import InputError, PlanError
 from .knobs import ENGINES, KV_DTYPES, MTP_ACCEPTANCE, Knobs, Workload
 from .layout import KV_LAYOUTS, Layout
@@ -136,6 +137,7 @@ def meets_targets(plan: Plan) -> bool:
 
 def plan_to_dict(plan: Plan) -> dict:
     return {"mla_plan_version": __version__,
+            "engine_versions": {e: engine_version(e) for e in ENGINES},   # whose flags and accounting it models
             "model": {"name": plan.spec.name, "model_path": plan.model_path, "spec": plan.spec.model_dump()},
             "topology": plan.topology.model_dump(),
             "workload": asdict(plan.workload),

@@ -108,3 +108,13 @@ def test_emit_cli_shows_one_line_and_exits_2(cli, tmp_path):
     old = _write(tmp_path, lambda d: d.update(mla_plan_version="9.9.9"))
     result = cli("emit", "--plan", str(old), "--out", str(tmp_path / "out"))
     assert result.exit_code == 2 and "re-run `mla-plan plan`" in result.output
+
+
+def test_a_plan_records_the_engine_releases_it_models(tmp_path):
+    """USER_PROBLEMS.md problem 25 (version drift): flags, defaults and memory accounting are those of one
+    release per engine, and the plan file says which."""
+    from mla_planner.backends import engine_version
+    data = plan_to_dict(PLAN)
+    assert data["engine_versions"] == {"vllm": engine_version("vllm"), "sglang": engine_version("sglang")}
+    assert data["engine_versions"]["vllm"] == "0.33.0" and data["engine_versions"]["sglang"] == "0.5.23"
+    assert read_plan(_write(tmp_path)).candidates == PLAN.candidates      # and reading it back ignores it
