@@ -25,12 +25,12 @@ from .layout import Layout, parse_layout
 from .memory import evaluate as memory_evaluate
 from .memory_terms import deepep_problem, uses_deepep
 from .memory_ways_out import split_note
+from .memory_weights import dense_per_rank_applies
 from .metrics import Metrics, evaluate
 from .models import load_model
 from .spec import ModelSpec
 from .step import step_breakdown_s
 from .topology import load_topology
-from .tuning import dense_variants
 
 SERVING_ONLY = {"step_s", "tpot_s", "network_wait_share", "decode_network_wait_share", "ttft_s", "ttft_longest_s",
                 "alone_tpot_s"}
@@ -200,7 +200,7 @@ def compare_cmd(layouts: Annotated[Optional[list[str]], typer.Option(
                                     max_model_len=workload.max_context_len, mtp=mtp,
                                     pp_layer_partition=partition_choice(pp_layer_partition, spec, layout)
                                     if layout.pp == stages else None)
-        per_rank = dense_per_rank and len(dense_variants(layout, engine)) > 1
+        per_rank = dense_per_rank and dense_per_rank_applies(layout, engine)
         knobs, note = knobs_for(spec, topo, layout, replace(base, dense_per_rank=per_rank), fraction)
         m = evaluate(spec, topo, layout, knobs, workload, calib)
         results.append((m, knobs))

@@ -33,9 +33,11 @@ def stage_weight_terms(spec: ModelSpec, layout: Layout, layers: range, first: bo
                        dense_per_rank: bool = False) -> "OrderedDict[str, float]":
     """Bytes of weights one GPU of the stage holds, per group (see `_stage_weight_terms`).
 
-    Memoised: the plan search asks for the same stage under many knob settings, and only
-    tp, dp and ep (not pp, dcp, the KV layout or replicas) change how weights split."""
-    return OrderedDict(_stage_weight_terms(spec, weight_key(layout), layers, first, last, engine, mtp, fp8_marlin,
+    Memoised: the plan search asks for the same stage under many knob settings and layer splits, and only
+    tp, dp and ep (not pp, dcp, the KV layout or replicas) change how weights split, and only how many layers
+    (and how many of them dense) the stage owns, not which."""
+    counts = (len(layers), spec.dense_layers_in(layers))
+    return OrderedDict(_stage_weight_terms(spec, weight_key(layout), counts, first, last, engine, mtp, fp8_marlin,
                                            dense_per_rank))
 
 
@@ -52,9 +54,10 @@ def marlin_scale_bytes(t: Tensor, block: tuple[int, int]) -> float:
 
 
 @lru_cache(maxsize=4096)
-def _stage_weight_terms(spec: ModelSpec, layout: Layout, layers: range, first: bool, last: bool,
+def _stage_weight_terms(spec: ModelSpec, layout: Layout, counts: tuple[int, int], first: bool, last: bool,
                         engine: str, mtp: bool, fp8_marlin: bool = False, dense_per_rank: bool = False) -> tuple:
-    """Bytes of weights one GPU of the stage owning decoder `layers` holds, per reporting group.
+    """Bytes of weights one GPU of the stage owning `counts` = (decoder layers, dense-FFN layers among them)
+    holds, per reporting group.
 
     Walks `inventory(spec)` (+ `mtp_inventory` on the last stage when `mtp`, vLLM/SGLang run the
     MTP drafter beside the last stage's layers) and adds `mla_absorb`, the bf16 W_UK/W_UV copies
@@ -65,13 +68,13 @@ def _stage_weight_terms(spec: ModelSpec, layout: Layout, layers: range, first: b
     marlin = 0.0
     tensors = inventory(spec) + (mtp_inventory(spec) if mtp and last else [])
     for t in tensors:
-        count = _stage_count(spec, t, layers, first, last)
+        count = _stage_count(spec, t, counts, first, last)
         if count:
             shard = _shard(replace(t, count=count), layout, dense_tp(layout, engine, t.group, dense_per_rank))
             key = f"weights/{t.group}"
             out[key] = out.get(key, 0.0) + bytes_of(shard, spec.weight_block_size, spec.int4_group_size)
             marlin += marlin_scale_bytes(shard, spec.weight_block_size) if fp8_marlin else 0.0
-    absorb = mla_absorb_bytes(spec, layout, len(layers) + (spec.num_nextn_predict_layers if mtp and last else 0))
+    absorb = mla_absorb_bytes(spec, layout, counts[0] + (spec.num_nextn_predict_layers if mtp and last else 0))
     if absorb:
         out["weights/mla_absorb"] = absorb
     if marlin:
@@ -93,22 +96,28 @@ def mla_absorb_bytes(spec: ModelSpec, layout: Layout, layers: int) -> float:
     return float(layers * heads * (spec.qk_nope_head_dim + spec.v_head_dim) * spec.kv_lora_rank * 2)
 
 
-def _stage_count(spec: ModelSpec, t: Tensor, layers: range, first: bool, last: bool) -> int:
+def _stage_count(spec: ModelSpec, t: Tensor, counts: tuple[int, int], first: bool, last: bool) -> int:
     """Copies of tensor `t` on this stage: whole-model tensors by placement, layer tensors by the
     number of this stage's layers of the tensor's kind (every layer, dense-FFN layers, MoE layers)."""
     if t.where == "first":
         return t.count if first else 0
     if t.where in ("last", "mtp"):
         return t.count if last else 0
-    n_dense = spec.num_dense_layers
-    dense_here = spec.dense_layers_in(layers)
+    layers, dense_here = counts
     if t.group in DENSE_GROUPS:
-        total, here = n_dense, dense_here
+        total, here = spec.num_dense_layers, dense_here
     elif t.group in MOE_GROUPS:
-        total, here = spec.num_moe_layers, len(layers) - dense_here
+        total, here = spec.num_moe_layers, layers - dense_here
     else:
-        total, here = spec.num_hidden_layers, len(layers)
+        total, here = spec.num_hidden_layers, layers
     return t.count // total * here if total else 0
+
+
+def dense_per_rank_applies(layout: Layout, engine: str) -> bool:
+    """Where the `dense_per_rank` knob means something and is planned: SGLang under DP attention at tp = 1
+    (vLLM always runs the dense parts per DP rank; at tp > 1 SGLang's per-rank MLP would also scatter the
+    tokens over the attention-TP group, which is not priced)."""
+    return engine == "sglang" and layout.dp > 1 and layout.tp == 1
 
 
 def dense_tp(layout: Layout, engine: str, group: str, dense_per_rank: bool = False) -> int:

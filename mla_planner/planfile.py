@@ -22,6 +22,7 @@ from .backends import engine_version
 from .errors import InputError, PlanError
 from .knobs import ENGINES, KV_DTYPES, MTP_ACCEPTANCE, Knobs, Workload
 from .layout import KV_LAYOUTS, Layout
+from .memory_weights import dense_per_rank_applies
 from .pp_split import split_problem
 from .spec import ModelSpec
 from .topology import Topology
@@ -185,9 +186,14 @@ def _knobs(raw: _KnobsIn, spec: ModelSpec, layout: _LayoutIn, where: str, i: int
     if fields["pp_layer_partition"] is not None:
         fields["pp_layer_partition"] = tuple(fields["pp_layer_partition"])
     knobs = Knobs(**fields)
-    problem = split_problem(spec, Layout(**layout.model_dump()), knobs)
+    lay = Layout(**layout.model_dump())
+    problem = split_problem(spec, lay, knobs)
     if problem:
         raise InputError(where, problem, f"candidates.{i}.knobs.pp_layer_partition")
+    if knobs.dense_per_rank and not dense_per_rank_applies(lay, knobs.engine):
+        raise InputError(where, "true only for SGLang under DP attention at tp=1 (--moe-dense-tp-size 1 "
+                         f"--enable-dp-lm-head), not {knobs.engine} on {lay.label}",
+                         f"candidates.{i}.knobs.dense_per_rank")
     return knobs
 
 

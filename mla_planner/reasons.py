@@ -11,6 +11,7 @@ from .knobs import Workload, decode_query_len
 from .layout import Layout
 from .memory_terms import DEEPEP_SGLANG_DISPATCH_MAX
 from .memory_weights import stage_weight_terms
+from .pp_split import stage_layers
 from .metrics import Metrics, coupled_ranks
 from .spec import ModelSpec
 
@@ -71,14 +72,22 @@ def limit_words(m: Metrics, workload: Workload) -> str:
 
 def dense_reason(spec: ModelSpec, layout: Layout, per_rank: bool) -> str:
     """SGLang under DP attention: where the dense MLP layers and the lm_head run, and what the other way costs."""
-    whole = range(spec.num_hidden_layers)
-    extra = sum(stage_weight_terms(spec, layout, whole, True, True, "sglang", dense_per_rank=True).get(g, 0.0)
-                - stage_weight_terms(spec, layout, whole, True, True, "sglang").get(g, 0.0)
-                for g in ("weights/dense_ffn", "weights/lm_head")) / 2**30
+    extra = max(_dense_extra_bytes(spec, layout, stage) for stage in range(layout.pp)) / 2**30
+    more = f"{'up to ' if layout.pp > 1 else ''}{extra:.1f} GiB more per GPU"
     if per_rank:
         return (f"on (--moe-dense-tp-size 1 --enable-dp-lm-head, the large-scale EP recipe): each DP rank runs the "
-                f"dense MLP layers and the lm_head on its own tokens, holding them whole ({extra:.1f} GiB more per "
-                f"GPU), with no all-gather of every rank's tokens around them")
+                f"dense MLP layers and the lm_head on its own tokens, holding them whole ({more}), with no "
+                f"all-gather of every rank's tokens around them")
     return (f"off (SGLang's default): the dense MLP layers and the lm_head are split over all {layout.stage_gpus} "
-            f"GPUs of the stage and run on every DP rank's tokens, gathered first; per rank they would take "
-            f"{extra:.1f} GiB more per GPU")
+            f"GPUs of the stage and run on every DP rank's tokens, gathered first; per rank they would take {more}")
+
+
+def _dense_extra_bytes(spec: ModelSpec, layout: Layout, stage: int) -> float:
+    """What holding the dense MLP layers and lm_head whole adds to one GPU of pipeline stage `stage` (the
+    engine's own layer split)."""
+    split = stage_layers(spec.num_hidden_layers, layout.pp, "sglang")
+    start = sum(split[:stage])
+    layers, first, last = range(start, start + split[stage]), stage == 0, stage == layout.pp - 1
+    per_rank = stage_weight_terms(spec, layout, layers, first, last, "sglang", dense_per_rank=True)
+    split_way = stage_weight_terms(spec, layout, layers, first, last, "sglang")
+    return sum(per_rank.get(g, 0.0) - split_way.get(g, 0.0) for g in ("weights/dense_ffn", "weights/lm_head"))

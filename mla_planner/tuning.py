@@ -21,6 +21,7 @@ from .layout import Layout
 from .memory import evaluate as memory_evaluate
 from .memory import safe_memory_fraction
 from .memory_terms import deepep_problem, uses_deepep
+from .memory_weights import dense_per_rank_applies
 from .metrics import Metrics, evaluate, mean_tpot_s, tokens_per_request
 from .reasons import MAX_NUM_SEQS_CAP, chunk_reason, dense_reason, fraction_reason, limit_words, stall_words
 from .tuning_limits import choose_graph_cap, choose_split, fit_by_split, regain_kv_room
@@ -73,7 +74,7 @@ def dense_variants(layout: Layout, engine: str) -> tuple[bool, ...]:
     """The `dense_per_rank` settings worth tuning: both for SGLang under DP attention at tp = 1 (its default
     splits the dense MLP and lm_head over every GPU of the stage and gathers every rank's tokens; the large-scale
     EP recipe runs them per rank, at the cost of holding them whole), else only the engine's own way."""
-    return (False, True) if engine == "sglang" and layout.dp > 1 and layout.tp == 1 else (False,)
+    return (False, True) if dense_per_rank_applies(layout, engine) else (False,)
 
 
 def draft_knobs(spec: ModelSpec, topo: Topology, layout: Layout, engine: str, kv_dtype: str,

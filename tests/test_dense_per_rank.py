@@ -116,3 +116,38 @@ def test_compare_flag(cli):
     assert not on[1]["knobs"]["dense_per_rank"] and any("does not apply" in n for n in on[1]["notes"])
     r = cli("compare", "-l", "tp=1,dp=16,ep=16", "--dense-per-rank")    # vLLM
     assert r.exit_code == 2 and "SGLang's choice" in r.stderr and "Traceback" not in r.output
+
+
+def test_tensor_parallel_attention_is_tuned_one_way_only():
+    """At tp > 1 SGLang's per-rank MLP would also scatter the tokens over the attention-TP group, which is not
+    priced: those layouts are tuned the engine's way only, and a plan file saying otherwise is refused."""
+    from mla_planner.tuning import dense_variants
+    assert dense_variants(Layout(tp=2, dp=8, ep=16), "sglang") == (False,)
+    assert dense_variants(WIDE, "vllm") == (False,) and dense_variants(WIDE, "sglang") == (False, True)
+
+
+def test_a_plan_file_cannot_ask_for_it_where_it_does_not_apply(tmp_path, cli):
+    from mla_planner.planfile import plan_to_dict
+    plan = make_plan("8xh200", Layout(tp=8), Knobs(engine="sglang", dense_per_rank=True))
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(plan_to_dict(plan)))
+    r = cli("emit", "--plan", str(path), "--out", str(tmp_path / "out"))
+    assert r.exit_code == 2 and "candidates.0.knobs.dense_per_rank" in r.stderr and "tp8" in r.stderr
+
+
+def test_the_mtp_note_tunes_the_candidate_the_way_it_was_planned():
+    """The MTP note re-tunes #1 with MTP in #1's own way (per rank here: 660 tok/s per GPU with MTP), not
+    SGLang's default split (615)."""
+    from mla_planner.tuning import Overrides
+    from mla_planner.tuning_mtp import mtp_hint
+    topo = load_topology("2x8xh200-ib")
+    workload = Workload(input_len=1000, output_len=1000, tpot_ms=100)
+    cal = load_calibration(None, topo)
+    result = search(V3, topo, workload, cal, ("sglang",), "fp8", [WIDE])
+    assert result.options[0].tuned.knobs.dense_per_rank
+    hint = mtp_hint(V3, topo, result.options, workload, cal, Overrides())
+    (with_mtp,) = search(V3, topo, workload, cal, ("sglang",), "fp8", [WIDE], pinned=Overrides(mtp=True)).options
+    assert with_mtp.tuned.knobs.dense_per_rank and "the other way was tuned too" in with_mtp.tuned.reasons[
+        "dense_per_rank"]
+    assert hint.data["with_mtp"]["throughput_tokens_per_s_per_gpu"] == pytest.approx(
+        with_mtp.tuned.metrics.throughput_tokens_per_s_per_gpu)

@@ -478,3 +478,19 @@ def test_sglang_fraction_is_the_safe_one_at_the_chunk_chosen():
     for o in search(spec, topo, Workload(), calib, engines=("sglang",)).options[:6]:
         k = o.tuned.knobs
         assert k.memory_fraction == pytest.approx(safe_memory_fraction(spec, topo, o.layout, k), abs=0.0015)
+
+
+def test_a_bound_covers_the_kv_balanced_split_tuning_may_adopt():
+    """A review's counterexample: DeepSeek-V3 on 4 x 8 H800, SGLang tp1·pp2·dp8·ep8 with the dense parts per
+    rank and an FP8 cache. Under the engine's own split (30,31) the last stage holds the whole lm_head and its pool
+    one request (bound 28.6 tok/s per GPU); tuning adopts the KV-balanced split 31,30 and serves ~70. The screening
+    bound now prices that split too, so it stays an upper bound."""
+    from mla_planner.search_bounds import screen as _screen
+    from mla_planner.tuning import tune
+    spec, topo, calib = setup("deepseek-v3", "4x8xh800-roce")
+    layout = Layout(tp=1, pp=2, dp=8, ep=8, replicas=2)
+    for kv in ("bf16", "fp8"):
+        for per_rank in (False, True):
+            bound, _, _ = _screen(spec, topo, layout, "sglang", kv, Workload(), calib, Overrides(), per_rank)
+            tuned = tune(spec, topo, layout, "sglang", kv, Workload(), calib, dense_per_rank=per_rank)
+            assert bound >= tuned.metrics.throughput_tokens_per_s_per_gpu * (1 - 1e-9), (kv, per_rank)

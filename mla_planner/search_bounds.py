@@ -1,0 +1,110 @@
+"""Screening bounds of the plan search: an upper bound on the output tokens/s per GPU a layout can reach
+(the decode step alone, at the largest batch its KV pool holds), and the same bound tightened by the TPOT
+target. search.py tunes layouts in the order of these bounds and stops where none can beat the best tuned."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from .knobs import Knobs
+from .memory import evaluate as memory_evaluate
+from .memory import safe_memory_fraction, split_pools
+from .metrics import in_flight, tokens_per_request
+from .pp_split import balance, layer_split
+from .step import decode_step
+from .tuning import Overrides, Rejected, draft_knobs
+
+
+def screen(spec, topo, layout, engine, kv, workload, calib, pinned: Overrides,
+            per_rank: bool = False) -> tuple[float, Knobs, int]:
+    """Upper bound on output tokens/s per GPU (the decode step alone, up to the batch the KV pool holds
+    with the draft knobs), the draft knobs and that batch; raises Rejected when the layout cannot serve."""
+    knobs, _ = draft_knobs(spec, topo, layout, engine, kv, workload, pinned, per_rank)
+    mem = memory_evaluate(spec, topo, layout, knobs)      # the verdict only: no search for ways out
+    if not mem.fits:
+        raise Rejected(mem.reasons[0] if mem.reasons else "does not fit")
+    batch = min(knobs.max_num_seqs, mem.kv_capacity_tokens // tokens_per_request(workload, knobs.block_size))
+    if batch < 1:
+        raise Rejected(f"the KV pool ({mem.kv_capacity_tokens:,} tokens) cannot hold one "
+                       f"{workload.mean_decode_context:,}-token request")
+    bounds = [(_decode_bound(spec, topo, layout, knobs, batch, workload, calib), knobs, batch)]
+    # where the pool limits the batch, tuning may adopt the KV-balanced split (choose_split): bound it too
+    alt = _balanced(spec, topo, layout, knobs, workload) if batch < knobs.max_num_seqs else None
+    if alt:
+        bounds.append((_decode_bound(spec, topo, layout, *alt, workload, calib), *alt))
+    return max(bounds, key=lambda t: t[0])
+
+
+def _balanced(spec, topo, layout, knobs: Knobs, workload) -> tuple[Knobs, int] | None:
+    """Under PP, the split that balances the stages' KV pools (pp_split.balance, what tuning's choose_split
+    tries when the pool limits the batch) at its safe fraction, with the batch its pool holds; None when it
+    is the engine's own split or does not fit."""
+    if layout.pp == 1:
+        return None
+    own = layer_split(spec, layout, knobs)
+    split = balance(own, split_pools(spec, topo, layout, knobs))
+    if split == own:
+        return None
+    alt = replace(knobs, pp_layer_partition=tuple(split))
+    alt = replace(alt, memory_fraction=safe_memory_fraction(spec, topo, layout, alt))
+    mem = memory_evaluate(spec, topo, layout, alt)
+    batch = min(alt.max_num_seqs, mem.kv_capacity_tokens // tokens_per_request(workload, alt.block_size))
+    return (alt, batch) if mem.fits and batch >= 1 else None
+
+
+def _decode_bound(spec, topo, layout, knobs: Knobs, top: int, workload, calib) -> float:
+    """max over B <= top of in_flight(B) / decode tpot(B) / GPUs: no tuned batch B* <= top does better, as
+    its mean TPOT (stalls included) is at least the decode step's. B / tpot(B) grows with B (each roofline
+    term is affine or concave in B) except where pipeline micro-batches fill up: B sequences over pp stages
+    run as ceil(B / pp)-row micro-batches, so a round costs as much at k x pp + 1 as at (k + 1) x pp and
+    B / tpot dips there. The maximum is therefore at `top` or at the last full row below it
+    (pp x floor(top / pp)), or, when the offered concurrency caps the requests in flight, at the batch where
+    the cap starts, the one after, or the last full row below it."""
+    ctx = workload.mean_decode_context
+    ends = [top]
+    if workload.concurrency:
+        knee = workload.concurrency // (layout.dp * layout.replicas)
+        ends += [b for b in (knee, knee + 1) if 1 <= b < top]
+    points = {p for e in ends for p in (e, layout.pp * (e // layout.pp)) if 1 <= p <= top}
+    return max(in_flight(b, layout, workload) / decode_step(spec, topo, layout, knobs, b, ctx, calib,
+                                                            mtp_acceptance=workload.mtp_acceptance).tpot_s
+               for b in points) / layout.total_gpus
+
+
+def target_bound(spec, topo, layout, knobs: Knobs, top: int, workload, calib, best: float) -> tuple[float, int]:
+    """The decode bound tightened by the TPOT target, searched only as far as deciding it against `best`:
+    a feasible batch has decode tpot <= target, so the bound is the decode bound at the largest such
+    batch B*. Each probe B narrows it: if tpot(B) <= target, B* >= B and the bound is at least what B
+    gives (above `best`: stop, the layout must be tuned); if not, B* < B and the bound is at most the
+    decode bound up to B (not above `best`: stop, screened out). Otherwise bisect by regula falsi until
+    the bracket is within 5 %, and return the decode bound at its top (an upper bound). Also returns the
+    smallest batch seen over the target (0 if none): mean TPOT is higher still there, so it bounds
+    tuning's batch search."""
+    ctx, target = workload.mean_decode_context, workload.tpot_ms / 1e3
+    gpus = layout.total_gpus
+
+    def tpot(b: int) -> float:
+        return decode_step(spec, topo, layout, knobs, b, ctx, calib, mtp_acceptance=workload.mtp_acceptance).tpot_s
+
+    f_top = tpot(top)
+    if f_top <= target:
+        return _decode_bound(spec, topo, layout, knobs, top, workload, calib), 0
+    f_lo = tpot(1)
+    if f_lo > target:
+        return 0.0, 1
+    lo, hi, f_hi = 1, top, f_top
+    while hi - lo > max(1.0, 0.05 * hi):
+        if in_flight(lo, layout, workload) / f_lo / gpus > best:
+            return in_flight(lo, layout, workload) / f_lo / gpus, hi
+        upper = _decode_bound(spec, topo, layout, knobs, hi, workload, calib)
+        if upper <= best:
+            return upper, hi
+        mid = min(max(lo + int((target - f_lo) * (hi - lo) / (f_hi - f_lo)), lo + 1), hi - 1)
+        if hi - lo > 8 and (mid - lo) * 8 < hi - lo:     # regula falsi crawling along one end: bisect
+            mid = (lo + hi) // 2
+        value = tpot(mid)
+        if value <= target:
+            lo, f_lo = mid, value
+        else:
+            hi, f_hi = mid, value
+    return _decode_bound(spec, topo, layout, knobs, hi, workload, calib), hi
