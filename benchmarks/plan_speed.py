@@ -34,7 +34,7 @@ def clear_caches() -> None:
     for fn in (comm.collective, layout.weight_key, memory.evaluate, memory.safe_memory_fraction,
                memory_weights._stage_weight_terms,
                step_work._layer_weights,
-               step._forward_memo, step._layers_memo, tuning._draft_knobs):
+               step._forward_memo, tuning._draft_knobs):
         fn.cache_clear()
 
 

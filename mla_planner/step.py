@@ -246,21 +246,12 @@ def _forward_memo(spec: ModelSpec, topo: Topology, layout: Layout, engine: str, 
     knobs = Knobs(engine=engine, kv_cache_dtype=kv_cache_dtype, cuda_graphs=cuda_graphs, mtp=mtp,
                   dense_per_rank=dense_per_rank)
     split = list(split) if split else stage_split(spec, layout, engine)
-    lt = _layers_memo(spec, topo, layout, knobs, batch, calib)
-    return lt, tuple(stage_time(spec, topo, layout, knobs, batch, calib, split, s, lt) for s in range(layout.pp))
-
-
-@lru_cache(maxsize=32768)
-def _layers_memo(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, batch: Batch,
-                 calib: Calibration) -> dict:
-    """The dense and MoE layer times, which no layer split changes: the search prices one pass under several
-    splits (the engine's own and the KV-balanced one)."""
-    w = layer_weights(spec, layout, knobs.engine, knobs.dense_per_rank)
+    w = layer_weights(spec, layout, engine, dense_per_rank)
     att = attention_part(spec, topo, layout, knobs, batch, calib, w)
     lt = {"dense": layer_time(spec, topo, layout, knobs, batch, calib, False, w, att)}
     if spec.is_moe:
         lt["moe"] = layer_time(spec, topo, layout, knobs, batch, calib, True, w, att)
-    return lt
+    return lt, tuple(stage_time(spec, topo, layout, knobs, batch, calib, split, s, lt) for s in range(layout.pp))
 
 
 def round_s(stages: list, micro_batches: int, others: list | None = None) -> float:
