@@ -1,6 +1,6 @@
 """What a tuned candidate should warn its user about: TP over nodes, eager mode, MTP under PP, a backend
-swap, an FP8 checkpoint on a GPU without FP8, DeepEP over PCIe, idle GPUs, idle DP ranks, memory risks,
-TTFT and TPOT misses."""
+swap, an FP8 checkpoint on a GPU without FP8, no tuned MoE kernel config in the wheel, DeepEP over PCIe, idle
+GPUs, idle DP ranks, memory risks, TTFT and TPOT misses."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from .backends import fp8_checkpoint
 from .knobs import Workload
 from .layout import Layout
 from .memory_terms import uses_deepep
+from .moe_configs import moe_kernel_config
 from .spec import ModelSpec
 from .topology import Topology
 from .tuning import Tuned
@@ -30,6 +31,9 @@ def warnings_for(spec: ModelSpec, topo: Topology, layout: Layout, tuned: Tuned, 
         out.append("block size/backend: " + tuned.reasons["block_size"])
     fp8 = fp8_checkpoint(tuned.knobs.engine, spec, topo.gpu)
     out += [fp8[1]] if fp8 else []
+    kernel = moe_kernel_config(spec, topo.gpu, layout, tuned.knobs.engine)
+    if kernel and not kernel.shipped:
+        out.append(kernel.advice(spec.hf_id or spec.name, layout.moe_tp, spec.expert_dtype == "fp8"))
     if uses_deepep(layout) and topo.intra_node.kind == "pcie":
         out.append("DeepEP's low-latency kernels go over the RDMA NICs here (no NVLink; NVSHMEM with IBGDA): run "
                    "DeepEP's test_low_latency.py on the nodes before serving (the emitted README: how to fall back)")

@@ -32,6 +32,7 @@ class GPU(BaseModel):
     fp8_flops_per_s: NonNegativeFloat = 0.0
     compute_capability: str = Field(pattern=r"^\d+\.\d+$")
     nvlink_bytes_per_s: NonNegativeFloat = 0.0
+    cuda_name: Optional[str] = None           # torch.cuda.get_device_name(): what tuned-kernel files are keyed on
     source: Optional[str] = None
 
     @cached_property
