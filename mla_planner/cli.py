@@ -30,6 +30,7 @@ TyperOption.display_type_rich = _flag_takes_no_value(TyperOption.display_type_ri
 from . import __version__  # noqa: E402
 from .cli_compare import compare_cmd  # noqa: E402
 from .cli_emit import emit_cmd  # noqa: E402
+from .cli_logcheck import check_log_cmd  # noqa: E402
 from .cli_memory import memory_cmd  # noqa: E402
 from .cli_plan import plan_cmd  # noqa: E402
 from .cli_show import models_cmd, show_cmd, topologies_cmd  # noqa: E402
@@ -88,6 +89,7 @@ app.command("compare")(compare_cmd)
 app.command("memory")(memory_cmd)
 app.command("emit")(emit_cmd)
 app.command("verify")(verify_cmd)
+app.command("check-log")(check_log_cmd)
 
 
 def main() -> None:

@@ -1,0 +1,63 @@
+"""`mla-plan check-log`: an engine's start-up log held against a plan candidate (logcheck.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from .cli_common import JsonOpt, console, guard, print_json
+from .errors import InputError
+from .logcheck import check_log
+from .planfile import engine_candidate, pick, read_plan
+from .yamlio import path_kind, user_path
+
+MARK = {"ok": "ok", "warn": "WARN", "fail": "FAIL", "absent": "-"}
+
+
+@guard
+def check_log_cmd(logs: Annotated[list[str], typer.Argument(help="The engine's log file(s): every node's, or the "
+                                                             "head's (stdout and stderr as the node scripts ran).")],
+                  plan: Annotated[Path, typer.Option("--plan", "-p", help="Plan file written by "
+                                                     "`mla-plan plan --json`.")],
+                  candidate: Annotated[Optional[int], typer.Option("--candidate", "-c", help="The candidate that "
+                                                                   "was launched (default: 1).")] = None,
+                  as_json: JsonOpt = False) -> None:
+    """Hold an engine's log against the plan: the KV pool it sized (within 5 % of the plan), the network NCCL
+    chose between nodes (start with NCCL_DEBUG=INFO), untuned fused-MoE kernels, eager mode, the release.
+
+    Exit status: 0 nothing contradicts the plan (warnings and absent lines included); 1 a check failed;
+    2 bad input.
+
+    Examples:
+
+      ./node-0.sh 2>&1 | tee node-0.log;  mla-plan check-log node-0.log --plan plan.json
+
+      mla-plan check-log node-*.log --plan plan.json --candidate 2 --json
+    """
+    loaded = read_plan(plan)
+    cand = pick(loaded, engine_candidate(loaded, candidate, None, "check-log"), "check-log")
+    text = "\n".join(_read(name) for name in logs)
+    checks = check_log(text, loaded, cand)
+    failed = any(c.status == "fail" for c in checks)
+    if as_json:
+        print_json({"candidate": cand.layout.label, "engine": cand.knobs.engine, "ok": not failed,
+                    "checks": [{"name": c.name, "status": c.status, "text": c.text} for c in checks]})
+    else:
+        out = console()
+        out.print(f"{cand.layout.label} on {cand.knobs.engine}: {len(logs)} log file(s)", markup=False)
+        for c in checks:
+            out.print(f"  {MARK[c.status]:<4} {c.name}: {c.text}", markup=False)
+    raise typer.Exit(1 if failed else 0)
+
+
+def _read(name: str) -> str:
+    path = user_path(name)
+    kind = path_kind(path)
+    if kind != "file":
+        raise InputError(name, "is a folder, not a log file" if kind == "dir" else "no such file")
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        raise InputError(name, f"cannot be read ({exc.strerror or exc})") from None

@@ -1,0 +1,98 @@
+"""`mla-plan check-log`: an engine's log held against the plan (mla_planner/logcheck.py). The log lines are the
+engines' own formats (vLLM 0.33.0 v1/core/kv_cache_utils.py and v1/engine/core.py, SGLang 0.5.23
+managers/scheduler.py; the older vLLM line from validation.yaml kv-vllm-v3-h800x16-tp16)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+
+@pytest.fixture(scope="module")
+def plans(tmp_path_factory):
+    """A multi-node vLLM plan (V3 on 2 x 8 H100, tp8 x pp2 pinned) and a single-node SGLang one."""
+    from typer.testing import CliRunner
+
+    from mla_planner.cli import app
+    out = {}
+    for name, args in {"vllm": ("-m", "deepseek-v3", "-t", "2x8xh100-ib", "-e", "vllm", "-l", "tp=8,pp=2"),
+                       "sglang": ("-m", "deepseek-v2-lite", "-t", "8xh100", "-e", "sglang", "-l", "tp=8")}.items():
+        r = CliRunner().invoke(app, ["plan", *args, "--json"])
+        path = tmp_path_factory.mktemp(name) / "plan.json"
+        path.write_text(r.stdout)
+        out[name] = (path, json.loads(r.stdout)["candidates"][0])
+    return out
+
+
+def _log(tmp_path, *lines):
+    path = tmp_path / "node-0.log"
+    path.write_text("\n".join(lines) + "\n")
+    return str(path)
+
+
+def _run(cli, plan, log):
+    r = cli("check-log", log, "--plan", str(plan), "--json")
+    return r.exit_code, {c["name"]: c for c in json.loads(r.stdout)["checks"]} if r.stdout.strip() else {}
+
+
+def _vllm_start(kv: int, eager: str = "False") -> list[str]:
+    return ["INFO 11-29 12:00:00 [core.py:140] Initializing a V1 LLM engine (v0.33.0) with config: model='x', "
+            f"enforce_eager={eager}, kv_cache_dtype=fp8",
+            "NCCL INFO NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/IB ; OOB eth0:10.0.0.1<0>",
+            f"INFO 11-29 12:01:00 [kv_cache_utils.py:1148] GPU KV cache size: {kv:,} tokens, Maximum concurrency "
+            "for 2,560 tokens per request: 9.31x"]
+
+
+def test_a_log_that_matches_the_plan(cli, plans, tmp_path):
+    plan, cand = plans["vllm"]
+    kv = cand["memory"]["kv_capacity_tokens"]
+    code, checks = _run(cli, plan, _log(tmp_path, *_vllm_start(kv), *_vllm_start(kv + 1000)))
+    assert code == 0
+    assert checks["kv_cache"]["status"] == "ok" and f"{kv:,} KV tokens" in checks["kv_cache"]["text"]
+    assert [checks[n]["status"] for n in ("network", "cuda_graphs", "engine_version")] == ["ok"] * 3
+
+
+def test_fewer_tokens_sockets_and_eager_mode_fail(cli, plans, tmp_path):
+    plan, cand = plans["vllm"]
+    kv = int(cand["memory"]["kv_capacity_tokens"] * 0.9)
+    lines = [ln.replace("NET/IB", "NET/Socket") for ln in _vllm_start(kv, eager="True")]
+    code, checks = _run(cli, plan, _log(tmp_path, *lines))
+    assert code == 1
+    assert checks["kv_cache"]["status"] == "fail" and "-10.0%" in checks["kv_cache"]["text"]
+    assert checks["network"]["status"] == "fail" and "NET/Socket" in checks["network"]["text"]
+    assert checks["cuda_graphs"]["status"] == "fail"
+
+
+def test_untuned_moe_kernels_and_another_release_warn(cli, plans, tmp_path):
+    plan, cand = plans["vllm"]
+    lines = [ln.replace("(v0.33.0)", "(v0.11.2)") for ln in _vllm_start(cand["memory"]["kv_capacity_tokens"])]
+    lines.append("WARNING [fused_moe.py:1166] Using default MoE config. Performance might be sub-optimal! "
+                 "Config file not found at ['.../E=256,N=256,device_name=NVIDIA_H100_80GB_HBM3,...json']")
+    code, checks = _run(cli, plan, _log(tmp_path, *lines))
+    assert code == 0
+    assert checks["moe_kernels"]["status"] == "warn" and "benchmark_moe.py" in checks["moe_kernels"]["text"]
+    assert checks["engine_version"]["status"] == "warn" and "vLLM 0.11.2 runs" in checks["engine_version"]["text"]
+
+
+def test_sglang_lines_and_what_the_log_lacks(cli, plans, tmp_path):
+    plan, cand = plans["sglang"]
+    kv = cand["memory"]["kv_capacity_tokens"]
+    line = (f"[2026-11-29 12:00:00 TP0] max_total_num_tokens={kv}, chunked_prefill_size=8192, "
+            "max_prefill_tokens=16384, max_running_requests=50, context_len=163840")
+    code, checks = _run(cli, plan, _log(tmp_path, line))
+    assert code == 0 and checks["kv_cache"]["status"] == "ok"
+    assert checks["network"]["status"] == "ok" and "one node" in checks["network"]["text"]   # one node: nothing to see
+    code, checks = _run(cli, plan, _log(tmp_path, "INFO: nothing useful"))
+    assert code == 0 and checks["kv_cache"]["status"] == "absent"
+
+
+def test_old_vllm_kv_line_and_bad_input(cli, plans, tmp_path):
+    plan, cand = plans["vllm"]
+    kv = cand["memory"]["kv_capacity_tokens"]
+    old = f"INFO 04-16 10:31:19 [kv_cache_utils.py:634] GPU KV cache size: {kv:,} tokens"
+    assert _run(cli, plan, _log(tmp_path, old))[1]["kv_cache"]["status"] == "ok"
+    r = cli("check-log", str(tmp_path / "missing.log"), "--plan", str(plan))
+    assert r.exit_code == 2 and r.stderr.count("\n") == 1 and "no such file" in r.stderr
+    r = cli("check-log", str(tmp_path), "--plan", str(plan))
+    assert r.exit_code == 2 and "is a folder" in r.stderr
