@@ -25,7 +25,8 @@ def check_log_cmd(logs: Annotated[list[str], typer.Argument(help="The engine's l
                                                                    "was launched (default: 1).")] = None,
                   as_json: JsonOpt = False) -> None:
     """Hold an engine's log against the plan: the KV pool it sized (within 5 % of the plan), the network NCCL
-    chose between nodes (start with NCCL_DEBUG=INFO), untuned fused-MoE kernels, eager mode, the release.
+    chose between nodes (start with NCCL_DEBUG=INFO), untuned fused-MoE kernels, eager mode, the release, and
+    bench.sh's output tok/s and TPOT (pass its output too) against the prediction.
 
     Exit status: 0 nothing contradicts the plan (warnings and absent lines included); 1 a check failed;
     2 bad input.
@@ -33,6 +34,8 @@ def check_log_cmd(logs: Annotated[list[str], typer.Argument(help="The engine's l
     Examples:
 
       ./node-0.sh 2>&1 | tee node-0.log;  mla-plan check-log node-0.log --plan plan.json
+
+      ./bench.sh | tee bench.log;  mla-plan check-log node-0.log bench.log --plan plan.json
 
       mla-plan check-log node-*.log --plan plan.json --candidate 2 --json
     """

@@ -96,3 +96,18 @@ def test_old_vllm_kv_line_and_bad_input(cli, plans, tmp_path):
     assert r.exit_code == 2 and r.stderr.count("\n") == 1 and "no such file" in r.stderr
     r = cli("check-log", str(tmp_path), "--plan", str(plan))
     assert r.exit_code == 2 and "is a folder" in r.stderr
+
+
+def test_the_benchmark_result_against_the_plan(cli, plans, tmp_path):
+    """Both engines' serving benchmarks print the same two lines; well below the plan is a warning."""
+    plan, cand = plans["vllm"]
+    planned = cand["performance"]["throughput_tokens_per_s"] / cand["layout"]["replicas"]
+    kv = cand["memory"]["kv_capacity_tokens"]
+    for got, status in ((0.9 * planned, "ok"), (0.5 * planned, "warn")):
+        bench = ["============ Serving Benchmark Result ============",
+                 f"{'Output token throughput (tok/s):':<40} {got:<10.2f}", f"{'Mean TPOT (ms):':<40} {55.0:<10.2f}"]
+        code, checks = _run(cli, plan, _log(tmp_path, *_vllm_start(kv), *bench))
+        assert code == 0 and checks["benchmark"]["status"] == status, checks["benchmark"]
+        text = checks["benchmark"]["text"]
+        assert f"{got:,.0f} output tok/s" in text and "mean TPOT 55.0 ms" in text
+    assert _run(cli, plan, _log(tmp_path, *_vllm_start(kv)))[1]["benchmark"]["status"] == "absent"
