@@ -215,8 +215,9 @@ def compare_cmd(layouts: Annotated[Optional[list[str]], typer.Option(
                   if mtp and engine == "sglang" and seqs is None else "")
         moot = ("--dense-per-rank does not apply here (DP attention at tp=1 only)"
                 if dense_per_rank and not per_rank else "")
-        rows.append(summary(m) | {"notes": [n for n in (start, verify, note, split, capped, moot) if n]
-                                  + list(m.notes)})
+        label = layout.label + (" (dense per rank)" if knobs.dense_per_rank else "")
+        notes = [n for n in (start, verify, note, split, capped, moot) if n] + list(m.notes)
+        rows.append(summary(m) | {"layout": label, "memory_fraction": knobs.memory_fraction, "notes": notes})
     if as_json:
         return print_json({"model": spec.name, "topology": topo.name, "engine": engine, "workload": asdict(workload),
                            "layouts": [r | {"knobs": asdict(k), "detail": detail(m)}

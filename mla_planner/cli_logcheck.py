@@ -9,7 +9,7 @@ import typer
 
 from .cli_common import JsonOpt, console, guard, print_json
 from .errors import InputError
-from .logcheck import check_log
+from .logcheck import check_log, recognised
 from .planfile import engine_candidate, pick, read_plan
 from .yamlio import path_kind, user_path
 
@@ -40,16 +40,22 @@ def check_log_cmd(logs: Annotated[list[str], typer.Argument(help="The engine's l
       mla-plan check-log node-*.log --plan plan.json --candidate 2 --json
     """
     loaded = read_plan(plan)
-    cand = pick(loaded, engine_candidate(loaded, candidate, None, "check-log"), "check-log")
+    number = engine_candidate(loaded, candidate, None, "check-log")
+    cand = pick(loaded, number, "check-log")
     text = "\n".join(_read(name) for name in logs)
+    if not recognised(text):
+        raise InputError(", ".join(logs), "no vLLM, SGLang, NCCL or bench.sh line this command reads: pass the "
+                         "engine's own output (`./node-0.sh 2>&1 | tee node-0.log`) or bench.sh's")
     checks = check_log(text, loaded, cand)
     failed = any(c.status == "fail" for c in checks)
+    who = f"candidate {number} ({cand.layout.label}, {cand.knobs.engine}, KV {cand.knobs.kv_cache_dtype})"
     if as_json:
-        print_json({"candidate": cand.layout.label, "engine": cand.knobs.engine, "ok": not failed,
+        print_json({"candidate": number, "layout": cand.layout.label, "engine": cand.knobs.engine,
+                    "kv_cache_dtype": cand.knobs.kv_cache_dtype, "ok": not failed,
                     "checks": [{"name": c.name, "status": c.status, "text": c.text} for c in checks]})
     else:
         out = console()
-        out.print(f"{cand.layout.label} on {cand.knobs.engine}: {len(logs)} log file(s)", markup=False)
+        out.print(f"{who}: {len(logs)} log file(s)", markup=False)
         for c in checks:
             out.print(f"  {MARK[c.status]:<4} {c.name}: {c.text}", markup=False)
     raise typer.Exit(1 if failed else 0)

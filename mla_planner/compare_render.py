@@ -24,7 +24,8 @@ ROWS = [("GPUs", "gpus", 1, "{:,.0f}"),
         ("TTFT (ms)", "ttft_s", 1e3, "{:,.0f}"),
         ("TTFT of the longest (p99) prompt (ms)", "ttft_longest_s", 1e3, "{:,.0f}"),
         ("TPOT, one request alone (ms)", "alone_tpot_s", 1e3, "{:,.2f}"),
-        (KV_CAPACITY_LABEL, "kv_capacity_tokens", 1, "{:,.0f}")]
+        (KV_CAPACITY_LABEL, "kv_capacity_tokens", 1, "{:,.0f}"),
+        ("memory fraction (the engine's flag)", "memory_fraction", 1, "{:.3f}")]
 
 
 

@@ -32,12 +32,21 @@ from .resources import data_dir
 from .spec import ModelSpec
 from .topology import GPU
 
-TUNE = {"vllm": "python benchmarks/kernels/benchmark_moe.py --model {model} --tp-size {tp} --dtype {dtype} "
-                "--tune --save-dir ./moe-configs (from vLLM's source tree), then export "
-                "VLLM_TUNED_CONFIG_FOLDER=./moe-configs",
-        "sglang": "python benchmark/kernels/fused_moe_triton/tuning_fused_moe_triton.py --model {model} --tp-size {tp} "
-                  "--dtype {dtype} --tune (from SGLang's source tree), then export SGLANG_MOE_CONFIG_DIR to the folder "
-                  "it writes"}
+TUNE_SCRIPT = {"vllm": "benchmarks/kernels/benchmark_moe.py",                       # in each engine's source tree
+               "sglang": "benchmark/kernels/fused_moe_triton/tuning_fused_moe_triton.py"}
+TUNE_OUTPUT = {"vllm": "--save-dir /abs/moe-configs, then export VLLM_TUNED_CONFIG_FOLDER=/abs/moe-configs in every "
+                       "node's script (an absolute path, the same on every node)",
+               "sglang": "then point SGLANG_MOE_CONFIG_DIR at the folder it writes, in every node's script"}
+
+
+def tune_command(engine: str, model: str, layout: Layout, fp8: bool) -> str:
+    """The engine's own tuner for the file this layout reads: TP shards the intermediate size (--tp-size = the
+    MoE-TP degree); expert parallelism splits the experts instead (vLLM: --tp-size EP --enable-expert-parallel,
+    which divides E by it; SGLang: --ep-size)."""
+    split = (f"--tp-size {layout.moe_tp}" if layout.ep == 1 else
+             f"--tp-size {layout.ep} --enable-expert-parallel" if engine == "vllm" else f"--ep-size {layout.ep}")
+    return (f"python {TUNE_SCRIPT[engine]} --model {model} {split} "
+            f"--dtype {'fp8_w8a8' if fp8 else 'auto'} --tune {TUNE_OUTPUT[engine]}")
 
 
 @dataclass(frozen=True)
@@ -46,14 +55,13 @@ class MoeKernelConfig:
     file_name: str           # without .json
     shipped: bool
 
-    def advice(self, model: str, moe_tp: int, fp8: bool) -> str:
+    def advice(self, model: str, layout: Layout, fp8: bool) -> str:
         """One line for a user whose engine would run untuned tiles."""
-        dtype = "fp8_w8a8" if fp8 else "auto"
         label, log = (("vLLM", "Using default MoE config") if self.engine == "vllm" else
                       ("SGLang", "Using default MoE kernel config"))
         return (f"{label} {engine_version(self.engine)} ships no tuned fused-MoE config '{self.file_name}.json' for "
                 f"this GPU and split: it logs '{log}' and runs the routed experts' GEMMs untuned, slower than "
-                "planned; tune one: " + TUNE[self.engine].format(model=model, tp=moe_tp, dtype=dtype))
+                f"planned; tune one from {label}'s source tree: " + tune_command(self.engine, model, layout, fp8))
 
 
 @lru_cache(maxsize=1)

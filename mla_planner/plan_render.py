@@ -40,7 +40,8 @@ def candidates_table(plan: Plan, top: int, rank_by: str = "per-gpu") -> Table:
     for i, c in enumerate(plan.candidates[:top], 1):
         p, k = c.performance, c.knobs
         tput = p["throughput_tokens_per_s"] if total else p["throughput_tokens_per_s_per_gpu"]
-        t.add_row(str(i), c.layout.label, k.engine, k.kv_cache_dtype, f"{tput:,.0f}",
+        label = c.layout.label + (" dense/rank" if k.dense_per_rank else "")   # SGLang's dense parts per DP rank
+        t.add_row(str(i), label, k.engine, k.kv_cache_dtype, f"{tput:,.0f}",
                   f"{p['tokens_per_s_per_user']:.1f}", f"{p['concurrency']:,}", f"{p['step_s'] * 1e3:.1f}",
                   f"{p['network_wait_share']:.0%}", f"{p['memory_utilization']:.0%}",
                   f"{p['ttft_s'] * 1e3:,.0f}" + (f" / {p.get('ttft_longest_s', 0) * 1e3:,.0f}" if p99 else ""),

@@ -190,11 +190,15 @@ def _one_dense_variant(options: list, rank_by: str, rejected: list) -> list:
         m, d = best.tuned.metrics, default.tuned.metrics
         if m.meets_targets and d.meets_targets and m.throughput_tokens_per_s < 1.01 * d.throughput_tokens_per_s:
             best = default
-        why = dict(best.tuned.reasons)
+        why, mine = dict(best.tuned.reasons), best.tuned.metrics.throughput_tokens_per_s_per_gpu
         for other in [o for o in group if o is not best]:
-            m = other.tuned.metrics
-            why["dense_per_rank"] += (f"; the other way was tuned too: {m.throughput_tokens_per_s_per_gpu:,.0f} "
-                                      f"output tok/s per GPU" + ("" if m.meets_targets else ", missing the targets"))
+            m, way = other.tuned.metrics, "per rank" if other.tuned.knobs.dense_per_rank else "split over the stage"
+            why["dense_per_rank"] += (f"; {way} was tuned too: {m.throughput_tokens_per_s_per_gpu:,.0f} output tok/s "
+                                      f"per GPU ({m.throughput_tokens_per_s_per_gpu / mine - 1:+.1%})"
+                                      + ("" if m.meets_targets else ", missing the targets")
+                                      + ("; within 1 %, SGLang's default is kept" if other.tuned.knobs.dense_per_rank
+                                         and m.meets_targets and best.tuned.metrics.meets_targets
+                                         and m.throughput_tokens_per_s_per_gpu >= mine else ""))
         if len(group) == 1 and "dense_per_rank" in why:
             label = _label(best.layout, best.engine, not best.tuned.knobs.dense_per_rank)
             other = next((r["reason"] for r in rejected if r["layout"] == label and r["engine"] == best.engine

@@ -90,7 +90,7 @@ def test_plan_tunes_both_and_keeps_the_better_with_its_reason():
     (option,) = result.options                        # one row per layout: the other way is in the reason
     assert option.tuned.knobs.dense_per_rank
     why = option.tuned.reasons["dense_per_rank"]
-    assert why.startswith("on (--moe-dense-tp-size 1 --enable-dp-lm-head") and "the other way was tuned too" in why
+    assert why.startswith("on (--moe-dense-tp-size 1 --enable-dp-lm-head") and "split over the stage was tuned too" in why
     other = float(why.rsplit("tuned too: ", 1)[1].split()[0].replace(",", ""))
     assert other < option.tuned.metrics.throughput_tokens_per_s_per_gpu
 
@@ -103,7 +103,9 @@ def test_a_near_tie_keeps_sglangs_default():
                     [Layout(tp=1, dp=8, ep=8, replicas=2)])
     (option,) = result.options
     assert not option.tuned.knobs.dense_per_rank
-    assert option.tuned.reasons["dense_per_rank"].startswith("off (SGLang's default)")
+    why = option.tuned.reasons["dense_per_rank"]
+    assert why.startswith("off (SGLang's default)") and "per rank was tuned too" in why
+    assert "within 1 %, SGLang's default is kept" in why
 
 
 def test_compare_flag(cli):
@@ -147,7 +149,7 @@ def test_the_mtp_note_tunes_the_candidate_the_way_it_was_planned():
     assert result.options[0].tuned.knobs.dense_per_rank
     hint = mtp_hint(V3, topo, result.options, workload, cal, Overrides())
     (with_mtp,) = search(V3, topo, workload, cal, ("sglang",), "fp8", [WIDE], pinned=Overrides(mtp=True)).options
-    assert with_mtp.tuned.knobs.dense_per_rank and "the other way was tuned too" in with_mtp.tuned.reasons[
+    assert with_mtp.tuned.knobs.dense_per_rank and "split over the stage was tuned too" in with_mtp.tuned.reasons[
         "dense_per_rank"]
     assert hint.data["with_mtp"]["throughput_tokens_per_s_per_gpu"] == pytest.approx(
         with_mtp.tuned.metrics.throughput_tokens_per_s_per_gpu)

@@ -31,3 +31,16 @@ def test_no_fp8_line_for_a_bf16_cache_and_sglang_words(cli, tmp_path):
                                   "--kv-cache-dtype", "bf16")
     section = readme.split("## What the plan predicts")[1].split("\n## ")[0]
     assert "max_total_num_tokens=N" in section and "GSM8K" not in section
+
+
+def test_the_folder_carries_its_plan_for_check_log(cli, tmp_path):
+    """The README's check-log command names the plan written into the folder and the candidate it was emitted
+    from (a review: with candidate 2 the bare command checked candidate 1's KV pool)."""
+    from mla_planner.planfile import read_plan
+    plan_file = tmp_path / "plan.json"
+    plan_file.write_text(cli("plan", "-m", "deepseek-v2-lite", "-t", "8xh100", "-e", "vllm", "--json").stdout)
+    out = tmp_path / "c2"
+    assert cli("emit", "--plan", str(plan_file), "--candidate", "2", "--out", str(out)).exit_code == 0
+    readme = (out / "README.md").read_text()
+    assert "mla-plan check-log node-0.log bench.log --plan plan.json --candidate 2" in readme
+    assert read_plan(out / "plan.json").candidates == read_plan(plan_file).candidates

@@ -216,7 +216,7 @@ def test_single_node_command():
 def test_emit_folder_files_and_syntax(tmp_path):
     plan = make_plan("2x8xh100-ib", Layout(tp=8, pp=2), Knobs())
     paths = emit_plan(plan, 1, "vllm", tmp_path / "out")
-    assert [p.name for p in paths] == ["node-0.sh", "node-1.sh", "bench.sh", "README.md"]
+    assert [p.name for p in paths] == ["node-0.sh", "node-1.sh", "bench.sh", "README.md", "plan.json"]
     for p in scripts(tmp_path / "out"):
         assert p.stat().st_mode & 0o111 and bash_syntax_ok(p)
     readme = (tmp_path / "out" / "README.md").read_text()
@@ -273,7 +273,7 @@ def test_force_leaves_no_stale_node_scripts(tmp_path):
     assert (tmp_path / "out" / "node-3.sh").exists()
     emit_plan(two, 1, "vllm", tmp_path / "out", force=True)
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
-        MANIFEST, "README.md", "bench.sh", "node-0.sh", "node-1.sh"]
+        MANIFEST, "README.md", "bench.sh", "node-0.sh", "node-1.sh", "plan.json"]
 
 
 def test_write_folder_into_an_existing_empty_folder_and_the_cwd(tmp_path, monkeypatch):
@@ -423,7 +423,7 @@ def test_emit_json(cli, tmp_path):
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
     assert data["engine"] == "vllm" and data["candidate"] == 1
-    assert [Path(f).name for f in data["files"]] == ["node-0.sh", "node-1.sh", "bench.sh", "README.md"]
+    assert [Path(f).name for f in data["files"]] == ["node-0.sh", "node-1.sh", "bench.sh", "README.md", "plan.json"]
     assert all(Path(f).exists() for f in data["files"])
     head, worker = data["commands"]
     assert (head["node"], head["role"], head["gpus"], head["port"]) == (0, "server", 8, 8000)

@@ -50,7 +50,7 @@ def test_a_log_that_matches_the_plan(cli, plans, tmp_path):
     code, checks = _run(cli, plan, _log(tmp_path, *_vllm_start(kv), *_vllm_start(kv + 1000)))
     assert code == 0
     assert checks["kv_cache"]["status"] == "ok" and f"{kv:,} KV tokens" in checks["kv_cache"]["text"]
-    assert [checks[n]["status"] for n in ("network", "cuda_graphs", "engine_version")] == ["ok"] * 3
+    assert [checks[n]["status"] for n in ("network", "engine_config", "engine_version", "moe_kernels")] == ["ok"] * 4
 
 
 def test_fewer_tokens_sockets_and_eager_mode_fail(cli, plans, tmp_path):
@@ -61,7 +61,7 @@ def test_fewer_tokens_sockets_and_eager_mode_fail(cli, plans, tmp_path):
     assert code == 1
     assert checks["kv_cache"]["status"] == "fail" and "-10.0%" in checks["kv_cache"]["text"]
     assert checks["network"]["status"] == "fail" and "NET/Socket" in checks["network"]["text"]
-    assert checks["cuda_graphs"]["status"] == "fail"
+    assert checks["engine_config"]["status"] == "fail" and "enforce_eager=True" in checks["engine_config"]["text"]
 
 
 def test_untuned_moe_kernels_and_another_release_warn(cli, plans, tmp_path):
@@ -83,8 +83,9 @@ def test_sglang_lines_and_what_the_log_lacks(cli, plans, tmp_path):
     code, checks = _run(cli, plan, _log(tmp_path, line))
     assert code == 0 and checks["kv_cache"]["status"] == "ok"
     assert checks["network"]["status"] == "ok" and "one node" in checks["network"]["text"]   # one node: nothing to see
-    code, checks = _run(cli, plan, _log(tmp_path, "INFO: nothing useful"))
-    assert code == 0 and checks["kv_cache"]["status"] == "absent"
+    assert checks["engine_config"]["status"] == "absent" and "SGLang" in checks["engine_config"]["text"]
+    r = cli("check-log", _log(tmp_path, "INFO: nothing useful"), "--plan", str(plan))   # not an engine log at all
+    assert r.exit_code == 2 and "no vLLM, SGLang, NCCL or bench.sh line" in r.stderr
 
 
 def test_old_vllm_kv_line_and_bad_input(cli, plans, tmp_path):
@@ -103,11 +104,27 @@ def test_the_benchmark_result_against_the_plan(cli, plans, tmp_path):
     plan, cand = plans["vllm"]
     planned = cand["performance"]["throughput_tokens_per_s"] / cand["layout"]["replicas"]
     kv = cand["memory"]["kv_capacity_tokens"]
-    for got, status in ((0.9 * planned, "ok"), (0.5 * planned, "warn")):
+    for got, tpot, status in ((0.9 * planned, 45.0, "ok"), (0.5 * planned, 45.0, "fail"), (planned, 55.0, "fail")):
         bench = ["============ Serving Benchmark Result ============",
-                 f"{'Output token throughput (tok/s):':<40} {got:<10.2f}", f"{'Mean TPOT (ms):':<40} {55.0:<10.2f}"]
+                 f"{'Output token throughput (tok/s):':<40} {got:<10.2f}", f"{'Mean TPOT (ms):':<40} {tpot:<10.2f}"]
         code, checks = _run(cli, plan, _log(tmp_path, *_vllm_start(kv), *bench))
-        assert code == 0 and checks["benchmark"]["status"] == status, checks["benchmark"]
+        assert code == (status == "fail") and checks["benchmark"]["status"] == status, checks["benchmark"]
         text = checks["benchmark"]["text"]
-        assert f"{got:,.0f} output tok/s" in text and "mean TPOT 55.0 ms" in text
+        assert f"{got:,.0f} output tok/s" in text and f"mean TPOT {tpot:.1f} ms" in text
+        assert ("over the 50 ms target" in text) == (tpot > 50)
     assert _run(cli, plan, _log(tmp_path, *_vllm_start(kv)))[1]["benchmark"]["status"] == "absent"
+
+
+def test_a_kv_dtype_other_than_the_candidates_and_nccl_s_own_verdict(cli, plans, tmp_path):
+    """The engine ran another candidate's KV dtype; and where NCCL logs 'Using network IB' a stray NET/Socket
+    line (its bootstrap) is not a fallback."""
+    plan, cand = plans["vllm"]
+    lines = _vllm_start(cand["memory"]["kv_capacity_tokens"])
+    other = "auto" if cand["knobs"]["kv_cache_dtype"] == "fp8" else "fp8"
+    code, checks = _run(cli, plan, _log(tmp_path, *[ln.replace("kv_cache_dtype=fp8", f"kv_cache_dtype={other}")
+                                                    for ln in lines]))
+    assert code == 1 and f"kv_cache_dtype={other} where the plan has" in checks["engine_config"]["text"]
+    both = lines + ["NCCL INFO NET/Socket : Using [0]eth0:10.0.0.1<0>", "NCCL INFO Using network IB"]
+    assert _run(cli, plan, _log(tmp_path, *both))[1]["network"]["status"] == "ok"
+    sockets = lines + ["NCCL INFO Using network Socket"]
+    assert _run(cli, plan, _log(tmp_path, *sockets))[1]["network"]["status"] == "fail"

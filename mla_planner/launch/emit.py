@@ -6,6 +6,7 @@ the placement (claims.py), and `emit` renders (render.py, templates/) and writes
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -13,7 +14,7 @@ from typing import Optional
 from ..backends import backend, backend_problems
 from ..errors import PlanError
 from ..knobs import ENGINES
-from ..planfile import Candidate, Plan, pick, pick_for_engine
+from ..planfile import Candidate, Plan, pick, pick_for_engine, plan_to_dict
 from . import sglang, vllm
 from .claims import check_gpu_counts
 from .command import LaunchInputs, NodeCommand
@@ -79,6 +80,8 @@ def emit(plan: Plan, candidate: int, engine: Optional[str], out_dir: Path, mode:
         raise PlanError("--head-address is empty")
     files = folder_files(inp, engine, commands, candidate, cand.warnings, head_address,
                          {"memory": cand.memory, "performance": cand.performance})
+    # the plan itself, for `mla-plan check-log ... --plan plan.json --candidate N` (the README says so)
+    files["plan.json"] = (json.dumps(plan_to_dict(plan), indent=1) + "\n", False)
     paths = write_folder(files, Path(out_dir), force)
     return Emitted(engine, candidate, paths, commands, bench_argv(inp, engine))
 

@@ -105,6 +105,11 @@ def _command(inp: LaunchInputs, inst: InstancePlacement, i: int) -> NodeCommand:
         e.env[PP_SPEC_ENV] = "1"
     if deepep:
         e.notes.append(A2A_NOTE)
+    if L.dp > 1:
+        k = inp.knobs
+        e.notes.append(f"--max-running-requests {k.max_num_seqs * L.dp} and --chunked-prefill-size "
+                       f"{k.max_num_batched_tokens * L.dp} are totals over the {L.dp} DP ranks: SGLang divides them by "
+                       f"--attn-dp-size, so each rank gets the plan's {k.max_num_seqs} and {k.max_num_batched_tokens}")
     nodes = flag_words([("--nnodes", len(inst.nodes)), ("--node-rank", i),
                         ("--dist-init-addr", ShellRef("HEAD_IP", f":{ports.of(ports.sglang_dist_init, inst.replica)}")),
                         ("--dist-timeout", DIST_TIMEOUT_S)]) if inst.multi_node else []
