@@ -152,8 +152,8 @@ def plan_to_dict(plan: Plan) -> dict:
 def _check_version(data: dict, where: str) -> None:
     """The file's `mla_plan_version` must share this mla-plan's major.minor."""
     if "mla_plan_version" not in data:
-        raise InputError(where, "has no mla_plan_version: not a plan written by `mla-plan plan --json`; "
-                         "re-run `mla-plan plan --json` to write one", "mla_plan_version")
+        raise InputError(where, "missing: not a plan written by `mla-plan plan --json`; re-run "
+                         "`mla-plan plan --json` to write one", "mla_plan_version")
     written = data["mla_plan_version"]
     if not isinstance(written, str) or not re.fullmatch(r"\d+\.\d+(\.\S*)?", written):
         raise InputError(where, f"{written!r} is not a version like {__version__}; re-run `mla-plan plan` to write "

@@ -67,7 +67,7 @@ def test_a_patch_release_reads_the_file(tmp_path):
 
 @pytest.mark.parametrize("edit, field, words", [
     (lambda d: d.update(mla_plan_version="9.9.9"), "mla_plan_version", "written by mla-plan 9.9.9 and this is"),
-    (lambda d: d.pop("mla_plan_version"), "mla_plan_version", "has no mla_plan_version"),
+    (lambda d: d.pop("mla_plan_version"), "mla_plan_version: missing", "not a plan written by"),
     (lambda d: d.update(mla_plan_version=0.1), "mla_plan_version", "0.1 is not a version like"),
     (_drop("knobs", "block_size"), "candidates.0.knobs.block_size", "Field required"),
     (_drop("knobs", "attention_backend"), "candidates.0.knobs.attention_backend", "Field required"),

@@ -47,7 +47,11 @@ def _role_text(c: NodeCommand) -> str:
 
 def _start_order(inp: LaunchInputs, engine: str, commands: list[NodeCommand]) -> list[str]:
     multi = [c for c in commands if c.needs]
-    if not multi:
+    nodes = len({c.node_rank for c in commands})
+    if not multi and nodes == 1:
+        steps = ["Run node-0.sh" + (f": it starts the {len(commands)} independent instances." if len(commands) > 1
+                                    else ".")]
+    elif not multi:
         steps = ["Run each node-K.sh on node K; the instances are independent."]
     elif inp.mode == "ray":
         steps = ["Run node-0.sh on the head node: it starts the Ray head and waits until every GPU has joined.",
