@@ -7,8 +7,9 @@ The lines each engine prints (read from the wheels):
                  older releases print the size alone, validation.yaml kv-vllm-v3-h800x16-tp16), once per engine
                  core; "Initializing a V1 LLM engine (v0.33.0) with config: ... enforce_eager=False, ..."
                  (v1/engine/core.py, config/vllm.py); "Using default MoE config" (fused_moe/fused_moe.py)
-  SGLang 0.5.23  "max_total_num_tokens=712400, ..." once per DP rank (managers/scheduler.py); "Using default MoE
-                 kernel config" (moe_runner/triton_utils/fused_moe_triton_config.py)
+  SGLang 0.5.23  "max_total_num_tokens=712400, ..." once per DP rank (managers/scheduler.py); "server_args={...,
+                 'kv_cache_dtype': 'fp8_e4m3', ...}" (entrypoints/engine.py); "Using default MoE kernel config"
+                 (moe_runner/triton_utils/fused_moe_triton_config.py)
   NCCL           "NET/IB" or "NET/Socket" with NCCL_DEBUG=INFO (the transport between nodes)
   bench.sh       both engines' serving benchmarks print "Output token throughput (tok/s):" and "Mean TPOT (ms):"
                  (vllm/benchmarks/serve.py, sglang/benchmark/serving.py)
@@ -20,6 +21,7 @@ import re
 from dataclasses import dataclass
 
 from .backends import engine_version
+from .launch.sglang import KV_CACHE_DTYPES as SGLANG_KV_CACHE_DTYPES
 from .launch.vllm import KV_CACHE_DTYPES as VLLM_KV_CACHE_DTYPES
 from .moe_configs import TUNE_SCRIPT, moe_kernel_config
 from .planfile import Candidate, Plan
@@ -32,6 +34,7 @@ VLLM_VERSION = re.compile(r"Initializing a V1 LLM engine \(v([^)\s]+)\)")
 VLLM_EAGER = re.compile(r"\benforce_eager=(True|False)\b")
 VLLM_KV_DTYPE = re.compile(r"\bkv_cache_dtype=([\w]+)")
 NCCL_NETWORK = re.compile(r"Using network (IB|Socket)")
+SGLANG_KV_DTYPE = re.compile(r"'kv_cache_dtype': '([\w]+)'")
 FABRIC = {"infiniband": "an InfiniBand", "roce": "a RoCE", "ethernet": "an Ethernet"}
 BENCH_TOK_S = re.compile(r"Output token throughput \(tok/s\):\s+([\d.]+)")
 BENCH_TPOT = re.compile(r"Mean TPOT \(ms\):\s+([\d.]+)")
@@ -58,8 +61,7 @@ def check_log(text: str, plan: Plan, cand: Candidate) -> list[LogCheck]:
     if engine == "vllm":
         checks += [_vllm_config(text, cand), _version(text)]
     else:
-        checks += [LogCheck("engine_config", "absent", "not read for SGLang (its server_args line is not parsed): "
-                                                       "compare --cuda-graph-* and --kv-cache-dtype by eye")]
+        checks.append(_sglang_config(text, cand))
     return checks + [_bench(text, cand, plan)]
 
 
@@ -133,6 +135,19 @@ def _vllm_config(text: str, cand: Candidate) -> LogCheck:
         return LogCheck("engine_config", "fail", "; ".join(wrong))
     return LogCheck("engine_config", "ok", f"enforce_eager={eager.group(1)}"
                     + (f", kv_cache_dtype={kv.group(1)}" if kv else "") + ", as planned")
+
+
+def _sglang_config(text: str, cand: Candidate) -> LogCheck:
+    """SGLang's 'server_args={...}' start-up line (entrypoints/engine.py): the KV cache dtype against the plan's
+    (CUDA-graph settings fold into a nested record there and are not read)."""
+    kv = SGLANG_KV_DTYPE.search(text)
+    if not kv:
+        return LogCheck("engine_config", "absent", "no \"server_args={...'kv_cache_dtype': ...}\" line")
+    planned = SGLANG_KV_CACHE_DTYPES[cand.knobs.kv_cache_dtype]
+    if kv.group(1) != planned:
+        return LogCheck("engine_config", "fail", f"kv_cache_dtype={kv.group(1)} where the plan has {planned}: another "
+                                                 "KV pool, another candidate")
+    return LogCheck("engine_config", "ok", f"kv_cache_dtype={kv.group(1)}, as planned (CUDA-graph settings not read)")
 
 
 def _version(text: str) -> LogCheck:

@@ -83,7 +83,12 @@ def test_sglang_lines_and_what_the_log_lacks(cli, plans, tmp_path):
     code, checks = _run(cli, plan, _log(tmp_path, line))
     assert code == 0 and checks["kv_cache"]["status"] == "ok"
     assert checks["network"]["status"] == "ok" and "one node" in checks["network"]["text"]   # one node: nothing to see
-    assert checks["engine_config"]["status"] == "absent" and "SGLang" in checks["engine_config"]["text"]
+    assert checks["engine_config"]["status"] == "absent" and "server_args" in checks["engine_config"]["text"]
+    planned = {"bf16": "bf16", "fp8": "fp8_e4m3"}[cand["knobs"]["kv_cache_dtype"]]
+    args = "[2026-11-29 12:00:00] server_args={'model_path': 'x', 'kv_cache_dtype': '%s', 'page_size': 1}"
+    assert _run(cli, plan, _log(tmp_path, line, args % planned))[1]["engine_config"]["status"] == "ok"
+    code, checks = _run(cli, plan, _log(tmp_path, line, args % ("bf16" if planned != "bf16" else "fp8_e4m3")))
+    assert code == 1 and checks["engine_config"]["status"] == "fail"
     r = cli("check-log", _log(tmp_path, "INFO: nothing useful"), "--plan", str(plan))   # not an engine log at all
     assert r.exit_code == 2 and "no vLLM, SGLang, NCCL or bench.sh line" in r.stderr
 
