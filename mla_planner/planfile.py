@@ -52,6 +52,7 @@ class Plan:
     workload: Workload
     candidates: list[Candidate]
     rejected: list[dict] = field(default_factory=list)
+    engine_versions: dict = field(default_factory=dict)   # the releases it was planned for (read back from a file)
 
 
 class _LayoutIn(BaseModel):
@@ -138,7 +139,7 @@ def meets_targets(plan: Plan) -> bool:
 
 def plan_to_dict(plan: Plan) -> dict:
     return {"mla_plan_version": __version__,
-            "engine_versions": {e: engine_version(e) for e in ENGINES},   # whose flags and accounting it models
+            "engine_versions": plan.engine_versions or {e: engine_version(e) for e in ENGINES},
             "model": {"name": plan.spec.name, "model_path": plan.model_path, "spec": plan.spec.model_dump()},
             "topology": plan.topology.model_dump(),
             "workload": asdict(plan.workload),
@@ -177,8 +178,10 @@ def read_plan(path: str | Path) -> Plan:
     cands = [Candidate(Layout(**c.layout.model_dump()), _knobs(c.knobs, raw.model.spec, c.layout, where, i),
                        c.memory.model_dump(exclude_none=True), c.performance,
                        c.warnings, c.reasons) for i, c in enumerate(raw.candidates)]
+    versions = data.get("engine_versions")
+    versions = {k: v for k, v in versions.items() if isinstance(v, str)} if isinstance(versions, dict) else {}
     return Plan(raw.model.spec, raw.model.model_path, raw.topology, Workload(**raw.workload.model_dump()), cands,
-                raw.rejected)
+                raw.rejected, versions)
 
 
 def _knobs(raw: _KnobsIn, spec: ModelSpec, layout: _LayoutIn, where: str, i: int) -> Knobs:

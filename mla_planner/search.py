@@ -1,9 +1,11 @@
 """The plan search: every layout x engine x KV dtype, screened cheaply, the best tuned, then ranked.
 
 1. Layouts (layouts.py) that cannot exist are rejected with their reasons.
-2. Screening, per (layout, KV dtype): draft knobs and the engine's memory accounting decide whether
-   it fits; an upper bound on output tokens/s per GPU is the decode step alone at the batch the KV pool
-   holds (the TPOT target and prefill stalls can only lower it; search_bounds.py).
+2. Screening, per (layout, KV dtype, and for SGLang's DP attention at tp=1 each way of running the dense
+   parts): draft knobs and the engine's memory accounting decide whether it fits; an upper bound on output
+   tokens/s per GPU is the decode step alone at the batch the KV pool holds, under the engine's layer split
+   or the KV-balanced one tuning may adopt (the TPOT target and prefill stalls can only lower it;
+   search_bounds.py). Of a layout tuned both dense ways only the better is kept (`_one_dense_variant`).
 3. Per engine, layouts are tuned in full (tuning.py) - every knob with its reason and the five
    metrics - in order of their bounds: at least the `tuned_per_engine` best, and then every one whose
    bound, tightened by the TPOT target, is above the engine's best tuned candidate meeting the targets
@@ -133,19 +135,17 @@ def search(spec: ModelSpec, topo: Topology, workload: Workload, calib: Calibrati
             tuned_n = len(tuned)
             if tuned_n >= tuned_per_engine and bound * weight(layout) <= best:
                 for b, _, _, lay, k, pr in ranked[i:]:
-                    rejected.append(_screened_out(lay, engine, k, b * weight(lay), best, rank_by,
-                                                  "decoding without prefill with the "
-                                                  "whole KV pool busy", _label(lay, engine, pr)))
+                    rejected.append(_screened_out(_label(lay, engine, pr), engine, k, b * weight(lay), best,
+                                                  rank_by, "decoding without prefill with the whole KV pool busy"))
                 break
             above = 0
             if tuned_n >= tuned_per_engine and workload.tpot_applies:
                 tight, above = target_bound(spec, topo, layout, knobs, batch, workload, calib,
                                              best / weight(layout))
                 if tight * weight(layout) <= best:
-                    rejected.append(_screened_out(layout, engine, kv, tight * weight(layout), best, rank_by,
-                                                  "decoding without prefill "
-                                                  "at the largest batch within the TPOT target",
-                                                  _label(layout, engine, per_rank)))
+                    rejected.append(_screened_out(_label(layout, engine, per_rank), engine, kv,
+                                                  tight * weight(layout), best, rank_by, "decoding without "
+                                                  "prefill at the largest batch within the TPOT target"))
                     continue
             try:
                 sibling = (layout, knobs.max_num_batched_tokens, per_rank)    # same layout, same draft chunk
@@ -208,9 +208,8 @@ def _one_dense_variant(options: list, rank_by: str, rejected: list) -> list:
     return out
 
 
-def _screened_out(layout: Layout, engine: str, kv: str, bound: float, best: float, rank_by: str, how: str,
-                  label: str | None = None) -> dict:
+def _screened_out(label: str, engine: str, kv: str, bound: float, best: float, rank_by: str, how: str) -> dict:
     unit = "output tokens/s in all" if rank_by == "total" else "output tokens/s per GPU"
-    return {"layout": label or layout.label, "engine": engine, "kv_dtype": kv,
+    return {"layout": label, "engine": engine, "kv_dtype": kv,
             "reason": f"screened out: at most {bound:,.0f} {unit} even {how}, not above the "
                       f"{best:,.0f} of a tuned {engine} candidate"}

@@ -1,6 +1,7 @@
 """Screening bounds of the plan search: an upper bound on the output tokens/s per GPU a layout can reach
-(the decode step alone, at the largest batch its KV pool holds), and the same bound tightened by the TPOT
-target. search.py tunes layouts in the order of these bounds and stops where none can beat the best tuned."""
+(the decode step alone, at the largest batch its KV pool holds, under the engine's layer split or, under PP,
+the KV-balanced one tuning may adopt), and the same bound tightened by the TPOT target. search.py tunes
+layouts in the order of these bounds and stops where none can beat the best tuned."""
 
 from __future__ import annotations
 
@@ -17,8 +18,9 @@ from .tuning import Overrides, Rejected, draft_knobs
 
 def screen(spec, topo, layout, engine, kv, workload, calib, pinned: Overrides,
             per_rank: bool = False) -> tuple[float, Knobs, int]:
-    """Upper bound on output tokens/s per GPU (the decode step alone, up to the batch the KV pool holds
-    with the draft knobs), the draft knobs and that batch; raises Rejected when the layout cannot serve."""
+    """Upper bound on output tokens/s per GPU (the decode step alone, up to the batch the KV pool holds with
+    the draft knobs, or with the KV-balanced split where that bounds higher), those knobs and that batch; raises
+    Rejected when the layout cannot serve. `per_rank`: SGLang's dense parts per DP rank (Knobs.dense_per_rank)."""
     knobs, _ = draft_knobs(spec, topo, layout, engine, kv, workload, pinned, per_rank)
     mem = memory_evaluate(spec, topo, layout, knobs)      # the verdict only: no search for ways out
     if not mem.fits:

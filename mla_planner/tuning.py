@@ -224,7 +224,8 @@ def tune(spec: ModelSpec, topo: Topology, layout: Layout, engine: str, kv_dtype:
     """Every knob for this layout, engine and KV dtype, and the metrics they give; Rejected if it can't serve.
     `over_target` (a batch whose decode step alone misses the TPOT target, so whatever the chunk) and
     `batch_hint` (a sibling's `draft_batch`: the same layout under another engine or KV dtype) only speed
-    up the search for the largest batch."""
+    up the search for the largest batch. `dense_per_rank`: which way SGLang runs its dense parts
+    (Knobs.dense_per_rank; search.py tunes both where `dense_variants` offers both)."""
     knobs, reasons = draft_knobs(spec, topo, layout, engine, kv_dtype, workload, pinned, dense_per_rank)
     mem = memory_evaluate(spec, topo, layout, knobs)
     if not mem.fits:

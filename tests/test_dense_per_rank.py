@@ -122,7 +122,7 @@ def test_compare_flag(cli):
 
 def test_tensor_parallel_attention_is_tuned_one_way_only():
     """At tp > 1 SGLang's per-rank MLP would also scatter the tokens over the attention-TP group, which is not
-    priced: those layouts are tuned the engine's way only, and a plan file saying otherwise is refused."""
+    priced: those layouts are tuned the engine's way only (a plan file saying otherwise: the next test)."""
     from mla_planner.tuning import dense_variants
     assert dense_variants(Layout(tp=2, dp=8, ep=16), "sglang") == (False,)
     assert dense_variants(WIDE, "vllm") == (False,) and dense_variants(WIDE, "sglang") == (False, True)

@@ -117,4 +117,6 @@ def test_a_plan_records_the_engine_releases_it_models(tmp_path):
     data = plan_to_dict(PLAN)
     assert data["engine_versions"] == {"vllm": engine_version("vllm"), "sglang": engine_version("sglang")}
     assert data["engine_versions"]["vllm"] == "0.33.0" and data["engine_versions"]["sglang"] == "0.5.23"
-    assert read_plan(_write(tmp_path)).candidates == PLAN.candidates      # and reading it back ignores it
+    back = read_plan(_write(tmp_path, lambda d: d["engine_versions"].update(vllm="0.30.1")))
+    assert back.candidates == PLAN.candidates and back.engine_versions["vllm"] == "0.30.1"   # read back as written
+    assert plan_to_dict(back)["engine_versions"]["vllm"] == "0.30.1"

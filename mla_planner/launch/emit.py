@@ -78,8 +78,7 @@ def emit(plan: Plan, candidate: int, engine: Optional[str], out_dir: Path, mode:
                         "leave it out and export HEAD_IP on each replica's nodes")
     if head_address is not None and not head_address:
         raise PlanError("--head-address is empty")
-    files = folder_files(inp, engine, commands, candidate, cand.warnings, head_address,
-                         {"memory": cand.memory, "performance": cand.performance})
+    files = folder_files(inp, engine, commands, candidate, cand, head_address)
     # the plan itself, for `mla-plan check-log ... --plan plan.json --candidate N` (the README says so)
     files["plan.json"] = (json.dumps(plan_to_dict(plan), indent=1) + "\n", False)
     paths = write_folder(files, Path(out_dir), force)

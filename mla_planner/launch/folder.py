@@ -11,6 +11,7 @@ from .. import __version__
 from ..backends import engine_version
 from ..knobs import MTP_DRAFT_TOKENS, decode_query_len, tokens_per_step
 from ..layout import Layout
+from ..planfile import Candidate
 from . import a2a, sglang, vllm
 from .command import LaunchInputs, NodeCommand
 from .placement import place
@@ -114,12 +115,11 @@ def bench_argv(inp: LaunchInputs, engine: str) -> list[str]:
     return (vllm if engine == "vllm" else sglang).bench_argv(inp, bench_concurrency(inp), bench_rate(inp))
 
 
-def folder_files(inp: LaunchInputs, engine: str, commands: list[NodeCommand], candidate: int,
-                 warnings: list[str], head_address: Optional[str],
-                 figures: Optional[dict] = None) -> dict[str, tuple[str, bool]]:
-    """{file name: (text, executable)} for the whole launch folder; `figures`: the candidate's memory and
-    performance from the plan (the README's "what the plan predicts"), None for a hand-built one."""
-    predicted = _predicted(inp, engine, figures)
+def folder_files(inp: LaunchInputs, engine: str, commands: list[NodeCommand], candidate: int, cand: Candidate,
+                 head_address: Optional[str]) -> dict[str, tuple[str, bool]]:
+    """{file name: (text, executable)} for the whole launch folder; the candidate's memory and performance
+    figures from the plan make the README's "what the plan predicts" (none for a hand-built plan)."""
+    predicted = _predicted(inp, engine, cand)
     heads = {p.replica: p.head for p in place(inp.layout, inp.topology)}
     nodes = sorted({c.node_rank for c in commands})
     files = {f"node-{n}.sh": (_node_script(inp, engine, n, [c for c in commands if c.node_rank == n], heads,
@@ -133,7 +133,7 @@ def folder_files(inp: LaunchInputs, engine: str, commands: list[NodeCommand], ca
                   total_rate=f"{inp.workload.request_rate_per_s:g}" if inp.workload.request_rate_per_s else "")
     files["bench.sh"] = (render("bench.sh.j2", argv=bench_argv(inp, engine),
                                 num_prompts=4 * common["concurrency"], **common), True)
-    files["README.md"] = (_readme(inp, engine, commands, candidate, warnings, head_address,
+    files["README.md"] = (_readme(inp, engine, commands, candidate, cand.warnings, head_address,
                                   dict(common, predicted=predicted)), False)
     return files
 
@@ -143,10 +143,10 @@ KV_LOG = {"vllm": "vLLM logs it as `GPU KV cache size: N tokens` (v1/core/kv_cac
           "sglang": "SGLang logs it as `max_total_num_tokens=N` at start-up (managers/scheduler.py), per DP rank."}
 
 
-def _predicted(inp: LaunchInputs, engine: str, figures: Optional[dict]) -> Optional[dict]:
+def _predicted(inp: LaunchInputs, engine: str, cand: Candidate) -> Optional[dict]:
     """The plan's figures one replica should show: KV tokens as the engine logs them, tokens/s, TPOT and TTFT
     at the planned concurrency; None without them (a hand-built plan) or when the candidate serves nothing."""
-    perf, mem = (figures or {}).get("performance") or {}, (figures or {}).get("memory") or {}
+    perf, mem = cand.performance or {}, cand.memory or {}
     if not perf.get("concurrency") or not mem.get("kv_capacity_tokens"):
         return None
     k = inp.knobs
