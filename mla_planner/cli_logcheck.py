@@ -24,8 +24,10 @@ def check_log_cmd(logs: Annotated[list[str], typer.Argument(help="The engine's l
                   candidate: Annotated[Optional[int], typer.Option("--candidate", "-c", help="The candidate that "
                                                                    "was launched (default: 1).")] = None,
                   as_json: JsonOpt = False) -> None:
-    """Hold an engine's log against the plan: the KV pool it sized (within 5 % of the plan), the network NCCL
-    chose between nodes (start with NCCL_DEBUG=INFO), untuned fused-MoE kernels, eager mode, the release, and
+    """Hold an engine's log and bench.sh's output against the plan candidate that was launched.
+
+    Checked: the KV pool the engine sized (within 5 % of the plan), the network NCCL chose between nodes (start
+    with NCCL_DEBUG=INFO), untuned fused-MoE kernels, eager mode and the KV cache dtype, the vLLM release, and
     bench.sh's output tok/s and TPOT (pass its output too) against the prediction.
 
     Exit status: 0 nothing contradicts the plan (warnings and absent lines included); 1 a check failed;
