@@ -23,6 +23,7 @@ from dataclasses import dataclass, field, replace
 from .calibration import Calibration
 from .knobs import ENGINES, Workload
 from .layout import Layout, layout_problems
+from .memory_weights import dense_per_rank_applies
 from .launch.vllm import layout_problem as vllm_layout_problem
 from .layouts import candidate_layouts
 from .pareto import pareto_front, tradeoff_curve
@@ -171,7 +172,7 @@ def search(spec: ModelSpec, topo: Topology, workload: Workload, calib: Calibrati
 
 def _label(layout: Layout, engine: str, per_rank: bool) -> str:
     """The layout's label, naming the way SGLang runs its dense parts where both ways are tuned."""
-    if len(dense_variants(layout, engine)) == 1:
+    if not dense_per_rank_applies(layout, engine):
         return layout.label
     return layout.label + (" (dense per rank)" if per_rank else " (dense split)")
 

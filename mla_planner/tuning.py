@@ -157,7 +157,7 @@ def _draft_knobs(spec: ModelSpec, topo: Topology, layout: Layout, engine: str, k
     }
     if why_split:
         reasons["pp_layer_partition"] = why_split
-    if len(dense_variants(layout, engine)) > 1:
+    if dense_per_rank_applies(layout, engine):
         reasons["dense_per_rank"] = dense_reason(spec, layout, dense_per_rank)
     if knobs.mtp:
         reasons["mtp"] = (f"on, as asked by --mtp: the MTP layer drafts {MTP_DRAFT_TOKENS} token per step, "
