@@ -23,7 +23,7 @@ from __future__ import annotations
 from typing import Optional
 
 from ..errors import PlanError
-from ..knobs import MTP_DRAFT_TOKENS, decode_query_len
+from ..knobs import MTP_DRAFT_TOKENS, Knobs, decode_query_len
 from ..layout import Layout
 from . import a2a
 from .command import LaunchInputs, NodeCommand, ShellRef, check_inputs, flag_words
@@ -59,8 +59,15 @@ def check_expressible(inp: LaunchInputs) -> None:
                         f"choices here: {', '.join(KV_CACHE_DTYPES)}")
 
 
+def server_totals(L: Layout, k: Knobs) -> tuple[int, int]:
+    """--max-running-requests and --chunked-prefill-size: totals over the DP ranks (SGLang divides them by
+    --attn-dp-size), from the knobs' per-rank values."""
+    return k.max_num_seqs * L.dp, k.max_num_batched_tokens * L.dp
+
+
 def sizing_flags(inp: LaunchInputs) -> list[str]:
     L, k = inp.layout, inp.knobs
+    running, chunk = server_totals(L, k)
     return flag_words([
         ("--model-path", inp.model_path),
         ("--tp-size", L.tp * L.dp),
@@ -74,8 +81,8 @@ def sizing_flags(inp: LaunchInputs) -> list[str]:
         ("--page-size", k.block_size),
         ("--kv-cache-dtype", KV_CACHE_DTYPES[k.kv_cache_dtype]),
         ("--mem-fraction-static", k.memory_fraction),
-        ("--max-running-requests", k.max_num_seqs * L.dp),
-        ("--chunked-prefill-size", k.max_num_batched_tokens * L.dp),
+        ("--max-running-requests", running),
+        ("--chunked-prefill-size", chunk),
         ("--context-length", k.max_model_len),
         ("--disable-radix-cache", not k.prefix_caching),
         ("--attention-backend", k.attention_backend),
@@ -106,10 +113,10 @@ def _command(inp: LaunchInputs, inst: InstancePlacement, i: int) -> NodeCommand:
     if deepep:
         e.notes.append(A2A_NOTE)
     if L.dp > 1:
-        k = inp.knobs
-        e.notes.append(f"--max-running-requests {k.max_num_seqs * L.dp} and --chunked-prefill-size "
-                       f"{k.max_num_batched_tokens * L.dp} are totals over the {L.dp} DP ranks: SGLang divides them by "
-                       f"--attn-dp-size, so each rank gets the plan's {k.max_num_seqs} and {k.max_num_batched_tokens}")
+        k, (running, chunk) = inp.knobs, server_totals(L, inp.knobs)
+        e.notes.append(f"--max-running-requests {running} and --chunked-prefill-size {chunk} are totals over the "
+                       f"{L.dp} DP ranks: SGLang divides them by --attn-dp-size, so each rank gets the plan's "
+                       f"{k.max_num_seqs} and {k.max_num_batched_tokens}")
     nodes = flag_words([("--nnodes", len(inst.nodes)), ("--node-rank", i),
                         ("--dist-init-addr", ShellRef("HEAD_IP", f":{ports.of(ports.sglang_dist_init, inst.replica)}")),
                         ("--dist-timeout", DIST_TIMEOUT_S)]) if inst.multi_node else []
