@@ -91,7 +91,8 @@ def split_pools(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs,
     return pools
 
 
-def _stage_ranges(split: list[int]) -> list[range]:
+def stage_ranges(split: list[int]) -> list[range]:
+    """The decoder layers each pipeline stage owns, from layers per stage."""
     out, start = [], 0
     for n in split:
         out.append(range(start, start + n))
@@ -143,7 +144,7 @@ def _stage(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, rules:
 
 
 def _stages(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, rules: EngineRules) -> list[_Stage]:
-    ranges = _stage_ranges(layer_split(spec, layout, knobs))
+    ranges = stage_ranges(layer_split(spec, layout, knobs))
     return [_stage(spec, topo, layout, knobs, rules, i, r) for i, r in enumerate(ranges)]
 
 

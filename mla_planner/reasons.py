@@ -10,6 +10,7 @@ from .engine_memory import sglang_fraction_ceiling
 from .knobs import Workload, decode_query_len
 from .layout import Layout
 from .memory_terms import DEEPEP_SGLANG_DISPATCH_MAX
+from .memory import stage_ranges
 from .memory_weights import stage_weight_terms
 from .pp_split import stage_layers
 from .metrics import Metrics, coupled_ranks
@@ -72,7 +73,8 @@ def limit_words(m: Metrics, workload: Workload) -> str:
 
 def dense_reason(spec: ModelSpec, layout: Layout, per_rank: bool) -> str:
     """SGLang under DP attention: where the dense MLP layers and the lm_head run, and what the other way costs."""
-    extra = max(_dense_extra_bytes(spec, layout, stage) for stage in range(layout.pp)) / 2**30
+    ranges = stage_ranges(stage_layers(spec.num_hidden_layers, layout.pp, "sglang"))
+    extra = max(_dense_extra_bytes(spec, layout, ranges, i) for i in range(layout.pp)) / 2**30
     more = f"{'up to ' if layout.pp > 1 else ''}{extra:.1f} GiB more per GPU"
     if per_rank:
         return (f"on (--moe-dense-tp-size 1 --enable-dp-lm-head, the large-scale EP recipe): each DP rank runs the "
@@ -82,12 +84,9 @@ def dense_reason(spec: ModelSpec, layout: Layout, per_rank: bool) -> str:
             f"GPUs of the stage and run on every DP rank's tokens, gathered first; per rank they would take {more}")
 
 
-def _dense_extra_bytes(spec: ModelSpec, layout: Layout, stage: int) -> float:
-    """What holding the dense MLP layers and lm_head whole adds to one GPU of pipeline stage `stage` (the
-    engine's own layer split)."""
-    split = stage_layers(spec.num_hidden_layers, layout.pp, "sglang")
-    start = sum(split[:stage])
-    layers, first, last = range(start, start + split[stage]), stage == 0, stage == layout.pp - 1
+def _dense_extra_bytes(spec: ModelSpec, layout: Layout, ranges: list[range], stage: int) -> float:
+    """What holding the dense MLP layers and lm_head whole adds to one GPU of pipeline stage `stage`."""
+    layers, first, last = ranges[stage], stage == 0, stage == layout.pp - 1
     per_rank = stage_weight_terms(spec, layout, layers, first, last, "sglang", dense_per_rank=True)
     split_way = stage_weight_terms(spec, layout, layers, first, last, "sglang")
     return sum(per_rank.get(g, 0.0) - split_way.get(g, 0.0) for g in ("weights/dense_ffn", "weights/lm_head"))
