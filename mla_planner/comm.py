@@ -133,8 +133,21 @@ class _Path:
 
 
 @lru_cache(maxsize=1)
-def _protocol_table() -> dict:
-    return yaml.safe_load(data_dir("nccl_protocols.yaml").read_text(encoding="utf-8"))
+def _protocol_terms() -> tuple[dict, dict]:
+    """(LL's busbw caps by node count, {protocol: {algorithm: (base_s, nvlink_step_s, net_step_s, keep)}}): each
+    protocol's latencies less LL's (what it adds to the topology's LL figures) and the share of the bandwidth it
+    keeps, from tuning.cc's figures in data/nccl_protocols.yaml."""
+    table = yaml.safe_load(data_dir("nccl_protocols.yaml").read_text(encoding="utf-8"))
+    ll, terms = table["protocols"]["LL"], {}
+    for proto, by_algorithm in table["protocols"].items():
+        terms[proto] = {}
+        for algorithm, f in by_algorithm.items():
+            keep = f["bandwidth"] * (table["tree_bandwidth_factor"] if algorithm == "tree" else 1.0)
+            base = ll[algorithm]
+            terms[proto][algorithm] = ((f["base_us"] - base["base_us"]) * 1e-6,
+                                       (f["nvlink_us"] - base["nvlink_us"]) * 1e-6,
+                                       (f["net_us"] - base["net_us"]) * 1e-6, keep)
+    return table["ll_busbw_cap_bytes_per_s"], terms
 
 
 def _with_protocols(paths: list[_Path], n: int, net: Net) -> list[tuple[str, float, float]]:
@@ -143,17 +156,16 @@ def _with_protocols(paths: list[_Path], n: int, net: Net) -> list[tuple[str, flo
     and LL's bandwidth capped at llMaxBw. `hierarchical` is priced with Simple only (a bulk path, like
     NCCL's NVLSTree); LL128 only where the node's GPUs share NVLink (NCCL's default: tuning.cc enables it
     for NVLink-connected sm70-sm120). The surcharges are NCCL's NVLink figures, used on PCIe too."""
-    table = _protocol_table()
-    cap = table["ll_busbw_cap_bytes_per_s"]["two_nodes" if n == 2 else "more_nodes"]
+    caps, terms = _protocol_terms()
+    cap = caps["two_nodes" if n == 2 else "more_nodes"]
     out = []
     for path in paths:
-        for proto, by_algorithm in table["protocols"].items():
+        for proto, by_algorithm in terms.items():
             if (path.algorithm == "hierarchical" and proto != "Simple") or (proto == "LL128" and not net.ll128):
                 continue
-            extra = by_algorithm["tree" if path.algorithm == "tree" else "ring"]
-            latency_s = (path.latency_s + extra["base_s"] + path.nvlink_steps * extra["nvlink_step_s"]
-                         + path.net_steps * extra["net_step_s"])
-            bandwidth_s = path.bandwidth_s / extra["bandwidth_fraction"]
+            base_s, nvlink_s, net_s, keep = by_algorithm["tree" if path.algorithm == "tree" else "ring"]
+            latency_s = path.latency_s + base_s + path.nvlink_steps * nvlink_s + path.net_steps * net_s
+            bandwidth_s = path.bandwidth_s / keep
             if proto == "LL":
                 bandwidth_s = max(bandwidth_s, path.bus_bytes / cap)
             out.append((f"{path.algorithm}/{proto}", latency_s, bandwidth_s))
