@@ -108,6 +108,13 @@ def search(spec: ModelSpec, topo: Topology, workload: Workload, calib: Calibrati
            rank_by: str = "per-gpu") -> SearchResult:
     legal, illegal = candidate_layouts(spec, topo) if layouts is None else _given(spec, topo, layouts)
     rejected = []     # most telling first: what failed in tuning, then screening; layouts that cannot exist last
+    not_tuned: dict = {}   # (layout, engine, KV dtype, dense per rank) -> why: what a kept way's reason cites
+
+    def reject(layout: Layout, engine: str, kv: str, per_rank: bool, reason: str, first: bool = False) -> None:
+        rejected.insert(0 if first else len(rejected), {"layout": _label(layout, engine, per_rank), "engine": engine,
+                                                         "kv_dtype": kv, "reason": reason})
+        not_tuned[layout, engine, kv, per_rank] = reason
+
     bounds: dict = {e: [] for e in engines}
     screened = 0
     for layout in legal:
@@ -123,8 +130,7 @@ def search(spec: ModelSpec, topo: Topology, workload: Workload, calib: Calibrati
                         bounds[engine].append((*screen(spec, topo, layout, engine, kv, workload, calib, pinned,
                                                         per_rank), layout, kv, per_rank))
                     except Rejected as exc:
-                        rejected.append({"layout": _label(layout, engine, per_rank), "engine": engine, "kv_dtype": kv,
-                                         "reason": str(exc)})
+                        reject(layout, engine, kv, per_rank, str(exc))
     options, siblings = [], {}    # (layout, draft chunk) -> the draft batch of its last tuning: a hint
     def weight(layout: Layout) -> int:   # per-GPU bounds to the ranking's unit (tokens/s per GPU, or in all)
         return layout.total_gpus if rank_by == "total" else 1
@@ -136,17 +142,17 @@ def search(spec: ModelSpec, topo: Topology, workload: Workload, calib: Calibrati
             tuned_n = len(tuned)
             if tuned_n >= tuned_per_engine and bound * weight(layout) <= best:
                 for b, _, _, lay, k, pr in ranked[i:]:
-                    rejected.append(_screened_out(_label(lay, engine, pr), engine, k, b * weight(lay), best,
-                                                  rank_by, "decoding without prefill with the whole KV pool busy"))
+                    reject(lay, engine, k, pr, _screened_out(engine, b * weight(lay), best, rank_by,
+                                                             "decoding without prefill with the whole KV pool busy"))
                 break
             above = 0
             if tuned_n >= tuned_per_engine and workload.tpot_applies:
                 tight, above = target_bound(spec, topo, layout, knobs, batch, workload, calib,
                                              best / weight(layout))
                 if tight * weight(layout) <= best:
-                    rejected.append(_screened_out(_label(layout, engine, per_rank), engine, kv,
-                                                  tight * weight(layout), best, rank_by, "decoding without "
-                                                  "prefill at the largest batch within the TPOT target"))
+                    reject(layout, engine, kv, per_rank, _screened_out(
+                        engine, tight * weight(layout), best, rank_by,
+                        "decoding without prefill at the largest batch within the TPOT target"))
                     continue
             try:
                 sibling = (layout, knobs.max_num_batched_tokens, per_rank)    # same layout, same draft chunk
@@ -159,10 +165,9 @@ def search(spec: ModelSpec, topo: Topology, workload: Workload, calib: Calibrati
                 if got.metrics.meets_targets:
                     best = max(best, got.metrics.throughput_tokens_per_s_per_gpu * weight(layout))
             except Rejected as exc:   # got furthest: listed first, as the most telling reasons
-                rejected.insert(0, {"layout": _label(layout, engine, per_rank), "engine": engine, "kv_dtype": kv,
-                                    "reason": str(exc)})
+                reject(layout, engine, kv, per_rank, str(exc), first=True)
     rejected += [{"layout": lay.label, "engine": "any", "kv_dtype": "any", "reason": why} for lay, why in illegal]
-    options = _one_dense_variant(options, rank_by, rejected)
+    options = _one_dense_variant(options, rank_by, not_tuned)
     options.sort(key=lambda o: o.key_for(rank_by))
     points = [p for i, o in enumerate(options[:CURVES_FOR])
               for p in tradeoff_curve(spec, topo, i, o, workload, calib)]
@@ -177,7 +182,7 @@ def _label(layout: Layout, engine: str, per_rank: bool) -> str:
     return layout.label + (" (dense per rank)" if per_rank else " (dense split)")
 
 
-def _one_dense_variant(options: list, rank_by: str, rejected: list) -> list:
+def _one_dense_variant(options: list, rank_by: str, not_tuned: dict) -> list:
     """Of a layout tuned both with and without SGLang's dense parts per rank, the better one - the engine's
     default unless the other serves over 1 % more where both meet the targets - its reason saying what the
     other way served (or why it was not tuned)."""
@@ -201,16 +206,13 @@ def _one_dense_variant(options: list, rank_by: str, rejected: list) -> list:
                                          and m.meets_targets and best.tuned.metrics.meets_targets
                                          and m.throughput_tokens_per_s_per_gpu >= mine else ""))
         if len(group) == 1 and "dense_per_rank" in why:
-            label = _label(best.layout, best.engine, not best.tuned.knobs.dense_per_rank)
-            other = next((r["reason"] for r in rejected if r["layout"] == label and r["engine"] == best.engine
-                          and r["kv_dtype"] == best.kv_dtype), "not tuned")
-            why["dense_per_rank"] += f"; the other way was not tuned: {other}"
+            key = (best.layout, best.engine, best.kv_dtype, not best.tuned.knobs.dense_per_rank)
+            why["dense_per_rank"] += f"; the other way was not tuned: {not_tuned.get(key, 'not tuned')}"
         out.append(replace(best, tuned=replace(best.tuned, reasons=why)))
     return out
 
 
-def _screened_out(label: str, engine: str, kv: str, bound: float, best: float, rank_by: str, how: str) -> dict:
+def _screened_out(engine: str, bound: float, best: float, rank_by: str, how: str) -> str:
     unit = "output tokens/s in all" if rank_by == "total" else "output tokens/s per GPU"
-    return {"layout": label, "engine": engine, "kv_dtype": kv,
-            "reason": f"screened out: at most {bound:,.0f} {unit} even {how}, not above the "
-                      f"{best:,.0f} of a tuned {engine} candidate"}
+    return (f"screened out: at most {bound:,.0f} {unit} even {how}, not above the {best:,.0f} of a tuned "
+            f"{engine} candidate")
