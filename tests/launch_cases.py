@@ -36,6 +36,9 @@ def install_stubs(bin_dir: Path) -> None:
             body += f'echo "2: eth0    inet {STUB_HOST_IP}/24 brd 10.9.8.255 scope global eth0"\n'
         (bin_dir / name).write_text(body)
         (bin_dir / name).chmod(0o755)
+    for name in ("pip", "pip3"):   # the scripts' version check: "not installed" here, silently, and fast
+        (bin_dir / name).write_text("#!/bin/bash\nexit 1\n")
+        (bin_dir / name).chmod(0o755)
 
 
 def run_script(script: Path, bin_dir: Path, log_dir: Path, env: dict[str, str]) -> list[tuple[list[str], dict]]:

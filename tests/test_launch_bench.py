@@ -184,3 +184,24 @@ def test_bench_sends_one_replicas_share_of_the_rate(cli, tmp_path):
     assert cli("emit", "--plan", str(tmp_path / "p.json"), "--out", str(tmp_path / "o")).exit_code == 0
     bench = (tmp_path / "o" / "bench.sh").read_text()
     assert "--request-rate 6.0" in bench and "--request-rate to 12)" in bench
+
+
+@pytest.mark.parametrize("engine, other, same", [("vllm", "0.30.1", "0.33.2"), ("sglang", "0.4.6", "0.5.23")])
+def test_node_scripts_warn_when_another_release_is_installed(tmp_path, engine, other, same):
+    """USER_PROBLEMS.md problem 25 (version drift): the scripts carry one release's flags; when pip reports
+    another, they say so on stderr and still start (a warning, not a stop); the same series is silent."""
+    import subprocess
+    from launch_cases import install_stubs, make_plan
+    from mla_planner.knobs import Knobs
+    from mla_planner.launch import emit_plan
+    from mla_planner.layout import Layout
+    plan = make_plan("8xh200", Layout(tp=8), Knobs(engine=engine))
+    emit_plan(plan, 1, engine, tmp_path / "out")
+    install_stubs(tmp_path / "bin")
+    for version, warned in ((other, True), (same, False)):
+        (tmp_path / "bin" / "pip").write_text(f"#!/bin/bash\necho 'Name: {engine}'\necho 'Version: {version}'\n")
+        done = subprocess.run(["bash", str(tmp_path / "out" / "node-0.sh")], capture_output=True, text=True,
+                              timeout=30, env={"PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin",
+                                               "STUB_LOG": str(tmp_path / "call")})
+        assert done.returncode == 0, done.stderr
+        assert (f"warning: {engine} {version} is installed" in done.stderr) == warned, done.stderr

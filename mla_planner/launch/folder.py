@@ -80,7 +80,8 @@ def _node_script(inp: LaunchInputs, engine: str, node: int, cmds: list[NodeComma
     inter = inp.topology.inter_node
     ctx = dict(title=f"node {node} of {n_nodes} - {engine_label(engine)} serving {inp.model_path} "
                      f"({describe(inp.layout)}): {roles}",
-               version=__version__, engine_label=engine_label(engine), notes=notes,
+               version=__version__, engine_label=engine_label(engine), notes=notes, package=engine,
+               series=".".join(engine_version(engine).split(".")[:2]),
                needs=sorted({n for c in cmds for n in c.needs}), head_ip=head_address,
                head_node=heads[cmds[0].replica], ifname=inter.socket_ifname if inter else None,
                env=list(shared.items()))
