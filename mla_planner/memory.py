@@ -84,10 +84,10 @@ def split_pools(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs,
                 memo[i, start, n] = _stage(spec, topo, layout, knobs, rules, i, range(start, start + n))
             stages.append(memo[i, start, n])
             start += n
-        ranks = _ranks(stages, knobs, rules, total, layout.dcp)
         rest = min(sglang_rest_bytes(knobs, total, s.costs) for s in stages) if rules.engine == "sglang" else None
-        return [r.kv_tokens or min(kv_budget_bytes(rules, knobs, total, s.costs, rest) / 1e6, 0.0)
-                for r, s in zip(ranks, stages)]
+        tokens = [kv_pool(rules, knobs, total, s.costs, layout.dcp, rest)[1] for s in stages]   # as _rank's
+        return [t or min(kv_budget_bytes(rules, knobs, total, s.costs, rest) / 1e6, 0.0)
+                for t, s in zip(tokens, stages)]
     return pools
 
 
