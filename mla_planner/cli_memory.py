@@ -17,6 +17,7 @@ from .knobs import KV_DTYPES, Knobs
 from .layout import KV_LAYOUTS, Layout, deepep_runs, layout_problems
 from .memory import MemoryReport, memory_report
 from .memory_terms import uses_deepep
+from .memory_weights import dense_per_rank_applies
 from .models import load_model
 from .pp_split import split_problem
 from .topology import load_topology
@@ -80,6 +81,9 @@ def memory_cmd(
                                       "stage, its CUDA graphs.")] = False,
     enforce_eager: Annotated[bool, typer.Option("--enforce-eager", help="No CUDA graphs (vLLM --enforce-eager, "
                                                 "SGLang --cuda-graph-backend-decode disabled).")] = False,
+    dense_per_rank: Annotated[bool, typer.Option(
+        "--dense-per-rank", help="SGLang under DP attention at tp=1: the dense MLP layers and lm_head whole on every "
+        "rank (--moe-dense-tp-size 1 --enable-dp-lm-head), not split over the stage.")] = False,
     engine_version: Annotated[Optional[str], typer.Option(
         "--engine-version", help="Model an older release's accounting, e.g. 0.8.4 (vLLM < 0.10 charged the "
         "CUDA context and NCCL buffers to the budget and captured graphs after it).")] = None,
@@ -114,6 +118,11 @@ def memory_cmd(
                         mtp=mtp, cuda_graphs=not enforce_eager,
                         cuda_graph_max_bs=graph_cap_choice(cuda_graph_max_bs, enforce_eager),
                         pp_layer_partition=partition_choice(pp_layer_partition, spec, layout)))
+    if dense_per_rank:
+        if not dense_per_rank_applies(layout, engine):
+            raise PlanError(f"--dense-per-rank applies to SGLang under DP attention at tp=1 only, not {engine} on "
+                            f"{layout.label}")
+        knobs = replace(knobs, dense_per_rank=True)
     report = memory_report(spec, topo, layout, knobs, engine_version)
     if engine == "sglang" and gpu_memory_utilization is None and mem_fraction_static is None and \
             knobs.memory_fraction < SGLANG_LOW_DEFAULT:

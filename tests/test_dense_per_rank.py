@@ -153,3 +153,15 @@ def test_the_mtp_note_tunes_the_candidate_the_way_it_was_planned():
         "dense_per_rank"]
     assert hint.data["with_mtp"]["throughput_tokens_per_s_per_gpu"] == pytest.approx(
         with_mtp.tuned.metrics.throughput_tokens_per_s_per_gpu)
+
+
+def test_memory_prices_it_too(cli):
+    """`memory --dense-per-rank`: the same extra weights the plan's reason quotes; refused where it does not apply."""
+    base = ("memory", "-m", "deepseek-v3", "-t", "4x8xh800-roce", "-e", "sglang", "--tp", "1", "--dp", "32",
+            "--ep", "32", "--json")
+    split, per_rank = (json.loads(cli(*base, *extra).stdout) for extra in ((), ("--dense-per-rank",)))
+    extra = sum(per_rank["per_gpu"][0]["terms"].get(g, 0) - split["per_gpu"][0]["terms"].get(g, 0)
+                for g in ("weights/dense_ffn", "weights/lm_head"))
+    assert 2.0 * GiB < extra < 3.5 * GiB and per_rank["knobs"]["dense_per_rank"]
+    r = cli("memory", "-m", "deepseek-v3", "-t", "2x8xh100-ib", "--tp", "16", "--dense-per-rank")
+    assert r.exit_code == 2 and "--dense-per-rank applies to SGLang" in r.stderr
