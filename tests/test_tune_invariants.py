@@ -16,6 +16,7 @@ from mla_planner.knobs import Workload, decode_query_len
 from mla_planner.launch.emit import build, launch_inputs
 from mla_planner.layouts import candidate_layouts
 from mla_planner.memory import evaluate, safe_memory_fraction
+from mla_planner.memory_weights import dense_per_rank_applies
 from mla_planner.metrics import tokens_per_request
 from mla_planner.models import load_model
 from mla_planner.plan import to_plan
@@ -34,15 +35,18 @@ ARCH = {"hopper": "sm90", "blackwell": "sm100", "ada": "sm89", "ampere": "sm80"}
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(case=st.sampled_from(CASES), pick=st.integers(0, 10_000), engine=st.sampled_from(["vllm", "sglang"]),
-       kv=st.sampled_from(["bf16", "fp8"]), workload=st.sampled_from(WORKLOADS), pinned=st.sampled_from(PINS))
-def test_a_tuned_candidate_keeps_its_invariants(case, pick, engine, kv, workload, pinned):
+       kv=st.sampled_from(["bf16", "fp8"]), workload=st.sampled_from(WORKLOADS), pinned=st.sampled_from(PINS),
+       per_rank=st.booleans())
+def test_a_tuned_candidate_keeps_its_invariants(case, pick, engine, kv, workload, pinned, per_rank):
     spec, topo = load_model(case[0]).spec, load_topology(case[1])
     legal, _ = candidate_layouts(spec, topo)
     layout = legal[pick % len(legal)]
     if _engine_problem(layout, engine, topo):   # the search never tunes these (latent-sharded, vLLM-inexpressible)
         return
     try:
-        tuned = tune(spec, topo, layout, engine, kv, workload, load_calibration(None, topo), pinned)
+        per_rank = per_rank and dense_per_rank_applies(layout, engine)   # SGLang's dense parts per DP rank
+        tuned = tune(spec, topo, layout, engine, kv, workload, load_calibration(None, topo), pinned,
+                     dense_per_rank=per_rank)
     except Rejected:
         return
     k, m = tuned.knobs, tuned.metrics
@@ -58,7 +62,7 @@ def test_a_tuned_candidate_keeps_its_invariants(case, pick, engine, kv, workload
         assert k.cuda_graph_max_bs is None
     if engine == "vllm":   # every running request decodes 1 (+ k drafted with MTP) tokens of the step's budget
         assert k.max_num_batched_tokens >= k.max_num_seqs * decode_query_len(k)
-    assert k.mtp == pinned.mtp
+    assert k.mtp == pinned.mtp and k.dense_per_rank == per_rank
     if pinned.block_size:
         assert k.block_size == pinned.block_size
     assert tuned.reasons["memory_fraction"].startswith(f"{k.memory_fraction}:")
