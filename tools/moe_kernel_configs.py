@@ -21,7 +21,8 @@ HEADER = """# Tuned fused-MoE (Triton) kernel configurations shipped in the engi
 # The name each engine looks up is built in moe_configs.py (sources there). A missing file is not an error:
 # the engine logs 'Using default MoE config' (SGLang: '... MoE kernel config') and runs untuned tiles.
 """
-PATTERNS = {"vllm": r"fused_moe/configs/(E=[^/]*)\.json$", "sglang": r"triton_utils/configs/triton_[^/]*/(E=[^/]*)\.json$"}
+PATTERNS = {"vllm": r"fused_moe/configs/(E=[^/]*)\.json$",
+            "sglang": r"triton_utils/configs/triton_[^/]*/(E=[^/]*)\.json$"}
 
 
 def names(wheel: str, pattern: str) -> list[str]:
