@@ -95,7 +95,8 @@ app.command("check-log")(check_log_cmd)
 def main() -> None:
     # A reader that closes the pipe early (`mla-plan plan | head`) ends the process as it ends `yes | head`:
     # by SIGPIPE, status 141, silently. Click would exit 1, which here means "no candidate meets the targets".
-    if hasattr(signal, "SIGPIPE"):
+    # Not for verify: its torch.distributed sockets must see a closed peer as an error, not a signal.
+    if hasattr(signal, "SIGPIPE") and sys.argv[1:2] != ["verify"]:
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     app()
 
