@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from .backends import engine_version
 from .launch.sglang import KV_CACHE_DTYPES as SGLANG_KV_CACHE_DTYPES
 from .launch.vllm import KV_CACHE_DTYPES as VLLM_KV_CACHE_DTYPES
-from .moe_configs import TUNE_SCRIPT, moe_kernel_config
+from .moe_configs import TUNE_SCRIPT, UNTUNED_LOG, moe_kernel_config
 from .planfile import Candidate, Plan
 
 KV_TOLERANCE = 0.05        # the memory model's tested band against logged pools (docs/memory.md)
@@ -115,7 +115,7 @@ def _network(text: str, plan: Plan, cand: Candidate) -> LogCheck:
 
 def _moe(text: str, plan: Plan, cand: Candidate) -> LogCheck:
     engine = cand.knobs.engine
-    said = "Using default MoE config" if engine == "vllm" else "Using default MoE kernel config"
+    said = UNTUNED_LOG[engine]
     if not DEFAULT_MOE.search(text):
         if not KV_LINES[engine].search(text):   # not a log of a started engine: its silence says nothing
             return LogCheck("moe_kernels", "absent", f"no engine start-up lines to look for '{said}' in")

@@ -32,6 +32,8 @@ from .resources import data_dir
 from .spec import ModelSpec
 from .topology import GPU
 
+UNTUNED_LOG = {"vllm": "Using default MoE config",             # what each engine logs without a tuned file
+               "sglang": "Using default MoE kernel config"}
 TUNE_SCRIPT = {"vllm": "benchmarks/kernels/benchmark_moe.py",                       # in each engine's source tree
                "sglang": "benchmark/kernels/fused_moe_triton/tuning_fused_moe_triton.py"}
 TUNE_OUTPUT = {"vllm": "--save-dir /abs/moe-configs, then export VLLM_TUNED_CONFIG_FOLDER=/abs/moe-configs in every "
@@ -57,8 +59,7 @@ class MoeKernelConfig:
 
     def advice(self, model: str, layout: Layout, fp8: bool) -> str:
         """One line for a user whose engine would run untuned tiles."""
-        label, log = (("vLLM", "Using default MoE config") if self.engine == "vllm" else
-                      ("SGLang", "Using default MoE kernel config"))
+        label, log = "vLLM" if self.engine == "vllm" else "SGLang", UNTUNED_LOG[self.engine]
         return (f"{label} {engine_version(self.engine)} ships no tuned fused-MoE config '{self.file_name}.json' for "
                 f"this GPU and split: it logs '{log}' and runs the routed experts' GEMMs untuned, slower than "
                 f"planned; tune one from {label}'s source tree: " + tune_command(self.engine, model, layout, fp8))

@@ -11,6 +11,7 @@ from .. import __version__
 from ..backends import engine_version
 from ..knobs import MTP_DRAFT_TOKENS, decode_query_len, tokens_per_step
 from ..layout import Layout
+from ..moe_configs import UNTUNED_LOG
 from ..planfile import Candidate
 from . import a2a, sglang, vllm
 from .command import LaunchInputs, NodeCommand
@@ -154,7 +155,9 @@ def _predicted(inp: LaunchInputs, engine: str, cand: Candidate) -> Optional[dict
     return dict(kv_tokens=f"{mem['kv_capacity_tokens']:,}", dp=inp.layout.dp, kv_log=KV_LOG[engine],
                 tok_s=f"{perf['throughput_tokens_per_s'] / inp.layout.replicas:,.0f}",
                 tpot_ms=f"{perf['tpot_s'] * 1e3:.1f}", ttft_ms=f"{perf['ttft_s'] * 1e3:,.0f}",
-                fp8_kv=k.kv_cache_dtype != "bf16", bf16_flag="auto" if engine == "vllm" else "bf16")
+                fp8_kv=k.kv_cache_dtype != "bf16",
+                bf16_flag=(vllm if engine == "vllm" else sglang).KV_CACHE_DTYPES["bf16"],
+                untuned_log=UNTUNED_LOG[engine])
 
 
 def _all_to_all(inp: LaunchInputs, engine: str) -> Optional[dict]:
