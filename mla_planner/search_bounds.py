@@ -5,15 +5,14 @@ layouts in the order of these bounds and stops where none can beat the best tune
 
 from __future__ import annotations
 
-from dataclasses import replace
 
 from .knobs import Knobs
 from .memory import evaluate as memory_evaluate
-from .memory import safe_memory_fraction, split_pools
+from .memory import safe_memory_fraction
 from .metrics import in_flight, tokens_per_request
-from .pp_split import balance, layer_split
 from .step import decode_step
 from .tuning import Overrides, Rejected, draft_knobs
+from .tuning_limits import kv_balanced
 
 
 def screen(spec, topo, layout, engine, kv, workload, calib, pinned: Overrides,
@@ -43,12 +42,9 @@ def _balanced(spec, topo, layout, knobs: Knobs, workload) -> tuple[Knobs, int] |
     is the engine's own split or does not fit."""
     if layout.pp == 1:
         return None
-    own = layer_split(spec, layout, knobs)
-    split = balance(own, split_pools(spec, topo, layout, knobs))
-    if split == own:
+    alt = kv_balanced(spec, topo, layout, knobs, lambda k: safe_memory_fraction(spec, topo, layout, k))
+    if alt is None:
         return None
-    alt = replace(knobs, pp_layer_partition=tuple(split))
-    alt = replace(alt, memory_fraction=safe_memory_fraction(spec, topo, layout, alt))
     mem = memory_evaluate(spec, topo, layout, alt)
     batch = min(alt.max_num_seqs, mem.kv_capacity_tokens // tokens_per_request(workload, alt.block_size))
     return (alt, batch) if mem.fits and batch >= 1 else None

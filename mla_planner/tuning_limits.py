@@ -33,6 +33,17 @@ def _safe(spec, topo, layout, knobs: Knobs, worst_chunk: int) -> float:
     return min(knobs.memory_fraction, safe_memory_fraction(spec, topo, layout, worst))
 
 
+def kv_balanced(spec, topo, layout, knobs: Knobs, fraction) -> Knobs | None:
+    """The knobs with the layer split that balances the stages' KV pools (pp_split.balance) and the memory
+    fraction `fraction(knobs with that split)` gives it; None where that is the engine's own split."""
+    own = layer_split(spec, layout, knobs)
+    split = balance(own, split_pools(spec, topo, layout, knobs))
+    if split == own:
+        return None
+    alt = replace(knobs, pp_layer_partition=tuple(split))
+    return replace(alt, memory_fraction=fraction(alt))
+
+
 def choose_split(spec, topo, layout, knobs: Knobs, workload: Workload, calib: Calibration, first: Metrics,
                  worst_chunk: int) -> tuple[Knobs, Metrics, str]:
     """The pipeline split, and why ('' without PP). When the KV pool limits the batch, the split that
@@ -45,11 +56,10 @@ def choose_split(spec, topo, layout, knobs: Knobs, workload: Workload, calib: Ca
                                        else ": balanced by memory")
     if first.concurrency_limit != "kv":
         return knobs, first, words
-    split = balance(own, split_pools(spec, topo, layout, knobs))
-    if split == own:
+    alt = kv_balanced(spec, topo, layout, knobs, lambda k: _safe(spec, topo, layout, k, worst_chunk))
+    if alt is None:
         return knobs, first, words + "; no other split holds more KV"
-    alt = replace(knobs, pp_layer_partition=tuple(split))
-    alt = replace(alt, memory_fraction=_safe(spec, topo, layout, alt, worst_chunk))
+    split = alt.pp_layer_partition
     m = evaluate(spec, topo, layout, alt, workload, calib, first.capacity_per_dp_rank)
     gain = m.memory.kv_capacity_tokens / max(first.memory.kv_capacity_tokens, 1) - 1
     if gain < MIN_SPLIT_GAIN or not _better(m, first):
@@ -67,17 +77,17 @@ def fit_by_split(spec, topo, layout, knobs: Knobs, worst_chunk: int) -> tuple[Kn
     fraction re-derived for it; (knobs, why) or the knobs unchanged and ''."""
     if layout.pp == 1 or knobs.pp_layer_partition or memory_evaluate(spec, topo, layout, knobs).fits:
         return knobs, ""
-    own, pools = layer_split(spec, layout, knobs), split_pools(spec, topo, layout, knobs)
-    if max(pools(own)) <= 0:    # no stage has KV room: moving layers cannot make one for every stage
+    own = layer_split(spec, layout, knobs)
+    if max(split_pools(spec, topo, layout, knobs)(own)) <= 0:   # no stage has KV room: moving layers cannot
+        return knobs, ""                                        # make one for every stage
+
+    def own_fraction(k: Knobs) -> float:   # the split's own, at the largest chunk still to be tried
+        return safe_memory_fraction(spec, topo, layout, replace(k, max_num_batched_tokens=max(
+            worst_chunk, k.max_num_batched_tokens)))
+    alt = kv_balanced(spec, topo, layout, knobs, own_fraction)
+    if alt is None or not memory_evaluate(spec, topo, layout, alt).fits:
         return knobs, ""
-    split = balance(own, pools)
-    if split == own:
-        return knobs, ""
-    alt = replace(knobs, pp_layer_partition=tuple(split))
-    worst = replace(alt, max_num_batched_tokens=max(worst_chunk, alt.max_num_batched_tokens))
-    alt = replace(alt, memory_fraction=safe_memory_fraction(spec, topo, layout, worst))   # the split's own
-    if not memory_evaluate(spec, topo, layout, alt).fits:
-        return knobs, ""
+    split = alt.pp_layer_partition
     return alt, (f"{','.join(map(str, split))} ({partition_env_name(knobs.engine)}): with the engine's own split "
                  f"{','.join(map(str, own))} a stage has no room for the workload's requests; this one balances the "
                  "stages' pools")
