@@ -46,6 +46,7 @@ class Net:
     internode_s: float
     nvls: bool
     ll128: bool             # NCCL enables LL128 by default only where the GPUs of a node share NVLink
+    sm: int                 # compute capability x 10 (NCCL's ring plateau factor depends on it)
 
 
 @dataclass(frozen=True)
@@ -72,7 +73,7 @@ def net_of(topo: Topology, calib: Calibration) -> Net:
                first_hop_s=topo.intra_node.latency_us * 1e-6, step_s=calib.nvlink_step_latency_s,
                net_hop_s=(inter.latency_us if inter else 0.0) * 1e-6, base_s=calib.nccl_base_latency_s,
                internode_s=calib.internode_latency_s, nvls=topo.uses_nvls,
-               ll128=topo.intra_node.kind != "pcie" and bool(topo.gpu.nvlink_bytes_per_s))
+               ll128=topo.intra_node.kind != "pcie" and bool(topo.gpu.nvlink_bytes_per_s), sm=topo.gpu.sm)
 
 
 def placement(group_size: int, topo: Topology, spans_nodes: bool | None) -> tuple[int, int]:
@@ -133,11 +134,16 @@ class _Path:
 
 
 @lru_cache(maxsize=1)
+def _nccl_table() -> dict:
+    return yaml.safe_load(data_dir("nccl_protocols.yaml").read_text(encoding="utf-8"))
+
+
+@lru_cache(maxsize=1)
 def _protocol_terms() -> tuple[dict, dict]:
     """(LL's busbw caps by node count, {protocol: {algorithm: (base_s, nvlink_step_s, net_step_s, keep)}}): each
     protocol's latencies less LL's (what it adds to the topology's LL figures) and the share of the bandwidth it
     keeps, from tuning.cc's figures in data/nccl_protocols.yaml."""
-    table = yaml.safe_load(data_dir("nccl_protocols.yaml").read_text(encoding="utf-8"))
+    table = _nccl_table()
     ll, terms = table["protocols"]["LL"], {}
     for proto, by_algorithm in table["protocols"].items():
         terms[proto] = {}
@@ -150,14 +156,27 @@ def _protocol_terms() -> tuple[dict, dict]:
     return table["ll_busbw_cap_bytes_per_s"], terms
 
 
-def _with_protocols(paths: list[_Path], n: int, net: Net) -> list[tuple[str, float, float]]:
+def tree_correction(proto: str, message_bytes: float) -> float:
+    """NCCL's treeCorrectionFactor: the share of its modelled bandwidth a tree all-reduce of this size reaches
+    under `proto` (tuning.cc ncclTopoGetAlgoTime, index log2i(bytes >> 6); 1.0 outside the table)."""
+    factors = _nccl_table()["tree_all_reduce_correction"][proto]
+    index = int(message_bytes) >> 6
+    index = index.bit_length() - 1
+    return factors[index] if 0 <= index < len(factors) else 1.0
+
+
+def _with_protocols(paths: list[_Path], n: int, net: Net, all_reduce_bytes: float | None = None
+                    ) -> list[tuple[str, float, float]]:
     """Each path under NCCL's LL, LL128 and Simple protocols (data/nccl_protocols.yaml, from NCCL's
     tuning.cc): latency + the protocol's surcharge per call and per step, bandwidth x the share it keeps,
     and LL's bandwidth capped at llMaxBw. `hierarchical` is priced with Simple only (a bulk path, like
     NCCL's NVLSTree); LL128 only where the node's GPUs share NVLink (NCCL's default: tuning.cc enables it
-    for NVLink-connected sm70-sm120). The surcharges are NCCL's NVLink figures, used on PCIe too."""
+    for NVLink-connected sm70-sm120). The surcharges are NCCL's NVLink figures, used on PCIe too.
+    For an all-reduce (`all_reduce_bytes`), ncclTopoGetAlgoTime's two corrections: the tree's bandwidth x
+    `tree_correction`, ring Simple's latency x the plateau factor (1.4 on sm80+, 1.9 before)."""
     caps, terms = _protocol_terms()
     cap = caps["two_nodes" if n == 2 else "more_nodes"]
+    plateau = _nccl_table()["ring_simple_plateau"]["sm80_and_newer" if net.sm >= 80 else "older"]
     out = []
     for path in paths:
         for proto, by_algorithm in terms.items():
@@ -168,6 +187,10 @@ def _with_protocols(paths: list[_Path], n: int, net: Net) -> list[tuple[str, flo
             bandwidth_s = path.bandwidth_s / keep
             if proto == "LL":
                 bandwidth_s = max(bandwidth_s, path.bus_bytes / cap)
+            if all_reduce_bytes is not None and path.algorithm == "tree":
+                bandwidth_s /= tree_correction(proto, all_reduce_bytes)
+            if all_reduce_bytes is not None and path.algorithm == "ring" and proto == "Simple":
+                latency_s *= plateau
             out.append((f"{path.algorithm}/{proto}", latency_s, bandwidth_s))
     return out
 
@@ -182,7 +205,7 @@ def _inter(kind: str, S: float, n: int, g: int, net: Net, calib: Calibration) ->
         inter_s = (p - g) / p * S / (net.nic_line_bytes_per_s * net.a2a_nic_efficiency)
         return [("direct", net.first_hop_s + net.net_hop_s, max(intra_s, inter_s))]
     if kind == "all_reduce":
-        return _with_protocols(_inter_all_reduce(S, n, g, net, calib, nic), n, net)
+        return _with_protocols(_inter_all_reduce(S, n, g, net, calib, nic), n, net, all_reduce_bytes=S)
     return _with_protocols(_inter_gather(kind, S, n, g, net, calib, nic), n, net)
 
 

@@ -109,10 +109,10 @@ def test_memorys_vocabulary_works_in_compare(cli):
 
 def test_a_slower_cross_node_network_through_a_calibration_file(cli, tmp_path):
     """The seed scenario with a measured cross-node latency instead of the NCCL-derived default: if a
-    2-3 MB decode all-reduce over the two nodes takes ~140 us (internode_latency_s 70 us, the kind of figure
-    `verify --write-calibration` writes on such a cluster; the default network gives ~83 us), the model gives
-    TP16 182 requests, a 41.1 ms step and 43.8 % network wait over the run, while TP8xPP2 (all-reduces
-    inside the node) stays at 10 % and ahead on all five metrics. The default network gives 34.9 %
+    2-3 MB decode all-reduce over the two nodes takes ~150 us (internode_latency_s 70 us, the kind of figure
+    `verify --write-calibration` writes on such a cluster; the default network gives ~95 us), the model gives
+    TP16 172 requests, a 41.4 ms step and 45.3 % network wait over the run, while TP8xPP2 (all-reduces
+    inside the node) stays at 10 % and ahead on all five metrics. The default network gives 36.8 %
     (test_metrics)."""
     cal = tmp_path / "slow-ib.yaml"
     cal.write_text(dump_calibration({"internode_latency_s": 7.0e-5}, gpu="H100-SXM-80G", topology="2x8xh100-ib"))
@@ -129,16 +129,17 @@ def test_a_slower_cross_node_network_through_a_calibration_file(cli, tmp_path):
     assert base["network_wait_share"] < 0.40 < tp16["network_wait_share"]
 
 
-def test_slower_expert_gemms_through_a_calibration_file_level_the_seed_comparison(cli, tmp_path):
+def test_slower_expert_gemms_through_a_calibration_file_narrow_the_seed_comparison(cli, tmp_path):
     """The README's caveat: with the routed experts' grouped GEMMs at 60 % of HBM bandwidth (a fit to a published
     SGLang sweep; the default is 84 %), expert reads dominate the step, and a pipeline stage reads its experts
-    once per micro-batch: TP8 x PP2's lead in requests and tokens/s (1.28x with the defaults) is gone (206
-    requests each, 4.1k tok/s each), while TP16's network share falls (32.3 % against 34.9 %)."""
+    once per micro-batch: TP8 x PP2's lead in requests and tokens/s (1.34x with the defaults) shrinks to a few
+    per cent (206 requests against 195, 4.1k tok/s against 3.9k), while TP16's network share falls (33.9 %
+    against 36.8 %)."""
     cal = tmp_path / "moe.yaml"
     cal.write_text(dump_calibration({"moe_hbm_efficiency": 0.60}, gpu="H100-SXM-80G", topology="2x8xh100-ib"))
     tp16, pp2 = json.loads(cli(*SEED, "--json", "--calibration", str(cal)).stdout)["layouts"]
-    assert tp16["concurrency"] == pytest.approx(pp2["concurrency"], rel=0.03)
-    assert tp16["throughput_tokens_per_s"] == pytest.approx(pp2["throughput_tokens_per_s"], rel=0.03)
+    assert tp16["concurrency"] <= pp2["concurrency"] < 1.1 * tp16["concurrency"]
+    assert tp16["throughput_tokens_per_s"] <= pp2["throughput_tokens_per_s"] < 1.1 * tp16["throughput_tokens_per_s"]
     assert pp2["step_s"] < tp16["step_s"] and pp2["network_wait_share"] < 0.15
     base = json.loads(cli(*SEED, "--json").stdout)["layouts"]
     assert base[1]["concurrency"] > 1.2 * base[0]["concurrency"] and base[0]["concurrency"] > tp16["concurrency"]

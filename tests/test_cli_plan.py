@@ -170,7 +170,7 @@ def test_plot_into_a_folder_is_refused(cli, tmp_path):
 def test_printed_labels_are_accepted_as_layouts(cli):
     data = json.loads(cli("plan", "-m", "deepseek-v2", "--layout", "tp8·pp2", "--layout", "tp=16",
                           "--engine", "vllm", "--json").stdout)
-    assert [c["label"] for c in data["candidates"]][:2] == ["tp8·pp2", "tp16"]
+    assert {c["label"] for c in data["candidates"]} == {"tp8·pp2", "tp16"}
 
 
 
