@@ -22,7 +22,7 @@ from math import ceil
 from .layout import Layout, weight_key
 from .memory_terms import uses_deepep
 from .spec import ModelSpec
-from .weights import Tensor, bytes_of, inventory, mtp_inventory
+from .weights import Tensor, dtype_of, inventory, mtp_inventory, stored_bytes
 
 MOE_GROUPS = ("routed_experts", "shared_experts", "gate")  # tensors present once per MoE layer
 DENSE_GROUPS = ("dense_ffn",)                              # tensors present once per dense-FFN layer
@@ -72,7 +72,7 @@ def _stage_weight_terms(spec: ModelSpec, layout: Layout, counts: tuple[int, int]
         if count:
             shard = _shard(replace(t, count=count), layout, dense_tp(layout, engine, t.group, dense_per_rank))
             key = f"weights/{t.group}"
-            out[key] = out.get(key, 0.0) + bytes_of(shard, spec.weight_block_size, spec.int4_group_size)
+            out[key] = out.get(key, 0.0) + stored_bytes(shard, spec)
             marlin += marlin_scale_bytes(shard, spec.weight_block_size) if fp8_marlin else 0.0
     absorb = mla_absorb_bytes(spec, layout, counts[0] + (spec.num_nextn_predict_layers if mtp and last else 0))
     if absorb:
@@ -88,9 +88,10 @@ def mla_absorb_bytes(spec: ModelSpec, layout: Layout, layers: int) -> float:
 
     vLLM `MLACommonImpl.process_weights_after_loading` dequantizes kv_b_proj and keeps W_UK_T / W_UV
     (views of the bf16 copy); SGLang `DeepseekV2ForCausalLM.post_load_weights` builds w_kc / w_vc.
-    A bf16 checkpoint's views alias the weight itself, so nothing extra is held (zero).
+    A bf16 `wkv_b` (a bf16 checkpoint, or AWQ's `modules_to_not_convert` naming it) is aliased, so nothing
+    extra is held (zero).
     """
-    if spec.attention != "mla" or spec.weight_dtype == "bf16":
+    if spec.attention != "mla" or dtype_of(spec, "attn.wkv_b") == "bf16":
         return 0.0
     heads = ceil(spec.num_attention_heads / layout.tp)
     return float(layers * heads * (spec.qk_nope_head_dim + spec.v_head_dim) * spec.kv_lora_rank * 2)

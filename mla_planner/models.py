@@ -88,14 +88,19 @@ def _snapshot_name(config: Path) -> str:
 
 
 def _weight_dtypes(quant: dict | None, where: str) -> dict:
-    """Weight storage from `quantization_config`: fp8 block-scaled (DeepSeek-V3), or int4 group-quantised
-    experts via compressed-tensors (Kimi-K2-Thinking style); none means bf16."""
+    """Weight storage from `quantization_config`: fp8 block-scaled (DeepSeek-V3), int4 group-quantised
+    experts via compressed-tensors (Kimi-K2-Thinking style), or AutoAWQ 4-bit (every decoder-layer linear
+    layer int4 with a scale and a zero per group, less `modules_to_not_convert`; both engines read it from
+    the config and run it with Marlin kernels: vLLM layers/quantization/auto_awq.py, SGLang
+    layers/quantization/awq/awq.py `AWQMarlinConfig`); none means bf16."""
     if not quant:
         return {"weight_dtype": "bf16"}
     method = quant.get("quant_method")
     if method == "fp8":
         block = quant.get("weight_block_size") or [128, 128]
         return {"weight_dtype": "fp8", "weight_block_size": tuple(block)}
+    if method == "awq":
+        return _awq(quant, where)
     if method == "compressed-tensors":
         groups = quant.get("config_groups") or {}
         weights = next(iter(groups.values()), {}).get("weights", {}) if groups else {}
@@ -103,4 +108,23 @@ def _weight_dtypes(quant: dict | None, where: str) -> dict:
             return {"weight_dtype": "bf16", "expert_weight_dtype": "int4",
                     "int4_group_size": weights.get("group_size") or 32}
     raise InputError(where, f"unsupported quant_method {method!r}; supported: fp8 (block-scaled), "
-                            "compressed-tensors int4 experts", "quantization_config")
+                            "compressed-tensors int4 experts, awq (4-bit)", "quantization_config")
+
+
+def _awq(quant: dict, where: str) -> dict:
+    bits, group = quant.get("bits", quant.get("w_bit")), quant.get("group_size", quant.get("q_group_size"))
+    if bits != 4:
+        raise InputError(where, f"AWQ with {bits} bits; expected 4 (the engines' AutoAWQ kernels are 4-bit)",
+                         "quantization_config.bits")
+    if not isinstance(group, int) or group < 1:
+        raise InputError(where, f"AWQ group_size {group!r}; expected a positive integer (e.g. 128)",
+                         "quantization_config.group_size")
+    if quant.get("lm_head"):
+        raise InputError(where, "AWQ with a quantized lm_head is not modelled; expected lm_head: false",
+                         "quantization_config.lm_head")
+    skip = quant.get("modules_to_not_convert") or []
+    if not isinstance(skip, list) or not all(isinstance(m, str) for m in skip):
+        raise InputError(where, "modules_to_not_convert must be a list of module names",
+                         "quantization_config.modules_to_not_convert")
+    return {"weight_dtype": "int4", "int4_group_size": group, "int4_zero_point": bool(quant.get("zero_point", True)),
+            "unquantized_modules": tuple(skip)}

@@ -12,7 +12,7 @@ from collections import OrderedDict
 
 from .knobs import KV_DTYPES
 from .spec import ModelSpec
-from .weights import Tensor, bytes_of, inventory, mtp_inventory
+from .weights import Tensor, inventory, mtp_inventory, stored_bytes
 
 # bytes per cached token per layer, per element of the latent, by KV dtype name
 KV_DTYPE_BYTES = {"bf16": 2, "fp8": 1}
@@ -53,24 +53,28 @@ def mtp_params(spec: ModelSpec) -> int:
 def weight_bytes_breakdown(spec: ModelSpec, include_mtp: bool = False) -> "OrderedDict[str, float]":
     """Stored weight bytes per group in the checkpoint's own dtypes, fp8 block scales included."""
     tensors = inventory(spec) + (mtp_inventory(spec) if include_mtp else [])
-    return _grouped(tensors, lambda t: bytes_of(t, spec.weight_block_size, spec.int4_group_size))
+    return _grouped(tensors, lambda t: stored_bytes(t, spec))
 
 
-WEIGHT_FORMATS = {  # name -> (dense/attention matrices, routed experts); embeddings, norms, gate stay bf16/fp32
-    "bf16": ("bf16", "bf16"),
-    "fp8 block-scaled": ("fp8", "fp8"),
-    "int4 experts, bf16 rest": ("bf16", "int4"),
+WEIGHT_FORMATS = {  # name -> how the checkpoint would be stored; embeddings, norms, gate stay bf16/fp32
+    "bf16": {"weight_dtype": "bf16", "expert_weight_dtype": "bf16"},
+    "fp8 block-scaled": {"weight_dtype": "fp8", "expert_weight_dtype": "fp8"},
+    "int4 experts, bf16 rest": {"weight_dtype": "bf16", "expert_weight_dtype": "int4"},
+    "int4 AWQ, group 128": {"weight_dtype": "int4", "expert_weight_dtype": "int4", "int4_group_size": 128,
+                            "int4_zero_point": True, "unquantized_modules": ()},
 }
 
 
 def weight_bytes_by_format(spec: ModelSpec) -> "OrderedDict[str, float]":
     """Total stored weight bytes (MTP excluded) if the checkpoint were stored in each common format:
     bf16; fp8 with 128x128 block scales (DeepSeek-V3's release); int4 group-quantised experts with the
-    rest in bf16 (Kimi-K2-Thinking's release). The checkpoint's own format is `weight_bytes_breakdown`."""
+    rest in bf16 (Kimi-K2-Thinking's release, the checkpoint's group size); AutoAWQ's 4-bit with a scale
+    and a zero per 128 values in every decoder-layer linear layer (the community AWQ releases of
+    DeepSeek-V3/R1, the format SGLang's DeepSeek guide lists for 8 x A100). The checkpoint's own format is
+    `weight_bytes_breakdown`."""
     out: OrderedDict[str, float] = OrderedDict()
-    for name, (dense, experts) in WEIGHT_FORMATS.items():
-        as_format = spec.model_copy(update={"weight_dtype": dense, "expert_weight_dtype": experts})
-        out[name] = weight_bytes_breakdown(as_format)["total"]
+    for name, update in WEIGHT_FORMATS.items():
+        out[name] = weight_bytes_breakdown(spec.model_copy(update=update))["total"]
     return out
 
 

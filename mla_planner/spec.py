@@ -60,6 +60,8 @@ class ModelSpec(BaseModel):
     expert_weight_dtype: Optional[WeightDtype] = None
     weight_block_size: tuple[PosInt, PosInt] = (128, 128)
     int4_group_size: PosInt = 32
+    int4_zero_point: Flag = False                 # AWQ: a 4-bit zero per group besides the scale
+    unquantized_modules: tuple[str, ...] = ()     # AWQ modules_to_not_convert: HF module-name substrings kept bf16
 
     @model_validator(mode="after")
     def _consistent(self) -> "ModelSpec":

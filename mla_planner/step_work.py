@@ -29,7 +29,7 @@ from .memory_terms import ACT_BYTES
 from .memory_weights import dense_tp as _memory_dense_tp
 from .sizing import kv_bytes_per_token_layer
 from .spec import ModelSpec
-from .weights import Tensor, bytes_of, inventory, mtp_inventory
+from .weights import Tensor, inventory, mtp_inventory, stored_bytes
 
 
 
@@ -116,7 +116,7 @@ def _layer_weights(spec: ModelSpec, layout: Layout, engine: str, dense_per_rank:
     for t in inventory(spec):
         if t.where != "layers":
             continue
-        per = bytes_of(t, spec.weight_block_size, spec.int4_group_size) / t.count
+        per = stored_bytes(t, spec) / t.count
         params = t.numel / t.count if len(t.shape) == 2 else 0.0
         share = 1.0 if t.group == "routed_experts" else _share(t, layout, engine, dense_per_rank)
         acc = sums.setdefault(t.group, [0.0, 0.0])
@@ -245,4 +245,4 @@ def mtp_proj_ops(spec: ModelSpec, batch: Batch) -> list[Op]:
 def _eh_proj(spec: ModelSpec) -> tuple[float, float]:
     """(bytes, parameters) of one module's eh_proj, read from the inventory once per model."""
     eh = next(t for t in mtp_inventory(spec) if t.name == "mtp.eh_proj")
-    return bytes_of(eh, spec.weight_block_size, spec.int4_group_size) / eh.count, eh.numel / eh.count
+    return stored_bytes(eh, spec) / eh.count, eh.numel / eh.count

@@ -14,6 +14,7 @@ sections 2-3). MoE FFN parameters are SwiGLU: w1, w3 [I, d] column and w2 [d, I]
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from math import ceil, prod
 
 from .spec import ModelSpec
@@ -36,22 +37,65 @@ class Tensor:
         return prod(self.shape) * self.count
 
 
-def bytes_of(t: Tensor, block: tuple[int, int] = (128, 128), int4_group: int = 32) -> float:
+def bytes_of(t: Tensor, block: tuple[int, int] = (128, 128), int4_group: int = 32, int4_zero_point: bool = False
+             ) -> float:
     """Stored bytes of a tensor including quantisation scales.
 
     fp8 block-scaled (DeepSeek-V3 `quantization_config.weight_block_size` 128x128): one fp32
     `weight_scale_inv` per block, 1 + 4*ceil(r/128)*ceil(c/128)/(r*c) bytes/param (MLA_MATH.md section 2).
-    int4 group-quantised experts (compressed-tensors, Kimi-K2-Thinking style): 0.5 B/param plus one
-    bf16 scale per `int4_group` values. bf16 2 B, fp32 4 B.
+    int4 group-quantised (compressed-tensors experts, Kimi-K2-Thinking style; AutoAWQ): 0.5 B/param plus one
+    16-bit scale per `int4_group` values, and with `int4_zero_point` (AWQ's `qzeros`, packed 8 to an int32)
+    a 4-bit zero per group too. bf16 2 B, fp32 4 B.
     """
     n = prod(t.shape)
     if t.dtype == "fp8" and len(t.shape) == 2:
         per = n + 4 * ceil(t.shape[0] / block[0]) * ceil(t.shape[1] / block[1])
     elif t.dtype == "int4":
-        per = n / 2 + 2 * ceil(n / int4_group)
+        per = n / 2 + (2.5 if int4_zero_point else 2) * ceil(n / int4_group)
     else:
         per = n * {"bf16": 2, "fp8": 1, "fp32": 4}[t.dtype]
     return per * t.count
+
+
+def stored_bytes(t: Tensor, spec: ModelSpec) -> float:
+    """`bytes_of` with the checkpoint's own quantisation parameters."""
+    return bytes_of(t, spec.weight_block_size, spec.int4_group_size, spec.int4_zero_point)
+
+
+# Hugging Face module names (DeepSeek-V2/V3 modeling code) of the linear layers AWQ quantizes, as the
+# engines match `modules_to_not_convert` against them (a substring of "model.layers.<i>.<module>";
+# routed experts by their fused module "mlp.experts").
+HF_MODULES = {"attn.wq_a": "self_attn.q_a_proj", "attn.wq_b": "self_attn.q_b_proj", "attn.wq": "self_attn.q_proj",
+              "attn.wkv_a": "self_attn.kv_a_proj_with_mqa", "attn.wkv_b": "self_attn.kv_b_proj",
+              "attn.wo": "self_attn.o_proj", "attn.q_proj": "self_attn.q_proj", "attn.k_proj": "self_attn.k_proj",
+              "attn.v_proj": "self_attn.v_proj", "attn.o_proj": "self_attn.o_proj",
+              "dense_ffn.w1": "mlp.gate_proj", "dense_ffn.w3": "mlp.up_proj", "dense_ffn.w2": "mlp.down_proj",
+              "shared_experts.w1": "mlp.shared_experts.gate_proj", "shared_experts.w3": "mlp.shared_experts.up_proj",
+              "shared_experts.w2": "mlp.shared_experts.down_proj", "routed_experts.w1": "mlp.experts",
+              "routed_experts.w3": "mlp.experts", "routed_experts.w2": "mlp.experts"}
+
+
+def _keep_unquantized(spec: ModelSpec, tensors: list[Tensor], layers: dict[str, range]) -> list[Tensor]:
+    """int4 tensors whose module `modules_to_not_convert` names stay bf16 (vLLM `is_layer_skipped`,
+    substring match on the module's full name). A name that picks out some layers only (e.g.
+    "model.layers.0.") keeps the module bf16 in every layer: the memory model errs towards more bytes."""
+    if not spec.unquantized_modules:
+        return tensors
+    out = []
+    for t in tensors:
+        module = HF_MODULES.get(t.name)
+        if t.dtype == "int4" and module:
+            idx = layers.get(t.group, layers["attention"])
+            if any(skip in f"model.layers.{i}.{module}" for i in idx for skip in spec.unquantized_modules):
+                t = Tensor(t.name, t.group, t.shape, t.count, t.split, "bf16", t.where)
+        out.append(t)
+    return out
+
+
+@lru_cache(maxsize=256)
+def dtype_of(spec: ModelSpec, name: str) -> str | None:
+    """Storage dtype of the main model's tensor `name` (None if it has none)."""
+    return next((t.dtype for t in inventory(spec) if t.name == name), None)
 
 
 def _attention(spec: ModelSpec, layers: int, dt: str, where: str) -> list[Tensor]:
@@ -114,8 +158,11 @@ def _decoder_layers(spec: ModelSpec, n_dense: int, n_moe: int, where: str) -> li
 def inventory(spec: ModelSpec) -> list[Tensor]:
     """Every tensor of the main model (MTP excluded; see `mtp_inventory`)."""
     d, V = spec.hidden_size, spec.vocab_size
+    L, k = spec.num_hidden_layers, spec.num_dense_layers
     out = [Tensor("embed_tokens", "embedding", (V, d), 1, "vocab", "bf16", "first")]
-    out += _decoder_layers(spec, spec.num_dense_layers, spec.num_moe_layers, "layers")
+    out += _keep_unquantized(spec, _decoder_layers(spec, k, spec.num_moe_layers, "layers"),
+                             {"attention": range(L), "dense_ffn": range(k), "shared_experts": range(k, L),
+                              "routed_experts": range(k, L)})
     out.append(Tensor("norm", "norms", (d,), 1, "replicated", "bf16", "last"))
     if not spec.tie_word_embeddings:
         out.append(Tensor("lm_head", "lm_head", (V, d), 1, "vocab", "bf16", "last"))
@@ -129,9 +176,12 @@ def mtp_inventory(spec: ModelSpec) -> list[Tensor]:
     n, d = spec.num_nextn_predict_layers, spec.hidden_size
     if not n:
         return []
-    moe = spec.is_moe
-    out = [t.__class__(t.name, "mtp", t.shape, t.count, t.split, t.dtype, "mtp")
-           for t in _decoder_layers(spec, 0 if moe else n, n if moe else 0, "mtp")]
-    out += [Tensor("mtp.eh_proj", "mtp", (d, 2 * d), n, "replicated", spec.weight_dtype, "mtp"),
+    moe, L = spec.is_moe, spec.num_hidden_layers
+    layers = _keep_unquantized(spec, _decoder_layers(spec, 0 if moe else n, n if moe else 0, "mtp"),
+                               {"attention": range(L, L + n)})
+    out = [t.__class__(t.name, "mtp", t.shape, t.count, t.split, t.dtype, "mtp") for t in layers]
+    # eh_proj is a plain nn.Linear in the engines' MTP modules: never int4-quantized
+    eh_dtype = "bf16" if spec.weight_dtype == "int4" else spec.weight_dtype
+    out += [Tensor("mtp.eh_proj", "mtp", (d, 2 * d), n, "replicated", eh_dtype, "mtp"),
             Tensor("mtp.norms", "mtp", (d,), 3 * n, "replicated", "bf16", "mtp")]
     return out

@@ -1,0 +1,79 @@
+"""AutoAWQ 4-bit checkpoints (community DeepSeek-V3/R1 AWQ releases): read from config.json, priced per tensor,
+planned. The config below is DeepSeek-V3's with an AutoAWQ quantization_config (bits 4, group 128, zeros)."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from mla_planner.memory_weights import mla_absorb_bytes
+from mla_planner.layout import Layout
+from mla_planner.models import spec_from_hf_config
+from mla_planner.sizing import weight_bytes_breakdown, weight_bytes_by_format
+from mla_planner.weights import inventory, stored_bytes
+
+AWQ = {"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True, "version": "gemm"}
+
+
+def awq_config(tmp_path, **quant) -> Path:
+    cfg = json.load(open("tests/fixtures/hf/DeepSeek-V3/config.json"))
+    cfg["quantization_config"] = AWQ | quant
+    folder = tmp_path / "DeepSeek-R1-AWQ"
+    folder.mkdir(exist_ok=True)
+    (folder / "config.json").write_text(json.dumps(cfg))
+    return folder / "config.json"
+
+
+def test_awq_config_is_read_as_int4_with_scales_and_zeros(tmp_path):
+    """Every decoder-layer linear layer int4 (0.5 B/param + a 16-bit scale and a 4-bit zero per 128 values);
+    embedding, lm_head, norms and the router gate stay as they are. DeepSeek-V3's 671 B parameters then
+    take ~351 GB, against 673 GB in the fp8 release."""
+    spec = spec_from_hf_config(awq_config(tmp_path))
+    assert (spec.weight_dtype, spec.expert_dtype, spec.int4_group_size, spec.int4_zero_point) == ("int4", "int4",
+                                                                                                 128, True)
+    tensors = {t.name: t for t in inventory(spec)}
+    expert = tensors["routed_experts.w1"]
+    assert stored_bytes(expert, spec) == pytest.approx(expert.numel * (0.5 + 2.5 / 128))
+    assert {tensors[n].dtype for n in ("embed_tokens", "lm_head", "gate.weight")} == {"bf16"}
+    total = weight_bytes_breakdown(spec)["total"]
+    assert 340e9 < total < 360e9
+    assert total < 0.55 * weight_bytes_by_format(spec)["fp8 block-scaled"]
+    assert weight_bytes_by_format(spec)["int4 AWQ, group 128"] == pytest.approx(total)
+
+
+def test_modules_to_not_convert_stay_bf16(tmp_path):
+    """modules_to_not_convert names modules the engines load unquantized (substring of the module's full name,
+    vLLM `is_layer_skipped`): those tensors are bf16, and a bf16 kv_b_proj needs no dequantized W_UK/W_UV copy."""
+    plain = spec_from_hf_config(awq_config(tmp_path))
+    spec = spec_from_hf_config(awq_config(tmp_path, modules_to_not_convert=["kv_a_proj_with_mqa", "kv_b_proj"]))
+    dtypes = {t.name: t.dtype for t in inventory(spec)}
+    assert dtypes["attn.wkv_a"] == dtypes["attn.wkv_b"] == "bf16"
+    assert dtypes["attn.wq_a"] == dtypes["attn.wo"] == dtypes["routed_experts.w2"] == "int4"
+    assert weight_bytes_breakdown(spec)["attention"] > weight_bytes_breakdown(plain)["attention"]
+    layout = Layout(tp=8)
+    assert mla_absorb_bytes(plain, layout, 61) > 0 == mla_absorb_bytes(spec, layout, 61)
+    experts_only = spec_from_hf_config(awq_config(tmp_path, modules_to_not_convert=["self_attn", "shared_experts"]))
+    kinds = {t.group: t.dtype for t in inventory(experts_only) if t.group in ("attention", "shared_experts")}
+    assert kinds == {"attention": "bf16", "shared_experts": "bf16"}
+
+
+def test_awq_fits_one_node_where_fp8_does_not(cli, tmp_path):
+    """SGLang's DeepSeek guide: FP8 needs 8 x H200 or 2 x 8 H100; AWQ runs on 8 x A100 / H100
+    (USER_PROBLEMS.md section 1). The memory model agrees on 8 x H100 (exit 0 FITS, 1 DOES NOT FIT)."""
+    awq = str(awq_config(tmp_path))
+    assert cli("memory", "-m", awq, "-t", "8xh100", "--tp", "8", "--max-model-len", "32768").exit_code == 0
+    assert cli("memory", "-m", "deepseek-v3", "-t", "8xh100", "--tp", "8", "--max-model-len", "32768").exit_code == 1
+    r = cli("plan", "-m", awq, "-t", "8xh100", "--json")
+    assert r.exit_code == 0, r.output
+    plan = json.loads(r.stdout)
+    assert plan["meets_targets"] and plan["candidates"][0]["performance"]["concurrency"] >= 1
+
+
+@pytest.mark.parametrize("quant, field", [({"bits": 8}, "bits"), ({"group_size": "x"}, "group_size"),
+                                          ({"lm_head": True}, "lm_head"),
+                                          ({"modules_to_not_convert": "gate"}, "modules_to_not_convert")])
+def test_awq_it_cannot_price_is_one_clear_line(cli, tmp_path, quant, field):
+    r = cli("show", "-m", str(awq_config(tmp_path, **quant)))
+    assert r.exit_code == 2
+    lines = r.output.strip().splitlines()
+    assert len(lines) == 1 and field in lines[0] and "config.json" in lines[0] and "Traceback" not in r.output
