@@ -173,7 +173,8 @@ def _with_protocols(paths: list[_Path], n: int, net: Net, all_reduce_bytes: floa
     NCCL's NVLSTree); LL128 only where the node's GPUs share NVLink (NCCL's default: tuning.cc enables it
     for NVLink-connected sm70-sm120). The surcharges are NCCL's NVLink figures, used on PCIe too.
     For an all-reduce (`all_reduce_bytes`), ncclTopoGetAlgoTime's two corrections: the tree's bandwidth x
-    `tree_correction`, ring Simple's latency x the plateau factor (1.4 on sm80+, 1.9 before)."""
+    `tree_correction`, ring Simple's latency x the plateau factor (1.4 on sm80+, 1.9 before; on the latency
+    terms here - the base and cross-node constants `collective` adds to every option are left unscaled)."""
     caps, terms = _protocol_terms()
     cap = caps["two_nodes" if n == 2 else "more_nodes"]
     plateau = _nccl_table()["ring_simple_plateau"]["sm80_and_newer" if net.sm >= 80 else "older"]
