@@ -48,4 +48,14 @@ def warnings_for(spec: ModelSpec, topo: Topology, layout: Layout, tuned: Tuned, 
                    "some ranks will sit idle (DP attention needs concurrency >= DP size)")
     out += [f"memory: {r}" for r in tuned.metrics.memory.reasons if "risk" in r or "only" in r]
     out += [n for n in tuned.metrics.notes if n.startswith("TTFT") or "misses" in n]
+    ttft_ms = tuned.metrics.ttft_longest_s * 1e3
+    if tuned.metrics.meets_targets and workload.ttft_ms - ttft_ms < TTFT_UNMODELLED_MS:
+        out.append(f"TTFT target {workload.ttft_ms:,.0f} ms, planned {ttft_ms:,.0f} ms: the model counts the prefill "
+                   f"forward only, and published SGLang runs measure 120-240 ms more (server overhead, slower "
+                   "prefill; docs/step-model.md section 10): measure TTFT with bench.sh")
     return out
+
+
+# Measured TTFT less the model's, InferenceX SGLang v0.5.12 DeepSeek-R1 TP8 runs (docs/step-model.md section 10):
+# 121-137 ms at 1k prompt tokens, 202-239 ms at 8k. A target with less headroom than this is warned about.
+TTFT_UNMODELLED_MS = 250
