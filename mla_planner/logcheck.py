@@ -35,6 +35,8 @@ VLLM_VERSION = re.compile(r"Initializing a V1 LLM engine \(v([^)\s]+)\)")
 VLLM_EAGER = re.compile(r"\benforce_eager=(True|False)\b")
 VLLM_KV_DTYPE = re.compile(r"\bkv_cache_dtype=([\w]+)")
 NCCL_NETWORK = re.compile(r"Using network (IB|Socket)")
+NCCL_IB_USED = re.compile(r"NET/IB(?:ext)?\s*:\s*Using\b")          # "NET/IB : Using [0]mlx5_0:1/IB ..."
+NCCL_SOCKET_USED = re.compile(r"NET/Socket\s*:\s*Using\b")          # "NET/Socket : Using [0]eth0:..."
 SGLANG_KV_DTYPE = re.compile(r"'kv_cache_dtype': '([\w]+)'")
 FABRIC = {"infiniband": "an InfiniBand", "roce": "a RoCE", "ethernet": "an Ethernet"}
 BENCH_TOK_S = re.compile(r"Output token throughput \(tok/s\):\s+([\d.]+)")
@@ -100,8 +102,10 @@ def _network(text: str, plan: Plan, cand: Candidate) -> LogCheck:
     if cand.layout.instance_gpus <= plan.topology.gpus_per_node or inter is None:
         return LogCheck("network", "ok", "one node per engine instance: no traffic between nodes")
     chosen = {m.group(1) for m in NCCL_NETWORK.finditer(text)}   # NCCL's own verdict, where logged
-    socket = "Socket" in chosen if chosen else "NET/Socket" in text and "NET/IB" not in text
-    fast = "IB" in chosen if chosen else re.search(r"NET/IB\b|NET/IBext|NET/RoCE", text) is not None
+    # otherwise the plugin that says "Using" devices ("NET/IB : No device found." is IB missing, not IB used)
+    ib = NCCL_IB_USED.search(text) is not None
+    socket = "Socket" in chosen if chosen else NCCL_SOCKET_USED.search(text) is not None and not ib
+    fast = "IB" in chosen if chosen else ib
     if socket and inter.fabric != "ethernet":
         return LogCheck("network", "fail", f"NCCL fell back to TCP sockets (NET/Socket) on {FABRIC[inter.fabric]} "
                                            "fabric: 4-20x slower collectives; check NCCL_IB_HCA, /dev/infiniband in "

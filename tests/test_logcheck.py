@@ -140,3 +140,17 @@ def test_a_kv_dtype_other_than_the_candidates_and_nccl_s_own_verdict(cli, plans,
     assert _run(cli, plan, _log(tmp_path, *both))[1]["network"]["status"] == "ok"
     sockets = lines + ["NCCL INFO Using network Socket"]
     assert _run(cli, plan, _log(tmp_path, *sockets))[1]["network"]["status"] == "fail"
+
+
+def test_nccl_finding_no_ib_device_is_a_fallback_not_ib(cli, plans, tmp_path):
+    """'NET/IB : No device found.' names the IB plugin but says it is missing: with NCCL then using its socket
+    transport (and no 'Using network' verdict logged) the check fails; 'NET/IB : Using [0]mlx5_0...' passes."""
+    plan, cand = plans["vllm"]
+    start = [ln for ln in _vllm_start(cand["memory"]["kv_capacity_tokens"]) if "NET/" not in ln]
+    fallback = start + ["NCCL INFO NET/IB : No device found.", "NCCL INFO NET/Socket : Using [0]eth0:10.0.0.1<0>"]
+    code, checks = _run(cli, plan, _log(tmp_path, *fallback))
+    assert code == 1 and checks["network"]["status"] == "fail"
+    missing = start + ["NCCL INFO NET/IB : No device found."]
+    assert _run(cli, plan, _log(tmp_path, *missing))[1]["network"]["status"] == "absent"
+    ib = start + ["NCCL INFO NET/IB : Using [0]mlx5_0:1/RoCE [1]mlx5_1:1/RoCE ; OOB eth0:10.0.0.1<0>"]
+    assert _run(cli, plan, _log(tmp_path, *ib))[1]["network"]["status"] == "ok"
