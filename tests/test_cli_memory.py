@@ -183,3 +183,12 @@ def test_engine_names_in_any_case_and_contradictory_graph_flags(cli):
     assert json.loads(cli("memory", "-e", "SGLang", "--json").stdout)["engine"] == "sglang"
     r = cli("memory", "--enforce-eager", "--cuda-graph-max-bs", "64")
     assert r.exit_code == 2 and "--enforce-eager captures none" in r.output
+
+
+def test_a_layout_vllm_cannot_launch_is_bad_input(cli):
+    """vLLM's expert-parallel group is always tp*dp (--enable-expert-parallel has no size): memory refuses ep=8
+    under dp=16 with one line and exit 2, as plan rejects it, while SGLang prices it."""
+    args = ("memory", "--tp", "1", "--dp", "16", "--ep", "8", "--kv-cache-dtype", "fp8", "--max-model-len", "4096")
+    r = cli(*args)
+    assert r.exit_code == 2 and "ep=8 cannot be expressed in vLLM" in r.output and len(r.output.splitlines()) == 1
+    assert cli(*args, "-e", "sglang").exit_code in (0, 1)
