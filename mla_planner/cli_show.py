@@ -99,7 +99,7 @@ def _dtypes(spec: dict) -> str:
 def _render_model(f: dict) -> None:
     spec, out = f["spec"], console()
     out.print(f"[bold]{spec['name']}[/bold]  ({spec['attention'].upper()}, {spec['num_hidden_layers']} layers, "
-              f"{spec['num_attention_heads']} heads, weights {_dtypes(spec)})  served as {f['model_path']}")
+              f"{spec['num_attention_heads']} heads, weights {_dtypes(spec)})  served as {f['model_path'] or '(nothing: not a config.json; emit needs --model-path)'}")
     t = Table("component", "parameters", "activated / token", "weight bytes", title="Parameters and weights")
     for group, n in f["params"].items():
         t.add_row(group, f"{n:,}", f"{f['activated_params'].get(group, 0):,}", human_bytes(f["weight_bytes"][group]))

@@ -23,7 +23,7 @@ GQA_ARCHITECTURES = {"LlamaForCausalLM", "Qwen2ForCausalLM", "MistralForCausalLM
 class LoadedModel:
     spec: ModelSpec
     model_path: str   # what an engine serves: the HF id (a spec's hf_id, else its name), or the absolute
-                      # snapshot folder a config.json was read from
+                      # snapshot folder a config.json was read from ("" for a .json under another name)
     source: str       # "built-in", "spec", "config.json"
 
 
@@ -50,7 +50,9 @@ def load_model(ref: str) -> LoadedModel:
             raise InputError(str(path), "folder holds no config.json file (expected a Hugging Face snapshot)")
         return LoadedModel(spec_from_hf_config(cfg), str(path), "config.json")
     if path.suffix == ".json":
-        return LoadedModel(spec_from_hf_config(path), str(path.parent), "config.json")
+        # engines read <folder>/config.json: a file under another name plans, but serves nothing as it stands
+        served = str(path.parent) if path.name == "config.json" else ""
+        return LoadedModel(spec_from_hf_config(path), served, "config.json")
     if path.suffix in (".yaml", ".yml") or kind == "file":
         spec = validate(ModelSpec, read_mapping(path), str(path))
         return LoadedModel(spec, spec.hf_id or spec.name, "spec")
@@ -80,6 +82,8 @@ def spec_from_hf_config(path: Path) -> ModelSpec:
 def _snapshot_name(config: Path) -> str:
     """The model's name from where its config.json lies: the folder name, or for a Hugging Face cache
     snapshot (models--ORG--NAME/snapshots/HASH/config.json) ORG/NAME rather than the commit hash."""
+    if config.name != "config.json":
+        return config.stem
     folder = config.parent
     repo = folder.parent.parent.name if folder.parent.name == "snapshots" else ""
     if repo.startswith("models--"):

@@ -74,3 +74,20 @@ def test_a_hugging_face_cache_snapshot_is_named_by_its_repository(cli, tmp_path)
     (snap / "config.json").write_text(open("tests/fixtures/hf/DeepSeek-V3/config.json").read())
     r = cli("show", str(snap))
     assert r.exit_code == 0 and r.stdout.startswith("deepseek-ai/DeepSeek-V3 ") and str(snap) in r.stdout
+
+
+def test_a_json_not_named_config_json_plans_but_serves_nothing(cli, tmp_path):
+    """Engines load a folder holding config.json: a copy under another name is read (named after the file, not
+    the folder) but names no servable path, so emit asks for --model-path instead of writing the folder."""
+    import json
+    cfg = tmp_path / "v2lite-config.json"
+    cfg.write_text(open("tests/fixtures/hf/DeepSeek-V2-Lite/config.json").read())
+    shown = cli("show", "-m", str(cfg), "--json")
+    facts = json.loads(shown.stdout)
+    assert facts["spec"]["name"] == "v2lite-config" and facts["model_path"] == ""
+    plan = tmp_path / "p.json"
+    plan.write_text(cli("plan", "-m", str(cfg), "-t", "8xh100", "--json").stdout)
+    r = cli("emit", "--plan", str(plan), "--out", str(tmp_path / "o"))
+    assert r.exit_code == 2 and "--model-path" in r.output and not (tmp_path / "o").exists()
+    ok = cli("emit", "--plan", str(plan), "--out", str(tmp_path / "o"), "--model-path", "/models/v2lite")
+    assert ok.exit_code == 0 and "/models/v2lite" in (tmp_path / "o" / "node-0.sh").read_text()

@@ -124,7 +124,9 @@ def flag_words(flags: list[tuple[str, FlagValue]]) -> list[str]:
 def check_model_path(model_path: str) -> str:
     """The model word must be one non-empty argument that no parser can mistake for a flag."""
     if not model_path:
-        raise PlanError("model path is empty; give --model-path")
+        raise PlanError("the plan names no model an engine can serve (a model read from a .json file not named "
+                        "config.json; engines load a folder holding config.json and the weights): give --model-path "
+                        "to `emit`")
     if model_path.startswith("-"):
         raise PlanError(f"model path {model_path!r} starts with '-', which the engines would parse as a flag; "
                         "use ./ in front of a local folder")
