@@ -14,7 +14,9 @@ from .topology import Topology
 from .tuning import Tuned
 
 
-def warnings_for(spec: ModelSpec, topo: Topology, layout: Layout, tuned: Tuned, workload: Workload) -> list[str]:
+def warnings_for(spec: ModelSpec, topo: Topology, layout: Layout, tuned: Tuned, workload: Workload,
+                 model_path: str | None = None) -> list[str]:
+    """`model_path`: what the engines serve (the tuning command's --model), else the spec's HF id or name."""
     out = []
     if layout.tp > topo.gpus_per_node:
         out.append(f"tensor parallelism spans {layout.tp // topo.gpus_per_node} nodes: every layer's all-reduce "
@@ -33,7 +35,7 @@ def warnings_for(spec: ModelSpec, topo: Topology, layout: Layout, tuned: Tuned, 
     out += [fp8[1]] if fp8 else []
     kernel = moe_kernel_config(spec, topo.gpu, layout, tuned.knobs.engine)
     if kernel and not kernel.shipped:
-        out.append(kernel.advice(spec.hf_id or spec.name, layout, spec.expert_dtype == "fp8"))
+        out.append(kernel.advice(model_path or spec.hf_id or spec.name, layout, spec.expert_dtype == "fp8"))
     if uses_deepep(layout) and topo.intra_node.kind == "pcie":
         out.append("DeepEP's low-latency kernels go over the RDMA NICs here (no NVLink; NVSHMEM with IBGDA): run "
                    "DeepEP's test_low_latency.py on the nodes before serving (the emitted README: how to fall back)")

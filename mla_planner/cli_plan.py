@@ -104,7 +104,7 @@ def run_plan(model: str, topology: str, workload: Workload, engine: Optional[str
     if rank_by not in RANK_BY:
         raise PlanError(f"--rank-by must be one of {', '.join(RANK_BY)}, got '{rank_by}'")
     result = search(loaded.spec, topo, workload, calib, (engine,) if engine else ENGINES, kv, chosen, pinned=pinned,
-                    rank_by=rank_by)
+                    rank_by=rank_by, model_path=loaded.model_path or None)
     notes = tuple(calib.notes)
     hint = mtp_hint(loaded.spec, topo, result.options, workload, calib, pinned)
     notes += (hint.text,) if hint else ()

@@ -90,6 +90,9 @@ def model_facts(spec) -> dict:
             "kv_cache": dict(sizing.kv_table(spec))}
 
 
+NOT_SERVED = "(nothing: not a config.json; emit needs --model-path)"
+
+
 def _dtypes(spec: dict) -> str:
     """'fp8', or 'bf16, experts int4' when the routed experts are stored differently."""
     experts = spec.get("expert_weight_dtype")
@@ -98,8 +101,9 @@ def _dtypes(spec: dict) -> str:
 
 def _render_model(f: dict) -> None:
     spec, out = f["spec"], console()
+    served = f["model_path"] or NOT_SERVED
     out.print(f"[bold]{spec['name']}[/bold]  ({spec['attention'].upper()}, {spec['num_hidden_layers']} layers, "
-              f"{spec['num_attention_heads']} heads, weights {_dtypes(spec)})  served as {f['model_path'] or '(nothing: not a config.json; emit needs --model-path)'}")
+              f"{spec['num_attention_heads']} heads, weights {_dtypes(spec)})  served as {served}")
     t = Table("component", "parameters", "activated / token", "weight bytes", title="Parameters and weights")
     for group, n in f["params"].items():
         t.add_row(group, f"{n:,}", f"{f['activated_params'].get(group, 0):,}", human_bytes(f["weight_bytes"][group]))

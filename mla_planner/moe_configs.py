@@ -19,6 +19,7 @@ The file name (vLLM fused_moe.py get_config_file_name; SGLang triton_utils/fused
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Optional
@@ -47,7 +48,7 @@ def tune_command(engine: str, model: str, layout: Layout, fp8: bool) -> str:
     which divides E by it; SGLang: --ep-size)."""
     split = (f"--tp-size {layout.moe_tp}" if layout.ep == 1 else
              f"--tp-size {layout.ep} --enable-expert-parallel" if engine == "vllm" else f"--ep-size {layout.ep}")
-    return (f"python {TUNE_SCRIPT[engine]} --model {model} {split} "
+    return (f"python {TUNE_SCRIPT[engine]} --model {shlex.quote(model)} {split} "
             f"--dtype {'fp8_w8a8' if fp8 else 'auto'} --tune {TUNE_OUTPUT[engine]}")
 
 

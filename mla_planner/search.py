@@ -105,7 +105,7 @@ def _engine_problem(layout: Layout, engine: str, topo: Topology) -> str | None:
 def search(spec: ModelSpec, topo: Topology, workload: Workload, calib: Calibration,
            engines: tuple = ENGINES, kv_dtype: str | None = None, layouts: list[Layout] | None = None,
            tuned_per_engine: int = TUNED_PER_ENGINE, pinned: Overrides = Overrides(),
-           rank_by: str = "per-gpu") -> SearchResult:
+           rank_by: str = "per-gpu", model_path: str | None = None) -> SearchResult:
     legal, illegal = candidate_layouts(spec, topo) if layouts is None else _given(spec, topo, layouts)
     rejected = []     # most telling first: what failed in tuning, then screening; layouts that cannot exist last
     not_tuned: dict = {}   # (layout, engine, KV dtype, dense per rank) -> why: what a kept way's reason cites
@@ -159,8 +159,8 @@ def search(spec: ModelSpec, topo: Topology, workload: Workload, calib: Calibrati
                 got = tune(spec, topo, layout, engine, kv, workload, calib, pinned, above, siblings.get(sibling, 0),
                            per_rank)
                 siblings[sibling] = got.draft_batch
-                options.append(Option(layout, engine, kv, got, warnings_for(spec, topo, layout, got, workload),
-                                      shortfall(got.metrics, workload)))
+                warned = warnings_for(spec, topo, layout, got, workload, model_path)
+                options.append(Option(layout, engine, kv, got, warned, shortfall(got.metrics, workload)))
                 tuned.add((layout, kv))
                 if got.metrics.meets_targets:
                     best = max(best, got.metrics.throughput_tokens_per_s_per_gpu * weight(layout))

@@ -76,3 +76,17 @@ def test_the_plan_warns_where_the_config_is_missing(cli):
     lines = [w for c in plan["candidates"] if c["label"] == "tp8·pp2" for w in c["warnings"] if "fused-MoE" in w]
     assert lines and all("benchmark_moe.py --model deepseek-ai/DeepSeek-V3 --tp-size 8 --dtype fp8_w8a8" in w
                          for w in lines)
+
+
+def test_the_tuning_command_names_the_served_folder_quoted(cli, tmp_path):
+    """Planned from a snapshot folder, the tuner's --model is that folder (what the engine serves, and where the
+    tuner reads config.json), shell-quoted whatever its name."""
+    import json
+    import shlex
+    folder = tmp_path / "it's $HOME \"q\""
+    folder.mkdir()
+    (folder / "config.json").write_text(open("tests/fixtures/hf/DeepSeek-V3/config.json").read())
+    plan = json.loads(cli("plan", "-m", str(folder), "-t", "2x8xh100-ib", "-l", "tp=8,pp=2", "-e", "vllm",
+                          "--json").stdout)
+    lines = [w for c in plan["candidates"] for w in c["warnings"] if "fused-MoE" in w]
+    assert lines and all(f"--model {shlex.quote(str(folder))} --tp-size 8" in w for w in lines)
