@@ -35,6 +35,13 @@ class GPU(BaseModel):
     cuda_name: Optional[str] = None           # torch.cuda.get_device_name(): what tuned-kernel files are keyed on
     source: Optional[str] = None
 
+    @model_validator(mode="after")
+    def _fp8_rate_where_fp8_exists(self):
+        if self.sm >= 89 and not self.fp8_flops_per_s:
+            raise ValueError(f"fp8_flops_per_s is missing: a compute capability {self.compute_capability} GPU has FP8 "
+                             "tensor cores; give their dense FP8 FLOP/s (the datasheet's, without sparsity)")
+        return self
+
     @cached_property
     def sm(self) -> int:
         """Compute capability as an integer, 9.0 -> 90."""
@@ -128,6 +135,10 @@ class Topology(BaseModel):
     def _fabric_when_multinode(self):
         if self.nodes > 1 and self.inter_node is None:
             raise ValueError("inter_node is required when nodes > 1")
+        if self.intra_node.kind != "pcie" and not self.intra_node.gbytes_per_s and not self.gpu.nvlink_bytes_per_s:
+            raise ValueError(f"intra_node.kind is {self.intra_node.kind} but GPU {self.gpu.name} has no "
+                             "nvlink_bytes_per_s: give the GPU's NVLink bandwidth per direction, or "
+                             "intra_node.gbytes_per_s")
         return self
 
     @cached_property

@@ -130,3 +130,18 @@ def test_misleading_paths_are_named_for_what_they_are(cli, tmp_path):
     plan = tmp_path / "plan.json"
     plan.write_text(cli("plan", "-t", "8xh200", "--json").stdout)
     one_line_error(cli("emit", "--plan", str(plan), "--out", str(tmp_path / "afile" / "sub")), "is a file, not a folder")
+
+
+def test_an_inline_gpu_missing_what_its_kind_implies(cli, tmp_path):
+    """No silent defaults that change the answer: an NVSwitch node needs the GPU's NVLink rate (else the model
+    would price PCIe-like 25 GB/s), and an sm89+ GPU its FP8 rate (else FP8 paths would be refused as if the
+    hardware lacked them)."""
+    gpu = {"name": "MyGPU", "memory_bytes": 10**11, "hbm_bytes_per_s": 4e12, "bf16_flops_per_s": 1e15,
+           "compute_capability": "9.0"}
+    one_line_error(cli("show", "--topology", write(tmp_path, "t.yaml", {**GOOD_TOPO, "gpu": gpu})),
+                   "gpu", "fp8_flops_per_s")
+    gpu["fp8_flops_per_s"] = 2e15
+    one_line_error(cli("show", "--topology", write(tmp_path, "t.yaml", {**GOOD_TOPO, "gpu": gpu})),
+                   "nvlink_bytes_per_s", "intra_node.gbytes_per_s")
+    given = {**GOOD_TOPO, "gpu": gpu, "intra_node": {"kind": "nvswitch", "gbytes_per_s": 300}}
+    assert cli("show", "--topology", write(tmp_path, "t.yaml", given)).exit_code == 0
