@@ -238,7 +238,7 @@ def report_dict(r: MemoryReport, model: str, topology: str) -> dict:
             "kv_holding": r.kv_holding, "binding_stage": r.binding_stage, "max_concurrency": r.max_concurrency,
             "max_model_len_fit": r.max_model_len_fit, "safe_memory_fraction": r.safe_fraction or None,
             "no_safe_fraction": r.no_safe_fraction,
-            "reasons": r.reasons, "ways_out": r.ways_out, "notes": r.notes,
+            "reasons": r.reasons, "blocking_reasons": r.reasons[:r.blocking], "ways_out": r.ways_out, "notes": r.notes,
             "per_gpu": [asdict(g) for g in r.per_gpu]}
 
 
@@ -265,6 +265,7 @@ def _render(r: MemoryReport, d: dict) -> None:
               f"largest max-model-len that fits: {r.max_model_len_fit:,}; {safe}", soft_wrap=True)
     verdict = "[bold green]FITS[/bold green]" if r.fits else "[bold red]DOES NOT FIT[/bold red]"
     out.print(verdict)
-    for line, items in (("why" if not r.fits else "risk", r.reasons), ("way out", r.ways_out), ("note", r.notes)):
+    for line, items in (("why", r.reasons[:r.blocking]), ("risk", r.reasons[r.blocking:]), ("way out", r.ways_out),
+                        ("note", r.notes)):
         for item in items:
             out.print(f"  {line}: {item}", soft_wrap=True)

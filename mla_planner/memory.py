@@ -68,6 +68,7 @@ class MemoryReport:
     kv_holding: str = ""
     notes: list[str] = field(default_factory=list)
     no_safe_fraction: str = ""
+    blocking: int = 0           # the first `blocking` reasons are why it does not fit; the rest are risks
 
 
 def split_pools(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs,
@@ -181,7 +182,7 @@ def evaluate(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs,
     rules = engine_rules(knobs.engine, engine_version)
     if problems:
         return MemoryReport(knobs.engine, layout, knobs, [], 0, 0, 0, False, problems, [], 0.0, 0,
-                            rules.version, 0.0, layout.kv_holding())
+                            rules.version, 0.0, layout.kv_holding(), blocking=len(problems))
     stages, total = _stages(spec, topo, layout, knobs, rules), float(topo.gpu.memory_bytes)
     ranks = _ranks(stages, knobs, rules, total, layout.dcp)
     binding = min(ranks, key=lambda r: r.kv_tokens).pp_stage
@@ -194,11 +195,12 @@ def evaluate(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs,
     refusals, engine_notes = startup_problems(knobs.engine, spec, topo.gpu, knobs, layout.dcp)
     reasons += [f"!{r}" for r in refusals]
     notes += engine_notes
-    fits = not any(r.startswith("!") for r in reasons)
+    blockers = [r[1:] for r in reasons if r.startswith("!")]     # why it does not fit first, then the risks
     return MemoryReport(
-        knobs.engine, layout, knobs, ranks, binding, capacity, capacity * layout.dp, fits,
-        [r.lstrip("!") for r in reasons], [], capacity / knobs.max_model_len,
-        min(capacity, spec.max_position_embeddings), rules.version, safe, layout.kv_holding(), notes, no_safe)
+        knobs.engine, layout, knobs, ranks, binding, capacity, capacity * layout.dp, not blockers,
+        blockers + [r for r in reasons if not r.startswith("!")], [], capacity / knobs.max_model_len,
+        min(capacity, spec.max_position_embeddings), rules.version, safe, layout.kv_holding(), notes, no_safe,
+        len(blockers))
 
 
 def memory_report(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs,

@@ -192,3 +192,16 @@ def test_a_layout_vllm_cannot_launch_is_bad_input(cli):
     r = cli(*args)
     assert r.exit_code == 2 and "ep=8 cannot be expressed in vLLM" in r.output and len(r.output.splitlines()) == 1
     assert cli(*args, "-e", "sglang").exit_code in (0, 1)
+
+
+def test_why_it_does_not_fit_comes_before_the_risks(cli):
+    """A missing backend blocks; a thin margin is a risk either way: the verdict says which is which (the
+    search quotes the first reason when it rejects a layout)."""
+    import json
+    r = cli("memory", "--tp", "8", "--pp", "2", "--kv-cache-dtype", "fp8_ds_mla", "--json")
+    d = json.loads(r.stdout)
+    assert r.exit_code == 1 and not d["fits"]
+    assert d["blocking_reasons"] == d["reasons"][:1] and "fp8_ds_mla" in d["blocking_reasons"][0]
+    assert any("left free" in x for x in d["reasons"][1:])
+    text = cli("memory", "--tp", "8", "--pp", "2", "--kv-cache-dtype", "fp8_ds_mla").stdout
+    assert "why: no vllm MLA backend" in text and "risk: stage 0: only" in text and "why: stage" not in text
