@@ -164,7 +164,7 @@ def compare_cmd(layouts: Annotated[Optional[list[str]], typer.Option(
 
       mla-plan compare -m deepseek-v2 -t 2x8xh100-ib -l tp=16 -l tp=8,pp=2
 
-      mla-plan compare -l tp=8,pp=2 -l tp=1,dp=16,ep=16 -e sglang --tpot-ms 30 --json
+      mla-plan compare -t 2x8xh200-ib -l tp=8,pp=2 -l tp=1,dp=16,ep=16 -e sglang --tpot-ms 30 --json
     """
     if not layouts:
         raise PlanError('compare: give at least one --layout, e.g. --layout "tp=16" --layout "tp=8,pp=2"')

@@ -103,7 +103,7 @@ def memory_cmd(
 
       mla-plan memory -m deepseek-v3 -t 2x8xh100-ib --tp 8 --pp 2 --kv-cache-dtype fp8
 
-      mla-plan memory -e sglang --tp 1 --dp 16 --ep 16 --max-model-len 32768 --json
+      mla-plan memory -t 2x8xh200-ib -e sglang --tp 1 --dp 16 --ep 16 --max-model-len 32768 --json
     """
     spec, topo = load_model(model).spec, load_topology(topology)
     check_mtp(spec, mtp)

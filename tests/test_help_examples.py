@@ -1,0 +1,23 @@
+"""Every example in a command's --help that needs no file of the user's runs, and succeeds (exit 0)."""
+
+import shlex
+
+import pytest
+
+from mla_planner import cli_compare, cli_memory, cli_plan
+
+
+def _examples():
+    for module, name in ((cli_plan, "plan_cmd"), (cli_compare, "compare_cmd"), (cli_memory, "memory_cmd")):
+        doc = getattr(module, name).__doc__ or ""
+        for line in doc.split("Examples:")[-1].splitlines():
+            line = line.strip().split("    (")[0]
+            words = shlex.split(line) if line.startswith("mla-plan ") else []
+            if words and not any(w.endswith((".json", ".yaml", ".log")) or w in (">", "|") for w in words):
+                yield words[1:]
+
+
+@pytest.mark.parametrize("args", list(_examples()), ids=" ".join)
+def test_help_example_runs(cli, args):
+    r = cli(*args)
+    assert r.exit_code == 0, r.output
