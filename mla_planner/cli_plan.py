@@ -36,19 +36,19 @@ def parse_length(text: str, flag: str) -> tuple[int, int]:
             if value < 1:
                 raise ValueError
             return value, value
-        pairs = [(int(k.strip().lstrip("p")), int(v)) for k, v in (p.split("=") for p in text.split(","))]
+        pairs = [(float(k.strip().removeprefix("p")), int(v)) for k, v in (p.split("=") for p in text.split(","))]
         pct = dict(pairs)
         ordered = [pct[k] for k in sorted(pct)]
         if len(pct) != len(pairs) or 50 not in pct or min(ordered) < 1 or ordered != sorted(ordered) \
-                or not all(0 < k < 100 for k in pct):
+                or not all(0 < k <= 100 for k in pct):
             raise ValueError
     except ValueError:
         raise PlanError(f"{flag} '{text}': expected a positive token count or percentiles like "
-                        "'p50=1024,p90=4096,p99=8192' (p50 required, and p99 or above; each percentile once, "
-                        "lengths not decreasing)") from None
+                        "'p50=1024,p90=4096,p99=8192' (p50 required, and p99 or above, e.g. p99.9 or p100 for the "
+                        "longest; each percentile once, lengths not decreasing)") from None
     if max(pct) < 99:
         raise PlanError(f"{flag} '{text}': give p99 too: the longest length sizes --max-model-len, and the engine "
-                        f"refuses longer requests (p{max(pct)} would turn away {100 - max(pct)} % of them)")
+                        f"refuses longer requests (p{max(pct):g} would turn away {100 - max(pct):g} % of them)")
     return pct[50], pct[max(pct)]
 
 

@@ -263,3 +263,17 @@ def test_a_gqa_block_vllm_cannot_run_is_refused(cli):
     data = json.loads(cli("plan", "-m", "llama-3.1-70b", "-t", "8xh100", "-e", "vllm", "--block-size", "8",
                           "--json").stdout)
     assert not data["candidates"] and any("multiples of 16" in r["reason"] for r in data["rejected"])
+
+
+def test_length_percentiles_read_fractional_and_p100():
+    """p99.9 and p100 are percentiles at or above p99 as the message says; 'p999' (no point) and a missing p50
+    are not."""
+    from mla_planner.cli_plan import parse_length
+    from mla_planner.errors import PlanError
+    assert parse_length("p50=1024,p99.9=8192", "--input-len") == (1024, 8192)
+    assert parse_length("p50=1024,p90=2048,p100=8192", "--input-len") == (1024, 8192)
+    for bad in ("p50=1024,p999=8192", "p50.5=1024,p99=8192", "p50=1024,p101=9000", "p50=2048,p99=1024"):
+        with pytest.raises(PlanError, match="percentiles like"):
+            parse_length(bad, "--input-len")
+    with pytest.raises(PlanError, match="p90 would turn away 10 %"):
+        parse_length("p50=1024,p90=4096", "--input-len")
