@@ -146,7 +146,7 @@ def _calibrate(path: str, checks: list, dev, chosen: Chosen) -> tuple[dict, int]
 def verify_cmd(
     ctx: typer.Context,
     plan: Annotated[Optional[str], typer.Option("--plan", help="Plan file written by `mla-plan plan --json`.")] = None,
-    candidate: Annotated[int, typer.Option("--candidate", help="Which candidate of --plan (1 = best).")] = 1,
+    candidate: Annotated[int, typer.Option("--candidate", "-c", help="Which candidate of --plan (1 = best).")] = 1,
     model: ModelOpt = DEFAULT_MODEL,
     topology: TopologyOpt = DEFAULT_TOPOLOGY,
     layout: Annotated[Optional[str], typer.Option("--layout", "-l",
@@ -198,7 +198,8 @@ def verify_cmd(
     """Check a plan on the real GPUs: environment, memory fit, MLA attention, dense GEMMs and (under torchrun)
     collectives, each measured against the planner's prediction, with --write-calibration to feed it back.
 
-    Exit status: 0 every judged check passed; 1 a check failed or could not run; 2 bad input.
+    Exit status: 0 every judged check passed; 1 a check failed or could not run; 2 bad input (also --device cuda
+    where torch sees no GPU).
 
     Examples:
 
@@ -208,6 +209,8 @@ def verify_cmd(
 
       mla-plan verify --device cpu --quick    (a rehearsal of every check at small shapes)
     """
+    if device not in ("cuda", "cpu"):      # before torch's import (seconds), not after
+        raise PlanError(f"--device must be cuda or cpu, got '{device}'")
     for flag, value in (("--candidate", candidate), ("--batch", batch), ("--context", context), ("--port", port)):
         _positive(flag, value)
     if not 0 < timeout_s < 1e6 or (memory_limit_gib is not None and not 0 < memory_limit_gib < 1e6):

@@ -203,7 +203,9 @@ def _knobs(raw: _KnobsIn, spec: ModelSpec, layout: _LayoutIn, where: str, i: int
 def pick(plan: Plan, candidate: int, where: str) -> Candidate:
     """1-based candidate index, as the plan table numbers them."""
     if not plan.candidates:
-        raise PlanError(f"{where}: the plan has no candidates (nothing fits); see its 'rejected' list")
+        first = plan.rejected[0]["reason"] if plan.rejected else "nothing fits"
+        raise PlanError(f"{where}: the plan has no candidates (every layout was rejected; the first: {first}); "
+                        "see its 'rejected' list")
     if not 1 <= candidate <= len(plan.candidates):
         raise PlanError(f"{where}: --candidate {candidate} is out of range 1..{len(plan.candidates)}")
     return plan.candidates[candidate - 1]

@@ -145,3 +145,11 @@ def test_an_inline_gpu_missing_what_its_kind_implies(cli, tmp_path):
                    "nvlink_bytes_per_s", "intra_node.gbytes_per_s")
     given = {**GOOD_TOPO, "gpu": gpu, "intra_node": {"kind": "nvswitch", "gbytes_per_s": 300}}
     assert cli("show", "--topology", write(tmp_path, "t.yaml", given)).exit_code == 0
+
+
+def test_verify_device_is_checked_first_and_an_empty_plan_says_why(cli, tmp_path):
+    one_line_error(cli("verify", "--device", "tpu"), "--device must be cuda or cpu")
+    failed = tmp_path / "fail.json"
+    failed.write_text(cli("plan", "--tpot-ms", "1", "--json").stdout)
+    one_line_error(cli("emit", "--plan", str(failed), "--out", str(tmp_path / "o")), "no candidates",
+                   "misses the TPOT target of 1 ms")
