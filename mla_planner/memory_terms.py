@@ -132,6 +132,18 @@ def uses_deepep(layout: Layout) -> bool:
     return layout.dp > 1 and layout.ep > 1 and layout.ep == layout.stage_gpus
 
 
+def deepep_experts_problem(engine: str, spec, layout: Layout) -> str:
+    """Why `engine` cannot run this checkpoint's experts behind DeepEP ('' when it can). SGLang 0.5.23 runs
+    int4 group-quantized experts (AWQ: layers/quantization/awq/schemes/awq_moe.py; compressed-tensors W4A16:
+    compressed_tensors_wNa16_moe.py) on its Marlin MoE runner, registered for the standard dispatch only
+    (layers/moe/moe_runner/marlin.py: `register_fused_func("none", "marlin")`, no DeepEP permute), so DP
+    attention + EP over DeepEP has no kernel for them."""
+    if engine == "sglang" and spec.is_moe and spec.expert_dtype == "int4" and uses_deepep(layout):
+        return ("SGLang 0.5.23 runs int4 experts (AWQ, compressed-tensors W4A16) on its Marlin MoE runner, which "
+                "has no DeepEP path (layers/moe/moe_runner/marlin.py)" + NO_FALLBACK)
+    return ""
+
+
 NO_FALLBACK = ("; DP attention with ep=1 (the MoE tensor-parallel over the stage, tokens all-gathered and "
                "reduce-scattered) runs without it")
 

@@ -77,3 +77,16 @@ def test_awq_it_cannot_price_is_one_clear_line(cli, tmp_path, quant, field):
     assert r.exit_code == 2
     lines = r.output.strip().splitlines()
     assert len(lines) == 1 and field in lines[0] and "config.json" in lines[0] and "Traceback" not in r.output
+
+
+def test_sglang_has_no_deepep_path_for_int4_experts(cli, tmp_path):
+    """SGLang 0.5.23's Marlin MoE runner (AWQ, compressed-tensors W4A16) is registered for the standard dispatch
+    only: DP attention + EP over DeepEP is rejected for SGLang, not for vLLM, and compare says it will not start."""
+    awq = str(awq_config(tmp_path))
+    plan = json.loads(cli("plan", "-m", awq, "-t", "2x8xh200-ib", "-l", "tp=1,dp=16,ep=16", "--json").stdout)
+    engines = {c["knobs"]["engine"] for c in plan["candidates"]}
+    assert "sglang" not in engines and "vllm" in engines
+    assert any(r["engine"] == "sglang" and "no DeepEP path" in r["reason"] for r in plan["rejected"])
+    row = json.loads(cli("compare", "-m", awq, "-t", "2x8xh200-ib", "-e", "sglang", "-l", "tp=1,dp=16,ep=16",
+                         "--json").stdout)["layouts"][0]
+    assert any("no DeepEP path" in n for n in row["notes"])
