@@ -164,4 +164,28 @@ def layout_problems(layout: Layout, spec: ModelSpec, gpus_per_node: int, total_g
             break
     if layout.total_gpus > total_gpus:
         out.append(f"needs {layout.total_gpus} GPUs, the cluster has {total_gpus}")
-    return out
+    return out + fp8_block_problems(spec, layout)
+
+
+def fp8_block_problems(spec: ModelSpec, layout: Layout) -> list[str]:
+    """Block-scaled FP8 weights split so a 128 x 128 scale block would straddle two GPUs: both engines refuse
+    to load (vLLM layers/quantization/utils/fp8_utils.py `validate_fp8_block_shape` and `_moe`: each GPU's
+    share of a split dimension must be a multiple of the block; SGLang's fp8_utils.py the same). Checked where
+    the split is the same in both engines: the routed experts over the MoE-TP group, and at dp = 1 the dense
+    MLP and shared experts over tp (SGLang under DP attention splits those over tp*dp, or not at all with
+    --moe-dense-tp-size 1)."""
+    if "fp8" not in (spec.weight_dtype, spec.expert_dtype):
+        return []
+    block = max(spec.weight_block_size)
+    splits = []
+    if spec.is_moe and spec.expert_dtype == "fp8":
+        splits.append(("routed experts' intermediate size", spec.moe_intermediate_size, layout.moe_tp))
+    if spec.weight_dtype == "fp8" and layout.dp == 1:
+        if spec.num_dense_layers:
+            splits.append(("dense MLP's intermediate size", spec.intermediate_size, layout.tp))
+        if spec.n_shared_experts:
+            splits.append(("shared experts' intermediate size", spec.moe_intermediate_size * spec.n_shared_experts,
+                           layout.tp))
+    return [f"the {what} ({size:,}) over {ways} GPUs is {size // ways:,} per GPU, not a multiple of the FP8 "
+            f"checkpoint's {block}-wide scale blocks: the engines refuse to load it"
+            for what, size, ways in splits if ways > 1 and (size % ways or (size // ways) % block)]

@@ -135,6 +135,19 @@ def test_layouts_that_cannot_exist_say_why():
     assert any("ep=3" in x for x in report("8xh200", Layout(tp=1, dp=3, ep=3)).reasons)
 
 
+def test_fp8_scale_blocks_cannot_straddle_gpus():
+    """V3's FP8 experts (intermediate 2,048, 128-wide scale blocks) split 32 ways give 64 columns a GPU: both
+    engines refuse to load that (vLLM fp8_utils.validate_fp8_block_shape_moe); 16 ways (128) load, and a bf16
+    model split 32 ways is not held to it."""
+    from mla_planner.layout import fp8_block_problems
+    v3, v2 = load_model("deepseek-v3").spec, load_model("deepseek-v2").spec
+    wide = fp8_block_problems(v3, Layout(tp=1, dp=32))
+    assert len(wide) == 1 and "routed experts' intermediate size (2,048) over 32 GPUs is 64 per GPU" in wide[0]
+    assert len(fp8_block_problems(v3, Layout(tp=32))) == 3          # experts, dense MLP, shared experts
+    assert not fp8_block_problems(v3, Layout(tp=16)) and not fp8_block_problems(v3, Layout(tp=1, dp=32, ep=32))
+    assert not fp8_block_problems(v2, Layout(tp=1, dp=32))
+
+
 @pytest.mark.parametrize("engine", ["vllm", "sglang"])
 @pytest.mark.parametrize("topo_name, layout", [
     ("8xh100", Layout(tp=8)), ("8xh200", Layout(tp=8)), ("2x8xh100-ib", Layout(tp=8, pp=2)),
