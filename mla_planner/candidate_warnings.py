@@ -14,6 +14,12 @@ from .topology import Topology
 from .tuning import Tuned
 
 
+# Measured TTFT less the model's, InferenceX SGLang v0.5.12 DeepSeek-R1 TP8 runs (docs/step-model.md section 10):
+# 121-137 ms at 1k prompt tokens and few requests in flight, ~320 ms at 64, 202-239 ms at 8k. A met target with
+# less headroom than this is warned about.
+TTFT_UNMODELLED_MS = 350
+
+
 def warnings_for(spec: ModelSpec, topo: Topology, layout: Layout, tuned: Tuned, workload: Workload,
                  model_path: str | None = None) -> list[str]:
     """`model_path`: what the engines serve (the tuning command's --model), else the spec's HF id or name."""
@@ -48,16 +54,13 @@ def warnings_for(spec: ModelSpec, topo: Topology, layout: Layout, tuned: Tuned, 
     if workload.concurrency and layout.dp * layout.replicas > workload.concurrency:
         out.append(f"{layout.dp * layout.replicas} DP ranks for an offered concurrency of {workload.concurrency}: "
                    "some ranks will sit idle (DP attention needs concurrency >= DP size)")
-    out += [f"memory: {r}" for r in tuned.metrics.memory.reasons if "risk" in r or "only" in r]
+    mem = tuned.metrics.memory
+    out += [f"memory: {r}" for r in mem.reasons[mem.blocking:]]
     out += [n for n in tuned.metrics.notes if n.startswith("TTFT") or "misses" in n]
     ttft_ms = tuned.metrics.ttft_longest_s * 1e3
     if tuned.metrics.meets_targets and workload.ttft_ms - ttft_ms < TTFT_UNMODELLED_MS:
         out.append(f"TTFT target {workload.ttft_ms:,.0f} ms, planned {ttft_ms:,.0f} ms: the model counts the prefill "
-                   f"forward only, and published SGLang runs measure 120-240 ms more (server overhead, slower "
-                   "prefill; docs/step-model.md section 10): measure TTFT with bench.sh")
+                   f"forward only, and published SGLang runs measure 120-320 ms more (server overhead, slower "
+                   "prefill, queueing; docs/step-model.md section 10): measure TTFT with bench.sh")
     return out
 
-
-# Measured TTFT less the model's, InferenceX SGLang v0.5.12 DeepSeek-R1 TP8 runs (docs/step-model.md section 10):
-# 121-137 ms at 1k prompt tokens, 202-239 ms at 8k. A target with less headroom than this is warned about.
-TTFT_UNMODELLED_MS = 250

@@ -35,7 +35,8 @@ VLLM_VERSION = re.compile(r"Initializing a V1 LLM engine \(v([^)\s]+)\)")
 VLLM_EAGER = re.compile(r"\benforce_eager=(True|False)\b")
 VLLM_KV_DTYPE = re.compile(r"\bkv_cache_dtype=([\w]+)")
 NCCL_NETWORK = re.compile(r"Using network (IB|Socket)")
-NCCL_IB_USED = re.compile(r"NET/IB(?:ext)?\s*:\s*Using\b")          # "NET/IB : Using [0]mlx5_0:1/IB ..."
+# "NET/IB : Using [0]mlx5_0:1/IB ...", "NET/IBext_v8 : Using ...", a channel "... via NET/IB/0/GDRDMA"
+NCCL_IB_USED = re.compile(r"NET/IB\w*\s*:\s*Using\b|via NET/IB")
 NCCL_SOCKET_USED = re.compile(r"NET/Socket\s*:\s*Using\b")          # "NET/Socket : Using [0]eth0:..."
 SGLANG_KV_DTYPE = re.compile(r"'kv_cache_dtype': '([\w]+)'")
 FABRIC = {"infiniband": "an InfiniBand", "roce": "a RoCE", "ethernet": "an Ethernet"}

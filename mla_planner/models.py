@@ -75,7 +75,8 @@ def spec_from_hf_config(path: Path) -> ModelSpec:
     fields["attention"] = "mla" if arch in MLA_ARCHITECTURES else "gqa"
     if arch == "Qwen2ForCausalLM":
         fields["attention_bias"] = True  # Qwen2 always has q/k/v biases
-    fields.update(_weight_dtypes(cfg.get("quantization_config"), where))
+    fields.update(_weight_dtypes(cfg.get("quantization_config"), where, cfg.get("num_hidden_layers") or 1,
+                                 cfg.get("first_k_dense_replace") or 0 if cfg.get("n_routed_experts") else None))
     return validate(ModelSpec, fields, where)
 
 
@@ -91,7 +92,7 @@ def _snapshot_name(config: Path) -> str:
     return folder.name or config.stem
 
 
-def _weight_dtypes(quant: dict | None, where: str) -> dict:
+def _weight_dtypes(quant: dict | None, where: str, layers: int = 1, dense: int | None = None) -> dict:
     """Weight storage from `quantization_config`: fp8 block-scaled (DeepSeek-V3), int4 group-quantised
     experts via compressed-tensors (Kimi-K2-Thinking style), or AutoAWQ 4-bit (every decoder-layer linear
     layer int4 with a scale and a zero per group, less `modules_to_not_convert`; both engines read it from
@@ -104,7 +105,7 @@ def _weight_dtypes(quant: dict | None, where: str) -> dict:
         block = quant.get("weight_block_size") or [128, 128]
         return {"weight_dtype": "fp8", "weight_block_size": tuple(block)}
     if method == "awq":
-        return _awq(quant, where)
+        return _awq(quant, where, layers, dense)
     if method == "compressed-tensors":
         groups = quant.get("config_groups") or {}
         weights = next(iter(groups.values()), {}).get("weights", {}) if groups else {}
@@ -115,7 +116,12 @@ def _weight_dtypes(quant: dict | None, where: str) -> dict:
                             "compressed-tensors int4 experts, awq (4-bit)", "quantization_config")
 
 
-def _awq(quant: dict, where: str) -> dict:
+# vLLM's fused linear layers of DeepSeek-V2/V3 (models/deepseek_v2.py) and the checkpoint modules they load
+FUSED_MODULES = {"fused_qkv_a_proj": ("self_attn.q_a_proj", "self_attn.kv_a_proj_with_mqa"),
+                 "gate_up_proj": ("gate_proj", "up_proj")}
+
+
+def _awq(quant: dict, where: str, layers: int = 1, dense: int | None = None) -> dict:
     bits, group = quant.get("bits", quant.get("w_bit")), quant.get("group_size", quant.get("q_group_size"))
     if bits != 4:
         raise InputError(where, f"AWQ with {bits} bits; expected 4 (the engines' AutoAWQ kernels are 4-bit)",
@@ -130,5 +136,28 @@ def _awq(quant: dict, where: str) -> dict:
     if not isinstance(skip, list) or not all(isinstance(m, str) for m in skip):
         raise InputError(where, "modules_to_not_convert must be a list of module names",
                          "quantization_config.modules_to_not_convert")
+    skip = _whole_fused_layers(skip, where, layers, layers if dense is None else dense)
     return {"weight_dtype": "int4", "int4_group_size": group, "int4_zero_point": bool(quant.get("zero_point", True)),
             "unquantized_modules": tuple(skip)}
+
+
+def _whole_fused_layers(skip: list[str], where: str, layers: int, dense: int) -> list[str]:
+    """vLLM loads q_a_proj + kv_a_proj_with_mqa and gate_proj + up_proj as one fused layer each: a fused name
+    in `modules_to_not_convert` keeps both halves unquantized, and naming one half only is refused
+    ("Detected some but not all shards ... are quantized", layers/quantization/utils/quant_utils.py
+    `is_layer_skipped`), so it is refused here too. `dense`: the first layers, which have a dense MLP; the
+    rest have shared experts."""
+    skip = list(skip) + [half for name, halves in FUSED_MODULES.items() if any(name in s for s in skip)
+                         for half in halves]
+    for halves in FUSED_MODULES.values():
+        where_found = ({"mlp.": range(dense), "mlp.shared_experts.": range(dense, layers)}
+                       if halves[0] == "gate_proj" else {"": range(layers)})
+        for prefix, idx in where_found.items():
+            for i in idx:
+                hit = [any(s in f"model.layers.{i}.{prefix}{h}" for s in skip) for h in halves]
+                if hit[0] != hit[1]:
+                    raise InputError(where, f"modules_to_not_convert names {prefix}{halves[hit.index(True)]} but "
+                                            f"not {prefix}{halves[hit.index(False)]}: vLLM loads them as one fused "
+                                            "layer and refuses a half-quantized one",
+                                     "quantization_config.modules_to_not_convert")
+    return skip

@@ -58,23 +58,25 @@ def weight_bytes_breakdown(spec: ModelSpec, include_mtp: bool = False) -> "Order
 
 WEIGHT_FORMATS = {  # name -> how the checkpoint would be stored; embeddings, norms, gate stay bf16/fp32
     "bf16": {"weight_dtype": "bf16", "expert_weight_dtype": "bf16"},
-    "fp8 block-scaled": {"weight_dtype": "fp8", "expert_weight_dtype": "fp8"},
-    "int4 experts, bf16 rest": {"weight_dtype": "bf16", "expert_weight_dtype": "int4"},
+    "fp8 block-scaled": {"weight_dtype": "fp8", "expert_weight_dtype": "fp8", "weight_block_size": (128, 128)},
+    "int4 experts, bf16 rest": {"weight_dtype": "bf16", "expert_weight_dtype": "int4", "int4_group_size": 32,
+                                "int4_zero_point": False},
     "int4 AWQ, group 128": {"weight_dtype": "int4", "expert_weight_dtype": "int4", "int4_group_size": 128,
-                            "int4_zero_point": True, "unquantized_modules": ()},
+                            "int4_zero_point": True},
 }
+COMMON = {"unquantized_modules": ()}   # every row as its format stores the whole model, whatever the checkpoint
 
 
 def weight_bytes_by_format(spec: ModelSpec) -> "OrderedDict[str, float]":
     """Total stored weight bytes (MTP excluded) if the checkpoint were stored in each common format:
     bf16; fp8 with 128x128 block scales (DeepSeek-V3's release); int4 group-quantised experts with the
-    rest in bf16 (Kimi-K2-Thinking's release, the checkpoint's group size); AutoAWQ's 4-bit with a scale
+    rest in bf16 (Kimi-K2-Thinking's release: groups of 32, no zeros); AutoAWQ's 4-bit with a scale
     and a zero per 128 values in every decoder-layer linear layer (the community AWQ releases of
     DeepSeek-V3/R1, the format SGLang's DeepSeek guide lists for 8 x A100). The checkpoint's own format is
     `weight_bytes_breakdown`."""
     out: OrderedDict[str, float] = OrderedDict()
     for name, update in WEIGHT_FORMATS.items():
-        out[name] = weight_bytes_breakdown(spec.model_copy(update=update))["total"]
+        out[name] = weight_bytes_breakdown(spec.model_copy(update=COMMON | update))["total"]
     return out
 
 

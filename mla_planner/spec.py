@@ -95,6 +95,12 @@ class ModelSpec(BaseModel):
     def _content_hash(self) -> int:
         return hash(self.model_dump_json())
 
+    def model_copy(self, *, update=None, deep: bool = False):
+        """A copy hashes by its own content, not the cached hash of the original."""
+        copy = super().model_copy(update=update, deep=deep)
+        copy.__dict__.pop("_content_hash", None)
+        return copy
+
     def __hash__(self) -> int:
         """Hash by content, computed once (rope_scaling is a dict, so pydantic's field hash cannot be
         used); lets memoised model functions key on the spec."""

@@ -180,7 +180,8 @@ def mtp_inventory(spec: ModelSpec) -> list[Tensor]:
     layers = _keep_unquantized(spec, _decoder_layers(spec, 0 if moe else n, n if moe else 0, "mtp"),
                                {"attention": range(L, L + n)})
     out = [t.__class__(t.name, "mtp", t.shape, t.count, t.split, t.dtype, "mtp") for t in layers]
-    # eh_proj is a plain nn.Linear in the engines' MTP modules: never int4-quantized
+    # eh_proj is a plain nn.Linear in the engines' MTP modules (vLLM models/deepseek_mtp.py, SGLang
+    # models/deepseek_nextn.py): never int4-quantized
     eh_dtype = "bf16" if spec.weight_dtype == "int4" else spec.weight_dtype
     out += [Tensor("mtp.eh_proj", "mtp", (d, 2 * d), n, "replicated", eh_dtype, "mtp"),
             Tensor("mtp.norms", "mtp", (d,), 3 * n, "replicated", "bf16", "mtp")]

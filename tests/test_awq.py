@@ -45,10 +45,10 @@ def test_modules_to_not_convert_stay_bf16(tmp_path):
     """modules_to_not_convert names modules the engines load unquantized (substring of the module's full name,
     vLLM `is_layer_skipped`): those tensors are bf16, and a bf16 kv_b_proj needs no dequantized W_UK/W_UV copy."""
     plain = spec_from_hf_config(awq_config(tmp_path))
-    spec = spec_from_hf_config(awq_config(tmp_path, modules_to_not_convert=["kv_a_proj_with_mqa", "kv_b_proj"]))
+    spec = spec_from_hf_config(awq_config(tmp_path, modules_to_not_convert=["fused_qkv_a_proj", "kv_b_proj"]))
     dtypes = {t.name: t.dtype for t in inventory(spec)}
-    assert dtypes["attn.wkv_a"] == dtypes["attn.wkv_b"] == "bf16"
-    assert dtypes["attn.wq_a"] == dtypes["attn.wo"] == dtypes["routed_experts.w2"] == "int4"
+    assert dtypes["attn.wq_a"] == dtypes["attn.wkv_a"] == dtypes["attn.wkv_b"] == "bf16"   # the fused name: both
+    assert dtypes["attn.wq_b"] == dtypes["attn.wo"] == dtypes["routed_experts.w2"] == "int4"
     assert weight_bytes_breakdown(spec)["attention"] > weight_bytes_breakdown(plain)["attention"]
     layout = Layout(tp=8)
     assert mla_absorb_bytes(plain, layout, 61) > 0 == mla_absorb_bytes(spec, layout, 61)
@@ -71,7 +71,9 @@ def test_awq_fits_one_node_where_fp8_does_not(cli, tmp_path):
 
 @pytest.mark.parametrize("quant, field", [({"bits": 8}, "bits"), ({"group_size": "x"}, "group_size"),
                                           ({"lm_head": True}, "lm_head"),
-                                          ({"modules_to_not_convert": "gate"}, "modules_to_not_convert")])
+                                          ({"modules_to_not_convert": "gate"}, "modules_to_not_convert"),
+                                          ({"modules_to_not_convert": ["kv_a_proj_with_mqa"]}, "fused layer"),
+                                          ({"modules_to_not_convert": ["layers.1.mlp.up_proj"]}, "fused layer")])
 def test_awq_it_cannot_price_is_one_clear_line(cli, tmp_path, quant, field):
     r = cli("show", "-m", str(awq_config(tmp_path, **quant)))
     assert r.exit_code == 2

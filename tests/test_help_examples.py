@@ -17,7 +17,14 @@ def _examples():
                 yield words[1:]
 
 
-@pytest.mark.parametrize("args", list(_examples()), ids=" ".join)
+EXAMPLES = list(_examples())
+
+
+def test_the_examples_are_found():
+    assert len(EXAMPLES) >= 5          # plan 1, compare 2, memory 2 today: a format change must not empty the list
+
+
+@pytest.mark.parametrize("args", EXAMPLES, ids=" ".join)
 def test_help_example_runs(cli, args):
     r = cli(*args)
     assert r.exit_code == 0, r.output

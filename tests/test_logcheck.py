@@ -154,3 +154,6 @@ def test_nccl_finding_no_ib_device_is_a_fallback_not_ib(cli, plans, tmp_path):
     assert _run(cli, plan, _log(tmp_path, *missing))[1]["network"]["status"] == "absent"
     ib = start + ["NCCL INFO NET/IB : Using [0]mlx5_0:1/RoCE [1]mlx5_1:1/RoCE ; OOB eth0:10.0.0.1<0>"]
     assert _run(cli, plan, _log(tmp_path, *ib))[1]["network"]["status"] == "ok"
+    for line in ("NCCL INFO NET/IBext_v8 : Using [0]mlx5_0:1/IB", "NCCL INFO Channel 00/0 : 7[7] -> 15[7] [send] "
+                 "via NET/IB/0/GDRDMA"):
+        assert _run(cli, plan, _log(tmp_path, *start, line))[1]["network"]["status"] == "ok", line

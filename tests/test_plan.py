@@ -230,7 +230,7 @@ def test_warnings_for_risky_choices():
 
 
 def test_a_tight_ttft_target_is_warned_about():
-    """The model's TTFT counts the prefill forward only (published SGLang runs measure 120-240 ms more): a met
+    """The model's TTFT counts the prefill forward only (published SGLang runs measure 120-320 ms more): a met
     target with less headroom than that is warned about; the 3 s default is not."""
     spec, topo, calib = setup("deepseek-v3", "8xh200")
     layouts = [parse_layout("tp=8")]

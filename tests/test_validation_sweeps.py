@@ -1,0 +1,46 @@
+"""The step model's mean TPOT held against published SGLang sweeps of DeepSeek-R1 FP8 on one 8-GPU node."""
+
+import pytest
+
+
+# SemiAnalysisAI/InferenceX#870 (2026-03-05): DeepSeek-R1-0528 FP8 on 8 x H200, SGLang v0.5.7, TP8, 1,024 in /
+# 1,024 out, a closed loop at each concurrency: mean TPOT in ms. Not in validation.yaml; cited here with its source.
+INFERENCEX_R1_H200_TPOT_MS = {8: 12.8, 16: 17.2, 32: 25.6, 64: 34.6}
+# Later runs of the same harness (InferenceX's published baselines, quoted in the bodies of its PRs #3288 and
+# #3363, 2026-09): R1-0528 FP8, SGLang v0.5.12, TP8 EP1, no speculative decoding; (topology, in, out) -> TPOT ms.
+INFERENCEX_SGLANG_0512_TPOT_MS = {
+    ("8xh200", 1024, 1024): {4: 9.7, 8: 11.73, 16: 15.28, 32: 21.8, 64: 29.77},       # PR #3288
+    ("8xh200", 8192, 1024): {4: 10.94, 8: 13.88, 16: 20.02, 32: 31.37, 64: 49.33},    # PR #3288
+    ("8xb200", 1024, 1024): {1: 7.18, 2: 7.93, 4: 8.82, 8: 10.96, 16: 13.09, 32: 16.21, 64: 21.73},  # PR #3363
+}
+SWEEP_POINTS = [("v0.5.7", ("8xh200", 1024, 1024), c, ms) for c, ms in sorted(INFERENCEX_R1_H200_TPOT_MS.items())] + [
+    ("v0.5.12", key, c, ms) for key, table in INFERENCEX_SGLANG_0512_TPOT_MS.items() for c, ms in sorted(table.items())]
+
+
+def _sweep_row(cli, key, concurrency, *extra):
+    import json
+    topology, isl, osl = key
+    return json.loads(cli("compare", "-m", "deepseek-r1", "-t", topology, "-e", "sglang", "-l", "tp=8",
+                          "--input-len", str(isl), "--output-len", str(osl), "--tpot-ms", "1000",
+                          "--max-num-seqs", str(concurrency), *extra, "--json").stdout)["layouts"][0]
+
+
+@pytest.mark.parametrize("release, key, concurrency, measured_ms", SWEEP_POINTS)
+def test_mean_tpot_against_published_sglang_sweeps(cli, release, key, concurrency, measured_ms):
+    """The step model leaves out scheduler and sampler CPU time and assumes ideal kernels at their roofline
+    efficiency, so it is optimistic: within 30 % below the measured TPOT, never above it. Today: 13-23 % below
+    SGLang v0.5.7 on H200, 3-14 % below v0.5.12 on H200 (1k and 8k prompts), 12-22 % below v0.5.12 on B200
+    (README, Validation)."""
+    row = _sweep_row(cli, key, concurrency)
+    assert row["concurrency"] == concurrency
+    assert 0.7 * measured_ms <= row["tpot_s"] * 1e3 <= measured_ms
+
+
+@pytest.mark.parametrize("concurrency, measured_ms", sorted(INFERENCEX_R1_H200_TPOT_MS.items()))
+def test_the_moe_gemm_factor_through_a_calibration_file_meets_the_sweep(cli, tmp_path, concurrency, measured_ms):
+    """moe_hbm_efficiency 0.60 (the fit efficiency.yaml cites) brings the same sweep within 10 %: the routed
+    experts' grouped GEMMs are what the default leaves fast."""
+    calib = tmp_path / "moe.yaml"
+    calib.write_text("format: mla-plan-calibration/1\nefficiency: {moe_hbm_efficiency: 0.60}\n")
+    row = _sweep_row(cli, ("8xh200", 1024, 1024), concurrency, "--calibration", str(calib))
+    assert row["tpot_s"] * 1e3 == pytest.approx(measured_ms, rel=0.10)
