@@ -197,18 +197,21 @@ def test_cross_node_all_reduce_calibrates_the_internode_latency():
     """A decode all-reduce over 16 GPUs on 2 nodes (2.8 MB: latency-bound) measured at 140 us implies the
     internode latency that, fed back through a calibration, predicts exactly 140 us; a bandwidth-bound
     1 GiB one calibrates nothing (its bandwidth term mixes NVLink and NIC rates), nor does one faster than
-    the model's latency without the internode term."""
+    the model's latency without the internode term. Only the timing inside a step calibrates it (what the
+    step model prices, verify/in_step.py); the back-to-back one, nccl-tests style, does not."""
     topo = load_topology("2x8xh100-ib")
     cal = load_calibration(None, topo)
     small = collective("all_reduce", 274 * 5120 * 2, 16, topo, cal)
     assert small.nodes == 2 and small.latency_s >= small.bandwidth_s
-    ev = _evidence(topo, cal, small, 140e-6)
+    assert _evidence(topo, cal, small, 140e-6) is None
+    ev = _evidence(topo, cal, small, 140e-6, in_step=True)
     assert ev["factor"] == "internode_latency_s" and ev["value"] > cal.internode_latency_s
     again = collective("all_reduce", 274 * 5120 * 2, 16, topo, replace(cal, internode_latency_s=ev["value"]))
     assert again.time_s == pytest.approx(140e-6)
     big = collective("all_reduce", 2**30, 16, topo, cal)
-    assert big.latency_s < big.bandwidth_s and _evidence(topo, cal, big, 2 * big.time_s) is None
-    assert _evidence(topo, cal, small, 0.5 * (small.time_s - cal.internode_latency_s)) is None   # too fast
+    assert big.latency_s < big.bandwidth_s and _evidence(topo, cal, big, 2 * big.time_s, in_step=True) is None
+    too_fast = 0.5 * (small.time_s - cal.internode_latency_s)
+    assert _evidence(topo, cal, small, too_fast, in_step=True) is None
 
 
 def test_fp8_gemm_runner_on_cpu():

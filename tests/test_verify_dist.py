@@ -47,6 +47,10 @@ def test_two_rank_gloo_collectives():
             assert c["status"] == "info" and c["unit"] == "B/s" and extra["group_size"] == 2, c
             assert c["measured"] == pytest.approx(extra["message_bytes"] / extra["time_s"] * bus_factor(kind, 2))
             assert c["predicted"] > 0 and extra["predicted_time_s"] > 0 and extra["nodes"] == 1
+        stepped = mine["collective.all_reduce.in_step"]     # the same all-reduce after half a layer's compute
+        assert stepped["extra"]["filler_s"] > 0 and stepped["extra"]["time_s"] > 0
+        assert stepped["extra"]["message_bytes"] == mine["collective.all_reduce"]["extra"]["message_bytes"]
+        assert "as in a decode step" in stepped["detail"] and "back to back" in mine["collective.all_reduce"]["detail"]
     # message sizes are the step model's, at the CPU cap of 4 rows: n x d x 2 B for the TP all-reduce
     first = {c["name"]: c["extra"].get("message_bytes") for c in data["checks"] if c["rank"] == 0}
     assert first["collective.all_reduce"] == 4 * 2048 * 2

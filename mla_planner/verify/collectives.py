@@ -36,6 +36,7 @@ from ..step_comm import dp_rank_blocks
 from ..step_work import ACT_BYTES
 from .checks import COLLECTIVE_BAND, Check, Timing, errored, one_line, ratio_check, skipped
 from .env import DeviceInfo
+from .in_step import exposed_all_reduce_s
 from .target import Caps, Target
 
 WATCHDOG_GRACE_S = 30.0
@@ -162,7 +163,7 @@ def _prediction(t: Target, p: Planned, members: list[int]):
         return exc, nodes
 
 
-def _evidence(topo, calib, cost, measured_s: float) -> Optional[dict]:
+def _evidence(topo, calib, cost, measured_s: float, in_step: bool = False) -> Optional[dict]:
     """The factor a measured collective calibrates, or None.
     Inside a node (and p2p between nodes) one efficiency sets the bandwidth term, so it inverts:
     eff' = eff x bandwidth_s / (t - latency). A group spanning nodes mixes NVLink and NIC rates in its
@@ -170,13 +171,15 @@ def _evidence(topo, calib, cost, measured_s: float) -> Optional[dict]:
     of a few MB) is used, for `internode_latency_s`: the value that makes the prediction equal the
     measurement, internode' = t - (predicted - internode). A measurement below the model's other terms
     cannot be explained by that latency and calibrates nothing (nor does a cross-node all-to-all: NCCL's,
-    which verify times, is not the DeepEP one the model prices)."""
+    which verify times, is not the DeepEP one the model prices). That latency comes from the all-reduce timed
+    inside a step (`in_step`, verify/in_step.py), what the step model prices; the back-to-back timing is
+    reported beside it, nccl-tests style, but does not calibrate it."""
     factor = FACTOR.get((cost.kind, cost.algorithm))
     net = net_of(topo, calib)
     if cost.nodes > 1 and cost.kind != "p2p":
         rest_s = cost.time_s - calib.internode_latency_s
-        if cost.kind != "all_reduce" or cost.latency_s < cost.bandwidth_s or measured_s <= rest_s:
-            return None   # bandwidth-bound, another kind's algorithm, or faster than the model's other terms
+        if cost.kind != "all_reduce" or not in_step or cost.latency_s < cost.bandwidth_s or measured_s <= rest_s:
+            return None   # bandwidth-bound, another kind's algorithm, back to back, or faster than the model's rest
         return {"factor": "internode_latency_s", "value": measured_s - rest_s, "seconds": measured_s}
     if cost.nodes > 1:
         inter = topo.inter_node
@@ -188,7 +191,9 @@ def _evidence(topo, calib, cost, measured_s: float) -> Optional[dict]:
     return {"factor": factor, "amount": amount, "peak": line, "seconds": measured_s - cost.latency_s}
 
 
-def _check(t: Target, p: Planned, members: list[int], measured_s: float, judged: bool) -> Check:
+def _check(t: Target, p: Planned, members: list[int], measured_s: float, judged: bool,
+           in_step: Optional[tuple[float, int]] = None) -> Check:
+    """`in_step`: (the filler's seconds, its matmul edge) when `measured_s` was timed after it (in_step.py)."""
     g = len(members)
     busbw = p.nbytes / measured_s * bus_factor(p.kind, max(g, 2))
     cost, nodes = _prediction(t, p, members)
@@ -199,14 +204,18 @@ def _check(t: Target, p: Planned, members: list[int], measured_s: float, judged:
     if isinstance(cost, Exception):
         return Check(f"collective.{p.kind}", None, busbw, "B/s", None, "not predicted", None,
                      f"{p.label}: {where}; {measured_s * 1e6:,.1f} us; no prediction: {cost}", extra=extra)
-    evidence = _evidence(t.chosen.topo, t.chosen.calib, cost, measured_s)
+    evidence = _evidence(t.chosen.topo, t.chosen.calib, cost, measured_s, in_step is not None)
     extra |= {"predicted_time_s": cost.time_s, "algorithm": cost.algorithm}
     if evidence:
         extra["evidence"] = evidence
-    detail = (f"{p.label}: {where}; {measured_s * 1e6:,.1f} us measured, {cost.time_s * 1e6:,.1f} us predicted "
-              f"({cost.algorithm})")
-    return ratio_check(f"collective.{p.kind}", cost.busbw_bytes_per_s, busbw, "B/s", COLLECTIVE_BAND, judged,
-                       detail, extra)
+    how = (f" after {in_step[0] * 1e6:,.0f} us of compute ({in_step[1]}^2 matmul), as in a decode step"
+           if in_step else " back to back")
+    detail = (f"{p.label}: {where}; {measured_s * 1e6:,.1f} us measured{how}, {cost.time_s * 1e6:,.1f} us "
+              f"predicted ({cost.algorithm})")
+    name = f"collective.{p.kind}" + (".in_step" if in_step else "")
+    if in_step:
+        extra["filler_s"] = in_step[0]
+    return ratio_check(name, cost.busbw_bytes_per_s, busbw, "B/s", COLLECTIVE_BAND, judged, detail, extra)
 
 
 def _start(dev: DeviceInfo, timeout_s: float) -> None:
@@ -236,10 +245,19 @@ def collective_checks(t: Target, dev: DeviceInfo, timing: Timing, caps: Optional
                     continue
                 fn = _op(p.kind, p.nbytes, mine[1], mine[0], me, dev.torch_device)
                 measured_s = _time(fn, mine[1], dev.torch_device, timing)
+                stepped = (exposed_all_reduce_s(fn, mine[1], dev.torch_device, _half_layer_s(t), timing.warmup,
+                                                timing.repeats) if p.kind == "all_reduce" else None)
         except Exception as exc:  # noqa: BLE001 - a timed-out or broken collective ends the section
             return out + [errored(f"collective.{p.kind}", one_line(exc))]
         out.append(_check(t, p, mine[0], measured_s, dev.type == "cuda"))
+        if stepped:
+            out.append(_check(t, p, mine[0], stepped[0], dev.type == "cuda", in_step=stepped[1:]))
     return out
+
+
+def _half_layer_s(t: Target) -> float:
+    """Half a planned layer's kernel time: what runs before each of its two TP all-reduces."""
+    return t.step.layers[t.layer_kind].compute_s / 2
 
 
 def _close() -> None:
