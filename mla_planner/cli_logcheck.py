@@ -44,11 +44,12 @@ def check_log_cmd(logs: Annotated[list[str], typer.Argument(help="The engine's l
     loaded = read_plan(plan)
     number = engine_candidate(loaded, candidate, None, "check-log")
     cand = pick(loaded, number, "check-log")
-    text = "\n".join(_read(name) for name in logs)
+    files = {name: _read(name) for name in logs}
+    text = "\n".join(files.values())
     if not recognised(text):
         raise InputError(", ".join(logs), "no vLLM, SGLang, NCCL or bench.sh line this command reads: pass the "
                          "engine's own output (`./node-0.sh 2>&1 | tee node-0.log`) or bench.sh's")
-    checks = check_log(text, loaded, cand)
+    checks = check_log(text, loaded, cand, files)
     failed = any(c.status == "fail" for c in checks)
     who = f"candidate {number} ({cand.layout.label}, {cand.knobs.engine}, KV {cand.knobs.kv_cache_dtype})"
     if as_json:

@@ -37,7 +37,7 @@ VLLM_KV_DTYPE = re.compile(r"\bkv_cache_dtype=([\w]+)")
 NCCL_NETWORK = re.compile(r"Using network (IB|Socket)")
 # "NET/IB : Using [0]mlx5_0:1/IB ...", "NET/IBext_v8 : Using ...", a channel "... via NET/IB/0/GDRDMA"
 NCCL_IB_USED = re.compile(r"NET/IB\w*\s*:\s*Using\b|via NET/IB")
-NCCL_SOCKET_USED = re.compile(r"NET/Socket\s*:\s*Using\b")          # "NET/Socket : Using [0]eth0:..."
+NCCL_SOCKET_USED = re.compile(r"NET/Socket\s*:\s*Using\b|via NET/Socket")   # "NET/Socket : Using ...", a channel
 SGLANG_KV_DTYPE = re.compile(r"'kv_cache_dtype': '([\w]+)'")
 FABRIC = {"infiniband": "an InfiniBand", "roce": "a RoCE", "ethernet": "an Ethernet"}
 BENCH_TOK_S = re.compile(r"Output token throughput \(tok/s\):\s+([\d.]+)")
@@ -61,10 +61,11 @@ def recognised(text: str) -> bool:
     return any(p.search(text) for p in READ)
 
 
-def check_log(text: str, plan: Plan, cand: Candidate) -> list[LogCheck]:
-    """Every check, in a fixed order; one the log has no line for is 'absent' and says which line to look for."""
+def check_log(text: str, plan: Plan, cand: Candidate, files: dict[str, str] | None = None) -> list[LogCheck]:
+    """Every check, in a fixed order; one the log has no line for is 'absent' and says which line to look for.
+    `files` (name -> text): NCCL's transport is judged per file, as each node logs its own."""
     engine = cand.knobs.engine
-    checks = [_kv(text, engine, cand), _network(text, plan, cand), _moe(text, plan, cand)]
+    checks = [_kv(text, engine, cand), _network_per_file(files or {"": text}, plan, cand), _moe(text, plan, cand)]
     if engine == "vllm":
         checks += [_vllm_config(text, cand), _version(text, plan)]
     else:
@@ -96,6 +97,18 @@ def _kv(text: str, engine: str, cand: Candidate) -> LogCheck:
         return LogCheck("kv_cache", "warn", words + ": more than planned; check the memory fraction the engine ran "
                                                     "with (a higher one risks out-of-memory under load)")
     return LogCheck("kv_cache", "ok", words)
+
+
+def _network_per_file(files: dict[str, str], plan: Plan, cand: Candidate) -> LogCheck:
+    """The worst file's verdict (fail over ok over absent), naming the file that failed: one node falling back
+    to sockets slows every collective of the instance, whatever the other nodes log."""
+    verdicts = {name: _network(text, plan, cand) for name, text in files.items()}
+    for status in ("fail", "ok"):
+        hit = [(name, v) for name, v in verdicts.items() if v.status == status]
+        if hit:
+            name, v = hit[0]
+            return LogCheck(v.name, v.status, (f"{name}: " if status == "fail" and name else "") + v.text)
+    return next(iter(verdicts.values()))
 
 
 def _network(text: str, plan: Plan, cand: Candidate) -> LogCheck:

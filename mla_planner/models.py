@@ -100,6 +100,9 @@ def _weight_dtypes(quant: dict | None, where: str, layers: int = 1, dense: int |
     layers/quantization/awq/awq.py `AWQMarlinConfig`); none means bf16."""
     if not quant:
         return {"weight_dtype": "bf16"}
+    if not isinstance(quant, dict):
+        raise InputError(where, f"expected a mapping with quant_method, got {type(quant).__name__}",
+                         "quantization_config")
     method = quant.get("quant_method")
     if method == "fp8":
         block = quant.get("weight_block_size") or [128, 128]
@@ -116,6 +119,7 @@ def _weight_dtypes(quant: dict | None, where: str, layers: int = 1, dense: int |
                             "compressed-tensors int4 experts, awq (4-bit)", "quantization_config")
 
 
+AWQ_GROUP_SIZES = (32, 64, 128)   # vLLM marlin_utils.py MARLIN_SUPPORTED_GROUP_SIZES, less -1 (per channel)
 # vLLM's fused linear layers of DeepSeek-V2/V3 (models/deepseek_v2.py) and the checkpoint modules they load
 FUSED_MODULES = {"fused_qkv_a_proj": ("self_attn.q_a_proj", "self_attn.kv_a_proj_with_mqa"),
                  "gate_up_proj": ("gate_proj", "up_proj")}
@@ -123,12 +127,15 @@ FUSED_MODULES = {"fused_qkv_a_proj": ("self_attn.q_a_proj", "self_attn.kv_a_proj
 
 def _awq(quant: dict, where: str, layers: int = 1, dense: int | None = None) -> dict:
     bits, group = quant.get("bits", quant.get("w_bit")), quant.get("group_size", quant.get("q_group_size"))
-    if bits != 4:
-        raise InputError(where, f"AWQ with {bits} bits; expected 4 (the engines' AutoAWQ kernels are 4-bit)",
-                         "quantization_config.bits")
-    if not isinstance(group, int) or group < 1:
-        raise InputError(where, f"AWQ group_size {group!r}; expected a positive integer (e.g. 128)",
-                         "quantization_config.group_size")
+    zero = quant.get("zero_point", True)
+    if type(bits) is not int or bits != 4:
+        raise InputError(where, f"AWQ bits {bits!r}; expected the integer 4 (the engines' AutoAWQ kernels are "
+                                "4-bit)", "quantization_config.bits")
+    if type(group) is not int or group not in AWQ_GROUP_SIZES:
+        raise InputError(where, f"AWQ group_size {group!r}; expected one of {', '.join(map(str, AWQ_GROUP_SIZES))} "
+                                "(per-channel -1 is not modelled)", "quantization_config.group_size")
+    if not isinstance(zero, bool):
+        raise InputError(where, f"AWQ zero_point {zero!r}; expected true or false", "quantization_config.zero_point")
     if quant.get("lm_head"):
         raise InputError(where, "AWQ with a quantized lm_head is not modelled; expected lm_head: false",
                          "quantization_config.lm_head")
@@ -137,7 +144,7 @@ def _awq(quant: dict, where: str, layers: int = 1, dense: int | None = None) -> 
         raise InputError(where, "modules_to_not_convert must be a list of module names",
                          "quantization_config.modules_to_not_convert")
     skip = _whole_fused_layers(skip, where, layers, layers if dense is None else dense)
-    return {"weight_dtype": "int4", "int4_group_size": group, "int4_zero_point": bool(quant.get("zero_point", True)),
+    return {"weight_dtype": "int4", "int4_group_size": group, "int4_zero_point": zero,
             "unquantized_modules": tuple(skip)}
 
 

@@ -69,12 +69,16 @@ def test_awq_fits_one_node_where_fp8_does_not(cli, tmp_path):
     assert plan["meets_targets"] and plan["candidates"][0]["performance"]["concurrency"] >= 1
 
 
-@pytest.mark.parametrize("quant, field", [({"bits": 8}, "bits"), ({"group_size": "x"}, "group_size"),
+@pytest.mark.parametrize("quant, field", [({"bits": 8}, "bits"), ({"bits": "4"}, "bits"),
+                                          ({"group_size": "x"}, "group_size"),
+                                          ({"group_size": True}, "group_size"), ({"group_size": 100000}, "group_size"),
+                                          ({"zero_point": "yes"}, "zero_point"),
                                           ({"lm_head": True}, "lm_head"),
                                           ({"modules_to_not_convert": "gate"}, "modules_to_not_convert"),
                                           ({"modules_to_not_convert": ["kv_a_proj_with_mqa"]}, "fused layer"),
                                           ({"modules_to_not_convert": ["layers.1.mlp.up_proj"]}, "fused layer")])
 def test_awq_it_cannot_price_is_one_clear_line(cli, tmp_path, quant, field):
+    """One error line naming the config.json and the field, for values the engines would not load either."""
     r = cli("show", "-m", str(awq_config(tmp_path, **quant)))
     assert r.exit_code == 2
     lines = r.output.strip().splitlines()
@@ -92,3 +96,11 @@ def test_sglang_has_no_deepep_path_for_int4_experts(cli, tmp_path):
     row = json.loads(cli("compare", "-m", awq, "-t", "2x8xh200-ib", "-e", "sglang", "-l", "tp=1,dp=16,ep=16",
                          "--json").stdout)["layouts"][0]
     assert any("no DeepEP path" in n for n in row["notes"])
+
+
+@pytest.mark.parametrize("value", ["awq", ["awq"]])
+def test_a_quantization_config_that_is_not_a_mapping(cli, tmp_path, value):
+    cfg = json.load(open("tests/fixtures/hf/DeepSeek-V3/config.json")) | {"quantization_config": value}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    r = cli("show", "-m", str(tmp_path / "config.json"))
+    assert r.exit_code == 2 and "quantization_config" in r.output and "Traceback" not in r.output

@@ -157,3 +157,17 @@ def test_nccl_finding_no_ib_device_is_a_fallback_not_ib(cli, plans, tmp_path):
     for line in ("NCCL INFO NET/IBext_v8 : Using [0]mlx5_0:1/IB", "NCCL INFO Channel 00/0 : 7[7] -> 15[7] [send] "
                  "via NET/IB/0/GDRDMA"):
         assert _run(cli, plan, _log(tmp_path, *start, line))[1]["network"]["status"] == "ok", line
+
+
+def test_one_node_falling_back_to_sockets_fails_whatever_the_others_log(cli, plans, tmp_path):
+    """Each node logs its own NCCL transport: node 0 on IB does not hide node 1 on sockets."""
+    plan, cand = plans["vllm"]
+    start = [ln for ln in _vllm_start(cand["memory"]["kv_capacity_tokens"]) if "NET/" not in ln]
+    (tmp_path / "node-0.log").write_text("\n".join(start + ["NCCL INFO NET/IBext_v8 : Using [0]mlx5_0:1/IB"]))
+    (tmp_path / "node-1.log").write_text("\n".join(["NCCL INFO NET/IBext_v8 : No device found.",
+                                                    "NCCL INFO NET/Socket : Using [0]eth0:10.0.0.2<0>"]))
+    r = cli("check-log", str(tmp_path / "node-0.log"), str(tmp_path / "node-1.log"), "--plan", str(plan), "--json")
+    network = {c["name"]: c for c in json.loads(r.stdout)["checks"]}["network"]
+    assert r.exit_code == 1 and network["status"] == "fail" and "node-1.log" in network["text"]
+    channel = start + ["NCCL INFO Channel 00/0 : 7[7] -> 15[7] [send] via NET/Socket/0"]
+    assert _run(cli, plan, _log(tmp_path, *channel))[1]["network"]["status"] == "fail"

@@ -61,6 +61,8 @@ def test_cpu_rehearsal_end_to_end_with_calibration(cli, tmp_path):
                  "gemm.moe.shared", "gemm.moe.experts"):
         assert checks[name]["status"] == "info", (name, checks[name])   # measured, not judged on a CPU
     assert checks["collectives"]["status"] == "skip"
+    # the routed experts calibrate the step model's own factor for them, not the dense GEMMs' one
+    assert checks["gemm.moe.experts"]["extra"]["evidence"]["factor"] in ("moe_hbm_efficiency", "tensor_core_efficiency")
     assert data["target"]["heads_per_rank"] == 2 and data["target"]["context_len"] == 2048 + 512 // 2
     # the attention check's rates come from attention_cost at the capped shape (B=2, T=128, fp32 cache)
     att = checks["attention"]["extra"]
