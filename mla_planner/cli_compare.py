@@ -16,14 +16,14 @@ from .cli_memory import (bounded, fraction_from_flags, graph_cap_choice, kv_dtyp
                          partition_choice)
 from .cli_plan import parse_length
 from .compare_render import render, verdict
+from .engine_layouts import engine_layout_problem
 from .engine_memory import SGLANG_SPECULATIVE_MAX_RUNNING, default_memory_fraction, engine_default_knobs
 from .errors import PlanError
 from .knobs import ENGINES, MTP_ACCEPTANCE, Knobs, Workload
 from .launch.sglang import pp_spec_problem as sglang_pp_spec_problem
-from .launch.vllm import layout_problem as vllm_layout_problem
 from .layout import Layout, parse_layout
 from .memory import evaluate as memory_evaluate
-from .memory_terms import deepep_experts_problem, deepep_problem, uses_deepep
+from .memory_terms import uses_deepep
 from .memory_ways_out import split_note
 from .memory_weights import dense_per_rank_applies
 from .metrics import Metrics, evaluate
@@ -205,8 +205,7 @@ def compare_cmd(layouts: Annotated[Optional[list[str]], typer.Option(
         m = evaluate(spec, topo, layout, knobs, workload, calib)
         results.append((m, knobs))
         split = split_note(spec, topo, layout, knobs, m.memory) if m.memory.fits else ""   # `plan` may adopt it
-        start = (deepep_problem(engine, layout, topo) or deepep_experts_problem(engine, spec, layout)
-                 or (vllm_layout_problem(layout, topo.gpus_per_node) if engine == "vllm" else "")
+        start = (engine_layout_problem(spec, topo, layout, engine, per_rank)
                  or (sglang_pp_spec_problem(layout) if mtp and engine == "sglang" else ""))
         start = f"will not start as priced here: {start}" if start else ""
         verify = _mtp_verify_note(spec, topo, layout, knobs) if mtp else ""

@@ -11,10 +11,10 @@ from rich.table import Table
 from .cli_common import (DEFAULT_MODEL, DEFAULT_TOPOLOGY, GraphCapOpt, JsonOpt, ModelOpt, PpPartitionOpt,
                          TopologyOpt, check_mtp, console, guard,
                          human_bytes, print_json, lower_case)
+from .engine_layouts import engine_layout_problem
 from .engine_memory import default_memory_fraction, engine_default_knobs
 from .errors import PlanError
 from .knobs import KV_DTYPES, Knobs
-from .launch.vllm import layout_problem as vllm_layout_problem
 from .layout import KV_LAYOUTS, Layout, deepep_runs, layout_problems
 from .memory import MemoryReport, memory_report
 from .memory_terms import uses_deepep
@@ -111,8 +111,6 @@ def memory_cmd(
     problems = layout_problems(layout, spec, topo.gpus_per_node, topo.total_gpus)
     if problems:
         raise PlanError(f"layout {layout.label} cannot exist on {topo.name}: {'; '.join(problems)}")
-    if engine == "vllm" and (problem := vllm_layout_problem(layout, topo.gpus_per_node)):
-        raise PlanError(f"layout cannot run on vLLM 0.33: {problem}")
     knobs = _knobs(spec, topo, layout, engine, gpu_memory_utilization, mem_fraction_static,
                    dict(kv_cache_dtype=kv_dtype_choice(kv_cache_dtype), block_size=bounded("--block-size", block_size),
                         max_model_len=_model_len(spec, engine, max_model_len),
@@ -126,6 +124,8 @@ def memory_cmd(
             raise PlanError(f"--dense-per-rank applies to SGLang under DP attention at tp=1 only, not {engine} on "
                             f"{layout.label}")
         knobs = replace(knobs, dense_per_rank=True)
+    if problem := engine_layout_problem(spec, topo, layout, engine, knobs.dense_per_rank):
+        raise PlanError(f"layout {layout.label} cannot start on {engine}: {problem}")
     report = memory_report(spec, topo, layout, knobs, engine_version)
     if engine == "sglang" and gpu_memory_utilization is None and mem_fraction_static is None and \
             knobs.memory_fraction < SGLANG_LOW_DEFAULT:

@@ -20,6 +20,7 @@ from .cli_plan import workload_from
 from .cli_memory import _knobs as memory_knobs, _kv_dtype, _positive
 from .errors import PlanError
 from .knobs import Workload
+from .engine_layouts import engine_layout_problem
 from .layout import layout_problems, parse_layout
 from .models import load_model
 from .planfile import pick, read_plan
@@ -67,6 +68,8 @@ def candidate_from_options(plan: Optional[str], candidate: int, model: str, topo
     given.pop("plan_engine", None)
     util, static, engine = given.pop("util"), given.pop("static"), given.pop("engine")
     knobs = memory_knobs(spec, topo, lay, engine, util, static, given)
+    if problem := engine_layout_problem(spec, topo, lay, engine, knobs.dense_per_rank):
+        raise PlanError(f"layout {lay.label} cannot start on {engine}: {problem}")
     return Chosen(spec, topo, lay, knobs, workload, load_calibration(calibration, topo), f"--layout {layout}",
                   batch, context)
 

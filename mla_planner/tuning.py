@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from math import ceil
 
+from .engine_layouts import engine_layout_problem
 from .backends import choose_block_size, fp8_checkpoint, mtp_verify_problem, no_backend_reason, usable_backends
 from .calibration import Calibration
 from .errors import PlanError
@@ -20,7 +21,7 @@ from .launch.sglang import pp_spec_problem as sglang_pp_spec_problem
 from .layout import Layout
 from .memory import evaluate as memory_evaluate
 from .memory import safe_memory_fraction
-from .memory_terms import deepep_experts_problem, deepep_problem, uses_deepep
+from .memory_terms import uses_deepep
 from .memory_weights import dense_per_rank_applies
 from .metrics import Metrics, evaluate, mean_tpot_s, tokens_per_request
 from .reasons import MAX_NUM_SEQS_CAP, chunk_reason, dense_reason, fraction_reason, limit_words, stall_words
@@ -93,9 +94,9 @@ def _draft_knobs(spec: ModelSpec, topo: Topology, layout: Layout, engine: str, k
     fp8 = fp8_checkpoint(engine, spec, gpu)
     if fp8 and not fp8[0]:
         raise Rejected(fp8[1])
-    deepep = deepep_problem(engine, layout, topo) or deepep_experts_problem(engine, spec, layout)
-    if deepep:
-        raise Rejected(deepep)
+    problem = engine_layout_problem(spec, topo, layout, engine, dense_per_rank)
+    if problem:
+        raise Rejected(problem)
     if spec.attention == "mla":
         backend, block, why_block = _backend_and_block(engine, gpu, kv_dtype, layout.dcp, pinned.block_size)
         backend_name = backend.name

@@ -96,6 +96,8 @@ def test_sglang_has_no_deepep_path_for_int4_experts(cli, tmp_path):
     row = json.loads(cli("compare", "-m", awq, "-t", "2x8xh200-ib", "-e", "sglang", "-l", "tp=1,dp=16,ep=16",
                          "--json").stdout)["layouts"][0]
     assert any("no DeepEP path" in n for n in row["notes"])
+    mem = cli("memory", "-m", awq, "-t", "2x8xh200-ib", "-e", "sglang", "--tp", "1", "--dp", "16")
+    assert mem.exit_code == 2 and "no DeepEP path" in mem.output
 
 
 @pytest.mark.parametrize("value", ["awq", ["awq"]])

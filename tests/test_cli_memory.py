@@ -205,3 +205,19 @@ def test_why_it_does_not_fit_comes_before_the_risks(cli):
     assert any("left free" in x for x in d["reasons"][1:])
     text = cli("memory", "--tp", "8", "--pp", "2", "--kv-cache-dtype", "fp8_ds_mla").stdout
     assert "why: no vllm MLA backend" in text and "risk: stage 0: only" in text and "why: stage" not in text
+
+
+def test_every_command_refuses_what_the_engine_cannot_start(cli):
+    """One rule set (engine_layouts.py) for memory, verify, compare and plan: SGLang's FP8 dense MLP split 32 ways
+    under DP attention (576 columns a GPU) cannot load; per rank it can."""
+    args = ("memory", "-m", "deepseek-v3", "-t", "4x8xh800-roce", "-e", "sglang", "--tp", "1", "--dp", "32",
+            "--mem-fraction-static", "0.85")
+    r = cli(*args)
+    assert r.exit_code == 2 and "576 per GPU" in r.output and "--moe-dense-tp-size 1" in r.output
+    assert cli(*args, "--dense-per-rank").exit_code in (0, 1)
+    v = cli("verify", "--device", "cpu", "--quick", "-m", "deepseek-v3", "-t", "2x8xh100-ib", "-l", "tp=8,dp=2,ep=4")
+    assert v.exit_code == 2 and "ep=4 cannot be expressed in vLLM" in v.output
+    import json
+    row = json.loads(cli("compare", "-m", "deepseek-v3", "-t", "4x8xh800-roce", "-e", "sglang", "-l",
+                         "tp=1,dp=32,ep=32", "--json").stdout)["layouts"][0]
+    assert any("will not start as priced here" in n and "576 per GPU" in n for n in row["notes"])

@@ -356,11 +356,15 @@ def test_the_final_knobs_stay_within_their_own_safe_fraction(model, topo_name, e
 def test_a_layout_that_fits_only_with_smaller_chunks_is_planned_with_them():
     """The draft memory fraction is sized for the largest prefill chunk; on Kimi-K2 with SGLang DP32 that
     left no KV room (rejected at 0.754) though smaller chunks fit. The draft falls back to the largest
-    chunk that leaves room, and the chunk chosen never exceeds what the fraction was sized for."""
+    chunk that leaves room, and the chunk chosen never exceeds what the fraction was sized for. (The layout
+    was tp1·dp32 with the dense parts split over the stage, which SGLang cannot load: 576 columns a GPU of the
+    FP8 dense MLP; tp4·dp8 with the dense parts per rank shows the same fallback.)"""
     from mla_planner.tuning import largest_safe_chunk
     spec, topo, calib = setup("kimi-k2", "4x8xh800-roce")
-    layout = parse_layout("tp=1,dp=32,ep=32")
-    tuned = tune(spec, topo, layout, "sglang", "fp8", Workload(), calib)
+    with pytest.raises(Rejected, match="not a multiple of the FP8 checkpoint's 128-wide scale blocks"):
+        tune(spec, topo, parse_layout("tp=1,dp=32,ep=32"), "sglang", "fp8", Workload(), calib)
+    layout = parse_layout("tp=4,dp=8,ep=32")
+    tuned = tune(spec, topo, layout, "sglang", "fp8", Workload(), calib, dense_per_rank=True)
     assert tuned.metrics.concurrency_per_dp_rank > 0 and tuned.metrics.meets_targets
     assert tuned.knobs.max_num_batched_tokens <= largest_safe_chunk(spec, topo, layout, tuned.knobs) < 16384
 

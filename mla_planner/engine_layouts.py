@@ -1,0 +1,50 @@
+"""Why an engine cannot start a layout that exists (layout.layout_problems holds what cannot exist at all).
+
+One answer for every command: `plan` rejects the layout for that engine, `compare` notes that it will not
+start as priced, `memory` and `verify` refuse it (exit 2). The rules, each with its source:
+  vLLM's own layout limits                    launch/vllm.py `layout_problem` (EP group = tp*dp; a DP rank
+                                              whole on one node across nodes)
+  DeepEP on this hardware                     memory_terms.deepep_problem
+  DeepEP with this checkpoint's experts       memory_terms.deepep_experts_problem (SGLang, int4 experts)
+  FP8 scale blocks split across GPUs          layout.fp8_block_problems covers the splits both engines
+                                              share; here SGLang's own under DP attention: its dense MLP and
+                                              shared experts over tp*dp (memory_weights.dense_tp), which its
+                                              fp8_utils.py block-shape check refuses to load when a GPU's
+                                              share is not a multiple of the block
+"""
+
+from __future__ import annotations
+
+from .launch.vllm import layout_problem as vllm_layout_problem
+from .layout import Layout
+from .memory_terms import deepep_experts_problem, deepep_problem
+from .memory_weights import dense_tp
+from .spec import ModelSpec
+from .topology import Topology
+
+
+def engine_layout_problem(spec: ModelSpec, topo: Topology, layout: Layout, engine: str,
+                          dense_per_rank: bool = False) -> str:
+    """The first reason `engine` cannot start `layout` ('' when it can)."""
+    return ((vllm_layout_problem(layout, topo.gpus_per_node) if engine == "vllm" else "")
+            or deepep_problem(engine, layout, topo) or deepep_experts_problem(engine, spec, layout)
+            or sglang_fp8_dense_problem(spec, layout, engine, dense_per_rank))
+
+
+def sglang_fp8_dense_problem(spec: ModelSpec, layout: Layout, engine: str, dense_per_rank: bool = False) -> str:
+    """SGLang under DP attention splits the dense MLP and shared experts over tp*dp (unless per rank or, for
+    shared experts, replicated under DeepEP): with block-scaled FP8 weights each GPU's share must be a whole
+    number of scale blocks."""
+    if engine != "sglang" or layout.dp == 1 or spec.weight_dtype != "fp8":
+        return ""
+    block = max(spec.weight_block_size)
+    for group, size in (("dense_ffn", spec.intermediate_size if spec.num_dense_layers else 0),
+                        ("shared_experts", (spec.moe_intermediate_size or 0) * spec.n_shared_experts)):
+        ways = dense_tp(layout, engine, group, dense_per_rank)
+        if size and ways > 1 and (size % ways or (size // ways) % block):
+            what = "dense MLP" if group == "dense_ffn" else "shared experts"
+            return (f"SGLang splits the {what} ({size:,} wide) over the stage's {ways} GPUs under DP attention: "
+                    f"{size // ways:,} per GPU, not a multiple of the FP8 checkpoint's {block}-wide scale blocks, "
+                    "so it refuses to load it"
+                    + ("; --moe-dense-tp-size 1 (dense per rank) avoids that" if group == "dense_ffn" else ""))
+    return ""
