@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from .backends import fp8_checkpoint
 from .knobs import Workload
-from .layout import Layout
+from .layout import Layout, int4_group_fallbacks
 from .memory_terms import uses_deepep
 from .moe_configs import moe_kernel_config
 from .spec import ModelSpec
@@ -57,10 +57,17 @@ def warnings_for(spec: ModelSpec, topo: Topology, layout: Layout, tuned: Tuned, 
     mem = tuned.metrics.memory
     out += [f"memory: {r}" for r in mem.reasons[mem.blocking:]]
     out += [n for n in tuned.metrics.notes if n.startswith("TTFT") or "misses" in n]
-    ttft_ms = tuned.metrics.ttft_longest_s * 1e3
-    if tuned.metrics.meets_targets and workload.ttft_ms - ttft_ms < TTFT_UNMODELLED_MS:
-        out.append(f"TTFT target {workload.ttft_ms:,.0f} ms, planned {ttft_ms:,.0f} ms: the model counts the prefill "
-                   f"forward only, and published SGLang runs measure 120-320 ms more (server overhead, slower "
-                   "prefill, queueing; docs/step-model.md section 10): measure TTFT with bench.sh")
+    out += int4_group_fallbacks(spec, layout)
+    out += [w for w in [ttft_headroom_note(tuned.metrics.ttft_longest_s, tuned.metrics.meets_targets, workload)] if w]
     return out
+
+
+def ttft_headroom_note(ttft_s: float, meets_targets: bool, workload: Workload) -> str:
+    """A met TTFT target with less headroom over the model's prefill-only TTFT than published runs add ('' else)."""
+    ttft_ms = ttft_s * 1e3
+    if not meets_targets or workload.ttft_ms - ttft_ms >= TTFT_UNMODELLED_MS:
+        return ""
+    return (f"TTFT target {workload.ttft_ms:,.0f} ms, planned {ttft_ms:,.0f} ms: the model counts the prefill "
+            "forward only, and published SGLang runs measure 120-320 ms more (server overhead, slower prefill, "
+            "queueing; docs/step-model.md section 10): measure TTFT with bench.sh")
 

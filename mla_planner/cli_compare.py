@@ -14,6 +14,7 @@ from .cli_common import (DEFAULT_MODEL, DEFAULT_TOPOLOGY, GraphCapOpt, JsonOpt, 
                          check_acceptance, check_context, check_mtp, guard, print_json, lower_case)
 from .cli_memory import (bounded, fraction_from_flags, graph_cap_choice, kv_dtype_choice,
                          partition_choice)
+from .candidate_warnings import ttft_headroom_note
 from .cli_plan import parse_length
 from .compare_render import render, verdict
 from .engine_layouts import engine_layout_problem
@@ -215,11 +216,13 @@ def compare_cmd(layouts: Annotated[Optional[list[str]], typer.Option(
         moot = ("--dense-per-rank does not apply here (DP attention at tp=1 only)"
                 if dense_per_rank and not per_rank else "")
         label = layout.label + (" (dense per rank)" if knobs.dense_per_rank else "")
-        notes = [n for n in (start, verify, note, split, capped, moot) if n] + list(m.notes)
+        ttft = ttft_headroom_note(m.ttft_longest_s, m.meets_targets, workload)
+        notes = [n for n in (start, verify, note, split, capped, moot, ttft) if n] + list(m.notes)
         rows.append(summary(m) | {"layout": label, "memory_fraction": knobs.memory_fraction, "notes": notes})
     if as_json:
         return print_json({"model": spec.name, "topology": topo.name, "engine": engine, "workload": asdict(workload),
                            "layouts": [r | {"knobs": asdict(k), "detail": detail(m)}
                                        for r, (m, k) in zip(rows, results)], "verdict": verdict(rows)})
     render(rows, f"{spec.name} on {topo.name} ({engine}), {input_len} in / {output_len} out, "
-                 f"TPOT target {tpot_ms:g} ms" + (f", MTP at {mtp_acceptance:.0%} acceptance" if mtp else ""))
+                 f"TPOT target {tpot_ms:g} ms, TTFT target {workload.ttft_ms:g} ms"
+                 + (f", MTP at {mtp_acceptance:.0%} acceptance" if mtp else ""))

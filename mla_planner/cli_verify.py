@@ -124,11 +124,19 @@ def _absolute(name: str, value: str) -> str:
     return str(path.resolve()) if name == "write_cal" or path_kind(path) != "missing" else value
 
 
-def _need_torch() -> None:
+def _need_torch(distributed: bool = False) -> None:
+    """torch, and under torchrun numpy too: torch.distributed's object collectives, which gather every rank's
+    results to rank 0, need it ("Numpy is not available" otherwise, after minutes of checks)."""
     try:
         import torch  # noqa: F401
     except ImportError:
         raise PlanError("verify needs torch: pip install 'mla-plan[verify]'") from None
+    if distributed:
+        try:
+            import numpy  # noqa: F401
+        except ImportError:
+            raise PlanError("verify under torchrun needs numpy (torch.distributed gathers the ranks' results with "
+                            "it): pip install 'mla-plan[verify]'") from None
 
 
 def _calibrate(path: str, checks: list, dev, chosen: Chosen) -> tuple[dict, int]:
@@ -235,7 +243,7 @@ def verify_cmd(
         return
     sections, ranks = _sections(only), rank_info_from_env()
     target = make_target(chosen, ranks)
-    _need_torch()
+    _need_torch(ranks.distributed)
     from .verify.checks import Options, run_checks
     from .verify.collectives import share_results
 

@@ -63,13 +63,24 @@ def verdict(rows: list[dict], tie: float = 0.01) -> list[str]:
         line = f"{r['layout']} vs {base['layout']}: ahead on {len(ahead)} of {len(FIVE)}"
         line += f" ({', '.join(ahead)})" if ahead else ""
         line += f", behind on {', '.join(behind)}" if behind else ""
-        parts = {k: r["step_breakdown_s"][k] - base["step_breakdown_s"][k] for k in SPLIT_NAMES}
-        top = sorted(parts, key=lambda k: -abs(parts[k]))[:2]
-        delta = r["step_s"] - base["step_s"]
-        line += (f"; its decode step is {abs(delta) * 1e3:,.1f} ms {'shorter' if delta < 0 else 'longer'}, mostly "
-                 + " and ".join(f"{SPLIT_NAMES[k]} ({parts[k] * 1e3:+,.1f} ms)" for k in top))
+        line += _step_words(r, base)
         out.append(line)
     return out
+
+
+def _step_words(r: dict, base: dict) -> str:
+    """How the step differs: the (up to two) parts that moved the way the step did, and the largest part that
+    moved against it when it is more than a tenth of the difference."""
+    parts = {k: r["step_breakdown_s"][k] - base["step_breakdown_s"][k] for k in SPLIT_NAMES}
+    delta = r["step_s"] - base["step_s"]
+    along = sorted((k for k in parts if parts[k] * delta > 0), key=lambda k: -abs(parts[k]))[:2]
+    against = max((k for k in parts if parts[k] * delta < 0), key=lambda k: abs(parts[k]), default=None)
+    words = f"; its decode step is {abs(delta) * 1e3:,.1f} ms {'shorter' if delta < 0 else 'longer'}"
+    if along:
+        words += ", mostly " + " and ".join(f"{SPLIT_NAMES[k]} ({parts[k] * 1e3:+,.1f} ms)" for k in along)
+    if against and abs(parts[against]) > 0.1 * abs(delta):
+        words += f", though {SPLIT_NAMES[against]} went the other way ({parts[against] * 1e3:+,.1f} ms)"
+    return words
 
 
 def render(rows: list[dict], title: str) -> None:

@@ -189,3 +189,23 @@ def fp8_block_problems(spec: ModelSpec, layout: Layout) -> list[str]:
     return [f"the {what} ({size:,}) over {ways} GPUs is {size // ways:,} per GPU, not a multiple of the FP8 "
             f"checkpoint's {block}-wide scale blocks: the engines refuse to load it"
             for what, size, ways in splits if ways > 1 and (size % ways or (size // ways) % block)]
+
+
+def int4_group_fallbacks(spec: ModelSpec, layout: Layout) -> list[str]:
+    """int4 group-quantized weights split so a GPU's share of an input dimension is not a whole number of
+    groups: the engines still load them, but leave their Marlin kernels for slower ones (vLLM auto_awq.py:
+    "Falling back to unoptimized AWQ kernels" for linear layers, MoeWNA16 with halved groups for the experts,
+    layers/quantization/moe_wna16.py; SGLang awq.py the same), which the step model does not price."""
+    if "int4" not in (spec.weight_dtype, spec.expert_dtype):
+        return []
+    group, splits = spec.int4_group_size, []
+    if spec.is_moe and spec.expert_dtype == "int4":
+        splits.append(("routed experts", spec.moe_intermediate_size, layout.moe_tp))
+    if spec.weight_dtype == "int4":
+        if spec.num_dense_layers:
+            splits.append(("dense MLP", spec.intermediate_size, layout.tp))
+        if spec.n_shared_experts:
+            splits.append(("shared experts", spec.moe_intermediate_size * spec.n_shared_experts, layout.tp))
+    return [f"int4 {what}: {size // ways:,} input columns a GPU ({size:,} over {ways}), not a whole number of "
+            f"{group}-value groups: the engines fall back from Marlin to slower kernels the plan does not price"
+            for what, size, ways in splits if ways > 1 and (size // ways) % group]

@@ -67,6 +67,9 @@ def test_awq_fits_one_node_where_fp8_does_not(cli, tmp_path):
     assert r.exit_code == 0, r.output
     plan = json.loads(r.stdout)
     assert plan["meets_targets"] and plan["candidates"][0]["performance"]["concurrency"] >= 1
+    (tmp_path / "plan.json").write_text(r.stdout)
+    assert cli("emit", "--plan", str(tmp_path / "plan.json"), "--out", str(tmp_path / "out")).exit_code == 0
+    assert "int4 weights (AWQ, W4A16)" in (tmp_path / "out" / "README.md").read_text()   # the unvalidated caveat
 
 
 @pytest.mark.parametrize("quant, field", [({"bits": 8}, "bits"), ({"bits": "4"}, "bits"),
@@ -106,3 +109,14 @@ def test_a_quantization_config_that_is_not_a_mapping(cli, tmp_path, value):
     (tmp_path / "config.json").write_text(json.dumps(cfg))
     r = cli("show", "-m", str(tmp_path / "config.json"))
     assert r.exit_code == 2 and "quantization_config" in r.output and "Traceback" not in r.output
+
+
+def test_a_split_that_breaks_the_groups_is_warned_not_refused(cli, tmp_path):
+    """At tp32 a GPU holds 64 of the experts' 2,048 input columns, half a 128-value group: the engines load it on
+    slower fallback kernels (vLLM MoeWNA16 halves the groups), so the plan warns instead of refusing."""
+    plan = json.loads(cli("plan", "-m", str(awq_config(tmp_path)), "-t", "4x8xa100-ib", "-l", "tp=32",
+                          "--json").stdout)
+    warned = [w for c in plan["candidates"] for w in c["warnings"] if "fall back from Marlin" in w]
+    assert plan["candidates"] and any("routed experts: 64 input columns" in w for w in warned)
+    ok = json.loads(cli("plan", "-m", str(awq_config(tmp_path)), "-t", "8xh100", "-l", "tp=8", "--json").stdout)
+    assert not any("fall back from Marlin" in w for c in ok["candidates"] for w in c["warnings"])

@@ -217,3 +217,15 @@ def test_a_layout_that_serves_nothing_shows_no_latencies(cli):
     assert row["tpot_s"] is None and row["step_s"] is None and row["alone_tpot_s"] is None   # it does not even fit
     fits = json.loads(cli("compare", "-t", "8xh200", "-l", "tp=8", "--tpot-ms", "5", "--json").stdout)["layouts"][0]
     assert fits["tpot_s"] is None and fits["alone_tpot_s"] > 0.005                # too slow, but it loads
+
+
+def test_the_step_difference_names_parts_that_moved_its_way():
+    """'Shorter, mostly X' names parts that shrank; a part that grew against the difference is said so."""
+    from mla_planner.compare_render import _step_words
+    base = {"step_s": 0.020, "step_breakdown_s": {"attention_core_s": 0.005, "other_kernels_s": 0.010,
+                                                  "collectives_s": 0.004, "launch_s": 0.001}}
+    r = {"step_s": 0.0178, "step_breakdown_s": {"attention_core_s": 0.0089, "other_kernels_s": 0.0059,
+                                                "collectives_s": 0.0020, "launch_s": 0.0010}}
+    words = _step_words(r, base)
+    assert "2.2 ms shorter, mostly other kernels (-4.1 ms) and collectives (-2.0 ms)" in words
+    assert "though attention kernel went the other way (+3.9 ms)" in words
