@@ -30,6 +30,7 @@ TyperOption.display_type_rich = _flag_takes_no_value(TyperOption.display_type_ri
 from . import __version__  # noqa: E402
 from .cli_compare import compare_cmd  # noqa: E402
 from .cli_emit import emit_cmd  # noqa: E402
+from .cli_lint import lint_cmd  # noqa: E402
 from .cli_logcheck import check_log_cmd  # noqa: E402
 from .cli_memory import memory_cmd  # noqa: E402
 from .cli_plan import plan_cmd  # noqa: E402
@@ -90,6 +91,7 @@ app.command("memory")(memory_cmd)
 app.command("emit")(emit_cmd)
 app.command("verify")(verify_cmd)
 app.command("check-log")(check_log_cmd)
+app.command("lint", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(lint_cmd)
 
 
 def main() -> None:

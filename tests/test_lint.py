@@ -1,0 +1,70 @@
+"""`mla-plan lint -- <engine command>`: a user's own launch command checked (USER_PROBLEMS.md problem 11)."""
+
+import json
+
+import pytest
+
+from mla_planner.lint import parse_command
+
+
+def lint(cli, *words, topology="8xh200", model=None):
+    args = ["lint", "-t", topology, "--json"] + (["-m", model] if model else []) + ["--", *words]
+    r = cli(*args)
+    return r.exit_code, (json.loads(r.stdout) if r.stdout.strip().startswith("{") else r.output)
+
+
+def test_parsing_both_engines_forms():
+    v = parse_command(["vllm", "serve", "deepseek-ai/DeepSeek-V3", "-tp", "8", "--kv-cache-dtype=fp8",
+                       "--enforce-eager", "--max-model-len", "4096"])
+    assert (v.engine, v.model, v.values["tp"], v.values["kv"], v.values["max_len"]) == (
+        "vllm", "deepseek-ai/DeepSeek-V3", "8", "fp8", "4096")
+    assert "--enforce-eager" in v.flags
+    s = parse_command(["python3", "-m", "sglang.launch_server", "--model-path", "/models/r1", "--tp", "16",
+                       "--trust-remote-code", "--dp", "2"])
+    assert (s.engine, s.model, s.values["tp"], s.values["dp"]) == ("sglang", "/models/r1", "16", "2")
+
+
+def test_eager_mode_is_priced_not_refused(cli):
+    code, out = lint(cli, "vllm", "serve", "deepseek-ai/DeepSeek-V3", "--tensor-parallel-size", "8", "--enforce-eager")
+    assert code == 0 and out["ok"] and out["model"] == "deepseek-v3"
+    (f,) = out["findings"]
+    assert f["level"] == "warn" and f["flag"] == "--enforce-eager" and "ms per token instead of" in f["text"]
+
+
+def test_flags_that_break_an_fp8_deepseek(cli):
+    """sgl-project/sglang#3283's command: --quantization fp8 on the block-FP8 checkpoint, an e5m2 KV cache."""
+    code, out = lint(cli, "python", "-m", "sglang.launch_server", "--model-path", "deepseek-ai/DeepSeek-R1",
+                     "--tp", "16", "--quantization", "fp8", "--kv-cache-dtype", "fp8_e5m2", topology="2x8xh100-ib")
+    assert code == 1 and not out["ok"]
+    flags = {f["flag"]: f for f in out["findings"]}
+    assert "already block-FP8" in flags["--quantization"]["text"]
+    assert "fp8_e4m3" in flags["--kv-cache-dtype"]["text"]
+
+
+def test_backend_block_size_and_layout(cli):
+    code, out = lint(cli, "vllm", "serve", "deepseek-ai/DeepSeek-V3", "-tp", "8", "--attention-backend", "FLASHMLA",
+                     "--block-size", "32")
+    assert code == 1 and "FLASHMLA does not accept block size 32" in out["findings"][0]["text"]
+    code, out = lint(cli, "vllm", "serve", "deepseek-ai/DeepSeek-V3", "-tp", "8", "--kv-cache-dtype", "fp8",
+                     "--block-size", "16")
+    assert code == 0 and "runs TRITON_MLA instead" in out["findings"][0]["text"]    # it starts, on a slower kernel
+    code, out = lint(cli, "vllm", "serve", "deepseek-ai/DeepSeek-V3", "-tp", "8", "-dp", "2",
+                     "--enable-expert-parallel", "--max-model-len", "300000", topology="2x8xh100-ib")
+    assert code == 1 and [f["flag"] for f in out["findings"]] == ["max_len"]      # tp8 x dp2 with EP16 is legal
+    code, out = lint(cli, "vllm", "serve", "deepseek-ai/DeepSeek-V3", "-tp", "6")
+    assert code == 1 and any("not divisible by tp=6" in f["text"] for f in out["findings"])
+    code, clean = lint(cli, "vllm", "serve", "deepseek-ai/DeepSeek-V3", "-tp", "8", "--kv-cache-dtype", "fp8")
+    assert code == 0 and clean["findings"] == []
+
+
+@pytest.mark.parametrize("words, needle", [(("ls", "-la"), "vLLM or SGLang launch command"),
+                                           (("vllm", "serve", "someone/Other-Model", "-tp", "8"), "give --model"),
+                                           ((), "after --")])
+def test_what_it_cannot_read_is_one_line(cli, words, needle):
+    r = cli("lint", "--", *words) if words else cli("lint")
+    assert r.exit_code == 2 and needle in r.output and len(r.output.strip().splitlines()) == 1
+
+
+def test_a_model_given_explicitly(cli):
+    code, out = lint(cli, "vllm", "serve", "/models/my-v2", "-tp", "8", model="deepseek-v2", topology="8xh100")
+    assert code == 0 and out["model"] == "deepseek-v2"
