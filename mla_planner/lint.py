@@ -36,7 +36,7 @@ FIELDS = {
              "--data-parallel-size": "dp", "-dp": "dp", "--decode-context-parallel-size": "dcp", "-dcp": "dcp",
              "--kv-cache-dtype": "kv", "--block-size": "block", "--attention-backend": "backend",
              "--max-model-len": "max_len", "--quantization": "quant", "-q": "quant", "--model": "model"},
-    "sglang": {"--tp-size": "tp", "--tp": "tp", "--pp-size": "pp", "--dp-size": "dp", "--dp": "dp",
+    "sglang": {"--tp-size": "tp", "--tp": "tp", "--pp-size": "pp", "--dp-size": "dp_size", "--dp": "dp_size",
                "--attn-dp-size": "dp", "--ep-size": "ep", "--ep": "ep", "--kv-cache-dtype": "kv",
                "--page-size": "block", "--attention-backend": "backend", "--context-length": "max_len",
                "--quantization": "quant", "--model-path": "model", "--model": "model"},
@@ -99,10 +99,23 @@ def _int(cmd: Command, key: str, default: int = 1) -> int:
 
 
 def layout_of(cmd: Command, spec: ModelSpec) -> Layout:
-    """The layout the flags ask for (vLLM's EP group, when enabled, is tp*dp)."""
-    tp, pp, dp, dcp = _int(cmd, "tp"), _int(cmd, "pp"), _int(cmd, "dp"), _int(cmd, "dcp")
-    ep = _int(cmd, "ep") if cmd.engine == "sglang" else (tp * dp if "--enable-expert-parallel" in cmd.flags else 1)
-    return Layout(tp=tp, pp=pp, dp=dp, ep=ep if spec.is_moe else 1, dcp=dcp)
+    """The layout the flags ask for. vLLM: --data-parallel-size is DP attention for an MoE model, and its EP
+    group, when enabled, is tp*dp. SGLang (launch/sglang.py): --tp-size is the whole group, tp*dp, and DP
+    attention is --attn-dp-size (or the deprecated --enable-dp-attention with --dp-size); --dp-size alone is
+    that many independent replicas."""
+    tp, pp, dcp, replicas = _int(cmd, "tp"), _int(cmd, "pp"), _int(cmd, "dcp"), 1
+    if cmd.engine == "vllm":
+        dp = _int(cmd, "dp")
+        ep = tp * dp if "--enable-expert-parallel" in cmd.flags else 1
+    else:
+        attention_dp = "--enable-dp-attention" in cmd.flags or "dp" in cmd.values
+        dp = _int(cmd, "dp", _int(cmd, "dp_size")) if attention_dp else 1
+        replicas = 1 if attention_dp else _int(cmd, "dp_size")
+        if tp % dp:
+            raise PlanError(f"lint: --tp-size {tp} (SGLang's whole group, tp*dp) is not a multiple of the "
+                            f"{dp} DP-attention ranks")
+        tp, ep = tp // dp, _int(cmd, "ep")
+    return Layout(tp=tp, pp=pp, dp=dp, ep=ep if spec.is_moe else 1, dcp=dcp, replicas=replicas)
 
 
 def lint(cmd: Command, spec: ModelSpec, topo: Topology, calib: Calibration) -> list[Finding]:

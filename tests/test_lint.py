@@ -21,7 +21,14 @@ def test_parsing_both_engines_forms():
     assert "--enforce-eager" in v.flags
     s = parse_command(["python3", "-m", "sglang.launch_server", "--model-path", "/models/r1", "--tp", "16",
                        "--trust-remote-code", "--dp", "2"])
-    assert (s.engine, s.model, s.values["tp"], s.values["dp"]) == ("sglang", "/models/r1", "16", "2")
+    assert (s.engine, s.model, s.values["tp"], s.values["dp_size"]) == ("sglang", "/models/r1", "16", "2")
+    from mla_planner.lint import layout_of
+    from mla_planner.models import load_model
+    v3 = load_model("deepseek-v3").spec
+    assert layout_of(s, v3).label == "2x(tp16)"       # --dp-size alone: replicas, not DP attention
+    dp_attention = parse_command(["python", "-m", "sglang.launch_server", "--tp-size", "16", "--attn-dp-size", "16",
+                                  "--ep-size", "16"])
+    assert layout_of(dp_attention, v3).label == "tp1·dp16·ep16"     # --tp-size is the whole group
 
 
 def test_eager_mode_is_priced_not_refused(cli):
@@ -68,3 +75,18 @@ def test_what_it_cannot_read_is_one_line(cli, words, needle):
 def test_a_model_given_explicitly(cli):
     code, out = lint(cli, "vllm", "serve", "/models/my-v2", "-tp", "8", model="deepseek-v2", topology="8xh100")
     assert code == 0 and out["model"] == "deepseek-v2"
+
+
+@pytest.mark.parametrize("model, topology, engine, layout", [
+    ("deepseek-v3", "2x8xh200-ib", "sglang", "tp=1,dp=16,ep=16"), ("deepseek-v3", "2x8xh100-ib", "vllm", "tp=8,pp=2"),
+    ("deepseek-v3", "8xh200", "vllm", "tp=8"), ("deepseek-v2", "2x8xh100-ib", "sglang", "tp=16")])
+def test_what_emit_writes_lints_clean(cli, tmp_path, model, topology, engine, layout):
+    """The planner's own launch commands pass its lint: the two read the engines' flags the same way."""
+    import shlex
+    r = cli("plan", "-m", model, "-t", topology, "-e", engine, "-l", layout, "--emit", str(tmp_path / "out"))
+    assert r.exit_code == 0, r.output
+    script = (tmp_path / "out" / "node-0.sh").read_text().replace("\\\n", " ")
+    words = shlex.split(next(line for line in script.splitlines() if line.startswith("exec ")))[1:]
+    code, out = lint(cli, *words, topology=topology, model=model)
+    assert code == 0 and out["ok"], out
+    assert not [f for f in out["findings"] if f["level"] == "error"]
