@@ -51,6 +51,10 @@ def test_two_rank_gloo_collectives():
         assert stepped["extra"]["filler_s"] > 0 and stepped["extra"]["time_s"] > 0
         assert stepped["extra"]["message_bytes"] == mine["collective.all_reduce"]["extra"]["message_bytes"]
         assert "as in a decode step" in stepped["detail"] and "back to back" in mine["collective.all_reduce"]["detail"]
+    # both ranks ran the same filler (the group's largest), and inside a node the in-step timing calibrates nothing
+    edges = {c["extra"]["filler_edge"] for c in data["checks"] if c["name"] == "collective.all_reduce.in_step"}
+    assert len(edges) == 1
+    assert all("evidence" not in c["extra"] for c in data["checks"] if c["name"] == "collective.all_reduce.in_step")
     # message sizes are the step model's, at the CPU cap of 4 rows: n x d x 2 B for the TP all-reduce
     first = {c["name"]: c["extra"].get("message_bytes") for c in data["checks"] if c["rank"] == 0}
     assert first["collective.all_reduce"] == 4 * 2048 * 2

@@ -36,7 +36,7 @@ from ..step_comm import dp_rank_blocks
 from ..step_work import ACT_BYTES
 from .checks import COLLECTIVE_BAND, Check, Timing, errored, one_line, ratio_check, skipped
 from .env import DeviceInfo
-from .in_step import exposed_all_reduce_s
+from .in_step import NOISE_FLOOR_S, exposed_all_reduce_s
 from .target import Caps, Target
 
 WATCHDOG_GRACE_S = 30.0
@@ -176,6 +176,8 @@ def _evidence(topo, calib, cost, measured_s: float, in_step: bool = False) -> Op
     reported beside it, nccl-tests style, but does not calibrate it."""
     factor = FACTOR.get((cost.kind, cost.algorithm))
     net = net_of(topo, calib)
+    if in_step and cost.nodes == 1:
+        return None       # inside a node the back-to-back timing calibrates the bandwidth factor, once
     if cost.nodes > 1 and cost.kind != "p2p":
         rest_s = cost.time_s - calib.internode_latency_s
         if cost.kind != "all_reduce" or not in_step or cost.latency_s < cost.bandwidth_s or measured_s <= rest_s:
@@ -214,7 +216,7 @@ def _check(t: Target, p: Planned, members: list[int], measured_s: float, judged:
               f"predicted ({cost.algorithm})")
     name = f"collective.{p.kind}" + (".in_step" if in_step else "")
     if in_step:
-        extra["filler_s"] = in_step[0]
+        extra |= {"filler_s": in_step[0], "filler_edge": in_step[1]}
     return ratio_check(name, cost.busbw_bytes_per_s, busbw, "B/s", COLLECTIVE_BAND, judged, detail, extra)
 
 
@@ -251,7 +253,8 @@ def collective_checks(t: Target, dev: DeviceInfo, timing: Timing, caps: Optional
             return out + [errored(f"collective.{p.kind}", one_line(exc))]
         out.append(_check(t, p, mine[0], measured_s, dev.type == "cuda"))
         if stepped:
-            out.append(_check(t, p, mine[0], stepped[0], dev.type == "cuda", in_step=stepped[1:]))
+            out.append(_check(t, p, mine[0], stepped[0], dev.type == "cuda" and stepped[0] > NOISE_FLOOR_S,
+                              in_step=stepped[1:]))
     return out
 
 
