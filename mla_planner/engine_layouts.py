@@ -9,7 +9,7 @@ start as priced, `memory` and `verify` refuse it (exit 2). The rules, each with 
   FP8 scale blocks split across GPUs          layout.fp8_block_problems covers the splits both engines
                                               share; here SGLang's own under DP attention: its dense MLP and
                                               shared experts over tp*dp (memory_weights.dense_tp), which its
-                                              fp8_utils.py block-shape check refuses to load when a GPU's
+                                              fp8.py block-shape check refuses to load when a GPU's
                                               share is not a multiple of the block
 """
 
@@ -24,23 +24,27 @@ from .topology import Topology
 
 
 def engine_layout_problem(spec: ModelSpec, topo: Topology, layout: Layout, engine: str,
-                          dense_per_rank: bool = False) -> str:
-    """The first reason `engine` cannot start `layout` ('' when it can)."""
+                          dense_per_rank: bool = False, deepep: bool | None = None) -> str:
+    """The first reason `engine` cannot start `layout` ('' when it can). `deepep`: whether the MoE runs over
+    DeepEP, when a command says so (lint); None: as the plan launches it (memory_terms.uses_deepep)."""
     return ((vllm_layout_problem(layout, topo.gpus_per_node) if engine == "vllm" else "")
             or deepep_problem(engine, layout, topo) or deepep_experts_problem(engine, spec, layout)
-            or sglang_fp8_dense_problem(spec, layout, engine, dense_per_rank))
+            or sglang_fp8_dense_problem(spec, layout, engine, dense_per_rank, deepep))
 
 
-def sglang_fp8_dense_problem(spec: ModelSpec, layout: Layout, engine: str, dense_per_rank: bool = False) -> str:
+def sglang_fp8_dense_problem(spec: ModelSpec, layout: Layout, engine: str, dense_per_rank: bool = False,
+                             deepep: bool | None = None) -> str:
     """SGLang under DP attention splits the dense MLP and shared experts over tp*dp (unless per rank or, for
     shared experts, replicated under DeepEP): with block-scaled FP8 weights each GPU's share must be a whole
-    number of scale blocks."""
+    number of scale blocks (layers/quantization/fp8.py `validate_block_quant_shapes`)."""
     if engine != "sglang" or layout.dp == 1 or spec.weight_dtype != "fp8":
         return ""
     block = max(spec.weight_block_size)
     for group, size in (("dense_ffn", spec.intermediate_size if spec.num_dense_layers else 0),
                         ("shared_experts", (spec.moe_intermediate_size or 0) * spec.n_shared_experts)):
         ways = dense_tp(layout, engine, group, dense_per_rank)
+        if group == "shared_experts" and deepep is not None:
+            ways = 1 if deepep else layout.stage_gpus
         if size and ways > 1 and (size % ways or (size // ways) % block):
             what = "dense MLP" if group == "dense_ffn" else "shared experts"
             return (f"SGLang splits the {what} ({size:,} wide) over the stage's {ways} GPUs under DP attention: "

@@ -30,21 +30,30 @@ from .spec import ModelSpec
 from .step import decode_step
 from .topology import Topology
 
-# flag -> the field it sets, per engine (aliases the engines accept: vllm/engine/arg_utils.py, SGLang server_args.py)
+# flag -> the field it sets, per engine, with the aliases the engines define (tests/fixtures/engines/*.json, read
+# from vllm/engine/arg_utils.py and SGLang's arg_groups/fields): -tp, --tensor-parallel-size, ...
 FIELDS = {
     "vllm": {"--tensor-parallel-size": "tp", "-tp": "tp", "--pipeline-parallel-size": "pp", "-pp": "pp",
              "--data-parallel-size": "dp", "-dp": "dp", "--decode-context-parallel-size": "dcp", "-dcp": "dcp",
              "--kv-cache-dtype": "kv", "--block-size": "block", "--attention-backend": "backend",
              "--max-model-len": "max_len", "--quantization": "quant", "-q": "quant", "--model": "model"},
-    "sglang": {"--tp-size": "tp", "--tp": "tp", "--pp-size": "pp", "--dp-size": "dp_size", "--dp": "dp_size",
-               "--attn-dp-size": "dp", "--ep-size": "ep", "--ep": "ep", "--kv-cache-dtype": "kv",
-               "--page-size": "block", "--attention-backend": "backend", "--context-length": "max_len",
-               "--quantization": "quant", "--model-path": "model", "--model": "model"},
+    "sglang": {"--tp-size": "tp", "--tensor-parallel-size": "tp", "--tp": "tp", "--pp-size": "pp",
+               "--pipeline-parallel-size": "pp", "--dp-size": "dp_size", "--data-parallel-size": "dp_size",
+               "--dp": "dp_size", "--attn-dp-size": "dp", "--attention-data-parallel-size": "dp",
+               "--ep-size": "ep", "--expert-parallel-size": "ep", "--ep": "ep", "--dcp-size": "dcp",
+               "--decode-context-parallel-size": "dcp", "--kv-cache-dtype": "kv", "--page-size": "block",
+               "--attention-backend": "backend", "--context-length": "max_len", "--quantization": "quant",
+               "--model-path": "model", "--model": "model", "--moe-a2a-backend": "a2a",
+               "--moe-dense-tp-size": "dense_tp", "--cuda-graph-backend-decode": "graph_decode"},
 }
-EAGER = {"vllm": "--enforce-eager", "sglang": "--disable-cuda-graph"}
-BOOLEAN = {"--enforce-eager", "--disable-cuda-graph", "--enable-expert-parallel", "--enable-dp-attention",
-           "--trust-remote-code", "--enable-prefix-caching", "--headless", "--enable-dp-lm-head"}
+ALIASES = {"-ep": "--enable-expert-parallel"}
+BOOLEAN = {"--enforce-eager", "--disable-cuda-graph", "--disable-decode-cuda-graph", "--enable-expert-parallel",
+           "--enable-dp-attention", "--trust-remote-code", "--enable-prefix-caching", "--headless",
+           "--enable-dp-lm-head", "--enable-chunked-prefill", "--disable-radix-cache", "--enable-torch-compile"}
 KV = {"auto": "bf16", "bfloat16": "bf16", "bf16": "bf16", "fp8": "fp8", "fp8_e4m3": "fp8", "fp8_ds_mla": "fp8_ds_mla"}
+# --quantization values that convert an FP8 checkpoint on load (SGLang model_config.py accepts them over fp8)
+REQUANTIZE_OK = {"modelopt_fp4", "nvfp4_online"}
+SAME_METHOD = {"fp8": {"fp8"}, "int4": {"awq", "awq_marlin", "marlin", "moe_wna16"}}
 
 
 @dataclass(frozen=True)
@@ -58,36 +67,56 @@ class Finding:
 class Command:
     engine: str
     model: str | None
-    values: dict = field(default_factory=dict)     # FIELDS' names -> the flag's value (str)
-    flags: set = field(default_factory=set)         # every --flag given
+    values: dict = field(default_factory=dict)     # FIELDS' names -> the flag's value (str); the last one wins
+    flags: set = field(default_factory=set)         # every --flag given (a later --no-X removes X)
+
+
+def _engine(words: list[str]) -> tuple[str | None, int]:
+    """The engine and where its arguments start, from the program (`vllm serve`, `sglang serve`) or the module
+    (`python -m vllm.entrypoints.openai.api_server`, `python -m sglang.launch_server`), not from paths."""
+    program = words[0].rsplit("/", 1)[-1] if words else ""
+    if program in ("vllm", "sglang"):
+        return program, (2 if len(words) > 1 and words[1] == "serve" else 1)
+    if "-m" in words:
+        i = words.index("-m")
+        module = words[i + 1] if i + 1 < len(words) else ""
+        for engine in ("vllm", "sglang"):
+            if module == engine or module.startswith(engine + "."):
+                return engine, i + 2
+    return None, 0
+
+
+def _looks_like_option(word: str) -> bool:
+    return len(word) > 1 and word[0] == "-" and (word[1].isalpha() or word[1] == "-")
 
 
 def parse_command(words: list[str]) -> Command:
-    """`vllm serve MODEL ...`, `python -m vllm.entrypoints.openai.api_server --model M ...` or
-    `python -m sglang.launch_server --model-path M ...` (also `sglang serve`)."""
-    text = " ".join(words[:4])
-    engine = ("vllm" if "vllm" in text else "sglang" if "sglang" in text else None)
+    """`vllm serve MODEL ...`, `python -m vllm.entrypoints.openai.api_server --model M ...`,
+    `python -m sglang.launch_server --model-path M ...` or `sglang serve ...`."""
+    engine, start = _engine(words)
     if engine is None:
         raise PlanError("lint: expected a vLLM or SGLang launch command after --, like "
                         "`vllm serve deepseek-ai/DeepSeek-V3 --tensor-parallel-size 8 ...`")
-    start = next((i + 1 for i, w in enumerate(words) if w == "serve" or w.startswith(("vllm.", "sglang."))), 1)
-    cmd, rest = Command(engine, None), words[start:]
-    if engine == "vllm" and rest and not rest[0].startswith("-"):
-        cmd.model, rest = rest[0], rest[1:]
-    i = 0
+    cmd, rest, positional, i = Command(engine, None), words[start:], [], 0
     while i < len(rest):
         word = rest[i]
-        if not word.startswith("-"):
+        if not _looks_like_option(word):
+            positional.append(word)
             i += 1
             continue
-        flag, _, value = word.partition("=")
-        cmd.flags.add(flag)
-        if not value and flag not in BOOLEAN and i + 1 < len(rest) and not rest[i + 1].startswith("--"):
+        flag, eq, value = word.partition("=")
+        flag = ALIASES.get(flag, flag[:2] + flag[2:].replace("_", "-") if flag.startswith("--") else flag)
+        if not eq and flag not in BOOLEAN and i + 1 < len(rest) and not _looks_like_option(rest[i + 1]) \
+                and (flag in FIELDS[engine] or not flag.startswith("--no-")):
             value, i = rest[i + 1], i + 1
+        if flag.startswith("--no-"):
+            cmd.flags.discard("--" + flag[5:])
+        else:
+            cmd.flags.add(flag)
         if flag in FIELDS[engine]:
             cmd.values[FIELDS[engine][flag]] = value
         i += 1
-    cmd.model = cmd.values.get("model", cmd.model)
+    cmd.model = cmd.values.get("model") or (positional[0] if engine == "vllm" and positional else None)
     return cmd
 
 
@@ -98,11 +127,23 @@ def _int(cmd: Command, key: str, default: int = 1) -> int:
         raise PlanError(f"lint: {key} is {cmd.values[key]!r}, not a whole number") from None
 
 
+def _tokens(text: str | None) -> int | None:
+    """A context length as the engines read it: 4096, 128k (x 1000), 128K (x 1024), 1m / 1M; None for
+    auto, -1 or nothing (the model's own)."""
+    if text is None or text in ("auto", "-1"):
+        return None
+    scale = {"k": 1000, "K": 1024, "m": 10**6, "M": 2**20}.get(text[-1:], 1)
+    try:
+        return int(float(text[:-1] if scale > 1 else text) * scale)
+    except ValueError:
+        raise PlanError(f"lint: context length {text!r} is not a token count") from None
+
+
 def layout_of(cmd: Command, spec: ModelSpec) -> Layout:
     """The layout the flags ask for. vLLM: --data-parallel-size is DP attention for an MoE model, and its EP
     group, when enabled, is tp*dp. SGLang (launch/sglang.py): --tp-size is the whole group, tp*dp, and DP
     attention is --attn-dp-size (or the deprecated --enable-dp-attention with --dp-size); --dp-size alone is
-    that many independent replicas."""
+    that many independent replicas; --moe-a2a-backend deepep spreads the experts over the whole group."""
     tp, pp, dcp, replicas = _int(cmd, "tp"), _int(cmd, "pp"), _int(cmd, "dcp"), 1
     if cmd.engine == "vllm":
         dp = _int(cmd, "dp")
@@ -111,44 +152,76 @@ def layout_of(cmd: Command, spec: ModelSpec) -> Layout:
         attention_dp = "--enable-dp-attention" in cmd.flags or "dp" in cmd.values
         dp = _int(cmd, "dp", _int(cmd, "dp_size")) if attention_dp else 1
         replicas = 1 if attention_dp else _int(cmd, "dp_size")
-        if tp % dp:
-            raise PlanError(f"lint: --tp-size {tp} (SGLang's whole group, tp*dp) is not a multiple of the "
-                            f"{dp} DP-attention ranks")
-        tp, ep = tp // dp, _int(cmd, "ep")
+        ep = tp if cmd.values.get("a2a") == "deepep" else _int(cmd, "ep")
+        tp = tp // dp if tp % dp == 0 else tp
     return Layout(tp=tp, pp=pp, dp=dp, ep=ep if spec.is_moe else 1, dcp=dcp, replicas=replicas)
 
 
+def _sglang_parallel(cmd: Command) -> list[Finding]:
+    """What SGLang's own argument checks refuse before any layout is built."""
+    out, tp, dp = [], _int(cmd, "tp"), _int(cmd, "dp", _int(cmd, "dp_size"))
+    if "dp" in cmd.values and _int(cmd, "dp_size") > 1:
+        out.append(Finding("error", "--attn-dp-size", "SGLang takes --attn-dp-size or --dp-size (with the "
+                                                      "deprecated --enable-dp-attention), not both"))
+    attention_dp = "--enable-dp-attention" in cmd.flags or "dp" in cmd.values
+    if attention_dp and tp % dp:
+        out.append(Finding("error", "--tp-size", f"--tp-size {tp} is SGLang's whole group (tp*dp): it must be a "
+                                                 f"multiple of the {dp} DP-attention ranks"))
+    return out
+
+
 def lint(cmd: Command, spec: ModelSpec, topo: Topology, calib: Calibration) -> list[Finding]:
-    layout, engine, out = layout_of(cmd, spec), cmd.engine, []
+    engine = cmd.engine
+    out = _sglang_parallel(cmd) if engine == "sglang" else []
+    if out:
+        return out
+    layout = layout_of(cmd, spec)
     problems = layout_problems(layout, spec, topo.gpus_per_node, topo.total_gpus)
     out += [Finding("error", "layout", f"{layout.label}: {p}") for p in problems]
-    if not problems and (problem := engine_layout_problem(spec, topo, layout, engine)):
+    per_rank = cmd.values.get("dense_tp") == "1"
+    deepep = cmd.values.get("a2a") == "deepep" if engine == "sglang" else None
+    if not problems and (problem := engine_layout_problem(spec, topo, layout, engine, per_rank, deepep)):
         out.append(Finding("error", "layout", problem))
     out += _quantization(cmd, spec) + _kv_and_backend(cmd, topo, layout)
-    max_len = _int(cmd, "max_len", 0)
-    if max_len > spec.max_position_embeddings:
+    max_len = _tokens(cmd.values.get("max_len"))
+    if max_len and max_len > spec.max_position_embeddings:
         out.append(Finding("error", "max_len", f"{max_len:,} tokens is above {spec.name}'s "
                                                f"max_position_embeddings ({spec.max_position_embeddings:,})"))
-    if EAGER[engine] in cmd.flags and not problems:
+    if _eager_flag(cmd) and not problems:
         out.append(_eager(cmd, spec, topo, layout, calib))
     return out
 
 
+def _eager_flag(cmd: Command) -> str:
+    """The flag that turns decode CUDA graphs off ('' when none does): vLLM --enforce-eager; SGLang
+    --disable-cuda-graph (deprecated), --disable-decode-cuda-graph, --cuda-graph-backend-decode disabled."""
+    if cmd.engine == "vllm":
+        return "--enforce-eager" if "--enforce-eager" in cmd.flags else ""
+    for flag in ("--disable-cuda-graph", "--disable-decode-cuda-graph"):
+        if flag in cmd.flags:
+            return flag
+    return "--cuda-graph-backend-decode" if cmd.values.get("graph_decode") == "disabled" else ""
+
+
 def _quantization(cmd: Command, spec: ModelSpec) -> list[Finding]:
+    """Redundant (the checkpoint's own method: a warning, and `awq` over awq_marlin is slower), a conversion
+    the engine offers (nothing to say), or a method that contradicts the checkpoint (an error)."""
     quant = cmd.values.get("quant")
     if quant is None:
         return []
-    stored = {"fp8": "block-FP8", "int4": "int4"}.get(spec.weight_dtype) or (
-        "int4 experts" if spec.expert_dtype == "int4" else None)
-    if stored is None:
+    stored = spec.weight_dtype if spec.weight_dtype != "bf16" else spec.expert_dtype
+    if stored == "bf16":
         return [Finding("warn", "--quantization", f"{quant} quantizes a BF16 checkpoint at load: the plan prices "
                                                   "the checkpoint as stored (bf16); plan with a quantized one")]
-    if spec.weight_dtype == "int4" and quant in ("awq_marlin", "marlin"):
+    if quant in SAME_METHOD.get(stored, ()):
+        slower = " and `awq` forces SGLang's slower kernels over awq_marlin (awq/awq.py)" if quant == "awq" else ""
+        return [Finding("warn", "--quantization", f"redundant: the engine reads the checkpoint's own "
+                                                  f"quantization_config{slower}; drop it")]
+    if stored == "fp8" and quant in REQUANTIZE_OK:
         return []
-    why = ("an explicit awq skips the Marlin kernels, layers/quantization/awq" if spec.weight_dtype == "int4" else
-           "sgl-project/sglang#3283: re-quantizing the FP8 DeepSeek-V3 crashed")
-    return [Finding("error", "--quantization", f"the checkpoint is already {stored} (its config.json says so, and "
-                                               f"the engine reads it): drop --quantization {quant} ({why})")]
+    return [Finding("error", "--quantization", f"{quant} contradicts the checkpoint, stored as {stored} (its "
+                                               "config.json's quantization_config): drop it (sgl-project/sglang#3283: "
+                                               "a mismatched --quantization on FP8 DeepSeek-V3 crashed)")]
 
 
 def _kv_and_backend(cmd: Command, topo: Topology, layout: Layout) -> list[Finding]:
@@ -163,12 +236,17 @@ def _kv_and_backend(cmd: Command, topo: Topology, layout: Layout) -> list[Findin
     block = _int(cmd, "block", 0) or None
     name = cmd.values.get("backend")
     if name:
-        try:
-            b = backend(cmd.engine, name)
+        try:     # vLLM reads the name case-insensitively (AttentionBackendEnum[value.upper()])
+            b = backend(cmd.engine, name.upper() if cmd.engine == "vllm" else name)
         except PlanError as exc:
             return out + [Finding("error", "--attention-backend", str(exc))]
-        problems = backend_problems(b, topo.gpu, kv, layout.dcp, block)
-        out += [Finding("error", "--attention-backend", p) for p in problems]
+        out += [Finding("error", "--attention-backend", p) for p in backend_problems(b, topo.gpu, kv, layout.dcp)]
+        if block and not b.accepts_block(block):
+            # SGLang resets the page size its fixed-page backends need, with a warning (server_args overrides)
+            level = "warn" if cmd.engine == "sglang" and b.block_sizes else "error"
+            fix = (f"SGLang resets it to {b.block_sizes[0]}" if level == "warn" else "the engine refuses it")
+            out.append(Finding(level, "block size", f"{b.name} does not take block size {block} "
+                                                    f"({b.legal_block_sizes()}): {fix}"))
         return out
     usable = usable_backends(cmd.engine, topo.gpu, kv, layout.dcp)
     if not usable:
@@ -192,6 +270,6 @@ def _eager(cmd: Command, spec: ModelSpec, topo: Topology, layout: Layout, calib:
     kv = KV.get(cmd.values.get("kv", "auto"), "bf16")
     steps = [decode_step(spec, topo, layout, Knobs(engine=cmd.engine, kv_cache_dtype=kv, cuda_graphs=graphs),
                          1, 2048, calib).tpot_s * 1e3 for graphs in (True, False)]
-    return Finding("warn", EAGER[cmd.engine], f"no CUDA graphs: one request decodes at {steps[1]:.1f} ms per token "
+    return Finding("warn", _eager_flag(cmd), f"no CUDA graphs: one request decodes at {steps[1]:.1f} ms per token "
                                               f"instead of {steps[0]:.1f} (the step model); keep graphs on in "
                                               "production (ai-dynamo/dynamo#2109, sgl-project/sglang#2794)")

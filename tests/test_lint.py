@@ -44,14 +44,14 @@ def test_flags_that_break_an_fp8_deepseek(cli):
                      "--tp", "16", "--quantization", "fp8", "--kv-cache-dtype", "fp8_e5m2", topology="2x8xh100-ib")
     assert code == 1 and not out["ok"]
     flags = {f["flag"]: f for f in out["findings"]}
-    assert "already block-FP8" in flags["--quantization"]["text"]
+    assert flags["--quantization"]["level"] == "warn" and "redundant" in flags["--quantization"]["text"]
     assert "fp8_e4m3" in flags["--kv-cache-dtype"]["text"]
 
 
 def test_backend_block_size_and_layout(cli):
     code, out = lint(cli, "vllm", "serve", "deepseek-ai/DeepSeek-V3", "-tp", "8", "--attention-backend", "FLASHMLA",
                      "--block-size", "32")
-    assert code == 1 and "FLASHMLA does not accept block size 32" in out["findings"][0]["text"]
+    assert code == 1 and "FLASHMLA does not take block size 32" in out["findings"][0]["text"]
     code, out = lint(cli, "vllm", "serve", "deepseek-ai/DeepSeek-V3", "-tp", "8", "--kv-cache-dtype", "fp8",
                      "--block-size", "16")
     assert code == 0 and "runs TRITON_MLA instead" in out["findings"][0]["text"]    # it starts, on a slower kernel
@@ -90,3 +90,32 @@ def test_what_emit_writes_lints_clean(cli, tmp_path, model, topology, engine, la
     code, out = lint(cli, *words, topology=topology, model=model)
     assert code == 0 and out["ok"], out
     assert not [f for f in out["findings"] if f["level"] == "error"]
+
+
+def test_reasonable_commands_are_not_refused(cli):
+    """From a review: the large-scale EP recipe (DeepEP spreads the experts over the whole group, dense parts
+    per rank), aliases and spellings the engines accept, and a fixed-page backend SGLang adjusts itself."""
+    code, out = lint(cli, "python", "-m", "sglang.launch_server", "--model-path", "deepseek-ai/DeepSeek-V3", "--tp",
+                     "32", "--dp", "32", "--enable-dp-attention", "--moe-dense-tp-size", "1", "--enable-dp-lm-head",
+                     "--moe-a2a-backend", "deepep", "--mem-fraction-static", "0.85", topology="4x8xh800-roce")
+    assert code == 0 and not [f for f in out["findings"] if f["level"] == "error"], out
+    code, out = lint(cli, "vllm", "serve", "deepseek-ai/DeepSeek-V3", "--enable-chunked-prefill", "-tp", "6")
+    assert code == 1 and any("tp=6" in f["text"] for f in out["findings"])        # -tp not swallowed
+    code, out = lint(cli, "vllm", "serve", "deepseek-ai/DeepSeek-V3", "--tensor_parallel_size", "8",
+                     "--max-model-len", "128k", "--attention-backend", "flashmla", "--block-size", "64",
+                     "--enforce-eager", "--no-enforce-eager")
+    assert code == 0 and out["findings"] == [], out
+    code, out = lint(cli, "python", "-m", "sglang.launch_server", "--model-path", "deepseek-ai/DeepSeek-V3",
+                     "--tp", "8", "--attention-backend", "flashmla", "--page-size", "16")
+    assert code == 0 and out["findings"][0]["level"] == "warn" and "resets it to 64" in out["findings"][0]["text"]
+
+
+def test_engine_from_the_program_not_from_paths(cli):
+    cmd = parse_command(["sglang", "serve", "--model-path", "/models/vllm-dsv3", "--tp", "8"])
+    assert cmd.engine == "sglang" and cmd.model == "/models/vllm-dsv3"
+    code, out = lint(cli, "python", "-m", "sglang.launch_server", "--model-path", "deepseek-ai/DeepSeek-V3",
+                     "--tp-size", "16", "--attn-dp-size", "16", "--dp-size", "2", topology="2x8xh200-ib")
+    assert code == 1 and "not both" in out["findings"][0]["text"]
+    code, out = lint(cli, "python", "-m", "sglang.launch_server", "--model-path", "deepseek-ai/DeepSeek-V3",
+                     "--tp-size", "12", "--attn-dp-size", "8", topology="2x8xh200-ib")
+    assert code == 1 and "multiple of the 8 DP-attention ranks" in out["findings"][0]["text"]
