@@ -26,7 +26,9 @@ def warnings_for(spec: ModelSpec, topo: Topology, layout: Layout, tuned: Tuned, 
     out = []
     if layout.tp > topo.gpus_per_node:
         out.append(f"tensor parallelism spans {layout.tp // topo.gpus_per_node} nodes: every layer's all-reduce "
-                   "crosses the inter-node fabric")
+                   "crosses the inter-node fabric, priced at nccl-tests' speed; the one published in-engine TP16 run "
+                   "across two nodes was 2.2x slower per token than that prices (README, Validation): time it on "
+                   "your nodes with `mla-plan verify` under torchrun (collective.all_reduce.in_step)")
     if not tuned.knobs.cuda_graphs:
         alone = tuned.metrics.alone_tpot_s * 1e3
         out.append(f"eager mode (no CUDA graphs): every decode kernel pays a CPU launch; one request alone "

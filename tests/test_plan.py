@@ -217,7 +217,7 @@ def test_warnings_for_risky_choices():
     result = search(spec, topo, Workload(concurrency=4), calib, engines=("vllm",), kv_dtype="bf16",
                     layouts=[parse_layout("tp=16"), parse_layout("tp=1,dp=16,ep=16")])
     warn = {o.layout.label: " ".join(o.warnings) for o in result.options}
-    assert "spans 2 nodes" in warn["tp16"]
+    assert "spans 2 nodes" in warn["tp16"] and "collective.all_reduce.in_step" in warn["tp16"]
     assert "sit idle" in warn["tp1·dp16·ep16"]
     half = search(spec, topo, Workload(), calib, engines=("vllm",), kv_dtype="bf16", layouts=[parse_layout("tp=8")])
     assert "uses 8 of the cluster's 16 GPUs: 8 stay idle" in " ".join(half.options[0].warnings)
