@@ -23,6 +23,8 @@ def lint_cmd(ctx: typer.Context, model: LintModelOpt = None, topology: TopologyO
              as_json: JsonOpt = False) -> None:
     """Check your own vLLM or SGLang launch command against the model, the cluster and the engines' rules.
 
+    The command goes after `--`, as you would run it: mla-plan lint [OPTIONS] -- vllm serve MODEL [FLAGS...]
+
     Flags: eager mode (priced), --quantization on an already-quantized checkpoint, an fp8_e5m2 KV cache, an
     attention backend or block size the GPU or KV dtype rules out (or that makes the engine pick a slower
     backend), a layout that cannot exist or that the engine cannot start, a context longer than the model's.
