@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, replace
 from math import inf
+from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
@@ -29,6 +30,7 @@ from .memory_ways_out import split_note
 from .memory_weights import dense_per_rank_applies
 from .metrics import Metrics, evaluate
 from .models import load_model
+from .planfile import pick, read_plan
 from .spec import ModelSpec
 from .step import step_breakdown_s
 from .topology import load_topology
@@ -153,6 +155,11 @@ def compare_cmd(layouts: Annotated[Optional[list[str]], typer.Option(
                 memory_fraction: Annotated[Optional[float], typer.Option("--memory-fraction", hidden=True)] = None,
                 calibration: Annotated[Optional[str], typer.Option("--calibration", help="Calibration file from "
                                                                    "`mla-plan verify --write-calibration`.")] = None,
+                plan: Annotated[Optional[Path], typer.Option(
+                    "--plan", "-p", help="Compare a plan file's candidates instead, with their own knobs and the "
+                    "plan's workload (pick them with -c; default the first three).")] = None,
+                candidates: Annotated[Optional[list[int]], typer.Option(
+                    "--candidate", "-c", help="With --plan: a candidate number (repeat).")] = None,
                 as_json: JsonOpt = False) -> None:
     """Compare layouts on the seed article's metrics: concurrency, throughput, decode step, network wait,
     memory utilization (+ TPOT per user and TTFT), computed from the step and memory models.
@@ -166,7 +173,15 @@ def compare_cmd(layouts: Annotated[Optional[list[str]], typer.Option(
       mla-plan compare -m deepseek-v2 -t 2x8xh100-ib -l tp=16 -l tp=8,pp=2
 
       mla-plan compare -t 2x8xh200-ib -l tp=8,pp=2 -l tp=1,dp=16,ep=16 -e sglang --tpot-ms 30 --json
+
+      mla-plan compare --plan plan.json -c 1 -c 3    (a plan's candidates, exactly as planned)
     """
+    if plan is not None:
+        if layouts:
+            raise PlanError("compare: give --plan (and -c) or --layout, not both")
+        return _compare_plan(plan, candidates, calibration, as_json)
+    if candidates:
+        raise PlanError("compare: --candidate picks from a --plan file")
     if not layouts:
         raise PlanError('compare: give at least one --layout, e.g. --layout "tp=16" --layout "tp=8,pp=2"')
     if engine not in ENGINES:
@@ -226,3 +241,27 @@ def compare_cmd(layouts: Annotated[Optional[list[str]], typer.Option(
     render(rows, f"{spec.name} on {topo.name} ({engine}), {input_len} in / {output_len} out, "
                  f"TPOT target {tpot_ms:g} ms, TTFT target {workload.ttft_ms:g} ms"
                  + (f", MTP at {mtp_acceptance:.0%} acceptance" if mtp else ""))
+
+
+def _compare_plan(path: Path, numbers: Optional[list[int]], calibration: Optional[str], as_json: bool) -> None:
+    """A plan file's candidates side by side, each with its own knobs, under the plan's workload (and a
+    calibration file when given), the first the baseline."""
+    p = read_plan(path)
+    numbers = numbers or list(range(1, min(3, len(p.candidates)) + 1))
+    calib, results, rows = load_calibration(calibration, p.topology), [], []
+    for n in numbers:
+        cand = pick(p, n, f"{path}")
+        m = evaluate(p.spec, p.topology, cand.layout, cand.knobs, p.workload, calib)
+        results.append((m, cand.knobs))
+        ttft = ttft_headroom_note(m.ttft_longest_s, m.meets_targets, p.workload)
+        rows.append(summary(m) | {"layout": f"#{n} {cand.layout.label} {cand.knobs.engine} {cand.knobs.kv_cache_dtype}",
+                                  "memory_fraction": cand.knobs.memory_fraction,
+                                  "notes": [n for n in [ttft] if n] + list(m.notes)})
+    if as_json:
+        return print_json({"model": p.spec.name, "topology": p.topology.name, "plan": str(path),
+                           "workload": asdict(p.workload), "verdict": verdict(rows),
+                           "layouts": [r | {"knobs": asdict(k), "detail": detail(m)}
+                                       for r, (m, k) in zip(rows, results)]})
+    w = p.workload
+    render(rows, f"{p.spec.name} on {p.topology.name}, candidates of {path.name}, {w.input_len} in / "
+                 f"{w.output_len} out, TPOT target {w.tpot_ms:g} ms, TTFT target {w.ttft_ms:g} ms")

@@ -229,3 +229,21 @@ def test_the_step_difference_names_parts_that_moved_its_way():
     words = _step_words(r, base)
     assert "2.2 ms shorter, mostly other kernels (-4.1 ms) and collectives (-2.0 ms)" in words
     assert "though attention kernel went the other way (+3.9 ms)" in words
+
+
+def test_a_plans_candidates_compared_as_planned(cli, tmp_path):
+    """`compare --plan plan.json` prices each candidate with its own knobs and the plan's workload: the numbers
+    are the plan's own (the gap an earlier note named: a layout alone did not reproduce a candidate)."""
+    plan = tmp_path / "plan.json"
+    plan.write_text(cli("plan", "-m", "deepseek-v3", "-t", "8xh200", "--json").stdout)
+    planned = json.loads(plan.read_text())["candidates"]
+    rows = json.loads(cli("compare", "--plan", str(plan), "-c", "1", "-c", "2", "--json").stdout)["layouts"]
+    assert [r["layout"].split()[0] for r in rows] == ["#1", "#2"]
+    for row, cand in zip(rows, planned[:2]):
+        assert row["concurrency"] == cand["performance"]["concurrency"]
+        assert row["throughput_tokens_per_s_per_gpu"] == pytest.approx(
+            cand["performance"]["throughput_tokens_per_s_per_gpu"], rel=1e-9)
+        assert row["knobs"]["max_num_seqs"] == cand["knobs"]["max_num_seqs"]
+    for bad in (("--plan", str(plan), "-l", "tp=8"), ("-l", "tp=8", "-c", "2"), ("--plan", str(plan), "-c", "99")):
+        r = cli("compare", *bad)
+        assert r.exit_code == 2 and len(r.output.strip().splitlines()) == 1, r.output
