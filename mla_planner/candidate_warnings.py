@@ -24,11 +24,7 @@ def warnings_for(spec: ModelSpec, topo: Topology, layout: Layout, tuned: Tuned, 
                  model_path: str | None = None) -> list[str]:
     """`model_path`: what the engines serve (the tuning command's --model), else the spec's HF id or name."""
     out = []
-    if layout.tp > topo.gpus_per_node:
-        out.append(f"tensor parallelism spans {layout.tp // topo.gpus_per_node} nodes: every layer's all-reduce "
-                   "crosses the inter-node fabric, priced at nccl-tests' speed; the one published in-engine TP16 run "
-                   "across two nodes was 2.2x slower per token than that prices (README, Validation): time it on "
-                   "your nodes with `mla-plan verify` under torchrun (collective.all_reduce.in_step)")
+    out += [w for w in [cross_node_tp_note(layout, topo)] if w]
     if not tuned.knobs.cuda_graphs:
         alone = tuned.metrics.alone_tpot_s * 1e3
         out.append(f"eager mode (no CUDA graphs): every decode kernel pays a CPU launch; one request alone "
@@ -62,6 +58,16 @@ def warnings_for(spec: ModelSpec, topo: Topology, layout: Layout, tuned: Tuned, 
     out += int4_group_fallbacks(spec, layout)
     out += [w for w in [ttft_headroom_note(tuned.metrics.ttft_longest_s, tuned.metrics.meets_targets, workload)] if w]
     return out
+
+
+def cross_node_tp_note(layout: Layout, topo: Topology) -> str:
+    """TP over nodes: what the model assumes of its all-reduces, and the evidence against it ('' otherwise)."""
+    if layout.tp <= topo.gpus_per_node:
+        return ""
+    return (f"tensor parallelism spans {layout.tp // topo.gpus_per_node} nodes: every layer's all-reduce crosses "
+            "the inter-node fabric, priced at nccl-tests' speed; the one published in-engine TP16 run across two "
+            "nodes was 2.2x slower per token than that prices (README, Validation): time it on your nodes with "
+            "`mla-plan verify` under torchrun (collective.all_reduce.in_step)")
 
 
 def ttft_headroom_note(ttft_s: float, meets_targets: bool, workload: Workload) -> str:

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 from .backends import backend, backend_problems, usable_backends
 from .calibration import Calibration
+from .candidate_warnings import cross_node_tp_note
 from .engine_layouts import engine_layout_problem
 from .errors import PlanError
 from .knobs import Knobs
@@ -189,6 +190,8 @@ def lint(cmd: Command, spec: ModelSpec, topo: Topology, calib: Calibration) -> l
                                                f"max_position_embeddings ({spec.max_position_embeddings:,})"))
     if _eager_flag(cmd) and not problems:
         out.append(_eager(cmd, spec, topo, layout, calib))
+    if not problems and (note := cross_node_tp_note(layout, topo)):
+        out.append(Finding("warn", "layout", note))
     return out
 
 

@@ -119,3 +119,8 @@ def test_engine_from_the_program_not_from_paths(cli):
     code, out = lint(cli, "python", "-m", "sglang.launch_server", "--model-path", "deepseek-ai/DeepSeek-V3",
                      "--tp-size", "12", "--attn-dp-size", "8", topology="2x8xh200-ib")
     assert code == 1 and "multiple of the 8 DP-attention ranks" in out["findings"][0]["text"]
+
+
+def test_tp_across_nodes_is_warned_as_plan_warns(cli):
+    code, out = lint(cli, "vllm", "serve", "deepseek-ai/DeepSeek-V3", "-tp", "16", topology="2x8xh100-ib")
+    assert code == 0 and out["findings"][0]["level"] == "warn" and "spans 2 nodes" in out["findings"][0]["text"]
