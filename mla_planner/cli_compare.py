@@ -234,13 +234,18 @@ def compare_cmd(layouts: Annotated[Optional[list[str]], typer.Option(
         ttft = ttft_headroom_note(m.ttft_longest_s, m.meets_targets, workload)
         notes = [n for n in (start, verify, note, split, capped, moot, ttft) if n] + list(m.notes)
         rows.append(summary(m) | {"layout": label, "memory_fraction": knobs.memory_fraction, "notes": notes})
+    _show(rows, results, {"model": spec.name, "topology": topo.name, "engine": engine, "workload": asdict(workload)},
+          f"{spec.name} on {topo.name} ({engine}), {input_len} in / {output_len} out, TPOT target {tpot_ms:g} ms, "
+          f"TTFT target {workload.ttft_ms:g} ms" + (f", MTP at {mtp_acceptance:.0%} acceptance" if mtp else ""),
+          as_json)
+
+
+def _show(rows: list[dict], results: list, head: dict, title: str, as_json: bool) -> None:
+    """The comparison as JSON (`head`, then each layout's row, knobs and detail, and the verdict) or a table."""
     if as_json:
-        return print_json({"model": spec.name, "topology": topo.name, "engine": engine, "workload": asdict(workload),
-                           "layouts": [r | {"knobs": asdict(k), "detail": detail(m)}
-                                       for r, (m, k) in zip(rows, results)], "verdict": verdict(rows)})
-    render(rows, f"{spec.name} on {topo.name} ({engine}), {input_len} in / {output_len} out, "
-                 f"TPOT target {tpot_ms:g} ms, TTFT target {workload.ttft_ms:g} ms"
-                 + (f", MTP at {mtp_acceptance:.0%} acceptance" if mtp else ""))
+        return print_json(head | {"layouts": [r | {"knobs": asdict(k), "detail": detail(m)}
+                                              for r, (m, k) in zip(rows, results)], "verdict": verdict(rows)})
+    render(rows, title)
 
 
 def _compare_plan(path: Path, numbers: Optional[list[int]], calibration: Optional[str], as_json: bool) -> None:
@@ -256,12 +261,9 @@ def _compare_plan(path: Path, numbers: Optional[list[int]], calibration: Optiona
         ttft = ttft_headroom_note(m.ttft_longest_s, m.meets_targets, p.workload)
         rows.append(summary(m) | {"layout": f"#{n} {cand.layout.label} {cand.knobs.engine} {cand.knobs.kv_cache_dtype}",
                                   "memory_fraction": cand.knobs.memory_fraction,
-                                  "notes": [n for n in [ttft] if n] + list(m.notes)})
-    if as_json:
-        return print_json({"model": p.spec.name, "topology": p.topology.name, "plan": str(path),
-                           "workload": asdict(p.workload), "verdict": verdict(rows),
-                           "layouts": [r | {"knobs": asdict(k), "detail": detail(m)}
-                                       for r, (m, k) in zip(rows, results)]})
+                                  "notes": ([ttft] if ttft else []) + list(m.notes)})
     w = p.workload
-    render(rows, f"{p.spec.name} on {p.topology.name}, candidates of {path.name}, {w.input_len} in / "
-                 f"{w.output_len} out, TPOT target {w.tpot_ms:g} ms, TTFT target {w.ttft_ms:g} ms")
+    _show(rows, results, {"model": p.spec.name, "topology": p.topology.name, "plan": str(path),
+                          "workload": asdict(w)},
+          f"{p.spec.name} on {p.topology.name}, candidates of {path.name}, {w.input_len} in / {w.output_len} out, "
+          f"TPOT target {w.tpot_ms:g} ms, TTFT target {w.ttft_ms:g} ms", as_json)

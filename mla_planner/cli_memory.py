@@ -14,7 +14,7 @@ from .cli_common import (DEFAULT_MODEL, DEFAULT_TOPOLOGY, GraphCapOpt, JsonOpt, 
 from .engine_layouts import engine_layout_problem
 from .engine_memory import default_memory_fraction, engine_default_knobs
 from .errors import PlanError
-from .knobs import KV_DTYPES, Knobs
+from .knobs import KV_DTYPE_CHOICES, Knobs
 from .layout import KV_LAYOUTS, Layout, deepep_runs, layout_problems
 from .memory import MemoryReport, memory_report
 from .memory_terms import uses_deepep
@@ -23,8 +23,6 @@ from .models import load_model
 from .pp_split import split_problem
 from .topology import load_topology
 
-KV_DTYPE_CHOICES = {"auto": "bf16", **{d: d for d in KV_DTYPES},
-                    "fp8_e4m3": "fp8"}   # both engines' fp8 is e4m3 (SGLang's flag spells it out; launch/sglang.py)
 FRACTION_FLAG = {"vllm": "--gpu-memory-utilization", "sglang": "--mem-fraction-static"}
 KV_CAPACITY_LABEL = "KV capacity (tokens per engine instance / DP rank, as the engine logs it)"
 # Upper bounds on per-DP-rank knobs: far above any engine default (vLLM max-num-seqs 1024, SGLang 2048;

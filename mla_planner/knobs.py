@@ -26,6 +26,8 @@ from typing import Optional
 
 ENGINES = ("vllm", "sglang")
 KV_DTYPES = ("bf16", "fp8", "fp8_ds_mla")
+KV_DTYPE_CHOICES = {"auto": "bf16", **{d: d for d in KV_DTYPES},
+                    "fp8_e4m3": "fp8"}   # both engines' fp8 is e4m3 (SGLang's flag spells it out; launch/sglang.py)
 MTP_DRAFT_TOKENS = 1        # tokens the MTP layer drafts per step (DeepSeek-V3 trains one MTP module, depth 1)
 MTP_ACCEPTANCE = 0.85       # chance the target model accepts a drafted token: "the acceptance rate of the second
                             # token prediction ranges between 85% and 90%" (DeepSeek-V3 Technical Report,

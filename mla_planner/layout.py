@@ -167,28 +167,29 @@ def layout_problems(layout: Layout, spec: ModelSpec, gpus_per_node: int, total_g
     return out + fp8_block_problems(spec, layout)
 
 
+def _quantized_splits(spec: ModelSpec, layout: Layout, dtype: str) -> list[tuple[str, int, int]]:
+    """(what, width, GPUs it is split over) for the tensor-parallel splits of `dtype` weights both engines make:
+    the routed experts' intermediate size over the MoE-TP group, and at dp = 1 the dense MLP's and shared
+    experts' over tp (SGLang under DP attention splits those its own way: engine_layouts.py)."""
+    out = []
+    if spec.is_moe and spec.expert_dtype == dtype:
+        out.append(("routed experts", spec.moe_intermediate_size, layout.moe_tp))
+    if spec.weight_dtype == dtype and layout.dp == 1:
+        if spec.num_dense_layers:
+            out.append(("dense MLP", spec.intermediate_size, layout.tp))
+        if spec.n_shared_experts:
+            out.append(("shared experts", spec.moe_intermediate_size * spec.n_shared_experts, layout.tp))
+    return [(what, size, ways) for what, size, ways in out if ways > 1]
+
+
 def fp8_block_problems(spec: ModelSpec, layout: Layout) -> list[str]:
     """Block-scaled FP8 weights split so a 128 x 128 scale block would straddle two GPUs: both engines refuse
     to load (vLLM layers/quantization/utils/fp8_utils.py `validate_fp8_block_shape` and `_moe`: each GPU's
-    share of a split dimension must be a multiple of the block; SGLang's fp8_utils.py the same). Checked where
-    the split is the same in both engines: the routed experts over the MoE-TP group, and at dp = 1 the dense
-    MLP and shared experts over tp (SGLang under DP attention splits those over tp*dp, or not at all with
-    --moe-dense-tp-size 1)."""
-    if "fp8" not in (spec.weight_dtype, spec.expert_dtype):
-        return []
+    share of a split dimension must be a multiple of the block; SGLang's fp8.py the same)."""
     block = max(spec.weight_block_size)
-    splits = []
-    if spec.is_moe and spec.expert_dtype == "fp8":
-        splits.append(("routed experts' intermediate size", spec.moe_intermediate_size, layout.moe_tp))
-    if spec.weight_dtype == "fp8" and layout.dp == 1:
-        if spec.num_dense_layers:
-            splits.append(("dense MLP's intermediate size", spec.intermediate_size, layout.tp))
-        if spec.n_shared_experts:
-            splits.append(("shared experts' intermediate size", spec.moe_intermediate_size * spec.n_shared_experts,
-                           layout.tp))
-    return [f"the {what} ({size:,}) over {ways} GPUs is {size // ways:,} per GPU, not a multiple of the FP8 "
-            f"checkpoint's {block}-wide scale blocks: the engines refuse to load it"
-            for what, size, ways in splits if ways > 1 and (size % ways or (size // ways) % block)]
+    return [f"the intermediate size of the {what} ({size:,}) over {ways} GPUs is {size // ways:,} per GPU, not a "
+            f"multiple of the FP8 checkpoint's {block}-wide scale blocks: the engines refuse to load it"
+            for what, size, ways in _quantized_splits(spec, layout, "fp8") if size % ways or (size // ways) % block]
 
 
 def int4_group_fallbacks(spec: ModelSpec, layout: Layout) -> list[str]:
@@ -196,16 +197,7 @@ def int4_group_fallbacks(spec: ModelSpec, layout: Layout) -> list[str]:
     groups: the engines still load them, but leave their Marlin kernels for slower ones (vLLM auto_awq.py:
     "Falling back to unoptimized AWQ kernels" for linear layers, MoeWNA16 with halved groups for the experts,
     layers/quantization/moe_wna16.py; SGLang awq.py the same), which the step model does not price."""
-    if "int4" not in (spec.weight_dtype, spec.expert_dtype):
-        return []
-    group, splits = spec.int4_group_size, []
-    if spec.is_moe and spec.expert_dtype == "int4":
-        splits.append(("routed experts", spec.moe_intermediate_size, layout.moe_tp))
-    if spec.weight_dtype == "int4":
-        if spec.num_dense_layers:
-            splits.append(("dense MLP", spec.intermediate_size, layout.tp))
-        if spec.n_shared_experts:
-            splits.append(("shared experts", spec.moe_intermediate_size * spec.n_shared_experts, layout.tp))
+    group = spec.int4_group_size
     return [f"int4 {what}: {size // ways:,} input columns a GPU ({size:,} over {ways}), not a whole number of "
             f"{group}-value groups: the engines fall back from Marlin to slower kernels the plan does not price"
-            for what, size, ways in splits if ways > 1 and (size // ways) % group]
+            for what, size, ways in _quantized_splits(spec, layout, "int4") if (size // ways) % group]

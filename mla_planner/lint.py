@@ -20,16 +20,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .backends import backend, backend_problems, usable_backends
+from .backends import backend, backend_problems
 from .calibration import Calibration
 from .candidate_warnings import cross_node_tp_note
 from .engine_layouts import engine_layout_problem
 from .errors import PlanError
-from .knobs import Knobs
+from .knobs import KV_DTYPE_CHOICES, Knobs
 from .layout import Layout, layout_problems
 from .spec import ModelSpec
 from .step import decode_step
 from .topology import Topology
+from .tuning import Rejected, backend_and_block
 
 # flag -> the field it sets, per engine, with the aliases the engines define (tests/fixtures/engines/*.json, read
 # from vllm/engine/arg_utils.py and SGLang's arg_groups/fields): -tp, --tensor-parallel-size, ...
@@ -51,7 +52,7 @@ ALIASES = {"-ep": "--enable-expert-parallel"}
 BOOLEAN = {"--enforce-eager", "--disable-cuda-graph", "--disable-decode-cuda-graph", "--enable-expert-parallel",
            "--enable-dp-attention", "--trust-remote-code", "--enable-prefix-caching", "--headless",
            "--enable-dp-lm-head", "--enable-chunked-prefill", "--disable-radix-cache", "--enable-torch-compile"}
-KV = {"auto": "bf16", "bfloat16": "bf16", "bf16": "bf16", "fp8": "fp8", "fp8_e4m3": "fp8", "fp8_ds_mla": "fp8_ds_mla"}
+KV = KV_DTYPE_CHOICES | {"bfloat16": "bf16"}   # plus vLLM's spelling of bf16
 # --quantization values that convert an FP8 checkpoint on load (SGLang model_config.py accepts them over fp8)
 REQUANTIZE_OK = {"modelopt_fp4", "nvfp4_online"}
 SAME_METHOD = {"fp8": {"fp8"}, "int4": {"awq", "awq_marlin", "marlin", "moe_wna16"}}
@@ -150,22 +151,27 @@ def layout_of(cmd: Command, spec: ModelSpec) -> Layout:
         dp = _int(cmd, "dp")
         ep = tp * dp if "--enable-expert-parallel" in cmd.flags else 1
     else:
-        attention_dp = "--enable-dp-attention" in cmd.flags or "dp" in cmd.values
-        dp = _int(cmd, "dp", _int(cmd, "dp_size")) if attention_dp else 1
-        replicas = 1 if attention_dp else _int(cmd, "dp_size")
+        dp = _sglang_attention_dp(cmd)
+        replicas = 1 if dp > 1 or "dp" in cmd.values else _int(cmd, "dp_size")
         ep = tp if cmd.values.get("a2a") == "deepep" else _int(cmd, "ep")
-        tp = tp // dp if tp % dp == 0 else tp
+        tp //= dp                 # whole: _sglang_parallel refuses the command before a layout is built otherwise
     return Layout(tp=tp, pp=pp, dp=dp, ep=ep if spec.is_moe else 1, dcp=dcp, replicas=replicas)
+
+
+def _sglang_attention_dp(cmd: Command) -> int:
+    """SGLang's DP-attention ranks: --attn-dp-size, or the deprecated --enable-dp-attention with --dp-size."""
+    if "dp" in cmd.values:
+        return _int(cmd, "dp")
+    return _int(cmd, "dp_size") if "--enable-dp-attention" in cmd.flags else 1
 
 
 def _sglang_parallel(cmd: Command) -> list[Finding]:
     """What SGLang's own argument checks refuse before any layout is built."""
-    out, tp, dp = [], _int(cmd, "tp"), _int(cmd, "dp", _int(cmd, "dp_size"))
+    out, tp, dp = [], _int(cmd, "tp"), _sglang_attention_dp(cmd)
     if "dp" in cmd.values and _int(cmd, "dp_size") > 1:
         out.append(Finding("error", "--attn-dp-size", "SGLang takes --attn-dp-size or --dp-size (with the "
                                                       "deprecated --enable-dp-attention), not both"))
-    attention_dp = "--enable-dp-attention" in cmd.flags or "dp" in cmd.values
-    if attention_dp and tp % dp:
+    if tp % dp:
         out.append(Finding("error", "--tp-size", f"--tp-size {tp} is SGLang's whole group (tp*dp): it must be a "
                                                  f"multiple of the {dp} DP-attention ranks"))
     return out
@@ -251,21 +257,11 @@ def _kv_and_backend(cmd: Command, topo: Topology, layout: Layout) -> list[Findin
             out.append(Finding(level, "block size", f"{b.name} does not take block size {block} "
                                                     f"({b.legal_block_sizes()}): {fix}"))
         return out
-    usable = usable_backends(cmd.engine, topo.gpu, kv, layout.dcp)
-    if not usable:
-        return out + [Finding("error", "--kv-cache-dtype", f"no {cmd.engine} MLA backend runs a {raw} KV cache on "
-                                                           f"{topo.gpu.name} (sm{topo.gpu.sm})")]
-    if block:
-        taking = [b for b in usable if b.accepts_block(block)]
-        if not taking:
-            out.append(Finding("error", "block size", f"no usable backend takes block size {block} "
-                                                      f"({usable[0].name}: {usable[0].legal_block_sizes()})"))
-        elif taking[0] is not usable[0] and taking[0].name != usable[0].name:
-            out.append(Finding("warn", "block size", f"block size {block} is not one {usable[0].name} (the "
-                                                     f"engine's first choice here) takes, so it runs "
-                                                     f"{taking[0].name} instead; {usable[0].name} takes "
-                                                     f"{usable[0].legal_block_sizes()}"))
-    return out
+    try:      # the engine's own pick, as the plan makes it (tuning.backend_and_block)
+        why = backend_and_block(cmd.engine, topo.gpu, kv, layout.dcp, block)[2]
+    except Rejected as exc:
+        return out + [Finding("error", "block size" if block else "--kv-cache-dtype", str(exc))]
+    return out + ([Finding("warn", "block size", f"block size {why}")] if "runs instead" in why else [])
 
 
 def _eager(cmd: Command, spec: ModelSpec, topo: Topology, layout: Layout, calib: Calibration) -> Finding:

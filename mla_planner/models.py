@@ -13,6 +13,7 @@ from pathlib import Path
 from .errors import InputError, PlanError, did_you_mean
 from .resources import data_dir
 from .spec import ModelSpec
+from .weights import module_skipped
 from .yamlio import path_kind, read_mapping, user_path, validate
 
 MLA_ARCHITECTURES = {"DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM", "KimiK2ForCausalLM"}
@@ -161,7 +162,7 @@ def _whole_fused_layers(skip: list[str], where: str, layers: int, dense: int) ->
                        if halves[0] == "gate_proj" else {"": range(layers)})
         for prefix, idx in where_found.items():
             for i in idx:
-                hit = [any(s in f"model.layers.{i}.{prefix}{h}" for s in skip) for h in halves]
+                hit = [module_skipped(skip, prefix + h, (i,)) for h in halves]
                 if hit[0] != hit[1]:
                     raise InputError(where, f"modules_to_not_convert names {prefix}{halves[hit.index(True)]} but "
                                             f"not {prefix}{halves[hit.index(False)]}: vLLM loads them as one fused "

@@ -55,7 +55,9 @@ class Overrides:
     mtp: bool = False             # speculative decoding with the model's MTP layer (--mtp; tuning_mtp.mtp_hint)
 
 
-def _backend_and_block(engine: str, gpu, kv_dtype: str, dcp: int, pinned: int | None) -> tuple:
+def backend_and_block(engine: str, gpu, kv_dtype: str, dcp: int, pinned: int | None) -> tuple:
+    """(backend, block size, why): the engine's first usable MLA backend, or with a pinned block size the first
+    that takes it ("... runs instead" when that is not the first choice); Rejected when none can."""
     found = usable_backends(engine, gpu, kv_dtype, dcp)
     if not found:
         raise Rejected(no_backend_reason(engine, gpu, kv_dtype, dcp))
@@ -98,7 +100,7 @@ def _draft_knobs(spec: ModelSpec, topo: Topology, layout: Layout, engine: str, k
     if problem:
         raise Rejected(problem)
     if spec.attention == "mla":
-        backend, block, why_block = _backend_and_block(engine, gpu, kv_dtype, layout.dcp, pinned.block_size)
+        backend, block, why_block = backend_and_block(engine, gpu, kv_dtype, layout.dcp, pinned.block_size)
         backend_name = backend.name
         if pinned.mtp and engine == "sglang" and sglang_pp_spec_problem(layout):
             raise Rejected(sglang_pp_spec_problem(layout) + "; MTP is not planned there")

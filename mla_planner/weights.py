@@ -75,6 +75,12 @@ HF_MODULES = {"attn.wq_a": "self_attn.q_a_proj", "attn.wq_b": "self_attn.q_b_pro
               "routed_experts.w3": "mlp.experts", "routed_experts.w2": "mlp.experts"}
 
 
+def module_skipped(skip, module: str, layers) -> bool:
+    """Whether a `modules_to_not_convert` entry names `module` in any of `layers` (vLLM `is_layer_skipped`:
+    a substring of the module's full name, "model.layers.<i>.<module>")."""
+    return any(s in f"model.layers.{i}.{module}" for i in layers for s in skip)
+
+
 def _keep_unquantized(spec: ModelSpec, tensors: list[Tensor], layers: dict[str, range]) -> list[Tensor]:
     """int4 tensors whose module `modules_to_not_convert` names stay bf16 (vLLM `is_layer_skipped`,
     substring match on the module's full name). A name that picks out some layers only (e.g.
@@ -85,8 +91,7 @@ def _keep_unquantized(spec: ModelSpec, tensors: list[Tensor], layers: dict[str, 
     for t in tensors:
         module = HF_MODULES.get(t.name)
         if t.dtype == "int4" and module:
-            idx = layers.get(t.group, layers["attention"])
-            if any(skip in f"model.layers.{i}.{module}" for i in idx for skip in spec.unquantized_modules):
+            if module_skipped(spec.unquantized_modules, module, layers.get(t.group, layers["attention"])):
                 t = Tensor(t.name, t.group, t.shape, t.count, t.split, "bf16", t.where)
         out.append(t)
     return out

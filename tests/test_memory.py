@@ -142,7 +142,7 @@ def test_fp8_scale_blocks_cannot_straddle_gpus():
     from mla_planner.layout import fp8_block_problems
     v3, v2 = load_model("deepseek-v3").spec, load_model("deepseek-v2").spec
     wide = fp8_block_problems(v3, Layout(tp=1, dp=32))
-    assert len(wide) == 1 and "routed experts' intermediate size (2,048) over 32 GPUs is 64 per GPU" in wide[0]
+    assert len(wide) == 1 and "intermediate size of the routed experts (2,048) over 32 GPUs is 64 per GPU" in wide[0]
     assert len(fp8_block_problems(v3, Layout(tp=32))) == 3          # experts, dense MLP, shared experts
     assert not fp8_block_problems(v3, Layout(tp=16)) and not fp8_block_problems(v3, Layout(tp=1, dp=32, ep=32))
     assert not fp8_block_problems(v2, Layout(tp=1, dp=32))

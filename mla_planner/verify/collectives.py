@@ -21,7 +21,6 @@ from __future__ import annotations
 import os
 import sys
 import threading
-import time
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import timedelta
@@ -36,7 +35,7 @@ from ..step_comm import dp_rank_blocks
 from ..step_work import ACT_BYTES
 from .checks import COLLECTIVE_BAND, Check, Timing, errored, one_line, ratio_check, skipped
 from .env import DeviceInfo
-from .in_step import NOISE_FLOOR_S, exposed_all_reduce_s
+from .in_step import NOISE_FLOOR_S, exposed_all_reduce_s, mean_s
 from .target import Caps, Target
 
 WATCHDOG_GRACE_S = 30.0
@@ -137,22 +136,9 @@ def _op(kind: str, nbytes: int, group, members: list[int], me: int, device: torc
     return (lambda: dist.send(buf, peer)) if me == members[0] else (lambda: dist.recv(buf, peer))
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def _time(fn, group, device: torch.device, timing: Timing) -> float:
-    """Mean seconds per call over `repeats` back-to-back calls after warm-up (nccl-tests' method)."""
-    for _ in range(max(timing.warmup, 1)):
-        fn()
-    _sync(device)
-    dist.barrier(group=group)
-    start = time.perf_counter()
-    for _ in range(timing.repeats):
-        fn()
-    _sync(device)
-    return (time.perf_counter() - start) / timing.repeats
+    """Mean seconds per call, back to back after warm-up and a barrier (nccl-tests' method; in_step.mean_s)."""
+    return mean_s(fn, device, timing.warmup, timing.repeats, group)
 
 
 def _prediction(t: Target, p: Planned, members: list[int]):

@@ -33,10 +33,14 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def _mean_s(fn, device: torch.device, warmup: int, repeats: int) -> float:
+def mean_s(fn, device: torch.device, warmup: int, repeats: int, group=None) -> float:
+    """Mean seconds per call over `repeats` back-to-back calls after warm-up (and, with a process `group`, a
+    barrier so every rank starts together): nccl-tests' method."""
     for _ in range(max(warmup, 1)):
         fn()
     _sync(device)
+    if group is not None:
+        dist.barrier(group=group)
     start = time.perf_counter()
     for _ in range(repeats):
         fn()
@@ -57,7 +61,7 @@ def filler(target_s: float, device: torch.device):
     ratio from a first guess, clamped to FILLER_SIDES), and its edge."""
     side = 512
     for _ in range(2):
-        took_s = _mean_s(matmul(side, device), device, 2, 5)
+        took_s = mean_s(matmul(side, device), device, 2, 5)
         side = int(min(max(side * (max(target_s, FILLER_MIN_S) / max(took_s, 1e-9)) ** (1 / 3), FILLER_SIDES[0]),
                        FILLER_SIDES[1]))
     return matmul(side, device), side
@@ -79,8 +83,6 @@ def exposed_all_reduce_s(all_reduce, group, device: torch.device, target_s: floa
         work()
         all_reduce()
 
-    dist.barrier(group=group)
-    alone_s = _mean_s(work, device, warmup, repeats)
-    dist.barrier(group=group)
-    paired_s = _mean_s(step, device, warmup, repeats)
+    alone_s = mean_s(work, device, warmup, repeats, group)
+    paired_s = mean_s(step, device, warmup, repeats, group)
     return max(paired_s - alone_s, NOISE_FLOOR_S), alone_s, side   # noise can make it <= 0: keep rates finite
