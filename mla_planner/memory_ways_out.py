@@ -1,8 +1,9 @@
 """Ways out of a layout that does not fit: alternatives re-run through the memory model, cheapest first.
 
-Each candidate changes one thing (a knob, the layout on the same GPUs, or more nodes) and is judged by
-`memory.evaluate` on the same engine accounting; only candidates that fit are offered, each with the
-KV capacity it buys. Order = cost to the user: a flag, then a layout on the same GPUs, then hardware.
+Each candidate changes one thing (a knob, the layout on the same GPUs, the checkpoint, or more nodes) and is
+judged by `memory.evaluate` on the same engine accounting; only candidates that fit are offered, each with the
+KV capacity it buys. Order = cost to the user: a flag, then a layout on the same GPUs, then a 4-bit checkpoint
+(another download, with an accuracy and speed cost), then hardware.
 """
 
 from __future__ import annotations
@@ -17,21 +18,22 @@ from .pp_split import MIN_SPLIT_GAIN, balance, layer_split, partition_env_name
 from .spec import ModelSpec
 from .topology import InterNode, Topology
 
-Candidate = tuple[str, Topology, Layout, Knobs]
+Candidate = tuple[str, ModelSpec, Topology, Layout, Knobs]
 
 
 def ways_out(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs,
              engine_version: Optional[str] = None, limit: int = 4) -> list[str]:
     """Up to `limit` one-line alternatives that fit, cheapest first."""
-    found = []
-    for label, t, lay, kn in _candidates(spec, topo, layout, knobs, engine_version):
-        if found and label.startswith("more nodes"):   # hardware only when nothing cheaper does
-            break
-        report = evaluate(spec, t, lay, kn, engine_version)
-        safe = safe_memory_fraction(spec, t, lay, kn, engine_version)
+    found: list[str] = []
+    for label, sp, t, lay, kn in _candidates(spec, topo, layout, knobs, engine_version):
+        costly = label.startswith(("a 4-bit", "more nodes"))
+        if costly and any(not f.startswith(("a 4-bit", "more nodes")) for f in found):
+            break       # another checkpoint or more hardware only when no flag or layout on these GPUs does
+        report = evaluate(sp, t, lay, kn, engine_version)
+        safe = safe_memory_fraction(sp, t, lay, kn, engine_version)
         if not report.fits and 0 < safe != kn.memory_fraction and "safe fraction" not in label:
             # the alternative may need another fraction (e.g. pp=4 on twice the nodes leaves less to the engine)
-            report = evaluate(spec, t, lay, replace(kn, memory_fraction=safe), engine_version)
+            report = evaluate(sp, t, lay, replace(kn, memory_fraction=safe), engine_version)
             label += f" with {_flag(kn)} {safe:.3f}"
         if report.fits:
             found.append(f"{label}: fits, KV capacity {report.kv_capacity_tokens:,} tokens per engine instance / "
@@ -39,7 +41,7 @@ def ways_out(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs,
         if len(found) >= limit:
             break
     return found or ["none of: safe memory fraction, another KV dtype, shorter max-model-len, dcp, more pipeline "
-                     "stages, DP attention, or twice the nodes makes this fit"]
+                     "stages, DP attention, a 4-bit AWQ checkpoint, or twice the nodes makes this fit"]
 
 
 def balanced_split(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs,
@@ -73,19 +75,39 @@ def _candidates(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs,
     flag = _flag(knobs)
     safe = safe_memory_fraction(spec, topo, layout, knobs, engine_version)
     if 0 < safe != knobs.memory_fraction:
-        yield f"{flag} {safe:.3f} (the safe fraction)", topo, layout, replace(knobs, memory_fraction=safe)
+        yield f"{flag} {safe:.3f} (the safe fraction)", spec, topo, layout, replace(knobs, memory_fraction=safe)
     split = balanced_split(spec, topo, layout, knobs, engine_version)
     if split:
-        yield f"{partition_env_name(knobs.engine)}={','.join(map(str, split))} (layers balanced by memory)", topo, \
-            layout, replace(knobs, pp_layer_partition=split)
+        yield f"{partition_env_name(knobs.engine)}={','.join(map(str, split))} (layers balanced by memory)", spec, \
+            topo, layout, replace(knobs, pp_layer_partition=split)
     if knobs.kv_cache_dtype in ("bf16", "fp8_ds_mla") and spec.attention == "mla":
-        yield "fp8 KV cache (--kv-cache-dtype fp8)", topo, layout, replace(knobs, kv_cache_dtype="fp8")
+        yield "fp8 KV cache (--kv-cache-dtype fp8)", spec, topo, layout, replace(knobs, kv_cache_dtype="fp8")
     if knobs.kv_cache_dtype != "bf16":     # e.g. a KV format no backend here runs
-        yield "bf16 KV cache (--kv-cache-dtype auto)", topo, layout, replace(knobs, kv_cache_dtype="bf16")
+        yield "bf16 KV cache (--kv-cache-dtype auto)", spec, topo, layout, replace(knobs, kv_cache_dtype="bf16")
     fit_len = evaluate(spec, topo, layout, replace(knobs, max_model_len=1), engine_version).max_model_len_fit
     if 0 < fit_len < knobs.max_model_len:
-        yield f"--max-model-len {fit_len:,}", topo, layout, replace(knobs, max_model_len=fit_len)
+        yield f"--max-model-len {fit_len:,}", spec, topo, layout, replace(knobs, max_model_len=fit_len)
     yield from _layouts(spec, topo, layout, knobs)
+    awq = awq_spec(spec)
+    if awq is not None:
+        yield (f"a 4-bit AWQ checkpoint of {spec.name} (int4 weights, group {awq.int4_group_size}; speed and accuracy "
+               "not validated here: plan its config.json with -m)", awq, topo, layout, knobs)
+    if layout.total_gpus * 2 > topo.total_gpus:
+        bigger = _more_nodes(topo)
+        yield (f"more nodes: {bigger.nodes} x {bigger.gpus_per_node} {bigger.gpu.name} with pp={layout.pp * 2}",
+               spec, bigger, replace(layout, pp=layout.pp * 2), knobs)
+
+
+def awq_spec(spec: ModelSpec, group: int = 128) -> Optional[ModelSpec]:
+    """The model as an AutoAWQ export stores it (every decoder-layer linear int4 with a 16-bit scale and a 4-bit
+    zero per `group` values; embedding, lm_head, norms and router bf16: models._awq, weights.stored_bytes), or
+    None when it is already 4-bit. Group 128 is AutoAWQ's default (q_group_size) and what the community
+    DeepSeek-V3/R1 AWQ releases use; SGLang's DeepSeek page lists AWQ on 8 x H100/A100 as a known-good minimum
+    (reference/USER_PROBLEMS.md, facts A)."""
+    if "int4" in (spec.weight_dtype, spec.expert_dtype):
+        return None
+    return spec.model_copy(update={"name": f"{spec.name}-awq", "weight_dtype": "int4", "expert_weight_dtype": None,
+                                   "int4_group_size": group, "int4_zero_point": True, "unquantized_modules": ()})
 
 
 def _flag(knobs: Knobs) -> str:
@@ -93,20 +115,15 @@ def _flag(knobs: Knobs) -> str:
 
 
 def _layouts(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs) -> Iterator[Candidate]:
-    """Same GPUs re-arranged (dcp over the TP group, PP inside the cluster, DP attention), then twice
-    the nodes with twice the pipeline stages."""
+    """Same GPUs re-arranged: dcp over the TP group, PP inside the cluster, DP attention."""
     if layout.tp > 1 and layout.dcp == 1 and spec.attention == "mla":
-        yield f"decode context parallel -dcp {layout.tp}", topo, replace(layout, dcp=layout.tp), knobs
+        yield f"decode context parallel -dcp {layout.tp}", spec, topo, replace(layout, dcp=layout.tp), knobs
     if layout.total_gpus * 2 <= topo.total_gpus:
-        yield f"pipeline parallel pp={layout.pp * 2} ({layout.total_gpus * 2} GPUs)", topo, \
+        yield f"pipeline parallel pp={layout.pp * 2} ({layout.total_gpus * 2} GPUs)", spec, topo, \
             replace(layout, pp=layout.pp * 2), knobs
     if layout.dp == 1 and layout.tp > 1 and spec.is_moe:
         dp_layout = replace(layout, tp=1, dp=layout.tp, ep=layout.tp, dcp=1, kv_layout="replicated")
-        yield f"DP attention (tp=1, dp={layout.tp}, ep={layout.tp})", topo, dp_layout, knobs
-    if layout.total_gpus * 2 > topo.total_gpus:
-        bigger = _more_nodes(topo)
-        yield (f"more nodes: {bigger.nodes} x {bigger.gpus_per_node} {bigger.gpu.name} with pp={layout.pp * 2}",
-               bigger, replace(layout, pp=layout.pp * 2), knobs)
+        yield f"DP attention (tp=1, dp={layout.tp}, ep={layout.tp})", spec, topo, dp_layout, knobs
 
 
 def _more_nodes(topo: Topology) -> Topology:

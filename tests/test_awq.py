@@ -2,11 +2,16 @@
 planned. The config below is DeepSeek-V3's with an AutoAWQ quantization_config (bits 4, group 128, zeros)."""
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from mla_planner.engine_memory import engine_default_knobs
+from mla_planner.memory import evaluate, memory_report
+from mla_planner.memory_ways_out import awq_spec
 from mla_planner.memory_weights import mla_absorb_bytes
+from mla_planner.topology import load_topology
 from mla_planner.layout import Layout
 from mla_planner.models import spec_from_hf_config
 from mla_planner.sizing import weight_bytes_breakdown, weight_bytes_by_format
@@ -120,3 +125,32 @@ def test_a_split_that_breaks_the_groups_is_warned_not_refused(cli, tmp_path):
     assert plan["candidates"] and any("routed experts: 64 input columns" in w for w in warned)
     ok = json.loads(cli("plan", "-m", str(awq_config(tmp_path)), "-t", "8xh100", "-l", "tp=8", "--json").stdout)
     assert not any("fall back from Marlin" in w for c in ok["candidates"] for w in c["warnings"])
+
+
+def test_a_4bit_checkpoint_is_offered_as_a_way_out(tmp_path):
+    """USER_PROBLEMS 30: when the FP8 release does not fit, name the quantized alternative that does. The 4-bit
+    model ways_out prices is the one read from an AutoAWQ config.json (same bytes, tensor by tensor), it is offered
+    after any flag or layout on the same GPUs and before more hardware, and its KV capacity is what
+    `memory` gives the AWQ config."""
+    v3 = spec_from_hf_config(Path("tests/fixtures/hf/DeepSeek-V3/config.json"))
+    synthesized, read = awq_spec(v3), spec_from_hf_config(awq_config(tmp_path))
+    assert [stored_bytes(t, synthesized) for t in inventory(synthesized)] == \
+        [stored_bytes(t, read) for t in inventory(read)]
+    assert awq_spec(read) is None
+    topo = load_topology("8xh100")
+    knobs = engine_default_knobs("vllm", v3, topo, max_model_len=32768)
+    fixes = memory_report(v3, topo, Layout(tp=8), knobs).ways_out
+    assert [f.split(" ")[0:2] for f in fixes] == [["a", "4-bit"], ["more", "nodes:"]]
+    capacity = evaluate(read, topo, Layout(tp=8), knobs).kv_capacity_tokens
+    assert capacity > 0 and f"KV capacity {capacity:,} tokens" in fixes[0]
+
+
+def test_no_4bit_checkpoint_when_a_flag_does():
+    """Where a flag on the same GPUs fits the model (here the safe memory fraction, after a too-low one),
+    neither a new checkpoint nor more hardware is offered."""
+    v3 = spec_from_hf_config(Path("tests/fixtures/hf/DeepSeek-V3/config.json"))
+    topo = load_topology("2x8xh100-ib")
+    knobs = engine_default_knobs("vllm", v3, topo, max_model_len=32768)
+    report = memory_report(v3, topo, Layout(tp=8, pp=2), replace(knobs, memory_fraction=0.55))
+    assert not report.fits and report.ways_out[0].startswith("--gpu-memory-utilization")
+    assert not any(f.startswith(("a 4-bit", "more nodes")) for f in report.ways_out)
