@@ -1,6 +1,6 @@
 """What a tuned candidate should warn its user about: TP over nodes, eager mode, MTP under PP, a backend
-swap, an FP8 checkpoint on a GPU without FP8, no tuned MoE kernel config in the wheel, DeepEP over PCIe, idle
-GPUs, idle DP ranks, memory risks, TTFT and TPOT misses."""
+swap, an FP8 checkpoint on a GPU without FP8, no tuned MoE kernel config in the wheel, DeepEP over PCIe or over
+shared NICs, idle GPUs, idle DP ranks, memory risks, TTFT and TPOT misses."""
 
 from __future__ import annotations
 
@@ -43,6 +43,7 @@ def warnings_for(spec: ModelSpec, topo: Topology, layout: Layout, tuned: Tuned, 
     if uses_deepep(layout) and topo.intra_node.kind == "pcie":
         out.append("DeepEP's low-latency kernels go over the RDMA NICs here (no NVLink; NVSHMEM with IBGDA): run "
                    "DeepEP's test_low_latency.py on the nodes before serving (the emitted README: how to fall back)")
+    out += [w for w in [shared_nic_deepep_note(layout, topo)] if w]
     idle = topo.total_gpus - layout.total_gpus
     if idle:
         more = idle // layout.instance_gpus
@@ -68,6 +69,22 @@ def cross_node_tp_note(layout: Layout, topo: Topology) -> str:
             "the inter-node fabric, priced at nccl-tests' speed; the one published in-engine TP16 run across two "
             "nodes was 2.2x slower per token than that prices (README, Validation): time it on your nodes with "
             "`mla-plan verify` under torchrun (collective.all_reduce.in_step)")
+
+
+def shared_nic_deepep_note(layout: Layout, topo: Topology) -> str:
+    """DeepEP across nodes whose GPUs share RDMA NICs ('' otherwise). The step model prices each GPU's share of
+    the NICs; what it cannot see is NVSHMEM's NIC choice: with NVSHMEM_ENABLE_NIC_PE_MAPPING all ranks of a node
+    picked the first NIC under DeepEP's high-throughput kernels (deepseek-ai/DeepEP#336, 2 x 8 H800 with 4 CX7
+    each), and DeepEP's maintainers said a 4-NIC node "requires some additional configurations" (DeepEP#60)."""
+    inter = topo.inter_node
+    if not uses_deepep(layout) or layout.stage_gpus <= topo.gpus_per_node or inter is None \
+            or inter.nics_per_node >= topo.gpus_per_node:
+        return ""
+    per_gpu = inter.nics_per_node * inter.nic_gbit_per_s / topo.gpus_per_node
+    nics = f"{inter.nics_per_node} RDMA NIC" + ("s" if inter.nics_per_node > 1 else "")
+    return (f"DeepEP across nodes with {topo.gpus_per_node} GPUs sharing {nics} per node ({per_gpu:g} Gb/s per GPU, "
+            "as priced): NVSHMEM may put every rank on one NIC (deepseek-ai/DeepEP#336); run DeepEP's "
+            "tests/test_internode.py and test_low_latency.py across the nodes and check their RDMA GB/s before serving")
 
 
 def ttft_headroom_note(ttft_s: float, meets_targets: bool, workload: Workload) -> str:

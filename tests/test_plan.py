@@ -229,6 +229,21 @@ def test_warnings_for_risky_choices():
     assert any(r["engine"] == "sglang" and "no FP8 Marlin MoE" in r["reason"] for r in result.rejected)
 
 
+def test_deepep_over_shared_nics_is_warned_about():
+    """DP attention + EP over two nodes runs DeepEP; where 8 GPUs share one NIC the plan says so (NVSHMEM's NIC
+    choice, DeepEP#336). Not on a NIC per GPU, and not for DeepEP inside one node."""
+    from mla_planner.candidate_warnings import shared_nic_deepep_note
+    spec, topo, calib = setup("deepseek-v3", "2x8xh100-ib-1nic")
+    result = search(spec, topo, Workload(tpot_ms=200), calib, engines=("vllm",), kv_dtype="fp8",
+                    layouts=[parse_layout("tp=1,dp=16,ep=16")])
+    assert result.options and all(any("sharing 1 RDMA NIC per node (50 Gb/s per GPU" in w for w in o.warnings)
+                                  for o in result.options)
+    rail = load_topology("2x8xh100-ib")
+    assert shared_nic_deepep_note(Layout(tp=1, dp=16, ep=16), rail) == ""
+    assert shared_nic_deepep_note(Layout(tp=1, dp=8, ep=8, replicas=2), topo) == ""   # EP inside a node
+    assert shared_nic_deepep_note(Layout(tp=16), topo) == ""                           # no DeepEP
+
+
 def test_a_tight_ttft_target_is_warned_about():
     """The model's TTFT counts the prefill forward only (published SGLang runs measure 120-320 ms more): a met
     target with less headroom than that is warned about; the 3 s default is not."""
