@@ -2,7 +2,8 @@
 
   concurrency         requests in flight the deployment sustains: per DP rank the largest batch B with
                       B x (tokens a request holds on average) <= the KV pool (memory.py, the engine's own
-                      accounting), B <= max_num_seqs, and mean time per output token <= the TPOT target;
+                      accounting), B <= max_num_seqs, and mean time per output token <= the TPOT target
+                      (with one output token, time in the system <= the TTFT target: one_token_latency_s);
                       x dp x replicas. A request holds input + output/2 tokens on average over its decode
                       (Workload.mean_decode_context), rounded up to whole KV blocks. Under an arrival
                       rate it is what runs at the steady state (operating_batch, Little's law with the
@@ -105,6 +106,15 @@ def mean_tpot_s(spec, topo, layout, knobs, workload, calib, batch: int) -> tuple
     p = prefill(spec, topo, layout, knobs, prefill_tokens(workload, knobs), calib, batch, ctx)
     rounds = _chunk_rounds(spec, layout, batch, workload, d, p, True)
     return (d.round_s + rounds * p.stall_s / p.chunks) / d.tokens_per_step, d, p
+
+
+def one_token_latency_s(spec, topo, layout, knobs, workload, calib, batch: int) -> float:
+    """A one-token request's time in the system at `batch` running per DP rank: its first token is its last, so
+    it waits for the round that prefills it and the other requests' prompts (serving_round_s with a request
+    prefilled every round, Little's law: `batch` in flight at batch / this seconds per request), and never less
+    than its own prefill (the TTFT of prefill.prefill)."""
+    tpot, d, p = mean_tpot_s(spec, topo, layout, knobs, workload, calib, batch)
+    return max(p.ttft_s, serving_round_s(spec, layout, batch, workload, d, p)[0] * workload.output_len)
 
 
 def serving_round_s(spec: ModelSpec, layout: Layout, batch: int, workload: Workload, d: DecodeStep,
@@ -218,15 +228,19 @@ def evaluate(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, work
     cap, limit = batch_limit(layout, knobs, mem, workload, topo.gpu)
     top = min(cap, over_target) if over_target else cap
     if not workload.tpot_applies:
-        batch = cap
-        notes.append("one output token per request: no time between tokens to hold to the TPOT target")
+        batch = largest_under(lambda b: one_token_latency_s(spec, topo, layout, knobs, workload, calib, b),
+                              workload.ttft_ms / 1e3, top, batch_hint) if cap else 0
+        notes.append("one output token per request: no TPOT; a request's first token is its last, so its TTFT is "
+                     "its whole time in the system, held to the TTFT target")
+        if cap and not batch:
+            notes.append(f"even one request per DP rank misses the TTFT target of {workload.ttft_ms:g} ms")
     else:
         batch = _largest_batch(spec, topo, layout, knobs, workload, calib, top, batch_hint) if cap else 0
     if cap and batch < cap:
-        limit = "tpot"
+        limit = "tpot" if workload.tpot_applies else "ttft"
     alone = decode_step(spec, topo, layout, knobs, 1, workload.mean_decode_context, calib,
                         mtp_acceptance=workload.mtp_acceptance).tpot_s
-    if cap and not batch:
+    if cap and not batch and workload.tpot_applies:
         notes.append(f"even one request per DP rank misses the TPOT target of {workload.tpot_ms:g} ms"
                      + _why_one_misses(spec, layout, workload, alone))
     if not cap:
@@ -238,15 +252,16 @@ def evaluate(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, work
     util, in_use = _memory_shares(spec, layout, knobs, mem, batch, ctx)
     conc = in_flight(batch, layout, workload)
     tput = conc / per_token_s if batch else 0.0
-    ttft_s = p.ttft_s
+    ttft_s = first_s = p.ttft_s if workload.tpot_applies else max(p.ttft_s, per_token_s)
     longest = workload.input_len_max or workload.input_len
     if batch and longest > workload.input_len:   # the TTFT target holds for the longest (p99) prompt too
-        ttft_s = prefill(spec, topo, layout, knobs, prefill_tokens(workload, knobs, longest), calib, max(batch, 1),
-                         ctx).ttft_s
+        ttft_s = max(first_s if not workload.tpot_applies else 0.0,
+                     prefill(spec, topo, layout, knobs, prefill_tokens(workload, knobs, longest), calib,
+                             max(batch, 1), ctx).ttft_s)
         notes.append(f"a p99 prompt ({longest:,} tokens) gets its first token after {ttft_s * 1e3:,.0f} ms")
     meets = bool(batch) and mem.fits and ttft_s <= workload.ttft_ms / 1e3
     if batch and ttft_s > workload.ttft_ms / 1e3:
-        which = "TTFT" if ttft_s == p.ttft_s else f"the p99 prompt's TTFT ({longest:,} tokens)"
+        which = "TTFT" if ttft_s == first_s else f"the p99 prompt's TTFT ({longest:,} tokens)"
         notes.append(f"{which} {ttft_s * 1e3:,.0f} ms misses the {workload.ttft_ms:g} ms target")
     held, overload, op = batch * layout.dp * layout.replicas, 0.0, batch
     if batch and workload.request_rate_per_s:
@@ -276,5 +291,5 @@ def evaluate(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, work
         notes.append(f"max-model-len {knobs.max_model_len} is below the workload's {workload.max_context_len} tokens")
     return Metrics(layout, conc, op, limit, tput, tput / layout.total_gpus, d.step_s, tpot,
                    1.0 / tpot if batch else 0.0, network_wait_share(d, p, rounds, per_token_s),
-                   d.network_share, util, in_use, p.ttft_s, alone, d, p, mem,
+                   d.network_share, util, in_use, first_s, alone, d, p, mem,
                    meets, notes, overload, batch, ttft_s)

@@ -14,7 +14,7 @@ from mla_planner.errors import PlanError
 from mla_planner.knobs import Workload
 from mla_planner.layout import Layout, parse_layout
 from mla_planner.batch_search import largest_under
-from mla_planner.metrics import chunk_rounds_per_round, coupled_ranks, evaluate, tokens_per_request
+from mla_planner.metrics import batch_limit, chunk_rounds_per_round, coupled_ranks, evaluate, tokens_per_request
 from mla_planner.models import load_model
 from mla_planner.step import decode_step, mean_network_s, step_breakdown_s
 from mla_planner.topology import Topology, load_topology
@@ -306,3 +306,23 @@ def test_only_ranks_with_requests_are_coupled():
     assert coupled_ranks(spec, lay) == 16
     assert coupled_ranks(spec, lay, 10, Workload(concurrency=20)) == 2
     assert coupled_ranks(load_model("deepseek-v2").spec, parse_layout("tp=16")) == 1
+
+
+def test_one_output_token_is_held_to_the_ttft_target_by_littles_law():
+    """With one output token a request's first token is its last: its TTFT is its whole time in the system. The
+    batch is the largest whose time in the system meets the TTFT target (it once filled the KV pool: 423
+    requests at 42 requests/s, ~10 s each, reported as a 72 ms TTFT). Little's law ties the figures: requests in
+    flight / requests per second = the TTFT reported."""
+    w = Workload(input_len=2048, output_len=1, ttft_ms=3000)
+    spec, topo = load_model("deepseek-v3").spec, load_topology("2x8xh100-ib")
+    knobs = engine_default_knobs("vllm", spec, topo, max_model_len=w.max_context_len)
+    m = evaluate(spec, topo, parse_layout("tp=8,pp=2"), knobs, w, load_calibration(None, topo))
+    assert m.concurrency_limit == "ttft" and m.meets_targets
+    cap, _ = batch_limit(m.layout, knobs, m.memory, w, topo.gpu)
+    assert 1 < m.concurrency < cap
+    requests_per_s = m.throughput_tokens_per_s / w.output_len
+    assert m.concurrency / requests_per_s == pytest.approx(m.ttft_s, rel=1e-6)
+    assert m.ttft_s <= 3.0
+    looser = evaluate(spec, topo, m.layout, knobs, Workload(input_len=2048, output_len=1, ttft_ms=6000),
+                      load_calibration(None, topo))
+    assert looser.concurrency > m.concurrency and looser.ttft_s > 3.0
