@@ -46,7 +46,7 @@ def emit_cmd(plan: Annotated[Path, typer.Option("--plan", "-p", help="Plan file 
 
       mla-plan emit --plan plan.json --out launch/
 
-      mla-plan emit --plan plan.json --candidate 3 --mode ray --out launch-ray/
+      mla-plan emit --plan plan.json --engine vllm --mode ray --out launch-ray/
 
       mla-plan emit --plan plan.json --engine sglang --out launch-sglang/
     """

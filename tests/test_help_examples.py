@@ -28,3 +28,17 @@ def test_the_examples_are_found():
 def test_help_example_runs(cli, args):
     r = cli(*args)
     assert r.exit_code == 0, r.output
+
+
+def test_emit_help_examples_run_on_the_plan_help_makes(cli, tmp_path, monkeypatch):
+    """emit's examples read the plan that `plan --help` says to write (`mla-plan plan --json > plan.json`): each
+    runs on that plan (one once asked for candidate 3 in vLLM's Ray form, and candidate 3 was SGLang's)."""
+    from mla_planner import cli_emit
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "plan.json").write_text(cli("plan", "--json").stdout)
+    doc = cli_emit.emit_cmd.__doc__.split("Examples:")[-1]
+    examples = [shlex.split(line.strip())[1:] for line in doc.splitlines() if line.strip().startswith("mla-plan ")]
+    assert len(examples) >= 3
+    for args in examples:
+        r = cli(*args)
+        assert r.exit_code == 0, (args, r.output)
