@@ -90,15 +90,19 @@ class InterNode(BaseModel):
     @model_validator(mode="after")
     def _hcas_match_nics(self):
         """NCCL_IB_HCA restricts NCCL to the devices it names: exact names (mlx5_0, =mlx5_0, mlx5_0:1) fewer
-        than nics_per_node would leave NICs the model prices unused. A prefix (mlx5) or an exclusion (^...)
-        names no count, and is left alone."""
+        than nics_per_node would leave NICs the model prices unused, and more would have NCCL spread over NICs
+        the model does not price (a storage or front-end NIC, or a nics_per_node set too low). Ports of one
+        device (mlx5_0:1,mlx5_0:2) count once. A prefix (mlx5) or an exclusion (^...) names no count, and is
+        left alone."""
         if not self.ib_hca or self.ib_hca.startswith("^"):
             return self
         names = [n.strip() for n in self.ib_hca.lstrip("=").split(",") if n.strip()]
         exact = self.ib_hca.startswith("=") or all(re.fullmatch(r"[\w.-]*_\d+(:\d+)?", n) for n in names)
-        if exact and self.fabric != "ethernet" and len(names) < self.nics_per_node:
-            raise ValueError(f"ib_hca names {len(names)} HCA(s) ({self.ib_hca}) but nics_per_node is "
-                             f"{self.nics_per_node}: NCCL would use only those; make them agree")
+        devices = len({n.split(":")[0] for n in names})
+        if exact and self.fabric != "ethernet" and devices != self.nics_per_node:
+            raise ValueError(f"ib_hca names {devices} HCA(s) ({self.ib_hca}) but nics_per_node is "
+                             f"{self.nics_per_node}: NCCL would use " + ("only those" if devices < self.nics_per_node
+                                                                         else "all of them") + "; make them agree")
         return self
 
 

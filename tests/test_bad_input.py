@@ -110,7 +110,11 @@ def test_topology_errors(cli, tmp_path):
     two = {**GOOD_TOPO, "inter_node": {**GOOD_TOPO["inter_node"], "ib_hca": "mlx5_0,mlx5_1"}}
     one_line_error(cli("show", "--topology", write(tmp_path, "t.yaml", two)), "inter_node",
                    "ib_hca names 2 HCA(s)", "nics_per_node is 8")
-    for fine in ("mlx5", "^mlx5_8", ",".join(f"mlx5_{i}" for i in range(8))):   # a prefix, an exclusion, all 8
+    nine = {**GOOD_TOPO, "inter_node": {**GOOD_TOPO["inter_node"], "ib_hca": ",".join(f"mlx5_{i}" for i in range(9))}}
+    one_line_error(cli("show", "--topology", write(tmp_path, "t.yaml", nine)), "inter_node",
+                   "ib_hca names 9 HCA(s)", "nics_per_node is 8", "use all of them")
+    ports = ",".join(f"mlx5_{i}:{p}" for i in range(8) for p in (1, 2))           # two ports of each of the 8
+    for fine in ("mlx5", "^mlx5_8", ",".join(f"mlx5_{i}" for i in range(8)), ports):   # prefix, exclusion, all 8
         ok = {**GOOD_TOPO, "inter_node": {**GOOD_TOPO["inter_node"], "ib_hca": fine}}
         assert cli("show", "--topology", write(tmp_path, "t.yaml", ok)).exit_code == 0
 
