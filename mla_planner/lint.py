@@ -18,7 +18,10 @@ Flags this module does not know are left alone: the engines' own parsers judge t
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
+
+from pydantic import ValidationError
 
 from .backends import backend, backend_problems
 from .calibration import Calibration
@@ -29,7 +32,7 @@ from .knobs import KV_DTYPE_CHOICES, Knobs
 from .layout import Layout, layout_problems
 from .spec import ModelSpec
 from .step import decode_step
-from .topology import Topology
+from .topology import InterNode, Topology
 from .tuning import Rejected, backend_and_block
 
 # flag -> the field it sets, per engine, with the aliases the engines define (tests/fixtures/engines/*.json, read
@@ -71,6 +74,7 @@ class Command:
     model: str | None
     values: dict = field(default_factory=dict)     # FIELDS' names -> the flag's value (str); the last one wins
     flags: set = field(default_factory=set)         # every --flag given (a later --no-X removes X)
+    env: dict = field(default_factory=dict)         # VAR=value words before the program
 
 
 def _engine(words: list[str]) -> tuple[str | None, int]:
@@ -95,11 +99,15 @@ def _looks_like_option(word: str) -> bool:
 def parse_command(words: list[str]) -> Command:
     """`vllm serve MODEL ...`, `python -m vllm.entrypoints.openai.api_server --model M ...`,
     `python -m sglang.launch_server --model-path M ...` or `sglang serve ...`."""
+    env = {}
+    while words and (words[0] == "env" or re.fullmatch(r"[A-Za-z_]\w*=.*", words[0])):   # `env A=1 vllm ...`
+        env.update([words[0].split("=", 1)] if "=" in words[0] else [])
+        words = words[1:]
     engine, start = _engine(words)
     if engine is None:
         raise PlanError("lint: expected a vLLM or SGLang launch command after --, like "
                         "`vllm serve deepseek-ai/DeepSeek-V3 --tensor-parallel-size 8 ...`")
-    cmd, rest, positional, i = Command(engine, None), words[start:], [], 0
+    cmd, rest, positional, i = Command(engine, None, env=env), words[start:], [], 0
     while i < len(rest):
         word = rest[i]
         if not _looks_like_option(word):
@@ -198,7 +206,22 @@ def lint(cmd: Command, spec: ModelSpec, topo: Topology, calib: Calibration) -> l
         out.append(_eager(cmd, spec, topo, layout, calib))
     if not problems and (note := cross_node_tp_note(layout, topo)):
         out.append(Finding("warn", "layout", note))
-    return out
+    return out + _ib_hca(cmd, topo, layout)
+
+
+def _ib_hca(cmd: Command, topo: Topology, layout: Layout) -> list[Finding]:
+    """NCCL_IB_HCA against the topology's NICs, by the topology file's own rule (InterNode._hcas_match_nics),
+    for an instance that spans nodes."""
+    hca = cmd.env.get("NCCL_IB_HCA")
+    if not hca or topo.inter_node is None or layout.instance_gpus <= topo.gpus_per_node:
+        return []
+    try:
+        InterNode.model_validate({**topo.inter_node.model_dump(), "ib_hca": hca})
+    except ValidationError as exc:
+        msg = exc.errors()[0]["msg"].removeprefix("Value error, ib_hca ")
+        return [Finding("warn", "NCCL_IB_HCA", msg.replace("make them agree", f"{topo.name} is priced with "
+                                                                 f"{topo.inter_node.nics_per_node} per node"))]
+    return []
 
 
 def _eager_flag(cmd: Command) -> str:

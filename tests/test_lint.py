@@ -124,3 +124,20 @@ def test_engine_from_the_program_not_from_paths(cli):
 def test_tp_across_nodes_is_warned_as_plan_warns(cli):
     code, out = lint(cli, "vllm", "serve", "deepseek-ai/DeepSeek-V3", "-tp", "16", topology="2x8xh100-ib")
     assert code == 0 and out["findings"][0]["level"] == "warn" and "spans 2 nodes" in out["findings"][0]["text"]
+
+
+def test_environment_before_the_program_is_read(cli):
+    """Hand-written launch lines often start with `VAR=value` words or `env` (QA found them refused as "not a
+    launch command"). NCCL_IB_HCA is held to the topology's NICs for an instance that spans nodes, by the
+    topology file's own rule; inside one node it does not matter."""
+    assert parse_command(["env", "A=1", "B=x=y", "vllm", "serve", "m"]).env == {"A": "1", "B": "x=y"}
+    code, out = lint(cli, "NCCL_IB_HCA=mlx5_0,mlx5_1", "vllm", "serve", "deepseek-ai/DeepSeek-V3", "-tp", "8", "-pp",
+                     "2", topology="2x8xh100-ib-1nic")
+    assert code == 0 and [f["flag"] for f in out["findings"]] == ["NCCL_IB_HCA"]
+    assert "names 2 HCA(s)" in out["findings"][0]["text"] and "priced with 1 per node" in out["findings"][0]["text"]
+    code, out = lint(cli, "env", "NCCL_IB_HCA=mlx5_0", "vllm", "serve", "deepseek-ai/DeepSeek-V3", "-tp", "8", "-pp",
+                     "2", topology="2x8xh100-ib-1nic")
+    assert code == 0 and out["findings"] == []
+    code, out = lint(cli, "NCCL_IB_HCA=mlx5_3", "vllm", "serve", "deepseek-ai/DeepSeek-V3", "-tp", "8",
+                     topology="2x8xh200-ib")
+    assert code == 0 and out["findings"] == []           # one node: no NIC carries its collectives
