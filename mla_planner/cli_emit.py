@@ -61,10 +61,14 @@ def emit_cmd(plan: Annotated[Path, typer.Option("--plan", "-p", help="Plan file 
         raise PlanError(f"--out {exc}, or pass --force to replace an earlier emit's files") from None
     cand = loaded.candidates[candidate - 1]
     misses = [w for w in cand.warnings if "misses" in w] if not cand.performance.get("meets_targets", True) else []
+    warn = Console(stderr=True, highlight=False)
     if misses:   # written as asked, but said where a person or a script sees it
-        Console(stderr=True, highlight=False).print(
-            f"[yellow]warning:[/yellow] candidate {candidate} does not meet the plan's targets: "
-            + escape("; ".join(misses)), soft_wrap=True)
+        warn.print(f"[yellow]warning:[/yellow] candidate {candidate} does not meet the plan's targets: "
+                   + escape("; ".join(misses)), soft_wrap=True)
+    if (bare := weightless_folder(model_path if model_path is not None else loaded.model_path)):
+        warn.print(f"[yellow]warning:[/yellow] the scripts serve {escape(bare)}, which holds a config.json but no "
+                   "weight files here (*.safetensors, *.bin): pass --model-path with the HF id or the nodes' "
+                   "weights folder, unless the nodes have them at that path", soft_wrap=True)
     if as_json:
         print_json({**emitted_json(done, Path(out)), "meets_targets": not misses})
         return
@@ -74,6 +78,15 @@ def emit_cmd(plan: Annotated[Path, typer.Option("--plan", "-p", help="Plan file 
         con.print(f"  {p.name}", markup=False)
     con.print(f"next: read {Path(out) / 'README.md'} (what to run where, in which order, and the health checks)",
               markup=False)
+
+
+def weightless_folder(model_path: str) -> str:
+    """`model_path` when it is a folder on this machine without weight files (a config.json fetched alone to
+    plan with), else ''. A path that is not here may be the nodes' own, and an HF id is fetched by the engine."""
+    folder = Path(model_path) if model_path else None
+    if folder is None or not folder.is_dir():
+        return ""
+    return "" if any(folder.glob("*.safetensors")) or any(folder.glob("*.bin")) else model_path
 
 
 def emitted_json(done: Emitted, out: Path) -> dict:

@@ -516,3 +516,24 @@ def test_a_node_running_several_replicas_fails_when_one_of_them_fails(tmp_path):
         done = subprocess.run(["bash", str(node)], env={"PATH": f"{bin_dir}:/usr/bin:/bin"}, capture_output=True,
                               text=True, timeout=30)
         assert (done.returncode == 0) == ok, done.stderr
+
+
+def test_a_folder_without_weights_is_warned_about(cli, tmp_path):
+    """Planning from a config.json fetched alone serves its folder, which holds no weights: emit says so on
+    stderr (QA) and still writes; not once the folder has weight files, nor with --model-path."""
+    import json as _json
+    import shutil
+    folder = tmp_path / "DeepSeek-V3"
+    shutil.copytree("tests/fixtures/hf/DeepSeek-V3", folder)
+    plan = cli("plan", "-m", str(folder), "-t", "2x8xh200-ib", "--json")
+    assert plan.exit_code == 0
+    (tmp_path / "p.json").write_text(plan.stdout)
+    assert _json.loads(plan.stdout)["model"]["model_path"] == str(folder.resolve())
+    bare = cli("emit", "--plan", str(tmp_path / "p.json"), "--out", str(tmp_path / "a"))
+    assert bare.exit_code == 0 and "no weight files here" in bare.stderr and "--model-path" in bare.stderr
+    named = cli("emit", "--plan", str(tmp_path / "p.json"), "--out", str(tmp_path / "b"), "--model-path",
+                "deepseek-ai/DeepSeek-V3")
+    assert named.exit_code == 0 and "no weight files" not in named.stderr
+    (folder / "model-00001-of-00163.safetensors").write_bytes(b"")
+    full = cli("emit", "--plan", str(tmp_path / "p.json"), "--out", str(tmp_path / "c"))
+    assert full.exit_code == 0 and "no weight files" not in full.stderr
