@@ -164,11 +164,28 @@ def fp8_checkpoint(engine: str, spec: ModelSpec, gpu: GPU) -> Optional[tuple[boo
                   "stay FP8 in memory, GEMMs run at the BF16 rate")
 
 
+def int8_checkpoint_problem(engine: str, spec: ModelSpec, gpu: GPU) -> str:
+    """Why `engine` cannot load an INT8 W8A8 checkpoint here ('' when it can, or the weights are not INT8).
+    meituan's DeepSeek-R1 INT8 releases are SGLang's: its quantization methods w8a8_int8 (per-channel scales,
+    min capability 75) and blockwise_int8 (min capability 80; layers/quantization/w8a8_int8.py,
+    blockwise_int8.py). vLLM 0.33.0 has neither (layers/quantization/__init__.py `QuantizationMethods`; its
+    block-INT8 PR vllm-project/vllm#13942 was closed unmerged, and the channel release fails to load,
+    vllm-project/vllm#16827)."""
+    if "int8" not in (spec.weight_dtype, spec.expert_dtype):
+        return ""
+    if engine == "vllm":
+        return ("vLLM 0.33 has no loader for these INT8 W8A8 checkpoints (no w8a8_int8 / blockwise_int8 method; "
+                "vllm-project/vllm#16827): serve them with SGLang")
+    need = 80 if spec.int8_block else 75
+    return (f"SGLang's {'blockwise_int8' if spec.int8_block else 'w8a8_int8'} needs compute capability "
+            f"{need // 10}.{need % 10}, and {gpu.name} is sm{gpu.sm}") if gpu.sm < need else ""
+
+
 def startup_problems(engine: str, spec: ModelSpec, gpu: GPU, knobs, dcp: int = 1) -> tuple[list[str], list[str]]:
     """(why the engine would refuse to start this model and KV cache on this GPU, notes on how it runs it):
     no MLA backend for the KV dtype (`no_backend_reason`; an attention backend the user pinned is checked
     by the block-size rule instead), fp8_ds_mla on a non-MLA model, an FP8 checkpoint it has no kernel
-    for (`fp8_checkpoint`)."""
+    for (`fp8_checkpoint`), an INT8 one it cannot load (`int8_checkpoint_problem`)."""
     refusals, notes = [], []
     if spec.attention == "mla" and not knobs.attention_backend:
         missing = no_backend_reason(engine, gpu, knobs.kv_cache_dtype, dcp)
@@ -179,4 +196,5 @@ def startup_problems(engine: str, spec: ModelSpec, gpu: GPU, knobs, dcp: int = 1
     fp8 = fp8_checkpoint(engine, spec, gpu)
     if fp8:
         (notes if fp8[0] else refusals).append(fp8[1])
+    refusals += [p for p in [int8_checkpoint_problem(engine, spec, gpu)] if p]
     return refusals, notes

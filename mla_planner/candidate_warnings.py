@@ -39,7 +39,7 @@ def warnings_for(spec: ModelSpec, topo: Topology, layout: Layout, tuned: Tuned, 
     out += [fp8[1]] if fp8 else []
     kernel = moe_kernel_config(spec, topo.gpu, layout, tuned.knobs.engine)
     if kernel and not kernel.shipped:
-        out.append(kernel.advice(model_path or spec.hf_id or spec.name, layout, spec.expert_dtype == "fp8"))
+        out.append(kernel.advice(model_path or spec.hf_id or spec.name, layout))
     if uses_deepep(layout) and topo.intra_node.kind == "pcie":
         out.append("DeepEP's low-latency kernels go over the RDMA NICs here (no NVLink; NVSHMEM with IBGDA): run "
                    "DeepEP's test_low_latency.py on the nodes before serving (the emitted README: how to fall back)")

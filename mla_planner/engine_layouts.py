@@ -37,7 +37,7 @@ def sglang_fp8_dense_problem(spec: ModelSpec, layout: Layout, engine: str, dense
     """SGLang under DP attention splits the dense MLP and shared experts over tp*dp (unless per rank or, for
     shared experts, replicated under DeepEP): with block-scaled FP8 weights each GPU's share must be a whole
     number of scale blocks (layers/quantization/fp8.py `validate_block_quant_shapes`)."""
-    if engine != "sglang" or layout.dp == 1 or spec.weight_dtype != "fp8":
+    if engine != "sglang" or layout.dp == 1 or not spec.block_scaled(spec.weight_dtype):
         return ""
     block = max(spec.weight_block_size)
     for group, size in (("dense_ffn", spec.intermediate_size if spec.num_dense_layers else 0),
@@ -48,7 +48,7 @@ def sglang_fp8_dense_problem(spec: ModelSpec, layout: Layout, engine: str, dense
         if size and ways > 1 and (size % ways or (size // ways) % block):
             what = "dense MLP" if group == "dense_ffn" else "shared experts"
             return (f"SGLang splits the {what} ({size:,} wide) over the stage's {ways} GPUs under DP attention: "
-                    f"{size // ways:,} per GPU, not a multiple of the FP8 checkpoint's {block}-wide scale blocks, "
-                    "so it refuses to load it"
+                    f"{size // ways:,} per GPU, not a multiple of the {spec.weight_dtype.upper()} checkpoint's "
+                    f"{block}-wide scale blocks, so it refuses to load it"
                     + ("; --moe-dense-tp-size 1 (dense per rank) avoids that" if group == "dense_ffn" else ""))
     return ""

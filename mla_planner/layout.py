@@ -183,13 +183,15 @@ def _quantized_splits(spec: ModelSpec, layout: Layout, dtype: str) -> list[tuple
 
 
 def fp8_block_problems(spec: ModelSpec, layout: Layout) -> list[str]:
-    """Block-scaled FP8 weights split so a 128 x 128 scale block would straddle two GPUs: both engines refuse
-    to load (vLLM layers/quantization/utils/fp8_utils.py `validate_fp8_block_shape` and `_moe`: each GPU's
-    share of a split dimension must be a multiple of the block; SGLang's fp8.py the same)."""
+    """Block-scaled weights split so a 128 x 128 scale block would straddle two GPUs: both engines refuse
+    to load FP8 so (vLLM layers/quantization/utils/fp8_utils.py `validate_fp8_block_shape` and `_moe`: each
+    GPU's share of a split dimension must be a multiple of the block; SGLang's fp8.py the same), and SGLang
+    block INT8 too (blockwise_int8.py raises "not divisible by weight quantization block_n")."""
     block = max(spec.weight_block_size)
     return [f"the intermediate size of the {what} ({size:,}) over {ways} GPUs is {size // ways:,} per GPU, not a "
-            f"multiple of the FP8 checkpoint's {block}-wide scale blocks: the engines refuse to load it"
-            for what, size, ways in _quantized_splits(spec, layout, "fp8") if size % ways or (size // ways) % block]
+            f"multiple of the {dtype.upper()} checkpoint's {block}-wide scale blocks: the engines refuse to load it"
+            for dtype in ("fp8", "int8") if spec.block_scaled(dtype)
+            for what, size, ways in _quantized_splits(spec, layout, dtype) if size % ways or (size // ways) % block]
 
 
 def int4_group_fallbacks(spec: ModelSpec, layout: Layout) -> list[str]:

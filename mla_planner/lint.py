@@ -30,6 +30,7 @@ from .engine_layouts import engine_layout_problem
 from .errors import PlanError
 from .knobs import KV_DTYPE_CHOICES, Knobs
 from .layout import Layout, layout_problems
+from .lint_quant import quantization_findings
 from .spec import ModelSpec
 from .step import decode_step
 from .topology import InterNode, Topology
@@ -56,9 +57,6 @@ BOOLEAN = {"--enforce-eager", "--disable-cuda-graph", "--disable-decode-cuda-gra
            "--enable-dp-attention", "--trust-remote-code", "--enable-prefix-caching", "--headless",
            "--enable-dp-lm-head", "--enable-chunked-prefill", "--disable-radix-cache", "--enable-torch-compile"}
 KV = KV_DTYPE_CHOICES | {"bfloat16": "bf16"}   # plus vLLM's spelling of bf16
-# --quantization values that convert an FP8 checkpoint on load (SGLang model_config.py accepts them over fp8)
-REQUANTIZE_OK = {"modelopt_fp4", "nvfp4_online"}
-SAME_METHOD = {"fp8": {"fp8"}, "int4": {"awq", "awq_marlin", "marlin", "moe_wna16"}}
 
 
 @dataclass(frozen=True)
@@ -197,7 +195,8 @@ def lint(cmd: Command, spec: ModelSpec, topo: Topology, calib: Calibration) -> l
     deepep = cmd.values.get("a2a") == "deepep" if engine == "sglang" else None
     if not problems and (problem := engine_layout_problem(spec, topo, layout, engine, per_rank, deepep)):
         out.append(Finding("error", "layout", problem))
-    out += _quantization(cmd, spec) + _kv_and_backend(cmd, topo, layout)
+    out += [Finding(*f) for f in quantization_findings(cmd.engine, cmd.values.get("quant"), spec, topo.gpu)]
+    out += _kv_and_backend(cmd, topo, layout)
     max_len = _tokens(cmd.values.get("max_len"))
     if max_len and max_len > spec.max_position_embeddings:
         out.append(Finding("error", "max_len", f"{max_len:,} tokens is above {spec.name}'s "
@@ -233,27 +232,6 @@ def _eager_flag(cmd: Command) -> str:
         if flag in cmd.flags:
             return flag
     return "--cuda-graph-backend-decode" if cmd.values.get("graph_decode") == "disabled" else ""
-
-
-def _quantization(cmd: Command, spec: ModelSpec) -> list[Finding]:
-    """Redundant (the checkpoint's own method: a warning, and `awq` over awq_marlin is slower), a conversion
-    the engine offers (nothing to say), or a method that contradicts the checkpoint (an error)."""
-    quant = cmd.values.get("quant")
-    if quant is None:
-        return []
-    stored = spec.weight_dtype if spec.weight_dtype != "bf16" else spec.expert_dtype
-    if stored == "bf16":
-        return [Finding("warn", "--quantization", f"{quant} quantizes a BF16 checkpoint at load: the plan prices "
-                                                  "the checkpoint as stored (bf16); plan with a quantized one")]
-    if quant in SAME_METHOD.get(stored, ()):
-        slower = " and `awq` forces SGLang's slower kernels over awq_marlin (awq/awq.py)" if quant == "awq" else ""
-        return [Finding("warn", "--quantization", f"redundant: the engine reads the checkpoint's own "
-                                                  f"quantization_config{slower}; drop it")]
-    if stored == "fp8" and quant in REQUANTIZE_OK:
-        return []
-    return [Finding("error", "--quantization", f"{quant} contradicts the checkpoint, stored as {stored} (its "
-                                               "config.json's quantization_config): drop it (sgl-project/sglang#3283: "
-                                               "a mismatched --quantization on FP8 DeepSeek-V3 crashed)")]
 
 
 def _kv_and_backend(cmd: Command, topo: Topology, layout: Layout) -> list[Finding]:

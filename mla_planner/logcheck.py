@@ -140,7 +140,7 @@ def _moe(text: str, plan: Plan, cand: Candidate) -> LogCheck:
         return LogCheck("moe_kernels", "ok", f"no '{said}' warning")
     kernel = moe_kernel_config(plan.spec, plan.topology.gpu, cand.layout, engine)
     model = plan.model_path or plan.spec.hf_id or plan.spec.name
-    advice = (kernel.advice(model, cand.layout, plan.spec.expert_dtype == "fp8")
+    advice = (kernel.advice(model, cand.layout)
               if kernel else f"tune it for this GPU and split with {TUNE_SCRIPT[engine]} from the engine's source tree")
     return LogCheck("moe_kernels", "warn", f"the engine runs untuned fused-MoE kernels ('{said}'): " + advice)
 

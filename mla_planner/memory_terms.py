@@ -84,7 +84,7 @@ def moe_working_bytes(spec: ModelSpec, layout: Layout, tokens: int) -> float:
     inter = ceil(spec.moe_intermediate_size / layout.moe_tp)
     cache13 = m * k * max(2 * inter, d) * ACT_BYTES
     cache2 = m * k * inter * ACT_BYTES
-    quantized = (m * d + m * k * inter) * (1 if spec.expert_dtype == "fp8" else 0)
+    quantized = (m * d + m * k * inter) * (1 if spec.expert_dtype in ("fp8", "int8") else 0)
     shared = moe_tokens * d * ACT_BYTES if spec.n_shared_experts else 0
     return float(cache13 + cache2 + quantized + shared)
 
@@ -141,6 +141,9 @@ def deepep_experts_problem(engine: str, spec, layout: Layout) -> str:
     if engine == "sglang" and spec.is_moe and spec.expert_dtype == "int4" and uses_deepep(layout):
         return ("SGLang 0.5.23 runs int4 experts (AWQ, compressed-tensors W4A16) on its Marlin MoE runner, which "
                 "has no DeepEP path (layers/moe/moe_runner/marlin.py)" + NO_FALLBACK)
+    if engine == "sglang" and spec.is_moe and spec.expert_dtype == "int8" and uses_deepep(layout):
+        return ("SGLang 0.5.23 runs INT8 experts (w8a8_int8, blockwise_int8) on its Triton MoE runner with the "
+                "standard dispatch only (layers/moe/moe_runner/triton.py: no DeepEP permute)" + NO_FALLBACK)
     return ""
 
 

@@ -7,6 +7,7 @@ R1 failed when looked up by name although it shares V3's architecture).
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -78,7 +79,23 @@ def spec_from_hf_config(path: Path) -> ModelSpec:
         fields["attention_bias"] = True  # Qwen2 always has q/k/v biases
     fields.update(_weight_dtypes(cfg.get("quantization_config"), where, cfg.get("num_hidden_layers") or 1,
                                  cfg.get("first_k_dense_replace") or 0 if cfg.get("n_routed_experts") else None))
+    if not cfg.get("quantization_config") and _channel_int8_index(path.parent):
+        fields["weight_dtype"] = "int8"
     return validate(ModelSpec, fields, where)
+
+
+def _channel_int8_index(folder: Path) -> bool:
+    """A snapshot without quantization_config whose weight index lists per-channel `weight_scale` tensors:
+    meituan's DeepSeek-R1-Channel-INT8 ships no quantization_config ("We only support the inference of this
+    model in SGLang", its Hugging Face discussion #4) and is served with --quantization w8a8_int8, which reads
+    `<linear>.weight_scale` beside each int8 weight (SGLang w8a8_int8.py); FP8 releases name theirs
+    `weight_scale_inv` and carry a quantization_config."""
+    index = folder / "model.safetensors.index.json"
+    try:
+        names = json.loads(index.read_text()).get("weight_map", {}) if index.is_file() else {}
+    except (OSError, ValueError, AttributeError):
+        return False
+    return isinstance(names, dict) and any(n.endswith("_proj.weight_scale") for n in names)
 
 
 def _snapshot_name(config: Path) -> str:
@@ -110,6 +127,11 @@ def _weight_dtypes(quant: dict | None, where: str, layers: int = 1, dense: int |
         return {"weight_dtype": "fp8", "weight_block_size": tuple(block)}
     if method == "awq":
         return _awq(quant, where, layers, dense)
+    if method == "blockwise_int8":      # meituan DeepSeek-R1-Block-INT8 (SGLang blockwise_int8.py; vLLM has none)
+        block = quant.get("weight_block_size") or [128, 128]
+        return {"weight_dtype": "int8", "int8_block": True, "weight_block_size": tuple(block)}
+    if method == "w8a8_int8":           # per-channel INT8 (SGLang w8a8_int8.py)
+        return {"weight_dtype": "int8"}
     if method == "compressed-tensors":
         groups = quant.get("config_groups") or {}
         weights = next(iter(groups.values()), {}).get("weights", {}) if groups else {}
@@ -117,7 +139,8 @@ def _weight_dtypes(quant: dict | None, where: str, layers: int = 1, dense: int |
             return {"weight_dtype": "bf16", "expert_weight_dtype": "int4",
                     "int4_group_size": weights.get("group_size") or 32}
     raise InputError(where, f"unsupported quant_method {method!r}; supported: fp8 (block-scaled), "
-                            "compressed-tensors int4 experts, awq (4-bit)", "quantization_config")
+                            "compressed-tensors int4 experts, awq (4-bit), blockwise_int8, w8a8_int8",
+                     "quantization_config")
 
 
 AWQ_GROUP_SIZES = (32, 64, 128)   # vLLM marlin_utils.py MARLIN_SUPPORTED_GROUP_SIZES, less -1 (per channel)

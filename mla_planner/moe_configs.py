@@ -13,8 +13,9 @@ When the kernel runs (read from the wheels' backend selection):
 The file name (vLLM fused_moe.py get_config_file_name; SGLang triton_utils/fused_moe_triton_config.py):
   E = the experts on one GPU (routed / ep; SGLang adds the shared expert it fuses in for DeepSeek-V3/R1 at
   ep = 1, models/deepseek_v2.py), N = moe_intermediate_size / moe_tp, device_name = the CUDA device name with
-  spaces as '_' (vLLM maps any H200 to NVIDIA_H200), then ',dtype=fp8_w8a8' and ',block_shape=[128,128]'
-  (SGLang keeps the space: '[128, 128]') for block-FP8 experts. The shipped names: data/moe_kernel_configs.yaml.
+  spaces as '_' (vLLM maps any H200 to NVIDIA_H200), then ',dtype=fp8_w8a8' (',dtype=int8_w8a8' for SGLang's
+  INT8 experts) and, for block-scaled experts, ',block_shape=[128,128]' (SGLang keeps the space: '[128, 128]').
+  The shipped names: data/moe_kernel_configs.yaml.
 """
 
 from __future__ import annotations
@@ -42,14 +43,14 @@ TUNE_OUTPUT = {"vllm": "--save-dir /abs/moe-configs, then export VLLM_TUNED_CONF
                "sglang": "then point SGLANG_MOE_CONFIG_DIR at the folder it writes, in every node's script"}
 
 
-def tune_command(engine: str, model: str, layout: Layout, fp8: bool) -> str:
+def tune_command(engine: str, model: str, layout: Layout, dtype: str) -> str:
     """The engine's own tuner for the file this layout reads: TP shards the intermediate size (--tp-size = the
     MoE-TP degree); expert parallelism splits the experts instead (vLLM: --tp-size EP --enable-expert-parallel,
     which divides E by it; SGLang: --ep-size)."""
     split = (f"--tp-size {layout.moe_tp}" if layout.ep == 1 else
              f"--tp-size {layout.ep} --enable-expert-parallel" if engine == "vllm" else f"--ep-size {layout.ep}")
     return (f"python {TUNE_SCRIPT[engine]} --model {shlex.quote(model)} {split} "
-            f"--dtype {'fp8_w8a8' if fp8 else 'auto'} --tune {TUNE_OUTPUT[engine]}")
+            f"--dtype {dtype} --tune {TUNE_OUTPUT[engine]}")
 
 
 @dataclass(frozen=True)
@@ -57,13 +58,15 @@ class MoeKernelConfig:
     engine: str
     file_name: str           # without .json
     shipped: bool
+    tune_dtype: str = "auto"  # the tuners' --dtype: fp8_w8a8 / int8_w8a8 for W8A8 experts
 
-    def advice(self, model: str, layout: Layout, fp8: bool) -> str:
+    def advice(self, model: str, layout: Layout) -> str:
         """One line for a user whose engine would run untuned tiles."""
         label, log = "vLLM" if self.engine == "vllm" else "SGLang", UNTUNED_LOG[self.engine]
         return (f"{label} {engine_version(self.engine)} ships no tuned fused-MoE config '{self.file_name}.json' for "
                 f"this GPU and split: it logs '{log}' and runs the routed experts' GEMMs untuned, slower than "
-                f"planned; tune one from {label}'s source tree: " + tune_command(self.engine, model, layout, fp8))
+                f"planned; tune one from {label}'s source tree: "
+                + tune_command(self.engine, model, layout, self.tune_dtype))
 
 
 @lru_cache(maxsize=1)
@@ -103,7 +106,10 @@ def moe_kernel_config(spec: ModelSpec, gpu: GPU, layout: Layout, engine: str) ->
     if engine == "vllm" and "H200" in device.split("_"):
         device = "NVIDIA_H200"
     name = f"E={experts + fused},N={spec.moe_intermediate_size // layout.moe_tp},device_name={device}"
-    if spec.expert_dtype == "fp8":
+    dtype = f"{spec.expert_dtype}_w8a8" if spec.expert_dtype in ("fp8", "int8") else "auto"
+    if dtype != "auto":
+        name += f",dtype={dtype}"
+    if spec.block_scaled(spec.expert_dtype):
         block = f"[{spec.weight_block_size[0]},{spec.weight_block_size[1]}]"
-        name += ",dtype=fp8_w8a8,block_shape=" + (block if engine == "vllm" else block.replace(",", ", "))
-    return MoeKernelConfig(engine, name, name in _shipped()[engine])
+        name += ",block_shape=" + (block if engine == "vllm" else block.replace(",", ", "))
+    return MoeKernelConfig(engine, name, name in _shipped()[engine], dtype)

@@ -63,8 +63,10 @@ WEIGHT_FORMATS = {  # name -> how the checkpoint would be stored; embeddings, no
                                 "int4_zero_point": False},
     "int4 AWQ, group 128": {"weight_dtype": "int4", "expert_weight_dtype": "int4", "int4_group_size": 128,
                             "int4_zero_point": True},
+    "int8 W8A8, channel scales": {"weight_dtype": "int8", "expert_weight_dtype": "int8", "int8_block": False},
 }
-COMMON = {"unquantized_modules": ()}   # every row as its format stores the whole model, whatever the checkpoint
+# every row as its format stores the whole model, whatever the checkpoint
+COMMON = {"unquantized_modules": (), "int8_block": False}
 
 
 def weight_bytes_by_format(spec: ModelSpec) -> "OrderedDict[str, float]":
@@ -72,7 +74,9 @@ def weight_bytes_by_format(spec: ModelSpec) -> "OrderedDict[str, float]":
     bf16; fp8 with 128x128 block scales (DeepSeek-V3's release); int4 group-quantised experts with the
     rest in bf16 (Kimi-K2-Thinking's release: groups of 32, no zeros); AutoAWQ's 4-bit with a scale
     and a zero per 128 values in every decoder-layer linear layer (the community AWQ releases of
-    DeepSeek-V3/R1, the format SGLang's DeepSeek guide lists for 8 x A100). The checkpoint's own format is
+    DeepSeek-V3/R1, the format SGLang's DeepSeek guide lists for 8 x A100); int8 W8A8 with an fp32 scale per
+    output channel (meituan's DeepSeek-R1-Channel-INT8, which SGLang's guide runs on 32 x L40S). The
+    checkpoint's own format is
     `weight_bytes_breakdown`."""
     out: OrderedDict[str, float] = OrderedDict()
     for name, update in WEIGHT_FORMATS.items():

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from .yamlio import Flag, NonNegInt, PosInt
 
-WeightDtype = Literal["bf16", "fp8", "int4"]
+WeightDtype = Literal["bf16", "fp8", "int4", "int8"]
 
 
 class ModelSpec(BaseModel):
@@ -62,6 +62,8 @@ class ModelSpec(BaseModel):
     int4_group_size: PosInt = 32
     int4_zero_point: Flag = False                 # AWQ: a 4-bit zero per group besides the scale
     unquantized_modules: tuple[str, ...] = ()     # AWQ modules_to_not_convert: HF module-name substrings kept bf16
+    int8_block: Flag = False                      # int8 with weight_block_size scales (blockwise_int8), else one
+                                                  # fp32 scale per output channel (w8a8_int8)
 
     @model_validator(mode="after")
     def _consistent(self) -> "ModelSpec":
@@ -147,6 +149,11 @@ class ModelSpec(BaseModel):
     @property
     def expert_dtype(self) -> WeightDtype:
         return self.expert_weight_dtype or self.weight_dtype
+
+    def block_scaled(self, dtype: str) -> bool:
+        """Whether `dtype` weights carry weight_block_size scale blocks: fp8 (DeepSeek-V3's release) and
+        blockwise int8 (meituan's DeepSeek-R1-Block-INT8)."""
+        return dtype == "fp8" or (dtype == "int8" and self.int8_block)
 
     @property
     def has_gate_bias(self) -> bool:

@@ -4,8 +4,9 @@ Per layer on one GPU (named terms that sum to the layer's time):
   each op of step_work (attn.proj, attn.core, ffn.dense | moe.gate, moe.shared, moe.experts):
       roofline max(bytes / (HBM x hbm_efficiency), FLOPs / (peak x tensor_core_efficiency)); the attention
       kernel uses attention_hbm_efficiency / attention_tensor_core_efficiency, the routed experts'
-      grouped GEMMs moe_hbm_efficiency; fp8 peak for fp8 weights on a
-      GPU with fp8 (Williams et al., "Roofline", CACM 2009; MLA_MATH.md section 8)
+      grouped GEMMs moe_hbm_efficiency; fp8 / int8 peak for fp8 / int8 weights on a
+      GPU with those tensor cores (GPU.tensor_flops_per_s; Williams et al., "Roofline", CACM 2009;
+      MLA_MATH.md section 8)
   each collective of step_comm (TP all-reduces, EP all-to-all, DP gather/scatter, DCP, Route B), not
       overlapped with compute (vLLM and SGLang run them on the compute stream in decode)
   launch: kernels_per_layer x graph_kernel_overhead_s (CUDA-graph replay)
@@ -119,7 +120,7 @@ def op_time_s(op: Op, gpu: GPU, calib: Calibration) -> tuple[float, float]:
     attn = op.kind == "attention"
     bw = gpu.hbm_bytes_per_s * {"attention": calib.attention_hbm_efficiency,
                                 "moe": calib.moe_hbm_efficiency}.get(op.kind, calib.hbm_efficiency)
-    peak = gpu.fp8_flops_per_s if (op.fp8 and gpu.has_fp8) else gpu.bf16_flops_per_s
+    peak = gpu.tensor_flops_per_s(op.precision)
     eff = calib.attention_tensor_core_efficiency if attn else calib.tensor_core_efficiency
     return op.bytes / bw, op.flops / (peak * eff)
 

@@ -39,7 +39,7 @@ class Op:
     bytes: float
     flops: float
     kind: str = "gemm"     # "gemm" (weights-streaming), "moe" (the routed experts' grouped GEMMs) or "attention"
-    fp8: bool = False      # runs on fp8 tensor cores (fp8 weights on a GPU with fp8)
+    precision: str = "bf16"   # the tensor cores it runs on: fp8 / int8 (W8A8 weights), else bf16
 
 
 @dataclass(frozen=True)
@@ -75,8 +75,8 @@ class LayerWeights:
     gate_bytes: float
     expert_bytes: float      # one whole routed expert (w1, w2, w3), before the moe_tp split
     expert_params: float
-    weight_fp8: bool
-    expert_fp8: bool
+    weight_precision: str    # tensor_precision of the dense weights / of the routed experts
+    expert_precision: str
 
 
 def dense_tp(layout: Layout, engine: str, group: str = "dense_ffn", dense_per_rank: bool = False) -> int:
@@ -131,7 +131,15 @@ def _layer_weights(spec: ModelSpec, layout: Layout, engine: str, dense_per_rank:
                         shared_bytes=get("shared_experts")[0], shared_params=get("shared_experts")[1],
                         gate_bytes=get("gate")[0], expert_bytes=get("routed_experts")[0],
                         expert_params=get("routed_experts")[1],
-                        weight_fp8=spec.weight_dtype == "fp8", expert_fp8=spec.expert_dtype == "fp8")
+                        weight_precision=tensor_precision(spec.weight_dtype),
+                        expert_precision=tensor_precision(spec.expert_dtype))
+
+
+def tensor_precision(dtype: str) -> str:
+    """The GEMM precision of weights stored as `dtype`: fp8 and int8 checkpoints run W8A8 (activations quantized
+    per token: vLLM/SGLang fp8.py, SGLang w8a8_int8.py and blockwise_int8.py); int4 is weight-only (Marlin),
+    bf16 math."""
+    return dtype if dtype in ("fp8", "int8") else "bf16"
 
 
 def experts_hit(local_experts: float, n_experts: int, top_k: int, tokens: float) -> float:
@@ -148,7 +156,7 @@ def attention_ops(spec: ModelSpec, layout: Layout, knobs: Knobs, batch: Batch, w
     Prefill tokens skip the W_UK / W_UV absorption (wkv_b up-projects the cached latent instead, counted
     in attn.prefill), so their projection FLOPs leave wkv_b out."""
     flops = 2.0 * (batch.decode_tokens * w.attn_params + batch.prefill * (w.attn_params - w.absorb_params))
-    proj = Op("attn.proj", w.attn_bytes, flops, "gemm", w.weight_fp8)
+    proj = Op("attn.proj", w.attn_bytes, flops, "gemm", w.weight_precision)
     ops = [proj]
     if batch.decode:
         ops.append(_decode_core(spec, layout, knobs, batch))
@@ -209,17 +217,17 @@ def ffn_ops(spec: ModelSpec, layout: Layout, batch: Batch, w: LayerWeights, moe:
     n = batch.tokens
     if not moe:
         rows = ffn_rows(layout, engine, "dense_ffn", n, dense_per_rank)
-        return [Op("ffn.dense", w.dense_bytes, 2.0 * rows * w.dense_params, "gemm", w.weight_fp8)]
+        return [Op("ffn.dense", w.dense_bytes, 2.0 * rows * w.dense_params, "gemm", w.weight_precision)]
     E, k = spec.n_routed_experts, spec.num_experts_per_tok
     ops = [Op("moe.gate", w.gate_bytes, 2.0 * n * spec.hidden_size * E)]
     if w.shared_bytes:
         rows = ffn_rows(layout, engine, "shared_experts", n)
-        ops.append(Op("moe.shared", w.shared_bytes, 2.0 * rows * w.shared_params, "gemm", w.weight_fp8))
+        ops.append(Op("moe.shared", w.shared_bytes, 2.0 * rows * w.shared_params, "gemm", w.weight_precision))
     group_tokens = batch.decode_tokens * layout.dp + batch.prefill   # distinct tokens entering the MoE group
     hit = experts_hit(E / layout.ep, E, k, group_tokens)
     routed_pairs = group_tokens * k / layout.ep                # token-expert pairs landing on this EP rank
     ops.append(Op("moe.experts", hit * w.expert_bytes / layout.moe_tp,
-                  2.0 * routed_pairs * w.expert_params / layout.moe_tp, "moe", w.expert_fp8))
+                  2.0 * routed_pairs * w.expert_params / layout.moe_tp, "moe", w.expert_precision))
     return ops
 
 
@@ -237,12 +245,12 @@ def head_ops(spec: ModelSpec, layout: Layout, tokens: int, engine: str = "vllm",
 def mtp_proj_ops(spec: ModelSpec, batch: Batch) -> list[Op]:
     """The MTP module's own projection, besides its decoder layer (priced as one more layer) and the shared
     lm_head: eh_proj [d, 2d], replicated (weights.mtp_inventory), over every token the drafter runs on."""
-    nbytes, params = _eh_proj(spec)
-    return [Op("mtp.eh_proj", nbytes, 2.0 * batch.tokens * params, "gemm", spec.weight_dtype == "fp8")]
+    nbytes, params, precision = _eh_proj(spec)
+    return [Op("mtp.eh_proj", nbytes, 2.0 * batch.tokens * params, "gemm", precision)]
 
 
 @lru_cache(maxsize=64)
-def _eh_proj(spec: ModelSpec) -> tuple[float, float]:
-    """(bytes, parameters) of one module's eh_proj, read from the inventory once per model."""
+def _eh_proj(spec: ModelSpec) -> tuple[float, float, str]:
+    """(bytes, parameters, GEMM precision) of one module's eh_proj, read from the inventory once per model."""
     eh = next(t for t in mtp_inventory(spec) if t.name == "mtp.eh_proj")
-    return stored_bytes(eh, spec) / eh.count, eh.numel / eh.count
+    return stored_bytes(eh, spec) / eh.count, eh.numel / eh.count, tensor_precision(eh.dtype)

@@ -37,19 +37,23 @@ class Tensor:
         return prod(self.shape) * self.count
 
 
-def bytes_of(t: Tensor, block: tuple[int, int] = (128, 128), int4_group: int = 32, int4_zero_point: bool = False
-             ) -> float:
+def bytes_of(t: Tensor, block: tuple[int, int] = (128, 128), int4_group: int = 32, int4_zero_point: bool = False,
+             int8_block: bool = False) -> float:
     """Stored bytes of a tensor including quantisation scales.
 
     fp8 block-scaled (DeepSeek-V3 `quantization_config.weight_block_size` 128x128): one fp32
     `weight_scale_inv` per block, 1 + 4*ceil(r/128)*ceil(c/128)/(r*c) bytes/param (MLA_MATH.md section 2).
     int4 group-quantised (compressed-tensors experts, Kimi-K2-Thinking style; AutoAWQ): 0.5 B/param plus one
     16-bit scale per `int4_group` values, and with `int4_zero_point` (AWQ's `qzeros`, packed 8 to an int32)
-    a 4-bit zero per group too. bf16 2 B, fp32 4 B.
+    a 4-bit zero per group too. int8 W8A8 (meituan's DeepSeek-R1 INT8 releases, SGLang w8a8_int8.py /
+    blockwise_int8.py): 1 B/param plus an fp32 scale per output channel (`weight_scale` [rows, 1]), or with
+    `int8_block` one per block as fp8. bf16 2 B, fp32 4 B.
     """
     n = prod(t.shape)
-    if t.dtype == "fp8" and len(t.shape) == 2:
+    if (t.dtype == "fp8" or (t.dtype == "int8" and int8_block)) and len(t.shape) == 2:
         per = n + 4 * ceil(t.shape[0] / block[0]) * ceil(t.shape[1] / block[1])
+    elif t.dtype == "int8":
+        per = n + 4 * (t.shape[0] if len(t.shape) == 2 else 1)
     elif t.dtype == "int4":
         per = n / 2 + (2.5 if int4_zero_point else 2) * ceil(n / int4_group)
     else:
@@ -59,7 +63,7 @@ def bytes_of(t: Tensor, block: tuple[int, int] = (128, 128), int4_group: int = 3
 
 def stored_bytes(t: Tensor, spec: ModelSpec) -> float:
     """`bytes_of` with the checkpoint's own quantisation parameters."""
-    return bytes_of(t, spec.weight_block_size, spec.int4_group_size, spec.int4_zero_point)
+    return bytes_of(t, spec.weight_block_size, spec.int4_group_size, spec.int4_zero_point, spec.int8_block)
 
 
 # Hugging Face module names (DeepSeek-V2/V3 modeling code) of the linear layers AWQ quantizes, as the
@@ -186,8 +190,10 @@ def mtp_inventory(spec: ModelSpec) -> list[Tensor]:
                                {"attention": range(L, L + n)})
     out = [t.__class__(t.name, "mtp", t.shape, t.count, t.split, t.dtype, "mtp") for t in layers]
     # eh_proj is a plain nn.Linear in the engines' MTP modules (vLLM models/deepseek_mtp.py, SGLang
-    # models/deepseek_nextn.py): never int4-quantized
-    eh_dtype = "bf16" if spec.weight_dtype == "int4" else spec.weight_dtype
+    # models/deepseek_nextn.py): never int4-quantized, nor named by meituan's per-channel INT8 conversion (it
+    # quantizes q/kv projections, o_proj and the MLPs by name); block INT8 follows the FP8 release's tensors
+    eh_dtype = "bf16" if spec.weight_dtype == "int4" or spec.weight_dtype == "int8" and not spec.int8_block \
+        else spec.weight_dtype
     out += [Tensor("mtp.eh_proj", "mtp", (d, 2 * d), n, "replicated", eh_dtype, "mtp"),
             Tensor("mtp.norms", "mtp", (d,), 3 * n, "replicated", "bf16", "mtp")]
     return out

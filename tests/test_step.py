@@ -153,14 +153,14 @@ def test_fp8_weights_run_on_fp8_tensor_cores(v3):
     topo = load_topology("8xh200")
     cal = load_calibration(None, topo)
     w = layer_weights(v3, parse_layout("tp=8"))
-    assert w.expert_fp8 and w.weight_fp8
+    assert w.expert_precision == w.weight_precision == "fp8"
     ops = {o.name: o for o in ffn_ops(v3, parse_layout("tp=8"), Batch(0, 1, prefill=16384), w, moe=True)}
-    assert ops["moe.experts"].fp8 and not ops["moe.gate"].fp8
+    assert ops["moe.experts"].precision == "fp8" and ops["moe.gate"].precision == "bf16"
     _, fp8_math = op_time_s(ops["moe.experts"], topo.gpu, cal)
-    _, bf16_math = op_time_s(replace(ops["moe.experts"], fp8=False), topo.gpu, cal)
+    _, bf16_math = op_time_s(replace(ops["moe.experts"], precision="bf16"), topo.gpu, cal)
     assert fp8_math == pytest.approx(bf16_math / 2, rel=1e-3)
     a100 = load_topology("4x8xa100-ib").gpu          # no fp8 tensor cores: bf16 rate
-    bf16_op = replace(ops["moe.experts"], fp8=False)
+    bf16_op = replace(ops["moe.experts"], precision="bf16")
     assert op_time_s(ops["moe.experts"], a100, cal)[1] == op_time_s(bf16_op, a100, cal)[1]
 
 

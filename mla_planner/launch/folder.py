@@ -156,6 +156,7 @@ def _predicted(inp: LaunchInputs, engine: str, cand: Candidate) -> Optional[dict
                 tok_s=f"{perf['throughput_tokens_per_s'] / inp.layout.replicas:,.0f}",
                 tpot_ms=f"{perf['tpot_s'] * 1e3:.1f}", ttft_ms=f"{perf['ttft_s'] * 1e3:,.0f}",
                 fp8_kv=k.kv_cache_dtype != "bf16", int4="int4" in (inp.spec.weight_dtype, inp.spec.expert_dtype),
+                int8="int8" in (inp.spec.weight_dtype, inp.spec.expert_dtype),
                 bf16_flag=(vllm if engine == "vllm" else sglang).KV_CACHE_DTYPES["bf16"],
                 untuned_log=UNTUNED_LOG[engine])
 

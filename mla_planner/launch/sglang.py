@@ -65,11 +65,20 @@ def server_totals(L: Layout, k: Knobs) -> tuple[int, int]:
     return k.max_num_seqs * L.dp, k.max_num_batched_tokens * L.dp
 
 
+def int8_flag(spec) -> Optional[str]:
+    """w8a8_int8 for per-channel INT8 weights: meituan's DeepSeek-R1-Channel-INT8 ships no quantization_config,
+    so SGLang reads it as BF16 unless told (its DeepSeek guide's 32 x L40S command passes it; the block-INT8
+    release carries `quant_method: blockwise_int8` and needs no flag). Redundant, not wrong, for a channel
+    checkpoint whose config names w8a8_int8."""
+    return "w8a8_int8" if spec.weight_dtype == "int8" and not spec.int8_block else None
+
+
 def sizing_flags(inp: LaunchInputs) -> list[str]:
     L, k = inp.layout, inp.knobs
     running, chunk = server_totals(L, k)
     return flag_words([
         ("--model-path", inp.model_path),
+        ("--quantization", int8_flag(inp.spec)),
         ("--tp-size", L.tp * L.dp),
         ("--pp-size", L.pp if L.pp > 1 else None),
         ("--attn-dp-size", L.dp if L.dp > 1 else None),

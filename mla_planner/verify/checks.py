@@ -122,7 +122,7 @@ def roofline(op: Op, t: Target) -> tuple[float, dict]:
         factor = {"attention": "attention_hbm_efficiency", "moe": "moe_hbm_efficiency"}.get(op.kind, "hbm_efficiency")
         return mem_s, {"factor": factor, "amount": op.bytes, "peak": gpu.hbm_bytes_per_s, "bound": "memory"}
     factor = "attention_tensor_core_efficiency" if attn else "tensor_core_efficiency"
-    peak = gpu.fp8_flops_per_s if (op.fp8 and gpu.has_fp8) else gpu.bf16_flops_per_s
+    peak = gpu.tensor_flops_per_s(op.precision)
     return math_s, {"factor": factor, "amount": op.flops, "peak": peak, "bound": "compute"}
 
 

@@ -127,7 +127,8 @@ def _time_op(gemms: list[Gemm], make: Callable, dev: DeviceInfo, timing: Timing)
 def _op_check(t: Target, name: str, gemms: list[Gemm], dev: DeviceInfo, timing: Timing, fp8: bool) -> Check:
     elem = 1 if fp8 else (2 if dev.type == "cuda" else 4)
     kind = "moe" if name == "moe.experts" else "gemm"     # the step model's kind: moe_hbm_efficiency for experts
-    op = Op(name, sum(g.weight_elems for g in gemms) * elem, sum(g.flops for g in gemms), kind, fp8)
+    op = Op(name, sum(g.weight_elems for g in gemms) * elem, sum(g.flops for g in gemms), kind,
+            "fp8" if fp8 else "bf16")
     dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
     make = (lambda g: fp8_runner(g, dev.torch_device)) if fp8 else (lambda g: _runner(g, dtype, dev.torch_device))
     measured_s, per_gemm = _time_op(gemms, make, dev, timing)
