@@ -37,7 +37,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from math import ceil
 
 from .calibration import Calibration
@@ -47,7 +47,9 @@ from .errors import PlanError
 from .knobs import Knobs, Workload, decode_query_len
 from .layout import Layout, layout_problems
 from .memory import MemoryReport, memory_report
-from .stalls import chunk_rounds_per_round, coupled_ranks
+from .stalls import chunk_rounds_per_round, coupled_ranks  # noqa: F401  (re-exported for tests and callers)
+from .request_times import (mean_tpot_s, network_wait_share, one_token_latency_s, operating_batch,  # noqa: F401
+                            prefill_tokens, serving_round_s, time_in_system_s, tokens_gained)
 from .memory import evaluate as memory_evaluate
 from .memory_terms import DEEPEP_SGLANG_DISPATCH_MAX, uses_deepep
 from .sizing import kv_bytes_per_token, weight_bytes_breakdown
@@ -88,78 +90,6 @@ class Metrics:
 def tokens_per_request(workload: Workload, block_size: int) -> int:
     """KV tokens a running request holds on average: input + output/2, rounded up to whole blocks."""
     return ceil(workload.mean_decode_context / block_size) * block_size
-
-
-def prefill_tokens(workload: Workload, knobs: Knobs, input_len: int | None = None) -> int:
-    """Prompt tokens that must be computed: the misses of the prefix cache (at least one token), for the
-    typical prompt or `input_len`."""
-    hit = workload.prefix_hit_rate if knobs.prefix_caching else 0.0
-    return max(1, ceil((input_len or workload.input_len) * (1.0 - hit)))
-
-
-def mean_tpot_s(spec, topo, layout, knobs, workload, calib, batch: int) -> tuple[float, DecodeStep, Prefill]:
-    """Mean time per output token of a request at `batch` running requests per DP rank: the decode round
-    plus the stall of each chunk round of the other requests it carries (chunk_rounds_per_round x stall
-    per chunk), over the tokens the round gains it (1, more with MTP); its own prefill is in its TTFT."""
-    ctx = workload.mean_decode_context
-    d = decode_step(spec, topo, layout, knobs, batch, ctx, calib, mtp_acceptance=workload.mtp_acceptance)
-    p = prefill(spec, topo, layout, knobs, prefill_tokens(workload, knobs), calib, batch, ctx)
-    rounds = _chunk_rounds(spec, layout, batch, workload, d, p, True)
-    return (d.round_s + rounds * p.stall_s / p.chunks) / d.tokens_per_step, d, p
-
-
-def one_token_latency_s(spec, topo, layout, knobs, workload, calib, batch: int) -> float:
-    """A one-token request's time in the system at `batch` running per DP rank: its first token is its last, so
-    it waits for the round that prefills it and the other requests' prompts (serving_round_s with a request
-    prefilled every round, Little's law: `batch` in flight at batch / this seconds per request), and never less
-    than its own prefill (the TTFT of prefill.prefill)."""
-    tpot, d, p = mean_tpot_s(spec, topo, layout, knobs, workload, calib, batch)
-    return max(p.ttft_s, serving_round_s(spec, layout, batch, workload, d, p)[0] * workload.output_len)
-
-
-def serving_round_s(spec: ModelSpec, layout: Layout, batch: int, workload: Workload, d: DecodeStep,
-                    p: Prefill) -> tuple[float, float]:
-    """(seconds per output token of every running request, chunk rounds per decode round) over the serving
-    run, as the engine spends it: the round plus the chunk rounds of every request prefilled meanwhile
-    (chunk_rounds_per_round), over the tokens the round gains each request; throughput = requests in
-    flight / these seconds."""
-    rounds = _chunk_rounds(spec, layout, batch, workload, d, p)
-    return (d.round_s + rounds * p.stall_s / p.chunks) / d.tokens_per_step, rounds
-
-
-def _chunk_rounds(spec: ModelSpec, layout: Layout, batch: int, workload: Workload, d: DecodeStep, p: Prefill,
-                  others_only: bool = False) -> float:
-    """A request runs output_len / tokens_per_step decode rounds between its prefills."""
-    return chunk_rounds_per_round(batch, p.chunks, workload.output_len / d.tokens_per_step,
-                                  coupled_ranks(spec, layout, batch, workload), others_only)
-
-
-def network_wait_share(d: DecodeStep, p: Prefill, rounds: float, per_token_s: float) -> float:
-    """Collective time / wall time of a GPU over the serving run, stage mean: every decode round a GPU runs
-    the collectives of the m micro-batches (DecodeStep.network_share x round), and each chunk round the
-    round carries (`serving_round_s`) adds the chunk's extra collectives; per output token (the round's
-    time over the tokens it gains), over the serving run's time per token. Coupled DP ranks waiting for
-    another rank's chunk count as stalled, not as network."""
-    net_s = (d.network_share * d.round_s + rounds * p.stall_network_s / p.chunks) / d.tokens_per_step
-    return min(1.0, net_s / per_token_s) if per_token_s else 0.0
-
-
-def operating_batch(spec, topo, layout, knobs, workload, calib, batch: int) -> int:
-    """Requests running per DP rank under an open arrival stream, by Little's law with the model's own
-    latencies: B = lambda x (TTFT(B) + output_len x TPOT(B)), lambda the arrivals per DP rank. Iterated
-    down from `batch` (the most that meet the targets, where the latencies are at most the targets, so
-    the right side is at most what the CLI's Little's law at the targets gave); both latencies grow with
-    B, so the sequence falls monotonically to the largest fixed point. Rounded up: a fractional request
-    still occupies the batch part of the time."""
-    lam = workload.request_rate_per_s / (layout.dp * layout.replicas)
-    b = batch
-    for _ in range(64):
-        tpot, _, p = mean_tpot_s(spec, topo, layout, knobs, workload, calib, b)
-        nxt = min(batch, max(1, ceil(lam * (p.ttft_s + workload.output_len * tpot) - 1e-9)))
-        if nxt >= b:
-            break
-        b = nxt
-    return b
 
 
 def _why_one_misses(spec: ModelSpec, layout: Layout, workload: Workload, alone_s: float) -> str:
@@ -226,19 +156,23 @@ def evaluate(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, work
     mem = mem if mem.fits else memory_report(spec, topo, layout, knobs)
     notes = list(calib.notes) + [f"memory: {r}" for r in mem.reasons]
     cap, limit = batch_limit(layout, knobs, mem, workload, topo.gpu)
+    timed = knobs
+    if knobs.mtp and not workload.tpot_applies:    # nothing to draft: the one token comes with the prefill
+        timed = replace(knobs, mtp=False)
+        notes.append("MTP: a one-token request has no decode step to speed up; timed without it")
     top = min(cap, over_target) if over_target else cap
     if not workload.tpot_applies:
-        batch = largest_under(lambda b: one_token_latency_s(spec, topo, layout, knobs, workload, calib, b),
+        batch = largest_under(lambda b: one_token_latency_s(spec, topo, layout, timed, workload, calib, b),
                               workload.ttft_ms / 1e3, top, batch_hint) if cap else 0
         notes.append("one output token per request: no TPOT; a request's first token is its last, so its TTFT is "
                      "its whole time in the system, held to the TTFT target")
         if cap and not batch:
             notes.append(f"even one request per DP rank misses the TTFT target of {workload.ttft_ms:g} ms")
     else:
-        batch = _largest_batch(spec, topo, layout, knobs, workload, calib, top, batch_hint) if cap else 0
+        batch = _largest_batch(spec, topo, layout, timed, workload, calib, top, batch_hint) if cap else 0
     if cap and batch < cap:
         limit = "tpot" if workload.tpot_applies else "ttft"
-    alone = decode_step(spec, topo, layout, knobs, 1, workload.mean_decode_context, calib,
+    alone = decode_step(spec, topo, layout, timed, 1, workload.mean_decode_context, calib,
                         mtp_acceptance=workload.mtp_acceptance).tpot_s
     if cap and not batch and workload.tpot_applies:
         notes.append(f"even one request per DP rank misses the TPOT target of {workload.tpot_ms:g} ms"
@@ -246,7 +180,7 @@ def evaluate(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, work
     if not cap:
         notes.append("the KV pool cannot hold one request of this workload")
         limit = "none"
-    tpot, d, p = mean_tpot_s(spec, topo, layout, knobs, workload, calib, max(batch, 1))
+    tpot, d, p = mean_tpot_s(spec, topo, layout, timed, workload, calib, max(batch, 1))
     per_token_s, rounds = serving_round_s(spec, layout, max(batch, 1), workload, d, p)
     ctx = workload.mean_decode_context
     util, in_use = _memory_shares(spec, layout, knobs, mem, batch, ctx)
@@ -256,7 +190,7 @@ def evaluate(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, work
     longest = workload.input_len_max or workload.input_len
     if batch and longest > workload.input_len:   # the TTFT target holds for the longest (p99) prompt too
         ttft_s = max(first_s if not workload.tpot_applies else 0.0,
-                     prefill(spec, topo, layout, knobs, prefill_tokens(workload, knobs, longest), calib,
+                     prefill(spec, topo, layout, timed, prefill_tokens(workload, timed, longest), calib,
                              max(batch, 1), ctx).ttft_s)
         notes.append(f"a p99 prompt ({longest:,} tokens) gets its first token after {ttft_s * 1e3:,.0f} ms")
     meets = bool(batch) and mem.fits and ttft_s <= workload.ttft_ms / 1e3
@@ -275,12 +209,15 @@ def evaluate(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, work
                          "the target")
             meets = False
         tput = min(tput, offered)
-        op = operating_batch(spec, topo, layout, knobs, workload, calib, batch) if not overload else batch
+        op = operating_batch(spec, topo, layout, timed, workload, calib, batch) if not overload else batch
         if op < batch:   # the figures of the requests actually running, not of the most the targets allow
-            tpot, d, p = mean_tpot_s(spec, topo, layout, knobs, workload, calib, op)
+            tpot, d, p = mean_tpot_s(spec, topo, layout, timed, workload, calib, op)
             per_token_s, rounds = serving_round_s(spec, layout, op, workload, d, p)
             util, in_use = _memory_shares(spec, layout, knobs, mem, op, ctx)
-            little = ceil(workload.request_rate_per_s * (p.ttft_s + workload.output_len * tpot) - 1e-9)
+            if not workload.tpot_applies:     # the one token's wait at the batch actually running
+                first_s = ttft_s = one_token_latency_s(spec, topo, layout, timed, workload, calib, op)
+            little = ceil(workload.request_rate_per_s * time_in_system_s(spec, topo, layout, timed, workload, calib,
+                                                                         op) - 1e-9)
             conc = min(in_flight(op, layout, workload), max(little, 1))
     elif batch and workload.concurrency and held < workload.concurrency:
         overload = workload.concurrency / held
@@ -289,7 +226,8 @@ def evaluate(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, work
         meets = False
     if knobs.max_model_len < workload.max_context_len:
         notes.append(f"max-model-len {knobs.max_model_len} is below the workload's {workload.max_context_len} tokens")
+    net_share = network_wait_share(d, p, rounds, per_token_s, tokens_gained(d, workload))
     return Metrics(layout, conc, op, limit, tput, tput / layout.total_gpus, d.step_s, tpot,
-                   1.0 / tpot if batch else 0.0, network_wait_share(d, p, rounds, per_token_s),
+                   1.0 / tpot if batch else 0.0, net_share,
                    d.network_share, util, in_use, first_s, alone, d, p, mem,
                    meets, notes, overload, batch, ttft_s)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import random
+from dataclasses import replace
 
 import pytest
 
@@ -326,3 +327,20 @@ def test_one_output_token_is_held_to_the_ttft_target_by_littles_law():
     looser = evaluate(spec, topo, m.layout, knobs, Workload(input_len=2048, output_len=1, ttft_ms=6000),
                       load_calibration(None, topo))
     assert looser.concurrency > m.concurrency and looser.ttft_s > 3.0
+
+
+def test_one_output_token_gains_nothing_from_mtp_and_settles_under_arrivals():
+    """MTP's drafts cannot shorten a request whose one token comes with its prefill (a review found MTP doubling
+    the planned one-token batch); under an open arrival stream the one-token wait is the one at the batch that
+    actually runs, so Little's law ties requests in flight, arrivals and TTFT."""
+    spec, topo = load_model("deepseek-v3").spec, load_topology("2x8xh100-ib")
+    cal, layout = load_calibration(None, topo), parse_layout("tp=8,pp=2")
+    w = Workload(input_len=2048, output_len=1, ttft_ms=3000)
+    knobs = engine_default_knobs("vllm", spec, topo, max_model_len=w.max_context_len)
+    plain = evaluate(spec, topo, layout, knobs, w, cal)
+    mtp = evaluate(spec, topo, layout, replace(knobs, mtp=True), w, cal)
+    assert mtp.concurrency <= plain.concurrency and mtp.throughput_tokens_per_s <= plain.throughput_tokens_per_s
+    light = Workload(input_len=2048, output_len=1, ttft_ms=3000, request_rate_per_s=1.0)
+    m = evaluate(spec, topo, layout, knobs, light, cal)
+    assert m.meets_targets and m.concurrency_per_dp_rank < plain.concurrency_per_dp_rank
+    assert m.ttft_s < plain.ttft_s and m.concurrency == math.ceil(1.0 * m.ttft_s - 1e-9)

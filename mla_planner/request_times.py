@@ -1,0 +1,103 @@
+"""A request's times on a running deployment, per DP rank at a batch: the mean TPOT it sees, the serving
+round the engine spends per output token (throughput), a one-token request's whole wait, its time in the
+system, the batch an open arrival stream settles at (Little's law), and the network's share of the run.
+The formulas are docs/step-model.md section 7's; metrics.py assembles the five metrics from them.
+"""
+
+from __future__ import annotations
+
+from math import ceil
+
+from .knobs import Knobs, Workload
+from .layout import Layout
+from .prefill import Prefill, prefill
+from .spec import ModelSpec
+from .stalls import chunk_rounds_per_round, coupled_ranks
+from .step import DecodeStep, decode_step
+
+
+def prefill_tokens(workload: Workload, knobs: Knobs, input_len: int | None = None) -> int:
+    """Prompt tokens that must be computed: the misses of the prefix cache (at least one token), for the
+    typical prompt or `input_len`."""
+    hit = workload.prefix_hit_rate if knobs.prefix_caching else 0.0
+    return max(1, ceil((input_len or workload.input_len) * (1.0 - hit)))
+
+
+def mean_tpot_s(spec, topo, layout, knobs, workload, calib, batch: int) -> tuple[float, DecodeStep, Prefill]:
+    """Mean time per output token of a request at `batch` running requests per DP rank: the decode round
+    plus the stall of each chunk round of the other requests it carries (chunk_rounds_per_round x stall
+    per chunk), over the tokens the round gains it (1, more with MTP); its own prefill is in its TTFT."""
+    ctx = workload.mean_decode_context
+    d = decode_step(spec, topo, layout, knobs, batch, ctx, calib, mtp_acceptance=workload.mtp_acceptance)
+    p = prefill(spec, topo, layout, knobs, prefill_tokens(workload, knobs), calib, batch, ctx)
+    rounds = _chunk_rounds(spec, layout, batch, workload, d, p, True)
+    return (d.round_s + rounds * p.stall_s / p.chunks) / tokens_gained(d, workload), d, p
+
+
+def tokens_gained(d: DecodeStep, workload: Workload) -> float:
+    """Output tokens a decode round gains a request: 1, or 1 + a + ... with MTP (DecodeStep.tokens_per_step),
+    but never more than the request has to produce (one output token: the round that prefills it is its last,
+    and MTP's drafts have nothing to speed up)."""
+    return min(d.tokens_per_step, workload.output_len)
+
+
+def time_in_system_s(spec, topo, layout, knobs, workload, calib, batch: int) -> float:
+    """A request's time from arrival to its last token at `batch` running per DP rank: TTFT + output_len x
+    mean TPOT, or for one output token one_token_latency_s."""
+    if not workload.tpot_applies:
+        return one_token_latency_s(spec, topo, layout, knobs, workload, calib, batch)
+    tpot, _, p = mean_tpot_s(spec, topo, layout, knobs, workload, calib, batch)
+    return p.ttft_s + workload.output_len * tpot
+
+
+def one_token_latency_s(spec, topo, layout, knobs, workload, calib, batch: int) -> float:
+    """A one-token request's time in the system at `batch` running per DP rank: its first token is its last, so
+    it waits for the round that prefills it and the other requests' prompts (serving_round_s with a request
+    prefilled every round, Little's law: `batch` in flight at batch / this seconds per request), and never less
+    than its own prefill (the TTFT of prefill.prefill)."""
+    tpot, d, p = mean_tpot_s(spec, topo, layout, knobs, workload, calib, batch)
+    return max(p.ttft_s, serving_round_s(spec, layout, batch, workload, d, p)[0] * workload.output_len)
+
+
+def serving_round_s(spec: ModelSpec, layout: Layout, batch: int, workload: Workload, d: DecodeStep,
+                    p: Prefill) -> tuple[float, float]:
+    """(seconds per output token of every running request, chunk rounds per decode round) over the serving
+    run, as the engine spends it: the round plus the chunk rounds of every request prefilled meanwhile
+    (chunk_rounds_per_round), over the tokens the round gains each request; throughput = requests in
+    flight / these seconds."""
+    rounds = _chunk_rounds(spec, layout, batch, workload, d, p)
+    return (d.round_s + rounds * p.stall_s / p.chunks) / tokens_gained(d, workload), rounds
+
+
+def _chunk_rounds(spec: ModelSpec, layout: Layout, batch: int, workload: Workload, d: DecodeStep, p: Prefill,
+                  others_only: bool = False) -> float:
+    """A request runs output_len / tokens_gained decode rounds between its prefills."""
+    return chunk_rounds_per_round(batch, p.chunks, workload.output_len / tokens_gained(d, workload),
+                                  coupled_ranks(spec, layout, batch, workload), others_only)
+
+
+def network_wait_share(d: DecodeStep, p: Prefill, rounds: float, per_token_s: float, gained: float) -> float:
+    """Collective time / wall time of a GPU over the serving run, stage mean: every decode round a GPU runs
+    the collectives of the m micro-batches (DecodeStep.network_share x round), and each chunk round the
+    round carries (`serving_round_s`) adds the chunk's extra collectives; per output token (the round's
+    time over the tokens it gains), over the serving run's time per token. Coupled DP ranks waiting for
+    another rank's chunk count as stalled, not as network."""
+    net_s = (d.network_share * d.round_s + rounds * p.stall_network_s / p.chunks) / gained
+    return min(1.0, net_s / per_token_s) if per_token_s else 0.0
+
+
+def operating_batch(spec, topo, layout, knobs, workload, calib, batch: int) -> int:
+    """Requests running per DP rank under an open arrival stream, by Little's law with the model's own
+    latencies: B = lambda x (TTFT(B) + output_len x TPOT(B)), lambda the arrivals per DP rank. Iterated
+    down from `batch` (the most that meet the targets, where the latencies are at most the targets, so
+    the right side is at most what the CLI's Little's law at the targets gave); both latencies grow with
+    B, so the sequence falls monotonically to the largest fixed point. Rounded up: a fractional request
+    still occupies the batch part of the time."""
+    lam = workload.request_rate_per_s / (layout.dp * layout.replicas)
+    b = batch
+    for _ in range(64):
+        nxt = min(batch, max(1, ceil(lam * time_in_system_s(spec, topo, layout, knobs, workload, calib, b) - 1e-9)))
+        if nxt >= b:
+            break
+        b = nxt
+    return b
