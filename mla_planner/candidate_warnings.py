@@ -80,7 +80,7 @@ def shared_nic_deepep_note(layout: Layout, topo: Topology) -> str:
     if not uses_deepep(layout) or layout.stage_gpus <= topo.gpus_per_node or inter is None \
             or inter.nics_per_node >= topo.gpus_per_node:
         return ""
-    per_gpu = inter.nics_per_node * inter.nic_gbit_per_s / topo.gpus_per_node
+    per_gpu = topo.nic_gbit_per_s_per_gpu
     nics = f"{inter.nics_per_node} RDMA NIC" + ("s" if inter.nics_per_node > 1 else "")
     return (f"DeepEP across nodes with {topo.gpus_per_node} GPUs sharing {nics} per node ({per_gpu:g} Gb/s per GPU, "
             "as priced): NVSHMEM may put every rank on one NIC (deepseek-ai/DeepEP#336); run DeepEP's "

@@ -35,26 +35,24 @@ def models_cmd(as_json: JsonOpt = False) -> None:
     console().print(table)
 
 
-def _gbit_per_gpu(t) -> float:
-    """A GPU's share of its node's NICs, the rate a TP or EP group across the nodes gets per GPU."""
-    return round(t.inter_node.nics_per_node * t.inter_node.nic_gbit_per_s / t.gpus_per_node, 1)
-
-
 @guard
 def topologies_cmd(as_json: JsonOpt = False) -> None:
     """List the built-in cluster topologies."""
     rows = []
     for name in builtin_topologies():
         t = load_topology(name)
-        fabric = (f"{t.inter_node.nics_per_node}x{t.inter_node.nic_gbit_per_s:g} Gb/s {t.inter_node.fabric} "
-                  f"({_gbit_per_gpu(t):g} Gb/s per GPU)" if t.inter_node else "-")
+        fabric = (f"{t.inter_node.nics_per_node}x{t.inter_node.nic_gbit_per_s:g} Gb/s {t.inter_node.fabric}"
+                  if t.inter_node else "-")
         rows.append({"name": name, "nodes": t.nodes, "gpus_per_node": t.gpus_per_node, "gpu": t.gpu.name,
-                     "intra_node": t.intra_node.kind, "inter_node": fabric, "description": t.description})
+                     "intra_node": t.intra_node.kind, "inter_node": fabric,
+                     "nic_gbit_per_s_per_gpu": round(t.nic_gbit_per_s_per_gpu, 1), "description": t.description})
     if as_json:
         return print_json(rows)
-    table = Table("topology", "nodes x GPUs", "GPU", "inside node", "between nodes", title="Built-in topologies")
+    table = Table("topology", "nodes x GPUs", "GPU", "inside node", "between nodes", "NIC Gb/s per GPU",
+                  title="Built-in topologies")
     for r in rows:
-        table.add_row(r["name"], f"{r['nodes']} x {r['gpus_per_node']}", r["gpu"], r["intra_node"], r["inter_node"])
+        table.add_row(r["name"], f"{r['nodes']} x {r['gpus_per_node']}", r["gpu"], r["intra_node"], r["inter_node"],
+                      f"{r['nic_gbit_per_s_per_gpu']:g}" if r["inter_node"] != "-" else "-")
     console().print(table)
 
 
@@ -147,7 +145,7 @@ def _show_topology(ref: str, as_json: bool) -> None:
                                      f"direction, {t.intra_node.latency_us} us" + (", NVLS" if t.uses_nvls else "")),
                      ("between nodes", "-" if not t.inter_node else
                       f"{t.inter_node.fabric}, {t.inter_node.nics_per_node} x {t.inter_node.nic_gbit_per_s:g} Gb/s "
-                      f"= {t.nic_bytes_per_s_per_node / 1e9:,.0f} GB/s per node ({_gbit_per_gpu(t):g} Gb/s per GPU), "
-                      f"{t.inter_node.latency_us} us")]:
+                      f"= {t.nic_bytes_per_s_per_node / 1e9:,.0f} GB/s per node "
+                      f"({t.nic_gbit_per_s_per_gpu:g} Gb/s per GPU), {t.inter_node.latency_us} us")]:
         table.add_row(key, val)
     console().print(table)

@@ -67,7 +67,7 @@ def net_of(topo: Topology, calib: Calibration) -> Net:
     inter = topo.inter_node
     tcp = inter is not None and inter.fabric == "ethernet"
     return Net(nvlink_bytes_per_s=topo.intra_bytes_per_s,
-               nic_line_bytes_per_s=topo.nic_bytes_per_s_per_node / topo.gpus_per_node,
+               nic_line_bytes_per_s=topo.nic_gbit_per_s_per_gpu * 1e9 / 8,
                nic_efficiency=calib.socket_efficiency if tcp else calib.nic_efficiency,
                a2a_nic_efficiency=calib.socket_efficiency if tcp else calib.rdma_all_to_all_efficiency,
                first_hop_s=topo.intra_node.latency_us * 1e-6, step_s=calib.nvlink_step_latency_s,

@@ -192,6 +192,12 @@ class Topology(BaseModel):
         return self.inter_node.nics_per_node * self.inter_node.nic_gbit_per_s * 1e9 / 8
 
     @property
+    def nic_gbit_per_s_per_gpu(self) -> float:
+        """A GPU's share of its node's NICs' line rate, Gb/s: what a TP or EP group across nodes gets per GPU
+        (below one NIC's rate where GPUs share NICs)."""
+        return self.nic_bytes_per_s_per_node * 8 / 1e9 / self.gpus_per_node
+
+    @property
     def uses_nvls(self) -> bool:
         if self.intra_node.nvls is not None:
             return self.intra_node.nvls

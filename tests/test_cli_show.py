@@ -28,10 +28,11 @@ def test_topologies_lists_builtins(cli):
     names = {t["name"] for t in json.loads(r.stdout)}
     assert {"8xh100", "2x8xh100-ib", "8xh200", "4x8xh800-roce", "2x8xh20-roce", "4x8xa100-ib", "8xb200",
             "2x8xl40s-eth", "2x8xh100-ib-1nic"} <= names
-    fabric = {t["name"]: t["inter_node"] for t in json.loads(r.stdout)}
-    assert fabric["2x8xh100-ib"] == "8x400 Gb/s infiniband (400 Gb/s per GPU)"     # a NIC per GPU
-    assert fabric["2x8xh100-ib-1nic"] == "1x400 Gb/s infiniband (50 Gb/s per GPU)"  # 8 GPUs share one
-    assert fabric["8xh100"] == "-"
+    rows = {t["name"]: t for t in json.loads(r.stdout)}
+    assert (rows["2x8xh100-ib"]["inter_node"], rows["2x8xh100-ib"]["nic_gbit_per_s_per_gpu"]) == (
+        "8x400 Gb/s infiniband", 400)                                                 # a NIC per GPU
+    assert rows["2x8xh100-ib-1nic"]["nic_gbit_per_s_per_gpu"] == 50                    # 8 GPUs share one
+    assert (rows["8xh100"]["inter_node"], rows["8xh100"]["nic_gbit_per_s_per_gpu"]) == ("-", 0)
 
 
 def test_show_model_table_and_json(cli):
