@@ -93,7 +93,8 @@ def ttft_headroom_note(ttft_s: float, meets_targets: bool, workload: Workload) -
     if not meets_targets or workload.ttft_ms - ttft_ms >= TTFT_UNMODELLED_MS:
         return ""
     counts = ("the prefill forward only" if workload.tpot_applies else
-              "the prefill and the wait behind the batch's other prompts")
+              "the prefill and the wait behind the batch's other prompts, and sized the batch to the target (a "
+              f"--ttft-ms {max(workload.ttft_ms - TTFT_UNMODELLED_MS, 1):,.0f} plan leaves that room)")
     return (f"TTFT target {workload.ttft_ms:,.0f} ms, planned {ttft_ms:,.0f} ms: the model counts {counts}, and "
             "published SGLang runs measure 120-320 ms more (server overhead, slower prefill, queueing; "
             "docs/step-model.md section 10): measure TTFT with bench.sh")

@@ -65,9 +65,9 @@ def emit_cmd(plan: Annotated[Path, typer.Option("--plan", "-p", help="Plan file 
     if misses:   # written as asked, but said where a person or a script sees it
         warn.print(f"[yellow]warning:[/yellow] candidate {candidate} does not meet the plan's targets: "
                    + escape("; ".join(misses)), soft_wrap=True)
-    if (bare := weightless_folder(model_path if model_path is not None else loaded.model_path)):
+    if model_path is None and (bare := weightless_folder(loaded.model_path)):
         warn.print(f"[yellow]warning:[/yellow] the scripts serve {escape(bare)}, which holds a config.json but no "
-                   "weight files here (*.safetensors, *.bin): pass --model-path with the HF id or the nodes' "
+                   f"weight files here ({', '.join(WEIGHT_FILES)}): pass --model-path with the HF id or the nodes' "
                    "weights folder, unless the nodes have them at that path", soft_wrap=True)
     if as_json:
         print_json({**emitted_json(done, Path(out)), "meets_targets": not misses})
@@ -80,13 +80,17 @@ def emit_cmd(plan: Annotated[Path, typer.Option("--plan", "-p", help="Plan file 
               markup=False)
 
 
+WEIGHT_FILES = ("*.safetensors", "*.bin", "*.pt", "*.pth", "*.gguf")
+
+
 def weightless_folder(model_path: str) -> str:
-    """`model_path` when it is a folder on this machine without weight files (a config.json fetched alone to
-    plan with), else ''. A path that is not here may be the nodes' own, and an HF id is fetched by the engine."""
+    """The plan's served folder when it is here, holds a config.json and no weight files (a config fetched alone
+    to plan with), else ''. The plan resolves a folder to an absolute path; a relative one is an HF id, which
+    the engine fetches, and a path that is not here may be the nodes' own."""
     folder = Path(model_path) if model_path else None
-    if folder is None or not folder.is_dir():
+    if folder is None or not folder.is_absolute() or not (folder / "config.json").is_file():
         return ""
-    return "" if any(folder.glob("*.safetensors")) or any(folder.glob("*.bin")) else model_path
+    return "" if any(any(folder.glob(pattern)) for pattern in WEIGHT_FILES) else model_path
 
 
 def emitted_json(done: Emitted, out: Path) -> dict:

@@ -25,11 +25,12 @@ from pydantic import ValidationError
 
 from .backends import backend, backend_problems
 from .calibration import Calibration
-from .candidate_warnings import cross_node_tp_note
+from .candidate_warnings import cross_node_tp_note, shared_nic_deepep_note
 from .engine_layouts import engine_layout_problem
 from .errors import PlanError
 from .knobs import KV_DTYPE_CHOICES, Knobs
 from .layout import Layout, layout_problems
+from .memory_terms import uses_deepep
 from .lint_quant import quantization_findings
 from .spec import ModelSpec
 from .step import decode_step
@@ -90,6 +91,23 @@ def _engine(words: list[str]) -> tuple[str | None, int]:
     return None, 0
 
 
+def _prefix_env(words: list[str]) -> tuple[dict, list[str]]:
+    """The VAR=value words before the program, and the words from the program on: `A=1 vllm ...`,
+    `env [-i] [-u NAME] A=1 vllm ...` (or /usr/bin/env), `sudo [-E] ...`."""
+    env, i, wrapper = {}, 0, False
+    while i < len(words):
+        word = words[i]
+        if re.fullmatch(r"[A-Za-z_]\w*=.*", word):
+            name, _, value = word.partition("=")
+            env[name] = value
+        elif word.rsplit("/", 1)[-1] in ("env", "sudo"):
+            wrapper = True
+        elif not (wrapper and word.startswith("-")):
+            break
+        i += 2 if wrapper and word in ("-u", "--unset") else 1
+    return env, words[i:]
+
+
 def _looks_like_option(word: str) -> bool:
     return len(word) > 1 and word[0] == "-" and (word[1].isalpha() or word[1] == "-")
 
@@ -97,10 +115,7 @@ def _looks_like_option(word: str) -> bool:
 def parse_command(words: list[str]) -> Command:
     """`vllm serve MODEL ...`, `python -m vllm.entrypoints.openai.api_server --model M ...`,
     `python -m sglang.launch_server --model-path M ...` or `sglang serve ...`."""
-    env = {}
-    while words and (words[0] == "env" or re.fullmatch(r"[A-Za-z_]\w*=.*", words[0])):   # `env A=1 vllm ...`
-        env.update([words[0].split("=", 1)] if "=" in words[0] else [])
-        words = words[1:]
+    env, words = _prefix_env(words)
     engine, start = _engine(words)
     if engine is None:
         raise PlanError("lint: expected a vLLM or SGLang launch command after --, like "
@@ -203,8 +218,10 @@ def lint(cmd: Command, spec: ModelSpec, topo: Topology, calib: Calibration) -> l
                                                f"max_position_embeddings ({spec.max_position_embeddings:,})"))
     if _eager_flag(cmd) and not problems:
         out.append(_eager(cmd, spec, topo, layout, calib))
-    if not problems and (note := cross_node_tp_note(layout, topo)):
-        out.append(Finding("warn", "layout", note))
+    if not problems:
+        deepep_used = deepep if deepep is not None else uses_deepep(layout)
+        notes = [cross_node_tp_note(layout, topo), shared_nic_deepep_note(layout, topo) if deepep_used else ""]
+        out += [Finding("warn", "layout", n) for n in notes if n]
     return out + _ib_hca(cmd, topo, layout)
 
 

@@ -40,8 +40,9 @@ def ways_out(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs,
                          f"DP rank ({report.kv_tokens_per_replica:,} per replica)")
         if len(found) >= limit:
             break
-    return found or ["none of: safe memory fraction, another KV dtype, shorter max-model-len, dcp, more pipeline "
-                     "stages, DP attention, a 4-bit AWQ checkpoint, or twice the nodes makes this fit"]
+    awq = ", a 4-bit AWQ checkpoint" if awq_spec(spec) else ""
+    return found or [f"none of: safe memory fraction, another KV dtype, shorter max-model-len, dcp, more pipeline "
+                     f"stages, DP attention{awq}, or twice the nodes makes this fit"]
 
 
 def balanced_split(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs,

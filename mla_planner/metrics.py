@@ -64,8 +64,8 @@ class Metrics:
     layout: Layout
     concurrency: int                      # requests in flight, whole deployment
     concurrency_per_dp_rank: int          # requests running per DP rank (the steady state under a rate)
-    concurrency_limit: str                # kv, tpot, max_num_seqs, max_num_batched_tokens, deepep_dispatch,
-                                          # cuda_graphs or none
+    concurrency_limit: str                # kv, tpot, ttft (one output token), max_num_seqs,
+                                          # max_num_batched_tokens, deepep_dispatch, cuda_graphs or none
     throughput_tokens_per_s: float
     throughput_tokens_per_s_per_gpu: float
     step_s: float

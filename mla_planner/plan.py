@@ -46,7 +46,8 @@ def to_plan(spec: ModelSpec, model_path: str, topo: Topology, workload: Workload
 
 def nothing_fits_advice(spec: ModelSpec, topo: Topology, workload: Workload, engine: str = "vllm") -> list[str]:
     """Why plain TP over a node (x PP over the nodes) does not serve on `engine`, and what would (memory.ways_out
-    re-runs the model on each alternative: fp8 KV, shorter context, dcp, PP, DP attention, more nodes)."""
+    re-runs the model on each alternative: fp8 KV, shorter context, dcp, PP, DP attention, a 4-bit AWQ checkpoint,
+    more nodes)."""
     from .tuning import draft_knobs, Rejected
     tp = max(d for d in range(1, topo.gpus_per_node + 1)
              if spec.num_attention_heads % d == 0 and topo.gpus_per_node % d == 0)

@@ -131,6 +131,9 @@ def test_environment_before_the_program_is_read(cli):
     launch command"). NCCL_IB_HCA is held to the topology's NICs for an instance that spans nodes, by the
     topology file's own rule; inside one node it does not matter."""
     assert parse_command(["env", "A=1", "B=x=y", "vllm", "serve", "m"]).env == {"A": "1", "B": "x=y"}
+    for prefix in (["env", "-i", "A=1"], ["/usr/bin/env", "-u", "X", "A=1"], ["sudo", "-E", "A=1"]):
+        cmd = parse_command(prefix + ["vllm", "serve", "m", "-tp", "8"])
+        assert (cmd.engine, cmd.model, cmd.env) == ("vllm", "m", {"A": "1"})
     code, out = lint(cli, "NCCL_IB_HCA=mlx5_0,mlx5_1", "vllm", "serve", "deepseek-ai/DeepSeek-V3", "-tp", "8", "-pp",
                      "2", topology="2x8xh100-ib-1nic")
     assert code == 0 and [f["flag"] for f in out["findings"]] == ["NCCL_IB_HCA"]
@@ -141,3 +144,12 @@ def test_environment_before_the_program_is_read(cli):
     code, out = lint(cli, "NCCL_IB_HCA=mlx5_3", "vllm", "serve", "deepseek-ai/DeepSeek-V3", "-tp", "8",
                      topology="2x8xh200-ib")
     assert code == 0 and out["findings"] == []           # one node: no NIC carries its collectives
+
+
+def test_deepep_over_shared_nics_is_warned_as_plan_warns(cli):
+    code, out = lint(cli, "python", "-m", "sglang.launch_server", "--model-path", "deepseek-ai/DeepSeek-V3", "--tp",
+                     "16", "--attn-dp-size", "16", "--moe-a2a-backend", "deepep", topology="2x8xh100-ib-1nic")
+    assert code == 0 and any("sharing 1 RDMA NIC per node" in f["text"] for f in out["findings"]), out
+    code, out = lint(cli, "python", "-m", "sglang.launch_server", "--model-path", "deepseek-ai/DeepSeek-V3", "--tp",
+                     "16", "--attn-dp-size", "16", "--moe-a2a-backend", "deepep", topology="2x8xh100-ib")
+    assert not any("RDMA NIC" in f["text"] for f in out["findings"])
