@@ -3,7 +3,8 @@
   concurrency         requests in flight the deployment sustains: per DP rank the largest batch B with
                       B x (tokens a request holds on average) <= the KV pool (memory.py, the engine's own
                       accounting), B <= max_num_seqs, and mean time per output token <= the TPOT target
-                      (with one output token, time in the system <= the TTFT target: one_token_latency_s);
+                      and TTFT (its queue behind other prompts included: request_times.first_token_s)
+                      <= the TTFT target;
                       x dp x replicas. A request holds input + output/2 tokens on average over its decode
                       (Workload.mean_decode_context), rounded up to whole KV blocks. Under an arrival
                       rate it is what runs at the steady state (operating_batch, Little's law with the
@@ -30,7 +31,8 @@
                       `memory_in_use` is the plain share: (weights + live KV) per GPU / GPU memory
   TTFT                chunked prefill of the prompt tokens the prefix cache misses, input_len x
                       (1 - prefix_hit_rate), riding the decode rounds (prefill.prefill); a hit skips its
-                      blocks' prefill (vLLM automatic prefix caching / SGLang radix cache)
+                      blocks' prefill (vLLM automatic prefix caching / SGLang radix cache); plus the wait
+                      behind other requests' prompts that Little's law leaves (request_times.first_token_s)
   alone_tpot          time per output token of one request on an idle deployment: the latency floor,
                       where launch overheads (--enforce-eager) and collective latencies show most
 """
@@ -48,7 +50,7 @@ from .knobs import Knobs, Workload, decode_query_len
 from .layout import Layout, layout_problems
 from .memory import MemoryReport, memory_report
 from .stalls import chunk_rounds_per_round, coupled_ranks  # noqa: F401  (re-exported for tests and callers)
-from .request_times import (mean_tpot_s, network_wait_share, one_token_latency_s, operating_batch,  # noqa: F401
+from .request_times import (first_token_s, mean_tpot_s, network_wait_share, operating_batch,  # noqa: F401
                             prefill_tokens, serving_round_s, time_in_system_s, tokens_gained)
 from .memory import evaluate as memory_evaluate
 from .memory_terms import DEEPEP_SGLANG_DISPATCH_MAX, uses_deepep
@@ -161,9 +163,9 @@ def evaluate(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, work
         timed = replace(knobs, mtp=False)
         notes.append("MTP: a one-token request has no decode step to speed up; timed without it")
     top = min(cap, over_target) if over_target else cap
+    first = lambda b: first_token_s(spec, topo, layout, timed, workload, calib, b)[0]   # noqa: E731
     if not workload.tpot_applies:
-        batch = largest_under(lambda b: one_token_latency_s(spec, topo, layout, timed, workload, calib, b),
-                              workload.ttft_ms / 1e3, top, batch_hint) if cap else 0
+        batch = largest_under(first, workload.ttft_ms / 1e3, top, batch_hint) if cap else 0
         notes.append("one output token per request: no TPOT; a request's first token is its last, so its TTFT is "
                      "its whole time in the system, held to the TTFT target")
         if cap and not batch:
@@ -172,6 +174,10 @@ def evaluate(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, work
         batch = _largest_batch(spec, topo, layout, timed, workload, calib, top, batch_hint) if cap else 0
     if cap and batch < cap:
         limit = "tpot" if workload.tpot_applies else "ttft"
+    if workload.tpot_applies and batch > 1 and first(batch) > workload.ttft_ms / 1e3:
+        # prompts queue behind each other: the batch the TPOT target allows would hold them past the TTFT target
+        held = largest_under(first, workload.ttft_ms / 1e3, batch)
+        batch, limit = (held, "ttft") if held else (batch, limit)
     alone = decode_step(spec, topo, layout, timed, 1, workload.mean_decode_context, calib,
                         mtp_acceptance=workload.mtp_acceptance).tpot_s
     if cap and not batch and workload.tpot_applies:
@@ -186,12 +192,12 @@ def evaluate(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, work
     util, in_use = _memory_shares(spec, layout, knobs, mem, batch, ctx)
     conc = in_flight(batch, layout, workload)
     tput = conc / per_token_s if batch else 0.0
-    ttft_s = first_s = p.ttft_s if workload.tpot_applies else max(p.ttft_s, per_token_s)
+    first_s, queue_s = first_token_s(spec, topo, layout, timed, workload, calib, max(batch, 1))
+    ttft_s = first_s
     longest = workload.input_len_max or workload.input_len
     if batch and longest > workload.input_len:   # the TTFT target holds for the longest (p99) prompt too
-        ttft_s = max(first_s if not workload.tpot_applies else 0.0,
-                     prefill(spec, topo, layout, timed, prefill_tokens(workload, timed, longest), calib,
-                             max(batch, 1), ctx).ttft_s)
+        ttft_s = max(first_s, queue_s + prefill(spec, topo, layout, timed, prefill_tokens(workload, timed, longest),
+                                                calib, max(batch, 1), ctx).ttft_s)
         notes.append(f"a p99 prompt ({longest:,} tokens) gets its first token after {ttft_s * 1e3:,.0f} ms")
     meets = bool(batch) and mem.fits and ttft_s <= workload.ttft_ms / 1e3
     if batch and ttft_s > workload.ttft_ms / 1e3:
@@ -214,8 +220,9 @@ def evaluate(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, work
             tpot, d, p = mean_tpot_s(spec, topo, layout, timed, workload, calib, op)
             per_token_s, rounds = serving_round_s(spec, layout, op, workload, d, p)
             util, in_use = _memory_shares(spec, layout, knobs, mem, op, ctx)
-            if not workload.tpot_applies:     # the one token's wait at the batch actually running
-                first_s = ttft_s = one_token_latency_s(spec, topo, layout, timed, workload, calib, op)
+            first_s, queue_s = first_token_s(spec, topo, layout, timed, workload, calib, op)   # at the batch
+            ttft_s = first_s if longest <= workload.input_len else max(first_s, queue_s + prefill(   # that runs
+                spec, topo, layout, timed, prefill_tokens(workload, timed, longest), calib, op, ctx).ttft_s)
             little = ceil(workload.request_rate_per_s * time_in_system_s(spec, topo, layout, timed, workload, calib,
                                                                          op) - 1e-9)
             conc = min(in_flight(op, layout, workload), max(little, 1))

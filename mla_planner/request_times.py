@@ -42,21 +42,24 @@ def tokens_gained(d: DecodeStep, workload: Workload) -> float:
 
 
 def time_in_system_s(spec, topo, layout, knobs, workload, calib, batch: int) -> float:
-    """A request's time from arrival to its last token at `batch` running per DP rank: TTFT + output_len x
-    mean TPOT, or for one output token one_token_latency_s."""
-    if not workload.tpot_applies:
-        return one_token_latency_s(spec, topo, layout, knobs, workload, calib, batch)
-    tpot, _, p = mean_tpot_s(spec, topo, layout, knobs, workload, calib, batch)
-    return p.ttft_s + workload.output_len * tpot
+    """A request's time from arrival to its last token at `batch` running per DP rank: its first token
+    (first_token_s, the queue included) and output_len - 1 mean TPOTs after it."""
+    tpot = mean_tpot_s(spec, topo, layout, knobs, workload, calib, batch)[0]
+    return first_token_s(spec, topo, layout, knobs, workload, calib, batch)[0] + (workload.output_len - 1) * tpot
 
 
-def one_token_latency_s(spec, topo, layout, knobs, workload, calib, batch: int) -> float:
-    """A one-token request's time in the system at `batch` running per DP rank: its first token is its last, so
-    it waits for the round that prefills it and the other requests' prompts (serving_round_s with a request
-    prefilled every round, Little's law: `batch` in flight at batch / this seconds per request), and never less
-    than its own prefill (the TTFT of prefill.prefill)."""
+def first_token_s(spec, topo, layout, knobs, workload, calib, batch: int) -> tuple[float, float]:
+    """(TTFT, the part of it queued behind other requests' prompts) at `batch` running per DP rank, by Little's
+    law with the model's own rates: each of the `batch` requests gains a token every serving_round_s, so a
+    request spends output_len x that in the system; what its own prefill (prefill.prefill's TTFT) and its
+    output_len - 1 gaps (mean TPOT) leave of that is its wait before its prefill. Where the decode rounds
+    dominate this is a fraction of a chunk round; where prompts dominate (short outputs, a loose TPOT
+    target: many chunk rounds per decode round) it is most of the TTFT. One output token: the whole time in
+    the system is the TTFT."""
     tpot, d, p = mean_tpot_s(spec, topo, layout, knobs, workload, calib, batch)
-    return max(p.ttft_s, serving_round_s(spec, layout, batch, workload, d, p)[0] * workload.output_len)
+    in_system = serving_round_s(spec, layout, batch, workload, d, p)[0] * workload.output_len
+    queue = max(0.0, in_system - (workload.output_len - 1) * tpot - p.ttft_s)
+    return p.ttft_s + queue, queue
 
 
 def serving_round_s(spec: ModelSpec, layout: Layout, batch: int, workload: Workload, d: DecodeStep,

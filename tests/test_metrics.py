@@ -344,3 +344,26 @@ def test_one_output_token_gains_nothing_from_mtp_and_settles_under_arrivals():
     m = evaluate(spec, topo, layout, knobs, light, cal)
     assert m.meets_targets and m.concurrency_per_dp_rank < plain.concurrency_per_dp_rank
     assert m.ttft_s < plain.ttft_s and m.concurrency == math.ceil(1.0 * m.ttft_s - 1e-9)
+
+
+@pytest.mark.parametrize("text", ["tp=16", "tp=8,pp=2"])
+def test_littles_law_ties_requests_in_flight_to_their_latencies(seed, text):
+    """Requests in flight / requests served per second = TTFT + (output_len - 1) x mean TPOT: the TTFT includes
+    the wait behind other requests' prompts (a review found the model's TTFT leaving ~10 s of a prompt-heavy
+    workload's time in the system unaccounted)."""
+    m = seed[text]
+    in_system = m.concurrency / (m.throughput_tokens_per_s / WORKLOAD.output_len)
+    assert in_system == pytest.approx(m.ttft_s + (WORKLOAD.output_len - 1) * m.tpot_s, rel=1e-6)
+    assert m.ttft_s > m.prefill.ttft_s          # a queue, small at this load (the prefill alone: ~60 ms)
+
+
+def test_prompts_queue_under_a_loose_tpot_target_until_ttft_binds():
+    """Two output tokens and a TPOT target that never binds: the batch grows until the prompts' queue holds a
+    request past the TTFT target (it once grew to the KV pool, ~10 s in the system, reported as a 72 ms TTFT)."""
+    spec, topo = load_model("deepseek-v3").spec, load_topology("2x8xh100-ib")
+    cal, layout = load_calibration(None, topo), parse_layout("tp=8,pp=2")
+    w = Workload(input_len=2048, output_len=2, tpot_ms=100_000, ttft_ms=3000)
+    knobs = engine_default_knobs("vllm", spec, topo, max_model_len=w.max_context_len)
+    m = evaluate(spec, topo, layout, knobs, w, cal)
+    assert m.concurrency_limit == "ttft" and m.meets_targets and 2.5 < m.ttft_s <= 3.0
+    assert m.concurrency / (m.throughput_tokens_per_s / 2) == pytest.approx(m.ttft_s + m.tpot_s, rel=1e-6)
