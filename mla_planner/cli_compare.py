@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-from .backends import mtp_verify_problem, usable_backends
+from .backends import int8_checkpoint_problem, mtp_verify_problem, usable_backends
 from .calibration import load_calibration
 from .cli_common import (DEFAULT_MODEL, DEFAULT_TOPOLOGY, GraphCapOpt, JsonOpt, ModelOpt, MtpAcceptanceOpt,
                          PpPartitionOpt, TopologyOpt,
@@ -114,8 +114,9 @@ def compare_cmd(layouts: Annotated[Optional[list[str]], typer.Option(
                     "--layout", "-l", help='A layout to compare, e.g. "tp=16" or "tp=8,pp=2" (repeat; the first '
                     'is the baseline for the ratios).')] = None,
                 model: ModelOpt = DEFAULT_MODEL, topology: TopologyOpt = DEFAULT_TOPOLOGY,
-                engine: Annotated[str, typer.Option("--engine", "-e",
-                    callback=lower_case, help="vllm or sglang.")] = "vllm",
+                engine: Annotated[Optional[str], typer.Option("--engine", "-e",
+                    callback=lower_case, help="vllm or sglang (default: vllm, or SGLang for a checkpoint only SGLang "
+                                              "loads).")] = None,
                 input_len: Annotated[str, typer.Option("--input-len", help="Prompt tokens: '2048' or "
                                                        "'p50=1024,p99=8192'.")] = "2048",
                 output_len: Annotated[str, typer.Option("--output-len", help="Output tokens: '512' or "
@@ -184,14 +185,18 @@ def compare_cmd(layouts: Annotated[Optional[list[str]], typer.Option(
         raise PlanError("compare: --candidate picks from a --plan file")
     if not layouts:
         raise PlanError('compare: give at least one --layout, e.g. --layout "tp=16" --layout "tp=8,pp=2"')
-    if engine not in ENGINES:
+    if engine is not None and engine not in ENGINES:
         raise PlanError(f"--engine must be one of {', '.join(ENGINES)}, got '{engine}'")
     kv_dtype = kv_dtype_choice(kv_cache_dtype)
     (inp, inp_max), (out, out_max) = parse_length(input_len, "--input-len"), parse_length(output_len, "--output-len")
     if not (0 < tpot_ms < inf and 0 < ttft_ms < inf):
         raise PlanError("--tpot-ms and --ttft-ms must be positive, finite milliseconds")
-    fraction = _fraction(engine, gpu_memory_utilization, mem_fraction_static, memory_fraction)
     spec, topo = load_model(model).spec, load_topology(topology)
+    if engine is None:      # vLLM, unless the checkpoint is one only SGLang loads (INT8 W8A8)
+        engine = "sglang" if int8_checkpoint_problem("vllm", spec, topo.gpu) else "vllm"
+    elif (problem := int8_checkpoint_problem(engine, spec, topo.gpu)):
+        raise PlanError(problem)
+    fraction = _fraction(engine, gpu_memory_utilization, mem_fraction_static, memory_fraction)
     calib = load_calibration(calibration, topo)
     check_acceptance(mtp_acceptance)
     workload = Workload(input_len=inp, output_len=out, input_len_max=inp_max, output_len_max=out_max,

@@ -65,10 +65,8 @@ def emit_cmd(plan: Annotated[Path, typer.Option("--plan", "-p", help="Plan file 
     if misses:   # written as asked, but said where a person or a script sees it
         warn.print(f"[yellow]warning:[/yellow] candidate {candidate} does not meet the plan's targets: "
                    + escape("; ".join(misses)), soft_wrap=True)
-    if model_path is None and (bare := weightless_folder(loaded.model_path)):
-        warn.print(f"[yellow]warning:[/yellow] the scripts serve {escape(bare)}, which holds a config.json but no "
-                   f"weight files here ({', '.join(WEIGHT_FILES)}): pass --model-path with the HF id or the nodes' "
-                   "weights folder, unless the nodes have them at that path", soft_wrap=True)
+    if model_path is None:
+        warn_weightless(loaded.model_path)
     if as_json:
         print_json({**emitted_json(done, Path(out)), "meets_targets": not misses})
         return
@@ -78,6 +76,15 @@ def emit_cmd(plan: Annotated[Path, typer.Option("--plan", "-p", help="Plan file 
         con.print(f"  {p.name}", markup=False)
     con.print(f"next: read {Path(out) / 'README.md'} (what to run where, in which order, and the health checks)",
               markup=False)
+
+
+def warn_weightless(model_path: str) -> None:
+    """On stderr, when the scripts serve a folder here that holds no weights (weightless_folder)."""
+    if (bare := weightless_folder(model_path)):
+        Console(stderr=True, highlight=False).print(
+            f"[yellow]warning:[/yellow] the scripts serve {escape(bare)}, which holds a config.json but no weight "
+            f"files here ({', '.join(WEIGHT_FILES)}): pass --model-path with the HF id or the nodes' weights folder "
+            "(`mla-plan emit --plan ... --model-path ...`), unless the nodes have them at that path", soft_wrap=True)
 
 
 WEIGHT_FILES = ("*.safetensors", "*.bin", "*.pt", "*.pth", "*.gguf")

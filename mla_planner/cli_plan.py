@@ -9,6 +9,7 @@ from typing import Annotated, Optional
 import typer
 import yaml
 
+from .backends import int8_checkpoint_problem
 from .calibration import load_calibration
 from .cli_common import (DEFAULT_MODEL, DEFAULT_TOPOLOGY, JsonOpt, MtpAcceptanceOpt, MtpOpt, check_acceptance,
                          check_context, check_mtp, check_output_file, guard, print_json, lower_case)
@@ -208,14 +209,17 @@ def plan_cmd(
     meets = meets_targets(plan)
     if emit and meets:
         from .launch import emit_plan
+        from .cli_emit import warn_weightless
         emit_plan(plan, 1, plan.candidates[0].knobs.engine, emit)
+        warn_weightless(plan.model_path)
     elif emit:
         notes = (*notes, f"--emit {emit}: nothing written, as no candidate meets the targets (`mla-plan emit "
                          "--plan` on a saved plan writes one anyway)")
         data["notes"] = list(notes)
     if not plan.candidates:
         from .plan import nothing_fits_advice
-        data["nothing_fits"] = nothing_fits_advice(plan.spec, plan.topology, workload, engine or "vllm")
+        default = "sglang" if int8_checkpoint_problem("vllm", plan.spec, plan.topology.gpu) else "vllm"
+        data["nothing_fits"] = nothing_fits_advice(plan.spec, plan.topology, workload, engine or default)
     data["meets_targets"] = meets
     if as_json or as_yaml:
         print_json(data) if as_json else typer.echo(yaml.safe_dump(data, sort_keys=False), nl=False)

@@ -20,6 +20,7 @@ from dataclasses import replace
 from math import ceil
 
 from .layout import Layout, deepep_runs, layout_problems
+from .memory_terms import deepep_experts_problem
 from .sizing import weight_bytes_breakdown
 from .spec import ModelSpec
 from .topology import Topology
@@ -46,9 +47,16 @@ def _stage_shapes(spec: ModelSpec, topo: Topology) -> list[tuple[int, int, int]]
             shapes.append((size, 1, 1))
         if spec.is_moe and size > 1 and spec.n_routed_experts % size == 0:
             shapes.append((1, size, size))
-        if spec.is_moe and size > 1 and spec.moe_intermediate_size % size == 0 and not deepep_runs(topo, size):
+        if spec.is_moe and size > 1 and spec.moe_intermediate_size % size == 0 and \
+                (not deepep_runs(topo, size) or _experts_without_deepep(spec)):
             shapes.append((1, size, 1))   # DP attention, MoE tensor-parallel over the stage (no DeepEP)
     return shapes
+
+
+def _experts_without_deepep(spec: ModelSpec) -> bool:
+    """Whether an engine has no DeepEP path for this checkpoint's experts (SGLang's int4 and INT8 MoE runners:
+    memory_terms.deepep_experts_problem), so DP attention is searched with ep=1 too."""
+    return bool(deepep_experts_problem("sglang", spec, Layout(tp=1, dp=2, ep=2)))
 
 
 def min_instance_gpus(spec: ModelSpec, topo: Topology) -> int:

@@ -93,18 +93,18 @@ def _engine(words: list[str]) -> tuple[str | None, int]:
 
 def _prefix_env(words: list[str]) -> tuple[dict, list[str]]:
     """The VAR=value words before the program, and the words from the program on: `A=1 vllm ...`,
-    `env [-i] [-u NAME] A=1 vllm ...` (or /usr/bin/env), `sudo [-E] ...`."""
+    `env [-i] [-u NAME] [-C DIR] A=1 vllm ...` (or /usr/bin/env), `sudo [-E] [-u USER] ...`, `nohup ...`."""
     env, i, wrapper = {}, 0, False
     while i < len(words):
         word = words[i]
         if re.fullmatch(r"[A-Za-z_]\w*=.*", word):
             name, _, value = word.partition("=")
             env[name] = value
-        elif word.rsplit("/", 1)[-1] in ("env", "sudo"):
+        elif word.rsplit("/", 1)[-1] in ("env", "sudo", "nohup"):
             wrapper = True
         elif not (wrapper and word.startswith("-")):
             break
-        i += 2 if wrapper and word in ("-u", "--unset") else 1
+        i += 2 if wrapper and word in ("-u", "--unset", "-C", "--chdir", "-g", "--group") else 1
     return env, words[i:]
 
 

@@ -52,6 +52,8 @@ def quantization_findings(engine: str, quant: Optional[str], spec: ModelSpec, gp
                                            f"quantization_config{slower}; drop it")]
     if stored == "fp8" and quant in REQUANTIZE_OK:
         return []
-    return [("error", "--quantization", f"{quant} contradicts the checkpoint, stored as {stored} (its config.json's "
-                                        "quantization_config): drop it (sgl-project/sglang#3283: a mismatched "
-                                        "--quantization on FP8 DeepSeek-V3 crashed)")]
+    own = "/".join(sorted(own_methods(spec, stored))) or stored
+    return [("error", "--quantization", f"{quant} contradicts the checkpoint, stored as {stored} ({own}): "
+                                        + ("pass --quantization w8a8_int8" if needed else "drop it")
+                                        + " (sgl-project/sglang#3283: a mismatched --quantization on FP8 DeepSeek-V3 "
+                                          "crashed)")]

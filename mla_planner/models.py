@@ -91,11 +91,16 @@ def _channel_int8_index(folder: Path) -> bool:
     `<linear>.weight_scale` beside each int8 weight (SGLang w8a8_int8.py); FP8 releases name theirs
     `weight_scale_inv` and carry a quantization_config."""
     index = folder / "model.safetensors.index.json"
-    try:
-        names = json.loads(index.read_text()).get("weight_map", {}) if index.is_file() else {}
-    except (OSError, ValueError, AttributeError):
+    if not index.is_file():
         return False
-    return isinstance(names, dict) and any(n.endswith("_proj.weight_scale") for n in names)
+    try:
+        names = json.loads(index.read_text()).get("weight_map")
+    except (OSError, ValueError, AttributeError):
+        names = None
+    if not isinstance(names, dict):      # read to tell INT8 from BF16: a broken one would price it at 2x
+        raise InputError(str(index), "expected a safetensors index, a JSON object with a weight_map of tensor names",
+                         "weight_map")
+    return any(n.endswith("_proj.weight_scale") for n in names)
 
 
 def _snapshot_name(config: Path) -> str:

@@ -101,6 +101,8 @@ def test_lint_knows_what_each_engine_needs(cli, tmp_path):
     assert lint(*base, "--model-path", str(channel), "--quantization", "w8a8_int8") == (0, [])
     assert lint(*base, "--model-path", str(block)) == (0, [])
     assert lint(*base, "--model-path", str(block), "--quantization", "w8a8_int8") == (1, [("error", "--quantization")])
+    r = cli("lint", "-t", "4x8xa100-ib", "--", *base, "--model-path", str(block), "--quantization", "w8a8_int8")
+    assert "stored as int8 (blockwise_int8): drop it" in r.output
     assert lint("vllm", "serve", str(block), "-tp", "16")[1][0] == ("error", "checkpoint")
 
 
@@ -115,3 +117,27 @@ def test_int8_gemms_run_on_int8_tensor_cores():
     cal = load_calibration(None, a100)
     op = Op("x", 1.0, 1e15, "gemm", "int8")
     assert op_time_s(op, a100.gpu, cal)[1] * 2 == pytest.approx(op_time_s(Op("x", 1.0, 1e15), a100.gpu, cal)[1])
+
+
+def test_dp_attention_without_deepep_and_compare_picks_sglang(cli, tmp_path):
+    """SGLang has no DeepEP path for INT8 experts, so DP attention is searched with the MoE tensor-parallel over
+    the stage (ep=1) even where DeepEP could run (QA found no DP layout at all); compare picks SGLang for a
+    checkpoint only SGLang loads, and refuses an explicit vLLM with one line."""
+    block = str(snapshot(tmp_path, "Block"))
+    plan = json.loads(cli("plan", "-m", block, "-t", "4x8xa100-ib", "--json").stdout)
+    dp = [c for c in plan["candidates"] if c["layout"]["dp"] > 1]
+    assert dp and all(c["layout"]["ep"] == 1 and c["knobs"]["engine"] == "sglang" for c in dp)
+    r = cli("compare", "-m", block, "-t", "4x8xa100-ib", "-l", "tp=16", "--json")
+    assert r.exit_code == 0 and json.loads(r.stdout)["engine"] == "sglang"
+    assert json.loads(r.stdout)["layouts"][0]["concurrency"] > 0
+    r = cli("compare", "-m", block, "-t", "4x8xa100-ib", "-l", "tp=16", "-e", "vllm")
+    assert r.exit_code == 2 and "no loader" in r.output and len(r.output.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("index", ["{not json", '{"weight_map": ["a"]}'])
+def test_a_broken_weight_index_is_one_line_not_bf16(cli, tmp_path, index):
+    """The index tells the Channel release from BF16 (2x the bytes): a broken one is refused, not ignored."""
+    folder = snapshot(tmp_path, "Channel")
+    (folder / "model.safetensors.index.json").write_text(index)
+    r = cli("show", "-m", str(folder))
+    assert r.exit_code == 2 and "model.safetensors.index.json" in r.output and "Traceback" not in r.output

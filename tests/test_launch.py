@@ -531,6 +531,8 @@ def test_a_folder_without_weights_is_warned_about(cli, tmp_path):
     assert _json.loads(plan.stdout)["model"]["model_path"] == str(folder.resolve())
     bare = cli("emit", "--plan", str(tmp_path / "p.json"), "--out", str(tmp_path / "a"))
     assert bare.exit_code == 0 and "no weight files here" in bare.stderr and "--model-path" in bare.stderr
+    direct = cli("plan", "-m", str(folder), "-t", "2x8xh200-ib", "--emit", str(tmp_path / "d"))
+    assert direct.exit_code == 0 and "no weight files here" in direct.stderr        # plan --emit says it too
     named = cli("emit", "--plan", str(tmp_path / "p.json"), "--out", str(tmp_path / "b"), "--model-path",
                 "deepseek-ai/DeepSeek-V3")
     assert named.exit_code == 0 and "no weight files" not in named.stderr

@@ -131,7 +131,8 @@ def test_environment_before_the_program_is_read(cli):
     launch command"). NCCL_IB_HCA is held to the topology's NICs for an instance that spans nodes, by the
     topology file's own rule; inside one node it does not matter."""
     assert parse_command(["env", "A=1", "B=x=y", "vllm", "serve", "m"]).env == {"A": "1", "B": "x=y"}
-    for prefix in (["env", "-i", "A=1"], ["/usr/bin/env", "-u", "X", "A=1"], ["sudo", "-E", "A=1"]):
+    for prefix in (["env", "-i", "A=1"], ["/usr/bin/env", "-u", "X", "A=1"], ["sudo", "-E", "A=1"],
+                   ["nohup", "env", "-C", "/tmp", "A=1"], ["sudo", "-u", "root", "-E", "A=1"]):
         cmd = parse_command(prefix + ["vllm", "serve", "m", "-tp", "8"])
         assert (cmd.engine, cmd.model, cmd.env) == ("vllm", "m", {"A": "1"})
     code, out = lint(cli, "NCCL_IB_HCA=mlx5_0,mlx5_1", "vllm", "serve", "deepseek-ai/DeepSeek-V3", "-tp", "8", "-pp",
