@@ -86,6 +86,9 @@ def _candidates(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs,
     if knobs.kv_cache_dtype != "bf16":     # e.g. a KV format no backend here runs
         yield "bf16 KV cache (--kv-cache-dtype auto)", spec, topo, layout, replace(knobs, kv_cache_dtype="bf16")
     fit_len = evaluate(spec, topo, layout, replace(knobs, max_model_len=1), engine_version).max_model_len_fit
+    if not fit_len and 0 < safe != knobs.memory_fraction:     # at the safe fraction (ways_out retries with it)
+        fit_len = evaluate(spec, topo, layout, replace(knobs, max_model_len=1, memory_fraction=safe),
+                           engine_version).max_model_len_fit
     if 0 < fit_len < knobs.max_model_len:
         yield f"--max-model-len {fit_len:,}", spec, topo, layout, replace(knobs, max_model_len=fit_len)
     yield from _layouts(spec, topo, layout, knobs)

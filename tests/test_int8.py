@@ -141,3 +141,15 @@ def test_a_broken_weight_index_is_one_line_not_bf16(cli, tmp_path, index):
     (folder / "model.safetensors.index.json").write_text(index)
     r = cli("show", "-m", str(folder))
     assert r.exit_code == 2 and "model.safetensors.index.json" in r.output and "Traceback" not in r.output
+
+
+def test_a_shorter_context_at_the_safe_fraction_is_a_way_out(cli, tmp_path):
+    """QA: Block INT8 at tp8 on H20 fits neither at the safe memory fraction with the model's full context nor
+    with a shorter context at SGLang's default fraction; the shorter context at the safe fraction does, and
+    plan serves it that way, so memory offers it too (before more pipeline stages)."""
+    topo = tmp_path / "h20x4.yaml"
+    topo.write_text("name: h20x4\nnodes: 4\ngpus_per_node: 8\ngpu: H20-96G\nintra_node: {kind: nvswitch, latency_us: 3}"
+                    "\ninter_node: {fabric: roce, nics_per_node: 4, nic_gbit_per_s: 200, latency_us: 5}\n")
+    r = cli("memory", "-m", str(snapshot(tmp_path, "Block")), "-t", str(topo), "--tp", "8", "-e", "sglang", "--json")
+    fixes = json.loads(r.stdout)["ways_out"]
+    assert r.exit_code == 1 and fixes[0].startswith("--max-model-len ") and "with --mem-fraction-static 0." in fixes[0]
