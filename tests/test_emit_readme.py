@@ -44,3 +44,32 @@ def test_the_folder_carries_its_plan_for_check_log(cli, tmp_path):
     readme = (out / "README.md").read_text()
     assert "mla-plan check-log node-0.log bench.log --plan plan.json --candidate 2" in readme
     assert read_plan(out / "plan.json").candidates == read_plan(plan_file).candidates
+
+
+def test_a_tp_group_across_nodes_gets_its_all_reduce_to_measure(cli, tmp_path):
+    """The all-reduce the plan prices for a TP group spanning nodes, and how to measure it: nccl-tests at exactly
+    that size with the node scripts' network variables, and verify's in-step timing. Not for TP inside a node."""
+    import shlex
+    from mla_planner.calibration import load_calibration
+    from mla_planner.comm import collective
+    from mla_planner.topology import load_topology
+    r = cli("plan", "-m", "deepseek-v2", "-t", "2x8xh100-ib", "-l", "tp=16", "-l", "tp=8,pp=2", "-e", "vllm",
+            "--json")
+    (tmp_path / "p.json").write_text(r.stdout)
+    labels = [c["label"] for c in json.loads(r.stdout)["candidates"]]
+    tp16, pp2 = labels.index("tp16") + 1, labels.index("tp8·pp2") + 1
+    for n in (tp16, pp2):
+        out = cli("emit", "--plan", str(tmp_path / "p.json"), "-c", str(n), "--out", str(tmp_path / str(n)))
+        assert out.exit_code == 0
+    text = (tmp_path / str(tp16) / "README.md").read_text()
+    assert "## Is the cross-node all-reduce as fast as planned?" in text
+    assert "cross-node all-reduce as fast" not in (tmp_path / str(pp2) / "README.md").read_text()
+    line = next(x for x in text.splitlines() if "all_reduce_perf" in x)
+    words = shlex.split(line.split("`")[1])
+    size = int(words[words.index("-b") + 1])
+    assert words[:3] == ["mpirun", "-np", "16"] and "NCCL_IB_HCA=mlx5_0,mlx5_1,mlx5_2,mlx5_3,mlx5_4,mlx5_5,mlx5_6," \
+                                                      "mlx5_7" in words and size % (5120 * 2) == 0
+    topo = load_topology("2x8xh100-ib")
+    us = collective("all_reduce", size, 16, topo, load_calibration(None, topo)).time_s * 1e6
+    assert f"should be near {us:.0f} µs" in text and "121 all-reduces" in text
+    assert f"--candidate {tp16} --print-launch" in text

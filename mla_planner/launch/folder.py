@@ -14,6 +14,7 @@ from ..layout import Layout
 from ..moe_configs import UNTUNED_LOG
 from ..planfile import Candidate
 from . import a2a, sglang, vllm
+from .netcheck import cross_node_all_reduce
 from .command import LaunchInputs, NodeCommand
 from .placement import place
 from .render import render
@@ -135,8 +136,9 @@ def folder_files(inp: LaunchInputs, engine: str, commands: list[NodeCommand], ca
                   total_rate=f"{inp.workload.request_rate_per_s:g}" if inp.workload.request_rate_per_s else "")
     files["bench.sh"] = (render("bench.sh.j2", argv=bench_argv(inp, engine),
                                 num_prompts=4 * common["concurrency"], **common), True)
+    net = cross_node_all_reduce(inp, cand.performance or {})
     files["README.md"] = (_readme(inp, engine, commands, candidate, cand.warnings, head_address,
-                                  dict(common, predicted=predicted)), False)
+                                  dict(common, predicted=predicted, net=net)), False)
     return files
 
 
