@@ -10,6 +10,7 @@ import typer
 from .cli_common import JsonOpt, console, guard, print_json
 from .errors import InputError
 from .logcheck import check_log, recognised
+from .logcheck_nccl import nccl_tests_check, rows as nccl_rows
 from .planfile import engine_candidate, pick, read_plan
 from .yamlio import path_kind, user_path
 
@@ -28,7 +29,9 @@ def check_log_cmd(logs: Annotated[list[str], typer.Argument(help="The engine's l
 
     Checked: the KV pool the engine sized (within 5 % of the plan), the network NCCL chose between nodes (start
     with NCCL_DEBUG=INFO), untuned fused-MoE kernels, eager mode and the KV cache dtype, the vLLM release, and
-    bench.sh's output tok/s and TPOT (pass its output too) against the prediction.
+    bench.sh's output tok/s and TPOT (pass its output too) against the prediction; and nccl-tests'
+    all_reduce_perf output (the command the emitted README gives for TP across nodes) against the all-reduce
+    the plan prices.
 
     Exit status: 0 nothing contradicts the plan (warnings and absent lines included); 1 a check failed;
     2 bad input.
@@ -46,10 +49,11 @@ def check_log_cmd(logs: Annotated[list[str], typer.Argument(help="The engine's l
     cand = pick(loaded, number, "check-log")
     files = {name: _read(name) for name in logs}
     text = "\n".join(files.values())
-    if not recognised(text):
-        raise InputError(", ".join(logs), "no vLLM, SGLang, NCCL or bench.sh line this command reads: pass the "
-                         "engine's own output (`./node-0.sh 2>&1 | tee node-0.log`) or bench.sh's")
-    checks = check_log(text, loaded, cand, files)
+    if not recognised(text) and not nccl_rows(text):
+        raise InputError(", ".join(logs), "no vLLM, SGLang, NCCL, nccl-tests or bench.sh line this command reads: "
+                         "pass the engine's own output (`./node-0.sh 2>&1 | tee node-0.log`) or bench.sh's")
+    nccl = nccl_tests_check(text, loaded, cand)
+    checks = ([nccl] if nccl else []) + (check_log(text, loaded, cand, files) if recognised(text) else [])
     failed = any(c.status == "fail" for c in checks)
     who = f"candidate {number} ({cand.layout.label}, {cand.knobs.engine}, KV {cand.knobs.kv_cache_dtype})"
     if as_json:
