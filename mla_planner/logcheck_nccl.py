@@ -21,10 +21,15 @@ from .launch.netcheck import cross_node_all_reduce
 from .logcheck import LogCheck
 from .planfile import Candidate, Plan
 
-ROW = re.compile(r"^\s*(\d+)\s+\d+\s+(?:float|half|bfloat16|double|int8|uint8|int32|uint32|int64|uint64|fp8\w*)\s+"
-                 r"(?:sum|prod|max|min|avg)\s+(?:-?\d+\s+)?([\d.]+)\s+[\d.]+\s+[\d.]+", re.M)
-HEADER = re.compile(r"all_reduce_perf|#\s+size\s+count\s+type\s+redop")
+# a row, after any `mpirun --tag-output` prefix ("[1,0]<stdout>:"): size, count, type, redop, root?, time ...
+ROW = re.compile(r"^(?:\[[\d,]+\]<stdout>:)?\s*(\d+)\s+\d+\s+[a-z]\w*\s+(?:sum|prod|max|min|avg)\s+(?:-?\d+\s+)?"
+                 r"([\d.]+)\s+[\d.]+\s+[\d.]+", re.M)
+HEADER = re.compile(r"#\s+size\s+count\s+type\s+redop")
+TEST_NAME = re.compile(r"Collective test starting:\s*(\w+)")
+RANKS = re.compile(r"#\s+Rank\s+\d+\s+Group\s+\d+\s+Pid")
 SLOW = 1.3          # over the model's time: beyond the 15-20 % the published tables sit from it (test_comm)
+SUSPECT = 0.5       # under the model's time by this much: not a run over the planned GPUs across the nodes
+NEAR = 2.0          # the row used must be within this factor of the planned size
 
 
 def rows(text: str) -> dict[int, float]:
@@ -41,14 +46,30 @@ def nccl_tests_check(text: str, plan: Plan, cand: Candidate) -> Optional[LogChec
     if net is None:
         return LogCheck("nccl_tests", "absent", f"an all_reduce_perf table, but {cand.layout.label} runs no "
                                                 "all-reduce across nodes: nothing to compare it with")
+    named = TEST_NAME.findall(text)
+    if named and set(named) != {"all_reduce_perf"}:
+        return LogCheck("nccl_tests", "absent", f"a {', '.join(sorted(set(named)))} table: the plan prices the "
+                                                "all-reduce, run all_reduce_perf")
+    ranks = len(RANKS.findall(text))
+    if ranks and ranks != cand.layout.tp:
+        return LogCheck("nccl_tests", "warn", f"the table's run had {ranks} rank(s), the all-reduce the plan prices "
+                                              f"spans {cand.layout.tp} GPUs: rerun with -np {cand.layout.tp} over the "
+                                              "nodes (a binary built with `make MPI=1`)")
     planned = int(net["bytes"].replace(",", ""))
     size = min(table, key=lambda s: abs(s - planned))
+    if not planned / NEAR <= size <= planned * NEAR:
+        return LogCheck("nccl_tests", "warn", f"no row near the planned {planned:,} B (nearest {size:,} B): rerun "
+                                              f"with -b {planned} -e {planned}")
     topo = plan.topology
     model_s = collective("all_reduce", size, cand.layout.tp, topo, load_calibration(None, topo)).time_s
     got_s, ratio = table[size], table[size] / model_s
     extra_ms = net["per_step"] * max(0.0, got_s - model_s) * 1e3
     words = (f"all_reduce_perf at {size:,} B (planned {planned:,} B): {got_s * 1e6:.0f} us against the model's "
              f"{model_s * 1e6:.0f} us ({ratio:.2f}x) over {cand.layout.tp} GPUs")
+    if ratio < SUSPECT:
+        return LogCheck("nccl_tests", "warn", f"{words}: faster than any two-node run can be, so not a run over the "
+                                              f"{cand.layout.tp} GPUs across the nodes (one node's GPUs, or ranks "
+                                              "without MPI: build nccl-tests with `make MPI=1`)")
     if ratio > SLOW:
         return LogCheck("nccl_tests", "fail", f"{words}: the network is slower than planned; at this speed each "
                                               f"decode step takes ~{extra_ms:.1f} ms more than the plan's "

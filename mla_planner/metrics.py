@@ -50,13 +50,13 @@ from .knobs import Knobs, Workload, decode_query_len
 from .layout import Layout, layout_problems
 from .memory import MemoryReport, memory_report
 from .stalls import chunk_rounds_per_round, coupled_ranks  # noqa: F401  (re-exported for tests and callers)
-from .request_times import (first_token_s, mean_tpot_s, network_wait_share, operating_batch,  # noqa: F401
+from .request_times import (first_token_s, mean_tpot_s, network_wait_share, operating_batch, ttfts_s,  # noqa: F401
                             prefill_tokens, serving_round_s, time_in_system_s, tokens_gained)
 from .memory import evaluate as memory_evaluate
 from .memory_terms import DEEPEP_SGLANG_DISPATCH_MAX, uses_deepep
 from .sizing import kv_bytes_per_token, weight_bytes_breakdown
 from .spec import ModelSpec
-from .prefill import Prefill, prefill
+from .prefill import Prefill
 from .step import DecodeStep, decode_step
 from .topology import GPU, Topology
 
@@ -163,9 +163,9 @@ def evaluate(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, work
         timed = replace(knobs, mtp=False)
         notes.append("MTP: a one-token request has no decode step to speed up; timed without it")
     top = min(cap, over_target) if over_target else cap
-    first = lambda b: first_token_s(spec, topo, layout, timed, workload, calib, b)[0]   # noqa: E731
+    worst = lambda b: ttfts_s(spec, topo, layout, timed, workload, calib, b)[1]   # noqa: E731
     if not workload.tpot_applies:
-        batch = largest_under(first, workload.ttft_ms / 1e3, top, batch_hint) if cap else 0
+        batch = largest_under(worst, workload.ttft_ms / 1e3, top, batch_hint) if cap else 0
         notes.append("one output token per request: no TPOT; a request's first token is its last, so its TTFT is "
                      "its whole time in the system, held to the TTFT target")
         if cap and not batch:
@@ -174,9 +174,10 @@ def evaluate(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, work
         batch = _largest_batch(spec, topo, layout, timed, workload, calib, top, batch_hint) if cap else 0
     if cap and batch < cap:
         limit = "tpot" if workload.tpot_applies else "ttft"
-    if workload.tpot_applies and batch > 1 and first(batch) > workload.ttft_ms / 1e3:
-        # prompts queue behind each other: the batch the TPOT target allows would hold them past the TTFT target
-        held = largest_under(first, workload.ttft_ms / 1e3, batch)
+    if workload.tpot_applies and batch > 1 and worst(batch) > workload.ttft_ms / 1e3:
+        # prompts queue behind each other: the batch the TPOT target allows would hold them (the p99 prompt
+        # included) past the TTFT target
+        held = largest_under(worst, workload.ttft_ms / 1e3, batch)
         batch, limit = (held, "ttft") if held else (batch, limit)
     alone = decode_step(spec, topo, layout, timed, 1, workload.mean_decode_context, calib,
                         mtp_acceptance=workload.mtp_acceptance).tpot_s
@@ -192,17 +193,7 @@ def evaluate(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, work
     util, in_use = _memory_shares(spec, layout, knobs, mem, batch, ctx)
     conc = in_flight(batch, layout, workload)
     tput = conc / per_token_s if batch else 0.0
-    first_s, queue_s = first_token_s(spec, topo, layout, timed, workload, calib, max(batch, 1))
-    ttft_s = first_s
-    longest = workload.input_len_max or workload.input_len
-    if batch and longest > workload.input_len:   # the TTFT target holds for the longest (p99) prompt too
-        ttft_s = max(first_s, queue_s + prefill(spec, topo, layout, timed, prefill_tokens(workload, timed, longest),
-                                                calib, max(batch, 1), ctx).ttft_s)
-        notes.append(f"a p99 prompt ({longest:,} tokens) gets its first token after {ttft_s * 1e3:,.0f} ms")
-    meets = bool(batch) and mem.fits and ttft_s <= workload.ttft_ms / 1e3
-    if batch and ttft_s > workload.ttft_ms / 1e3:
-        which = "TTFT" if ttft_s == first_s else f"the p99 prompt's TTFT ({longest:,} tokens)"
-        notes.append(f"{which} {ttft_s * 1e3:,.0f} ms misses the {workload.ttft_ms:g} ms target")
+    first_s, ttft_s = ttfts_s(spec, topo, layout, timed, workload, calib, max(batch, 1))
     held, overload, op = batch * layout.dp * layout.replicas, 0.0, batch
     if batch and workload.request_rate_per_s:
         # an open arrival stream: output tokens/s cannot exceed what arrives, and a deployment slower than
@@ -213,16 +204,13 @@ def evaluate(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, work
             notes.append(f"serves at most {held / per_token_s / workload.output_len:,.2f} requests/s, below the "
                          f"offered {workload.request_rate_per_s:g}/s: its queue grows without bound, so TTFT misses "
                          "the target")
-            meets = False
         tput = min(tput, offered)
         op = operating_batch(spec, topo, layout, timed, workload, calib, batch) if not overload else batch
         if op < batch:   # the figures of the requests actually running, not of the most the targets allow
             tpot, d, p = mean_tpot_s(spec, topo, layout, timed, workload, calib, op)
             per_token_s, rounds = serving_round_s(spec, layout, op, workload, d, p)
             util, in_use = _memory_shares(spec, layout, knobs, mem, op, ctx)
-            first_s, queue_s = first_token_s(spec, topo, layout, timed, workload, calib, op)   # at the batch
-            ttft_s = first_s if longest <= workload.input_len else max(first_s, queue_s + prefill(   # that runs
-                spec, topo, layout, timed, prefill_tokens(workload, timed, longest), calib, op, ctx).ttft_s)
+            first_s, ttft_s = ttfts_s(spec, topo, layout, timed, workload, calib, op)   # at the batch that runs
             little = ceil(workload.request_rate_per_s * time_in_system_s(spec, topo, layout, timed, workload, calib,
                                                                          op) - 1e-9)
             conc = min(in_flight(op, layout, workload), max(little, 1))
@@ -230,7 +218,13 @@ def evaluate(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, work
         overload = workload.concurrency / held
         notes.append(f"holds {held:,} of the {workload.concurrency:,} requests offered at once within the targets; "
                      "the others queue, so their TTFT misses the target")
-        meets = False
+    longest = workload.input_len_max or workload.input_len
+    if batch and longest > workload.input_len:   # the TTFT target holds for the longest (p99) prompt too
+        notes.append(f"a p99 prompt ({longest:,} tokens) gets its first token after {ttft_s * 1e3:,.0f} ms")
+    meets = bool(batch) and mem.fits and ttft_s <= workload.ttft_ms / 1e3 and not overload
+    if batch and ttft_s > workload.ttft_ms / 1e3:
+        which = "TTFT" if ttft_s == first_s else f"the p99 prompt's TTFT ({longest:,} tokens)"
+        notes.append(f"{which} {ttft_s * 1e3:,.0f} ms misses the {workload.ttft_ms:g} ms target")
     if knobs.max_model_len < workload.max_context_len:
         notes.append(f"max-model-len {knobs.max_model_len} is below the workload's {workload.max_context_len} tokens")
     net_share = network_wait_share(d, p, rounds, per_token_s, tokens_gained(d, workload))

@@ -91,7 +91,7 @@ def _channel_int8_index(folder: Path) -> bool:
     `<linear>.weight_scale` beside each int8 weight (SGLang w8a8_int8.py); FP8 releases name theirs
     `weight_scale_inv` and carry a quantization_config."""
     index = folder / "model.safetensors.index.json"
-    if not index.is_file():
+    if not index.is_file() or (folder / "hf_quant_config.json").is_file():   # ModelOpt (FP8/FP4) keeps its own
         return False
     try:
         names = json.loads(index.read_text()).get("weight_map")
@@ -100,7 +100,9 @@ def _channel_int8_index(folder: Path) -> bool:
     if not isinstance(names, dict):      # read to tell INT8 from BF16: a broken one would price it at 2x
         raise InputError(str(index), "expected a safetensors index, a JSON object with a weight_map of tensor names",
                          "weight_map")
-    return any(n.endswith("_proj.weight_scale") for n in names)
+    # ModelOpt's NVFP4 names weight_scale too, beside a second-level weight_scale_2 and static input_scale
+    return any(n.endswith("_proj.weight_scale") for n in names) and \
+        not any(n.endswith(("weight_scale_2", "input_scale")) for n in names)
 
 
 def _snapshot_name(config: Path) -> str:

@@ -62,8 +62,8 @@ def limit_words(m: Metrics, workload: Workload) -> str:
               "the engine's CUDA-graph capture range (a larger decode batch runs eagerly, several times slower)")
     return {"kv": "the KV pool at the workload's lengths (no preemption)",
             "tpot": f"the {workload.tpot_ms:g} ms TPOT target",
-            "ttft": f"the {workload.ttft_ms:g} ms TTFT target (one output token: a request's time in the system "
-                    "is its TTFT)",
+            "ttft": f"the {workload.ttft_ms:g} ms TTFT target: a larger batch queues the prompts behind each other "
+                    "past it (Little's law: request_times.first_token_s)",
             "max_num_seqs": seqs,
             "max_num_batched_tokens": "vLLM's token budget per step (each running request decodes one token of it)",
             "cuda_graphs": graphs,

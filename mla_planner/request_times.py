@@ -62,6 +62,18 @@ def first_token_s(spec, topo, layout, knobs, workload, calib, batch: int) -> tup
     return p.ttft_s + queue, queue
 
 
+def ttfts_s(spec, topo, layout, knobs, workload, calib, batch: int) -> tuple[float, float]:
+    """(TTFT of the typical prompt, TTFT of the longest (p99) one: its own prefill after the same queue) at
+    `batch` running per DP rank; the second is what the TTFT target holds."""
+    first, queue = first_token_s(spec, topo, layout, knobs, workload, calib, batch)
+    longest = workload.input_len_max or workload.input_len
+    if longest <= workload.input_len:
+        return first, first
+    own = prefill(spec, topo, layout, knobs, prefill_tokens(workload, knobs, longest), calib, batch,
+                  workload.mean_decode_context).ttft_s
+    return first, max(first, queue + own)
+
+
 def serving_round_s(spec: ModelSpec, layout: Layout, batch: int, workload: Workload, d: DecodeStep,
                     p: Prefill) -> tuple[float, float]:
     """(seconds per output token of every running request, chunk rounds per decode round) over the serving

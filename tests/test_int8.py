@@ -153,3 +153,18 @@ def test_a_shorter_context_at_the_safe_fraction_is_a_way_out(cli, tmp_path):
     r = cli("memory", "-m", str(snapshot(tmp_path, "Block")), "-t", str(topo), "--tp", "8", "-e", "sglang", "--json")
     fixes = json.loads(r.stdout)["ways_out"]
     assert r.exit_code == 1 and fixes[0].startswith("--max-model-len ") and "with --mem-fraction-static 0." in fixes[0]
+
+
+def test_modelopt_checkpoints_are_not_taken_for_channel_int8(tmp_path):
+    """ModelOpt's FP4/FP8 releases (nvidia/DeepSeek-R1-FP4) also name `*_proj.weight_scale` and carry no
+    quantization_config, but keep hf_quant_config.json beside it and add weight_scale_2 / input_scale: not INT8."""
+    folder = snapshot(tmp_path, "Channel")
+    index = folder / "model.safetensors.index.json"
+    names = {f"model.layers.0.mlp.down_proj.{t}": "a.safetensors" for t in ("weight", "weight_scale", "weight_scale_2",
+                                                                             "input_scale")}
+    index.write_text(json.dumps({"weight_map": names}))
+    assert load_model(str(folder)).spec.weight_dtype != "int8"
+    index.write_text(json.dumps({"weight_map": {"model.layers.0.mlp.down_proj.weight_scale": "a.safetensors"}}))
+    assert load_model(str(folder)).spec.weight_dtype == "int8"
+    (folder / "hf_quant_config.json").write_text("{}")
+    assert load_model(str(folder)).spec.weight_dtype != "int8"

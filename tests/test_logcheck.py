@@ -173,11 +173,15 @@ def test_one_node_falling_back_to_sockets_fails_whatever_the_others_log(cli, pla
     assert _run(cli, plan, _log(tmp_path, *channel))[1]["network"]["status"] == "fail"
 
 
-def _all_reduce_perf(rows: dict[int, float], root: bool = True) -> list[str]:
-    """all_reduce_perf's table as nccl-tests prints it (newer releases add the root column)."""
+def _all_reduce_perf(rows: dict[int, float], root: bool = True, ranks: int = 16, test: str = "all_reduce_perf",
+                     prefix: str = "") -> list[str]:
+    """all_reduce_perf's table as nccl-tests prints it (newer releases add the root column), for `ranks` MPI ranks
+    over two nodes."""
     head = "#       size         count      type   redop" + ("    root" if root else "") + "     time   algbw   busbw"
-    return ["# nThread 1 nGpus 1 minBytes 1048576 maxBytes 16777216 step: 2(factor) warmup iters: 5 iters: 20",
-            head + " #wrong     time   algbw   busbw #wrong"] + [
+    return [f"# Collective test starting: {test}",
+            "# nThread 1 nGpus 1 minBytes 1048576 maxBytes 16777216 step: 2(factor) warmup iters: 5 iters: 20"] + [
+        f"#  Rank {r:2d} Group  0 Pid  {1000 + r} on      node{r // 8} device  {r % 8} [0x18] NVIDIA H100 80GB HBM3"
+        for r in range(ranks)] + [head + " #wrong     time   algbw   busbw #wrong"] + [prefix +
         f"  {size:>10}  {size // 4:>12}     float     sum" + ("      -1" if root else "") +
         f"  {us:>7.2f}  {size / us / 1e3:6.2f}  {size / us / 1e3 * 1.875:6.2f}      0  {us:7.2f}   1.00   1.00      0"
         for size, us in rows.items()]
@@ -191,15 +195,20 @@ def test_all_reduce_perf_against_the_cross_node_all_reduce_the_plan_prices(cli, 
     (tmp_path / "p.json").write_text(r.stdout)
     labels = [c["label"] for c in json.loads(r.stdout)["candidates"]]
     published = {2**20: 71.93, 2**21: 76.24, 2**22: 94.38, 2**23: 132.6, 2**24: 185.4}
-    for name, table, root, status, code in (("ok", published, True, "ok", 0),
-                                            ("old", published, False, "ok", 0),
-                                            ("slow", {s: 2.5 * t for s, t in published.items()}, True, "fail", 1)):
+    cases = [("ok", published, {}, "ok", 0), ("old", published, {"root": False}, "ok", 0),
+             ("tagged", published, {"prefix": "[1,0]<stdout>:"}, "ok", 0),
+             ("one-rank", published, {"ranks": 1}, "warn", 0),
+             ("gather", published, {"test": "all_gather_perf"}, "absent", 0),
+             ("small", {8: 20.0, 16: 21.0}, {}, "warn", 0),
+             ("one-node", {s: t / 4 for s, t in published.items()}, {}, "warn", 0),
+             ("slow", {s: 2.5 * t for s, t in published.items()}, {}, "fail", 1)]
+    for name, table, form, status, code in cases:
         log = tmp_path / f"{name}.log"
-        log.write_text("\n".join(_all_reduce_perf(table, root)) + "\n")
+        log.write_text("\n".join(_all_reduce_perf(table, **form)) + "\n")
         out = cli("check-log", str(log), "--plan", str(tmp_path / "p.json"), "-c", str(labels.index("tp16") + 1),
                   "--json")
         checks = {c["name"]: c for c in json.loads(out.stdout)["checks"]}
-        assert out.exit_code == code and checks["nccl_tests"]["status"] == status, checks
+        assert out.exit_code == code and checks["nccl_tests"]["status"] == status, (name, checks)
     assert "ms more than the plan's" in checks["nccl_tests"]["text"]
     out = cli("check-log", str(tmp_path / "ok.log"), "--plan", str(tmp_path / "p.json"), "-c",
               str(labels.index("tp8·pp2") + 1), "--json")
