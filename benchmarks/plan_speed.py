@@ -30,9 +30,9 @@ CASES = [("deepseek-v3", "2x8xh200-ib", None, 0.3), ("deepseek-v3", "2x8xh100-ib
 
 
 def clear_caches() -> None:
-    from mla_planner import comm, layout, memory, memory_weights, step, step_work, tuning
+    from mla_planner import comm, layout, memory, memory_weights, request_times, step, step_work, tuning
     for fn in (comm.collective, layout.weight_key, memory.evaluate, memory.safe_memory_fraction,
-               memory_weights._stage_weight_terms,
+               memory_weights._stage_weight_terms, request_times.mean_tpot_s,
                step_work._layer_weights,
                step._forward_memo, tuning._draft_knobs):
         fn.cache_clear()

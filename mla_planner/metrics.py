@@ -50,8 +50,9 @@ from .knobs import Knobs, Workload, decode_query_len
 from .layout import Layout, layout_problems
 from .memory import MemoryReport, memory_report
 from .stalls import chunk_rounds_per_round, coupled_ranks  # noqa: F401  (re-exported for tests and callers)
-from .request_times import (first_token_s, mean_tpot_s, network_wait_share, operating_batch, ttfts_s,  # noqa: F401
-                            prefill_tokens, serving_round_s, time_in_system_s, tokens_gained)
+from .request_times import (decode_steps, first_token_s, mean_tpot_s, network_wait_share,  # noqa: F401
+                            operating_batch, prefill_tokens, serving_round_s, time_in_system_s, tokens_gained,
+                            ttfts_s)
 from .memory import evaluate as memory_evaluate
 from .memory_terms import DEEPEP_SGLANG_DISPATCH_MAX, uses_deepep
 from .sizing import kv_bytes_per_token, weight_bytes_breakdown
@@ -163,7 +164,13 @@ def evaluate(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, work
         timed = replace(knobs, mtp=False)
         notes.append("MTP: a one-token request has no decode step to speed up; timed without it")
     top = min(cap, over_target) if over_target else cap
-    worst = lambda b: ttfts_s(spec, topo, layout, timed, workload, calib, b)[1]   # noqa: E731
+    seen: dict[int, tuple[float, float]] = {}
+
+    def ttfts(b: int) -> tuple[float, float]:       # (typical, p99) TTFT at batch b, each priced once
+        if b not in seen:
+            seen[b] = ttfts_s(spec, topo, layout, timed, workload, calib, b)
+        return seen[b]
+    worst = lambda b: ttfts(b)[1]   # noqa: E731
     if not workload.tpot_applies:
         batch = largest_under(worst, workload.ttft_ms / 1e3, top, batch_hint) if cap else 0
         notes.append("one output token per request: no TPOT; a request's first token is its last, so its TTFT is "
@@ -188,12 +195,12 @@ def evaluate(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, work
         notes.append("the KV pool cannot hold one request of this workload")
         limit = "none"
     tpot, d, p = mean_tpot_s(spec, topo, layout, timed, workload, calib, max(batch, 1))
-    per_token_s, rounds = serving_round_s(spec, layout, max(batch, 1), workload, d, p)
+    per_token_s, rounds = serving_round_s(spec, layout, max(batch, 1), workload, d, p, knobs.engine)
     ctx = workload.mean_decode_context
     util, in_use = _memory_shares(spec, layout, knobs, mem, batch, ctx)
     conc = in_flight(batch, layout, workload)
     tput = conc / per_token_s if batch else 0.0
-    first_s, ttft_s = ttfts_s(spec, topo, layout, timed, workload, calib, max(batch, 1))
+    first_s, ttft_s = ttfts(max(batch, 1))
     held, overload, op = batch * layout.dp * layout.replicas, 0.0, batch
     if batch and workload.request_rate_per_s:
         # an open arrival stream: output tokens/s cannot exceed what arrives, and a deployment slower than
@@ -208,9 +215,9 @@ def evaluate(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, work
         op = operating_batch(spec, topo, layout, timed, workload, calib, batch) if not overload else batch
         if op < batch:   # the figures of the requests actually running, not of the most the targets allow
             tpot, d, p = mean_tpot_s(spec, topo, layout, timed, workload, calib, op)
-            per_token_s, rounds = serving_round_s(spec, layout, op, workload, d, p)
+            per_token_s, rounds = serving_round_s(spec, layout, op, workload, d, p, knobs.engine)
             util, in_use = _memory_shares(spec, layout, knobs, mem, op, ctx)
-            first_s, ttft_s = ttfts_s(spec, topo, layout, timed, workload, calib, op)   # at the batch that runs
+            first_s, ttft_s = ttfts(op)   # at the batch that runs
             little = ceil(workload.request_rate_per_s * time_in_system_s(spec, topo, layout, timed, workload, calib,
                                                                          op) - 1e-9)
             conc = min(in_flight(op, layout, workload), max(little, 1))
@@ -227,7 +234,8 @@ def evaluate(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, work
         notes.append(f"{which} {ttft_s * 1e3:,.0f} ms misses the {workload.ttft_ms:g} ms target")
     if knobs.max_model_len < workload.max_context_len:
         notes.append(f"max-model-len {knobs.max_model_len} is below the workload's {workload.max_context_len} tokens")
-    net_share = network_wait_share(d, p, rounds, per_token_s, tokens_gained(d, workload))
+    net_share = network_wait_share(d, p, rounds, per_token_s, tokens_gained(d, workload),
+                                   decode_steps(rounds, p, knobs.engine))
     return Metrics(layout, conc, op, limit, tput, tput / layout.total_gpus, d.step_s, tpot,
                    1.0 / tpot if batch else 0.0, net_share,
                    d.network_share, util, in_use, first_s, alone, d, p, mem,

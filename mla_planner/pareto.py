@@ -39,7 +39,7 @@ def tradeoff_curve(spec: ModelSpec, topo: Topology, index: int, o, workload: Wor
     out = []
     for b in batches:
         tpot, d, p = mean_tpot_s(spec, topo, lay, knobs, workload, calib, b)
-        round_s = serving_round_s(spec, lay, b, workload, d, p)[0]
+        round_s = serving_round_s(spec, lay, b, workload, d, p, knobs.engine)[0]
         total = in_flight(b, lay, workload) / round_s
         out.append(TradeoffPoint(index, b, total / lay.total_gpus, 1.0 / tpot, total))
     return out

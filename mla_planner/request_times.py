@@ -6,6 +6,7 @@ The formulas are docs/step-model.md section 7's; metrics.py assembles the five m
 
 from __future__ import annotations
 
+from functools import lru_cache
 from math import ceil
 
 from .knobs import Knobs, Workload
@@ -23,15 +24,29 @@ def prefill_tokens(workload: Workload, knobs: Knobs, input_len: int | None = Non
     return max(1, ceil((input_len or workload.input_len) * (1.0 - hit)))
 
 
+@lru_cache(maxsize=65536)
 def mean_tpot_s(spec, topo, layout, knobs, workload, calib, batch: int) -> tuple[float, DecodeStep, Prefill]:
     """Mean time per output token of a request at `batch` running requests per DP rank: the decode round
     plus the stall of each chunk round of the other requests it carries (chunk_rounds_per_round x stall
-    per chunk), over the tokens the round gains it (1, more with MTP); its own prefill is in its TTFT."""
+    per chunk), over the tokens the round gains it (1, more with MTP); its own prefill is in its TTFT.
+    Memoised: the batch search, the TTFT queue and the trade-off curve ask for the same batches."""
     ctx = workload.mean_decode_context
     d = decode_step(spec, topo, layout, knobs, batch, ctx, calib, mtp_acceptance=workload.mtp_acceptance)
     p = prefill(spec, topo, layout, knobs, prefill_tokens(workload, knobs), calib, batch, ctx)
     rounds = _chunk_rounds(spec, layout, batch, workload, d, p, True)
+    if knobs.engine == "vllm":      # a step carries at most its budget of prompt work: the rest waits (TTFT)
+        rounds = min(rounds, chunks_per_step(p))
     return (d.round_s + rounds * p.stall_s / p.chunks) / tokens_gained(d, workload), d, p
+
+
+def chunks_per_step(p: Prefill) -> float:
+    """Prompt chunks one vLLM step can carry: its budget left after the decodes (Prefill.chunk_tokens) over a
+    chunk's tokens (several short prompts share a step; a long prompt's chunks fill one each). vLLM
+    schedules the running requests' decodes first and fills the rest of `max_num_batched_tokens` with prompt
+    tokens (v1/core/sched/scheduler.py), so a step never runs more prompt work than that: prompts that arrive
+    faster wait, while every step still gains each running request a token. SGLang runs prefill batches
+    apart from decode (no mixed chunks by default), so the decodes wait out every prompt's chunks instead."""
+    return max(1.0, p.chunk_tokens / max(1, min(p.input_len, p.chunk_tokens)))
 
 
 def tokens_gained(d: DecodeStep, workload: Workload) -> float:
@@ -57,7 +72,7 @@ def first_token_s(spec, topo, layout, knobs, workload, calib, batch: int) -> tup
     target: many chunk rounds per decode round) it is most of the TTFT. One output token: the whole time in
     the system is the TTFT."""
     tpot, d, p = mean_tpot_s(spec, topo, layout, knobs, workload, calib, batch)
-    in_system = serving_round_s(spec, layout, batch, workload, d, p)[0] * workload.output_len
+    in_system = serving_round_s(spec, layout, batch, workload, d, p, knobs.engine)[0] * workload.output_len
     queue = max(0.0, in_system - (workload.output_len - 1) * tpot - p.ttft_s)
     return p.ttft_s + queue, queue
 
@@ -75,13 +90,21 @@ def ttfts_s(spec, topo, layout, knobs, workload, calib, batch: int) -> tuple[flo
 
 
 def serving_round_s(spec: ModelSpec, layout: Layout, batch: int, workload: Workload, d: DecodeStep,
-                    p: Prefill) -> tuple[float, float]:
+                    p: Prefill, engine: str = "sglang") -> tuple[float, float]:
     """(seconds per output token of every running request, chunk rounds per decode round) over the serving
     run, as the engine spends it: the round plus the chunk rounds of every request prefilled meanwhile
     (chunk_rounds_per_round), over the tokens the round gains each request; throughput = requests in
-    flight / these seconds."""
+    flight / these seconds. vLLM: where the prompts need more than one step's budget per round, the round
+    takes that many steps (decode_steps), each carrying its budget of prompt work."""
     rounds = _chunk_rounds(spec, layout, batch, workload, d, p)
-    return (d.round_s + rounds * p.stall_s / p.chunks) / tokens_gained(d, workload), rounds
+    steps = decode_steps(rounds, p, engine)
+    return (steps * d.round_s + rounds * p.stall_s / p.chunks) / tokens_gained(d, workload), rounds
+
+
+def decode_steps(rounds: float, p: Prefill, engine: str) -> float:
+    """Engine steps per decode round: 1, or for vLLM as many as its budget needs for the prompt chunks that
+    arrive per round (chunks_per_step); the decodes ride every one of them."""
+    return max(1.0, rounds / chunks_per_step(p)) if engine == "vllm" else 1.0
 
 
 def _chunk_rounds(spec: ModelSpec, layout: Layout, batch: int, workload: Workload, d: DecodeStep, p: Prefill,
@@ -91,13 +114,14 @@ def _chunk_rounds(spec: ModelSpec, layout: Layout, batch: int, workload: Workloa
                                   coupled_ranks(spec, layout, batch, workload), others_only)
 
 
-def network_wait_share(d: DecodeStep, p: Prefill, rounds: float, per_token_s: float, gained: float) -> float:
+def network_wait_share(d: DecodeStep, p: Prefill, rounds: float, per_token_s: float, gained: float,
+                       steps: float = 1.0) -> float:
     """Collective time / wall time of a GPU over the serving run, stage mean: every decode round a GPU runs
     the collectives of the m micro-batches (DecodeStep.network_share x round), and each chunk round the
     round carries (`serving_round_s`) adds the chunk's extra collectives; per output token (the round's
     time over the tokens it gains), over the serving run's time per token. Coupled DP ranks waiting for
     another rank's chunk count as stalled, not as network."""
-    net_s = (d.network_share * d.round_s + rounds * p.stall_network_s / p.chunks) / gained
+    net_s = (steps * d.network_share * d.round_s + rounds * p.stall_network_s / p.chunks) / gained
     return min(1.0, net_s / per_token_s) if per_token_s else 0.0
 
 

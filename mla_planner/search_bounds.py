@@ -6,12 +6,14 @@ layouts in the order of these bounds and stops where none can beat the best tune
 from __future__ import annotations
 
 
-from .knobs import Knobs
+from math import ceil
+
+from .knobs import Knobs, decode_query_len, tokens_per_step
 from .memory import evaluate as memory_evaluate
 from .memory import safe_memory_fraction
 from .metrics import in_flight, tokens_per_request
 from .step import decode_step
-from .tuning import Overrides, Rejected, draft_knobs
+from .tuning import Overrides, Rejected, chunk_candidates, draft_knobs
 from .tuning_limits import kv_balanced
 
 
@@ -63,10 +65,47 @@ def _decode_bound(spec, topo, layout, knobs: Knobs, top: int, workload, calib) -
     if workload.concurrency:
         knee = workload.concurrency // (layout.dp * layout.replicas)
         ends += [b for b in (knee, knee + 1) if 1 <= b < top]
+    knee = _vllm_budget_knee(layout, knobs, top, workload)     # past it B / (tpot x steps) falls with B
+    if knee < top:   # ... so nothing beyond knee + 1 bounds higher: tpot grows, a step's chunks shrink
+        ends = [b for b in ends if b <= knee] + [b for b in (knee, knee + 1) if b >= 1]
     points = {p for e in ends for p in (e, layout.pp * (e // layout.pp)) if 1 <= p <= top}
-    return max(in_flight(b, layout, workload) / decode_step(spec, topo, layout, knobs, b, ctx, calib,
-                                                            mtp_acceptance=workload.mtp_acceptance).tpot_s
-               for b in points) / layout.total_gpus
+    bound = 0.0
+    for b in points:
+        d = decode_step(spec, topo, layout, knobs, b, ctx, calib, mtp_acceptance=workload.mtp_acceptance)
+        bound = max(bound, in_flight(b, layout, workload) / (d.tpot_s * _vllm_steps_at_least(layout, knobs, b,
+                                                                                           workload)))
+    return bound / layout.total_gpus
+
+
+def _vllm_steps_at_least(layout, knobs: Knobs, batch: int, workload) -> float:
+    """A lower bound on vLLM's steps per decode round (request_times.decode_steps): the prompt chunks a DP rank
+    needs per round on average, batch x chunks per request / rounds per request (the coupled ranks' E[max] is
+    no less), over the chunks one step's budget carries; 1 for SGLang. No prefill is priced, so it is cheap.
+    It grows with the batch (more chunks, and a smaller budget left after the decodes). The budget is the
+    largest tuning may choose (tuning.chunk_candidates), not the draft's."""
+    if knobs.engine != "vllm":
+        return 1.0
+    m = min(batch, layout.pp)
+    budget = max(knobs.max_num_batched_tokens, *chunk_candidates(knobs.engine, layout))
+    chunk = max(budget - ceil(batch / m) * decode_query_len(knobs), 1)
+    prompt = max(1, ceil(workload.input_len * (1.0 - workload.prefix_hit_rate)))   # the fewest tuning could prefill
+    #        (metrics.prefill_tokens with prefix caching on)
+    per_step = max(1.0, chunk / min(prompt, chunk))
+    rounds = workload.output_len / min(tokens_per_step(knobs, workload.mtp_acceptance), workload.output_len)
+    return max(1.0, batch * ceil(prompt / chunk) / rounds / per_step)
+
+
+def _vllm_budget_knee(layout, knobs: Knobs, top: int, workload) -> int:
+    """The largest batch <= top at which vLLM still needs one step per round (0 where even one needs more):
+    beyond it steps grow about as fast as the batch, so B / (tpot x steps) stops growing, and the bound's
+    maximum lies at the knee or just past it rather than at `top`."""
+    if _vllm_steps_at_least(layout, knobs, top, workload) <= 1.0:
+        return top
+    lo, hi = 0, top
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if _vllm_steps_at_least(layout, knobs, mid, workload) <= 1.0 else (lo, mid)
+    return lo
 
 
 def target_bound(spec, topo, layout, knobs: Knobs, top: int, workload, calib, best: float) -> tuple[float, int]:

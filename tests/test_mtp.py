@@ -76,9 +76,9 @@ def test_vllm_counts_graph_sizes_and_its_token_budget_in_tokens():
     assert sizes and all(s % 2 == 0 for s in sizes) and max(sizes) == 512
     budget = Knobs(engine="vllm", kv_cache_dtype="fp8", mtp=True, max_num_seqs=1024, max_num_batched_tokens=256,
                    max_model_len=2560, memory_fraction=0.9)
-    # a 256-token budget all but starves the prompts at 128 requests (TTFT ~66 s): a loose TTFT target isolates
-    # the budget's own limit; under the default 3 s target the prompts' queue binds first
-    m = evaluate(spec, topo, Layout(tp=8), budget, Workload(tpot_ms=1000, ttft_ms=600_000), calib)
+    # a 256-token budget starves the prompts at 128 requests (their decodes take all of it: 1-token chunks, a TTFT
+    # of hours): an unbounded TTFT target isolates the budget's own limit; under the default 3 s the queue binds
+    m = evaluate(spec, topo, Layout(tp=8), budget, Workload(tpot_ms=1000, ttft_ms=1e9), calib)
     assert m.concurrency_limit == "max_num_batched_tokens" and m.capacity_per_dp_rank == 128
     tight = evaluate(spec, topo, Layout(tp=8), budget, Workload(tpot_ms=1000), calib)
     assert tight.concurrency_limit == "ttft" and tight.capacity_per_dp_rank < 128 and tight.ttft_s <= 3.0
@@ -233,13 +233,16 @@ def test_sglangs_speculative_default_is_for_the_whole_server(cli):
 
 
 def test_the_capture_range_widens_again_when_the_chosen_chunk_lets_the_batch_grow():
-    """vLLM with MTP on 8 B200: the range fitted at the draft chunk (976 requests) stopped a batch that the chosen
-    chunk's smaller stalls let grow, with TPOT still under target and KV room left."""
+    """vLLM with MTP on 8 B200, 512 in / 1,024 out: the range fitted at the draft chunk (736 requests) stopped a
+    batch that the chosen chunk's smaller stalls let grow, with TPOT still under target and KV room left. (At
+    2,048 in / 512 out, the case this test once used, the draft chunk now fits the batch first: vLLM's step
+    budget caps the prompt work a step carries, request_times.chunks_per_step.)"""
     from mla_planner.tuning import Overrides, tune
     spec, topo, calib = setup(topology="8xb200")
-    tuned = tune(spec, topo, Layout(tp=8), "vllm", "fp8", Workload(), calib, Overrides(mtp=True))
+    tuned = tune(spec, topo, Layout(tp=8), "vllm", "fp8", Workload(input_len=512, output_len=1024), calib,
+                 Overrides(mtp=True))
     m = tuned.metrics
-    assert m.capacity_per_dp_rank > 976 and m.tpot_s * 1e3 < 50
+    assert m.capacity_per_dp_rank > 736 and m.tpot_s * 1e3 < 50
     assert "the range fitted at the draft chunk" in tuned.reasons["cuda_graph_max_bs"]
     assert tuned.knobs.cuda_graph_max_bs >= 2 * m.capacity_per_dp_rank      # tokens, 2 per request
 
@@ -260,13 +263,15 @@ def test_with_mtp_a_request_is_prefilled_once_per_output_len_over_the_tokens_a_r
     request's prefills must be output_len / tokens_per_step with MTP, not output_len (which overstated the
     stall of V3 tp1-dp16 with MTP by a third)."""
     from mla_planner.metrics import mean_tpot_s
+    from mla_planner.request_times import chunks_per_step
     from mla_planner.stalls import chunk_rounds_per_round
     spec, topo, calib = setup(topology="2x8xh200-ib")
     layout, w = Layout(tp=1, dp=16, ep=16), Workload()
     knobs = Knobs(engine="vllm", kv_cache_dtype="fp8", mtp=True, max_num_batched_tokens=512, max_num_seqs=64)
     tpot, d, p = mean_tpot_s(spec, topo, layout, knobs, w, calib, 32)
     rounds = chunk_rounds_per_round(32, p.chunks, w.output_len / d.tokens_per_step, 16, others_only=True)
-    assert tpot == pytest.approx((d.round_s + rounds * p.stall_s / p.chunks) / d.tokens_per_step)
+    steps_worth = min(rounds, chunks_per_step(p))      # vLLM: a step carries at most its budget of prompt work
+    assert tpot == pytest.approx((d.round_s + steps_worth * p.stall_s / p.chunks) / d.tokens_per_step)
     # per output token the waits are fewer than the old count (the max over ranks grows slower than the chunks)
     old = chunk_rounds_per_round(32, p.chunks, w.output_len, 16, others_only=True)
     assert rounds / d.tokens_per_step < 0.95 * old
