@@ -184,8 +184,8 @@ def evaluate(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, work
     if workload.tpot_applies and batch > 1 and worst(batch) > workload.ttft_ms / 1e3:
         # prompts queue behind each other: the batch the TPOT target allows would hold them (the p99 prompt
         # included) past the TTFT target
-        held = largest_under(worst, workload.ttft_ms / 1e3, batch)
-        batch, limit = (held, "ttft") if held else (batch, limit)
+        within = largest_under(worst, workload.ttft_ms / 1e3, batch)
+        batch, limit = (within, "ttft") if within else (batch, limit)
     alone = decode_step(spec, topo, layout, timed, 1, workload.mean_decode_context, calib,
                         mtp_acceptance=workload.mtp_acceptance).tpot_s
     if cap and not batch and workload.tpot_applies:

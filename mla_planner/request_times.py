@@ -24,7 +24,7 @@ def prefill_tokens(workload: Workload, knobs: Knobs, input_len: int | None = Non
     return max(1, ceil((input_len or workload.input_len) * (1.0 - hit)))
 
 
-@lru_cache(maxsize=65536)
+@lru_cache(maxsize=8192)
 def mean_tpot_s(spec, topo, layout, knobs, workload, calib, batch: int) -> tuple[float, DecodeStep, Prefill]:
     """Mean time per output token of a request at `batch` running requests per DP rank: the decode round
     plus the stall of each chunk round of the other requests it carries (chunk_rounds_per_round x stall
