@@ -43,7 +43,7 @@ def prefill(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, input
     m = min(max(decode_batch, 1), layout.pp)
     micro = ceil(decode_batch / m) if decode_batch else 0
     q = decode_query_len(knobs)
-    chunk = max(knobs.max_num_batched_tokens - micro * q, 1)
+    chunk = chunk_budget(knobs, layout, decode_batch)
     base = None
     if decode_batch:
         _, base = forward_stages(spec, topo, layout, knobs, Batch(micro, context_len, q_len=q), calib,
@@ -71,6 +71,14 @@ def prefill(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, input
     ttft = full_s + tail[0]
     n = full + (1 if rest else 0)
     return Prefill(input_len, chunk, ceil(input_len / chunk), ttft, ttft - n * base_round, full_net + tail[1])
+
+
+def chunk_budget(knobs: Knobs, layout: Layout, decode_batch: int, budget: int | None = None) -> int:
+    """Prompt tokens a step has room for: the token budget (max_num_batched_tokens, or `budget`) less the
+    decoding micro-batch's tokens (1 + k a sequence with MTP), at least one."""
+    m = min(max(decode_batch, 1), layout.pp)
+    micro = ceil(decode_batch / m) if decode_batch else 0
+    return max((budget or knobs.max_num_batched_tokens) - micro * decode_query_len(knobs), 1)
 
 
 def prefill_time_s(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, input_len: int,

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 from math import ceil
 
-from .knobs import Knobs, decode_query_len, tokens_per_step
+from .knobs import Knobs, tokens_per_step
 from .memory import evaluate as memory_evaluate
 from .memory import safe_memory_fraction
 from .metrics import in_flight, tokens_per_request
+from .prefill import Prefill, chunk_budget
+from .request_times import decode_steps
 from .step import decode_step
 from .tuning import Overrides, Rejected, chunk_candidates, draft_knobs
 from .tuning_limits import kv_balanced
@@ -85,14 +87,13 @@ def _vllm_steps_at_least(layout, knobs: Knobs, batch: int, workload) -> float:
     largest tuning may choose (tuning.chunk_candidates), not the draft's."""
     if knobs.engine != "vllm":
         return 1.0
-    m = min(batch, layout.pp)
     budget = max(knobs.max_num_batched_tokens, *chunk_candidates(knobs.engine, layout))
-    chunk = max(budget - ceil(batch / m) * decode_query_len(knobs), 1)
+    chunk = chunk_budget(knobs, layout, batch, budget)
     prompt = max(1, ceil(workload.input_len * (1.0 - workload.prefix_hit_rate)))   # the fewest tuning could prefill
     #        (metrics.prefill_tokens with prefix caching on)
-    per_step = max(1.0, chunk / min(prompt, chunk))
+    chunks = ceil(prompt / chunk)
     rounds = workload.output_len / min(tokens_per_step(knobs, workload.mtp_acceptance), workload.output_len)
-    return max(1.0, batch * ceil(prompt / chunk) / rounds / per_step)
+    return decode_steps(batch * chunks / rounds, Prefill(prompt, chunk, chunks, 0.0, 0.0), "vllm")
 
 
 def _vllm_budget_knee(layout, knobs: Knobs, top: int, workload) -> int:
