@@ -181,6 +181,12 @@ def int8_checkpoint_problem(engine: str, spec: ModelSpec, gpu: GPU) -> str:
             f"{need // 10}.{need % 10}, and {gpu.name} is sm{gpu.sm}") if gpu.sm < need else ""
 
 
+def default_engine(spec: ModelSpec, gpu: GPU) -> str:
+    """The engine a command plans for when none is given: vLLM, unless the checkpoint is one only SGLang loads
+    (INT8 W8A8: int8_checkpoint_problem)."""
+    return "sglang" if int8_checkpoint_problem("vllm", spec, gpu) else "vllm"
+
+
 def startup_problems(engine: str, spec: ModelSpec, gpu: GPU, knobs, dcp: int = 1) -> tuple[list[str], list[str]]:
     """(why the engine would refuse to start this model and KV cache on this GPU, notes on how it runs it):
     no MLA backend for the KV dtype (`no_backend_reason`; an attention backend the user pinned is checked

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-from .backends import int8_checkpoint_problem, mtp_verify_problem, usable_backends
+from .backends import default_engine, int8_checkpoint_problem, mtp_verify_problem, usable_backends
 from .calibration import load_calibration
 from .cli_common import (DEFAULT_MODEL, DEFAULT_TOPOLOGY, GraphCapOpt, JsonOpt, ModelOpt, MtpAcceptanceOpt,
                          PpPartitionOpt, TopologyOpt,
@@ -192,8 +192,8 @@ def compare_cmd(layouts: Annotated[Optional[list[str]], typer.Option(
     if not (0 < tpot_ms < inf and 0 < ttft_ms < inf):
         raise PlanError("--tpot-ms and --ttft-ms must be positive, finite milliseconds")
     spec, topo = load_model(model).spec, load_topology(topology)
-    if engine is None:      # vLLM, unless the checkpoint is one only SGLang loads (INT8 W8A8)
-        engine = "sglang" if int8_checkpoint_problem("vllm", spec, topo.gpu) else "vllm"
+    if engine is None:
+        engine = default_engine(spec, topo.gpu)
     elif (problem := int8_checkpoint_problem(engine, spec, topo.gpu)):
         raise PlanError(problem)
     fraction = _fraction(engine, gpu_memory_utilization, mem_fraction_static, memory_fraction)

@@ -8,6 +8,7 @@ from typing import Annotated, Optional
 import typer
 from rich.table import Table
 
+from .backends import default_engine
 from .cli_common import (DEFAULT_MODEL, DEFAULT_TOPOLOGY, GraphCapOpt, JsonOpt, ModelOpt, PpPartitionOpt,
                          TopologyOpt, check_mtp, console, guard,
                          human_bytes, print_json, lower_case)
@@ -53,8 +54,9 @@ def memory_cmd(
     kv_layout: Annotated[str, typer.Option("--kv-layout", help="How a TP group holds the latent cache: "
                                            "replicated (what both engines do) or latent-sharded (the "
                                            "seed's Route B, a planning figure).")] = "replicated",
-    engine: Annotated[str, typer.Option("--engine", "-e", callback=lower_case,
-                                        help="vllm (V1, 0.33 accounting) or sglang (0.5.23).")] = "vllm",
+    engine: Annotated[Optional[str], typer.Option("--engine", "-e", callback=lower_case,
+                                        help="vllm (V1, 0.33 accounting) or sglang (0.5.23); default vllm, or "
+                                             "SGLang for a checkpoint only SGLang loads.")] = None,
     gpu_memory_utilization: Annotated[Optional[float], typer.Option(
         "--gpu-memory-utilization", help="vLLM's --gpu-memory-utilization: share of total GPU memory for "
         "weights + activations + KV (+ CUDA graphs). Default 0.92.")] = None,
@@ -104,6 +106,7 @@ def memory_cmd(
       mla-plan memory -t 2x8xh200-ib -e sglang --tp 1 --dp 16 --ep 16 --max-model-len 32768 --json
     """
     spec, topo = load_model(model).spec, load_topology(topology)
+    engine = engine or default_engine(spec, topo.gpu)
     check_mtp(spec, mtp)
     layout = _layout(tp, pp, dp, ep, dcp, kv_layout, topo)
     problems = layout_problems(layout, spec, topo.gpus_per_node, topo.total_gpus)

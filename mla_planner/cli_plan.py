@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 import typer
 import yaml
 
-from .backends import int8_checkpoint_problem
+from .backends import default_engine
 from .calibration import load_calibration
 from .cli_common import (DEFAULT_MODEL, DEFAULT_TOPOLOGY, JsonOpt, MtpAcceptanceOpt, MtpOpt, check_acceptance,
                          check_context, check_mtp, check_output_file, guard, print_json, lower_case)
@@ -218,8 +218,8 @@ def plan_cmd(
         data["notes"] = list(notes)
     if not plan.candidates:
         from .plan import nothing_fits_advice
-        default = "sglang" if int8_checkpoint_problem("vllm", plan.spec, plan.topology.gpu) else "vllm"
-        data["nothing_fits"] = nothing_fits_advice(plan.spec, plan.topology, workload, engine or default)
+        data["nothing_fits"] = nothing_fits_advice(plan.spec, plan.topology, workload,
+                                                   engine or default_engine(plan.spec, plan.topology.gpu))
     data["meets_targets"] = meets
     if as_json or as_yaml:
         print_json(data) if as_json else typer.echo(yaml.safe_dump(data, sort_keys=False), nl=False)

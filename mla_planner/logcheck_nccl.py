@@ -55,7 +55,7 @@ def nccl_tests_check(text: str, plan: Plan, cand: Candidate) -> Optional[LogChec
         return LogCheck("nccl_tests", "warn", f"the table's run had {ranks} rank(s), the all-reduce the plan prices "
                                               f"spans {cand.layout.tp} GPUs: rerun with -np {cand.layout.tp} over the "
                                               "nodes (a binary built with `make MPI=1`)")
-    planned = int(net["bytes"].replace(",", ""))
+    planned = net["nbytes"]
     size = min(table, key=lambda s: abs(s - planned))
     if not planned / NEAR <= size <= planned * NEAR:
         return LogCheck("nccl_tests", "warn", f"no row near the planned {planned:,} B (nearest {size:,} B): rerun "

@@ -234,7 +234,7 @@ def evaluate(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, work
         notes.append(f"{which} {ttft_s * 1e3:,.0f} ms misses the {workload.ttft_ms:g} ms target")
     if knobs.max_model_len < workload.max_context_len:
         notes.append(f"max-model-len {knobs.max_model_len} is below the workload's {workload.max_context_len} tokens")
-    net_share = network_wait_share(d, p, rounds, per_token_s, tokens_gained(d, workload),
+    net_share = network_wait_share(d, p, rounds, per_token_s, tokens_gained(d.tokens_per_step, workload),
                                    decode_steps(rounds, p, knobs.engine))
     return Metrics(layout, conc, op, limit, tput, tput / layout.total_gpus, d.step_s, tpot,
                    1.0 / tpot if batch else 0.0, net_share,

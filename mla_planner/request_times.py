@@ -20,8 +20,12 @@ from .step import DecodeStep, decode_step
 def prefill_tokens(workload: Workload, knobs: Knobs, input_len: int | None = None) -> int:
     """Prompt tokens that must be computed: the misses of the prefix cache (at least one token), for the
     typical prompt or `input_len`."""
-    hit = workload.prefix_hit_rate if knobs.prefix_caching else 0.0
-    return max(1, ceil((input_len or workload.input_len) * (1.0 - hit)))
+    return prompt_misses(input_len or workload.input_len, workload.prefix_hit_rate if knobs.prefix_caching else 0.0)
+
+
+def prompt_misses(input_len: int, hit_rate: float) -> int:
+    """Prompt tokens the prefix cache misses at `hit_rate`, at least one."""
+    return max(1, ceil(input_len * (1.0 - hit_rate)))
 
 
 @lru_cache(maxsize=8192)
@@ -33,10 +37,14 @@ def mean_tpot_s(spec, topo, layout, knobs, workload, calib, batch: int) -> tuple
     ctx = workload.mean_decode_context
     d = decode_step(spec, topo, layout, knobs, batch, ctx, calib, mtp_acceptance=workload.mtp_acceptance)
     p = prefill(spec, topo, layout, knobs, prefill_tokens(workload, knobs), calib, batch, ctx)
-    rounds = _chunk_rounds(spec, layout, batch, workload, d, p, True)
-    if knobs.engine == "vllm":      # a step carries at most its budget of prompt work: the rest waits (TTFT)
-        rounds = min(rounds, chunks_per_step(p))
-    return (d.round_s + rounds * p.stall_s / p.chunks) / tokens_gained(d, workload), d, p
+    rounds = min(_chunk_rounds(spec, layout, batch, workload, d, p, True), step_chunk_cap(p, knobs.engine))
+    return (d.round_s + rounds * p.stall_s / p.chunks) / tokens_gained(d.tokens_per_step, workload), d, p
+
+
+def step_chunk_cap(p: Prefill, engine: str) -> float:
+    """The prompt chunks one engine step carries: chunks_per_step for vLLM, unbounded for SGLang (whose
+    decodes wait out every chunk); a request's TPOT carries at most this many per round, the rest waits."""
+    return chunks_per_step(p) if engine == "vllm" else float("inf")
 
 
 def chunks_per_step(p: Prefill) -> float:
@@ -49,11 +57,11 @@ def chunks_per_step(p: Prefill) -> float:
     return max(1.0, p.chunk_tokens / max(1, min(p.input_len, p.chunk_tokens)))
 
 
-def tokens_gained(d: DecodeStep, workload: Workload) -> float:
-    """Output tokens a decode round gains a request: 1, or 1 + a + ... with MTP (DecodeStep.tokens_per_step),
-    but never more than the request has to produce (one output token: the round that prefills it is its last,
-    and MTP's drafts have nothing to speed up)."""
-    return min(d.tokens_per_step, workload.output_len)
+def tokens_gained(per_step: float, workload: Workload) -> float:
+    """Output tokens a decode round gains a request: 1, or 1 + a + ... with MTP (`per_step`:
+    DecodeStep.tokens_per_step, knobs.tokens_per_step), but never more than the request has to produce (one
+    output token: the round that prefills it is its last, and MTP's drafts have nothing to speed up)."""
+    return min(per_step, workload.output_len)
 
 
 def time_in_system_s(spec, topo, layout, knobs, workload, calib, batch: int) -> float:
@@ -90,7 +98,7 @@ def ttfts_s(spec, topo, layout, knobs, workload, calib, batch: int) -> tuple[flo
 
 
 def serving_round_s(spec: ModelSpec, layout: Layout, batch: int, workload: Workload, d: DecodeStep,
-                    p: Prefill, engine: str = "sglang") -> tuple[float, float]:
+                    p: Prefill, engine: str) -> tuple[float, float]:
     """(seconds per output token of every running request, chunk rounds per decode round) over the serving
     run, as the engine spends it: the round plus the chunk rounds of every request prefilled meanwhile
     (chunk_rounds_per_round), over the tokens the round gains each request; throughput = requests in
@@ -98,24 +106,24 @@ def serving_round_s(spec: ModelSpec, layout: Layout, batch: int, workload: Workl
     takes that many steps (decode_steps), each carrying its budget of prompt work."""
     rounds = _chunk_rounds(spec, layout, batch, workload, d, p)
     steps = decode_steps(rounds, p, engine)
-    return (steps * d.round_s + rounds * p.stall_s / p.chunks) / tokens_gained(d, workload), rounds
+    return (steps * d.round_s + rounds * p.stall_s / p.chunks) / tokens_gained(d.tokens_per_step, workload), rounds
 
 
 def decode_steps(rounds: float, p: Prefill, engine: str) -> float:
     """Engine steps per decode round: 1, or for vLLM as many as its budget needs for the prompt chunks that
     arrive per round (chunks_per_step); the decodes ride every one of them."""
-    return max(1.0, rounds / chunks_per_step(p)) if engine == "vllm" else 1.0
+    return max(1.0, rounds / step_chunk_cap(p, engine))
 
 
 def _chunk_rounds(spec: ModelSpec, layout: Layout, batch: int, workload: Workload, d: DecodeStep, p: Prefill,
                   others_only: bool = False) -> float:
     """A request runs output_len / tokens_gained decode rounds between its prefills."""
-    return chunk_rounds_per_round(batch, p.chunks, workload.output_len / tokens_gained(d, workload),
+    return chunk_rounds_per_round(batch, p.chunks, workload.output_len / tokens_gained(d.tokens_per_step, workload),
                                   coupled_ranks(spec, layout, batch, workload), others_only)
 
 
 def network_wait_share(d: DecodeStep, p: Prefill, rounds: float, per_token_s: float, gained: float,
-                       steps: float = 1.0) -> float:
+                       steps: float) -> float:
     """Collective time / wall time of a GPU over the serving run, stage mean: every decode round a GPU runs
     the collectives of the m micro-batches (DecodeStep.network_share x round), and each chunk round the
     round carries (`serving_round_s`) adds the chunk's extra collectives; per output token (the round's
@@ -127,7 +135,8 @@ def network_wait_share(d: DecodeStep, p: Prefill, rounds: float, per_token_s: fl
 
 def operating_batch(spec, topo, layout, knobs, workload, calib, batch: int) -> int:
     """Requests running per DP rank under an open arrival stream, by Little's law with the model's own
-    latencies: B = lambda x (TTFT(B) + output_len x TPOT(B)), lambda the arrivals per DP rank. Iterated
+    latencies: B = lambda x time_in_system_s(B) (TTFT, its queue included, + (output_len - 1) x TPOT), lambda
+    the arrivals per DP rank. Iterated
     down from `batch` (the most that meet the targets, where the latencies are at most the targets, so
     the right side is at most what the CLI's Little's law at the targets gave); both latencies grow with
     B, so the sequence falls monotonically to the largest fixed point. Rounded up: a fractional request

@@ -13,7 +13,7 @@ from .memory import evaluate as memory_evaluate
 from .memory import safe_memory_fraction
 from .metrics import in_flight, tokens_per_request
 from .prefill import Prefill, chunk_budget
-from .request_times import decode_steps
+from .request_times import decode_steps, prompt_misses, tokens_gained
 from .step import decode_step
 from .tuning import Overrides, Rejected, chunk_candidates, draft_knobs
 from .tuning_limits import kv_balanced
@@ -55,8 +55,10 @@ def _balanced(spec, topo, layout, knobs: Knobs, workload) -> tuple[Knobs, int] |
 
 
 def _decode_bound(spec, topo, layout, knobs: Knobs, top: int, workload, calib) -> float:
-    """max over B <= top of in_flight(B) / decode tpot(B) / GPUs: no tuned batch B* <= top does better, as
-    its mean TPOT (stalls included) is at least the decode step's. B / tpot(B) grows with B (each roofline
+    """max over B <= top of in_flight(B) / (decode tpot(B) x vLLM's least steps per round) / GPUs: no tuned
+    batch B* <= top does better, as its serving time per token (stalls and budget steps included) is at least
+    that. Past the batch where vLLM's budget fills (_vllm_budget_knee) the ratio falls, so the points above it
+    are dropped. B / tpot(B) grows with B (each roofline
     term is affine or concave in B) except where pipeline micro-batches fill up: B sequences over pp stages
     run as ceil(B / pp)-row micro-batches, so a round costs as much at k x pp + 1 as at (k + 1) x pp and
     B / tpot dips there. The maximum is therefore at `top` or at the last full row below it
@@ -67,9 +69,9 @@ def _decode_bound(spec, topo, layout, knobs: Knobs, top: int, workload, calib) -
     if workload.concurrency:
         knee = workload.concurrency // (layout.dp * layout.replicas)
         ends += [b for b in (knee, knee + 1) if 1 <= b < top]
-    knee = _vllm_budget_knee(layout, knobs, top, workload)     # past it B / (tpot x steps) falls with B
-    if knee < top:   # ... so nothing beyond knee + 1 bounds higher: tpot grows, a step's chunks shrink
-        ends = [b for b in ends if b <= knee] + [b for b in (knee, knee + 1) if b >= 1]
+    full = _vllm_budget_knee(layout, knobs, top, workload)     # past it B / (tpot x steps) falls with B
+    if full < top:   # ... so nothing beyond full + 1 bounds higher: tpot grows, a step's chunks shrink
+        ends = [b for b in ends if b <= full] + [b for b in (full, full + 1) if b >= 1]
     points = {p for e in ends for p in (e, layout.pp * (e // layout.pp)) if 1 <= p <= top}
     bound = 0.0
     for b in points:
@@ -89,10 +91,9 @@ def _vllm_steps_at_least(layout, knobs: Knobs, batch: int, workload) -> float:
         return 1.0
     budget = max(knobs.max_num_batched_tokens, *chunk_candidates(knobs.engine, layout))
     chunk = chunk_budget(knobs, layout, batch, budget)
-    prompt = max(1, ceil(workload.input_len * (1.0 - workload.prefix_hit_rate)))   # the fewest tuning could prefill
-    #        (metrics.prefill_tokens with prefix caching on)
+    prompt = prompt_misses(workload.input_len, workload.prefix_hit_rate)   # the fewest tuning could prefill
     chunks = ceil(prompt / chunk)
-    rounds = workload.output_len / min(tokens_per_step(knobs, workload.mtp_acceptance), workload.output_len)
+    rounds = workload.output_len / tokens_gained(tokens_per_step(knobs, workload.mtp_acceptance), workload)
     return decode_steps(batch * chunks / rounds, Prefill(prompt, chunk, chunks, 0.0, 0.0), "vllm")
 
 

@@ -132,6 +132,8 @@ def test_dp_attention_without_deepep_and_compare_picks_sglang(cli, tmp_path):
     assert json.loads(r.stdout)["layouts"][0]["concurrency"] > 0
     r = cli("compare", "-m", block, "-t", "4x8xa100-ib", "-l", "tp=16", "-e", "vllm")
     assert r.exit_code == 2 and "no loader" in r.output and len(r.output.strip().splitlines()) == 1
+    mem = cli("memory", "-m", block, "-t", "4x8xa100-ib", "--tp", "16", "--json")      # memory picks SGLang too
+    assert mem.exit_code == 0 and json.loads(mem.stdout)["engine"] == "sglang"
 
 
 @pytest.mark.parametrize("index", ["{not json", '{"weight_map": ["a"]}'])

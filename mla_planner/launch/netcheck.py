@@ -10,6 +10,7 @@ run across two nodes was 2.2x slower per token than nccl-tests' speed prices).
 from __future__ import annotations
 
 import shlex
+from math import ceil
 from typing import Optional
 
 from ..calibration import load_calibration
@@ -32,12 +33,13 @@ def cross_node_all_reduce(inp: LaunchInputs, performance: dict) -> Optional[dict
                        mtp_acceptance=inp.workload.mtp_acceptance)
     nbytes = step.micro_batch * decode_query_len(inp.knobs) * spec.hidden_size * ACT_BYTES
     cost = collective("all_reduce", nbytes, L.tp, topo, calib)
-    per_step = 2 * -(-spec.num_hidden_layers // L.pp) + 1     # two per layer of the stage, and the embedding's
+    per_step = 2 * ceil(spec.num_hidden_layers / L.pp) + 1     # two per layer of the stage, and the embedding's
     nodes = L.tp // topo.gpus_per_node
     hosts = ",".join(f"NODE{i}:{topo.gpus_per_node}" for i in range(nodes))
     env = " ".join(f"-x {shlex.quote(f'{k}={v}')}" for k, v in network_env(topo).env.items())
-    return dict(bytes=f"{nbytes:,.0f}", mb=f"{nbytes / 1e6:.2f}", gpus=L.tp, nodes=nodes, algorithm=cost.algorithm,
+    return dict(nbytes=int(nbytes), bytes=f"{nbytes:,.0f}", mb=f"{nbytes / 1e6:.2f}", gpus=L.tp, nodes=nodes,
+                algorithm=cost.algorithm,
                 us=f"{cost.time_s * 1e6:.0f}", per_step=per_step, step_ms=f"{step.step_s * 1e3:.1f}",
                 per_10us=f"{per_step * 10e-6 / step.step_s:.1%}",
                 nccl_tests=f"mpirun -np {L.tp} -H {hosts} {env} ./build/all_reduce_perf "
-                           f"-b {int(nbytes)} -e {int(nbytes)} -g 1 -n 200 -w 20")
+                           f"-b {nbytes:.0f} -e {nbytes:.0f} -g 1 -n 200 -w 20")
