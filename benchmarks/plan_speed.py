@@ -17,20 +17,23 @@ import os
 import statistics
 import time
 
-from mla_planner.calibration import load_calibration
-from mla_planner.knobs import Workload
-from mla_planner.models import load_model
-from mla_planner.search import search
-from mla_planner.topology import load_topology
-from mla_planner.tuning import Overrides
-from mla_planner.tuning_mtp import mtp_hint
+from mla_planner.specs.calibration import load_calibration
+from mla_planner.specs.knobs import Workload
+from mla_planner.specs.catalogue import load_model
+from mla_planner.search.run import search
+from mla_planner.specs.topology import load_topology
+from mla_planner.search.tuning import Overrides
+from mla_planner.search.mtp import mtp_hint
 
 CASES = [("deepseek-v3", "2x8xh200-ib", None, 0.3), ("deepseek-v3", "2x8xh100-ib", 64, 1.0),
          ("deepseek-v2", "2x8xh100-ib", None, None), ("kimi-k2", "4x8xh800-roce", None, None)]
 
 
 def clear_caches() -> None:
-    from mla_planner import comm, layout, memory, memory_weights, request_times, step, step_work, tuning
+    from mla_planner.perf import comm, request_times, step, layer_work as step_work
+    from mla_planner.specs import layout
+    from mla_planner.memory import accounting as memory, weights as memory_weights
+    from mla_planner.search import tuning
     for fn in (comm.collective, layout.weight_key, memory.evaluate, memory.safe_memory_fraction,
                memory_weights._stage_weight_terms, request_times.mean_tpot_s,
                step_work._layer_weights,

@@ -10,7 +10,7 @@ def cli():
     """Invoke the app as a user would; returns typer's Result (exit_code, stdout, stderr)."""
     from typer.testing import CliRunner
 
-    from mla_planner.cli import app
+    from mla_planner.cli.app import app
 
     runner = CliRunner()
 

@@ -7,15 +7,16 @@ from pathlib import Path
 
 import pytest
 
-from mla_planner.engine_memory import engine_default_knobs
-from mla_planner.memory import evaluate, memory_report
-from mla_planner.memory_ways_out import awq_spec
-from mla_planner.memory_weights import mla_absorb_bytes
-from mla_planner.topology import load_topology
-from mla_planner.layout import Layout
-from mla_planner.models import spec_from_hf_config
-from mla_planner.sizing import weight_bytes_breakdown, weight_bytes_by_format
-from mla_planner.weights import inventory, stored_bytes
+from mla_planner.engines.memory_rules import engine_default_knobs
+from mla_planner.memory.accounting import evaluate
+from mla_planner.memory.report import memory_report
+from mla_planner.memory.ways_out import awq_spec
+from mla_planner.memory.weights import mla_absorb_bytes
+from mla_planner.specs.topology import load_topology
+from mla_planner.specs.layout import Layout
+from mla_planner.specs.catalogue import spec_from_hf_config
+from mla_planner.specs.sizing import weight_bytes_breakdown, weight_bytes_by_format
+from mla_planner.specs.weights import inventory, stored_bytes
 
 AWQ = {"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True, "version": "gemm"}
 

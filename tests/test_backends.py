@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from mla_planner import backends
-from mla_planner.topology import gpu_table
+from mla_planner.engines import backends
+from mla_planner.specs.topology import gpu_table
 
 VLLM = json.load(open("tests/fixtures/engines/vllm-0.33.0.json"))["rules"]["attention_backends"]
 SGLANG = json.load(open("tests/fixtures/engines/sglang-0.5.23.json"))["rules"]["mla_backends"]

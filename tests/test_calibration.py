@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from mla_planner.calibration import (Calibration, default_sources, default_units, default_values, dump_calibration,
-                                     factor_names, load_calibration)
-from mla_planner.errors import InputError
-from mla_planner.topology import Topology, load_topology
+from mla_planner.specs.calibration import Calibration, dump_calibration, load_calibration
+from mla_planner.specs.efficiency import default_sources, default_units, default_values, factor_names
+from mla_planner.core.errors import InputError
+from mla_planner.specs.topology import Topology, load_topology
 
 
 def _topo(**efficiency) -> Topology:

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from mla_planner.calibration import dump_calibration
+from mla_planner.specs.calibration import dump_calibration
 
 SEED = ("compare", "--model", "deepseek-v2", "--layout", "tp=16", "--layout", "tp=8,pp=2")
 
@@ -221,7 +221,7 @@ def test_a_layout_that_serves_nothing_shows_no_latencies(cli):
 
 def test_the_step_difference_names_parts_that_moved_its_way():
     """'Shorter, mostly X' names parts that shrank; a part that grew against the difference is said so."""
-    from mla_planner.compare_render import _step_words
+    from mla_planner.cli.compare_render import _step_words
     base = {"step_s": 0.020, "step_breakdown_s": {"attention_core_s": 0.005, "other_kernels_s": 0.010,
                                                   "collectives_s": 0.004, "launch_s": 0.001}}
     r = {"step_s": 0.0178, "step_breakdown_s": {"attention_core_s": 0.0089, "other_kernels_s": 0.0059,

@@ -389,7 +389,7 @@ def check(result, argv: list[str], watched: list[tuple[Path, list[str]]]) -> Non
 def files(tmp_path_factory):
     from typer.testing import CliRunner
 
-    from mla_planner.cli import app
+    from mla_planner.cli.app import app
 
     runner = CliRunner()
 

@@ -17,7 +17,7 @@ def test_defaults_say_what_is_planned(cli):
 def test_json_contract():
     from typer.testing import CliRunner
 
-    from mla_planner.cli import app
+    from mla_planner.cli.app import app
     r = CliRunner().invoke(app, ["plan", "-m", "deepseek-v2", "-t", "2x8xh100-ib", "--json"])
     assert r.exit_code == 0
     plan = json.loads(r.stdout)
@@ -268,8 +268,8 @@ def test_a_gqa_block_vllm_cannot_run_is_refused(cli):
 def test_length_percentiles_read_fractional_and_p100():
     """p99.9 and p100 are percentiles at or above p99 as the message says; 'p999' (no point) and a missing p50
     are not."""
-    from mla_planner.cli_plan import parse_length
-    from mla_planner.errors import PlanError
+    from mla_planner.cli.options import parse_length
+    from mla_planner.core.errors import PlanError
     assert parse_length("p50=1024,p99.9=8192", "--input-len") == (1024, 8192)
     assert parse_length("p50=1024,p90=2048,p100=8192", "--input-len") == (1024, 8192)
     for bad in ("p50=1024,p999=8192", "p50.5=1024,p99=8192", "p50=1024,p101=9000", "p50=2048,p99=1024"):

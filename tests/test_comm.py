@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import pytest
 
-from mla_planner.calibration import load_calibration
-from mla_planner.comm import collective, collective_time_s, tree_correction
-from mla_planner.errors import PlanError
-from mla_planner.topology import load_topology
+from mla_planner.specs.calibration import load_calibration
+from mla_planner.perf.comm import collective, collective_time_s, tree_correction
+from mla_planner.core.errors import PlanError
+from mla_planner.specs.topology import load_topology
 
 GB = 1e9
 LARGE = 4 * 2**30   # nccl-tests runs to 4-16 GB to reach peak ("256M is too small", nccl-tests #212)

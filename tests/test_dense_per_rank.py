@@ -16,17 +16,17 @@ import pytest
 from engine_check import check_command
 from launch_cases import make_plan
 
-from mla_planner.calibration import load_calibration
-from mla_planner.engine_memory import engine_default_knobs
-from mla_planner.knobs import Knobs, Workload
-from mla_planner.launch import build, launch_inputs
-from mla_planner.layout import Layout
-from mla_planner.memory_weights import stage_weight_terms
-from mla_planner.models import load_model
-from mla_planner.search import search
-from mla_planner.step import decode_step
-from mla_planner.topology import load_topology
-from mla_planner.weights import bytes_of, inventory
+from mla_planner.specs.calibration import load_calibration
+from mla_planner.engines.memory_rules import engine_default_knobs
+from mla_planner.specs.knobs import Knobs, Workload
+from mla_planner.launch.emit import build, launch_inputs
+from mla_planner.specs.layout import Layout
+from mla_planner.memory.weights import stage_weight_terms
+from mla_planner.specs.catalogue import load_model
+from mla_planner.search.run import search
+from mla_planner.perf.step import decode_step
+from mla_planner.specs.topology import load_topology
+from mla_planner.specs.weights import bytes_of, inventory
 
 V3 = load_model("deepseek-v3").spec
 WIDE = Layout(tp=1, dp=16, ep=16)
@@ -123,13 +123,13 @@ def test_compare_flag(cli):
 def test_tensor_parallel_attention_is_tuned_one_way_only():
     """At tp > 1 SGLang's per-rank MLP would also scatter the tokens over the attention-TP group, which is not
     priced: those layouts are tuned the engine's way only (a plan file saying otherwise: the next test)."""
-    from mla_planner.tuning import dense_variants
+    from mla_planner.search.tuning import dense_variants
     assert dense_variants(Layout(tp=2, dp=8, ep=16), "sglang") == (False,)
     assert dense_variants(WIDE, "vllm") == (False,) and dense_variants(WIDE, "sglang") == (False, True)
 
 
 def test_a_plan_file_cannot_ask_for_it_where_it_does_not_apply(tmp_path, cli):
-    from mla_planner.planfile import plan_to_dict
+    from mla_planner.search.planfile import plan_to_dict
     plan = make_plan("8xh200", Layout(tp=8), Knobs(engine="sglang", dense_per_rank=True))
     path = tmp_path / "plan.json"
     path.write_text(json.dumps(plan_to_dict(plan)))
@@ -140,8 +140,8 @@ def test_a_plan_file_cannot_ask_for_it_where_it_does_not_apply(tmp_path, cli):
 def test_the_mtp_note_tunes_the_candidate_the_way_it_was_planned():
     """The MTP note re-tunes #1 with MTP in #1's own way (per rank here: 660 tok/s per GPU with MTP), not
     SGLang's default split (615)."""
-    from mla_planner.tuning import Overrides
-    from mla_planner.tuning_mtp import mtp_hint
+    from mla_planner.search.tuning import Overrides
+    from mla_planner.search.mtp import mtp_hint
     topo = load_topology("2x8xh200-ib")
     workload = Workload(input_len=1000, output_len=1000, tpot_ms=100)
     cal = load_calibration(None, topo)

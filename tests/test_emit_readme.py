@@ -36,7 +36,7 @@ def test_no_fp8_line_for_a_bf16_cache_and_sglang_words(cli, tmp_path):
 def test_the_folder_carries_its_plan_for_check_log(cli, tmp_path):
     """The README's check-log command names the plan written into the folder and the candidate it was emitted
     from (a review: with candidate 2 the bare command checked candidate 1's KV pool)."""
-    from mla_planner.planfile import read_plan
+    from mla_planner.search.planfile import read_plan
     plan_file = tmp_path / "plan.json"
     plan_file.write_text(cli("plan", "-m", "deepseek-v2-lite", "-t", "8xh100", "-e", "vllm", "--json").stdout)
     out = tmp_path / "c2"
@@ -50,9 +50,9 @@ def test_a_tp_group_across_nodes_gets_its_all_reduce_to_measure(cli, tmp_path):
     """The all-reduce the plan prices for a TP group spanning nodes, and how to measure it: nccl-tests at exactly
     that size with the node scripts' network variables, and verify's in-step timing. Not for TP inside a node."""
     import shlex
-    from mla_planner.calibration import load_calibration
-    from mla_planner.comm import collective
-    from mla_planner.topology import load_topology
+    from mla_planner.specs.calibration import load_calibration
+    from mla_planner.perf.comm import collective
+    from mla_planner.specs.topology import load_topology
     r = cli("plan", "-m", "deepseek-v2", "-t", "2x8xh100-ib", "-l", "tp=16", "-l", "tp=8,pp=2", "-e", "vllm",
             "--json")
     (tmp_path / "p.json").write_text(r.stdout)

@@ -4,7 +4,7 @@ import shlex
 
 import pytest
 
-from mla_planner import cli_compare, cli_memory, cli_plan
+from mla_planner.cli import compare as cli_compare, memory as cli_memory, plan as cli_plan
 
 
 def _examples():
@@ -33,7 +33,7 @@ def test_help_example_runs(cli, args):
 def test_emit_help_examples_run_on_the_plan_help_makes(cli, tmp_path, monkeypatch):
     """emit's examples read the plan that `plan --help` says to write (`mla-plan plan --json > plan.json`): each
     runs on that plan (one once asked for candidate 3 in vLLM's Ray form, and candidate 3 was SGLang's)."""
-    from mla_planner import cli_emit
+    from mla_planner.cli import emit as cli_emit
     monkeypatch.chdir(tmp_path)
     (tmp_path / "plan.json").write_text(cli("plan", "--json").stdout)
     doc = cli_emit.emit_cmd.__doc__.split("Examples:")[-1]

@@ -8,16 +8,16 @@ from pathlib import Path
 
 import pytest
 
-from mla_planner.calibration import load_calibration
-from mla_planner.engine_memory import engine_default_knobs
-from mla_planner.layout import Layout, layout_problems
-from mla_planner.memory import evaluate
-from mla_planner.models import load_model, spec_from_hf_config
-from mla_planner.sizing import weight_bytes_breakdown
-from mla_planner.step import op_time_s
-from mla_planner.step_work import layer_weights
-from mla_planner.topology import load_topology
-from mla_planner.weights import inventory, stored_bytes
+from mla_planner.specs.calibration import load_calibration
+from mla_planner.engines.memory_rules import engine_default_knobs
+from mla_planner.specs.layout import Layout, layout_problems
+from mla_planner.memory.accounting import evaluate
+from mla_planner.specs.catalogue import load_model, spec_from_hf_config
+from mla_planner.specs.sizing import weight_bytes_breakdown
+from mla_planner.perf.step import op_time_s
+from mla_planner.perf.layer_work import layer_weights
+from mla_planner.specs.topology import load_topology
+from mla_planner.specs.weights import inventory, stored_bytes
 
 V3 = "tests/fixtures/hf/DeepSeek-V3/config.json"
 BLOCK = {"activation_scheme": "dynamic", "quant_method": "blockwise_int8", "weight_block_size": [128, 128]}
@@ -113,7 +113,7 @@ def test_int8_gemms_run_on_int8_tensor_cores():
     w = layer_weights(spec, Layout(tp=16))
     assert w.weight_precision == w.expert_precision == "int8"
     a100 = load_topology("4x8xa100-ib")
-    from mla_planner.step_work import Op
+    from mla_planner.perf.layer_work import Op
     cal = load_calibration(None, a100)
     op = Op("x", 1.0, 1e15, "gemm", "int8")
     assert op_time_s(op, a100.gpu, cal)[1] * 2 == pytest.approx(op_time_s(Op("x", 1.0, 1e15), a100.gpu, cal)[1])

@@ -20,24 +20,13 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from mla_planner.attention_cost import absorbed_core_bytes
+from mla_planner.perf.attention_cost import absorbed_core_bytes
 from mla_planner.verify import bench, fast
 from mla_planner.verify.compare import assert_close as assert_close_flashmla
 from mla_planner.verify.compare import compare
-from mla_planner.verify.kernel import (
-    MLADims,
-    PagedLatentCache,
-    absorbed_core,
-    apply_rope,
-    decode_absorbed,
-    decode_naive,
-    gather,
-    make_weights,
-    page_sequences,
-    project_latent,
-    rope_frequencies,
-    softmax_scale,
-)
+from mla_planner.verify.kernel import (MLADims, PagedLatentCache, absorbed_core, apply_rope, decode_absorbed,
+                                       decode_naive, gather, make_weights, page_sequences, project_latent,
+                                       rope_frequencies, softmax_scale)
 
 SMALL = MLADims(heads=4, kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16,
                 hidden=64, q_lora_rank=24)

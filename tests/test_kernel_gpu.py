@@ -17,16 +17,8 @@ torch = pytest.importorskip("torch")
 
 from mla_planner.verify import bench, fast
 from mla_planner.verify.compare import assert_close
-from mla_planner.verify.kernel import (
-    MLADims,
-    PagedLatentCache,
-    absorbed_core,
-    decode_absorbed,
-    make_weights,
-    page_sequences,
-    rope_frequencies,
-    softmax_scale,
-)
+from mla_planner.verify.kernel import (MLADims, PagedLatentCache, absorbed_core, decode_absorbed, make_weights,
+                                       page_sequences, rope_frequencies, softmax_scale)
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 

@@ -11,16 +11,16 @@ import pytest
 from engine_check import check_command
 from launch_cases import bash_syntax_ok, make_plan, scripts
 
-from mla_planner.errors import PlanError
-from mla_planner.knobs import Knobs, Workload
-from mla_planner.launch import build, emit_plan, launch_inputs, single_node_command
+from mla_planner.core.errors import PlanError
+from mla_planner.specs.knobs import Knobs, Workload
+from mla_planner.launch.emit import build, emit_plan, launch_inputs, single_node_command
 from mla_planner.launch.claims import check_gpu_counts
 from mla_planner.launch.env import network_env, partition_env
 from mla_planner.launch.placement import place
 from mla_planner.launch.outdir import MANIFEST, FolderNotEmpty, write_folder
-from mla_planner.layout import Layout
-from mla_planner.planfile import plan_to_dict
-from mla_planner.topology import load_topology
+from mla_planner.specs.layout import Layout
+from mla_planner.search.planfile import plan_to_dict
+from mla_planner.specs.topology import load_topology
 
 
 def commands(topology, layout, engine="vllm", mode="native", **knobs):

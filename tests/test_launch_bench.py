@@ -23,10 +23,10 @@ import pytest
 from engine_check import load_fixture
 from launch_cases import make_plan
 
-from mla_planner.knobs import Knobs, Workload
-from mla_planner.launch import emit_plan
-from mla_planner.layout import Layout
-from mla_planner.resources import data_dir
+from mla_planner.specs.knobs import Knobs, Workload
+from mla_planner.launch.emit import emit_plan
+from mla_planner.specs.layout import Layout
+from mla_planner.core.resources import data_dir
 
 VLLM_DATASETS = ["sharegpt", "burstgpt", "random", "random-mm", "random-rerank", "hf", "custom", "custom_audio",
                  "custom_image", "prefix_repetition", "spec_bench", "speed_bench", "timed_trace"]
@@ -192,9 +192,9 @@ def test_node_scripts_warn_when_another_release_is_installed(tmp_path, engine, o
     another, they say so on stderr and still start (a warning, not a stop); the same series is silent."""
     import subprocess
     from launch_cases import install_stubs, make_plan
-    from mla_planner.knobs import Knobs
-    from mla_planner.launch import emit_plan
-    from mla_planner.layout import Layout
+    from mla_planner.specs.knobs import Knobs
+    from mla_planner.launch.emit import emit_plan
+    from mla_planner.specs.layout import Layout
     plan = make_plan("8xh200", Layout(tp=8), Knobs(engine=engine))
     emit_plan(plan, 1, engine, tmp_path / "out")
     install_stubs(tmp_path / "bin")

@@ -15,9 +15,9 @@ import pytest
 from engine_check import check_command
 from launch_cases import bash_syntax_ok, make_plan, scripts
 
-from mla_planner.knobs import Knobs, Workload
-from mla_planner.launch import build, emit_plan, launch_inputs
-from mla_planner.layout import Layout
+from mla_planner.specs.knobs import Knobs, Workload
+from mla_planner.launch.emit import build, emit_plan, launch_inputs
+from mla_planner.specs.layout import Layout
 
 GOLDEN = Path(__file__).parent / "golden"
 SEED = dict(topology="2x8xh100-ib", layout=Layout(tp=8, pp=2),

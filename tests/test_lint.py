@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from mla_planner.lint import parse_command
+from mla_planner.audit.lint import parse_command
 
 
 def lint(cli, *words, topology="8xh200", model=None):
@@ -22,8 +22,8 @@ def test_parsing_both_engines_forms():
     s = parse_command(["python3", "-m", "sglang.launch_server", "--model-path", "/models/r1", "--tp", "16",
                        "--trust-remote-code", "--dp", "2"])
     assert (s.engine, s.model, s.values["tp"], s.values["dp_size"]) == ("sglang", "/models/r1", "16", "2")
-    from mla_planner.lint import layout_of
-    from mla_planner.models import load_model
+    from mla_planner.audit.lint import layout_of
+    from mla_planner.specs.catalogue import load_model
     v3 = load_model("deepseek-v3").spec
     assert layout_of(s, v3).label == "2x(tp16)"       # --dp-size alone: replicas, not DP attention
     dp_attention = parse_command(["python", "-m", "sglang.launch_server", "--tp-size", "16", "--attn-dp-size", "16",

@@ -14,7 +14,7 @@ def plans(tmp_path_factory):
     """A multi-node vLLM plan (V3 on 2 x 8 H100, tp8 x pp2 pinned) and a single-node SGLang one."""
     from typer.testing import CliRunner
 
-    from mla_planner.cli import app
+    from mla_planner.cli.app import app
     out = {}
     for name, args in {"vllm": ("-m", "deepseek-v3", "-t", "2x8xh100-ib", "-e", "vllm", "-l", "tp=8,pp=2"),
                        "sglang": ("-m", "deepseek-v2-lite", "-t", "8xh100", "-e", "sglang", "-l", "tp=8")}.items():

@@ -4,16 +4,19 @@ from dataclasses import replace
 
 import pytest
 
-from mla_planner import sizing
-from mla_planner.cuda_graphs import vllm_capture_sizes
-from mla_planner.engine_memory import default_memory_fraction, engine_default_knobs, engine_rules
-from mla_planner.errors import PlanError
-from mla_planner.knobs import Knobs
-from mla_planner.layout import Layout
-from mla_planner.memory import (ALLOCATOR_MARGIN_BYTES, memory_report, safe_memory_fraction, stage_layers)
-from mla_planner.memory_weights import stage_weight_terms
-from mla_planner.models import load_model
-from mla_planner.topology import load_topology
+from mla_planner.specs import sizing
+from mla_planner.engines.cuda_graphs import vllm_capture_sizes
+from mla_planner.engines.memory_rules import default_memory_fraction, engine_default_knobs, engine_rules
+from mla_planner.core.errors import PlanError
+from mla_planner.specs.knobs import Knobs
+from mla_planner.specs.layout import Layout
+from mla_planner.memory.verdict import ALLOCATOR_MARGIN_BYTES
+from mla_planner.memory.accounting import safe_memory_fraction
+from mla_planner.memory.pp_split import stage_layers
+from mla_planner.memory.report import memory_report
+from mla_planner.memory.weights import stage_weight_terms
+from mla_planner.specs.catalogue import load_model
+from mla_planner.specs.topology import load_topology
 
 V3 = load_model("deepseek-v3").spec
 GiB = 2**30
@@ -139,7 +142,7 @@ def test_fp8_scale_blocks_cannot_straddle_gpus():
     """V3's FP8 experts (intermediate 2,048, 128-wide scale blocks) split 32 ways give 64 columns a GPU: both
     engines refuse to load that (vLLM fp8_utils.validate_fp8_block_shape_moe); 16 ways (128) load, and a bf16
     model split 32 ways is not held to it."""
-    from mla_planner.layout import fp8_block_problems
+    from mla_planner.specs.layout import fp8_block_problems
     v3, v2 = load_model("deepseek-v3").spec, load_model("deepseek-v2").spec
     wide = fp8_block_problems(v3, Layout(tp=1, dp=32))
     assert len(wide) == 1 and "intermediate size of the routed experts (2,048) over 32 GPUs is 64 per GPU" in wide[0]
@@ -282,8 +285,8 @@ def test_no_safe_fraction_when_what_the_engine_keeps_outside_its_budget_leaves_n
 
 def test_deepep_buffer_is_counted_for_dp_attention_with_ep():
     """DeepEP's low-latency buffer (csrc/config.hpp LowLatencyLayout): 4 x experts x tokens x (2d + d/32)."""
-    from mla_planner.layout import Layout
-    from mla_planner.memory import memory_report
+    from mla_planner.specs.layout import Layout
+    from mla_planner.memory.report import memory_report
     spec, topo = load_model("deepseek-v3").spec, load_topology("2x8xh200-ib")
     knobs = Knobs(engine="vllm", block_size=64, max_model_len=4096, max_num_batched_tokens=1024, max_num_seqs=64,
                   memory_fraction=0.9)
@@ -300,7 +303,7 @@ def test_deepep_buffer_is_counted_for_dp_attention_with_ep():
 def test_token_budget_is_per_dp_rank_for_both_engines():
     """SGLang's --chunked-prefill-size is the per-DP-rank knob x dp (launch/sglang.py), and the engine gives
     each DP rank the flag / dp (ENGINES.md: 8192 -> 1024 at dp 8): the activation peak is priced at the knob."""
-    from mla_planner.engine_memory import activation_tokens
+    from mla_planner.engines.memory_rules import activation_tokens
     knobs = Knobs(engine="sglang", max_num_batched_tokens=2048)
     assert activation_tokens(engine_rules("sglang"), knobs, Layout(tp=1, dp=8, ep=8)) == 2048
     h200 = load_topology("8xh200")
@@ -325,8 +328,8 @@ def test_sglang_safe_fraction_keeps_sglangs_own_10_gib_reserve(topo_name, layout
 def test_fp8_marlin_group_scales_on_gpus_without_fp8():
     """vLLM runs a block-FP8 checkpoint on Ampere through FP8 Marlin, whose per-row group scales add about
     1/64 of the FP8 bytes; on Hopper (native FP8) nothing is added."""
-    from mla_planner.memory_weights import marlin_scale_bytes
-    from mla_planner.weights import bytes_of, inventory
+    from mla_planner.memory.weights import marlin_scale_bytes
+    from mla_planner.specs.weights import bytes_of, inventory
     fp8 = sum(bytes_of(t) for t in inventory(V3) if t.dtype == "fp8")
     extra = sum(marlin_scale_bytes(t, (128, 128)) for t in inventory(V3))
     assert extra / fp8 == pytest.approx(1 / 64, rel=0.03)

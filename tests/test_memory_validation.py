@@ -8,11 +8,11 @@ from dataclasses import replace
 
 import pytest
 
-from mla_planner.engine_memory import engine_default_knobs
-from mla_planner.layout import Layout
-from mla_planner.memory import memory_report
-from mla_planner.models import load_model
-from mla_planner.topology import load_topology
+from mla_planner.engines.memory_rules import engine_default_knobs
+from mla_planner.specs.layout import Layout
+from mla_planner.memory.report import memory_report
+from mla_planner.specs.catalogue import load_model
+from mla_planner.specs.topology import load_topology
 
 TOLERANCE = 0.05  # validation.yaml: "within 5 % of the logged token count"
 

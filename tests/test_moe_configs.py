@@ -8,10 +8,10 @@ import re
 
 import pytest
 
-from mla_planner.layout import Layout
-from mla_planner.models import load_model
-from mla_planner.moe_configs import _shipped, moe_kernel_config
-from mla_planner.topology import load_topology
+from mla_planner.specs.layout import Layout
+from mla_planner.specs.catalogue import load_model
+from mla_planner.engines.moe_configs import _shipped, moe_kernel_config
+from mla_planner.specs.topology import load_topology
 
 V3, V2, KIMI = (load_model(m).spec for m in ("deepseek-v3", "deepseek-v2", "kimi-k2"))
 BLOCK = {"vllm": "[128,128]", "sglang": "[128, 128]"}

@@ -6,14 +6,14 @@ import json
 
 import pytest
 
-from mla_planner.calibration import load_calibration
-from mla_planner.cuda_graphs import graph_batch_cap, vllm_capture_sizes
-from mla_planner.knobs import Knobs, Workload, tokens_per_step
-from mla_planner.layout import Layout
-from mla_planner.metrics import evaluate
-from mla_planner.models import load_model
-from mla_planner.step import decode_step
-from mla_planner.topology import load_topology
+from mla_planner.specs.calibration import load_calibration
+from mla_planner.engines.cuda_graphs import graph_batch_cap, vllm_capture_sizes
+from mla_planner.specs.knobs import Knobs, Workload, tokens_per_step
+from mla_planner.specs.layout import Layout
+from mla_planner.perf.metrics import evaluate
+from mla_planner.specs.catalogue import load_model
+from mla_planner.perf.step import decode_step
+from mla_planner.specs.topology import load_topology
 
 CTX = 2304   # the default workload's mean decode context (2048 + 512 / 2)
 
@@ -115,7 +115,7 @@ def test_plan_says_what_mtp_would_serve_and_plans_with_it_on_request(cli, tmp_pa
 
 
 def test_a_plan_written_before_the_acceptance_rate_existed_reads_with_the_default(cli, tmp_path):
-    from mla_planner.planfile import read_plan
+    from mla_planner.search.planfile import read_plan
     data = json.loads(cli("plan", "-m", "deepseek-v2-lite", "-t", "8xh100", "--top", "1", "--json").stdout)
     del data["workload"]["mtp_acceptance"]
     path = tmp_path / "old.json"
@@ -149,7 +149,7 @@ def test_compare_shows_sglangs_speculative_default_of_48_requests(cli):
 def test_sglang_with_deepep_holds_the_dispatch_limit_in_tokens_with_mtp():
     """SGLang's DeepEP low-latency dispatch takes at most 1,024 tokens per DP rank per step; with MTP each request
     decodes 2, so the batch stops at 512 (the invariant test found a 1,024-request candidate emit refused)."""
-    from mla_planner.tuning import Overrides, tune
+    from mla_planner.search.tuning import Overrides, tune
     spec, topo, calib = setup("deepseek-r1", "8xb200")
     tuned = tune(spec, topo, Layout(tp=4, dp=2, ep=8), "sglang", "fp8", Workload(tpot_ms=150), calib,
                  Overrides(mtp=True))
@@ -181,8 +181,8 @@ def test_compare_reproduces_an_mtp_candidate_from_its_knobs(cli, engine):
     ("2x8xh100-ib", "tp=1,pp=2,dp=8,ep=8", "sglang", "SGLANG_ENABLE_PP_SPEC=1, which refuses attention DP"),
 ])
 def test_mtp_is_not_planned_where_the_engine_would_not_verify_on_the_decode_path(topology, layout, engine, needle):
-    from mla_planner.layout import parse_layout
-    from mla_planner.tuning import Overrides, Rejected, tune
+    from mla_planner.specs.layout import parse_layout
+    from mla_planner.search.tuning import Overrides, Rejected, tune
     spec, topo, calib = setup(topology=topology)
     lay = parse_layout(layout, topo)
     tune(spec, topo, lay, engine, "fp8", Workload(tpot_ms=150), calib)          # without MTP it is planned
@@ -216,8 +216,8 @@ def test_a_plan_with_mtp_says_when_it_does_not_pay(cli):
 
 
 def test_sglang_graphs_with_mtp_run_two_tokens_a_request_and_the_drafter_has_its_own():
-    from mla_planner.cuda_graphs import capture_plan, sglang_capture_sizes
-    from mla_planner.engine_memory import engine_rules
+    from mla_planner.engines.cuda_graphs import capture_plan, sglang_capture_sizes
+    from mla_planner.engines.memory_rules import engine_rules
     spec, topo, calib = setup()
     plain, mtp = Knobs(engine="sglang"), Knobs(engine="sglang", mtp=True)
     sizes, sets = capture_plan(engine_rules("sglang"), mtp, topo.gpu, Layout(tp=8))
@@ -237,7 +237,7 @@ def test_the_capture_range_widens_again_when_the_chosen_chunk_lets_the_batch_gro
     batch that the chosen chunk's smaller stalls let grow, with TPOT still under target and KV room left. (At
     2,048 in / 512 out, the case this test once used, the draft chunk now fits the batch first: vLLM's step
     budget caps the prompt work a step carries, request_times.chunks_per_step.)"""
-    from mla_planner.tuning import Overrides, tune
+    from mla_planner.search.tuning import Overrides, tune
     spec, topo, calib = setup(topology="8xb200")
     tuned = tune(spec, topo, Layout(tp=8), "vllm", "fp8", Workload(input_len=512, output_len=1024), calib,
                  Overrides(mtp=True))
@@ -262,9 +262,9 @@ def test_with_mtp_a_request_is_prefilled_once_per_output_len_over_the_tokens_a_r
     """Coupled DP ranks wait for the rank with the most chunks (a non-linear E[max]), so the rounds between a
     request's prefills must be output_len / tokens_per_step with MTP, not output_len (which overstated the
     stall of V3 tp1-dp16 with MTP by a third)."""
-    from mla_planner.metrics import mean_tpot_s
-    from mla_planner.request_times import chunks_per_step
-    from mla_planner.stalls import chunk_rounds_per_round
+    from mla_planner.perf.request_times import mean_tpot_s
+    from mla_planner.perf.request_times import chunks_per_step
+    from mla_planner.perf.stalls import chunk_rounds_per_round
     spec, topo, calib = setup(topology="2x8xh200-ib")
     layout, w = Layout(tp=1, dp=16, ep=16), Workload()
     knobs = Knobs(engine="vllm", kv_cache_dtype="fp8", mtp=True, max_num_batched_tokens=512, max_num_seqs=64)

@@ -4,16 +4,17 @@ from dataclasses import replace
 
 import pytest
 
-from mla_planner.calibration import load_calibration
-from mla_planner.knobs import Workload
-from mla_planner.layout import Layout, layout_problems, parse_layout
-from mla_planner.layouts import candidate_layouts
-from mla_planner.memory import memory_report, safe_memory_fraction
-from mla_planner.models import load_model
-from mla_planner.plan import nothing_fits_advice
-from mla_planner.search import search
-from mla_planner.topology import load_topology
-from mla_planner.tuning import Overrides, Rejected, draft_knobs, tune
+from mla_planner.specs.calibration import load_calibration
+from mla_planner.specs.knobs import Workload
+from mla_planner.specs.layout import Layout, layout_problems, parse_layout
+from mla_planner.search.layouts import candidate_layouts
+from mla_planner.memory.report import memory_report
+from mla_planner.memory.accounting import safe_memory_fraction
+from mla_planner.specs.catalogue import load_model
+from mla_planner.search.plan import nothing_fits_advice
+from mla_planner.search.run import search
+from mla_planner.specs.topology import load_topology
+from mla_planner.search.tuning import Overrides, Rejected, draft_knobs, tune
 
 
 def setup(model, topology):
@@ -172,8 +173,8 @@ def test_running_requests_stay_in_the_cuda_graph_capture_range():
     """The step model prices graph replay, so a DP rank's decode micro-batch stays within what the engine
     captures (vLLM 512, SGLang by GPU and TP, unless the plan raises it); beyond it decode runs eagerly
     (USER_PROBLEMS 19). Short prompts on 8 H200 once planned 535 running requests under a 512 range."""
-    from mla_planner.cuda_graphs import graph_batch_cap
-    from mla_planner.memory import evaluate
+    from mla_planner.engines.cuda_graphs import graph_batch_cap
+    from mla_planner.memory.accounting import evaluate
     spec, topo, calib = setup("deepseek-v3", "8xh200")
     result = search(spec, topo, Workload(input_len=1024), calib)
     for o in result.options:
@@ -193,7 +194,7 @@ def test_the_raised_capture_range_reaches_the_launch_command(tmp_path):
     """One L40S with DeepSeek-V2-Lite: SGLang captures decode graphs up to 32 by default on a 48 GB GPU at
     tp < 4 (memory_hook), while the KV pool and the TPOT target allow about 70 running requests."""
     from mla_planner.launch.emit import emit
-    from mla_planner.plan import to_plan
+    from mla_planner.search.plan import to_plan
     topo_file = tmp_path / "1xl40s.yaml"
     topo_file.write_text("name: 1xl40s\nnodes: 1\ngpus_per_node: 1\ngpu: L40S-48G\nintra_node: {kind: pcie}\n")
     spec, topo, calib = setup("deepseek-v2-lite", str(topo_file))
@@ -232,7 +233,7 @@ def test_warnings_for_risky_choices():
 def test_deepep_over_shared_nics_is_warned_about():
     """DP attention + EP over two nodes runs DeepEP; where 8 GPUs share one NIC the plan says so (NVSHMEM's NIC
     choice, DeepEP#336). Not on a NIC per GPU, and not for DeepEP inside one node."""
-    from mla_planner.candidate_warnings import shared_nic_deepep_note
+    from mla_planner.search.candidate_warnings import shared_nic_deepep_note
     spec, topo, calib = setup("deepseek-v3", "2x8xh100-ib-1nic")
     result = search(spec, topo, Workload(tpot_ms=200), calib, engines=("vllm",), kv_dtype="fp8",
                     layouts=[parse_layout("tp=1,dp=16,ep=16")])
@@ -257,7 +258,7 @@ def test_a_tight_ttft_target_is_warned_about():
 
 
 def test_pinned_block_size_and_eager_are_worked_around_and_warned():
-    from mla_planner.tuning import Overrides
+    from mla_planner.search.tuning import Overrides
     spec, topo, calib = setup("deepseek-v3", "8xh200")
     pinned = Overrides(block_size=16, cuda_graphs=False)
     result = search(spec, topo, Workload(), calib, engines=("vllm",), kv_dtype="fp8",
@@ -356,7 +357,7 @@ def test_the_final_knobs_stay_within_their_own_safe_fraction(model, topo_name, e
     """A raised capture range or a moved layer split re-derives the memory fraction; it must be the one that
     is safe at the prefill chunk finally chosen (it was once derived at the smallest chunk, and the
     candidate then warned of its own knobs: 'only 1.8 GiB left free')."""
-    from mla_planner.memory import safe_memory_fraction
+    from mla_planner.memory.accounting import safe_memory_fraction
     spec, topo, calib = setup(model, topo_name)
     given = [parse_layout(s) for s in layouts] if layouts else None
     result = search(spec, topo, workload, calib, engines=(engine,), layouts=given)
@@ -374,7 +375,7 @@ def test_a_layout_that_fits_only_with_smaller_chunks_is_planned_with_them():
     chunk that leaves room, and the chunk chosen never exceeds what the fraction was sized for. (The layout
     was tp1·dp32 with the dense parts split over the stage, which SGLang cannot load: 576 columns a GPU of the
     FP8 dense MLP; tp4·dp8 with the dense parts per rank shows the same fallback.)"""
-    from mla_planner.tuning import largest_safe_chunk
+    from mla_planner.search.tuning import largest_safe_chunk
     spec, topo, calib = setup("kimi-k2", "4x8xh800-roce")
     with pytest.raises(Rejected, match="not a multiple of the FP8 checkpoint's 128-wide scale blocks"):
         tune(spec, topo, parse_layout("tp=1,dp=32,ep=32"), "sglang", "fp8", Workload(), calib)
@@ -388,8 +389,8 @@ def test_a_kv_bound_batch_is_sized_with_the_graphs_of_the_batch_itself():
     """The KV-limited batch was found with the draft's 1,024-sequence cap, whose CUDA graphs (vLLM captures
     up to 2 x max-num-seqs) took 2 GiB more than those of the 39 sequences emitted: the pool at the emitted
     knobs held 53 (a user's check with `memory`). The cap is raised to what the pool then holds."""
-    from mla_planner.memory import evaluate as memory_evaluate
-    from mla_planner.metrics import tokens_per_request
+    from mla_planner.memory.accounting import evaluate as memory_evaluate
+    from mla_planner.perf.metrics import tokens_per_request
     spec, topo, calib = setup("kimi-k2", "4x8xh800-roce")
     workload = Workload(input_len=65536, output_len=2048, tpot_ms=150, ttft_ms=60000)
     result = search(spec, topo, workload, calib, engines=("vllm",), kv_dtype="fp8",
@@ -406,7 +407,7 @@ def test_a_gqa_model_gets_no_mla_backend():
     """vLLM refuses an MLA backend for a non-MLA model (backend.py: 'non-MLA not supported'): the Llama
     baseline runs the engine's own attention backend, and no --attention-backend reaches its command."""
     from mla_planner.launch.emit import build, launch_inputs
-    from mla_planner.plan import to_plan
+    from mla_planner.search.plan import to_plan
     spec, topo, calib = setup("llama-3.1-70b", "8xh100")
     result = search(spec, topo, Workload(), calib)
     assert result.options and all(o.tuned.knobs.attention_backend is None for o in result.options)
@@ -425,7 +426,7 @@ def test_a_gqa_model_gets_no_mla_backend():
 def test_the_reasons_name_the_knobs_emitted(args):
     """The max_num_batched_tokens reason names the chunk the knobs have (a fallback once kept the rejected
     one), and max_num_seqs blames the offered concurrency only when it, not the planner's cap, binds."""
-    from mla_planner.tuning import MAX_NUM_SEQS_CAP
+    from mla_planner.search.reasons import MAX_NUM_SEQS_CAP
     model, topo_name, workload, layout, engine, kv = args
     spec, topo, calib = setup(model, topo_name)
     for o in search(spec, topo, workload, calib, engines=(engine,), kv_dtype=kv, layouts=[parse_layout(layout)]).options:
@@ -482,7 +483,7 @@ def test_without_deepep_dp_attention_runs_a_tensor_parallel_moe(tmp_path):
     NVLink + InfiniBand cluster DP attention keeps EP over DeepEP only."""
     from engine_check import check_command
     from mla_planner.launch.emit import build, launch_inputs
-    from mla_planner.plan import to_plan
+    from mla_planner.search.plan import to_plan
     path = tmp_path / "pcie.yaml"
     path.write_text("name: 4xl40s\nnodes: 1\ngpus_per_node: 4\ngpu: L40S-48G\nintra_node: {kind: pcie}\n")
     spec, topo, calib = setup("deepseek-v2-lite", str(path))
@@ -496,7 +497,7 @@ def test_without_deepep_dp_attention_runs_a_tensor_parallel_moe(tmp_path):
             assert check_command(cmd.engine_args, engine, "sm89", model_max_len=spec.max_position_embeddings) == []
             assert not {"--enable-expert-parallel", "--all2all-backend", "--ep-size", "--moe-a2a-backend"} & set(cmd.argv)
     spec, topo, calib = setup("deepseek-v3", "2x8xh200-ib")
-    from mla_planner.layouts import candidate_layouts
+    from mla_planner.search.layouts import candidate_layouts
     assert all(lay.ep == lay.stage_gpus for lay in candidate_layouts(spec, topo)[0] if lay.dp > 1)
 
 
@@ -504,7 +505,7 @@ def test_sglang_fraction_is_the_safe_one_at_the_chunk_chosen():
     """SGLang keeps a smaller chunk's activations outside its static pool, so once the chunk is chosen the
     fraction is raised to what is safe for it (a user's `memory` run found 0.935 safe where the plan said
     0.907, the fraction for the largest chunk tried)."""
-    from mla_planner.memory import safe_memory_fraction
+    from mla_planner.memory.accounting import safe_memory_fraction
     spec, topo, calib = setup("deepseek-v2-lite", "2x8xl40s-eth")
     for o in search(spec, topo, Workload(), calib, engines=("sglang",)).options[:6]:
         k = o.tuned.knobs
@@ -516,8 +517,8 @@ def test_a_bound_covers_the_kv_balanced_split_tuning_may_adopt():
     rank and an FP8 cache. Under the engine's own split (30,31) the last stage holds the whole lm_head and its pool
     one request (bound 28.6 tok/s per GPU); tuning adopts the KV-balanced split 31,30 and serves ~70. The screening
     bound now prices that split too, so it stays an upper bound."""
-    from mla_planner.search_bounds import screen as _screen
-    from mla_planner.tuning import tune
+    from mla_planner.search.bounds import screen as _screen
+    from mla_planner.search.tuning import tune
     spec, topo, calib = setup("deepseek-v3", "4x8xh800-roce")
     layout = Layout(tp=1, pp=2, dp=8, ep=8, replicas=2)
     for kv in ("bf16", "fp8"):

@@ -11,10 +11,10 @@ import pytest
 from launch_cases import make_plan
 
 from mla_planner import __version__
-from mla_planner.errors import InputError
-from mla_planner.knobs import Knobs, Workload
-from mla_planner.layout import Layout
-from mla_planner.planfile import _KnobsIn, _LayoutIn, _WorkloadIn, plan_to_dict, read_plan
+from mla_planner.core.errors import InputError
+from mla_planner.specs.knobs import Knobs, Workload
+from mla_planner.specs.layout import Layout
+from mla_planner.search.planfile import _KnobsIn, _LayoutIn, _WorkloadIn, plan_to_dict, read_plan
 
 PLAN = make_plan("2x8xh200-ib", Layout(tp=1, dp=16, ep=16), Knobs(engine="sglang", attention_backend="flashmla"),
                  Workload(concurrency=64))
@@ -113,7 +113,7 @@ def test_emit_cli_shows_one_line_and_exits_2(cli, tmp_path):
 def test_a_plan_records_the_engine_releases_it_models(tmp_path):
     """USER_PROBLEMS.md problem 25 (version drift): flags, defaults and memory accounting are those of one
     release per engine, and the plan file says which."""
-    from mla_planner.backends import engine_version
+    from mla_planner.engines.backends import engine_version
     data = plan_to_dict(PLAN)
     assert data["engine_versions"] == {"vllm": engine_version("vllm"), "sglang": engine_version("sglang")}
     assert data["engine_versions"]["vllm"] == "0.33.0" and data["engine_versions"]["sglang"] == "0.5.23"

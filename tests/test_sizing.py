@@ -2,8 +2,8 @@
 
 import pytest
 
-from mla_planner import sizing
-from mla_planner.models import load_model
+from mla_planner.specs import sizing
+from mla_planner.specs.catalogue import load_model
 
 
 def spec(name):

@@ -8,16 +8,16 @@ from math import ceil
 
 import pytest
 
-from mla_planner import attention_cost
-from mla_planner.calibration import load_calibration
-from mla_planner.knobs import Knobs
-from mla_planner.layout import Layout, parse_layout
-from mla_planner.models import load_model
-from mla_planner.sizing import kv_bytes_per_token_layer
-from mla_planner.prefill import prefill, prefill_time_s
-from mla_planner.step import decode_step, forward_stages, op_time_s
-from mla_planner.step_work import Batch, attention_ops, experts_hit, ffn_ops, layer_weights
-from mla_planner.topology import load_topology
+from mla_planner.perf import attention_cost
+from mla_planner.specs.calibration import load_calibration
+from mla_planner.specs.knobs import Knobs
+from mla_planner.specs.layout import Layout, parse_layout
+from mla_planner.specs.catalogue import load_model
+from mla_planner.specs.sizing import kv_bytes_per_token_layer
+from mla_planner.perf.prefill import prefill, prefill_time_s
+from mla_planner.perf.step import decode_step, forward_stages, op_time_s
+from mla_planner.perf.layer_work import Batch, attention_ops, experts_hit, ffn_ops, layer_weights
+from mla_planner.specs.topology import load_topology
 
 
 @pytest.fixture(scope="module")
@@ -167,7 +167,7 @@ def test_fp8_weights_run_on_fp8_tensor_cores(v3):
 def test_vllm_dp_with_pp_strides_the_expert_group_over_nodes():
     """vLLM keeps each DP rank's tp x pp GPUs together, so with PP the EP group of a stage spans both nodes
     of 2 x 8 (tp1·pp2·dp8: DP ranks 0-3 on node 0, 4-7 on node 1); SGLang packs each stage on one node."""
-    from mla_planner.step_comm import stage_group_spans, stages_share_node
+    from mla_planner.perf.layer_comm import stage_group_spans, stages_share_node
     topo = load_topology("2x8xh100-ib")
     lay = Layout(tp=1, pp=2, dp=8, ep=8)
     assert stage_group_spans(lay, topo, "vllm") and not stage_group_spans(lay, topo, "sglang")
@@ -179,8 +179,8 @@ def test_moe_collective_follows_the_deepep_rule_and_sglang_head_split():
     the rule launch/a2a.py emits flags by); otherwise DP attention gathers/scatters around the MoE.
     SGLang under DP attention splits lm_head over tp x dp (memory_weights.dense_tp), so its step gathers
     logits over that group."""
-    from mla_planner.step_comm import ffn_comm, logits_comm
-    from mla_planner.step_work import Batch, head_ops
+    from mla_planner.perf.layer_comm import ffn_comm, logits_comm
+    from mla_planner.perf.layer_work import Batch, head_ops
     spec, topo = load_model("deepseek-v3").spec, load_topology("2x8xh200-ib")
     calib = load_calibration(None, topo)
     full = ffn_comm(spec, Layout(tp=1, dp=8, ep=8), Batch(8, 2048), topo, calib, True, True, "sglang")

@@ -10,19 +10,19 @@ from engine_check import check_command
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mla_planner.calibration import load_calibration
-from mla_planner.cuda_graphs import graph_batch_cap
-from mla_planner.knobs import Workload, decode_query_len
+from mla_planner.specs.calibration import load_calibration
+from mla_planner.engines.cuda_graphs import graph_batch_cap
+from mla_planner.specs.knobs import Workload, decode_query_len
 from mla_planner.launch.emit import build, launch_inputs
-from mla_planner.layouts import candidate_layouts
-from mla_planner.memory import evaluate, safe_memory_fraction
-from mla_planner.memory_weights import dense_per_rank_applies
-from mla_planner.metrics import tokens_per_request
-from mla_planner.models import load_model
-from mla_planner.plan import to_plan
-from mla_planner.search import SearchResult, _engine_problem
-from mla_planner.topology import load_topology
-from mla_planner.tuning import Overrides, Rejected, tune
+from mla_planner.search.layouts import candidate_layouts
+from mla_planner.memory.accounting import evaluate, safe_memory_fraction
+from mla_planner.engines.parallel import dense_per_rank_applies
+from mla_planner.perf.metrics import tokens_per_request
+from mla_planner.specs.catalogue import load_model
+from mla_planner.search.plan import to_plan
+from mla_planner.search.run import SearchResult, _engine_problem
+from mla_planner.specs.topology import load_topology
+from mla_planner.search.tuning import Overrides, Rejected, tune
 
 CASES = [("deepseek-v3", "2x8xh100-ib"), ("deepseek-v3", "8xh200"), ("kimi-k2", "4x8xh800-roce"),
          ("deepseek-v2-lite", "2x8xl40s-eth"), ("deepseek-v2", "2x8xh20-roce"), ("deepseek-r1", "8xb200"),
@@ -74,14 +74,14 @@ def test_a_tuned_candidate_keeps_its_invariants(case, pick, engine, kv, workload
 
 
 def _option(layout, engine, kv, tuned):
-    from mla_planner.search import Option
+    from mla_planner.search.run import Option
     return Option(layout, engine, kv, tuned)
 
 
 def test_the_search_offers_no_layout_vllm_cannot_launch():
     """A vLLM DP rank must sit whole on a node (tp1·pp3·dp8·ep8 on 8-GPU nodes cannot): once tuned and ranked,
     it failed only at emit."""
-    from mla_planner.search import search
+    from mla_planner.search.run import search
     spec, topo = load_model("kimi-k2").spec, load_topology("4x8xh800-roce")
     result = search(spec, topo, Workload(), load_calibration(None, topo), engines=("vllm",))
     assert not [o for o in result.options if o.layout.label == "tp1·pp3·dp8·ep8"]

@@ -53,7 +53,7 @@ def test_the_one_published_cross_node_tp16_point(cli, tmp_path):
     all-reduce inside the engine costs ~105 us more than nccl-tests' hot loop: `internode_latency_s` 120 us
     reproduces the point within 5 %, and then the seed comparison's TP16 spends over half its run in collectives."""
     import json
-    from mla_planner.calibration import dump_calibration
+    from mla_planner.specs.calibration import dump_calibration
     args = ("compare", "-m", "deepseek-r1", "-t", "2x8xh100-ib", "-e", "sglang", "-l", "tp=16", "--input-len", "128",
             "--output-len", "128", "--tpot-ms", "1000", "--max-num-seqs", "1", "--json")
     default = json.loads(cli(*args).stdout)["layouts"][0]

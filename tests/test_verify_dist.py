@@ -15,7 +15,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from mla_planner.comm import bus_factor
+from mla_planner.perf.comm import bus_factor
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -12,8 +12,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from mla_planner.calibration import load_calibration
-from mla_planner.topology import load_topology
+from mla_planner.specs.calibration import load_calibration
+from mla_planner.specs.topology import load_topology
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 

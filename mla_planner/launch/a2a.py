@@ -22,11 +22,12 @@ from __future__ import annotations
 
 from typing import Optional
 
-from ..errors import PlanError
-from ..knobs import Knobs
-from ..layout import Layout
-from ..memory_terms import DEEPEP_SGLANG_DISPATCH_MAX, DEEPEP_SGLANG_DISPATCH_TOKENS, sglang_decode_tokens, uses_deepep
-from ..spec import ModelSpec
+from mla_planner.core.errors import PlanError
+from mla_planner.specs.knobs import Knobs
+from mla_planner.specs.layout import Layout
+from mla_planner.engines.parallel import (DEEPEP_SGLANG_DISPATCH_MAX, DEEPEP_SGLANG_DISPATCH_TOKENS,
+                                          sglang_decode_tokens, uses_deepep)
+from mla_planner.specs.model import ModelSpec
 
 VLLM_BACKEND = "deepep_low_latency"
 SGLANG_BACKEND = "deepep"

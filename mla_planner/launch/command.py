@@ -12,12 +12,12 @@ import re
 from dataclasses import dataclass, field
 from typing import Optional, Union
 
-from ..backends import engine_version
-from ..errors import PlanError
-from ..knobs import Knobs, Workload
-from ..layout import Layout
-from ..spec import ModelSpec
-from ..topology import Topology
+from mla_planner.engines.backends import engine_version
+from mla_planner.core.errors import PlanError
+from mla_planner.specs.knobs import Knobs, Workload
+from mla_planner.specs.layout import Layout
+from mla_planner.specs.model import ModelSpec
+from mla_planner.specs.topology import Topology
 
 MODES = ("native", "ray")
 FlagValue = Union[None, bool, int, float, str]

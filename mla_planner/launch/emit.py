@@ -11,17 +11,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from ..backends import backend, backend_problems
-from ..errors import PlanError
-from ..knobs import ENGINES
-from ..planfile import Candidate, Plan, pick, pick_for_engine, plan_to_dict
-from . import sglang, vllm
-from .claims import check_gpu_counts
-from .command import LaunchInputs, NodeCommand
-from .folder import bench_argv, folder_files
-from .outdir import write_folder
-from .placement import place
-from .render import one_line
+from mla_planner.engines.backends import backend, backend_problems
+from mla_planner.core.errors import PlanError
+from mla_planner.specs.knobs import ENGINES
+from mla_planner.search.planfile import Candidate, Plan, pick, pick_for_engine, plan_to_dict
+from mla_planner.launch import sglang, vllm
+from mla_planner.launch.claims import check_gpu_counts
+from mla_planner.launch.command import LaunchInputs, NodeCommand
+from mla_planner.launch.folder import bench_argv, folder_files
+from mla_planner.launch.outdir import write_folder
+from mla_planner.launch.placement import place
+from mla_planner.launch.render import one_line
 
 
 @dataclass(frozen=True)

@@ -20,9 +20,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
-from ..errors import PlanError
-from ..pp_split import partition_env_name, stage_layers
-from ..topology import Topology
+from mla_planner.core.errors import PlanError
+from mla_planner.memory.pp_split import partition_env_name, stage_layers
+from mla_planner.specs.topology import Topology
 
 ROCE_V2_GID_INDEX = 3
 NCCL_IFNAME_EXCLUDE = "^lo,docker,veth"

@@ -7,17 +7,18 @@ from math import ceil
 
 from typing import Optional
 
-from .. import __version__
-from ..backends import engine_version
-from ..knobs import MTP_DRAFT_TOKENS, decode_query_len, tokens_per_step
-from ..layout import Layout
-from ..moe_configs import UNTUNED_LOG
-from ..planfile import Candidate
-from . import a2a, sglang, vllm
-from .netcheck import cross_node_all_reduce
-from .command import LaunchInputs, NodeCommand
-from .placement import place
-from .render import render
+from mla_planner import __version__
+from mla_planner.engines.backends import engine_version
+from mla_planner.engines.layouts import PP_SPEC_ENV
+from mla_planner.specs.knobs import MTP_DRAFT_TOKENS, decode_query_len, tokens_per_step
+from mla_planner.specs.layout import Layout
+from mla_planner.engines.moe_configs import UNTUNED_LOG
+from mla_planner.search.planfile import Candidate
+from mla_planner.launch import a2a, sglang, vllm
+from mla_planner.launch.netcheck import cross_node_all_reduce
+from mla_planner.launch.command import LaunchInputs, NodeCommand
+from mla_planner.launch.placement import place
+from mla_planner.launch.render import render
 
 ENGINE_NAMES = {"vllm": "vLLM", "sglang": "SGLang"}
 VERSION_NOTES = {
@@ -213,6 +214,6 @@ def _mtp(inp: LaunchInputs, engine: str) -> Optional[dict]:
              "vllm:spec_decode_num_draft_tokens_total"
              if engine == "vllm" else "SGLang's decode log lines carry 'accept len: L, accept rate: R' "
              "(scheduler_components/metrics_reporter.py); with one drafted token the acceptance is L - 1")
-    pp_env = sglang.PP_SPEC_ENV if engine == "sglang" and inp.layout.pp > 1 else ""
+    pp_env = PP_SPEC_ENV if engine == "sglang" and inp.layout.pp > 1 else ""
     return dict(flags=flags, acceptance=f"{a:.0%}", per_step=f"{tokens_per_step(inp.knobs, a):.2f}", where=where,
                 pp_env=pp_env)

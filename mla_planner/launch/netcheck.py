@@ -13,13 +13,13 @@ import shlex
 from math import ceil
 from typing import Optional
 
-from ..calibration import load_calibration
-from ..comm import collective
-from ..knobs import decode_query_len
-from ..step import decode_step
-from ..step_work import ACT_BYTES
-from .command import LaunchInputs
-from .env import network_env
+from mla_planner.specs.calibration import load_calibration
+from mla_planner.perf.comm import collective
+from mla_planner.specs.knobs import decode_query_len
+from mla_planner.perf.step import decode_step
+from mla_planner.memory.terms import ACT_BYTES
+from mla_planner.launch.command import LaunchInputs
+from mla_planner.launch.env import network_env
 
 
 def cross_node_all_reduce(inp: LaunchInputs, performance: dict) -> Optional[dict]:

@@ -16,8 +16,8 @@ import tempfile
 from pathlib import Path
 from typing import Optional
 
-from .. import __version__
-from ..errors import PlanError
+from mla_planner import __version__
+from mla_planner.core.errors import PlanError
 
 MANIFEST = ".mla-plan-emit.json"
 

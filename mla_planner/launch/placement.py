@@ -10,9 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from ..errors import PlanError
-from ..layout import Layout
-from ..topology import Topology
+from mla_planner.core.errors import PlanError
+from mla_planner.specs.layout import Layout
+from mla_planner.specs.topology import Topology
 
 
 @dataclass(frozen=True)

@@ -14,9 +14,9 @@ from functools import lru_cache
 
 import jinja2
 
-from ..errors import PlanError
-from ..resources import data_dir
-from .command import ShellRef
+from mla_planner.core.errors import PlanError
+from mla_planner.core.resources import data_dir
+from mla_planner.launch.command import ShellRef
 
 
 class Shell(str):

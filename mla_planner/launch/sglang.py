@@ -22,24 +22,15 @@ from __future__ import annotations
 
 from typing import Optional
 
-from ..errors import PlanError
-from ..knobs import MTP_DRAFT_TOKENS, Knobs, decode_query_len
-from ..layout import Layout
-from . import a2a
-from .command import LaunchInputs, NodeCommand, ShellRef, check_inputs, flag_words
-from .env import instance_env
-from .placement import InstancePlacement, place
+from mla_planner.core.errors import PlanError
+from mla_planner.engines.layouts import PP_SPEC_ENV
+from mla_planner.specs.knobs import MTP_DRAFT_TOKENS, Knobs, decode_query_len
+from mla_planner.specs.layout import Layout
+from mla_planner.launch import a2a
+from mla_planner.launch.command import LaunchInputs, NodeCommand, ShellRef, check_inputs, flag_words
+from mla_planner.launch.env import instance_env
+from mla_planner.launch.placement import InstancePlacement, place
 
-PP_SPEC_ENV = "SGLANG_ENABLE_PP_SPEC"   # arg_groups/validation_hook.py check_pipeline_parallel_compat (0.5.23)
-
-
-def pp_spec_problem(L: Layout) -> str:
-    """Why SGLang 0.5.23 refuses speculative decoding on this layout ('' when it takes it): under PP only with
-    SGLANG_ENABLE_PP_SPEC=1, which asserts there is no attention DP."""
-    if L.pp > 1 and L.dp > 1:
-        return (f"SGLang runs speculative decoding under PP only with {PP_SPEC_ENV}=1, which refuses attention DP "
-                "(arg_groups/validation_hook.py)")
-    return ""
 
 PROGRAM = ["python3", "-m", "sglang.launch_server"]
 KV_CACHE_DTYPES = {"bf16": "bf16", "fp8": "fp8_e4m3"}

@@ -21,13 +21,13 @@ from __future__ import annotations
 
 from typing import Optional
 
-from ..errors import PlanError
-from ..knobs import MTP_DRAFT_TOKENS
-from ..layout import Layout
-from . import a2a
-from .command import LaunchInputs, NodeCommand, ShellRef, check_inputs, flag_words
-from .env import instance_env
-from .placement import InstancePlacement, place
+from mla_planner.core.errors import PlanError
+from mla_planner.engines.layouts import vllm_layout_problem
+from mla_planner.specs.knobs import MTP_DRAFT_TOKENS
+from mla_planner.launch import a2a
+from mla_planner.launch.command import LaunchInputs, NodeCommand, ShellRef, check_inputs, flag_words
+from mla_planner.launch.env import instance_env
+from mla_planner.launch.placement import InstancePlacement, place
 
 PROGRAM = ["vllm", "serve"]
 KV_CACHE_DTYPES = {"bf16": "auto", "fp8": "fp8", "fp8_ds_mla": "fp8_ds_mla"}
@@ -40,24 +40,13 @@ A2A_NOTE = (f"MoE all-to-all: --all2all-backend {a2a.VLLM_BACKEND} needs DeepEP 
             "allgather_reducescatter, which is slower than the plan predicts.")
 
 
-def layout_problem(L: Layout, per_node: int) -> str:
-    """Why vLLM 0.33 cannot launch this layout ('' when it can); the search skips such layouts for vLLM."""
-    if L.ep > 1 and L.ep != L.tp * L.dp:
-        return (f"{L.label}: vLLM's expert-parallel group is always tp*dp = {L.tp * L.dp} GPUs "
-                f"(--enable-expert-parallel has no size); ep={L.ep} cannot be expressed in vLLM")
-    if L.dp > 1 and L.instance_gpus > per_node and (L.tp * L.pp > per_node or per_node % (L.tp * L.pp)):
-        return (f"{L.label}: a vLLM data-parallel rank (tp*pp = {L.tp * L.pp} GPUs) must fit whole on a node of "
-                f"{per_node} GPUs for multi-node data parallelism")
-    return ""
-
-
 def check_expressible(inp: LaunchInputs) -> None:
     check_inputs(inp)
     k = inp.knobs
     if k.max_num_batched_tokens < k.max_num_seqs:
         raise PlanError(f"--max-num-batched-tokens {k.max_num_batched_tokens} is below --max-num-seqs "
                         f"{k.max_num_seqs}: vLLM 0.33 refuses to start (config/scheduler.py)")
-    problem = layout_problem(inp.layout, inp.topology.gpus_per_node)
+    problem = vllm_layout_problem(inp.layout, inp.topology.gpus_per_node)
     if problem:
         raise PlanError(problem)
 

@@ -15,9 +15,10 @@ from collections.abc import Callable
 
 import torch
 
-from ..attention_cost import absorbed_core_bytes, absorbed_core_flops
-from .fast import TritonConfig, absorbed_core_fast, absorbed_core_triton, fast_path_name, make_flash_mla_core
-from .kernel import absorbed_core, softmax_scale
+from mla_planner.perf.attention_cost import absorbed_core_bytes, absorbed_core_flops
+from mla_planner.verify.fast import (TritonConfig, absorbed_core_fast, absorbed_core_triton, fast_path_name,
+                                     make_flash_mla_core)
+from mla_planner.verify.kernel import absorbed_core, softmax_scale
 
 IMPLS = ("fast", "torch", "flash_mla")
 

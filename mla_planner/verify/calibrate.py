@@ -23,9 +23,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from .. import __version__
-from ..calibration import dump_calibration
-from ..errors import PlanError
+from mla_planner import __version__
+from mla_planner.specs.calibration import dump_calibration
+from mla_planner.core.errors import PlanError
 
 
 def efficiencies(checks: list) -> dict[str, float]:

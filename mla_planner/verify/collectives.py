@@ -29,14 +29,14 @@ from typing import Optional
 import torch
 import torch.distributed as dist
 
-from ..comm import bus_factor, collective, net_of
-from ..errors import PlanError
-from ..step_comm import dp_rank_blocks
-from ..step_work import ACT_BYTES
-from .checks import COLLECTIVE_BAND, Check, Timing, errored, one_line, ratio_check, skipped
-from .env import DeviceInfo
-from .in_step import NOISE_FLOOR_S, exposed_all_reduce_s, mean_s
-from .target import Caps, Target
+from mla_planner.perf.comm import bus_factor, collective, net_of
+from mla_planner.core.errors import PlanError
+from mla_planner.perf.layer_comm import dp_rank_blocks
+from mla_planner.memory.terms import ACT_BYTES
+from mla_planner.verify.check import COLLECTIVE_BAND, Check, Timing, errored, one_line, ratio_check, skipped
+from mla_planner.verify.env import DeviceInfo
+from mla_planner.verify.in_step import NOISE_FLOOR_S, exposed_all_reduce_s, mean_s
+from mla_planner.verify.target import Caps, Target
 
 WATCHDOG_GRACE_S = 30.0
 FACTOR = {("all_reduce", "ring"): "nvlink_ring_efficiency",      # intra-node: the one efficiency factor

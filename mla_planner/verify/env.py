@@ -16,9 +16,9 @@ from dataclasses import dataclass
 
 import torch
 
-from ..errors import PlanError
-from ..topology import GPU, Topology
-from .checks import Check
+from mla_planner.core.errors import PlanError
+from mla_planner.specs.topology import GPU, Topology
+from mla_planner.verify.check import Check
 
 MEMORY_TOLERANCE = 0.05   # visible memory differs from the table by the driver's reserve (~0.4 %) and
                           # by ECC or MIG settings; 5 % separates 80 / 94 / 141 GB parts of one family

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from .kernel import absorbed_core
+from mla_planner.verify.kernel import absorbed_core
 
 try:  # CPU-only torch wheels ship without Triton
     import triton

@@ -20,11 +20,11 @@ from typing import Optional
 
 import torch
 
-from ..memory import kv_slot_bytes
-from ..memory_terms import GiB
-from .checks import Check, errored
-from .env import DeviceInfo
-from .target import Caps, Target
+from mla_planner.memory.accounting import kv_slot_bytes
+from mla_planner.core.units import GiB
+from mla_planner.verify.check import Check, errored
+from mla_planner.verify.env import DeviceInfo
+from mla_planner.verify.target import Caps, Target
 
 HEADROOM_SLACK_BYTES = 1 * GiB   # the runtime term (1.79 GiB, vLLM PR #10511) vs this process's real context
 NOT_ALLOCATED = ("free", "runtime_overhead")

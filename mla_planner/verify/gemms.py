@@ -24,11 +24,11 @@ from typing import Callable, Optional
 
 import torch
 
-from ..step_work import Op, dense_tp, experts_hit, ffn_rows
-from .bench import time_fn
-from .checks import GEMM_BAND, Check, Timing, one_line, rates, ratio_check, roofline, skipped
-from .env import DeviceInfo
-from .target import Caps, Target
+from mla_planner.perf.layer_work import Op, dense_tp, experts_hit, ffn_rows
+from mla_planner.verify.bench import time_fn
+from mla_planner.verify.check import GEMM_BAND, Check, Timing, one_line, rates, ratio_check, roofline, skipped
+from mla_planner.verify.env import DeviceInfo
+from mla_planner.verify.target import Caps, Target
 
 
 @dataclass(frozen=True)

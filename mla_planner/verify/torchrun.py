@@ -12,11 +12,11 @@ from __future__ import annotations
 from math import ceil
 from typing import Optional
 
-from ..launch.command import ShellRef
-from ..launch.env import network_env
-from ..launch.render import one_line
-from ..layout import Layout
-from ..topology import Topology
+from mla_planner.launch.command import ShellRef
+from mla_planner.launch.env import network_env
+from mla_planner.launch.render import one_line
+from mla_planner.specs.layout import Layout
+from mla_planner.specs.topology import Topology
 
 
 def node_shape(layout: Layout, topo: Topology) -> tuple[int, int]:

@@ -28,7 +28,7 @@ from scenarios import COMMANDS, COMPARE_PLANS, PLANS  # noqa: E402
 def _invoke(words: list[str], scratch: Path) -> dict:
     from typer.testing import CliRunner
 
-    from mla_planner.cli import app
+    from mla_planner.cli.app import app
 
     result = CliRunner().invoke(app, words, env={"COLUMNS": "160"})
     text = result.stdout.replace(str(scratch), "<tmp>").replace(str(ROOT), "<repo>")
@@ -56,7 +56,7 @@ def _plan_file(name: str, scratch: Path) -> Path:
     out = scratch / f"{name}.json"
     from typer.testing import CliRunner
 
-    from mla_planner.cli import app
+    from mla_planner.cli.app import app
 
     out.write_text(CliRunner().invoke(app, ["plan", *PLANS[name][0], "--json"], env={"COLUMNS": "160"}).stdout)
     return out

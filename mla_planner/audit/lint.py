@@ -1,0 +1,292 @@
+"""A user's own vLLM / SGLang launch command, checked against the model, the cluster and the engines' rules.
+
+USER_PROBLEMS.md problem 11 (and G, "flag hygiene"): flags people add to an already block-FP8 DeepSeek
+checkpoint or "to be safe" that cost a crash or most of the speed. Each finding says why, with its source,
+and what to do instead:
+  eager mode            vLLM --enforce-eager, SGLang --disable-cuda-graph: every decode kernel pays a CPU
+                        launch (priced by the step model: one request's time per token with and without graphs)
+  re-quantizing         --quantization on a checkpoint whose config.json already says how it is quantized
+                        (sgl-project/sglang#3283: --quantization fp8 on DeepSeek-V3 segfaults; SGLang's AWQ
+                        path: an explicit `awq` forces the slow kernels over awq_marlin, awq/awq.py)
+  fp8_e5m2 KV           the MLA backends' FP8 cache is e4m3 (vLLM supported_kv_cache_dtypes; SGLang's DeepSeek
+                        guide): --kv-cache-dtype fp8 (vLLM) / fp8_e4m3 (SGLang)
+  backend x block size  backends.backend_problems / the engine's auto order (data/backends.yaml)
+  layout                layout.layout_problems and engine_layouts.engine_layout_problem
+  context length        --max-model-len / --context-length above the model's max_position_embeddings
+Flags this module does not know are left alone: the engines' own parsers judge them.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from pydantic import ValidationError
+
+from mla_planner.engines.backends import backend, backend_problems
+from mla_planner.specs.calibration import Calibration
+from mla_planner.search.candidate_warnings import cross_node_tp_note, shared_nic_deepep_note
+from mla_planner.engines.layouts import engine_layout_problem
+from mla_planner.core.errors import PlanError
+from mla_planner.specs.knobs import KV_DTYPE_CHOICES, Knobs
+from mla_planner.specs.layout import Layout, layout_problems
+from mla_planner.engines.parallel import uses_deepep
+from mla_planner.audit.lint_quant import quantization_findings
+from mla_planner.specs.model import ModelSpec
+from mla_planner.perf.step import decode_step
+from mla_planner.specs.topology import InterNode, Topology
+from mla_planner.search.tuning import Rejected, backend_and_block
+
+# flag -> the field it sets, per engine, with the aliases the engines define (tests/fixtures/engines/*.json, read
+# from vllm/engine/arg_utils.py and SGLang's arg_groups/fields): -tp, --tensor-parallel-size, ...
+FIELDS = {
+    "vllm": {"--tensor-parallel-size": "tp", "-tp": "tp", "--pipeline-parallel-size": "pp", "-pp": "pp",
+             "--data-parallel-size": "dp", "-dp": "dp", "--decode-context-parallel-size": "dcp", "-dcp": "dcp",
+             "--kv-cache-dtype": "kv", "--block-size": "block", "--attention-backend": "backend",
+             "--max-model-len": "max_len", "--quantization": "quant", "-q": "quant", "--model": "model"},
+    "sglang": {"--tp-size": "tp", "--tensor-parallel-size": "tp", "--tp": "tp", "--pp-size": "pp",
+               "--pipeline-parallel-size": "pp", "--dp-size": "dp_size", "--data-parallel-size": "dp_size",
+               "--dp": "dp_size", "--attn-dp-size": "dp", "--attention-data-parallel-size": "dp",
+               "--ep-size": "ep", "--expert-parallel-size": "ep", "--ep": "ep", "--dcp-size": "dcp",
+               "--decode-context-parallel-size": "dcp", "--kv-cache-dtype": "kv", "--page-size": "block",
+               "--attention-backend": "backend", "--context-length": "max_len", "--quantization": "quant",
+               "--model-path": "model", "--model": "model", "--moe-a2a-backend": "a2a",
+               "--moe-dense-tp-size": "dense_tp", "--cuda-graph-backend-decode": "graph_decode"},
+}
+ALIASES = {"-ep": "--enable-expert-parallel"}
+BOOLEAN = {"--enforce-eager", "--disable-cuda-graph", "--disable-decode-cuda-graph", "--enable-expert-parallel",
+           "--enable-dp-attention", "--trust-remote-code", "--enable-prefix-caching", "--headless",
+           "--enable-dp-lm-head", "--enable-chunked-prefill", "--disable-radix-cache", "--enable-torch-compile"}
+KV = KV_DTYPE_CHOICES | {"bfloat16": "bf16"}   # plus vLLM's spelling of bf16
+
+
+@dataclass(frozen=True)
+class Finding:
+    level: str          # error (the engine refuses, or it is broken) | warn (it runs, worse than it could)
+    flag: str
+    text: str
+
+
+@dataclass
+class Command:
+    engine: str
+    model: str | None
+    values: dict = field(default_factory=dict)     # FIELDS' names -> the flag's value (str); the last one wins
+    flags: set = field(default_factory=set)         # every --flag given (a later --no-X removes X)
+    env: dict = field(default_factory=dict)         # VAR=value words before the program
+
+
+def _engine(words: list[str]) -> tuple[str | None, int]:
+    """The engine and where its arguments start, from the program (`vllm serve`, `sglang serve`) or the module
+    (`python -m vllm.entrypoints.openai.api_server`, `python -m sglang.launch_server`), not from paths."""
+    program = words[0].rsplit("/", 1)[-1] if words else ""
+    if program in ("vllm", "sglang"):
+        return program, (2 if len(words) > 1 and words[1] == "serve" else 1)
+    if "-m" in words:
+        i = words.index("-m")
+        module = words[i + 1] if i + 1 < len(words) else ""
+        for engine in ("vllm", "sglang"):
+            if module == engine or module.startswith(engine + "."):
+                return engine, i + 2
+    return None, 0
+
+
+def _prefix_env(words: list[str]) -> tuple[dict, list[str]]:
+    """The VAR=value words before the program, and the words from the program on: `A=1 vllm ...`,
+    `env [-i] [-u NAME] [-C DIR] A=1 vllm ...` (or /usr/bin/env), `sudo [-E] [-u USER] ...`, `nohup ...`."""
+    env, i, wrapper = {}, 0, False
+    while i < len(words):
+        word = words[i]
+        if re.fullmatch(r"[A-Za-z_]\w*=.*", word):
+            name, _, value = word.partition("=")
+            env[name] = value
+        elif word.rsplit("/", 1)[-1] in ("env", "sudo", "nohup"):
+            wrapper = True
+        elif not (wrapper and word.startswith("-")):
+            break
+        i += 2 if wrapper and word in ("-u", "--unset", "-C", "--chdir", "-g", "--group") else 1
+    return env, words[i:]
+
+
+def _looks_like_option(word: str) -> bool:
+    return len(word) > 1 and word[0] == "-" and (word[1].isalpha() or word[1] == "-")
+
+
+def parse_command(words: list[str]) -> Command:
+    """`vllm serve MODEL ...`, `python -m vllm.entrypoints.openai.api_server --model M ...`,
+    `python -m sglang.launch_server --model-path M ...` or `sglang serve ...`."""
+    env, words = _prefix_env(words)
+    engine, start = _engine(words)
+    if engine is None:
+        raise PlanError("lint: expected a vLLM or SGLang launch command after --, like "
+                        "`vllm serve deepseek-ai/DeepSeek-V3 --tensor-parallel-size 8 ...`")
+    cmd, rest, positional, i = Command(engine, None, env=env), words[start:], [], 0
+    while i < len(rest):
+        word = rest[i]
+        if not _looks_like_option(word):
+            positional.append(word)
+            i += 1
+            continue
+        flag, eq, value = word.partition("=")
+        flag = ALIASES.get(flag, flag[:2] + flag[2:].replace("_", "-") if flag.startswith("--") else flag)
+        if not eq and flag not in BOOLEAN and i + 1 < len(rest) and not _looks_like_option(rest[i + 1]) \
+                and (flag in FIELDS[engine] or not flag.startswith("--no-")):
+            value, i = rest[i + 1], i + 1
+        if flag.startswith("--no-"):
+            cmd.flags.discard("--" + flag[5:])
+        else:
+            cmd.flags.add(flag)
+        if flag in FIELDS[engine]:
+            cmd.values[FIELDS[engine][flag]] = value
+        i += 1
+    cmd.model = cmd.values.get("model") or (positional[0] if engine == "vllm" and positional else None)
+    return cmd
+
+
+def _int(cmd: Command, key: str, default: int = 1) -> int:
+    try:
+        return int(cmd.values.get(key, default))
+    except ValueError:
+        raise PlanError(f"lint: {key} is {cmd.values[key]!r}, not a whole number") from None
+
+
+def _tokens(text: str | None) -> int | None:
+    """A context length as the engines read it: 4096, 128k (x 1000), 128K (x 1024), 1m / 1M; None for
+    auto, -1 or nothing (the model's own)."""
+    if text is None or text in ("auto", "-1"):
+        return None
+    scale = {"k": 1000, "K": 1024, "m": 10**6, "M": 2**20}.get(text[-1:], 1)
+    try:
+        return int(float(text[:-1] if scale > 1 else text) * scale)
+    except ValueError:
+        raise PlanError(f"lint: context length {text!r} is not a token count") from None
+
+
+def layout_of(cmd: Command, spec: ModelSpec) -> Layout:
+    """The layout the flags ask for. vLLM: --data-parallel-size is DP attention for an MoE model, and its EP
+    group, when enabled, is tp*dp. SGLang (launch/sglang.py): --tp-size is the whole group, tp*dp, and DP
+    attention is --attn-dp-size (or the deprecated --enable-dp-attention with --dp-size); --dp-size alone is
+    that many independent replicas; --moe-a2a-backend deepep spreads the experts over the whole group."""
+    tp, pp, dcp, replicas = _int(cmd, "tp"), _int(cmd, "pp"), _int(cmd, "dcp"), 1
+    if cmd.engine == "vllm":
+        dp = _int(cmd, "dp")
+        ep = tp * dp if "--enable-expert-parallel" in cmd.flags else 1
+    else:
+        dp = _sglang_attention_dp(cmd)
+        replicas = 1 if dp > 1 or "dp" in cmd.values else _int(cmd, "dp_size")
+        ep = tp if cmd.values.get("a2a") == "deepep" else _int(cmd, "ep")
+        tp //= dp                 # whole: _sglang_parallel refuses the command before a layout is built otherwise
+    return Layout(tp=tp, pp=pp, dp=dp, ep=ep if spec.is_moe else 1, dcp=dcp, replicas=replicas)
+
+
+def _sglang_attention_dp(cmd: Command) -> int:
+    """SGLang's DP-attention ranks: --attn-dp-size, or the deprecated --enable-dp-attention with --dp-size."""
+    if "dp" in cmd.values:
+        return _int(cmd, "dp")
+    return _int(cmd, "dp_size") if "--enable-dp-attention" in cmd.flags else 1
+
+
+def _sglang_parallel(cmd: Command) -> list[Finding]:
+    """What SGLang's own argument checks refuse before any layout is built."""
+    out, tp, dp = [], _int(cmd, "tp"), _sglang_attention_dp(cmd)
+    if "dp" in cmd.values and _int(cmd, "dp_size") > 1:
+        out.append(Finding("error", "--attn-dp-size", "SGLang takes --attn-dp-size or --dp-size (with the "
+                                                      "deprecated --enable-dp-attention), not both"))
+    if tp % dp:
+        out.append(Finding("error", "--tp-size", f"--tp-size {tp} is SGLang's whole group (tp*dp): it must be a "
+                                                 f"multiple of the {dp} DP-attention ranks"))
+    return out
+
+
+def lint(cmd: Command, spec: ModelSpec, topo: Topology, calib: Calibration) -> list[Finding]:
+    engine = cmd.engine
+    out = _sglang_parallel(cmd) if engine == "sglang" else []
+    if out:
+        return out
+    layout = layout_of(cmd, spec)
+    problems = layout_problems(layout, spec, topo.gpus_per_node, topo.total_gpus)
+    out += [Finding("error", "layout", f"{layout.label}: {p}") for p in problems]
+    per_rank = cmd.values.get("dense_tp") == "1"
+    deepep = cmd.values.get("a2a") == "deepep" if engine == "sglang" else None
+    if not problems and (problem := engine_layout_problem(spec, topo, layout, engine, per_rank, deepep)):
+        out.append(Finding("error", "layout", problem))
+    out += [Finding(*f) for f in quantization_findings(cmd.engine, cmd.values.get("quant"), spec, topo.gpu)]
+    out += _kv_and_backend(cmd, topo, layout)
+    max_len = _tokens(cmd.values.get("max_len"))
+    if max_len and max_len > spec.max_position_embeddings:
+        out.append(Finding("error", "max_len", f"{max_len:,} tokens is above {spec.name}'s "
+                                               f"max_position_embeddings ({spec.max_position_embeddings:,})"))
+    if _eager_flag(cmd) and not problems:
+        out.append(_eager(cmd, spec, topo, layout, calib))
+    if not problems:
+        deepep_used = deepep if deepep is not None else uses_deepep(layout)
+        notes = [cross_node_tp_note(layout, topo), shared_nic_deepep_note(layout, topo) if deepep_used else ""]
+        out += [Finding("warn", "layout", n) for n in notes if n]
+    return out + _ib_hca(cmd, topo, layout)
+
+
+def _ib_hca(cmd: Command, topo: Topology, layout: Layout) -> list[Finding]:
+    """NCCL_IB_HCA against the topology's NICs, by the topology file's own rule (InterNode._hcas_match_nics),
+    for an instance that spans nodes."""
+    hca = cmd.env.get("NCCL_IB_HCA")
+    if not hca or topo.inter_node is None or layout.instance_gpus <= topo.gpus_per_node:
+        return []
+    try:
+        InterNode.model_validate({**topo.inter_node.model_dump(), "ib_hca": hca})
+    except ValidationError as exc:
+        msg = exc.errors()[0]["msg"].removeprefix("Value error, ib_hca ")
+        return [Finding("warn", "NCCL_IB_HCA", msg.replace("make them agree", f"{topo.name} is priced with "
+                                                                 f"{topo.inter_node.nics_per_node} per node"))]
+    return []
+
+
+def _eager_flag(cmd: Command) -> str:
+    """The flag that turns decode CUDA graphs off ('' when none does): vLLM --enforce-eager; SGLang
+    --disable-cuda-graph (deprecated), --disable-decode-cuda-graph, --cuda-graph-backend-decode disabled."""
+    if cmd.engine == "vllm":
+        return "--enforce-eager" if "--enforce-eager" in cmd.flags else ""
+    for flag in ("--disable-cuda-graph", "--disable-decode-cuda-graph"):
+        if flag in cmd.flags:
+            return flag
+    return "--cuda-graph-backend-decode" if cmd.values.get("graph_decode") == "disabled" else ""
+
+
+def _kv_and_backend(cmd: Command, topo: Topology, layout: Layout) -> list[Finding]:
+    out, raw = [], cmd.values.get("kv", "auto")
+    if raw == "fp8_e5m2":
+        out.append(Finding("error", "--kv-cache-dtype", "fp8_e5m2: the MLA backends' FP8 cache is e4m3; use "
+                                                        + ("fp8" if cmd.engine == "vllm" else "fp8_e4m3")))
+        return out
+    kv = KV.get(raw)
+    if kv is None:
+        return out      # the engine's parser judges unknown values
+    block = _int(cmd, "block", 0) or None
+    name = cmd.values.get("backend")
+    if name:
+        try:     # vLLM reads the name case-insensitively (AttentionBackendEnum[value.upper()])
+            b = backend(cmd.engine, name.upper() if cmd.engine == "vllm" else name)
+        except PlanError as exc:
+            return out + [Finding("error", "--attention-backend", str(exc))]
+        out += [Finding("error", "--attention-backend", p) for p in backend_problems(b, topo.gpu, kv, layout.dcp)]
+        if block and not b.accepts_block(block):
+            # SGLang resets the page size its fixed-page backends need, with a warning (server_args overrides)
+            level = "warn" if cmd.engine == "sglang" and b.block_sizes else "error"
+            fix = (f"SGLang resets it to {b.block_sizes[0]}" if level == "warn" else "the engine refuses it")
+            out.append(Finding(level, "block size", f"{b.name} does not take block size {block} "
+                                                    f"({b.legal_block_sizes()}): {fix}"))
+        return out
+    try:      # the engine's own pick, as the plan makes it (tuning.backend_and_block)
+        why = backend_and_block(cmd.engine, topo.gpu, kv, layout.dcp, block)[2]
+    except Rejected as exc:
+        return out + [Finding("error", "block size" if block else "--kv-cache-dtype", str(exc))]
+    return out + ([Finding("warn", "block size", f"block size {why}")] if "runs instead" in why else [])
+
+
+def _eager(cmd: Command, spec: ModelSpec, topo: Topology, layout: Layout, calib: Calibration) -> Finding:
+    """Priced: one request's decode step at 2k tokens of context with and without CUDA graphs."""
+    kv = KV.get(cmd.values.get("kv", "auto"), "bf16")
+    steps = [decode_step(spec, topo, layout, Knobs(engine=cmd.engine, kv_cache_dtype=kv, cuda_graphs=graphs),
+                         1, 2048, calib).tpot_s * 1e3 for graphs in (True, False)]
+    return Finding("warn", _eager_flag(cmd), f"no CUDA graphs: one request decodes at {steps[1]:.1f} ms per token "
+                                              f"instead of {steps[0]:.1f} (the step model); keep graphs on in "
+                                              "production (ai-dynamo/dynamo#2109, sgl-project/sglang#2794)")

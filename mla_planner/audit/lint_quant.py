@@ -1,0 +1,59 @@
+"""What `lint` says of a command's --quantization (or its absence) against the checkpoint it serves.
+
+The engines read a checkpoint's own `quantization_config`; a --quantization that names the same method is
+redundant, one that names another contradicts it (sgl-project/sglang#3283: a mismatched --quantization on FP8
+DeepSeek-V3 crashed), and a few convert on load. Two cases need the flag: a BF16 checkpoint quantized at
+load (priced here as stored, so warned), and meituan's per-channel INT8 release, which has no
+quantization_config (SGLang needs --quantization w8a8_int8; launch/sglang.py `int8_flag`). vLLM loads
+neither INT8 release (backends.int8_checkpoint_problem).
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from mla_planner.engines.backends import int8_checkpoint_problem
+from mla_planner.launch.sglang import int8_flag
+from mla_planner.specs.model import ModelSpec
+from mla_planner.specs.topology import GPU
+
+# --quantization values that convert an FP8 checkpoint on load (SGLang model_config.py accepts them over fp8)
+REQUANTIZE_OK = {"modelopt_fp4", "nvfp4_online"}
+
+
+def own_methods(spec: ModelSpec, stored: str) -> set[str]:
+    """The --quantization names of the checkpoint's own method (awq's Marlin and MoE-WNA16 spellings too)."""
+    if stored == "int8":
+        return {"blockwise_int8"} if spec.int8_block else {"w8a8_int8"}
+    return {"fp8": {"fp8"}, "int4": {"awq", "awq_marlin", "marlin", "moe_wna16"}}.get(stored, set())
+
+
+def quantization_findings(engine: str, quant: Optional[str], spec: ModelSpec, gpu: GPU) -> list[tuple[str, str, str]]:
+    """(level, flag, text) findings: an INT8 checkpoint the engine cannot load (error), a missing
+    w8a8_int8 (error), a redundant method (warn; `awq` over awq_marlin is slower), a BF16 checkpoint quantized
+    at load (warn), a method that contradicts the checkpoint (error)."""
+    if (problem := int8_checkpoint_problem(engine, spec, gpu)):
+        return [("error", "checkpoint", problem)]
+    stored = spec.weight_dtype if spec.weight_dtype != "bf16" else spec.expert_dtype
+    needed = int8_flag(spec) if engine == "sglang" else None
+    if quant is None and needed:
+        return [("error", "--quantization", f"missing: this per-channel INT8 checkpoint has no quantization_config, "
+                                            f"so SGLang loads it as BF16 without --quantization {needed}")]
+    if quant is None:
+        return []
+    if quant == needed:
+        return []
+    if stored == "bf16":
+        return [("warn", "--quantization", f"{quant} quantizes a BF16 checkpoint at load: the plan prices the "
+                                           "checkpoint as stored (bf16); plan with a quantized one")]
+    if quant in own_methods(spec, stored):
+        slower = " and `awq` forces SGLang's slower kernels over awq_marlin (awq/awq.py)" if quant == "awq" else ""
+        return [("warn", "--quantization", f"redundant: the engine reads the checkpoint's own "
+                                           f"quantization_config{slower}; drop it")]
+    if stored == "fp8" and quant in REQUANTIZE_OK:
+        return []
+    own = "/".join(sorted(own_methods(spec, stored))) or stored
+    return [("error", "--quantization", f"{quant} contradicts the checkpoint, stored as {stored} ({own}): "
+                                        + ("pass --quantization w8a8_int8" if needed else "drop it")
+                                        + " (sgl-project/sglang#3283: a mismatched --quantization on FP8 DeepSeek-V3 "
+                                          "crashed)")]

@@ -1,0 +1,211 @@
+"""An engine's own log held against the plan: the KV pool it sized, the network NCCL chose, untuned MoE kernels,
+eager mode and the KV cache dtype it ran, the engine release, and bench.sh's tokens/s and TPOT
+(USER_PROBLEMS.md problems 4, 12, 17, 20 and 25: users cannot tell whether what they got is what they should
+have got).
+
+The lines each engine prints (read from the wheels):
+  vLLM 0.33.0    "GPU KV cache size: 1,616,640 tokens, Maximum concurrency for ..." (v1/core/kv_cache_utils.py;
+                 older releases print the size alone, validation.yaml kv-vllm-v3-h800x16-tp16), once per engine
+                 core; "Initializing a V1 LLM engine (v0.33.0) with config: ... enforce_eager=False, ..."
+                 (v1/engine/core.py, config/vllm.py); "Using default MoE config" (fused_moe/fused_moe.py)
+  SGLang 0.5.23  "max_total_num_tokens=712400, ..." once per DP rank (managers/scheduler.py); "server_args={...,
+                 'kv_cache_dtype': 'fp8_e4m3', ...}" (entrypoints/engine.py); "Using default MoE kernel config"
+                 (moe_runner/triton_utils/fused_moe_triton_config.py)
+  NCCL           "NET/IB" or "NET/Socket" with NCCL_DEBUG=INFO (the transport between nodes)
+  bench.sh       both engines' serving benchmarks print "Output token throughput (tok/s):" and "Mean TPOT (ms):"
+                 (vllm/benchmarks/serve.py, sglang/benchmark/serving.py)
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from mla_planner.engines.backends import engine_version
+from mla_planner.launch.sglang import KV_CACHE_DTYPES as SGLANG_KV_CACHE_DTYPES
+from mla_planner.launch.vllm import KV_CACHE_DTYPES as VLLM_KV_CACHE_DTYPES
+from mla_planner.engines.moe_configs import TUNE_SCRIPT, UNTUNED_LOG, moe_kernel_config
+from mla_planner.search.planfile import Candidate, Plan
+
+KV_TOLERANCE = 0.05        # the memory model's tested band against logged pools (docs/memory.md)
+KV_LINES = {"vllm": re.compile(r"\bKV cache size: ([\d,]+) tokens"),
+            "sglang": re.compile(r"\bmax_total_num_tokens=(\d+)")}
+DEFAULT_MOE = re.compile(r"Using default MoE (kernel )?config")
+VLLM_VERSION = re.compile(r"Initializing a V1 LLM engine \(v([^)\s]+)\)")
+VLLM_EAGER = re.compile(r"\benforce_eager=(True|False)\b")
+VLLM_KV_DTYPE = re.compile(r"\bkv_cache_dtype=([\w]+)")
+NCCL_NETWORK = re.compile(r"Using network (IB|Socket)")
+# "NET/IB : Using [0]mlx5_0:1/IB ...", "NET/IBext_v8 : Using ...", a channel "... via NET/IB/0/GDRDMA"
+NCCL_IB_USED = re.compile(r"NET/IB\w*\s*:\s*Using\b|via NET/IB")
+NCCL_SOCKET_USED = re.compile(r"NET/Socket\s*:\s*Using\b|via NET/Socket")   # "NET/Socket : Using ...", a channel
+SGLANG_KV_DTYPE = re.compile(r"'kv_cache_dtype': '([\w]+)'")
+FABRIC = {"infiniband": "an InfiniBand", "roce": "a RoCE", "ethernet": "an Ethernet"}
+BENCH_TOK_S = re.compile(r"Output token throughput \(tok/s\):\s+([\d.]+)")
+BENCH_TPOT = re.compile(r"Mean TPOT \(ms\):\s+([\d.]+)")
+BENCH_LOW = 0.7            # the step model has been up to 23 % optimistic (README, Validation): below 0.7x, look
+
+
+@dataclass(frozen=True)
+class LogCheck:
+    name: str
+    status: str        # ok | warn | fail | absent (the log has no line to judge by)
+    text: str
+
+
+READ = (*KV_LINES.values(), VLLM_VERSION, VLLM_EAGER, SGLANG_KV_DTYPE, DEFAULT_MOE, BENCH_TOK_S, NCCL_NETWORK,
+        re.compile(r"NET/(IB|Socket)"))
+
+
+def recognised(text: str) -> bool:
+    """Whether `text` holds any line this module reads (else it is not an engine, NCCL or bench.sh log)."""
+    return any(p.search(text) for p in READ)
+
+
+def check_log(text: str, plan: Plan, cand: Candidate, files: dict[str, str] | None = None) -> list[LogCheck]:
+    """Every check, in a fixed order; one the log has no line for is 'absent' and says which line to look for.
+    `files` (name -> text): NCCL's transport is judged per file, as each node logs its own."""
+    engine = cand.knobs.engine
+    checks = [_kv(text, engine, cand), _network_per_file(files or {"": text}, plan, cand), _moe(text, plan, cand)]
+    if engine == "vllm":
+        checks += [_vllm_config(text, cand), _version(text, plan)]
+    else:
+        checks.append(_sglang_config(text, cand))
+    return checks + [_bench(text, cand, plan)]
+
+
+def _kv(text: str, engine: str, cand: Candidate) -> LogCheck:
+    planned = (cand.memory or {}).get("kv_capacity_tokens")
+    logged = [int(m.group(1).replace(",", "")) for m in KV_LINES[engine].finditer(text)]
+    line = "'GPU KV cache size: N tokens'" if engine == "vllm" else "'max_total_num_tokens=N'"
+    other = "sglang" if engine == "vllm" else "vllm"
+    if not logged and KV_LINES[other].search(text):
+        return LogCheck("kv_cache", "fail", f"this is {other}'s log, but the candidate runs {engine}: check "
+                                            "--candidate (or --engine when emitting)")
+    if not logged:
+        return LogCheck("kv_cache", "absent", f"no {line} line: is this the log of an engine that finished starting?")
+    low = min(logged)   # each engine core / DP rank logs its own pool; the smallest binds
+    if not planned:
+        return LogCheck("kv_cache", "absent", f"the engine holds {low:,} tokens; the plan has no KV figure to hold "
+                                              "it against")
+    ratio = low / planned
+    words = f"the engine holds {low:,} KV tokens, the plan {planned:,} ({ratio - 1:+.1%})"
+    if ratio < 1 - KV_TOLERANCE:
+        return LogCheck("kv_cache", "fail", words + ": fewer than planned; the memory fraction, the engine release or "
+                                                    "the model files differ from the plan (`mla-plan memory` prices "
+                                                    "any of them), and fewer requests fit")
+    if ratio > 1 + KV_TOLERANCE:
+        return LogCheck("kv_cache", "warn", words + ": more than planned; check the memory fraction the engine ran "
+                                                    "with (a higher one risks out-of-memory under load)")
+    return LogCheck("kv_cache", "ok", words)
+
+
+def _network_per_file(files: dict[str, str], plan: Plan, cand: Candidate) -> LogCheck:
+    """The worst file's verdict (fail over ok over absent), naming the file that failed: one node falling back
+    to sockets slows every collective of the instance, whatever the other nodes log."""
+    verdicts = {name: _network(text, plan, cand) for name, text in files.items()}
+    for status in ("fail", "ok"):
+        hit = [(name, v) for name, v in verdicts.items() if v.status == status]
+        if hit:
+            name, v = hit[0]
+            return LogCheck(v.name, v.status, (f"{name}: " if status == "fail" and name else "") + v.text)
+    return next(iter(verdicts.values()))
+
+
+def _network(text: str, plan: Plan, cand: Candidate) -> LogCheck:
+    inter = plan.topology.inter_node
+    if cand.layout.instance_gpus <= plan.topology.gpus_per_node or inter is None:
+        return LogCheck("network", "ok", "one node per engine instance: no traffic between nodes")
+    chosen = {m.group(1) for m in NCCL_NETWORK.finditer(text)}   # NCCL's own verdict, where logged
+    # otherwise the plugin that says "Using" devices ("NET/IB : No device found." is IB missing, not IB used)
+    ib = NCCL_IB_USED.search(text) is not None
+    socket = "Socket" in chosen if chosen else NCCL_SOCKET_USED.search(text) is not None and not ib
+    fast = "IB" in chosen if chosen else ib
+    if socket and inter.fabric != "ethernet":
+        return LogCheck("network", "fail", f"NCCL fell back to TCP sockets (NET/Socket) on {FABRIC[inter.fabric]} "
+                                           "fabric: 4-20x slower collectives; check NCCL_IB_HCA, /dev/infiniband in "
+                                           "the container and libibverbs (the emitted README)")
+    if fast or socket:
+        return LogCheck("network", "ok", "NCCL runs over " + ("sockets, as this Ethernet topology expects"
+                                                              if socket else "InfiniBand / RoCE (NET/IB)"))
+    return LogCheck("network", "absent", "no NET/IB or NET/Socket line: start the engine with NCCL_DEBUG=INFO to see "
+                                         "which transport NCCL chose between nodes")
+
+
+def _moe(text: str, plan: Plan, cand: Candidate) -> LogCheck:
+    engine = cand.knobs.engine
+    said = UNTUNED_LOG[engine]
+    if not DEFAULT_MOE.search(text):
+        if not KV_LINES[engine].search(text):   # not a log of a started engine: its silence says nothing
+            return LogCheck("moe_kernels", "absent", f"no engine start-up lines to look for '{said}' in")
+        return LogCheck("moe_kernels", "ok", f"no '{said}' warning")
+    kernel = moe_kernel_config(plan.spec, plan.topology.gpu, cand.layout, engine)
+    model = plan.model_path or plan.spec.hf_id or plan.spec.name
+    advice = (kernel.advice(model, cand.layout)
+              if kernel else f"tune it for this GPU and split with {TUNE_SCRIPT[engine]} from the engine's source tree")
+    return LogCheck("moe_kernels", "warn", f"the engine runs untuned fused-MoE kernels ('{said}'): " + advice)
+
+
+def _vllm_config(text: str, cand: Candidate) -> LogCheck:
+    """vLLM's engine config line: eager mode and the KV cache dtype against the plan's knobs."""
+    eager, kv = VLLM_EAGER.search(text), VLLM_KV_DTYPE.search(text)
+    if not eager:
+        return LogCheck("engine_config", "absent", "no 'Initializing a V1 LLM engine ... with config' line")
+    wrong = []
+    if (eager.group(1) == "True") == cand.knobs.cuda_graphs:
+        wrong.append(f"enforce_eager={eager.group(1)} where the plan has CUDA graphs "
+                     + ("on" if cand.knobs.cuda_graphs else "off"))
+    planned_kv = VLLM_KV_CACHE_DTYPES[cand.knobs.kv_cache_dtype]
+    if kv and kv.group(1) != planned_kv:
+        wrong.append(f"kv_cache_dtype={kv.group(1)} where the plan has {planned_kv}: another KV pool, another "
+                     "candidate")
+    if wrong:
+        return LogCheck("engine_config", "fail", "; ".join(wrong))
+    return LogCheck("engine_config", "ok", f"enforce_eager={eager.group(1)}"
+                    + (f", kv_cache_dtype={kv.group(1)}" if kv else "") + ", as planned")
+
+
+def _sglang_config(text: str, cand: Candidate) -> LogCheck:
+    """SGLang's 'server_args={...}' start-up line (entrypoints/engine.py): the KV cache dtype against the plan's
+    (CUDA-graph settings fold into a nested record there and are not read)."""
+    kv = SGLANG_KV_DTYPE.search(text)
+    if not kv:
+        return LogCheck("engine_config", "absent", "no \"server_args={...'kv_cache_dtype': ...}\" line")
+    planned = SGLANG_KV_CACHE_DTYPES[cand.knobs.kv_cache_dtype]
+    if kv.group(1) != planned:
+        return LogCheck("engine_config", "fail", f"kv_cache_dtype={kv.group(1)} where the plan has {planned}: another "
+                                                 "KV pool, another candidate")
+    return LogCheck("engine_config", "ok", f"kv_cache_dtype={kv.group(1)}, as planned (CUDA-graph settings not read)")
+
+
+def _version(text: str, plan: Plan) -> LogCheck:
+    found, want = VLLM_VERSION.search(text), plan.engine_versions.get("vllm") or engine_version("vllm")
+    if not found:
+        return LogCheck("engine_version", "absent", "no 'Initializing a V1 LLM engine (vX)' line")
+    got = found.group(1)
+    if got.split(".")[:2] != want.split(".")[:2]:
+        return LogCheck("engine_version", "warn", f"vLLM {got} runs; the plan models {want}, whose flags, defaults "
+                                                  "and memory accounting may differ")
+    return LogCheck("engine_version", "ok", f"vLLM {got}")
+
+
+def _bench(text: str, cand: Candidate, plan: Plan) -> LogCheck:
+    """bench.sh's result against the plan's figures for one replica at the planned concurrency: below 0.7x
+    the tokens/s, or a mean TPOT over the workload's target, contradicts the plan."""
+    tok_s, tpot = BENCH_TOK_S.findall(text), BENCH_TPOT.findall(text)
+    perf = cand.performance or {}
+    if not tok_s or not perf.get("throughput_tokens_per_s"):
+        return LogCheck("benchmark", "absent", "no benchmark result ('Output token throughput (tok/s):'): add "
+                                               "bench.sh's output to compare its tok/s and TPOT with the plan")
+    planned = perf["throughput_tokens_per_s"] / cand.layout.replicas
+    got = float(tok_s[-1])
+    words = f"bench.sh: {got:,.0f} output tok/s against the plan's {planned:,.0f} ({got / planned:.2f}x)"
+    if tpot and perf.get("tpot_s"):
+        words += f", mean TPOT {float(tpot[-1]):.1f} ms against {perf['tpot_s'] * 1e3:.1f} ms"
+    limit_ms = max(plan.workload.tpot_ms, perf.get("tpot_s", 0.0) * 1e3)   # a shortfall candidate's own TPOT
+    over = bool(tpot) and float(tpot[-1]) > limit_ms
+    if got < BENCH_LOW * planned or over:
+        why = f"mean TPOT over the plan's {limit_ms:g} ms" if over else "well below the plan (it has been up to " \
+            "23 % optimistic)"
+        return LogCheck("benchmark", "fail", f"{words}: {why}; look for NET/Socket, eager mode and untuned MoE "
+                                             "kernels above, and check bench.sh ran at the planned concurrency")
+    return LogCheck("benchmark", "ok", words)

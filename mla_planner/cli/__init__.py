@@ -1,0 +1,1 @@
+"""The `mla-plan` command line: one module per command, renderers beside them."""

@@ -1,0 +1,126 @@
+"""What every CLI command shares: the error guard, output helpers, and common option types."""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Annotated, Any, Callable, Optional
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from mla_planner.core.errors import PlanError
+from mla_planner.core.files import path_kind
+from dataclasses import asdict
+
+DEFAULT_MODEL = "deepseek-v3"
+DEFAULT_TOPOLOGY = "2x8xh100-ib"
+
+ModelOpt = Annotated[str, typer.Option("--model", "-m", help="Built-in model name (see `mla-plan models`), a YAML "
+                                       "spec, a Hugging Face config.json, or a snapshot folder holding one.")]
+TopologyOpt = Annotated[str, typer.Option("--topology", "-t", help="Built-in topology (see `mla-plan topologies`) "
+                                          "or a topology YAML file.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON instead of tables.")]
+PpPartitionOpt = Annotated[Optional[str], typer.Option("--pp-layer-partition", help=(
+    "Decoder layers per pipeline stage, e.g. 32,29 (what VLLM_PP_LAYER_PARTITION / SGLANG_PP_LAYER_PARTITION set; "
+    "default: the engine's split by count, the remainder to vLLM's middle stages or SGLang's last); with "
+    "several layouts (compare), those with as many stages take it."))]
+GraphCapOpt = Annotated[Optional[int], typer.Option("--cuda-graph-max-bs", help=(
+    "Largest decode batch captured as a CUDA graph, per DP rank (vLLM --max-cudagraph-capture-size, in tokens: "
+    "2 per request with --mtp; SGLang --cuda-graph-max-bs-decode, in requests; default: the engine's, 512 on "
+    "vLLM, by GPU memory and TP on SGLang): every captured size costs graph memory."))]
+MtpOpt = Annotated[bool, typer.Option("--mtp", help=(
+    "Plan every layout with speculative decoding by the model's own MTP layer (DeepSeek-V3/R1: one drafted "
+    "token per step). Without it, a note says what the best candidate would serve with it, and with it, "
+    "what it serves without."))]
+MtpAcceptanceOpt = Annotated[float, typer.Option("--mtp-acceptance", help=(
+    "Share of MTP-drafted tokens the model accepts on your traffic (the engines log it: vLLM's SpecDecoding "
+    "metrics, SGLang's accept length - 1). Default: the DeepSeek-V3 report's 85 % (it found 85-90 %)."))]
+
+
+def console() -> Console:
+    """Rich console on stdout. Width follows the terminal; piped into a file or another program (where rich
+    would assume 80 columns) it is 120 unless COLUMNS says otherwise, so tables stay readable."""
+    width = None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 120
+    return Console(highlight=False, soft_wrap=False, width=width)
+
+
+def guard(fn: Callable) -> Callable:
+    """Turn the library's PlanError family into one red line on stderr and exit status 2."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except PlanError as exc:
+            text = " ".join(str(exc).splitlines())   # one line, whatever the user typed into it
+            Console(stderr=True, highlight=False).print(f"[red]error:[/red] {escape(text)}", markup=True,
+                                                        soft_wrap=True)
+            raise typer.Exit(2) from None
+    return wrapper
+
+
+def print_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, sort_keys=False, default=_jsonable) + "\n")
+
+
+def _jsonable(obj: Any):
+    if hasattr(obj, "model_dump"):
+        return obj.model_dump()
+    if hasattr(obj, "__dataclass_fields__"):
+        return asdict(obj)
+    if isinstance(obj, (set, tuple)):
+        return list(obj)
+    raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
+
+
+def human_bytes(n: float) -> str:
+    """Binary units, as the engines print them (vLLM GiB; SGLang's 'GB' is also 2^30)."""
+    for unit, scale in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(n) >= scale:
+            return f"{n / scale:,.2f} {unit}"
+    return f"{n:,.0f} B"
+
+
+def human_count(n: float) -> str:
+    for unit, scale in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if abs(n) >= scale:
+            return f"{n / scale:,.2f}{unit}"
+    return f"{n:,.0f}"
+
+
+def check_output_file(path: Path, flag: str) -> None:
+    """Fail before any work when a file cannot be written there."""
+    if path_kind(path) == "dir":
+        raise PlanError(f"{flag} {path}: is a folder, expected a file name")
+    if path_kind(path.parent) != "dir":
+        raise PlanError(f"{flag} {path}: folder {path.parent} does not exist")
+    if len(path.name.encode()) > 255:
+        raise PlanError(f"{flag}: file name longer than 255 bytes")
+
+
+def check_context(spec, workload) -> None:
+    """A workload longer than the model's context is bad input, whatever the layout (both engines refuse
+    a max-model-len above max_position_embeddings; ENGINES.md)."""
+    if workload.max_context_len > spec.max_position_embeddings:
+        raise PlanError(f"--input-len + --output-len = {workload.max_context_len:,} tokens exceeds {spec.name}'s "
+                        f"max_position_embeddings {spec.max_position_embeddings:,}")
+
+
+def check_mtp(spec, mtp: bool) -> None:
+    """--mtp needs a model with an MTP layer to draft with (both engines load it from the checkpoint)."""
+    if mtp and not spec.num_nextn_predict_layers:
+        raise PlanError(f"--mtp: {spec.name} has no MTP layer to draft with (num_nextn_predict_layers is 0)")
+
+
+def check_acceptance(rate: float) -> None:
+    if not 0 <= rate <= 1:
+        raise PlanError(f"--mtp-acceptance must be a share in [0, 1], got {rate:g}")
+
+
+def lower_case(value):
+    """--engine SGLang reads as sglang (engine names are lower case everywhere else)."""
+    return value.lower() if isinstance(value, str) else value

@@ -1,0 +1,113 @@
+"""`mla-plan emit`: write the launch folder (node-K.sh per node, bench.sh, README.md) for a plan candidate."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from mla_planner.cli.common import JsonOpt, console, guard, print_json, lower_case
+from mla_planner.core.errors import PlanError
+from mla_planner.launch.emit import Emitted, emit
+from mla_planner.launch.outdir import FolderNotEmpty
+from mla_planner.launch.render import one_line
+from mla_planner.search.planfile import engine_candidate, read_plan
+
+
+@guard
+def emit_cmd(plan: Annotated[Path, typer.Option("--plan", "-p", help="Plan file written by `mla-plan plan --json`.")],
+             out: Annotated[str, typer.Option("--out", "-o", help="Folder to write (must be empty or new).")],
+             candidate: Annotated[Optional[int], typer.Option("--candidate", "-c", help="Candidate number from "
+                                                              "the plan table (default: 1, the best; with --engine, "
+                                                              "the best for that engine).")] = None,
+             engine: Annotated[Optional[str], typer.Option("--engine", "-e",
+                 callback=lower_case, help="vllm or sglang: the best "
+                                                           "candidate planned for it (a candidate's knobs are its "
+                                                           "engine's own, so --candidate must be one of them).")]
+             = None,
+             mode: Annotated[str, typer.Option("--mode", help="vLLM multi-node form: native (--nnodes/--headless, "
+                                               "no Ray) or ray (a Ray cluster, one serve on the head).")] = "native",
+             model_path: Annotated[Optional[str], typer.Option("--model-path", help="Serve this path or HF id "
+                                                               "instead of the plan's model.")] = None,
+             head_address: Annotated[Optional[str], typer.Option("--head-address", help="Cluster IP or host name "
+                                                                 "of node 0 (else each script reads HEAD_IP).")] = None,
+             force: Annotated[bool, typer.Option("--force", help="Replace the files of an earlier emit in --out.")]
+             = False,
+             as_json: JsonOpt = False,
+             ) -> None:
+    """Write ready-to-run launch scripts for one plan candidate.
+
+    Exit status: 0 written (a warning on stderr when the candidate misses the plan's targets); 2 bad input.
+
+    Examples:
+
+      mla-plan emit --plan plan.json --out launch/
+
+      mla-plan emit --plan plan.json --engine vllm --mode ray --out launch-ray/
+
+      mla-plan emit --plan plan.json --engine sglang --out launch-sglang/
+    """
+    if not out.strip():
+        raise PlanError("--out is empty; give the folder to write")
+    loaded = read_plan(plan)
+    candidate = engine_candidate(loaded, candidate, engine, "emit")
+    try:
+        done = emit(loaded, candidate, engine, Path(out), mode=mode, model_path=model_path,
+                    head_address=head_address, force=force)
+    except FolderNotEmpty as exc:
+        raise PlanError(f"--out {exc}, or pass --force to replace an earlier emit's files") from None
+    cand = loaded.candidates[candidate - 1]
+    misses = [w for w in cand.warnings if "misses" in w] if not cand.performance.get("meets_targets", True) else []
+    warn = Console(stderr=True, highlight=False)
+    if misses:   # written as asked, but said where a person or a script sees it
+        warn.print(f"[yellow]warning:[/yellow] candidate {candidate} does not meet the plan's targets: "
+                   + escape("; ".join(misses)), soft_wrap=True)
+    if model_path is None:
+        warn_weightless(loaded.model_path)
+    if as_json:
+        print_json({**emitted_json(done, Path(out)), "meets_targets": not misses})
+        return
+    con = console()
+    con.print(f"wrote {len(done.paths)} files to {out}:", markup=False)
+    for p in done.paths:
+        con.print(f"  {p.name}", markup=False)
+    con.print(f"next: read {Path(out) / 'README.md'} (what to run where, in which order, and the health checks)",
+              markup=False)
+
+
+def warn_weightless(model_path: str) -> None:
+    """On stderr, when the scripts serve a folder here that holds no weights (weightless_folder)."""
+    if (bare := weightless_folder(model_path)):
+        Console(stderr=True, highlight=False).print(
+            f"[yellow]warning:[/yellow] the scripts serve {escape(bare)}, which holds a config.json but no weight "
+            f"files here ({', '.join(WEIGHT_FILES)}): pass --model-path with the HF id or the nodes' weights folder "
+            "(`mla-plan emit --plan ... --model-path ...`), unless the nodes have them at that path", soft_wrap=True)
+
+
+WEIGHT_FILES = ("*.safetensors", "*.bin", "*.pt", "*.pth", "*.gguf")
+
+
+def weightless_folder(model_path: str) -> str:
+    """The plan's served folder when it is here, holds a config.json and no weight files (a config fetched alone
+    to plan with), else ''. The plan resolves a folder to an absolute path; a relative one is an HF id, which
+    the engine fetches, and a path that is not here may be the nodes' own."""
+    folder = Path(model_path) if model_path else None
+    if folder is None or not folder.is_absolute() or not (folder / "config.json").is_file():
+        return ""
+    return "" if any(any(folder.glob(pattern)) for pattern in WEIGHT_FILES) else model_path
+
+
+def emitted_json(done: Emitted, out: Path) -> dict:
+    """The files written and every node's commands: argv as the engine receives it (`${VAR}` where the
+    script substitutes a variable), and `command`, the same as one shell line."""
+    return {"out": str(out), "engine": done.engine, "candidate": done.candidate,
+            "files": [str(p) for p in done.paths],
+            "commands": [{"node": c.node_rank, "script": f"node-{c.node_rank}.sh", "replica": c.replica,
+                          "role": c.role, "gpus": c.gpus, "port": c.port, "env": c.env,
+                          "before": [[str(w) for w in b] for b in c.before], "argv": [str(w) for w in c.argv],
+                          "command": str(one_line(c.argv))} for c in done.commands],
+            "bench": {"script": "bench.sh", "argv": [str(w) for w in done.bench],
+                      "command": str(one_line(done.bench))}}

@@ -1,0 +1,74 @@
+"""`mla-plan lint -- <your engine command>`: a hand-written vLLM / SGLang launch command, checked (lint.py)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from mla_planner.specs.calibration import load_calibration
+from mla_planner.cli.common import DEFAULT_TOPOLOGY, JsonOpt, TopologyOpt, console, guard, print_json
+from mla_planner.core.errors import PlanError
+from mla_planner.audit.lint import lint, parse_command
+from mla_planner.specs.catalogue import builtin_names, load_model
+from mla_planner.specs.topology import load_topology
+from mla_planner.core.files import path_kind, user_path
+
+LintModelOpt = Annotated[Optional[str], typer.Option(
+    "--model", "-m", help="The model, when the command's own (an HF id or a local snapshot folder) is not a "
+    "built-in's HF id or a folder here: a built-in name, a YAML spec, a config.json or a snapshot folder.")]
+
+
+@guard
+def lint_cmd(ctx: typer.Context, model: LintModelOpt = None, topology: TopologyOpt = DEFAULT_TOPOLOGY,
+             as_json: JsonOpt = False) -> None:
+    """Check your own vLLM or SGLang launch command against the model, the cluster and the engines' rules.
+
+    The command goes after `--`, as you would run it: mla-plan lint [OPTIONS] -- vllm serve MODEL [FLAGS...]
+
+    Flags: eager mode (priced), --quantization on an already-quantized checkpoint, an fp8_e5m2 KV cache, an
+    attention backend or block size the GPU or KV dtype rules out (or that makes the engine pick a slower
+    backend), a layout that cannot exist or that the engine cannot start, a context longer than the model's.
+    Flags it does not know are left to the engine's own parser.
+
+    Exit status: 0 nothing refused (warnings allowed); 1 an error the engine would refuse or break on;
+    2 bad input.
+
+    Examples:
+
+      mla-plan lint -t 8xh200 -- vllm serve deepseek-ai/DeepSeek-V3 --tensor-parallel-size 8 --enforce-eager
+
+      mla-plan lint -- python -m sglang.launch_server --model-path deepseek-ai/DeepSeek-R1 --tp 16 \\
+          --quantization fp8 --kv-cache-dtype fp8_e5m2
+    """
+    if not ctx.args:
+        raise PlanError("lint: give the engine command after --, e.g. `mla-plan lint -- vllm serve MODEL ...`")
+    cmd = parse_command(list(ctx.args))
+    ref = model or _builtin_for(cmd.model)
+    if ref is None:
+        raise PlanError(f"lint: {cmd.model or 'the command'} names no built-in model (by HF id) nor a folder "
+                        "here: give --model")
+    loaded, topo = load_model(ref), load_topology(topology)
+    findings = lint(cmd, loaded.spec, topo, load_calibration(None, topo))
+    errors = [f for f in findings if f.level == "error"]
+    if as_json:
+        print_json({"engine": cmd.engine, "model": loaded.spec.name, "topology": topo.name, "ok": not errors,
+                    "findings": [{"level": f.level, "flag": f.flag, "text": f.text} for f in findings]})
+    else:
+        out = console()
+        out.print(f"{cmd.engine} command for {loaded.spec.name} on {topo.name}: "
+                  + (f"{len(findings)} finding(s)" if findings else "nothing to flag"), markup=False)
+        for f in findings:
+            out.print(f"  {f.level.upper():<5} {f.flag}: {f.text}", markup=False, soft_wrap=True)
+    raise typer.Exit(1 if errors else 0)
+
+
+def _builtin_for(served: Optional[str]) -> Optional[str]:
+    """The built-in whose HF id the command serves, else the served path itself when it exists here."""
+    if not served:
+        return None
+    for name in builtin_names():
+        spec = load_model(name).spec
+        if spec.hf_id and spec.hf_id.lower() == served.lower():
+            return name
+    return served if path_kind(user_path(served)) != "missing" else None

@@ -1,0 +1,145 @@
+"""Command-line values checked once for every command that takes them: lengths and the workload, knob
+flags with their bounds, the memory fraction under each engine's own flag name, the KV dtype, the
+pipeline layer split. Each raises PlanError (one `error:` line, exit 2) on a bad value."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from math import inf
+from typing import Optional
+
+from mla_planner.cli.common import check_acceptance
+from mla_planner.core.errors import PlanError
+from mla_planner.engines.memory_rules import default_memory_fraction, engine_default_knobs
+from mla_planner.engines.parallel import uses_deepep
+from mla_planner.memory.pp_split import split_problem
+from mla_planner.specs.knobs import KV_DTYPE_CHOICES, MTP_ACCEPTANCE, Knobs, Workload
+from mla_planner.specs.layout import Layout
+
+
+FRACTION_FLAG = {"vllm": "--gpu-memory-utilization", "sglang": "--mem-fraction-static"}
+
+
+KV_CAPACITY_LABEL = "KV capacity (tokens per engine instance / DP rank, as the engine logs it)"
+
+
+UPPER_BOUNDS = {"--max-num-seqs": 65_536, "--max-num-batched-tokens": 1_048_576, "--block-size": 1024,
+                "--cuda-graph-max-bs": 65_536}
+
+
+def positive(flag: str, value: Optional[int]) -> Optional[int]:
+    if value is not None and value < 1:
+        raise PlanError(f"{flag} must be a positive integer, got {value}")
+    return value
+
+
+def bounded(flag: str, value: Optional[int]) -> Optional[int]:
+    """A positive int not above UPPER_BOUNDS[flag] (None = the engine's default)."""
+    positive(flag, value)
+    if value is not None and value > UPPER_BOUNDS[flag]:
+        raise PlanError(f"{flag} {value:,} is beyond any real deployment (at most {UPPER_BOUNDS[flag]:,})")
+    return value
+
+
+def graph_cap_choice(value: Optional[int], enforce_eager: bool) -> Optional[int]:
+    """--cuda-graph-max-bs, bounded; refused with --enforce-eager (which captures no graphs)."""
+    if enforce_eager and value is not None:
+        raise PlanError("--cuda-graph-max-bs sizes CUDA graphs, and --enforce-eager captures none: give one")
+    return bounded("--cuda-graph-max-bs", value)
+
+
+def partition_choice(text: Optional[str], spec, layout: Layout) -> Optional[tuple[int, ...]]:
+    """--pp-layer-partition "32,29" as the engines read it: one positive count per stage, summing to the layers."""
+    if text is None:
+        return None
+    try:
+        parts = tuple(int(p) for p in text.split(","))
+    except ValueError:
+        raise PlanError(f"--pp-layer-partition must be comma-separated layer counts like 31,30, got '{text}'") from None
+    problem = split_problem(spec, layout, Knobs(pp_layer_partition=parts))
+    if problem:
+        raise PlanError(f"--pp-layer-partition: {problem}")
+    return parts
+
+
+def kv_dtype_choice(text: str) -> str:
+    """--kv-cache-dtype as memory, compare and plan take it: auto (= bf16), bf16, fp8, fp8_ds_mla."""
+    if text not in KV_DTYPE_CHOICES:
+        raise PlanError(f"--kv-cache-dtype must be one of {', '.join(KV_DTYPE_CHOICES)}, got '{text}'")
+    return KV_DTYPE_CHOICES[text]
+
+
+def fraction_from_flags(engine: str, util: Optional[float], static: Optional[float]) -> Optional[float]:
+    """The memory fraction the user gave under the engine's own flag name (None: the engine's default)."""
+    if engine not in FRACTION_FLAG:
+        raise PlanError(f"--engine must be vllm or sglang, got '{engine}'")
+    if util is not None and static is not None:
+        raise PlanError("give one of --gpu-memory-utilization (vLLM) and --mem-fraction-static (SGLang), not both")
+    fraction = util if util is not None else static
+    if fraction is not None:
+        flag = "--gpu-memory-utilization" if util is not None else "--mem-fraction-static"
+        if flag != FRACTION_FLAG[engine]:
+            raise PlanError(f"{flag} is not a {engine} flag; with --engine {engine} use {FRACTION_FLAG[engine]}")
+        if not 0 < fraction <= 1:
+            raise PlanError(f"{flag} must be in (0, 1], got {fraction:g}")
+    return fraction
+
+
+def knobs_from_flags(spec, topo, layout: Layout, engine: str, util: Optional[float], static: Optional[float],
+           given: dict) -> Knobs:
+    """Engine defaults, the user's flags over them, then the memory fraction (given or the engine's)."""
+    fraction = fraction_from_flags(engine, util, static)
+    knobs = engine_default_knobs(engine, spec, topo, layout.dp, uses_deepep(layout), **given)
+    if fraction is None:
+        fraction = default_memory_fraction(engine, spec, topo, layout, knobs)
+    return Knobs(**{**asdict(knobs), "memory_fraction": fraction})
+
+
+def parse_length(text: str, flag: str) -> tuple[int, int]:
+    """`2048` (fixed) or `p50=1024,p90=4096,p99=8192` -> (typical = p50, longest = the highest percentile)."""
+    try:
+        if "=" not in text:
+            value = int(text)
+            if value < 1:
+                raise ValueError
+            return value, value
+        pairs = [(float(k.strip().removeprefix("p")), int(v)) for k, v in (p.split("=") for p in text.split(","))]
+        pct = dict(pairs)
+        ordered = [pct[k] for k in sorted(pct)]
+        if len(pct) != len(pairs) or 50 not in pct or min(ordered) < 1 or ordered != sorted(ordered) \
+                or not all(0 < k <= 100 for k in pct):
+            raise ValueError
+    except ValueError:
+        raise PlanError(f"{flag} '{text}': expected a positive token count or percentiles like "
+                        "'p50=1024,p90=4096,p99=8192' (p50 required, and p99 or above, e.g. p99.9 or p100 for the "
+                        "longest; each percentile once, lengths not decreasing)") from None
+    if max(pct) < 99:
+        raise PlanError(f"{flag} '{text}': give p99 too: the longest length sizes --max-model-len, and the engine "
+                        f"refuses longer requests (p{max(pct):g} would turn away {100 - max(pct):g} % of them)")
+    return pct[50], pct[max(pct)]
+
+
+def workload_from(input_len: str, output_len: str, concurrency: Optional[int], request_rate: Optional[float],
+                  ttft_ms: float, tpot_ms: float, prefix_hit_rate: float,
+                  mtp_acceptance: float = MTP_ACCEPTANCE) -> Workload:
+    inp, inp_max = parse_length(input_len, "--input-len")
+    out, out_max = parse_length(output_len, "--output-len")
+    if concurrency is not None and concurrency < 1:
+        raise PlanError("--concurrency must be a positive number of requests")
+    if not (0 < ttft_ms < inf and 0 < tpot_ms < inf):
+        raise PlanError("--ttft-ms and --tpot-ms must be positive, finite milliseconds")
+    if concurrency is not None and request_rate is not None:
+        raise PlanError("give --concurrency or --request-rate, not both")
+    if not 0 <= prefix_hit_rate < 1:
+        raise PlanError("--prefix-hit-rate must be in [0, 1)")
+    check_acceptance(mtp_acceptance)
+    if request_rate is not None:
+        if not 0 < request_rate < inf:
+            raise PlanError("--request-rate must be positive (requests per second)")
+        # Little's law: requests in flight = arrival rate x time in system (TTFT + output x TPOT at target)
+        in_flight = request_rate * (ttft_ms + out * tpot_ms) / 1e3
+        if not in_flight < 1e9:
+            raise PlanError(f"--request-rate {request_rate:g}: implies more than a billion requests in flight")
+        concurrency = concurrency or max(1, round(in_flight))
+    return Workload(inp, out, inp_max, out_max, concurrency, request_rate, ttft_ms, tpot_ms, prefix_hit_rate,
+                    mtp_acceptance)

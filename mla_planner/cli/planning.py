@@ -1,0 +1,53 @@
+"""The plan search run from a command's options: load the model and cluster, check the options against
+them, search, and word the notes. `plan` shows the result; `verify` takes a candidate from it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+from mla_planner.cli.common import check_context, check_mtp
+from mla_planner.core.errors import PlanError
+from mla_planner.search.mtp import MtpHint, mtp_hint
+from mla_planner.search.plan import to_plan
+from mla_planner.search.planfile import Plan
+from mla_planner.search.run import SearchResult, search
+from mla_planner.search.tuning import Overrides
+from mla_planner.specs.calibration import load_calibration
+from mla_planner.specs.catalogue import load_model
+from mla_planner.specs.knobs import ENGINES, Workload
+from mla_planner.specs.layout import layout_problems, parse_layout
+from mla_planner.specs.topology import load_topology
+
+
+RANK_BY = ("per-gpu", "total")
+
+
+def run_plan(model: str, topology: str, workload: Workload, engine: Optional[str], kv_cache_dtype: Optional[str],
+             layouts: Optional[list[str]], calibration: Optional[Path],
+             pinned: Overrides = Overrides(),
+             rank_by: str = "per-gpu") -> tuple[Plan, SearchResult, tuple, MtpHint | None]:
+    loaded, topo = load_model(model), load_topology(topology)
+    check_context(loaded.spec, workload)
+    calib = load_calibration(calibration, topo)
+    if engine and engine not in ENGINES:
+        raise PlanError(f"--engine must be one of {', '.join(ENGINES)}, got '{engine}'")
+    kv = {"auto": None, None: None, "bf16": "bf16", "fp8": "fp8", "fp8_e4m3": "fp8"}.get(kv_cache_dtype, "bad")
+    if kv == "bad":
+        raise PlanError(f"--kv-cache-dtype must be auto, bf16 or fp8 (fp8_e4m3), got '{kv_cache_dtype}'")
+    chosen = [parse_layout(text, topo) for text in layouts] if layouts else None
+    if chosen:
+        problems = [(lay, layout_problems(lay, loaded.spec, topo.gpus_per_node, topo.total_gpus)) for lay in chosen]
+        if all(p for _, p in problems):   # nothing the user asked for can exist: bad input, not "no fit"
+            raise PlanError("; ".join(f"layout {lay.label}: {', '.join(p)}" for lay, p in problems))
+    if pinned.block_size is not None and pinned.block_size < 1:
+        raise PlanError("--block-size must be a positive number of tokens")
+    check_mtp(loaded.spec, pinned.mtp)
+    if rank_by not in RANK_BY:
+        raise PlanError(f"--rank-by must be one of {', '.join(RANK_BY)}, got '{rank_by}'")
+    result = search(loaded.spec, topo, workload, calib, (engine,) if engine else ENGINES, kv, chosen, pinned=pinned,
+                    rank_by=rank_by, model_path=loaded.model_path or None)
+    notes = tuple(calib.notes)
+    hint = mtp_hint(loaded.spec, topo, result.options, workload, calib, pinned)
+    notes += (hint.text,) if hint else ()
+    return to_plan(loaded.spec, loaded.model_path, topo, workload, result), result, notes, hint

@@ -1,0 +1,151 @@
+"""`mla-plan models`, `mla-plan topologies`, `mla-plan show`: the catalogue and a model's derived facts."""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+from rich.table import Table
+
+from mla_planner.specs import sizing
+from mla_planner.cli.common import JsonOpt, console, guard, human_bytes, human_count, print_json
+from mla_planner.core.errors import PlanError
+from mla_planner.specs.catalogue import builtin_names, load_model
+from mla_planner.specs.topology import builtin_topologies, load_topology
+
+
+@guard
+def models_cmd(as_json: JsonOpt = False) -> None:
+    """List the built-in model specs."""
+    rows = []
+    for name in builtin_names():
+        spec = load_model(name).spec
+        rows.append({"name": name, "hf_id": spec.hf_id, "attention": spec.attention,
+                     "params": sizing.param_breakdown(spec)["total"], "layers": spec.num_hidden_layers,
+                     "heads": spec.num_attention_heads, "weight_dtype": spec.weight_dtype,
+                     "expert_weight_dtype": spec.expert_dtype,
+                     "kv_bytes_per_token_bf16": sizing.kv_bytes_per_token(spec, "bf16")})
+    if as_json:
+        return print_json(rows)
+    table = Table("model", "HF id", "attention", "params", "layers", "heads", "weights", "KV/token (bf16)",
+                  title="Built-in models")
+    for r in rows:
+        table.add_row(r["name"], r["hf_id"] or "", r["attention"], human_count(r["params"]), str(r["layers"]),
+                      str(r["heads"]), _dtypes(r), f"{r['kv_bytes_per_token_bf16']:,.0f} B")
+    console().print(table)
+
+
+@guard
+def topologies_cmd(as_json: JsonOpt = False) -> None:
+    """List the built-in cluster topologies."""
+    rows = []
+    for name in builtin_topologies():
+        t = load_topology(name)
+        fabric = (f"{t.inter_node.nics_per_node}x{t.inter_node.nic_gbit_per_s:g} Gb/s {t.inter_node.fabric}"
+                  if t.inter_node else "-")
+        rows.append({"name": name, "nodes": t.nodes, "gpus_per_node": t.gpus_per_node, "gpu": t.gpu.name,
+                     "intra_node": t.intra_node.kind, "inter_node": fabric,
+                     "nic_gbit_per_s_per_gpu": round(t.nic_gbit_per_s_per_gpu, 1), "description": t.description})
+    if as_json:
+        return print_json(rows)
+    table = Table("topology", "nodes x GPUs", "GPU", "inside node", "between nodes", "NIC Gb/s per GPU",
+                  title="Built-in topologies")
+    for r in rows:
+        table.add_row(r["name"], f"{r['nodes']} x {r['gpus_per_node']}", r["gpu"], r["intra_node"], r["inter_node"],
+                      f"{r['nic_gbit_per_s_per_gpu']:g}" if r["inter_node"] != "-" else "-")
+    console().print(table)
+
+
+@guard
+def show_cmd(model: Annotated[Optional[str], typer.Argument(help="Model: built-in name, YAML spec, config.json "
+                                                            "or snapshot folder.")] = None,
+             topology: Annotated[Optional[str], typer.Option("--topology", "-t", help="Show a topology "
+                                                             "(built-in name or YAML file) instead.")] = None,
+             model_opt: Annotated[Optional[str], typer.Option("--model", "-m", help="The model, as the other "
+                                                              "commands take it (same as MODEL).")] = None,
+             as_json: JsonOpt = False) -> None:
+    """Show a model's derived facts (parameters, weight bytes, KV bytes per token) or a topology."""
+    if model and model_opt and model != model_opt:
+        raise PlanError(f"show: MODEL '{model}' and --model '{model_opt}' differ; give one")
+    model = model or model_opt
+    if topology and model:
+        raise PlanError("show: give a MODEL or --topology, not both (one `show` per thing)")
+    if topology:
+        return _show_topology(topology, as_json)
+    if not model:
+        raise PlanError("show: give a MODEL (e.g. `mla-plan show deepseek-v3`) or --topology FILE")
+    loaded = load_model(model)
+    facts = model_facts(loaded.spec)
+    facts["model_path"] = loaded.model_path
+    if as_json:
+        return print_json(facts)
+    _render_model(facts)
+
+
+def model_facts(spec) -> dict:
+    return {"spec": spec.model_dump(),
+            "params": dict(sizing.param_breakdown(spec)),
+            "activated_params": dict(sizing.activated_param_breakdown(spec)),
+            "mtp_params": sizing.mtp_params(spec),
+            "weight_bytes": dict(sizing.weight_bytes_breakdown(spec)),
+            "weight_bytes_with_mtp": sizing.weight_bytes_breakdown(spec, include_mtp=True)["total"],
+            "weight_bytes_by_format": dict(sizing.weight_bytes_by_format(spec)),
+            "kv_cache": dict(sizing.kv_table(spec))}
+
+
+NOT_SERVED = "(nothing: not a config.json; emit needs --model-path)"
+
+
+def _dtypes(spec: dict) -> str:
+    """'fp8', or 'bf16, experts int4' when the routed experts are stored differently."""
+    experts = spec.get("expert_weight_dtype")
+    return spec["weight_dtype"] + (f", experts {experts}" if experts and experts != spec["weight_dtype"] else "")
+
+
+def _render_model(f: dict) -> None:
+    spec, out = f["spec"], console()
+    served = f["model_path"] or NOT_SERVED
+    out.print(f"[bold]{spec['name']}[/bold]  ({spec['attention'].upper()}, {spec['num_hidden_layers']} layers, "
+              f"{spec['num_attention_heads']} heads, weights {_dtypes(spec)})  served as {served}")
+    t = Table("component", "parameters", "activated / token", "weight bytes", title="Parameters and weights")
+    for group, n in f["params"].items():
+        t.add_row(group, f"{n:,}", f"{f['activated_params'].get(group, 0):,}", human_bytes(f["weight_bytes"][group]))
+    t.add_row("activated without input embedding", "", f"{f['activated_params']['total_without_embedding']:,}", "")
+    if f["mtp_params"]:
+        t.add_row("MTP module (separate)", f"{f['mtp_params']:,}", "", human_bytes(f["weight_bytes_with_mtp"]
+                                                                                  - f["weight_bytes"]["total"]))
+    out.print(t)
+    w = Table("stored as", "weight bytes", "spread evenly over 8 GPUs", title="Weights in other formats (main model)")
+    for fmt, n in f["weight_bytes_by_format"].items():
+        w.add_row(fmt, human_bytes(n), human_bytes(n / 8))
+    out.print(w)
+    k = Table("cache format", "bytes / token / layer", "bytes / token (all layers)", "128K-token sequence",
+              title="KV cache per token (one rank holding the whole cache)")
+    for fmt, row in f["kv_cache"].items():
+        k.add_row(fmt, f"{row['bytes_per_token_layer']:,.0f}", f"{row['bytes_per_token']:,.0f}",
+                  human_bytes(row["bytes_per_token"] * 131072))
+    out.print(k)
+
+
+def _show_topology(ref: str, as_json: bool) -> None:
+    t = load_topology(ref)
+    data = t.model_dump()
+    data.update(total_gpus=t.total_gpus, intra_bytes_per_s=t.intra_bytes_per_s,
+                nic_bytes_per_s_per_node=t.nic_bytes_per_s_per_node, nvls=t.uses_nvls)
+    if as_json:
+        return print_json(data)
+    g = t.gpu
+    table = Table("field", "value", title=f"{t.name}: {t.description}")
+    for key, val in [("nodes x GPUs", f"{t.nodes} x {t.gpus_per_node} = {t.total_gpus}"),
+                     ("GPU", f"{g.name} (sm{g.sm}, {g.arch})"), ("GPU memory", human_bytes(g.memory_bytes)),
+                     ("HBM bandwidth", f"{g.hbm_bytes_per_s / 1e12:.2f} TB/s"),
+                     ("dense bf16 / fp8",
+                      f"{g.bf16_flops_per_s / 1e12:,.0f} / {g.fp8_flops_per_s / 1e12:,.0f} TFLOP/s"),
+                     ("inside node", f"{t.intra_node.kind}, {t.intra_bytes_per_s / 1e9:,.0f} GB/s per GPU per "
+                                     f"direction, {t.intra_node.latency_us} us" + (", NVLS" if t.uses_nvls else "")),
+                     ("between nodes", "-" if not t.inter_node else
+                      f"{t.inter_node.fabric}, {t.inter_node.nics_per_node} x {t.inter_node.nic_gbit_per_s:g} Gb/s "
+                      f"= {t.nic_bytes_per_s_per_node / 1e9:,.0f} GB/s per node "
+                      f"({t.nic_gbit_per_s_per_gpu:g} Gb/s per GPU), {t.inter_node.latency_us} us")]:
+        table.add_row(key, val)
+    console().print(table)

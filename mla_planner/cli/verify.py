@@ -1,0 +1,277 @@
+"""`mla-plan verify`: check a plan candidate on the GPUs it is meant for. Parse, call, render.
+
+torch is imported inside the command only (the planner never needs it); without it the command ends
+with one line. Exit status: 0 every judged check passed, 1 a check failed or could not run, 2 bad input.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from mla_planner.specs.calibration import load_calibration
+from mla_planner.cli.common import (DEFAULT_MODEL, DEFAULT_TOPOLOGY, JsonOpt, ModelOpt, TopologyOpt, check_context,
+                                    check_mtp, check_output_file, console, guard, print_json, lower_case)
+from mla_planner.cli.options import workload_from
+from mla_planner.cli.options import knobs_from_flags as memory_knobs, kv_dtype_choice, positive
+from mla_planner.core.errors import PlanError
+from mla_planner.specs.knobs import Workload
+from mla_planner.engines.layouts import engine_layout_problem
+from mla_planner.specs.layout import layout_problems, parse_layout
+from mla_planner.specs.catalogue import load_model
+from mla_planner.search.planfile import pick, read_plan
+from mla_planner.specs.topology import load_topology
+from mla_planner.verify.report import progress, render, report_dict, verdict
+from mla_planner.verify.target import Chosen, make_target, rank_info_from_env
+from mla_planner.verify.torchrun import launch_lines
+from mla_planner.core.files import path_kind, user_path
+from mla_planner.cli.planning import run_plan
+from mla_planner.verify.calibrate import write_calibration
+from mla_planner.verify.check import Options
+
+SECTIONS = ("env", "fit", "attention", "gemms", "collectives")
+LAUNCH_ONLY = {"print_launch", "head", "port"}
+IntOpt = Optional[int]
+
+
+def candidate_from_options(plan: Optional[str], candidate: int, model: str, topology: str, layout: Optional[str],
+                           knob_args: dict, workload_args: dict, calibration: Optional[str],
+                           batch: IntOpt = None, context: IntOpt = None) -> Chosen:
+    """The candidate to verify: candidate N of a plan file, candidate N of a fresh plan (plan's own search on
+    --model/--topology and the workload options), or a layout given with memory's knob options."""
+    if plan and layout:
+        raise PlanError("give --plan (and --candidate) or --layout, not both")
+    if plan or not layout:
+        if plan:
+            p, where = read_plan(plan), f"{plan} candidate {candidate}"
+        else:
+            p = run_plan(model, topology, Workload(**workload_args), knob_args.get("plan_engine"), None, None,
+                         Path(calibration) if calibration else None)[0]
+            where = f"candidate {candidate} of the plan for {p.spec.name} on {p.topology.name}"
+        cand = pick(p, candidate, where)
+        perf = cand.performance.get("concurrency_per_dp_rank")
+        planned_batch = perf if isinstance(perf, int) and perf > 0 else None
+        return Chosen(p.spec, p.topology, cand.layout, cand.knobs, p.workload,
+                      load_calibration(calibration, p.topology), where, batch or planned_batch, context)
+    spec, topo = load_model(model).spec, load_topology(topology)
+    lay = parse_layout(layout, topo)
+    problems = layout_problems(lay, spec, topo.gpus_per_node, topo.total_gpus)
+    if problems:
+        raise PlanError(f"layout {lay.label} cannot exist on {topo.name}: {'; '.join(problems)}")
+    workload = Workload(**workload_args)
+    check_context(spec, workload)
+    check_mtp(spec, knob_args["mtp"])
+    given = dict(knob_args)
+    given["max_model_len"] = given.get("max_model_len") or workload.max_context_len
+    given.pop("plan_engine", None)
+    util, static, engine = given.pop("util"), given.pop("static"), given.pop("engine")
+    knobs = memory_knobs(spec, topo, lay, engine, util, static, given)
+    if problem := engine_layout_problem(spec, topo, lay, engine, knobs.dense_per_rank):
+        raise PlanError(f"layout {lay.label} cannot start on {engine}: {problem}")
+    return Chosen(spec, topo, lay, knobs, workload, load_calibration(calibration, topo), f"--layout {layout}",
+                  batch, context)
+
+
+def _knob_args(engine: str, util: Optional[float], static: Optional[float], kv_cache_dtype: str, block_size: IntOpt,
+               max_model_len: IntOpt, max_num_seqs: IntOpt, max_num_batched_tokens: IntOpt, mtp: bool,
+               enforce_eager: bool) -> dict:
+    """memory's knob options, checked, for candidate_from_options."""
+    return dict(engine=engine, util=util, static=static, kv_cache_dtype=kv_dtype_choice(kv_cache_dtype),
+                block_size=positive("--block-size", block_size),
+                max_model_len=positive("--max-model-len", max_model_len),
+                max_num_seqs=positive("--max-num-seqs", max_num_seqs),
+                max_num_batched_tokens=positive("--max-num-batched-tokens", max_num_batched_tokens),
+                mtp=mtp, cuda_graphs=not enforce_eager)
+
+
+def _sections(only: Optional[list[str]]) -> frozenset:
+    chosen = [s.strip() for item in (only or []) for s in item.split(",") if s.strip()]
+    for s in chosen:
+        if s not in SECTIONS:
+            raise PlanError(f"--only: unknown check '{s}'; choose from {', '.join(SECTIONS)}")
+    return frozenset(chosen or SECTIONS)
+
+
+def _passthrough(ctx: typer.Context) -> list[str]:
+    """This command's options as given (defaults left out), for the torchrun commands to repeat."""
+    words: list[str] = []
+    for param in ctx.command.params:
+        value = ctx.params.get(param.name)
+        if param.name in LAUNCH_ONLY or param.param_type_name != "option" or value in (None, [], ()):
+            continue
+        if value == param.default:
+            continue
+        flag = next(o for o in param.opts if o.startswith("--"))
+        if param.is_flag:
+            words += [flag] if value else list(param.secondary_opts[:1])
+            continue
+        for v in (value if param.multiple else [value]):
+            words += [flag, f"{v:g}" if isinstance(v, float) else _absolute(param.name, str(v))]
+    return words
+
+
+PATH_OPTIONS = ("plan", "calibration", "write_cal", "model", "topology")
+
+
+def _absolute(name: str, value: str) -> str:
+    """A file the other nodes must read, as an absolute path (they start in other folders, as emit's
+    scripts do); built-in names and values that are not paths here stay as given."""
+    if name not in PATH_OPTIONS:
+        return value
+    path = user_path(value)
+    return str(path.resolve()) if name == "write_cal" or path_kind(path) != "missing" else value
+
+
+def _need_torch(distributed: bool = False) -> None:
+    """torch, and under torchrun numpy too: torch.distributed's object collectives, which gather every rank's
+    results to rank 0, need it ("Numpy is not available" otherwise, after minutes of checks)."""
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        raise PlanError("verify needs torch: pip install 'mla-plan[verify]'") from None
+    if distributed:
+        try:
+            import numpy  # noqa: F401
+        except ImportError:
+            raise PlanError("verify under torchrun needs numpy (torch.distributed gathers the ranks' results with "
+                            "it): pip install 'mla-plan[verify]'") from None
+
+
+def _calibrate(path: str, checks: list, dev, chosen: Chosen) -> tuple[dict, int]:
+    """({path, written, efficiency | reason}, exit status floor)."""
+    from mla_planner.verify.env import describe, gpu_mismatches
+
+    gpu = chosen.topo.gpu.name if dev.type == "cuda" and not gpu_mismatches(dev, chosen.topo.gpu) else dev.type
+    try:
+        info = write_calibration(path, checks, gpu, chosen.topo.name, describe(dev))
+    except PlanError as exc:
+        errored = any(c.error for c in checks)
+        return {"path": path, "written": False, "reason": str(exc)}, 1 if errored else 2
+    return info | {"written": True}, 0
+
+
+@guard
+def verify_cmd(
+    ctx: typer.Context,
+    plan: Annotated[Optional[str], typer.Option("--plan", help="Plan file written by `mla-plan plan --json`.")] = None,
+    candidate: Annotated[int, typer.Option("--candidate", "-c", help="Which candidate of --plan (1 = best).")] = 1,
+    model: ModelOpt = DEFAULT_MODEL,
+    topology: TopologyOpt = DEFAULT_TOPOLOGY,
+    layout: Annotated[Optional[str], typer.Option("--layout", "-l",
+                                                  help='Layout without a plan, e.g. "tp=8,pp=2".')] = None,
+    engine: Annotated[Optional[str], typer.Option("--engine", "-e",
+        callback=lower_case, help="vllm or sglang (with --layout: default vllm; "
+                                                  "without --plan or --layout: restricts the fresh plan).")] = None,
+    gpu_memory_utilization: Annotated[Optional[float], typer.Option("--gpu-memory-utilization",
+                                                                    help="vLLM's memory fraction.")] = None,
+    mem_fraction_static: Annotated[Optional[float], typer.Option("--mem-fraction-static",
+                                                                 help="SGLang's memory fraction.")] = None,
+    kv_cache_dtype: Annotated[str, typer.Option("--kv-cache-dtype",
+                                                help="auto (= bf16), bf16, fp8 or fp8_ds_mla.")] = "auto",
+    block_size: Annotated[IntOpt, typer.Option("--block-size", help="Tokens per KV block (engine default).")] = None,
+    max_model_len: Annotated[IntOpt, typer.Option("--max-model-len", help="Default: the workload's longest.")] = None,
+    max_num_seqs: Annotated[IntOpt, typer.Option("--max-num-seqs", help="Running requests per DP rank.")] = None,
+    max_num_batched_tokens: Annotated[IntOpt, typer.Option("--max-num-batched-tokens", help="Prefill chunk.")] = None,
+    mtp: Annotated[bool, typer.Option("--mtp", help="Serve with the MTP draft layer.")] = False,
+    enforce_eager: Annotated[bool, typer.Option("--enforce-eager", help="No CUDA graphs.")] = False,
+    input_len: Annotated[str, typer.Option("--input-len", help="Prompt tokens: '2048' or 'p50=1024,p99=8192' "
+                                           "(as plan takes it).")] = "2048",
+    output_len: Annotated[str, typer.Option("--output-len", help="Output tokens: '512' or "
+                                            "'p50=256,p99=2048'.")] = "512",
+    tpot_ms: Annotated[float, typer.Option("--tpot-ms", help="Target time per output token.")] = 50.0,
+    batch: Annotated[IntOpt, typer.Option("--batch", help="Decode sequences per DP rank to check (default: the "
+                                          "plan's concurrency).")] = None,
+    context: Annotated[IntOpt, typer.Option("--context", help="Tokens per sequence to check (default: input + "
+                                            "output / 2).")] = None,
+    calibration: Annotated[Optional[str], typer.Option("--calibration", help="Calibration file for the "
+                                                       "predictions.")] = None,
+    device: Annotated[str, typer.Option("--device", help="cuda (the GPUs the plan is for) or cpu (a rehearsal at "
+                                        "small shapes).")] = "cuda",
+    as_json: JsonOpt = False,
+    write_cal: Annotated[Optional[str], typer.Option("--write-calibration", help="Write the measured efficiencies "
+                                                     "here (for --calibration of plan / compare).")] = None,
+    print_launch: Annotated[bool, typer.Option("--print-launch", help="Print the per-node torchrun commands "
+                                               "that run verify over the plan's GPUs, then exit.")] = False,
+    head: Annotated[Optional[str], typer.Option("--head", help="Node 0's address for --print-launch "
+                                                "(default: $HEAD_IP).")] = None,
+    port: Annotated[int, typer.Option("--port", help="Rendezvous port for --print-launch.")] = 29500,
+    quick: Annotated[bool, typer.Option("--quick", help="Fewer timed repeats (and smaller CPU shapes).")] = False,
+    only: Annotated[Optional[list[str]], typer.Option("--only", help="Run only these checks: " + ", ".join(SECTIONS)
+                                                      + " (repeat or comma-separate; env always runs).")] = None,
+    timeout_s: Annotated[float, typer.Option("--timeout", help="Seconds a collective may take before it counts "
+                                             "as hung.")] = 120.0,
+    memory_limit_gib: Annotated[Optional[float], typer.Option("--memory-limit-gib", help="Use at most this much "
+                                                              "device memory in the fit check.")] = None,
+) -> None:
+    """Check a plan on the real GPUs: environment, memory fit, MLA attention, dense GEMMs and (under torchrun)
+    collectives, each measured against the planner's prediction, with --write-calibration to feed it back.
+
+    Exit status: 0 every judged check passed; 1 a check failed or could not run; 2 bad input (also --device cuda
+    where torch sees no GPU).
+
+    Examples:
+
+      mla-plan verify --plan plan.json --write-calibration cal.yaml
+
+      mla-plan verify --plan plan.json --print-launch --head 10.0.0.1
+
+      mla-plan verify --device cpu --quick    (a rehearsal of every check at small shapes)
+    """
+    if device not in ("cuda", "cpu"):      # before torch's import (seconds), not after
+        raise PlanError(f"--device must be cuda or cpu, got '{device}'")
+    for flag, value in (("--candidate", candidate), ("--batch", batch), ("--context", context), ("--port", port)):
+        positive(flag, value)
+    if not 0 < timeout_s < 1e6 or (memory_limit_gib is not None and not 0 < memory_limit_gib < 1e6):
+        raise PlanError("--timeout and --memory-limit-gib must be > 0")
+    knob_args = _knob_args(engine or "vllm", gpu_memory_utilization, mem_fraction_static, kv_cache_dtype, block_size,
+                           max_model_len, max_num_seqs, max_num_batched_tokens, mtp, enforce_eager)
+    checked = workload_from(input_len, output_len, None, None, 3000.0, tpot_ms, 0.0)  # plan's checks
+    workload_args = dict(input_len=checked.input_len, output_len=checked.output_len, tpot_ms=checked.tpot_ms,
+                         input_len_max=checked.input_len_max, output_len_max=checked.output_len_max)
+    if not 1 <= port <= 65535:
+        raise PlanError(f"--port {port}: expected 1..65535")
+    if write_cal is not None:      # before minutes of checks, not after
+        check_output_file(Path(write_cal).expanduser(), "--write-calibration")
+    chosen = candidate_from_options(plan, candidate, model, topology, layout, knob_args | {"plan_engine": engine},
+                                    workload_args, calibration, batch, context)
+    if print_launch:
+        for line in launch_lines(chosen.layout, chosen.topo, _passthrough(ctx), head, port):
+            typer.echo(line)
+        return
+    sections, ranks = _sections(only), rank_info_from_env()
+    target = make_target(chosen, ranks)
+    _need_torch(ranks.distributed)
+    from mla_planner.verify.checks import run_checks
+    from mla_planner.verify.collectives import share_results
+
+    limit = int(memory_limit_gib * 2**30) if memory_limit_gib else None
+    with progress(enabled=not as_json and ranks.rank == 0) as step:
+        dev, own = run_checks(target, Options(device, quick, sections, timeout_s, limit), step)
+    checks = share_results(own, ranks.rank, timeout_s)
+    if checks is None:   # a non-zero rank whose results went to rank 0
+        raise typer.Exit(verdict(own)[1])
+    raise typer.Exit(_report(target, dev, checks, write_cal if ranks.rank == 0 else None, as_json))
+
+
+def _report(target, dev, checks: list, write_cal: Optional[str], as_json: bool) -> int:
+    """Write the calibration (if asked), print the report; the exit status."""
+    from mla_planner.verify.env import describe
+
+    status, calib = verdict(checks)[1], None
+    if write_cal:
+        calib, floor = _calibrate(write_cal, checks, dev, target.chosen)
+        status = max(status, floor)
+    if as_json:
+        print_json(report_dict(target, dev, checks, calib) | {"exit_status": status})
+        if calib and not calib["written"]:   # scripts read the JSON; a person still sees why on stderr
+            Console(stderr=True, highlight=False).print(f"[red]error:[/red] {escape(calib['reason'])}",
+                                                        soft_wrap=True)
+        return status
+    render(target, describe(dev), checks, calib if calib and calib["written"] else None, console())
+    if calib and not calib["written"]:
+        Console(stderr=True, highlight=False).print(f"[red]error:[/red] {escape(calib['reason'])}", soft_wrap=True)
+    return status

@@ -1,0 +1,1 @@
+"""Errors, reading user files, units, where the built-in data lives."""

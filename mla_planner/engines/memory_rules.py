@@ -1,0 +1,263 @@
+"""How vLLM V1 and SGLang turn a GPU's memory into a KV pool, and their defaults that decide it.
+
+Modelled on the engines' own code (versions in ENGINES.md: vLLM 0.33.0, SGLang 0.5.23; `EngineRules`
+also carries the older vLLM 0.8 accounting that the public vLLM log in validation.yaml came from):
+
+vLLM (`vllm/v1/worker/gpu_worker.py` determine_available_memory, `vllm/v1/core/kv_cache_utils.py`):
+    available = total x gpu_memory_utilization - (weights + peak activation + non-torch [+ CUDA graphs])
+    num_blocks = available // page_size // num_layers,  page_size = block_size x bytes/token/layer
+    "GPU KV cache size" = num_blocks x block_size (x dcp), the minimum over workers and PP stages
+  >= 0.10: the worker snapshots memory after CUDA/NCCL init, so the context and NCCL buffers are not
+  charged (they live in the 1 - utilization margin); >= 0.21: the CUDA-graph estimate is charged
+  (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS default on). 0.8.x charged all non-torch memory and
+  captured graphs after sizing the pool.
+SGLang (`kv_cache_configurator._profile_available_bytes`, `pool_configurator.calculate_pool_sizes`):
+    rest = available_after_weights - pre_load_free x (1 - mem_fraction_static)
+    max_total_num_tokens = rest // cell_size // page_size x page_size, cell = (d_c + d_r) x layers x bytes
+  then a req_to_token table (max_running_requests + 1) x (context_len + 4) int32 out of the slack.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Optional
+
+from mla_planner.engines.backends import backend, engine_version, usable_backends
+from mla_planner.core.errors import PlanError
+from mla_planner.specs.knobs import Knobs
+from mla_planner.specs.layout import Layout
+from mla_planner.core.units import GiB, MiB
+from mla_planner.specs.model import ModelSpec
+from mla_planner.specs.topology import GPU, Topology
+
+DRIVER_RESERVE_BYTES = 560 * MiB   # nvidia-smi total minus what torch sees (H100: 81,559 MiB vs 79.10 GiB),
+                                   # for a GPU whose gpus.yaml entry lacks nvidia_smi_mib
+VLLM_DEFAULT_UTILIZATION = 0.92    # vLLM 0.33 --gpu-memory-utilization default (ENGINES.md; 0.9 before)
+REQ_TO_TOKEN_EXTRA_LEN = 4         # SGLang req_to_token row headroom (get_req_to_token_extra_context_len)
+
+
+@dataclass(frozen=True)
+class EngineRules:
+    engine: str
+    version: str
+    graphs_in_budget: bool          # the CUDA-graph estimate is taken out of the KV budget
+    baseline_outside_budget: bool   # CUDA context + NCCL buffers are measured before the budget starts
+
+
+def engine_rules(engine: str, version: Optional[str] = None) -> EngineRules:
+    """Accounting rules of `engine` at `version` (default: the versions ENGINES.md was checked on)."""
+    if engine == "sglang":
+        version = version or engine_version("sglang")
+        parse_version(version)
+        return EngineRules("sglang", version, graphs_in_budget=False, baseline_outside_budget=True)
+    version = version or engine_version("vllm")
+    release = parse_version(version)
+    return EngineRules("vllm", version, graphs_in_budget=release >= (0, 21),
+                       baseline_outside_budget=release >= (0, 10))
+
+
+def parse_version(version: str) -> tuple[int, int]:
+    """(major, minor) of a release string like `0.8.4`, `0.10.1.post1` or `v0.21.0rc2`; anything else
+    is a user error (it would silently select the oldest accounting)."""
+    match = re.fullmatch(r"v?(\d+)\.(\d+)(\.\d+)?([.+-]?[0-9A-Za-z]+)*", version.strip())
+    if not match:
+        raise PlanError(f"--engine-version '{version}': expected a release number like 0.8.4 or 0.33.0")
+    return int(match.group(1)), int(match.group(2))
+
+
+@dataclass(frozen=True)
+class StageCosts:
+    """What one GPU of a stage spends besides its KV pool, and what one token slot costs it."""
+    weights_bytes: float
+    activation_bytes: float
+    cuda_graph_bytes: float
+    nccl_bytes: float
+    runtime_bytes: float
+    slot_bytes: float           # bytes one physical token slot costs this GPU (all its layers)
+    a2a_bytes: float = 0.0      # DeepEP buffer, allocated at model init like the weights (memory_terms)
+
+
+def kv_pool(rules: EngineRules, knobs: Knobs, total_bytes: float, c: StageCosts, dcp: int,
+            rest_bytes: Optional[float] = None) -> tuple[float, int]:
+    """(pool bytes, tokens as the engine reports them) for one GPU; tokens count x dcp (each DCP rank
+    keeps 1/dcp of every sequence: vLLM PR #23734 'kv token budget increased by dcp times').
+    `rest_bytes`: SGLang's budget when it is not this GPU's own (`sglang_rest_bytes`, the minimum over ranks)."""
+    if c.slot_bytes <= 0:
+        return 0.0, 0
+    budget = kv_budget_bytes(rules, knobs, total_bytes, c, rest_bytes)
+    tokens = int(budget // c.slot_bytes) if budget > 0 else 0   # vLLM: whole blocks; SGLang: whole pages
+    slots = tokens // knobs.block_size * knobs.block_size
+    return slots * c.slot_bytes, slots * dcp
+
+
+def kv_budget_bytes(rules: EngineRules, knobs: Knobs, total_bytes: float, c: StageCosts,
+                    rest_bytes: Optional[float] = None) -> float:
+    """The bytes the engine gives this GPU's KV pool before rounding (negative when nothing is left).
+    vLLM: available = total x utilization - what it charges to the budget; num_blocks = available //
+    (block_size x bytes/token/layer) // layers; each worker profiles its own memory, the minimum over
+    workers is taken afterwards (memory.evaluate). SGLang: `sglang_rest_bytes`, or `rest_bytes`."""
+    if rules.engine == "sglang":
+        return sglang_rest_bytes(knobs, total_bytes, c) if rest_bytes is None else rest_bytes
+    charged = c.weights_bytes + c.a2a_bytes + c.activation_bytes
+    charged += c.cuda_graph_bytes if rules.graphs_in_budget and knobs.cuda_graphs else 0.0
+    charged += 0.0 if rules.baseline_outside_budget else c.runtime_bytes + c.nccl_bytes
+    return total_bytes * knobs.memory_fraction - charged
+
+
+def sglang_rest_bytes(knobs: Knobs, total_bytes: float, c: StageCosts) -> float:
+    """SGLang's KV budget on one GPU: rest = (pre_load - weights) - pre_load x (1 - f). Across GPUs SGLang
+    takes the minimum (`_profile_available_bytes` reads free memory with get_available_gpu_memory(
+    distributed=True), "the minimum available memory of all GPUs"), so the rank with the heaviest
+    stage sets every rank's budget: memory.evaluate passes that minimum back in as `rest_bytes`."""
+    pre_load = total_bytes - c.runtime_bytes - c.nccl_bytes
+    return pre_load * knobs.memory_fraction - c.weights_bytes - c.a2a_bytes
+
+
+def sglang_req_to_token_bytes(knobs: Knobs, tokens: int) -> float:
+    """SGLang ReqToTokenPool: (max_running_requests + 1) x (context_len + 4) int32, the requests capped at
+    tokens // 2 (kv_cache_configurator.resolve_max_num_reqs; memory_pool.ReqToTokenPool)."""
+    reqs = min(knobs.max_num_seqs, max(tokens // 2, 1))
+    return float((reqs + 1) * (knobs.max_model_len + REQ_TO_TOKEN_EXTRA_LEN) * 4)
+
+
+def nvidia_smi_mib(gpu: GPU) -> float:
+    """Total memory in MiB as nvidia-smi prints it (what SGLang's get_nvgpu_memory_capacity reads): the GPU
+    table's figure, else what torch sees plus the usual driver reserve."""
+    if gpu.nvidia_smi_mib:
+        return float(gpu.nvidia_smi_mib)
+    return (gpu.memory_bytes + DRIVER_RESERVE_BYTES) / MiB
+
+
+SGLANG_RESERVE_FLOOR_MIB = 10 * 1024   # memory_hook.py: reserved_mem = max(reserved_mem, 10 * 1024) ...
+SGLANG_FLOOR_ABOVE_MIB = 60 * 1024     # ... on a GPU with more than 60 GiB
+
+
+def sglang_fraction_ceiling(gpu: GPU) -> float:
+    """The highest --mem-fraction-static SGLang 0.5.23 itself ever computes: on a GPU over 60 GiB it never
+    reserves under 10 GiB outside the static pool (memory_hook.handle_gpu_memory_settings:
+    reserved_mem = max(reserved_mem, 10 * 1024) MiB). The planner keeps to it: DeepSeek's decode CUDA
+    graphs alone have taken 5-6 GB with FA3 (sglang#16143; USER_PROBLEMS.md section C: keep 5-8 GB free),
+    more than the graph model here predicts. 1.0 (no ceiling) on smaller GPUs."""
+    mib = nvidia_smi_mib(gpu)
+    return round((mib - SGLANG_RESERVE_FLOOR_MIB) / mib, 3) if mib > SGLANG_FLOOR_ABOVE_MIB else 1.0
+
+
+def fraction_ceiling(engine: str, gpu: GPU) -> float:
+    """A memory fraction the engine's own defaults never exceed (SGLang's reserve floor), else 1.0."""
+    return sglang_fraction_ceiling(gpu) if engine == "sglang" else 1.0
+
+
+def sglang_chunked_prefill(gpu: GPU) -> int:
+    """SGLang default --chunked-prefill-size by GPU memory (arg_groups/memory_hook.handle_gpu_memory_settings)."""
+    mib = nvidia_smi_mib(gpu)
+    return 2048 if mib < 20 * 1024 else 4096 if mib < 60 * 1024 else 8192 if mib < 160 * 1024 else 16384
+
+
+def sglang_cuda_graph_max_bs(gpu: GPU, tp_size: int) -> int:
+    """SGLang default decode cuda-graph max batch by GPU memory and --tp-size (memory_hook buckets)."""
+    mib = nvidia_smi_mib(gpu)
+    if mib < 20 * 1024:
+        return 8
+    if mib < 60 * 1024:
+        return (48 if mib < 35 * 1024 else 32) if tp_size < 4 else 160
+    return 512 if mib >= 160 * 1024 or tp_size >= 4 else 256
+
+
+def sglang_default_fraction(gpu: GPU, layout: Layout, knobs: Knobs) -> float:
+    """SGLang 0.5.23 computed --mem-fraction-static (memory_hook.handle_gpu_memory_settings), in MiB:
+    reserved = 512 + max(chunked, 2048) x 1.5 + tp x pp / 8 x 1024 + graphs, floored at 10 GiB on
+    > 60 GiB GPUs; graphs = decode max_bs x 2 [+ max_bs x dp x 3 (+ x 1.5 when max_bs > 300) under
+    DP attention] + 1.5 GiB for the MLA prefill graph. f = round((gpu - reserved) / gpu, 3).
+    Reproduces ENGINES.md's resolved 0.886 (TP8 H200) and 0.758 (TP8, DP attention 8); not modelled:
+    DeepEP (+2 GiB) and speculative-decoding reserves."""
+    mib, tp_size = nvidia_smi_mib(gpu), layout.stage_gpus
+    max_bs = knobs.cuda_graph_max_bs or sglang_cuda_graph_max_bs(gpu, tp_size)
+    chunked = knobs.max_num_batched_tokens * layout.dp     # the server flag: per-DP-rank knob x dp
+    reserved = 512 + max(chunked, 2048) * 1.5 + tp_size * layout.pp / 8 * 1024
+    if knobs.cuda_graphs:
+        reserved += max_bs * 2 + 1.5 * 1024
+        if layout.dp > 1:
+            reserved += max_bs * layout.dp * 3 + (max_bs * layout.dp * 1.5 if max_bs > 300 else 0)
+    if mib > SGLANG_FLOOR_ABOVE_MIB:
+        reserved = max(reserved, SGLANG_RESERVE_FLOOR_MIB)
+    return round((mib - reserved) / mib, 3)
+
+
+def default_memory_fraction(engine: str, spec: ModelSpec, topo: Topology, layout: Layout,
+                            knobs: Optional[Knobs] = None) -> float:
+    """The engine's own default: vLLM --gpu-memory-utilization 0.92 (0.33.0); SGLang's computed
+    --mem-fraction-static (`sglang_default_fraction`) for its default chunked prefill and graphs."""
+    if engine == "vllm":
+        return VLLM_DEFAULT_UTILIZATION
+    knobs = knobs or engine_default_knobs("sglang", spec, topo, layout.dp)
+    return sglang_default_fraction(topo.gpu, layout, knobs)
+
+
+SGLANG_SPECULATIVE_MAX_RUNNING = 48
+
+
+def engine_default_knobs(engine: str, spec: ModelSpec, topo: Topology, dp: int = 1, deepep: bool = False,
+                         **given) -> Knobs:
+    """Knobs as the engine resolves them when a flag is not given (None in `given` means default):
+    vLLM 0.33: block 16 (CacheConfig.DEFAULT_BLOCK_SIZE; FLASH_ATTN_MLA on Hopper takes multiples
+    of 16) or 64 on Blackwell (FLASHINFER_MLA rejects 16), max-num-batched-tokens 8192 below 160 GiB
+    else 16384, but 256 with the DeepEP low-latency all-to-all under DP + EP (`deepep`;
+    SchedulerConfig.DEFAULT_MAX_NUM_BATCHED_TOKENS_FOR_BATCHED_DP), max-num-seqs 1024 capped at that
+    budget when not given (engine/arg_utils.py), and a budget below max-num-seqs refused
+    (config/scheduler.py); SGLang: page 1 (fa3) or 64 (trtllm_mla on Blackwell),
+    chunked-prefill by GPU memory (per DP rank: divided by `dp` under DP attention), max-running-requests
+    2048 (its auto floor), but 48 with speculative decoding (MTP; arg_groups/speculative_hook.py
+    `_handle_eagle_family`: "Max running requests is reset to 48 for speculative decoding"; for the whole
+    server, each DP-attention rank taking 48 // dp: kv_cache_configurator.py).
+    Both: max-model-len = the model's max_position_embeddings, bf16 KV.
+    memory_fraction is vLLM's 0.92 for both engines here: SGLang's default depends on the layout, so the
+    callers that know it replace it with `default_memory_fraction` (or the user's flag)."""
+    gpu, blackwell = topo.gpu, topo.gpu.arch == "blackwell"
+    if engine == "sglang":
+        base = dict(block_size=64 if blackwell else 1, max_num_seqs=2048,
+                    max_num_batched_tokens=max(sglang_chunked_prefill(gpu) // dp, 1))
+    else:
+        base = dict(block_size=64 if blackwell else 16, max_num_seqs=1024,
+                    max_num_batched_tokens=256 if deepep else 8192 if gpu.memory_bytes < 160 * GiB else 16384)
+    base.update(engine=engine, kv_cache_dtype="bf16", max_model_len=spec.max_position_embeddings,
+                memory_fraction=VLLM_DEFAULT_UTILIZATION)
+    base.update({k: v for k, v in given.items() if v is not None})
+    if engine == "sglang" and base.get("mtp") and given.get("max_num_seqs") is None:
+        base["max_num_seqs"] = max(SGLANG_SPECULATIVE_MAX_RUNNING // dp, 1)   # the server's, split over DP ranks
+    if engine == "vllm":
+        if given.get("max_num_seqs") is None:
+            base["max_num_seqs"] = min(base["max_num_seqs"], base["max_num_batched_tokens"])
+        budget, seqs = base["max_num_batched_tokens"], base["max_num_seqs"]
+        if budget < seqs:
+            whose = (f"--max-num-batched-tokens {budget}" if given.get("max_num_batched_tokens") is not None else
+                     f"vLLM's default max-num-batched-tokens {budget}"
+                     + (" (DP + EP with the DeepEP low-latency all-to-all)" if deepep else ""))
+            raise PlanError(f"{whose} is below --max-num-seqs {seqs}: vLLM 0.33 refuses to start (each running "
+                            f"request decodes one token of the step's budget); give --max-num-seqs {budget} or less")
+    return Knobs(**base)
+
+
+def activation_tokens(rules: EngineRules, knobs: Knobs, layout: Layout) -> int:
+    """Tokens of the profiled forward on one DP rank: `knobs.max_num_batched_tokens` is per DP rank for
+    both engines (vLLM's flag is; SGLang's --chunked-prefill-size is this x dp, the engine dividing it by
+    the DP-attention size: 8192 -> 1024 at dp 8, ENGINES.md; launch/sglang.py multiplies)."""
+    return knobs.max_num_batched_tokens
+
+
+def block_size_warning(spec: ModelSpec, gpu: GPU, knobs: Knobs, dcp: int) -> str:
+    """Why no MLA attention backend the engine would pick here takes `knobs.block_size` (empty when one
+    does). vLLM validates the block size against the backend at start-up and refuses it ("block_size not
+    supported"); SGLang forces some backends' page size (ENGINES.md; data/backends.yaml)."""
+    if spec.attention != "mla":
+        return ""
+    if knobs.attention_backend:
+        usable = [backend(knobs.engine, knobs.attention_backend)]
+    else:
+        usable = usable_backends(knobs.engine, gpu, knobs.kv_cache_dtype, dcp)
+    if not usable or any(b.accepts_block(knobs.block_size) for b in usable):
+        return ""
+    legal = "; ".join(f"{b.name} " + (f"multiples of {b.multiple_of}" if b.multiple_of else
+                                      ", ".join(map(str, b.block_sizes))) for b in usable)
+    return (f"block size {knobs.block_size} is accepted by no {knobs.engine} MLA attention backend for "
+            f"{gpu.name} with {knobs.kv_cache_dtype} KV (legal: {legal}); the engine will refuse it or change it")

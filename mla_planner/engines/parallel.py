@@ -1,0 +1,104 @@
+"""How each engine runs a layout's parts in parallel: whether its MoE all-to-all goes through DeepEP (and
+where DeepEP cannot run), and over how many GPUs each dense part is split under DP attention."""
+
+from __future__ import annotations
+
+from mla_planner.specs.knobs import MTP_DRAFT_TOKENS
+from mla_planner.specs.layout import Layout, rdma_between_nodes
+
+DEEPEP_SGLANG_DISPATCH_TOKENS = 128   # SGLANG_DEEPEP_NUM_MAX_DISPATCH_TOKENS_PER_RANK default (srt/environ.py 0.5.23)
+DEEPEP_SGLANG_DISPATCH_MAX = 1024     # its hard limit (token_dispatcher/deepep.py)
+
+
+def uses_deepep(layout: Layout) -> bool:
+    """DP attention with the experts spread over the whole stage: the engines run a DeepEP all-to-all
+    (vLLM --all2all-backend deepep_low_latency, SGLang --moe-a2a-backend deepep; launch/a2a.py), and the
+    step model prices exactly that (step_comm.ffn_comm)."""
+    return layout.dp > 1 and layout.ep > 1 and layout.ep == layout.stage_gpus
+
+
+def deepep_experts_problem(engine: str, spec, layout: Layout) -> str:
+    """Why `engine` cannot run this checkpoint's experts behind DeepEP ('' when it can). SGLang 0.5.23 runs
+    int4 group-quantized experts (AWQ: layers/quantization/awq/schemes/awq_moe.py; compressed-tensors W4A16:
+    compressed_tensors_wNa16_moe.py) on its Marlin MoE runner, registered for the standard dispatch only
+    (layers/moe/moe_runner/marlin.py: `register_fused_func("none", "marlin")`, no DeepEP permute), so DP
+    attention + EP over DeepEP has no kernel for them."""
+    if engine == "sglang" and spec.is_moe and spec.expert_dtype == "int4" and uses_deepep(layout):
+        return ("SGLang 0.5.23 runs int4 experts (AWQ, compressed-tensors W4A16) on its Marlin MoE runner, which "
+                "has no DeepEP path (layers/moe/moe_runner/marlin.py)" + NO_FALLBACK)
+    if engine == "sglang" and spec.is_moe and spec.expert_dtype == "int8" and uses_deepep(layout):
+        return ("SGLang 0.5.23 runs INT8 experts (w8a8_int8, blockwise_int8) on its Triton MoE runner with the "
+                "standard dispatch only (layers/moe/moe_runner/triton.py: no DeepEP permute)" + NO_FALLBACK)
+    return ""
+
+
+NO_FALLBACK = ("; DP attention with ep=1 (the MoE tensor-parallel over the stage, tokens all-gathered and "
+               "reduce-scattered) runs without it")
+
+
+def deepep_problem(engine: str, layout: Layout, topo) -> str:
+    """Why DeepEP cannot run this layout's all-to-all on this hardware ('' when it can). DeepEP's normal
+    kernels need NVLink inside a node (DeepEP#216; USER_PROBLEMS.md problem 16: "PCIe L20 cannot use it"),
+    its low-latency kernels reach other GPUs over NVLink or, through NVSHMEM, over RDMA (InfiniBand or
+    RoCE). SGLang's deepep mode `auto` prefills with the normal kernels; vLLM's deepep_low_latency uses
+    the low-latency ones only."""
+    if not uses_deepep(layout):
+        return ""
+    rdma, intra_kind = rdma_between_nodes(topo), topo.intra_node.kind
+    fabric = topo.inter_node.fabric if topo.inter_node else None
+    if intra_kind == "pcie" and engine == "sglang":
+        return ("SGLang's DeepEP all-to-all (DP attention + EP) prefills with DeepEP's normal kernels, which need "
+                "NVLink between the GPUs; this node has PCIe only")
+    if layout.stage_gpus > topo.gpus_per_node and not rdma:
+        return ("DeepEP (the all-to-all of DP attention + EP) between nodes needs an RDMA fabric (InfiniBand or "
+                "RoCE); this cluster's nodes talk over " + (fabric or "nothing")
+                + NO_FALLBACK)
+    if intra_kind == "pcie" and not rdma:
+        return ("DeepEP (the all-to-all of DP attention + EP) needs NVLink or an RDMA NIC (InfiniBand/RoCE, "
+                "through NVSHMEM) between the GPUs; this cluster has PCIe only" + (" and Ethernet" if fabric else "")
+                + NO_FALLBACK)
+    return ""
+
+
+def deepep_dispatch_tokens(engine: str, max_num_seqs: int, max_num_batched_tokens: int, mtp: bool) -> int:
+    """Tokens per rank the low-latency buffer is sized for. vLLM 0.33: max_num_batched_tokens
+    (fused_moe/layer.py: max_num_tokens). SGLang: the decode batch of one DP rank (x 1 + k with MTP verify),
+    at least its default 128 and at most 1024 (launch/a2a.py raises the env var to that)."""
+    if engine == "vllm":
+        return max_num_batched_tokens
+    return min(max(sglang_decode_tokens(max_num_seqs, mtp), DEEPEP_SGLANG_DISPATCH_TOKENS), DEEPEP_SGLANG_DISPATCH_MAX)
+
+
+def sglang_decode_tokens(max_num_seqs: int, mtp: bool) -> int:
+    """Tokens one DP rank sends through the low-latency dispatch in its largest decode step: every running
+    request's token, 1 + k with MTP (--speculative-num-draft-tokens)."""
+    return max_num_seqs * (1 + MTP_DRAFT_TOKENS if mtp else 1)
+
+
+def dense_per_rank_applies(layout: Layout, engine: str) -> bool:
+    """Where the `dense_per_rank` knob means something and is planned: SGLang under DP attention at tp = 1
+    (vLLM always runs the dense parts per DP rank; at tp > 1 SGLang's per-rank MLP would also scatter the
+    tokens over the attention-TP group, which is not priced)."""
+    return engine == "sglang" and layout.dp > 1 and layout.tp == 1
+
+
+def dense_tp(layout: Layout, engine: str, group: str, dense_per_rank: bool = False) -> int:
+    """TP degree of column/row/vocab-split tensors of `group`. Attention always splits over the attention-TP
+    group (`tp`). Under DP attention vLLM keeps each DP rank a full TP replica for everything but
+    the routed experts (vLLM DP+EP docs). SGLang 0.5.23 splits the input embedding over the
+    attention-TP group too (`layers/vocab_parallel_embedding.get_embedding_tp_kwargs`:
+    use_attn_tp_group = is_dp_attention_enabled()), so at tp1 x dp16 every rank holds all of it. By default
+    its dense MLP, shared experts and lm_head split over its whole `--tp-size` = tp x dp (`moe_dense_tp_size`
+    unset; `ParallelLMHead(use_attn_tp_group=enable_dp_lm_head)`, `--enable-dp-lm-head` off), except:
+      shared experts under DeepEP run replicated (`models/deepseek_v2.py`: parallel_group "replicated" when
+        the MoE all-to-all backend is deepep), each rank on its own tokens;
+      `dense_per_rank` (`--moe-dense-tp-size 1 --enable-dp-lm-head`, the large-scale EP recipe; planned at
+        tp = 1 only): the dense MLP replicated (`is_dense_ffn_fully_dp`), the lm_head over the attention-TP
+        group."""
+    if engine != "sglang" or layout.dp == 1 or group in ("attention", "embedding"):
+        return layout.tp
+    if group == "shared_experts" and uses_deepep(layout):
+        return 1
+    if dense_per_rank and group in ("dense_ffn", "lm_head"):
+        return 1 if group == "dense_ffn" else layout.tp
+    return layout.stage_gpus

@@ -1,0 +1,235 @@
+"""Per-GPU memory of an MLA deployment, as the engine will count it: weights, activations, CUDA graphs,
+communication buffers, runtime and the KV pool, for one representative GPU of every pipeline stage.
+
+Each `RankMemory.terms` is an ordered set of named byte counts that sums to the GPU's memory
+(nanoGPT-sizing style). Which terms an engine charges to its KV budget, and how it rounds the pool,
+is `engine_memory`'s business; the physics of each term is `memory_terms` and `memory_weights`.
+The KV cost of a token on one GPU follows MLA_MATH.md section 8: layers on the stage x 576 x bytes,
+NOT divided by TP (every TP rank stores every token's latent), / tp only for the latent-sharded
+layout, / dcp when decode context parallelism splits the tokens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from math import ceil
+from typing import Optional
+
+from mla_planner.core.units import GiB
+from mla_planner.engines.parallel import deepep_dispatch_tokens
+from mla_planner.memory import terms as mt
+from mla_planner.memory.results import MemoryReport, RankMemory
+from mla_planner.engines.backends import fp8_checkpoint, startup_problems
+from mla_planner.engines.cuda_graphs import capture_plan
+from mla_planner.engines.memory_rules import (EngineRules, StageCosts, activation_tokens, block_size_warning,
+                                              engine_rules, fraction_ceiling,
+                                              kv_budget_bytes, kv_pool, sglang_req_to_token_bytes, sglang_rest_bytes)
+from mla_planner.specs.knobs import Knobs
+from mla_planner.specs.layout import Layout, layout_problems
+from mla_planner.memory.verdict import ALLOCATOR_MARGIN_BYTES, verdict
+from mla_planner.engines.parallel import dense_tp
+from mla_planner.memory.weights import stage_weight_terms
+from mla_planner.memory.pp_split import layer_split, split_problem
+from mla_planner.specs.sizing import kv_bytes_per_token_layer
+from mla_planner.specs.model import ModelSpec
+from mla_planner.specs.topology import Topology
+
+
+
+def split_pools(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs,
+                engine_version: Optional[str] = None):
+    """split -> the KV tokens each stage's pool would hold under it: what pp_split.balance weighs. A stage
+    with no room scores its budget in MB instead (negative or under a block: below any stage that has
+    room, and higher the less it lacks), so a split can still climb out of not fitting."""
+    rules, total, memo = engine_rules(knobs.engine, engine_version), float(topo.gpu.memory_bytes), {}
+
+    def pools(split: list[int]) -> list[int]:
+        stages, start = [], 0
+        for i, n in enumerate(split):
+            if (i, start, n) not in memo:
+                memo[i, start, n] = _stage(spec, topo, layout, knobs, rules, i, range(start, start + n))
+            stages.append(memo[i, start, n])
+            start += n
+        rest = min(sglang_rest_bytes(knobs, total, s.costs) for s in stages) if rules.engine == "sglang" else None
+        tokens = [kv_pool(rules, knobs, total, s.costs, layout.dcp, rest)[1] for s in stages]   # as _rank's
+        return [t or min(kv_budget_bytes(rules, knobs, total, s.costs, rest) / 1e6, 0.0)
+                for t, s in zip(tokens, stages)]
+    return pools
+
+
+def stage_ranges(split: list[int]) -> list[range]:
+    """The decoder layers each pipeline stage owns, from layers per stage."""
+    out, start = [], 0
+    for n in split:
+        out.append(range(start, start + n))
+        start += n
+    return out
+
+
+def kv_slot_bytes(spec: ModelSpec, layout: Layout, layers: int, kv_dtype: str) -> float:
+    """Bytes one physical token slot costs one GPU: layers x bytes/token/layer (sizing), the MLA latent
+    whole on every TP rank (/tp only when latent-sharded); GQA keeps ceil(kv_heads/tp) heads per rank."""
+    per_layer = kv_bytes_per_token_layer(spec, kv_dtype)
+    if spec.attention == "gqa":
+        per_layer *= ceil(spec.kv_heads / layout.tp) / spec.kv_heads
+    elif layout.kv_layout == "latent-sharded":
+        per_layer /= layout.tp
+    return layers * per_layer
+
+
+@dataclass(frozen=True)
+class _Stage:
+    index: int
+    layers: int
+    weights: dict
+    costs: StageCosts
+
+
+def _stage(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, rules: EngineRules,
+           index: int, rng: range) -> _Stage:
+    """The engine-neutral costs of one GPU of stage `index` owning decoder layers `rng`."""
+    first, last = index == 0, index == layout.pp - 1
+    mtp = knobs.mtp and last
+    fp8 = fp8_checkpoint(rules.engine, spec, topo.gpu)
+    marlin = rules.engine == "vllm" and bool(fp8 and fp8[0])   # weight-only FP8 Marlin on a GPU without FP8
+    weights = stage_weight_terms(spec, layout, rng, first, last, rules.engine, mtp, marlin, knobs.dense_per_rank)
+    kv_layers = len(rng) + (spec.num_nextn_predict_layers if mtp else 0)
+    tokens = activation_tokens(rules, knobs, layout)
+    ffn_tp = dense_tp(layout, rules.engine, "dense_ffn", knobs.dense_per_rank)
+    sizes, modes = capture_plan(rules, knobs, topo.gpu, layout)
+    costs = StageCosts(
+        weights_bytes=sum(weights.values()),
+        activation_bytes=mt.activation_peak_bytes(spec, layout, tokens, min(knobs.max_num_seqs, tokens), last, ffn_tp),
+        cuda_graph_bytes=mt.cuda_graph_bytes(spec, layout, sizes, modes, last, ffn_tp),
+        nccl_bytes=mt.nccl_buffer_bytes(layout),
+        runtime_bytes=mt.runtime_overhead_bytes(),
+        slot_bytes=kv_slot_bytes(spec, layout, kv_layers, knobs.kv_cache_dtype),
+        a2a_bytes=mt.deepep_buffer_bytes(spec, layout, deepep_dispatch_tokens(
+            rules.engine, knobs.max_num_seqs, knobs.max_num_batched_tokens, knobs.mtp)))
+    return _Stage(index, kv_layers, weights, costs)
+
+
+def _stages(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, rules: EngineRules) -> list[_Stage]:
+    ranges = stage_ranges(layer_split(spec, layout, knobs))
+    return [_stage(spec, topo, layout, knobs, rules, i, r) for i, r in enumerate(ranges)]
+
+
+def _ranks(stages: list[_Stage], knobs: Knobs, rules: EngineRules, total: float, dcp: int) -> list[RankMemory]:
+    """Every stage's GPU; SGLang's KV budget is the smallest over them (engine_memory.sglang_rest_bytes)."""
+    rest = min(sglang_rest_bytes(knobs, total, s.costs) for s in stages) if rules.engine == "sglang" else None
+    return [_rank(s, knobs, rules, total, dcp, rest) for s in stages]
+
+
+def _rank(stage: _Stage, knobs: Knobs, rules: EngineRules, total: float, dcp: int,
+          rest: Optional[float]) -> RankMemory:
+    c = stage.costs
+    pool_bytes, tokens = kv_pool(rules, knobs, total, c, dcp, rest)
+    terms = dict(stage.weights)
+    if c.a2a_bytes:
+        terms["deepep_buffer"] = c.a2a_bytes
+    terms.update({"activation_peak": c.activation_bytes, "cuda_graph": c.cuda_graph_bytes,
+                  "nccl_buffers": c.nccl_bytes, "runtime_overhead": c.runtime_bytes})
+    if rules.engine == "sglang":
+        terms["req_to_token"] = sglang_req_to_token_bytes(knobs, tokens)
+    terms["kv_pool"] = pool_bytes
+    terms["free"] = total - sum(terms.values())
+    return RankMemory(stage.index, stage.layers, terms, total, c.weights_bytes, pool_bytes,
+                      c.slot_bytes / dcp, tokens)
+
+
+@lru_cache(maxsize=4096)
+def evaluate(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs,
+             engine_version: Optional[str] = None) -> MemoryReport:
+    """`memory_report` without the search for ways out (used by that search itself). Memoised: a plan
+    search asks again for the same knobs (screen, tune, metrics); callers treat the report as read-only."""
+    problems = layout_problems(layout, spec, topo.gpus_per_node, topo.total_gpus)
+    problems += [p for p in [split_problem(spec, layout, knobs)] if p and not problems]
+    rules = engine_rules(knobs.engine, engine_version)
+    if problems:
+        return MemoryReport(knobs.engine, layout, knobs, [], 0, 0, 0, False, problems, [], 0.0, 0,
+                            rules.version, 0.0, layout.kv_holding(), blocking=len(problems))
+    stages, total = _stages(spec, topo, layout, knobs, rules), float(topo.gpu.memory_bytes)
+    ranks = _ranks(stages, knobs, rules, total, layout.dcp)
+    binding = min(ranks, key=lambda r: r.kv_tokens).pp_stage
+    capacity = ranks[binding].kv_tokens
+    ceiling, no_safe = _safe_fraction(stages, knobs, rules, total, fraction_ceiling(rules.engine, topo.gpu))
+    safe = 0.0 if no_safe else ceiling
+    reasons, notes = verdict(ranks, knobs, layout, capacity, safe)
+    block = block_size_warning(spec, topo.gpu, knobs, layout.dcp)
+    reasons += [block] if block else []
+    refusals, engine_notes = startup_problems(knobs.engine, spec, topo.gpu, knobs, layout.dcp)
+    reasons += [f"!{r}" for r in refusals]
+    notes += engine_notes
+    blockers = [r[1:] for r in reasons if r.startswith("!")]     # why it does not fit first, then the risks
+    return MemoryReport(
+        knobs.engine, layout, knobs, ranks, binding, capacity, capacity * layout.dp, not blockers,
+        blockers + [r for r in reasons if not r.startswith("!")], [], capacity / knobs.max_model_len,
+        min(capacity, spec.max_position_embeddings), rules.version, safe, layout.kv_holding(), notes, no_safe,
+        len(blockers))
+
+
+@lru_cache(maxsize=8192)
+def safe_memory_fraction(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs,
+                         engine_version: Optional[str] = None) -> float:
+    """The highest memory fraction that leaves room for every term the engine does not charge to its
+    KV budget, plus ALLOCATOR_MARGIN_BYTES (see `_safe_fraction`); 0.0 for a layout that cannot exist.
+    A ceiling for sizing knobs: where even it leaves no room for a KV block, `memory_report`'s
+    `safe_fraction` is 0.0 and its `no_safe_fraction` says why, but this still returns the ceiling."""
+    if layout_problems(layout, spec, topo.gpus_per_node, topo.total_gpus) or split_problem(spec, layout, knobs):
+        return 0.0
+    rules = engine_rules(knobs.engine, engine_version)
+    return _safe_fraction(_stages(spec, topo, layout, knobs, rules), knobs, rules, float(topo.gpu.memory_bytes),
+                          fraction_ceiling(rules.engine, topo.gpu))[0]
+
+
+def _stage_fraction_bytes(s: _Stage, knobs: Knobs, rules: EngineRules, total: float) -> tuple[float, float, float]:
+    """(bytes inside the engine's fraction, bytes it must leave outside, the base the fraction is of).
+    Inside: weights + one block of KV (+ what vLLM charges to the budget); outside: what the engine does
+    not charge + the margin. vLLM: fraction of total; SGLang: of pre-load free (total - runtime - NCCL),
+    its slack (1 - f) x pre-load holding activations, graphs and the req_to_token table."""
+    c = s.costs
+    block = knobs.block_size * c.slot_bytes
+    if rules.engine == "sglang":
+        slack = c.activation_bytes + c.cuda_graph_bytes + sglang_req_to_token_bytes(knobs, knobs.max_num_seqs * 2)
+        return c.weights_bytes + c.a2a_bytes + block, slack + ALLOCATOR_MARGIN_BYTES, \
+            total - c.runtime_bytes - c.nccl_bytes
+    charged = c.weights_bytes + c.a2a_bytes + c.activation_bytes + block
+    outside = ALLOCATOR_MARGIN_BYTES
+    baseline = c.runtime_bytes + c.nccl_bytes
+    charged, outside = (charged, outside + baseline) if rules.baseline_outside_budget else (charged + baseline, outside)
+    graphs = c.cuda_graph_bytes if knobs.cuda_graphs else 0.0
+    charged, outside = (charged + graphs, outside) if rules.graphs_in_budget else (charged, outside + graphs)
+    return charged, outside, total
+
+
+def _safe_fraction(stages: list[_Stage], knobs: Knobs, rules: EngineRules, total: float,
+                   engine_ceiling: float = 1.0) -> tuple[float, str]:
+    """(ceiling, why none): the ceiling is 1 - outside / base, minimum over stages, and never above the
+    engine's own (`engine_ceiling`), floored to 0.001; the reason is set when at the ceiling a stage has
+    no room for one KV block (no fraction is both safe and leaves a KV cache)."""
+    sized = [(s, *_stage_fraction_bytes(s, knobs, rules, total)) for s in stages]
+    own = min(1 - outside / base for _, _, outside, base in sized)
+    safe = max(int(min(own, engine_ceiling) * 1000) / 1000, 0.0)
+    gib = GiB
+    ceiling_binds = engine_ceiling < own and all(inside <= own * base for _, inside, _, base in sized)
+    for s, inside, outside, base in sized:
+        if s.costs.weights_bytes >= total:
+            return safe, (f"no fraction fits: the weights alone ({s.costs.weights_bytes / gib:,.1f} GiB per GPU on "
+                         f"stage {s.index}) exceed the GPU's {total / gib:,.1f} GiB")
+        if inside > safe * base and ceiling_binds:   # only SGLang's own ceiling stands in the way
+            return safe, (f"no fraction up to SGLang's own ceiling {safe:.3f} fits: on stage {s.index} the weights "
+                          f"({s.costs.weights_bytes / gib:,.1f} GiB per GPU) and one KV block"
+                          + (f" with the DeepEP buffer ({s.costs.a2a_bytes / gib:,.1f} GiB)" if s.costs.a2a_bytes
+                             else "")
+                          + f" need {inside / gib:,.1f} GiB of its static pool, more than {safe:.3f} x "
+                          f"{base / gib:,.1f} GiB; SGLang keeps at least 10 GiB outside it when it picks the fraction "
+                          "itself, so a higher --mem-fraction-static leaves less headroom than its own rule")
+        if inside > safe * base:
+            extra = "activations, CUDA graphs, runtime/NCCL buffers"
+            extra += ", the req_to_token table" if rules.engine == "sglang" else ""
+            return safe, (f"no fraction fits: on stage {s.index} the weights ({s.costs.weights_bytes / gib:,.1f} GiB "
+                         f"per GPU), one KV block, {extra} and the {ALLOCATOR_MARGIN_BYTES / gib:.0f} GiB margin "
+                         f"need {(inside + outside + total - base) / gib:,.1f} GiB, more than the GPU's "
+                         f"{total / gib:,.1f} GiB")
+    return safe, ""

@@ -1,0 +1,131 @@
+"""The non-weight, non-KV memory of one GPU: activation peak, CUDA graphs, NCCL buffers, runtime.
+
+Engine-neutral physics; `engine_memory` decides which of these each engine charges to its KV budget.
+Every constant is named with its source or the reasoning behind it. Sizes are bytes on one GPU.
+
+Activation peak of a forward pass over T tokens (the engines profile it at max-num-batched-tokens /
+chunked-prefill-size) = the residual stream that lives across layers + the largest per-layer working
+set of {MLA prefill attention, dense FFN, fused MoE, logits + sampler}. The working sets follow the
+tensors the engines allocate (shapes below); they run one after another, so their max, not their
+sum, is what the allocator peaks at.
+"""
+
+from __future__ import annotations
+
+from math import ceil
+
+from mla_planner.core.units import GiB, MiB
+from mla_planner.engines.parallel import uses_deepep
+from mla_planner.specs.layout import Layout
+from mla_planner.specs.model import ModelSpec
+
+ACT_BYTES = 2                  # bf16 activations (the DeepSeek/Kimi serving dtype)
+RESIDUAL_STREAM_COPIES = 3     # hidden_states, residual, and the layer output being formed (vLLM
+                               # DeepseekV2DecoderLayer: residual add + RMSNorm keep two, the MLP output a third)
+MOE_CHUNK_TOKENS = 32768       # vLLM fused_experts processes at most VLLM_FUSED_MOE_CHUNK_SIZE tokens at a time
+                               # (default 32768, vllm/envs.py 0.8.4); the workspace is sized for one chunk
+LOGITS_BYTES_PER_VOCAB_ENTRY = 10  # per sampled row: bf16 gathered logits (2) + fp32 copy (4) + fp32 probs for
+                                   # top-p/top-k (4); vLLM v1 Sampler (logits.to(float32), softmax)
+CUDA_RUNTIME_BYTES = 1.79 * GiB    # non-torch memory of one process with no peers: CUDA context, kernel images,
+                                   # library handles. vLLM PR #10511: Llama-3-8B, H100, TP1 non_torch_memory 1.79 GiB
+NCCL_GROUP_BYTES = 1.79 * GiB      # device buffers of one communicating group (NCCL communicator + custom
+                                   # all-reduce IPC buffers). vLLM PR #10511: TP2 non_torch 3.58 GiB = TP1 + 1.79 GiB
+GRAPH_BYTES_PER_CAPTURE = 16 * MiB  # executable-graph overhead per captured batch size: vLLM counts >= 1 MiB per
+                                    # graph (gpu_model_runner.profile_cudagraph_memory); a piecewise capture of a
+                                    # 61-layer model is ~62 graph pieces, so we take 16 MiB per size (estimate)
+
+
+def runtime_overhead_bytes() -> float:
+    """CUDA context, loaded kernel images and library handles of one engine process (non-torch).
+    Constant per process; source: CUDA_RUNTIME_BYTES."""
+    return CUDA_RUNTIME_BYTES
+
+
+def nccl_groups(layout: Layout) -> int:
+    """Communicating groups one GPU belongs to: attention TP (tp > 1), pipeline send/recv (pp > 1),
+    the MoE/expert group when it is wider than the TP group (DP attention: EP all-to-all / all-gather
+    over tp x dp), and the decode-context-parallel group (dcp > 1)."""
+    return sum((layout.tp > 1, layout.pp > 1, layout.dp > 1, layout.dcp > 1))
+
+
+def nccl_buffer_bytes(layout: Layout) -> float:
+    """NCCL + custom all-reduce buffers: nccl_groups x NCCL_GROUP_BYTES (vLLM PR #10511 measurement).
+    Outside torch's allocator; vLLM's worker comment: 'NCCL operations ... can use a few GB'."""
+    return nccl_groups(layout) * NCCL_GROUP_BYTES
+
+
+def attention_working_bytes(spec: ModelSpec, layout: Layout, tokens: int) -> float:
+    """MLA prefill in the naive (MHA) form: q [T, H/tp, d_qk], k [T, H/tp, d_qk] (k_nope from wkv_b
+    plus the shared k_pe), v [T, H/tp, d_v], o [T, H/tp, d_v], bf16 (vLLM MLACommonImpl._forward_prefill;
+    MLA_MATH.md section 5). GQA: q, k, v, o of the rank's heads."""
+    heads = ceil(spec.num_attention_heads / layout.tp)
+    v_dim = spec.v_head_dim if spec.attention == "mla" else spec.gqa_head_dim
+    return float(tokens * heads * (2 * spec.qk_head_dim + 2 * v_dim) * ACT_BYTES)
+
+
+def dense_ffn_working_bytes(spec: ModelSpec, tp: int, tokens: int) -> float:
+    """SwiGLU FFN: gate/up output [T, 2 I/tp] plus the activated [T, I/tp], bf16."""
+    inter = ceil(spec.intermediate_size / tp)
+    return float(tokens * 3 * inter * ACT_BYTES)
+
+
+def moe_working_bytes(spec: ModelSpec, layout: Layout, tokens: int) -> float:
+    """vLLM fused_experts workspaces for M = min(T, MOE_CHUNK_TOKENS) tokens, top-k, local intermediate
+    I = moe_intermediate/moe_tp: cache13 M k max(2I, d) bf16 (shared by w13 output and w2 output),
+    cache2 M k I bf16, the fp8-quantized input M d and quantized cache2 M k I (1 byte each), and the
+    shared-expert output T d bf16. Under DP attention the MoE sees the all-gathered tokens of all
+    dp ranks (vLLM default all2all backend allgather_reducescatter)."""
+    if not spec.is_moe:
+        return 0.0
+    moe_tokens = tokens * layout.dp
+    m, k, d = min(moe_tokens, MOE_CHUNK_TOKENS), spec.num_experts_per_tok, spec.hidden_size
+    inter = ceil(spec.moe_intermediate_size / layout.moe_tp)
+    cache13 = m * k * max(2 * inter, d) * ACT_BYTES
+    cache2 = m * k * inter * ACT_BYTES
+    quantized = (m * d + m * k * inter) * (1 if spec.expert_dtype in ("fp8", "int8") else 0)
+    shared = moe_tokens * d * ACT_BYTES if spec.n_shared_experts else 0
+    return float(cache13 + cache2 + quantized + shared)
+
+
+def logits_working_bytes(spec: ModelSpec, tp: int, rows: int) -> float:
+    """Logits of the sampled rows on the last stage: the local lm_head output rows x V/tp bf16, then
+    the gathered rows x V x LOGITS_BYTES_PER_VOCAB_ENTRY (bf16 gathered, fp32 logits, fp32 probs)."""
+    vocab = spec.vocab_size
+    return float(rows * ceil(vocab / tp) * ACT_BYTES + rows * vocab * LOGITS_BYTES_PER_VOCAB_ENTRY)
+
+
+def activation_peak_bytes(spec: ModelSpec, layout: Layout, tokens: int, logit_rows: int, last: bool,
+                          dense_tp: int | None = None) -> float:
+    """Peak transient memory of one forward over `tokens` tokens on one GPU: residual stream
+    (RESIDUAL_STREAM_COPIES x T x d bf16) + max(attention, dense FFN, MoE, logits on the last stage)."""
+    residual = RESIDUAL_STREAM_COPIES * tokens * spec.hidden_size * ACT_BYTES
+    working = [attention_working_bytes(spec, layout, tokens),
+               dense_ffn_working_bytes(spec, dense_tp or layout.tp, tokens) if spec.num_dense_layers else 0.0,
+               moe_working_bytes(spec, layout, tokens)]
+    if last:
+        working.append(logits_working_bytes(spec, dense_tp or layout.tp, logit_rows))
+    return float(residual + max(working))
+
+
+def cuda_graph_bytes(spec: ModelSpec, layout: Layout, capture_sizes: list[int], modes: int, last: bool,
+                     dense_tp: int | None = None) -> float:
+    """Graph memory pool + per-graph overhead. The pool holds the intermediates of the largest captured
+    batch (graphs are captured largest first and share one pool, vLLM `capture_model`), i.e. a decode
+    forward at max(capture_sizes) tokens; each captured size in each mode adds GRAPH_BYTES_PER_CAPTURE."""
+    if not capture_sizes or not modes:
+        return 0.0
+    top = max(capture_sizes)
+    pool = activation_peak_bytes(spec, layout, top, top, last, dense_tp)
+    return float(pool + modes * len(capture_sizes) * GRAPH_BYTES_PER_CAPTURE)
+
+
+def deepep_buffer_bytes(spec: ModelSpec, layout: Layout, tokens: int) -> float:
+    """DeepEP low-latency RDMA buffer (NVSHMEM, outside torch's allocator) on one GPU:
+    4 x experts x tokens x (2 x hidden + hidden/32) bytes: send and receive halves, double-buffered, each
+    holding every expert's slot of bf16 combine messages (2 x hidden) or fp8 dispatch messages with one
+    fp32 scale per 128 values. Source: DeepEP `get_low_latency_rdma_size_hint` (csrc/config.hpp
+    LowLatencyLayout); USER_PROBLEMS.md section C lists it among the hidden buffers. Zero without DeepEP."""
+    if not uses_deepep(layout) or not spec.is_moe:
+        return 0.0
+    d = spec.hidden_size
+    return float(4 * spec.n_routed_experts * tokens * (2 * d + d // 32))

@@ -1,0 +1,64 @@
+"""What a memory report concludes from its stages: why a stage does not fit (or is at risk), and the notes a
+reader needs (which stage binds the pool, a fraction above the safe one)."""
+
+from __future__ import annotations
+
+from mla_planner.core.units import GiB, MiB
+from mla_planner.memory.results import RankMemory
+from mla_planner.specs.knobs import Knobs
+from mla_planner.specs.layout import Layout
+
+ALLOCATOR_MARGIN_BYTES = 2 * GiB  # headroom we keep for caching-allocator fragmentation and transient
+                                     # library workspaces beyond the modelled terms (our choice, not an engine figure)
+
+
+def _stage_reasons(r: RankMemory, knobs: Knobs, safe: float) -> list[str]:
+    """Why one stage does not fit (leading '!'), or its risk."""
+    gib, free = GiB, r.terms["free"]
+    if r.weights_bytes >= r.total_bytes:
+        return [f"!stage {r.pp_stage}: the weights alone ({r.weights_bytes / gib:,.1f} GiB per GPU) exceed the "
+                f"GPU's {r.total_bytes / gib:,.1f} GiB"]
+    if r.kv_tokens == 0:
+        budget = r.total_bytes * knobs.memory_fraction
+        return [f"!stage {r.pp_stage}: no room for a KV cache: weights {r.weights_bytes / gib:,.1f} GiB per GPU plus "
+                f"activations and runtime use up the engine's budget ({knobs.memory_fraction:g} x "
+                f"{r.total_bytes / gib:,.1f} GiB = {budget / gib:,.1f} GiB)"]
+    if free < 0:
+        short = f"{-free / gib:,.1f} GiB" if -free >= 0.1 * gib else f"{-free / MiB:,.0f} MiB"
+        return [f"!stage {r.pp_stage}: {short} short once the KV pool, activations and CUDA graphs "
+                f"are in place (out of memory at graph capture or the first long prefill)" + _use(safe, "at most ")]
+    if free < ALLOCATOR_MARGIN_BYTES:
+        return [f"stage {r.pp_stage}: only {free / gib:,.1f} GiB left free (below the "
+                f"{ALLOCATOR_MARGIN_BYTES / gib:.0f} GiB margin)" + _use(safe, "")]
+    return []
+
+
+def _use(safe: float, bound: str) -> str:
+    if safe:
+        return f"; use a memory fraction of {bound}{safe:.3f}"
+    return "; no memory fraction leaves both a KV cache and the margin"
+
+
+def verdict(ranks: list[RankMemory], knobs: Knobs, layout: Layout, capacity: int,
+             safe: float) -> tuple[list[str], list[str]]:
+    """Reasons (a leading '!' marks one that makes it not fit) and notes."""
+    reasons, notes = [], []
+    for r in ranks:
+        reasons += _stage_reasons(r, knobs, safe)
+    if 0 < capacity < knobs.max_model_len:
+        if knobs.engine == "sglang":   # managers/tp_worker.py: max_req_len = min(context_len - 1, pool - 1)
+            reasons.append(f"!the KV pool holds {capacity:,} tokens, fewer than --context-length "
+                           f"{knobs.max_model_len:,}: SGLang starts but caps every request at {capacity - 1:,} "
+                           "tokens (prompt + output) and turns longer ones away")
+        else:
+            reasons.append(f"!the KV pool holds {capacity:,} tokens, fewer than --max-model-len "
+                           f"{knobs.max_model_len:,} (the engine refuses to start); the longest that fits is "
+                           f"{capacity:,}")
+    if len(ranks) > 1 and len({r.kv_tokens for r in ranks}) > 1:
+        notes.append(f"stage {min(ranks, key=lambda r: r.kv_tokens).pp_stage} binds: the engine sizes every stage's "
+                     f"pool to the minimum, {capacity:,} tokens")
+    if layout.kv_layout == "latent-sharded":
+        notes.append("latent-sharded KV (the seed's Route B) is not implemented by vLLM or SGLang; a planning figure")
+    if 0 < safe < knobs.memory_fraction:
+        notes.append(f"memory fraction {knobs.memory_fraction:g} is above the safe {safe:.3f} predicted here")
+    return reasons, notes

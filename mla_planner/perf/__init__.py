@@ -1,0 +1,1 @@
+"""Collectives, the decode step, prefill, request times and the seed article's metrics."""

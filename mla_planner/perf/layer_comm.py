@@ -1,0 +1,136 @@
+"""The communication one decoder layer (and one pipeline hand-off) needs, as named collective costs.
+
+Per layer, on one GPU, for a forward pass of `tokens` rows per DP rank (activations bf16, d = hidden; b = the
+decoding query rows, sequences x q_len, q_len = 2 with MTP):
+  attn.tp_all_reduce      all-reduce of tokens x d x 2 B over the TP group after wo (Megatron row-parallel)
+  attn.dcp_gather_q       all-gather of the queries over the DCP group: dcp x b x H/tp x 576 x 2 B
+  attn.dcp_combine        reduce-scatter of the partial latent outputs (dcp x b x H/tp x 512 x 2 B) plus an
+                          all-gather of the softmax statistics (LSE, fp32) (vLLM DCP, ag_rs backend)
+  attn.latent_exchange    Route B: q_nope all-gathered (b x H x 192 x 2), fp32 partial scores reduce-scattered
+                          to the head owners (b x H x T x 4), bf16 probabilities all-gathered (b x H x T x 2),
+                          latent outputs exchanged (all-to-all, b x H x 512/tp x 2)
+  ffn.all_reduce / moe.all_reduce   after the FFN/MoE when the stage runs it tensor-parallel on the same tokens
+  ffn.dp_gather / ffn.dp_scatter    SGLang under DP attention: its dense MLP splits over tp x dp, so the dp
+                          ranks' tokens are all-gathered before it and reduce-scattered after (none with
+                          dense_per_rank, --moe-dense-tp-size 1: each rank runs the whole MLP on its tokens)
+  moe.dispatch / moe.combine        DP attention + EP: all-to-all of tokens/tp x k x d, fp8 (1 B + 4 B per
+                          128 scale) to dispatch where the GPU has fp8, bf16 to combine (DeepEP)
+  moe.dp_gather / moe.dp_scatter    DP attention without EP: all-gather of dp x b x d x 2 B before the MoE,
+                          reduce-scatter after (vLLM allgather_reducescatter backend)
+Pipeline hand-off: vLLM sends hidden state + residual (2 x b x d x 2 B) with each TP rank sending 1/tp of it
+to its peer and the receiving stage all-gathering it (`send_tensor_dict(all_gather_group=tp)`).
+"""
+
+from __future__ import annotations
+
+from mla_planner.specs.calibration import Calibration
+from mla_planner.perf.comm import collective_time_s
+from mla_planner.specs.layout import Layout
+from mla_planner.engines.parallel import uses_deepep
+from mla_planner.specs.model import ModelSpec
+from mla_planner.memory.terms import ACT_BYTES
+from mla_planner.perf.layer_work import Batch, dense_tp, ffn_rows
+from mla_planner.specs.topology import Topology
+
+
+def _spans(group: int, topo: Topology) -> bool:
+    return group > topo.gpus_per_node
+
+
+def _ct(kind: str, nbytes: float, group: int, topo: Topology, calib: Calibration,
+        spans: bool | None = None) -> float:
+    spans = _spans(group, topo) if spans is None else spans
+    return collective_time_s(kind, nbytes, group, topo, calib, spans) if group > 1 else 0.0
+
+
+def dp_rank_blocks(layout: Layout, engine: str) -> bool:
+    """vLLM places each DP rank's tp x pp GPUs together (world rank = dp x pp x tp + pp x tp + tp), so with
+    PP a stage's DP-attention/EP group is strided over the whole instance; SGLang (and vLLM without DP or
+    without PP) packs each stage's tp x dp GPUs together."""
+    return engine == "vllm" and layout.dp > 1 and layout.pp > 1
+
+
+def stage_group_spans(layout: Layout, topo: Topology, engine: str) -> bool:
+    """Whether the stage-wide group (DP-attention gather/scatter, EP all-to-all) crosses nodes."""
+    gpus = layout.instance_gpus if dp_rank_blocks(layout, engine) else layout.stage_gpus
+    return gpus > topo.gpus_per_node
+
+
+def attention_comm(spec: ModelSpec, layout: Layout, batch: Batch, topo: Topology,
+                   calib: Calibration) -> dict[str, float]:
+    d, tp, b = spec.hidden_size, layout.tp, batch.decode_tokens     # query rows (q_len per sequence with MTP)
+    out = {"attn.tp_all_reduce": _ct("all_reduce", batch.tokens * d * ACT_BYTES, tp, topo, calib)}
+    if spec.attention != "mla" or not b:
+        return out
+    H_t, dc, dr = spec.num_attention_heads // tp, spec.kv_lora_rank, spec.qk_rope_head_dim
+    if layout.dcp > 1:
+        g = layout.dcp
+        out["attn.dcp_gather_q"] = _ct("all_gather", g * b * H_t * (dc + dr) * ACT_BYTES, g, topo, calib)
+        out["attn.dcp_combine"] = (_ct("reduce_scatter", g * b * H_t * dc * ACT_BYTES, g, topo, calib)
+                                   + _ct("all_gather", g * b * H_t * g * 4, g, topo, calib))
+    if layout.kv_layout == "latent-sharded":
+        H, T = spec.num_attention_heads, batch.context
+        out["attn.latent_exchange"] = (
+            _ct("all_gather", b * H * spec.qk_head_dim * ACT_BYTES, tp, topo, calib)
+            + _ct("reduce_scatter", b * H * T * 4, tp, topo, calib)
+            + _ct("all_gather", b * H * T * ACT_BYTES, tp, topo, calib)
+            + _ct("all_to_all", b * H * dc / tp * ACT_BYTES, tp, topo, calib))
+    return out
+
+
+def ffn_comm(spec: ModelSpec, layout: Layout, batch: Batch, topo: Topology, calib: Calibration,
+             moe: bool, fp8_dispatch: bool, engine: str = "vllm", dense_per_rank: bool = False) -> dict[str, float]:
+    d, n = spec.hidden_size, batch.tokens
+    stage, spans = layout.stage_gpus, stage_group_spans(layout, topo, engine)
+    if not moe and ffn_rows(layout, engine, "dense_ffn", n, dense_per_rank) > n:
+        total = layout.dp * n * d * ACT_BYTES
+        return {"ffn.dp_gather": _ct("all_gather", total, stage, topo, calib, spans),
+                "ffn.dp_scatter": _ct("reduce_scatter", total, stage, topo, calib, spans)}
+    if not moe:
+        return {"ffn.all_reduce": _ct("all_reduce", n * d * ACT_BYTES, layout.tp, topo, calib)}
+    if layout.dp == 1:
+        return {"moe.all_reduce": _ct("all_reduce", n * d * ACT_BYTES, stage, topo, calib)}
+    if uses_deepep(layout):   # the rule the launch follows (launch/a2a.py) and the memory model prices
+        k = spec.num_experts_per_tok
+        rows = n / layout.tp * k
+        dispatch_b = (1 + 4 / 128) if fp8_dispatch else ACT_BYTES
+        return {"moe.dispatch": _ct("all_to_all", rows * d * dispatch_b, stage, topo, calib, spans),
+                "moe.combine": _ct("all_to_all", rows * d * ACT_BYTES, stage, topo, calib, spans)}
+    total = layout.dp * n * d * ACT_BYTES
+    return {"moe.dp_gather": _ct("all_gather", total, stage, topo, calib, spans),
+            "moe.dp_scatter": _ct("reduce_scatter", total, stage, topo, calib, spans)}
+
+
+def stages_share_node(layout: Layout, stage: int, topo: Topology, engine: str = "sglang") -> bool:
+    """Whether stage `stage` and the next one sit on the same node (stages packed in GPU order; under
+    vLLM DP each DP rank's stages sit together, see `dp_rank_blocks`)."""
+    if dp_rank_blocks(layout, engine):
+        return layout.tp * layout.pp <= topo.gpus_per_node
+    first, nxt = stage * layout.stage_gpus, (stage + 1) * layout.stage_gpus
+    return first // topo.gpus_per_node == nxt // topo.gpus_per_node and layout.stage_gpus < topo.gpus_per_node
+
+
+def pp_handoff_s(spec: ModelSpec, layout: Layout, batch: Batch, stage: int, topo: Topology,
+                 calib: Calibration, engine: str = "sglang") -> float:
+    """Send hidden state + residual to the next stage: p2p of 1/tp of it per TP rank, then an all-gather
+    over the receiving TP group (vLLM `send_tensor_dict` / `recv_tensor_dict` with all_gather_group)."""
+    nbytes = 2 * batch.tokens * spec.hidden_size * ACT_BYTES
+    same = stages_share_node(layout, stage, topo, engine)
+    p2p = collective_time_s("p2p", nbytes / layout.tp, 2, topo, calib, spans_nodes=not same)
+    return p2p + _ct("all_gather", nbytes, layout.tp, topo, calib)
+
+
+def embed_comm(spec: ModelSpec, layout: Layout, batch: Batch, topo: Topology, calib: Calibration) -> float:
+    """Vocab-parallel embedding: an all-reduce of tokens x d over TP (first stage)."""
+    return _ct("all_reduce", batch.tokens * spec.hidden_size * ACT_BYTES, layout.tp, topo, calib)
+
+
+def logits_comm(spec: ModelSpec, layout: Layout, rows: int, topo: Topology, calib: Calibration,
+                engine: str = "vllm", dense_per_rank: bool = False) -> float:
+    """Vocab-parallel lm_head: gather the rows' logits (bf16) over the group the head is split over
+    (memory_weights.dense_tp; SGLang's DP attention: all dp ranks' rows over tp x dp, or with `dense_per_rank`
+    the rank's own rows over its attention-TP group), last stage."""
+    tp = dense_tp(layout, engine, "lm_head", dense_per_rank)
+    wide = ffn_rows(layout, engine, "lm_head", rows, dense_per_rank)
+    return _ct("all_gather", wide * spec.vocab_size * ACT_BYTES, tp, topo, calib,
+               stage_group_spans(layout, topo, engine) if tp > layout.tp else None)

@@ -1,0 +1,256 @@
+"""The work of one decoder layer on one GPU: HBM bytes and FLOPs per operation, for a batch under a layout.
+
+Named operations (nanoGPT-sizing style), each with the bytes it moves and the FLOPs it does:
+  attn.proj     q/kv down and up projections, W_UK/W_UV absorption, wo: 2 x tokens x the rank's
+                attention matrix parameters FLOPs (every weight element is one MAC per token, MLA_MATH.md
+                section 8 table) and the rank's attention weight bytes (weights.py splits)
+  attn.core     decode: the absorbed MLA core from attention_cost (the functions `verify` uses); with MTP each
+                sequence's s_q = q_len query tokens read its cache once (FlashMLA's s_q)
+  attn.prefill  a prefill chunk: the naive/MHA form over the prefix plus K/V up-projection of the latent
+  ffn.dense     dense SwiGLU FFN (first_k_dense_replace layers), split as the memory model splits it
+  moe.gate      router: E x d bf16 weights, 2 x tokens x d x E FLOPs
+  moe.shared    shared experts, split as the memory model splits them (`ffn_rows`: the rows they see)
+  moe.experts   routed experts actually hit: E_local x (1 - (1 - k/E)^N) distinct experts per EP rank
+                for N tokens in the MoE group (each token picks k of E uniformly; expectation of the
+                number of distinct experts hit), each read once, split by moe_tp
+Sources: ../shared/reference/MLA_MATH.md sections 2, 3 and 8; attention_cost.py (FlashMLA test formulas).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from math import ceil
+
+from mla_planner.perf import attention_cost
+from mla_planner.specs.knobs import Knobs
+from mla_planner.specs.layout import Layout, weight_key
+from mla_planner.memory.terms import ACT_BYTES
+from mla_planner.engines.parallel import dense_tp as _memory_dense_tp
+from mla_planner.specs.sizing import kv_bytes_per_token_layer
+from mla_planner.specs.model import ModelSpec
+from mla_planner.specs.weights import Tensor, inventory, mtp_inventory, stored_bytes
+
+
+
+@dataclass(frozen=True)
+class Op:
+    name: str
+    bytes: float
+    flops: float
+    kind: str = "gemm"     # "gemm" (weights-streaming), "moe" (the routed experts' grouped GEMMs) or "attention"
+    precision: str = "bf16"   # the tensor cores it runs on: fp8 / int8 (W8A8 weights), else bf16
+
+
+@dataclass(frozen=True)
+class Batch:
+    """What one DP rank runs in one forward pass: `decode` sequences of `context` tokens (the new token
+    included), each with `q_len` query tokens (1; with MTP the drafted tokens verified too), and optionally
+    a prefill chunk of `prefill` tokens after `prefix` cached tokens."""
+    decode: int
+    context: int
+    prefill: int = 0
+    prefix: int = 0
+    q_len: int = 1
+
+    @property
+    def decode_tokens(self) -> int:
+        return self.decode * self.q_len
+
+    @property
+    def tokens(self) -> int:
+        return self.decode_tokens + self.prefill
+
+
+@dataclass(frozen=True)
+class LayerWeights:
+    """Per layer, per GPU: stored bytes and matrix parameters of each group under the layout's splits."""
+    attn_bytes: float
+    attn_params: float
+    absorb_params: float     # wkv_b on this rank: W_UK / W_UV absorbed in decode, K/V up-projection in prefill
+    dense_bytes: float
+    dense_params: float
+    shared_bytes: float
+    shared_params: float
+    gate_bytes: float
+    expert_bytes: float      # one whole routed expert (w1, w2, w3), before the moe_tp split
+    expert_params: float
+    weight_precision: str    # tensor_precision of the dense weights / of the routed experts
+    expert_precision: str
+
+
+def dense_tp(layout: Layout, engine: str, group: str = "dense_ffn", dense_per_rank: bool = False) -> int:
+    """TP degree of a split tensor of `group`: the memory model's rule (memory_weights.dense_tp): the
+    attention TP group, except SGLang under DP attention (tp x dp, or replicated: see there)."""
+    return _memory_dense_tp(layout, engine, group, dense_per_rank)
+
+
+def _share(t: Tensor, layout: Layout, engine: str, dense_per_rank: bool) -> float:
+    return 1.0 if t.split == "replicated" else 1.0 / dense_tp(layout, engine, t.group, dense_per_rank)
+
+
+def ffn_rows(layout: Layout, engine: str, group: str, tokens: float, dense_per_rank: bool = False) -> float:
+    """Rows one GPU's `group` (dense_ffn, shared_experts, lm_head) runs for a DP rank's `tokens`: split
+    over the whole stage under SGLang's DP attention, it sees every DP rank's tokens, gathered first (dp x
+    the tokens on 1/(tp x dp) of the weights); replicated while attention is tensor-parallel (SGLang's
+    shared experts under DeepEP), the 1/tp of the tokens DeepEP dispatches from this rank; otherwise the
+    DP rank's tokens."""
+    tp = dense_tp(layout, engine, group, dense_per_rank)
+    if tp == layout.stage_gpus and tp != layout.tp:
+        return tokens * layout.dp
+    if tp < layout.tp:
+        return tokens / layout.tp
+    return tokens
+
+
+def layer_weights(spec: ModelSpec, layout: Layout, engine: str = "vllm", dense_per_rank: bool = False) -> LayerWeights:
+    """Per-layer, per-GPU weight bytes and parameters from the weight inventory (weights.py), split as
+    the memory model splits them. Memoised on what splits weights (tp, dp, ep), as the plan search asks
+    for the same layer under many batches and knobs."""
+    return _layer_weights(spec, weight_key(layout), engine, dense_per_rank)
+
+
+@lru_cache(maxsize=4096)
+def _layer_weights(spec: ModelSpec, layout: Layout, engine: str, dense_per_rank: bool) -> LayerWeights:
+    sums: dict[str, list[float]] = {}
+    for t in inventory(spec):
+        if t.where != "layers":
+            continue
+        per = stored_bytes(t, spec) / t.count
+        params = t.numel / t.count if len(t.shape) == 2 else 0.0
+        share = 1.0 if t.group == "routed_experts" else _share(t, layout, engine, dense_per_rank)
+        acc = sums.setdefault(t.group, [0.0, 0.0])
+        acc[0] += per * share
+        acc[1] += params * share
+    get = lambda g: sums.get(g, [0.0, 0.0])  # noqa: E731
+    absorb = 0.0
+    if spec.attention == "mla":
+        absorb = spec.num_attention_heads * (spec.qk_nope_head_dim + spec.v_head_dim) * spec.kv_lora_rank / layout.tp
+    return LayerWeights(attn_bytes=get("attention")[0], attn_params=get("attention")[1], absorb_params=absorb,
+                        dense_bytes=get("dense_ffn")[0], dense_params=get("dense_ffn")[1],
+                        shared_bytes=get("shared_experts")[0], shared_params=get("shared_experts")[1],
+                        gate_bytes=get("gate")[0], expert_bytes=get("routed_experts")[0],
+                        expert_params=get("routed_experts")[1],
+                        weight_precision=tensor_precision(spec.weight_dtype),
+                        expert_precision=tensor_precision(spec.expert_dtype))
+
+
+def tensor_precision(dtype: str) -> str:
+    """The GEMM precision of weights stored as `dtype`: fp8 and int8 checkpoints run W8A8 (activations quantized
+    per token: vLLM/SGLang fp8.py, SGLang w8a8_int8.py and blockwise_int8.py); int4 is weight-only (Marlin),
+    bf16 math."""
+    return dtype if dtype in ("fp8", "int8") else "bf16"
+
+
+def experts_hit(local_experts: float, n_experts: int, top_k: int, tokens: float) -> float:
+    """Expected distinct experts hit among `local_experts` when `tokens` tokens each pick `top_k` of
+    `n_experts` uniformly: local x (1 - (1 - k/E)^tokens) (each expert is missed by one token with
+    probability 1 - k/E)."""
+    if tokens <= 0:
+        return 0.0
+    return local_experts * (1.0 - (1.0 - top_k / n_experts) ** tokens)
+
+
+def attention_ops(spec: ModelSpec, layout: Layout, knobs: Knobs, batch: Batch, w: LayerWeights) -> list[Op]:
+    """attn.proj, attn.core and attn.prefill for this rank (heads split by TP; KV layout as in layout.py).
+    Prefill tokens skip the W_UK / W_UV absorption (wkv_b up-projects the cached latent instead, counted
+    in attn.prefill), so their projection FLOPs leave wkv_b out."""
+    flops = 2.0 * (batch.decode_tokens * w.attn_params + batch.prefill * (w.attn_params - w.absorb_params))
+    proj = Op("attn.proj", w.attn_bytes, flops, "gemm", w.weight_precision)
+    ops = [proj]
+    if batch.decode:
+        ops.append(_decode_core(spec, layout, knobs, batch))
+    if batch.prefill:
+        ops.append(_prefill_core(spec, layout, knobs, batch))
+    return ops
+
+
+def _decode_core(spec: ModelSpec, layout: Layout, knobs: Knobs, batch: Batch) -> Op:
+    """Absorbed core (attention_cost). replicated: H/tp heads over every cached token; dcp: q heads
+    all-gathered over the DCP group, so H/tp x dcp heads over 1/dcp of the tokens; latent-sharded: all H
+    heads over a 1/tp slice of the 576-wide latent (kv_lora_rank/tp and rope/tp)."""
+    kv_b = kv_bytes_per_token_layer(spec, knobs.kv_cache_dtype)
+    H, tp, b = spec.num_attention_heads, layout.tp, batch.decode
+    if spec.attention == "gqa":
+        return _gqa_core(spec, layout, kv_b, batch)
+    dc, dr = spec.kv_lora_rank, spec.qk_rope_head_dim
+    if layout.kv_layout == "latent-sharded":
+        heads, total, dc, dr, kv_b = H, b * batch.context, dc // tp, dr // tp, kv_b / tp
+    else:
+        heads, total = H // tp * layout.dcp, ceil(b * batch.context / layout.dcp)
+    q = batch.q_len
+    flops = attention_cost.absorbed_core_flops(heads, total, dc, dr, q)
+    nbytes = attention_cost.absorbed_core_bytes(b, heads, total, kv_b, dc, dr, q, ACT_BYTES)
+    return Op("attn.core", nbytes, flops, "attention")
+
+
+def _gqa_core(spec: ModelSpec, layout: Layout, kv_b: float, batch: Batch) -> Op:
+    """GQA decode: per-head K/V cache split by TP down to one KV head per rank (attention_cost naive form)."""
+    hd, heads = spec.gqa_head_dim, spec.num_attention_heads // layout.tp
+    kv_share = max(1, spec.kv_heads // layout.tp) / spec.kv_heads
+    total = batch.decode * batch.context
+    flops = attention_cost.naive_core_flops(heads, total, hd, hd)
+    return Op("attn.core", total * kv_b * kv_share + 2 * batch.decode * heads * hd * ACT_BYTES, flops, "attention")
+
+
+def _prefill_core(spec: ModelSpec, layout: Layout, knobs: Knobs, batch: Batch) -> Op:
+    """Prefill chunk of c tokens after a prefix P (vLLM/SGLang run prefill in the naive/MHA form): causal
+    scores over sum_i (P + i) = c*P + c(c+1)/2 key positions (attention_cost.naive_core_flops), plus the
+    K/V up-projection of all P + c cached latents, 2 (P + c) d_c H_t (d_n + d_v) FLOPs (MLA_MATH.md
+    section 8, "recompute K/V"); bytes: the latent read and written, and the materialised K/V."""
+    c, P = batch.prefill, batch.prefix
+    heads = spec.num_attention_heads // layout.tp
+    pairs = c * P + c * (c + 1) / 2
+    kv_b = kv_bytes_per_token_layer(spec, knobs.kv_cache_dtype)
+    if spec.attention == "gqa":
+        hd = spec.gqa_head_dim
+        return Op("attn.prefill", (P + c) * kv_b, attention_cost.naive_core_flops(heads, pairs, hd, hd), "attention")
+    flops = attention_cost.naive_core_flops(heads, pairs, spec.qk_head_dim, spec.v_head_dim)
+    flops += 2.0 * (P + c) * spec.kv_lora_rank * heads * (spec.qk_nope_head_dim + spec.v_head_dim)
+    kv_mat = (P + c) * heads * (spec.qk_head_dim + spec.v_head_dim) * ACT_BYTES
+    return Op("attn.prefill", (P + c) * kv_b + c * kv_b + kv_mat, flops, "attention")
+
+
+def ffn_ops(spec: ModelSpec, layout: Layout, batch: Batch, w: LayerWeights, moe: bool,
+            engine: str = "vllm", dense_per_rank: bool = False) -> list[Op]:
+    """ffn.dense for a dense layer; moe.gate, moe.shared and moe.experts for an MoE layer."""
+    n = batch.tokens
+    if not moe:
+        rows = ffn_rows(layout, engine, "dense_ffn", n, dense_per_rank)
+        return [Op("ffn.dense", w.dense_bytes, 2.0 * rows * w.dense_params, "gemm", w.weight_precision)]
+    E, k = spec.n_routed_experts, spec.num_experts_per_tok
+    ops = [Op("moe.gate", w.gate_bytes, 2.0 * n * spec.hidden_size * E)]
+    if w.shared_bytes:
+        rows = ffn_rows(layout, engine, "shared_experts", n)
+        ops.append(Op("moe.shared", w.shared_bytes, 2.0 * rows * w.shared_params, "gemm", w.weight_precision))
+    group_tokens = batch.decode_tokens * layout.dp + batch.prefill   # distinct tokens entering the MoE group
+    hit = experts_hit(E / layout.ep, E, k, group_tokens)
+    routed_pairs = group_tokens * k / layout.ep                # token-expert pairs landing on this EP rank
+    ops.append(Op("moe.experts", hit * w.expert_bytes / layout.moe_tp,
+                  2.0 * routed_pairs * w.expert_params / layout.moe_tp, "moe", w.expert_precision))
+    return ops
+
+
+def head_ops(spec: ModelSpec, layout: Layout, tokens: int, engine: str = "vllm",
+             dense_per_rank: bool = False) -> list[Op]:
+    """lm_head on the last stage: vocab-parallel V x d bf16 split as the memory model splits it
+    (memory_weights.dense_tp: the TP group; SGLang under DP attention: tp x dp, unless `dense_per_rank`);
+    logits only for decoding rows (split over tp x dp, the rows of all dp ranks are gathered first)."""
+    V, d = spec.vocab_size, spec.hidden_size
+    tp = dense_tp(layout, engine, "lm_head", dense_per_rank)
+    rows = ffn_rows(layout, engine, "lm_head", tokens, dense_per_rank)
+    return [Op("lm_head", V * d * ACT_BYTES / tp, 2.0 * rows * V * d / tp)]
+
+
+def mtp_proj_ops(spec: ModelSpec, batch: Batch) -> list[Op]:
+    """The MTP module's own projection, besides its decoder layer (priced as one more layer) and the shared
+    lm_head: eh_proj [d, 2d], replicated (weights.mtp_inventory), over every token the drafter runs on."""
+    nbytes, params, precision = _eh_proj(spec)
+    return [Op("mtp.eh_proj", nbytes, 2.0 * batch.tokens * params, "gemm", precision)]
+
+
+@lru_cache(maxsize=64)
+def _eh_proj(spec: ModelSpec) -> tuple[float, float, str]:
+    """(bytes, parameters, GEMM precision) of one module's eh_proj, read from the inventory once per model."""
+    eh = next(t for t in mtp_inventory(spec) if t.name == "mtp.eh_proj")
+    return stored_bytes(eh, spec) / eh.count, eh.numel / eh.count, tensor_precision(eh.dtype)

@@ -1,0 +1,1 @@
+"""Layouts, knob tuning, bounds, ranking, the Pareto front and the plan file."""

@@ -1,0 +1,239 @@
+"""The plan file: what `plan --json` writes and `emit` / `verify` read back.
+
+A plan carries everything needed to act on it without re-running the search: the model spec and the
+path an engine should serve, the full topology, the workload, and the ranked candidates (layout,
+knobs, predicted memory and performance, warnings). Read back with pydantic so a hand-edited or
+foreign file fails with one line naming the field: the layout, knobs and workload strictly (every
+field present, JSON types as written, ranges), since they become engine flags verbatim; a file
+written by another major.minor version of mla-plan is refused (its fields may mean other things).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Annotated, Any, Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt
+
+from mla_planner import __version__
+from mla_planner.engines.backends import engine_version
+from mla_planner.core.errors import InputError, PlanError
+from mla_planner.specs.knobs import ENGINES, KV_DTYPES, MTP_ACCEPTANCE, Knobs, Workload
+from mla_planner.specs.layout import KV_LAYOUTS, Layout
+from mla_planner.engines.parallel import dense_per_rank_applies
+from mla_planner.memory.pp_split import split_problem
+from mla_planner.specs.model import ModelSpec
+from mla_planner.specs.topology import Topology
+from mla_planner.core.files import read_mapping, validate
+
+Loose = ConfigDict(extra="ignore")
+Strict = ConfigDict(extra="forbid", strict=True)
+PosInt = Annotated[int, Field(gt=0)]
+PosFloat = Annotated[float, Field(gt=0)]
+
+
+@dataclass(frozen=True)
+class Candidate:
+    layout: Layout
+    knobs: Knobs
+    memory: dict[str, Any] = field(default_factory=dict)
+    performance: dict[str, Any] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+    reasons: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Plan:
+    spec: ModelSpec
+    model_path: str
+    topology: Topology
+    workload: Workload
+    candidates: list[Candidate]
+    rejected: list[dict] = field(default_factory=list)
+    engine_versions: dict = field(default_factory=dict)   # the releases it was planned for (read back from a file)
+
+
+class _LayoutIn(BaseModel):
+    """Every `Layout` field, required (tests/test_planfile.py keeps the two in step)."""
+    model_config = Strict
+    tp: PosInt
+    pp: PosInt
+    dp: PosInt
+    ep: PosInt
+    dcp: PosInt
+    kv_layout: Literal[KV_LAYOUTS]
+    replicas: PosInt
+
+
+class _KnobsIn(BaseModel):
+    """Every `Knobs` field, required; attention_backend may be null (the engine's own choice)."""
+    model_config = Strict
+    engine: Literal[ENGINES]
+    block_size: PosInt
+    kv_cache_dtype: Literal[KV_DTYPES]
+    memory_fraction: Annotated[float, Field(gt=0, le=1)]
+    max_num_seqs: PosInt
+    max_num_batched_tokens: PosInt
+    max_model_len: PosInt
+    attention_backend: Optional[Annotated[str, Field(min_length=1)]]
+    prefix_caching: bool
+    cuda_graphs: bool
+    mtp: bool
+    pp_layer_partition: Optional[list[PositiveInt]] = None   # absent in plans written before it existed
+    cuda_graph_max_bs: Optional[PositiveInt] = None          # the same
+    dense_per_rank: bool = False                             # the same
+
+
+class _WorkloadIn(BaseModel):
+    """Every `Workload` field, required (the optional ones may be null)."""
+    model_config = Strict
+    input_len: PosInt
+    output_len: PosInt
+    input_len_max: Optional[PosInt]
+    output_len_max: Optional[PosInt]
+    concurrency: Optional[PosInt]
+    request_rate_per_s: Optional[PosFloat]
+    ttft_ms: PosFloat
+    tpot_ms: PosFloat
+    prefix_hit_rate: Annotated[float, Field(ge=0, le=1)]
+    mtp_acceptance: Annotated[float, Field(ge=0, le=1)] = MTP_ACCEPTANCE   # absent in plans written before it
+
+
+class _MemoryIn(BaseModel):
+    """The one memory field launch reads back: the engine's layer split per PP stage."""
+    model_config = ConfigDict(extra="allow", strict=True)
+    pp_layer_partition: Optional[list[PositiveInt]] = None
+
+
+class _CandidateIn(BaseModel):
+    model_config = Loose
+    layout: _LayoutIn
+    knobs: _KnobsIn
+    memory: _MemoryIn = _MemoryIn()
+    performance: dict = {}
+    warnings: list[str] = []
+    reasons: list[str] = []
+
+
+class _ModelIn(BaseModel):
+    model_config = Loose
+    model_path: str
+    spec: ModelSpec
+
+
+class _PlanIn(BaseModel):
+    model_config = Loose
+    model: _ModelIn
+    topology: Topology
+    workload: _WorkloadIn
+    candidates: list[_CandidateIn]
+    rejected: list[dict] = []
+
+
+def meets_targets(plan: Plan) -> bool:
+    """Whether the best candidate (so, as those meeting the targets rank first, any) meets the targets."""
+    return bool(plan.candidates) and bool(plan.candidates[0].performance["meets_targets"])
+
+
+def plan_to_dict(plan: Plan) -> dict:
+    return {"mla_plan_version": __version__,
+            "engine_versions": plan.engine_versions or {e: engine_version(e) for e in ENGINES},
+            "model": {"name": plan.spec.name, "model_path": plan.model_path, "spec": plan.spec.model_dump()},
+            "topology": plan.topology.model_dump(),
+            "workload": asdict(plan.workload),
+            "candidates": [{"rank": i + 1, "label": c.layout.label, "layout": asdict(c.layout),
+                            "knobs": asdict(c.knobs), "memory": c.memory, "performance": c.performance,
+                            "warnings": c.warnings, "reasons": c.reasons}
+                           for i, c in enumerate(plan.candidates)],
+            "rejected": plan.rejected}
+
+
+def _check_version(data: dict, where: str) -> None:
+    """The file's `mla_plan_version` must share this mla-plan's major.minor."""
+    if "mla_plan_version" not in data:
+        raise InputError(where, "missing: not a plan written by `mla-plan plan --json`; re-run "
+                         "`mla-plan plan --json` to write one", "mla_plan_version")
+    written = data["mla_plan_version"]
+    if not isinstance(written, str) or not re.fullmatch(r"\d+\.\d+(\.\S*)?", written):
+        raise InputError(where, f"{written!r} is not a version like {__version__}; re-run `mla-plan plan` to write "
+                         "the file again", "mla_plan_version")
+    if written.split(".")[:2] != __version__.split(".")[:2]:
+        raise InputError(where, f"the file was written by mla-plan {written} and this is {__version__}; "
+                         "re-run `mla-plan plan` to write it again", "mla_plan_version")
+
+
+def read_plan(path: str | Path) -> Plan:
+    """Load a plan JSON/YAML written by `mla-plan plan --json` (or `--yaml`)."""
+    where = str(path)
+    data = read_mapping(Path(path))
+    _check_version(data, where)
+    raw = validate(_PlanIn, data, where)
+    limit = raw.model.spec.max_position_embeddings
+    for i, c in enumerate(raw.candidates):
+        if c.knobs.max_model_len > limit:
+            raise InputError(where, f"{c.knobs.max_model_len} exceeds the model's max_position_embeddings "
+                             f"({limit})", f"candidates.{i}.knobs.max_model_len")
+    cands = [Candidate(Layout(**c.layout.model_dump()), _knobs(c.knobs, raw.model.spec, c.layout, where, i),
+                       c.memory.model_dump(exclude_none=True), c.performance,
+                       c.warnings, c.reasons) for i, c in enumerate(raw.candidates)]
+    versions = data.get("engine_versions")
+    versions = {k: v for k, v in versions.items() if isinstance(v, str)} if isinstance(versions, dict) else {}
+    return Plan(raw.model.spec, raw.model.model_path, raw.topology, Workload(**raw.workload.model_dump()), cands,
+                raw.rejected, versions)
+
+
+def _knobs(raw: _KnobsIn, spec: ModelSpec, layout: _LayoutIn, where: str, i: int) -> Knobs:
+    fields = raw.model_dump()
+    if fields["pp_layer_partition"] is not None:
+        fields["pp_layer_partition"] = tuple(fields["pp_layer_partition"])
+    knobs = Knobs(**fields)
+    lay = Layout(**layout.model_dump())
+    problem = split_problem(spec, lay, knobs)
+    if problem:
+        raise InputError(where, problem, f"candidates.{i}.knobs.pp_layer_partition")
+    if knobs.dense_per_rank and not dense_per_rank_applies(lay, knobs.engine):
+        raise InputError(where, "true only for SGLang under DP attention at tp=1 (--moe-dense-tp-size 1 "
+                         f"--enable-dp-lm-head), not {knobs.engine} on {lay.label}",
+                         f"candidates.{i}.knobs.dense_per_rank")
+    return knobs
+
+
+def pick(plan: Plan, candidate: int, where: str) -> Candidate:
+    """1-based candidate index, as the plan table numbers them."""
+    if not plan.candidates:
+        first = plan.rejected[0]["reason"] if plan.rejected else "nothing fits"
+        raise PlanError(f"{where}: the plan has no candidates (every layout was rejected; the first: {first}); "
+                        "see its 'rejected' list")
+    if not 1 <= candidate <= len(plan.candidates):
+        raise PlanError(f"{where}: --candidate {candidate} is out of range 1..{len(plan.candidates)}")
+    return plan.candidates[candidate - 1]
+
+
+def engine_candidate(plan: Plan, candidate: Optional[int], engine: Optional[str], where: str) -> int:
+    """The 1-based candidate to use: `candidate` when given, else the best planned for `engine`, else 1."""
+    if engine is not None and engine not in ENGINES:
+        raise PlanError(f"{where}: engine '{engine}' is not one of {', '.join(ENGINES)}")
+    if candidate is not None or engine is None:
+        return 1 if candidate is None else candidate
+    for i, c in enumerate(plan.candidates):
+        if c.knobs.engine == engine:
+            return i + 1
+    raise PlanError(f"{where}: this plan has no {engine} candidate; re-run `mla-plan plan --engine {engine}`")
+
+
+def pick_for_engine(plan: Plan, candidate: int, engine: Optional[str], where: str) -> Candidate:
+    """`pick`, refusing a candidate planned for another engine (its knobs mean other things there).
+    `engine=None`: the candidate's own engine."""
+    if engine is not None and engine not in ENGINES:
+        raise PlanError(f"{where}: engine '{engine}' is not one of {', '.join(ENGINES)}")
+    cand = pick(plan, candidate, where)
+    planned = cand.knobs.engine
+    if engine is None or engine == planned:
+        return cand
+    others = [f"#{i + 1}" for i, c in enumerate(plan.candidates) if c.knobs.engine == engine]
+    choose = (f"choose a {engine} candidate ({', '.join(others)} in this plan) or " if others
+              else f"this plan has no {engine} candidate; ")
+    raise PlanError(f"{where}: candidate {candidate} was planned for {planned} (its backend, block size and memory "
+                    f"fraction are {planned}'s); {choose}re-run `mla-plan plan --engine {engine}`")

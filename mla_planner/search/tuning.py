@@ -1,0 +1,284 @@
+"""Launch knobs for one layout, each chosen from the models with its reason.
+
+Order matters and mirrors how the engines fail: the attention backend first (the GPU architecture,
+the KV dtype and DCP decide which ones run), then the block size that backend accepts, then the
+memory fraction the memory model says is safe, then the concurrency the KV pool and the TPOT target
+allow, then the prefill chunk that keeps decode steps within the TPOT target.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from functools import lru_cache
+from math import ceil
+
+from mla_planner.engines.layouts import engine_layout_problem
+from mla_planner.engines.backends import (choose_block_size, fp8_checkpoint, mtp_verify_problem, no_backend_reason,
+                                          usable_backends)
+from mla_planner.specs.calibration import Calibration
+from mla_planner.core.errors import PlanError
+from mla_planner.specs.knobs import MTP_DRAFT_TOKENS, Knobs, Workload, tokens_per_step
+from mla_planner.engines.layouts import sglang_pp_spec_problem
+from mla_planner.specs.layout import Layout
+from mla_planner.memory.accounting import evaluate as memory_evaluate
+from mla_planner.memory.accounting import safe_memory_fraction
+from mla_planner.engines.parallel import uses_deepep
+from mla_planner.engines.parallel import dense_per_rank_applies
+from mla_planner.perf.metrics import Metrics, evaluate, tokens_per_request
+from mla_planner.perf.request_times import mean_tpot_s
+from mla_planner.search.reasons import (MAX_NUM_SEQS_CAP, chunk_reason, dense_reason, fraction_reason, limit_words,
+                                        stall_words)
+from mla_planner.search.limits import choose_graph_cap, choose_split, fit_by_split, regain_kv_room
+from mla_planner.specs.model import ModelSpec
+from mla_planner.specs.topology import Topology
+
+CHUNK_CANDIDATES = (2048, 4096, 8192, 16384)   # max-num-batched-tokens / chunked-prefill-size tried
+DEEPEP_CHUNKS = (256, 512, 1024)                # vLLM sizes its DeepEP low-latency buffer for this many tokens
+                                                # (memory_terms.deepep_buffer_bytes: 3.6 GiB per 256 for V3)
+GQA_DEFAULT_BLOCK = {"vllm": 16, "sglang": 1}   # vLLM CacheConfig.DEFAULT_BLOCK_SIZE; SGLang page size 1
+
+
+class Rejected(PlanError):
+    """This layout cannot serve the workload with this engine and KV dtype; the message says why."""
+
+
+@dataclass(frozen=True)
+class Tuned:
+    knobs: Knobs
+    metrics: Metrics
+    reasons: dict
+    draft_batch: int = 0     # the largest batch at the draft chunk (a hint for a sibling's tuning)
+
+
+@dataclass(frozen=True)
+class Overrides:
+    """Knobs the user pins on the command line; the planner works around them and says what they cost."""
+    block_size: int | None = None
+    cuda_graphs: bool = True
+    mtp: bool = False             # speculative decoding with the model's MTP layer (--mtp; tuning_mtp.mtp_hint)
+
+
+def backend_and_block(engine: str, gpu, kv_dtype: str, dcp: int, pinned: int | None) -> tuple:
+    """(backend, block size, why): the engine's first usable MLA backend, or with a pinned block size the first
+    that takes it ("... runs instead" when that is not the first choice); Rejected when none can."""
+    found = usable_backends(engine, gpu, kv_dtype, dcp)
+    if not found:
+        raise Rejected(no_backend_reason(engine, gpu, kv_dtype, dcp))
+    if pinned is None:
+        return (found[0], *choose_block_size(found[0], prefix_caching=True))
+    fitting = [b for b in found if b.accepts_block(pinned)]
+    if not fitting:
+        legal = "; ".join(f"{b.name} accepts {b.legal_block_sizes()}" for b in found)
+        raise Rejected(f"block size {pinned} is accepted by no {engine} backend usable here ({legal})")
+    why = f"{pinned} as pinned by --block-size"
+    if fitting[0] is not found[0]:
+        why += f"; {found[0].name} (the engine's first choice) rejects it, so {fitting[0].name} runs instead"
+    return fitting[0], pinned, why
+
+
+def dense_variants(layout: Layout, engine: str) -> tuple[bool, ...]:
+    """The `dense_per_rank` settings worth tuning: both for SGLang under DP attention at tp = 1 (its default
+    splits the dense MLP and lm_head over every GPU of the stage and gathers every rank's tokens; the large-scale
+    EP recipe runs them per rank, at the cost of holding them whole), else only the engine's own way."""
+    return (False, True) if dense_per_rank_applies(layout, engine) else (False,)
+
+
+def draft_knobs(spec: ModelSpec, topo: Topology, layout: Layout, engine: str, kv_dtype: str,
+                workload: Workload, pinned: Overrides = Overrides(),
+                dense_per_rank: bool = False) -> tuple[Knobs, dict]:
+    """Backend, block size, max-model-len and the safe memory fraction; sizing knobs at their caps.
+    Memoised (screening and tuning ask for the same draft); the reasons are a fresh dict each call."""
+    knobs, reasons = _draft_knobs(spec, topo, layout, engine, kv_dtype, workload, pinned, dense_per_rank)
+    return knobs, dict(reasons)
+
+
+@lru_cache(maxsize=4096)
+def _draft_knobs(spec: ModelSpec, topo: Topology, layout: Layout, engine: str, kv_dtype: str,
+                 workload: Workload, pinned: Overrides, dense_per_rank: bool = False) -> tuple[Knobs, dict]:
+    gpu = topo.gpu
+    fp8 = fp8_checkpoint(engine, spec, gpu)
+    if fp8 and not fp8[0]:
+        raise Rejected(fp8[1])
+    problem = engine_layout_problem(spec, topo, layout, engine, dense_per_rank)
+    if problem:
+        raise Rejected(problem)
+    if spec.attention == "mla":
+        backend, block, why_block = backend_and_block(engine, gpu, kv_dtype, layout.dcp, pinned.block_size)
+        backend_name = backend.name
+        if pinned.mtp and engine == "sglang" and sglang_pp_spec_problem(layout):
+            raise Rejected(sglang_pp_spec_problem(layout) + "; MTP is not planned there")
+        verify_problem = mtp_verify_problem(backend, layout.dcp) if pinned.mtp else ""
+        if verify_problem:
+            raise Rejected(verify_problem + "; MTP is not planned there")
+        why_backend = (f"{backend.name}: {backend.note} (first usable in {engine}'s own order for {gpu.arch} with "
+                       f"{kv_dtype} KV)")
+    else:   # the MLA backend table does not apply (vLLM refuses an MLA backend for a non-MLA model)
+        backend_name, block = None, pinned.block_size or GQA_DEFAULT_BLOCK[engine]
+        if engine == "vllm" and block % 16:
+            raise Rejected(f"block size {block}: vLLM's FlashAttention and Triton backends take multiples of 16 "
+                           "(flash_attn.py / triton_attn.py), so no backend would start")
+        why_backend = f"the engine's own choice for a {spec.attention.upper()} model (the MLA backends do not apply)"
+        why_block = (f"{block} as pinned by --block-size" if pinned.block_size else
+                     f"{block}: {engine}'s default for a non-MLA attention backend")
+    context = workload.max_context_len
+    if context > spec.max_position_embeddings:
+        raise Rejected(f"the workload's {context:,}-token context exceeds the model's "
+                       f"max_position_embeddings {spec.max_position_embeddings:,}")
+    max_len = ceil(context / max(block, 1)) * max(block, 1)
+    cap = _seq_cap(layout, workload)
+    if pinned.mtp and not spec.num_nextn_predict_layers:
+        raise Rejected(f"{spec.name} has no MTP layer (num_nextn_predict_layers is 0) to draft tokens with")
+    knobs = Knobs(engine=engine, block_size=block, kv_cache_dtype=kv_dtype, memory_fraction=0.9,
+                  max_num_seqs=cap, max_num_batched_tokens=chunk_candidates(engine, layout)[0],
+                  max_model_len=min(max_len, spec.max_position_embeddings),
+                  attention_backend=backend_name, prefix_caching=True, cuda_graphs=pinned.cuda_graphs,
+                  mtp=bool(pinned.mtp), dense_per_rank=dense_per_rank)
+    # the fraction is sized for the largest chunk and sequence cap tried, so the final (smaller) knobs stay safe;
+    # where that leaves no KV room, for the largest chunk that does (choose_chunk then stays at or below it)
+    chunks = chunk_candidates(engine, layout)
+    for worst in reversed(chunks):
+        fraction = safe_memory_fraction(spec, topo, layout, replace(knobs, max_num_batched_tokens=worst))
+        if worst == chunks[0] or memory_evaluate(spec, topo, layout, replace(knobs, memory_fraction=fraction)).fits:
+            break
+    knobs = replace(knobs, memory_fraction=fraction)  # already floored to 0.001
+    knobs, why_split = fit_by_split(spec, topo, layout, knobs, worst)
+    reasons = {
+        "attention_backend": why_backend,
+        "block_size": why_block,
+        "max_model_len": f"{knobs.max_model_len:,}: the workload's longest request ({context:,} tokens) rounded "
+                         f"to whole blocks; never the model's {spec.max_position_embeddings:,} default. The engine "
+                         "refuses longer requests (prompt + max_tokens, chat template included): give the p99 "
+                         "lengths with that headroom",
+        "memory_fraction": fraction_reason(engine, gpu, knobs.memory_fraction),
+        "kv_cache_dtype": (("fp8 halves the latent cache (576 B/token/layer) on a backend that supports it"
+                            if spec.attention == "mla" else "fp8 halves the K/V cache")
+                           + "; its accuracy varies by backend and model: score a small eval against bf16 before "
+                             "serving (the emitted README says how)")
+                          if kv_dtype == "fp8" else "bf16 (the engine's `auto` for this checkpoint)",
+        "prefix_caching": "on: hits skip prefill, and a miss costs only the hash of each full block"
+                          + (f"; expected hit rate {workload.prefix_hit_rate:.0%}" if workload.prefix_hit_rate else ""),
+        "cuda_graphs": "on: decode without CUDA graphs pays a CPU launch per kernel (see --enforce-eager's cost)"
+                       if pinned.cuda_graphs else "off, as pinned by --enforce-eager: every decode kernel is "
+                                                  "launched from the CPU",
+    }
+    if why_split:
+        reasons["pp_layer_partition"] = why_split
+    if dense_per_rank_applies(layout, engine):
+        reasons["dense_per_rank"] = dense_reason(spec, layout, dense_per_rank)
+    if knobs.mtp:
+        reasons["mtp"] = (f"on, as asked by --mtp: the MTP layer drafts {MTP_DRAFT_TOKENS} token per step, "
+                          f"{tokens_per_step(knobs, workload.mtp_acceptance):.2f} tokens per step at "
+                          f"{workload.mtp_acceptance:.0%} acceptance")
+    return knobs, reasons
+
+
+def _seq_cap(layout: Layout, workload: Workload) -> int:
+    """Per DP rank: the offered concurrency spread over DP ranks and replicas, or the engine's cap."""
+    if workload.concurrency:
+        return max(1, min(MAX_NUM_SEQS_CAP, ceil(workload.concurrency / (layout.dp * layout.replicas))))
+    return MAX_NUM_SEQS_CAP
+
+
+def chunk_candidates(engine: str, layout: Layout) -> tuple[int, ...]:
+    """Prefill chunks worth trying. vLLM with DeepEP sizes the all-to-all buffer for the whole token budget
+    (4 x experts x tokens x ~2 x hidden bytes), so there the budget stays small."""
+    return DEEPEP_CHUNKS if engine == "vllm" and uses_deepep(layout) else CHUNK_CANDIDATES
+
+
+def largest_safe_chunk(spec, topo, layout, knobs: Knobs) -> int:
+    """The largest chunk tried at which the knobs' memory fraction is still safe (the draft sizes it for the
+    largest chunk, or a smaller one where the largest leaves no KV room)."""
+    chunks = chunk_candidates(knobs.engine, layout)
+    for c in reversed(chunks):   # the safe fraction only falls as the chunk grows: the first safe one is the largest
+        if safe_memory_fraction(spec, topo, layout, replace(knobs, max_num_batched_tokens=c)) >= \
+                knobs.memory_fraction - 1e-9:
+            return c
+    return chunks[0]
+
+
+def choose_chunk(spec, topo, layout, knobs: Knobs, workload: Workload, calib: Calibration,
+                 batch: int) -> tuple[int, str]:
+    """The largest prefill chunk whose stalls keep mean TPOT within target at `batch`, and why in a few
+    words (the numbers are added once the batch is final, `chunk_reason`); bigger chunks cut TTFT (fewer
+    rounds) but stretch the decode steps that carry them (USER_PROBLEMS.md problem 18)."""
+    target = workload.tpot_ms / 1e3
+    chunks = chunk_candidates(knobs.engine, layout)
+    best, top, room = chunks[0], largest_safe_chunk(spec, topo, layout, knobs), True
+    for chunk in (c for c in chunks if c <= top):
+        k = replace(knobs, max_num_batched_tokens=chunk)
+        # vLLM charges the chunk's activations (and the DeepEP buffer, sized for it) to its KV budget: a
+        # chunk must leave the KV room for `batch`
+        mem = memory_evaluate(spec, topo, layout, k) if k.engine == "vllm" else None   # SGLang: outside its pool
+        if mem and (not mem.fits or mem.kv_capacity_tokens // tokens_per_request(workload, k.block_size) < batch):
+            room = False
+            continue
+        tpot = mean_tpot_s(spec, topo, layout, k, workload, calib, max(batch, 1))[0]
+        if tpot <= target or not workload.tpot_applies:
+            best = chunk
+    if chunks is DEEPEP_CHUNKS:
+        return best, "vLLM sizes the DeepEP buffer for this token budget, so larger budgets cost KV memory"
+    if best == chunks[-1]:
+        return best, ""
+    return best, ("larger chunks would take the KV room of the batch (vLLM charges their activations to its "
+                  "budget)" if not room else "larger chunks would push decode steps past the TPOT target"
+                  if best < top else "the memory fraction leaves no room for larger chunks' activations")
+
+
+def tune(spec: ModelSpec, topo: Topology, layout: Layout, engine: str, kv_dtype: str, workload: Workload,
+         calib: Calibration, pinned: Overrides = Overrides(), over_target: int = 0, batch_hint: int = 0,
+         dense_per_rank: bool = False) -> Tuned:
+    """Every knob for this layout, engine and KV dtype, and the metrics they give; Rejected if it can't serve.
+    `over_target` (a batch whose decode step alone misses the TPOT target, so whatever the chunk) and
+    `batch_hint` (a sibling's `draft_batch`: the same layout under another engine or KV dtype) only speed
+    up the search for the largest batch. `dense_per_rank`: which way SGLang runs its dense parts
+    (Knobs.dense_per_rank; search.py tunes both where `dense_variants` offers both)."""
+    knobs, reasons = draft_knobs(spec, topo, layout, engine, kv_dtype, workload, pinned, dense_per_rank)
+    mem = memory_evaluate(spec, topo, layout, knobs)
+    if not mem.fits:
+        raise Rejected(mem.reasons[0] if mem.reasons else "does not fit")
+    first = evaluate(spec, topo, layout, knobs, workload, calib, batch_hint, over_target)
+    worst = largest_safe_chunk(spec, topo, layout, knobs)
+    fitted = knobs.pp_layer_partition, reasons.get("pp_layer_partition")   # a split the draft needed to fit
+    knobs, first, reasons["pp_layer_partition"] = choose_split(spec, topo, layout, knobs, workload, calib, first, worst)
+    if fitted[1] and knobs.pp_layer_partition == fitted[0]:
+        reasons["pp_layer_partition"] = fitted[1]
+    knobs, first, reasons["cuda_graph_max_bs"] = choose_graph_cap(spec, topo, layout, knobs, workload, calib, first,
+                                                                  worst)
+    if reasons["cuda_graph_max_bs"] and knobs.cuda_graph_max_bs and not knobs.pp_layer_partition:
+        # more graphs may have made the KV pool the limit: the split may now help
+        knobs, first, reasons["pp_layer_partition"] = choose_split(spec, topo, layout, knobs, workload, calib, first,
+                                                                   worst)
+    reasons = {k: v for k, v in reasons.items() if v}
+    if not first.capacity_per_dp_rank:
+        raise Rejected("; ".join(first.notes[-1:]) or "cannot serve one request within the targets")
+    chunk, chunk_why = choose_chunk(spec, topo, layout, knobs, workload, calib, first.capacity_per_dp_rank)
+    knobs = replace(knobs, max_num_batched_tokens=chunk)
+    m = evaluate(spec, topo, layout, knobs, workload, calib, first.capacity_per_dp_rank, over_target) \
+        if chunk != knobs_chunk(first) else first
+    if not m.capacity_per_dp_rank:   # the chunk cost the batch its room: keep the draft chunk
+        knobs, m = replace(knobs, max_num_batched_tokens=knobs_chunk(first)), first
+        chunk, chunk_why = knobs_chunk(first), "a larger chunk leaves no KV room for the batch"
+    knobs, m = regain_kv_room(spec, topo, layout, knobs, workload, calib, m)
+    # the range was fitted at the draft chunk; the chosen chunk may stall less, and the batch grow into it
+    knobs, m, wider = choose_graph_cap(spec, topo, layout, knobs, workload, calib, m, chunk)
+    if wider:
+        reasons["cuda_graph_max_bs"] = wider
+    seqs = max(1, m.capacity_per_dp_rank)
+    knobs = replace(knobs, max_num_seqs=seqs)
+    # SGLang keeps the chosen (smaller) chunk's activations and the smaller request table outside its static
+    # pool: the fraction safe at the final knobs is higher; the batch keeps its size, the pool gains headroom
+    if engine == "sglang":   # (vLLM charges both to its budget: its safe fraction does not move)
+        knobs = replace(knobs, memory_fraction=max(knobs.memory_fraction,
+                                                   safe_memory_fraction(spec, topo, layout, knobs)))
+    # fewer sequences mean fewer CUDA graphs to capture: re-count memory for the final knobs (the metrics
+    # were computed at the larger cap, so they stay a slight underestimate of the KV room)
+    m = replace(m, memory=memory_evaluate(spec, topo, layout, knobs))
+    reasons["max_num_batched_tokens"] = chunk_reason(chunk, m, workload, chunk_why)
+    reasons["max_num_seqs"] = (f"{seqs} per DP rank: limited by {limit_words(m, workload)}; the pool holds "
+                               f"{m.memory.kv_capacity_tokens:,} tokens") + stall_words(m, spec, layout)
+    reasons["memory_fraction"] = fraction_reason(engine, topo.gpu, knobs.memory_fraction)
+    return Tuned(knobs, m, reasons, first.capacity_per_dp_rank)
+
+
+def knobs_chunk(m: Metrics) -> int:
+    return m.memory.knobs.max_num_batched_tokens

@@ -1,0 +1,128 @@
+"""Efficiency factors and fixed overheads of the comm and step models, and where each value came from.
+
+Three layers, later wins:
+  1. defaults      `mla_planner/data/efficiency.yaml`: every factor with its unit and published source
+  2. topology      the topology file's `efficiency:` mapping (fractions and seconds in (0, 1])
+  3. calibration   a file given with `--calibration FILE`, written by `mla-plan verify --write-calibration`
+
+Calibration file format (YAML or JSON; unknown keys are rejected with a did-you-mean):
+
+    format: mla-plan-calibration/1        # required, this exact string
+    gpu: H100-SXM-80G                      # optional: GPU the numbers were measured on; on another GPU (or
+                                           # "cpu", a rehearsal) the factors are not applied, with a note
+    topology: 8xh100                       # optional: where it was measured
+    measured_at: "2025-06-01T12:00:00Z"    # optional
+    tool: "mla-plan verify 0.1.0"          # optional
+    efficiency:                            # required: any subset of the names in efficiency.yaml
+      hbm_efficiency: 0.87
+      attention_hbm_efficiency: 0.86
+      nvlink_ring_efficiency: 0.80
+    measurements:                          # optional evidence, not read by the model:
+      attention_core: {predicted_s: 2.1e-4, measured_s: 2.3e-4, bytes: 6.1e8}
+
+Fractions (`*_efficiency`) must lie in (0, 1]; times (`*_s`) in seconds, > 0; `kernels_per_layer` is a
+positive integer. `dump_calibration` writes exactly this format.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Literal, Optional
+
+import yaml
+from pydantic import BaseModel, ConfigDict
+
+from mla_planner.specs.topology import Topology
+from mla_planner.core.files import read_mapping, user_path, validate
+from mla_planner.specs.efficiency import check_overrides, default_sources, default_values
+
+FORMAT = "mla-plan-calibration/1"
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Every factor the comm and step models use; `origin` maps a name to where its value came from."""
+    # NVLink / NVSwitch (used for any intra-node link)
+    nvlink_ring_efficiency: float
+    nvlink_allgather_efficiency: float
+    nvls_allreduce_efficiency: float
+    nvlink_all_to_all_efficiency: float
+    nvlink_p2p_efficiency: float
+    # between nodes
+    nic_efficiency: float
+    rdma_all_to_all_efficiency: float
+    socket_efficiency: float
+    # latencies
+    nccl_base_latency_s: float
+    internode_latency_s: float
+    nvlink_step_latency_s: float
+    # HBM and tensor cores
+    hbm_efficiency: float
+    moe_hbm_efficiency: float
+    attention_hbm_efficiency: float
+    tensor_core_efficiency: float
+    attention_tensor_core_efficiency: float
+    # kernel launch
+    graph_kernel_overhead_s: float
+    eager_kernel_launch_s: float
+    kernels_per_layer: int
+    origin: dict = field(default_factory=dict, compare=False)
+    notes: tuple = ()
+
+    def __hash__(self) -> int:
+        """The fields' hash, computed once: the step and comm memo caches key on the calibration many
+        thousand times per plan search, and a frozen instance never changes."""
+        cached = self.__dict__.get("_hash")
+        if cached is None:
+            cached = hash(tuple(getattr(self, f.name) for f in fields(self) if f.compare))
+            object.__setattr__(self, "_hash", cached)
+        return cached
+
+    def source(self, name: str) -> str:
+        """Where the value of `name` came from: the default's published source, or the override's file."""
+        where = self.origin.get(name, "default")
+        return default_sources()[name] if where == "default" else where
+
+
+class CalibrationFile(BaseModel):
+    """What `--calibration FILE` holds (the edge: validated here, plain `Calibration` inside)."""
+    model_config = ConfigDict(extra="forbid")
+    format: Literal["mla-plan-calibration/1"]
+    gpu: Optional[str] = None
+    topology: Optional[str] = None
+    measured_at: Optional[str] = None
+    tool: Optional[str] = None
+    efficiency: dict[str, float]
+    measurements: dict[str, Any] = {}
+
+
+def load_calibration(path: str | Path | None, topo: Topology) -> Calibration:
+    """Defaults, then the topology's `efficiency:` overrides, then the calibration file (if any)."""
+    values, origin, notes = dict(default_values()), {}, []
+    for name, value in check_overrides(topo.efficiency, f"topology {topo.name}").items():
+        values[name], origin[name] = value, f"topology {topo.name}"
+    if path is not None:
+        where = str(path)
+        cal = validate(CalibrationFile, read_mapping(user_path(str(path))), where)
+        factors = check_overrides(cal.efficiency, where)
+        if cal.gpu and cal.gpu != topo.gpu.name:
+            # efficiencies are properties of a GPU: a CPU rehearsal's or another GPU's would mislead the plan
+            notes.append(f"calibration {where} was measured on {cal.gpu}, the topology has {topo.gpu.name}: "
+                         f"its {len(factors)} factor(s) are not applied")
+            factors = {}
+        for name, value in factors.items():
+            values[name], origin[name] = value, f"calibration {where}"
+    return Calibration(**values, origin=origin, notes=tuple(notes))
+
+
+def dump_calibration(efficiency: dict, gpu: str | None = None, topology: str | None = None,
+                     measured_at: str | None = None, tool: str | None = None,
+                     measurements: dict | None = None) -> str:
+    """YAML text of a calibration file in the documented format (validated before writing)."""
+    check_overrides(efficiency, "calibration")
+    doc = {"format": FORMAT, "gpu": gpu, "topology": topology, "measured_at": measured_at, "tool": tool,
+           "efficiency": dict(efficiency), "measurements": measurements or {}}
+    doc = {k: v for k, v in doc.items() if v not in (None, {})} | {"efficiency": dict(efficiency)}
+    CalibrationFile.model_validate(doc)
+    return yaml.safe_dump(doc, sort_keys=False)

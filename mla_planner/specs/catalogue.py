@@ -1,0 +1,201 @@
+"""Model specs from their sources: a built-in name, a YAML spec, a HF config.json or a snapshot folder.
+
+Never touches the network. A HF config is mapped key-for-key onto `ModelSpec` (the spec's fields are
+named like config.json keys), keyed by `architectures`, never by model name (aiconfigurator issue 850:
+R1 failed when looked up by name although it shares V3's architecture).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from mla_planner.core.errors import InputError, PlanError, did_you_mean
+from mla_planner.core.resources import data_dir
+from mla_planner.specs.model import ModelSpec
+from mla_planner.specs.weights import module_skipped
+from mla_planner.core.files import path_kind, read_mapping, user_path, validate
+
+MLA_ARCHITECTURES = {"DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM", "KimiK2ForCausalLM"}
+GQA_ARCHITECTURES = {"LlamaForCausalLM", "Qwen2ForCausalLM", "MistralForCausalLM"}
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    spec: ModelSpec
+    model_path: str   # what an engine serves: the HF id (a spec's hf_id, else its name), or the absolute
+                      # snapshot folder a config.json was read from ("" for a .json under another name)
+    source: str       # "built-in", "spec", "config.json"
+
+
+def builtin_names() -> list[str]:
+    return sorted(p.stem for p in data_dir("models").glob("*.yaml"))
+
+
+def load_model(ref: str) -> LoadedModel:
+    """Resolve `ref`: built-in name first, then a path (YAML spec, config.json, or folder holding one)."""
+    if not ref.strip():
+        raise PlanError(f"the model is empty: give a built-in name ({', '.join(sorted(builtin_names()))}) or a path")
+    path = user_path(ref)
+    kind = path_kind(path)
+    if kind != "missing":
+        path = path.resolve()   # scripts run on other nodes and in other folders: never a relative path
+    if ref.lower() in builtin_names() and kind == "missing":
+        spec = validate(ModelSpec, read_mapping(data_dir("models") / f"{ref.lower()}.yaml"), f"built-in:{ref}")
+        return LoadedModel(spec, spec.hf_id or spec.name, "built-in")
+    if kind == "dir":
+        if path.name == "config.json":
+            raise InputError(str(path), "is a folder, expected the config.json file (or its snapshot folder)")
+        cfg = path / "config.json"
+        if not cfg.is_file():
+            raise InputError(str(path), "folder holds no config.json file (expected a Hugging Face snapshot)")
+        return LoadedModel(spec_from_hf_config(cfg), str(path), "config.json")
+    if path.suffix == ".json":
+        # engines read <folder>/config.json: a file under another name plans, but serves nothing as it stands
+        served = str(path.parent) if path.name == "config.json" else ""
+        return LoadedModel(spec_from_hf_config(path), served, "config.json")
+    if path.suffix in (".yaml", ".yml") or kind == "file":
+        spec = validate(ModelSpec, read_mapping(path), str(path))
+        return LoadedModel(spec, spec.hf_id or spec.name, "spec")
+    raise InputError(ref, "not a built-in model, nor an existing file or folder" + did_you_mean(ref, builtin_names())
+                     + f"; built-ins: {', '.join(builtin_names())}")
+
+
+def spec_from_hf_config(path: Path) -> ModelSpec:
+    """Map a Hugging Face config.json onto a ModelSpec (keys shared by name, plus the weight dtype)."""
+    cfg = read_mapping(path)
+    where = str(path)
+    archs = cfg.get("architectures") or []
+    arch = next((a for a in archs if a in MLA_ARCHITECTURES | GQA_ARCHITECTURES), None)
+    if arch is None:
+        supported = ", ".join(sorted(MLA_ARCHITECTURES | GQA_ARCHITECTURES))
+        raise InputError(where, f"unsupported architecture {archs or 'none given'}; supported: {supported}",
+                         "architectures")
+    fields = {k: v for k, v in cfg.items() if k in ModelSpec.model_fields and k not in ("name", "attention")}
+    fields["name"] = _snapshot_name(path)
+    fields["attention"] = "mla" if arch in MLA_ARCHITECTURES else "gqa"
+    if arch == "Qwen2ForCausalLM":
+        fields["attention_bias"] = True  # Qwen2 always has q/k/v biases
+    fields.update(_weight_dtypes(cfg.get("quantization_config"), where, cfg.get("num_hidden_layers") or 1,
+                                 cfg.get("first_k_dense_replace") or 0 if cfg.get("n_routed_experts") else None))
+    if not cfg.get("quantization_config") and _channel_int8_index(path.parent):
+        fields["weight_dtype"] = "int8"
+    return validate(ModelSpec, fields, where)
+
+
+def _channel_int8_index(folder: Path) -> bool:
+    """A snapshot without quantization_config whose weight index lists per-channel `weight_scale` tensors:
+    meituan's DeepSeek-R1-Channel-INT8 ships no quantization_config ("We only support the inference of this
+    model in SGLang", its Hugging Face discussion #4) and is served with --quantization w8a8_int8, which reads
+    `<linear>.weight_scale` beside each int8 weight (SGLang w8a8_int8.py); FP8 releases name theirs
+    `weight_scale_inv` and carry a quantization_config."""
+    index = folder / "model.safetensors.index.json"
+    if not index.is_file() or (folder / "hf_quant_config.json").is_file():   # ModelOpt (FP8/FP4) keeps its own
+        return False
+    try:
+        names = json.loads(index.read_text()).get("weight_map")
+    except (OSError, ValueError, AttributeError):
+        names = None
+    if not isinstance(names, dict):      # read to tell INT8 from BF16: a broken one would price it at 2x
+        raise InputError(str(index), "expected a safetensors index, a JSON object with a weight_map of tensor names",
+                         "weight_map")
+    # ModelOpt's NVFP4 names weight_scale too, beside a second-level weight_scale_2 and static input_scale
+    return any(n.endswith("_proj.weight_scale") for n in names) and \
+        not any(n.endswith(("weight_scale_2", "input_scale")) for n in names)
+
+
+def _snapshot_name(config: Path) -> str:
+    """The model's name from where its config.json lies: the folder name, or for a Hugging Face cache
+    snapshot (models--ORG--NAME/snapshots/HASH/config.json) ORG/NAME rather than the commit hash."""
+    if config.name != "config.json":
+        return config.stem
+    folder = config.parent
+    repo = folder.parent.parent.name if folder.parent.name == "snapshots" else ""
+    if repo.startswith("models--"):
+        return repo[len("models--"):].replace("--", "/")
+    return folder.name or config.stem
+
+
+def _weight_dtypes(quant: dict | None, where: str, layers: int = 1, dense: int | None = None) -> dict:
+    """Weight storage from `quantization_config`: fp8 block-scaled (DeepSeek-V3), int4 group-quantised
+    experts via compressed-tensors (Kimi-K2-Thinking style), or AutoAWQ 4-bit (every decoder-layer linear
+    layer int4 with a scale and a zero per group, less `modules_to_not_convert`; both engines read it from
+    the config and run it with Marlin kernels: vLLM layers/quantization/auto_awq.py, SGLang
+    layers/quantization/awq/awq.py `AWQMarlinConfig`); none means bf16."""
+    if not quant:
+        return {"weight_dtype": "bf16"}
+    if not isinstance(quant, dict):
+        raise InputError(where, f"expected a mapping with quant_method, got {type(quant).__name__}",
+                         "quantization_config")
+    method = quant.get("quant_method")
+    if method == "fp8":
+        block = quant.get("weight_block_size") or [128, 128]
+        return {"weight_dtype": "fp8", "weight_block_size": tuple(block)}
+    if method == "awq":
+        return _awq(quant, where, layers, dense)
+    if method == "blockwise_int8":      # meituan DeepSeek-R1-Block-INT8 (SGLang blockwise_int8.py; vLLM has none)
+        block = quant.get("weight_block_size") or [128, 128]
+        return {"weight_dtype": "int8", "int8_block": True, "weight_block_size": tuple(block)}
+    if method == "w8a8_int8":           # per-channel INT8 (SGLang w8a8_int8.py)
+        return {"weight_dtype": "int8"}
+    if method == "compressed-tensors":
+        groups = quant.get("config_groups") or {}
+        weights = next(iter(groups.values()), {}).get("weights", {}) if groups else {}
+        if weights.get("num_bits") == 4:
+            return {"weight_dtype": "bf16", "expert_weight_dtype": "int4",
+                    "int4_group_size": weights.get("group_size") or 32}
+    raise InputError(where, f"unsupported quant_method {method!r}; supported: fp8 (block-scaled), "
+                            "compressed-tensors int4 experts, awq (4-bit), blockwise_int8, w8a8_int8",
+                     "quantization_config")
+
+
+AWQ_GROUP_SIZES = (32, 64, 128)   # vLLM marlin_utils.py MARLIN_SUPPORTED_GROUP_SIZES, less -1 (per channel)
+# vLLM's fused linear layers of DeepSeek-V2/V3 (models/deepseek_v2.py) and the checkpoint modules they load
+FUSED_MODULES = {"fused_qkv_a_proj": ("self_attn.q_a_proj", "self_attn.kv_a_proj_with_mqa"),
+                 "gate_up_proj": ("gate_proj", "up_proj")}
+
+
+def _awq(quant: dict, where: str, layers: int = 1, dense: int | None = None) -> dict:
+    bits, group = quant.get("bits", quant.get("w_bit")), quant.get("group_size", quant.get("q_group_size"))
+    zero = quant.get("zero_point", True)
+    if type(bits) is not int or bits != 4:
+        raise InputError(where, f"AWQ bits {bits!r}; expected the integer 4 (the engines' AutoAWQ kernels are "
+                                "4-bit)", "quantization_config.bits")
+    if type(group) is not int or group not in AWQ_GROUP_SIZES:
+        raise InputError(where, f"AWQ group_size {group!r}; expected one of {', '.join(map(str, AWQ_GROUP_SIZES))} "
+                                "(per-channel -1 is not modelled)", "quantization_config.group_size")
+    if not isinstance(zero, bool):
+        raise InputError(where, f"AWQ zero_point {zero!r}; expected true or false", "quantization_config.zero_point")
+    if quant.get("lm_head"):
+        raise InputError(where, "AWQ with a quantized lm_head is not modelled; expected lm_head: false",
+                         "quantization_config.lm_head")
+    skip = quant.get("modules_to_not_convert") or []
+    if not isinstance(skip, list) or not all(isinstance(m, str) for m in skip):
+        raise InputError(where, "modules_to_not_convert must be a list of module names",
+                         "quantization_config.modules_to_not_convert")
+    skip = _whole_fused_layers(skip, where, layers, layers if dense is None else dense)
+    return {"weight_dtype": "int4", "int4_group_size": group, "int4_zero_point": zero,
+            "unquantized_modules": tuple(skip)}
+
+
+def _whole_fused_layers(skip: list[str], where: str, layers: int, dense: int) -> list[str]:
+    """vLLM loads q_a_proj + kv_a_proj_with_mqa and gate_proj + up_proj as one fused layer each: a fused name
+    in `modules_to_not_convert` keeps both halves unquantized, and naming one half only is refused
+    ("Detected some but not all shards ... are quantized", layers/quantization/utils/quant_utils.py
+    `is_layer_skipped`), so it is refused here too. `dense`: the first layers, which have a dense MLP; the
+    rest have shared experts."""
+    skip = list(skip) + [half for name, halves in FUSED_MODULES.items() if any(name in s for s in skip)
+                         for half in halves]
+    for halves in FUSED_MODULES.values():
+        where_found = ({"mlp.": range(dense), "mlp.shared_experts.": range(dense, layers)}
+                       if halves[0] == "gate_proj" else {"": range(layers)})
+        for prefix, idx in where_found.items():
+            for i in idx:
+                hit = [module_skipped(skip, prefix + h, (i,)) for h in halves]
+                if hit[0] != hit[1]:
+                    raise InputError(where, f"modules_to_not_convert names {prefix}{halves[hit.index(True)]} but "
+                                            f"not {prefix}{halves[hit.index(False)]}: vLLM loads them as one fused "
+                                            "layer and refuses a half-quantized one",
+                                     "quantization_config.modules_to_not_convert")
+    return skip

@@ -1,0 +1,61 @@
+"""The efficiency factors and fixed overheads the comm and step models use: their defaults, units and
+published sources (`mla_planner/data/efficiency.yaml`), and the check every override passes (a topology's
+`efficiency:` mapping, a calibration file)."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import yaml
+
+from mla_planner.core.errors import InputError, did_you_mean
+from mla_planner.core.resources import data_dir
+
+
+def factor_names() -> list[str]:
+    """Every factor's name, in efficiency.yaml's order (the fields of `calibration.Calibration`)."""
+    return list(_defaults_raw())
+
+
+@lru_cache(maxsize=1)
+def _defaults_raw() -> dict:
+    return yaml.safe_load(data_dir("efficiency.yaml").read_text(encoding="utf-8"))
+
+
+def default_values() -> dict[str, float]:
+    return {name: entry["value"] for name, entry in _defaults_raw().items()}
+
+
+def default_sources() -> dict[str, str]:
+    return {name: entry["source"] for name, entry in _defaults_raw().items()}
+
+
+def default_units() -> dict[str, str]:
+    return {name: entry["unit"] for name, entry in _defaults_raw().items()}
+
+
+def check_overrides(values: dict, where: str, section: str = "efficiency") -> dict:
+    """Reject unknown names (with a did-you-mean) and out-of-range values; return a clean copy."""
+    known = factor_names()
+    out = {}
+    for name, value in values.items():
+        if name not in known:
+            raise InputError(where, f"unknown efficiency factor{did_you_mean(name, known)}; known: "
+                             f"{', '.join(known)}", f"{section}.{name}")
+        out[name] = _checked(name, value, where, section)
+    return out
+
+
+def _checked(name: str, value, where: str, section: str):
+    loc = f"{section}.{name}"
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InputError(where, f"must be a number, got {value!r}", loc)
+    if name == "kernels_per_layer":
+        if int(value) != value or value < 1:
+            raise InputError(where, f"must be a positive integer, got {value}", loc)
+        return int(value)
+    if name.endswith("_efficiency") and not 0 < value <= 1:
+        raise InputError(where, f"must be a fraction in (0, 1], got {value}", loc)
+    if value <= 0:
+        raise InputError(where, f"must be > 0, got {value}", loc)
+    return float(value)

@@ -1,0 +1,161 @@
+"""The model spec: the architecture facts the planner needs, named like Hugging Face config.json keys.
+
+One flat, frozen record (DeepSeek-V3 `inference/model.py` ModelArgs style); unknown keys fail loudly.
+An MLA model (DeepSeek-V2/V3/R1, Kimi-K2) and a conventional GQA/MHA model (Llama, Qwen2) share it:
+the MLA fields are null for GQA, the GQA fields are unused for MLA.
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+from typing import Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from mla_planner.core.files import Flag, NonNegInt, PosInt
+
+WeightDtype = Literal["bf16", "fp8", "int4", "int8"]
+
+
+class ModelSpec(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    # identity
+    name: str = Field(min_length=1)
+    hf_id: Optional[str] = None
+    attention: Literal["mla", "gqa"] = "mla"
+    # trunk
+    hidden_size: PosInt
+    num_hidden_layers: PosInt
+    num_attention_heads: PosInt
+    num_key_value_heads: Optional[PosInt] = None
+    vocab_size: PosInt
+    tie_word_embeddings: Flag = False
+    max_position_embeddings: PosInt
+    rms_norm_eps: float = Field(default=1e-6, gt=0)
+    # mla
+    q_lora_rank: Optional[PosInt] = None
+    kv_lora_rank: Optional[PosInt] = None
+    qk_nope_head_dim: Optional[PosInt] = None
+    qk_rope_head_dim: Optional[PosInt] = None
+    v_head_dim: Optional[PosInt] = None
+    # gqa
+    head_dim: Optional[PosInt] = None
+    attention_bias: Flag = False
+    # ffn / moe
+    intermediate_size: PosInt
+    first_k_dense_replace: NonNegInt = 0
+    moe_intermediate_size: Optional[PosInt] = None
+    n_routed_experts: NonNegInt = 0
+    n_shared_experts: NonNegInt = 0
+    num_experts_per_tok: NonNegInt = 0
+    topk_method: Optional[str] = None
+    # mtp
+    num_nextn_predict_layers: NonNegInt = 0
+    # rope
+    rope_theta: float = Field(default=10000.0, gt=0)
+    rope_scaling: Optional[dict] = None
+    # weights as stored in the checkpoint
+    weight_dtype: WeightDtype = "bf16"
+    expert_weight_dtype: Optional[WeightDtype] = None
+    weight_block_size: tuple[PosInt, PosInt] = (128, 128)
+    int4_group_size: PosInt = 32
+    int4_zero_point: Flag = False                 # AWQ: a 4-bit zero per group besides the scale
+    unquantized_modules: tuple[str, ...] = ()     # AWQ modules_to_not_convert: HF module-name substrings kept bf16
+    int8_block: Flag = False                      # int8 with weight_block_size scales (blockwise_int8), else one
+                                                  # fp32 scale per output channel (w8a8_int8)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "ModelSpec":
+        if self.attention == "mla":
+            for key in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
+                if getattr(self, key) is None:
+                    raise ValueError(f"{key} is required for an MLA model (attention: mla)")
+            if self.num_key_value_heads not in (None, self.num_attention_heads):
+                raise ValueError("num_key_value_heads must equal num_attention_heads for MLA "
+                                 f"(got {self.num_key_value_heads} vs {self.num_attention_heads})")
+        else:
+            kv_heads = self.num_key_value_heads or self.num_attention_heads
+            if self.num_attention_heads % kv_heads:
+                raise ValueError(f"num_attention_heads={self.num_attention_heads} is not a multiple of "
+                                 f"num_key_value_heads={kv_heads}")
+            if self.head_dim is None and self.hidden_size % self.num_attention_heads:
+                raise ValueError(f"hidden_size={self.hidden_size} is not divisible by "
+                                 f"num_attention_heads={self.num_attention_heads}; give head_dim")
+        if self.first_k_dense_replace > self.num_hidden_layers:
+            raise ValueError("first_k_dense_replace is larger than num_hidden_layers")
+        if not self.n_routed_experts and (self.num_experts_per_tok or self.n_shared_experts):
+            raise ValueError("num_experts_per_tok and n_shared_experts need n_routed_experts > 0")
+        if self.n_routed_experts:
+            if self.moe_intermediate_size is None:
+                raise ValueError("moe_intermediate_size is required when n_routed_experts > 0")
+            if not 1 <= self.num_experts_per_tok <= self.n_routed_experts:
+                raise ValueError(f"num_experts_per_tok must be in 1..n_routed_experts={self.n_routed_experts}")
+        return self
+
+    @cached_property
+    def _content_hash(self) -> int:
+        return hash(self.model_dump_json())
+
+    def model_copy(self, *, update=None, deep: bool = False):
+        """A copy hashes by its own content, not the cached hash of the original."""
+        copy = super().model_copy(update=update, deep=deep)
+        copy.__dict__.pop("_content_hash", None)
+        return copy
+
+    def __hash__(self) -> int:
+        """Hash by content, computed once (rope_scaling is a dict, so pydantic's field hash cannot be
+        used); lets memoised model functions key on the spec."""
+        return self._content_hash
+
+    # ---- derived geometry (no arithmetic beyond the config) ----
+    @property
+    def is_moe(self) -> bool:
+        return self.n_routed_experts > 0
+
+    @property
+    def num_dense_layers(self) -> int:
+        return self.num_hidden_layers if not self.is_moe else self.first_k_dense_replace
+
+    @property
+    def num_moe_layers(self) -> int:
+        return self.num_hidden_layers - self.num_dense_layers
+
+    def dense_layers_in(self, layers: range) -> int:
+        """How many of `layers` (e.g. one pipeline stage's) are dense-FFN layers: the first
+        first_k_dense_replace layers of the model are (HF config)."""
+        return len(range(max(layers.start, 0), min(layers.stop, self.num_dense_layers)))
+
+    @property
+    def kv_heads(self) -> int:
+        return self.num_key_value_heads or self.num_attention_heads
+
+    @property
+    def gqa_head_dim(self) -> int:
+        return self.head_dim or self.hidden_size // self.num_attention_heads
+
+    @property
+    def qk_head_dim(self) -> int:
+        """MLA query/key head dim d_n + d_r (192 for DeepSeek); the plain head dim for GQA."""
+        if self.attention == "gqa":
+            return self.gqa_head_dim
+        return self.qk_nope_head_dim + self.qk_rope_head_dim
+
+    @property
+    def latent_dim(self) -> int:
+        """Cached elements per token per layer for MLA: kv_lora_rank + qk_rope_head_dim (576)."""
+        return self.kv_lora_rank + self.qk_rope_head_dim
+
+    @property
+    def expert_dtype(self) -> WeightDtype:
+        return self.expert_weight_dtype or self.weight_dtype
+
+    def block_scaled(self, dtype: str) -> bool:
+        """Whether `dtype` weights carry weight_block_size scale blocks: fp8 (DeepSeek-V3's release) and
+        blockwise int8 (meituan's DeepSeek-R1-Block-INT8)."""
+        return dtype == "fp8" or (dtype == "int8" and self.int8_block)
+
+    @property
+    def has_gate_bias(self) -> bool:
+        """noaux_tc routing keeps a per-expert score-correction bias (DeepSeek-V3 e_score_correction_bias)."""
+        return self.topk_method == "noaux_tc"

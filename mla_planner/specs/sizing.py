@@ -1,0 +1,132 @@
+"""Derived facts of a model as named breakdowns that sum to their totals (nanoGPT sizing style).
+
+Parameters (total, activated), stored weight bytes, and KV-cache bytes per token for the MLA latent
+layout and for the naive per-head K/V layout. Formulas: ../shared/reference/MLA_MATH.md sections 1-2;
+KV per token per layer = (kv_lora_rank + qk_rope_head_dim) x bytes (DeepSeek-V2 paper section 2.1;
+SGLang `profile_max_num_token` cell_size); 656 B for FlashMLA's fp8-with-scale layout (FlashMLA README).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+from mla_planner.specs.knobs import KV_DTYPES
+from mla_planner.specs.model import ModelSpec
+from mla_planner.specs.weights import Tensor, inventory, mtp_inventory, stored_bytes
+
+# bytes per cached token per layer, per element of the latent, by KV dtype name
+KV_DTYPE_BYTES = {"bf16": 2, "fp8": 1}
+FP8_DS_MLA_BYTES_PER_TOKEN_LAYER = 656  # 512 fp8 + 4 fp32 scales + 64 bf16 rope (FlashMLA README)
+
+
+def _grouped(tensors: list[Tensor], value) -> "OrderedDict[str, float]":
+    out: OrderedDict[str, float] = OrderedDict()
+    for t in tensors:
+        out[t.group] = out.get(t.group, 0) + value(t)
+    out["total"] = sum(out.values())
+    return out
+
+
+def param_breakdown(spec: ModelSpec) -> "OrderedDict[str, int]":
+    """Parameters per group (attention, dense_ffn, routed_experts, ...) and their total; MTP excluded."""
+    return _grouped(inventory(spec), lambda t: t.numel)
+
+
+def activated_param_breakdown(spec: ModelSpec) -> "OrderedDict[str, int]":
+    """Parameters touched by one token: routed experts scaled by num_experts_per_tok / n_routed_experts
+    (the router picks k of E); everything else counts whole. The input embedding is a lookup (no FLOPs),
+    so `total_without_embedding` is also given, matching the published "activated" figures (MLA_MATH.md)."""
+    def active(t: Tensor) -> int:
+        if t.group == "routed_experts":
+            return t.numel * spec.num_experts_per_tok // spec.n_routed_experts
+        return t.numel
+    out = _grouped(inventory(spec), active)
+    out["total_without_embedding"] = out["total"] - out.get("embedding", 0)
+    return out
+
+
+def mtp_params(spec: ModelSpec) -> int:
+    """Unique parameters of the MTP module(s), counted apart from the main model."""
+    return sum(t.numel for t in mtp_inventory(spec))
+
+
+def weight_bytes_breakdown(spec: ModelSpec, include_mtp: bool = False) -> "OrderedDict[str, float]":
+    """Stored weight bytes per group in the checkpoint's own dtypes, fp8 block scales included."""
+    tensors = inventory(spec) + (mtp_inventory(spec) if include_mtp else [])
+    return _grouped(tensors, lambda t: stored_bytes(t, spec))
+
+
+WEIGHT_FORMATS = {  # name -> how the checkpoint would be stored; embeddings, norms, gate stay bf16/fp32
+    "bf16": {"weight_dtype": "bf16", "expert_weight_dtype": "bf16"},
+    "fp8 block-scaled": {"weight_dtype": "fp8", "expert_weight_dtype": "fp8", "weight_block_size": (128, 128)},
+    "int4 experts, bf16 rest": {"weight_dtype": "bf16", "expert_weight_dtype": "int4", "int4_group_size": 32,
+                                "int4_zero_point": False},
+    "int4 AWQ, group 128": {"weight_dtype": "int4", "expert_weight_dtype": "int4", "int4_group_size": 128,
+                            "int4_zero_point": True},
+    "int8 W8A8, channel scales": {"weight_dtype": "int8", "expert_weight_dtype": "int8", "int8_block": False},
+}
+# every row as its format stores the whole model, whatever the checkpoint
+COMMON = {"unquantized_modules": (), "int8_block": False}
+
+
+def weight_bytes_by_format(spec: ModelSpec) -> "OrderedDict[str, float]":
+    """Total stored weight bytes (MTP excluded) if the checkpoint were stored in each common format:
+    bf16; fp8 with 128x128 block scales (DeepSeek-V3's release); int4 group-quantised experts with the
+    rest in bf16 (Kimi-K2-Thinking's release: groups of 32, no zeros); AutoAWQ's 4-bit with a scale
+    and a zero per 128 values in every decoder-layer linear layer (the community AWQ releases of
+    DeepSeek-V3/R1, the format SGLang's DeepSeek guide lists for 8 x A100); int8 W8A8 with an fp32 scale per
+    output channel (meituan's DeepSeek-R1-Channel-INT8, which SGLang's guide runs on 32 x L40S). The
+    checkpoint's own format is
+    `weight_bytes_breakdown`."""
+    out: OrderedDict[str, float] = OrderedDict()
+    for name, update in WEIGHT_FORMATS.items():
+        out[name] = weight_bytes_breakdown(spec.model_copy(update=COMMON | update))["total"]
+    return out
+
+
+def kv_bytes_per_token_layer(spec: ModelSpec, kv_dtype: str = "bf16") -> float:
+    """Bytes one token adds to one layer's cache on one rank that holds the whole cache.
+
+    MLA: (kv_lora_rank + qk_rope_head_dim) x element bytes (576 x 2 = 1152 for bf16, 576 for fp8),
+    or 656 for `fp8_ds_mla`. GQA: 2 x kv_heads x head_dim x element bytes (K and V per KV head).
+    """
+    if spec.attention == "gqa":
+        return 2 * spec.kv_heads * spec.gqa_head_dim * KV_DTYPE_BYTES[_base(kv_dtype)]
+    if kv_dtype == "fp8_ds_mla":
+        return FP8_DS_MLA_BYTES_PER_TOKEN_LAYER
+    return spec.latent_dim * KV_DTYPE_BYTES[_base(kv_dtype)]
+
+
+def _base(kv_dtype: str) -> str:
+    if kv_dtype not in KV_DTYPES:
+        raise ValueError(f"unknown KV dtype {kv_dtype!r}; expected {', '.join(KV_DTYPES)}")
+    return "fp8" if kv_dtype.startswith("fp8") else "bf16"
+
+
+def kv_bytes_per_token(spec: ModelSpec, kv_dtype: str = "bf16", layers: int | None = None) -> float:
+    """All layers (or `layers` of them, e.g. one pipeline stage): layers x kv_bytes_per_token_layer."""
+    n = spec.num_hidden_layers if layers is None else layers
+    return n * kv_bytes_per_token_layer(spec, kv_dtype)
+
+
+def naive_kv_bytes_per_token(spec: ModelSpec, kv_dtype: str = "bf16") -> float:
+    """The MHA-style per-head cache MLA avoids: layers x H x (d_qk + d_v) x bytes (MLA_MATH.md section 1).
+    For a GQA model this is its real cache."""
+    if spec.attention == "gqa":
+        return kv_bytes_per_token(spec, kv_dtype)
+    per_layer = spec.num_attention_heads * (spec.qk_head_dim + spec.v_head_dim) * KV_DTYPE_BYTES[_base(kv_dtype)]
+    return spec.num_hidden_layers * per_layer
+
+
+def kv_table(spec: ModelSpec) -> "OrderedDict[str, dict]":
+    """KV bytes per token per layer and per token for each cache format, and the naive layout."""
+    out: OrderedDict[str, dict] = OrderedDict()
+    formats = KV_DTYPES if spec.attention == "mla" else tuple(f for f in KV_DTYPES if f != "fp8_ds_mla")
+    for fmt in formats:
+        out[fmt] = {"bytes_per_token_layer": kv_bytes_per_token_layer(spec, fmt),
+                    "bytes_per_token": kv_bytes_per_token(spec, fmt)}
+    if spec.attention == "mla":
+        naive = naive_kv_bytes_per_token(spec, "bf16")
+        out["naive_per_head_bf16"] = {"bytes_per_token_layer": naive / spec.num_hidden_layers,
+                                      "bytes_per_token": naive}
+    return out

@@ -1,0 +1,232 @@
+"""Cluster topology: nodes of GPUs, the link inside a node and the fabric between nodes.
+
+Every number carries its unit in its name. The GPU is named from the built-in table
+(`mla_planner/data/gpus.yaml`, each figure with its source) or given inline.
+"""
+
+from __future__ import annotations
+
+import re
+
+from functools import cached_property, lru_cache
+from pathlib import Path
+from typing import Literal, Optional
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, PositiveFloat, field_validator, model_validator
+
+from mla_planner.specs.efficiency import check_overrides
+from mla_planner.core.errors import InputError, PlanError, did_you_mean
+from mla_planner.core.resources import data_dir
+from mla_planner.core.files import Flag, NonNegInt, PosInt, path_kind, read_mapping, user_path, validate
+
+Strict = ConfigDict(frozen=True, extra="forbid")
+
+
+class GPU(BaseModel):
+    model_config = Strict
+    name: str
+    memory_bytes: PosInt
+    nvidia_smi_mib: Optional[PosInt] = None   # total as nvidia-smi prints it (SGLang sizes defaults by it)
+    hbm_bytes_per_s: PositiveFloat
+    bf16_flops_per_s: PositiveFloat
+    fp8_flops_per_s: NonNegativeFloat = 0.0
+    int8_ops_per_s: NonNegativeFloat = 0.0    # dense INT8 tensor-core rate (W8A8 GEMMs); 0: they run at bf16's
+    compute_capability: str = Field(pattern=r"^\d+\.\d+$")
+    nvlink_bytes_per_s: NonNegativeFloat = 0.0
+    cuda_name: Optional[str] = None           # torch.cuda.get_device_name(): what tuned-kernel files are keyed on
+    source: Optional[str] = None
+
+    @model_validator(mode="after")
+    def _fp8_rate_where_fp8_exists(self):
+        if self.sm >= 89 and not self.fp8_flops_per_s:
+            raise ValueError(f"fp8_flops_per_s is missing: a compute capability {self.compute_capability} GPU has FP8 "
+                             "tensor cores; give their dense FP8 FLOP/s (the datasheet's, without sparsity)")
+        return self
+
+    @cached_property
+    def sm(self) -> int:
+        """Compute capability as an integer, 9.0 -> 90."""
+        major, minor = self.compute_capability.split(".")
+        return int(major) * 10 + int(minor)
+
+    @property
+    def arch(self) -> str:
+        return {8: "ampere" if self.sm < 89 else "ada", 9: "hopper", 10: "blackwell", 12: "blackwell"}.get(
+            self.sm // 10, "other")
+
+    @cached_property
+    def has_fp8(self) -> bool:
+        return self.fp8_flops_per_s > 0 and self.sm >= 89
+
+    def tensor_flops_per_s(self, precision: str) -> float:
+        """Dense peak of a GEMM whose operands are `precision`: fp8 on FP8 tensor cores (sm89+), int8 (W8A8:
+        int8 weights, per-token int8 activations) on INT8 tensor cores where the table gives their rate, else
+        bf16 (weight-only formats, FP8 Marlin and int4, dequantize to bf16 in the kernel)."""
+        if precision == "fp8" and self.has_fp8:
+            return self.fp8_flops_per_s
+        if precision == "int8" and self.int8_ops_per_s:
+            return self.int8_ops_per_s
+        return self.bf16_flops_per_s
+
+
+class IntraNode(BaseModel):
+    model_config = Strict
+    kind: Literal["nvswitch", "nvlink", "pcie"] = "nvswitch"
+    gbytes_per_s: Optional[PositiveFloat] = None   # per GPU, per direction; default: the GPU's NVLink or PCIe
+    latency_us: PositiveFloat = 3.0
+    nvls: Optional[Flag] = None                    # NVLink SHARP all-reduce; default on for NVSwitch, SM90+
+
+
+MAX_NIC_GBIT_PER_S = 3200   # above any NIC sold (ConnectX-8: 800 Gb/s); catches a figure in bits/s
+
+
+class InterNode(BaseModel):
+    model_config = Strict
+    fabric: Literal["infiniband", "roce", "ethernet"]
+    nics_per_node: PosInt
+    nic_gbit_per_s: PositiveFloat
+    latency_us: PositiveFloat = 5.0
+    socket_ifname: Optional[str] = None   # NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME
+    ib_hca: Optional[str] = None          # NCCL_IB_HCA, e.g. "mlx5_0,mlx5_1"
+    ib_gid_index: Optional[NonNegInt] = None  # NCCL_IB_GID_INDEX (RoCE v2: usually 3)
+
+    @field_validator("nic_gbit_per_s")
+    @classmethod
+    def _gbit(cls, value: float):
+        if value > MAX_NIC_GBIT_PER_S:
+            raise ValueError(f"is in Gb/s per NIC (400 for NDR InfiniBand), at most {MAX_NIC_GBIT_PER_S:,}; got "
+                             f"{value:g} (bits/s?)")
+        return value
+
+    @model_validator(mode="after")
+    def _hcas_match_nics(self):
+        """NCCL_IB_HCA restricts NCCL to the devices it names: exact names (mlx5_0, =mlx5_0, mlx5_0:1) fewer
+        than nics_per_node would leave NICs the model prices unused, and more would have NCCL spread over NICs
+        the model does not price (a storage or front-end NIC, or a nics_per_node set too low). Ports of one
+        device (mlx5_0:1,mlx5_0:2) count once. A prefix (mlx5) or an exclusion (^...) names no count, and is
+        left alone."""
+        if not self.ib_hca or self.ib_hca.startswith("^"):
+            return self
+        names = [n.strip() for n in self.ib_hca.lstrip("=").split(",") if n.strip()]
+        exact = self.ib_hca.startswith("=") or all(re.fullmatch(r"[\w.-]*_\d+(:\d+)?", n) for n in names)
+        devices = len({n.split(":")[0] for n in names})
+        if exact and self.fabric != "ethernet" and devices != self.nics_per_node:
+            raise ValueError(f"ib_hca names {devices} HCA(s) ({self.ib_hca}) but nics_per_node is "
+                             f"{self.nics_per_node}: NCCL would use " + ("only those" if devices < self.nics_per_node
+                                                                         else "all of them") + "; make them agree")
+        return self
+
+
+class Topology(BaseModel):
+    model_config = Strict
+    name: str
+    description: str = ""
+    nodes: PosInt
+    gpus_per_node: PosInt
+    gpu: GPU
+    intra_node: IntraNode = IntraNode()
+    inter_node: Optional[InterNode] = None
+    efficiency: dict[str, float] = {}
+
+    @field_validator("gpu", mode="before")
+    @classmethod
+    def _gpu_by_name(cls, value):
+        if isinstance(value, str):
+            table = gpu_table()
+            if value not in table:
+                raise ValueError(f"unknown GPU '{value}'{did_you_mean(value, table)}; built-in: {', '.join(table)}")
+            return table[value]
+        return value
+
+    @field_validator("efficiency")
+    @classmethod
+    def _fractions(cls, value: dict):
+        for key, frac in value.items():
+            if not 0 < frac <= 1:
+                raise ValueError(f"efficiency.{key} must be in (0, 1], got {frac}")
+        return value
+
+    @model_validator(mode="after")
+    def _fabric_when_multinode(self):
+        if self.nodes > 1 and self.inter_node is None:
+            raise ValueError("inter_node is required when nodes > 1")
+        if self.intra_node.kind != "pcie" and not self.intra_node.gbytes_per_s and not self.gpu.nvlink_bytes_per_s:
+            raise ValueError(f"intra_node.kind is {self.intra_node.kind} but GPU {self.gpu.name} has no "
+                             "nvlink_bytes_per_s: give the GPU's NVLink bandwidth per direction, or "
+                             "intra_node.gbytes_per_s")
+        return self
+
+    @cached_property
+    def _content_hash(self) -> int:
+        return hash(self.model_dump_json())
+
+    def model_copy(self, *, update=None, deep: bool = False):
+        """A copy hashes by its own content, not the cached hash of the original."""
+        copy = super().model_copy(update=update, deep=deep)
+        copy.__dict__.pop("_content_hash", None)
+        return copy
+
+    def __hash__(self) -> int:
+        """Hash by content, computed once (`efficiency` is a dict); lets memoised models key on it."""
+        return self._content_hash
+
+    @property
+    def total_gpus(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+    @property
+    def intra_bytes_per_s(self) -> float:
+        """Per-GPU, per-direction bandwidth inside a node. PCIe default: Gen4 x16 ~25 GB/s achievable
+        per direction (32 GB/s line); NVLink default: the GPU table's figure."""
+        if self.intra_node.gbytes_per_s:
+            return self.intra_node.gbytes_per_s * 1e9
+        if self.intra_node.kind == "pcie" or not self.gpu.nvlink_bytes_per_s:
+            return 25e9
+        return self.gpu.nvlink_bytes_per_s
+
+    @property
+    def nic_bytes_per_s_per_node(self) -> float:
+        """Aggregate line rate of a node's NICs, bytes/s (Gb/s / 8)."""
+        if not self.inter_node:
+            return 0.0
+        return self.inter_node.nics_per_node * self.inter_node.nic_gbit_per_s * 1e9 / 8
+
+    @property
+    def nic_gbit_per_s_per_gpu(self) -> float:
+        """A GPU's share of its node's NICs' line rate, Gb/s: what a TP or EP group across nodes gets per GPU
+        (below one NIC's rate where GPUs share NICs)."""
+        return self.nic_bytes_per_s_per_node * 8 / 1e9 / self.gpus_per_node
+
+    @property
+    def uses_nvls(self) -> bool:
+        if self.intra_node.nvls is not None:
+            return self.intra_node.nvls
+        return self.intra_node.kind == "nvswitch" and self.gpu.sm >= 90
+
+
+@lru_cache(maxsize=1)
+def gpu_table() -> dict[str, GPU]:
+    raw = yaml.safe_load((data_dir("gpus.yaml")).read_text())
+    return {name: GPU(name=name, **fields) for name, fields in raw.items()}
+
+
+def builtin_topologies() -> dict[str, Path]:
+    return {p.stem: p for p in sorted(data_dir("topologies").glob("*.yaml"))}
+
+
+def load_topology(ref: str) -> Topology:
+    """A built-in topology name or a YAML file path."""
+    builtin = builtin_topologies()
+    if not ref.strip():
+        raise PlanError(f"the topology is empty: give a built-in name ({', '.join(builtin)}) or a YAML file")
+    path = user_path(ref)
+    kind = path_kind(path)
+    if ref in builtin and kind == "missing":
+        path = builtin[ref]
+    elif kind == "missing":
+        raise InputError(ref, "not a built-in topology nor an existing file" + did_you_mean(ref, builtin)
+                         + f"; built-ins: {', '.join(builtin)}")
+    topo = validate(Topology, read_mapping(path), str(path))
+    check_overrides(topo.efficiency, str(path))
+    return topo

@@ -1,0 +1,199 @@
+"""The weight inventory: every stored tensor of a model, with how tensor/expert parallelism splits it.
+
+Table-driven in the manner of gpt-fast's `tp.py`: each entry names its shape, how many copies the
+model has (one per layer), the group it is reported under, and its split under parallelism:
+  replicated  every TP rank holds all of it (wq_a, wkv_a, norms, the router gate)
+  column      output rows split by TP (wq_b, wkv_b, w1/w3; Megatron column-parallel)
+  row         input columns split by TP (wo, w2; row-parallel, followed by an all-reduce)
+  expert      routed experts: split by EP, and each expert by the MoE TP degree
+  vocab       embedding / lm_head rows split over TP (vocab-parallel)
+Shapes follow DeepSeek-V3 `inference/model.py` and the HF checkpoints (../shared/reference/MLA_MATH.md
+sections 2-3). MoE FFN parameters are SwiGLU: w1, w3 [I, d] column and w2 [d, I] row.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from math import ceil, prod
+
+from mla_planner.specs.model import ModelSpec
+
+Split = str  # "replicated" | "column" | "row" | "expert_column" | "expert_row" | "vocab"
+
+
+@dataclass(frozen=True)
+class Tensor:
+    name: str              # e.g. "attn.wkv_b"
+    group: str             # reporting group, e.g. "attention", "routed_experts"
+    shape: tuple[int, ...]
+    count: int             # copies in the model (layers x experts)
+    split: Split
+    dtype: str             # storage dtype: bf16, fp8, int4, fp32
+    where: str = "layers"  # "first" (embedding, first PP stage), "last" (lm_head), "layers", "mtp"
+
+    @property
+    def numel(self) -> int:
+        return prod(self.shape) * self.count
+
+
+def bytes_of(t: Tensor, block: tuple[int, int] = (128, 128), int4_group: int = 32, int4_zero_point: bool = False,
+             int8_block: bool = False) -> float:
+    """Stored bytes of a tensor including quantisation scales.
+
+    fp8 block-scaled (DeepSeek-V3 `quantization_config.weight_block_size` 128x128): one fp32
+    `weight_scale_inv` per block, 1 + 4*ceil(r/128)*ceil(c/128)/(r*c) bytes/param (MLA_MATH.md section 2).
+    int4 group-quantised (compressed-tensors experts, Kimi-K2-Thinking style; AutoAWQ): 0.5 B/param plus one
+    16-bit scale per `int4_group` values, and with `int4_zero_point` (AWQ's `qzeros`, packed 8 to an int32)
+    a 4-bit zero per group too. int8 W8A8 (meituan's DeepSeek-R1 INT8 releases, SGLang w8a8_int8.py /
+    blockwise_int8.py): 1 B/param plus an fp32 scale per output channel (`weight_scale` [rows, 1]), or with
+    `int8_block` one per block as fp8. bf16 2 B, fp32 4 B.
+    """
+    n = prod(t.shape)
+    if (t.dtype == "fp8" or (t.dtype == "int8" and int8_block)) and len(t.shape) == 2:
+        per = n + 4 * ceil(t.shape[0] / block[0]) * ceil(t.shape[1] / block[1])
+    elif t.dtype == "int8":
+        per = n + 4 * (t.shape[0] if len(t.shape) == 2 else 1)
+    elif t.dtype == "int4":
+        per = n / 2 + (2.5 if int4_zero_point else 2) * ceil(n / int4_group)
+    else:
+        per = n * {"bf16": 2, "fp8": 1, "fp32": 4}[t.dtype]
+    return per * t.count
+
+
+def stored_bytes(t: Tensor, spec: ModelSpec) -> float:
+    """`bytes_of` with the checkpoint's own quantisation parameters."""
+    return bytes_of(t, spec.weight_block_size, spec.int4_group_size, spec.int4_zero_point, spec.int8_block)
+
+
+# Hugging Face module names (DeepSeek-V2/V3 modeling code) of the linear layers AWQ quantizes, as the
+# engines match `modules_to_not_convert` against them (a substring of "model.layers.<i>.<module>";
+# routed experts by their fused module "mlp.experts").
+HF_MODULES = {"attn.wq_a": "self_attn.q_a_proj", "attn.wq_b": "self_attn.q_b_proj", "attn.wq": "self_attn.q_proj",
+              "attn.wkv_a": "self_attn.kv_a_proj_with_mqa", "attn.wkv_b": "self_attn.kv_b_proj",
+              "attn.wo": "self_attn.o_proj", "attn.q_proj": "self_attn.q_proj", "attn.k_proj": "self_attn.k_proj",
+              "attn.v_proj": "self_attn.v_proj", "attn.o_proj": "self_attn.o_proj",
+              "dense_ffn.w1": "mlp.gate_proj", "dense_ffn.w3": "mlp.up_proj", "dense_ffn.w2": "mlp.down_proj",
+              "shared_experts.w1": "mlp.shared_experts.gate_proj", "shared_experts.w3": "mlp.shared_experts.up_proj",
+              "shared_experts.w2": "mlp.shared_experts.down_proj", "routed_experts.w1": "mlp.experts",
+              "routed_experts.w3": "mlp.experts", "routed_experts.w2": "mlp.experts"}
+
+
+def module_skipped(skip, module: str, layers) -> bool:
+    """Whether a `modules_to_not_convert` entry names `module` in any of `layers` (vLLM `is_layer_skipped`:
+    a substring of the module's full name, "model.layers.<i>.<module>")."""
+    return any(s in f"model.layers.{i}.{module}" for i in layers for s in skip)
+
+
+def _keep_unquantized(spec: ModelSpec, tensors: list[Tensor], layers: dict[str, range]) -> list[Tensor]:
+    """int4 tensors whose module `modules_to_not_convert` names stay bf16 (vLLM `is_layer_skipped`,
+    substring match on the module's full name). A name that picks out some layers only (e.g.
+    "model.layers.0.") keeps the module bf16 in every layer: the memory model errs towards more bytes."""
+    if not spec.unquantized_modules:
+        return tensors
+    out = []
+    for t in tensors:
+        module = HF_MODULES.get(t.name)
+        if t.dtype == "int4" and module:
+            if module_skipped(spec.unquantized_modules, module, layers.get(t.group, layers["attention"])):
+                t = Tensor(t.name, t.group, t.shape, t.count, t.split, "bf16", t.where)
+        out.append(t)
+    return out
+
+
+@lru_cache(maxsize=256)
+def dtype_of(spec: ModelSpec, name: str) -> str | None:
+    """Storage dtype of the main model's tensor `name` (None if it has none)."""
+    return next((t.dtype for t in inventory(spec) if t.name == name), None)
+
+
+def _attention(spec: ModelSpec, layers: int, dt: str, where: str) -> list[Tensor]:
+    d, H = spec.hidden_size, spec.num_attention_heads
+    if spec.attention == "gqa":
+        hd, kv = spec.gqa_head_dim, spec.kv_heads
+        out = [Tensor("attn.q_proj", "attention", (H * hd, d), layers, "column", dt, where),
+               Tensor("attn.k_proj", "attention", (kv * hd, d), layers, "column", dt, where),
+               Tensor("attn.v_proj", "attention", (kv * hd, d), layers, "column", dt, where),
+               Tensor("attn.o_proj", "attention", (d, H * hd), layers, "row", dt, where)]
+        if spec.attention_bias:
+            out.append(Tensor("attn.qkv_bias", "attention", ((H + 2 * kv) * hd,), layers, "column", "bf16", where))
+        return out
+    qk, dc, dr = spec.qk_head_dim, spec.kv_lora_rank, spec.qk_rope_head_dim
+    out = []
+    if spec.q_lora_rank:
+        rq = spec.q_lora_rank
+        out += [Tensor("attn.wq_a", "attention", (rq, d), layers, "replicated", dt, where),
+                Tensor("attn.q_norm", "attention", (rq,), layers, "replicated", "bf16", where),
+                Tensor("attn.wq_b", "attention", (H * qk, rq), layers, "column", dt, where)]
+    else:
+        out.append(Tensor("attn.wq", "attention", (H * qk, d), layers, "column", dt, where))
+    out += [Tensor("attn.wkv_a", "attention", (dc + dr, d), layers, "replicated", dt, where),
+            Tensor("attn.kv_norm", "attention", (dc,), layers, "replicated", "bf16", where),
+            Tensor("attn.wkv_b", "attention", (H * (spec.qk_nope_head_dim + spec.v_head_dim), dc), layers,
+                   "column", dt, where),
+            Tensor("attn.wo", "attention", (d, H * spec.v_head_dim), layers, "row", dt, where)]
+    return out
+
+
+def _ffn(group: str, d: int, inter: int, count: int, dt: str, where: str, expert: bool = False) -> list[Tensor]:
+    col, row = ("expert_column", "expert_row") if expert else ("column", "row")
+    return [Tensor(f"{group}.w1", group, (inter, d), count, col, dt, where),
+            Tensor(f"{group}.w3", group, (inter, d), count, col, dt, where),
+            Tensor(f"{group}.w2", group, (d, inter), count, row, dt, where)]
+
+
+def _moe(spec: ModelSpec, layers: int, where: str) -> list[Tensor]:
+    d, E, inter = spec.hidden_size, spec.n_routed_experts, spec.moe_intermediate_size
+    out = _ffn("routed_experts", d, inter, layers * E, spec.expert_dtype, where, expert=True)
+    if spec.n_shared_experts:
+        out += _ffn("shared_experts", d, inter * spec.n_shared_experts, layers, spec.weight_dtype, where)
+    out.append(Tensor("gate.weight", "gate", (E, d), layers, "replicated", "bf16", where))
+    if spec.has_gate_bias:
+        out.append(Tensor("gate.bias", "gate", (E,), layers, "replicated", "fp32", where))
+    return out
+
+
+def _decoder_layers(spec: ModelSpec, n_dense: int, n_moe: int, where: str) -> list[Tensor]:
+    dt, d, n = spec.weight_dtype, spec.hidden_size, n_dense + n_moe
+    out = _attention(spec, n, dt, where)
+    out.append(Tensor("norms.layer", "norms", (d,), 2 * n, "replicated", "bf16", where))
+    if n_dense:
+        out += _ffn("dense_ffn", d, spec.intermediate_size, n_dense, dt, where)
+    if n_moe:
+        out += _moe(spec, n_moe, where)
+    return out
+
+
+def inventory(spec: ModelSpec) -> list[Tensor]:
+    """Every tensor of the main model (MTP excluded; see `mtp_inventory`)."""
+    d, V = spec.hidden_size, spec.vocab_size
+    L, k = spec.num_hidden_layers, spec.num_dense_layers
+    out = [Tensor("embed_tokens", "embedding", (V, d), 1, "vocab", "bf16", "first")]
+    out += _keep_unquantized(spec, _decoder_layers(spec, k, spec.num_moe_layers, "layers"),
+                             {"attention": range(L), "dense_ffn": range(k), "shared_experts": range(k, L),
+                              "routed_experts": range(k, L)})
+    out.append(Tensor("norm", "norms", (d,), 1, "replicated", "bf16", "last"))
+    if not spec.tie_word_embeddings:
+        out.append(Tensor("lm_head", "lm_head", (V, d), 1, "vocab", "bf16", "last"))
+    return out
+
+
+def mtp_inventory(spec: ModelSpec) -> list[Tensor]:
+    """The multi-token-prediction module(s) (`num_nextn_predict_layers`): per module one full
+    decoder layer (MoE when the model is MoE) plus enorm, hnorm, eh_proj [d, 2d] and the shared-head
+    norm; embedding and head are shared with the main model (DeepSeek-V3 README_WEIGHTS.md)."""
+    n, d = spec.num_nextn_predict_layers, spec.hidden_size
+    if not n:
+        return []
+    moe, L = spec.is_moe, spec.num_hidden_layers
+    layers = _keep_unquantized(spec, _decoder_layers(spec, 0 if moe else n, n if moe else 0, "mtp"),
+                               {"attention": range(L, L + n)})
+    out = [t.__class__(t.name, "mtp", t.shape, t.count, t.split, t.dtype, "mtp") for t in layers]
+    # eh_proj is a plain nn.Linear in the engines' MTP modules (vLLM models/deepseek_mtp.py, SGLang
+    # models/deepseek_nextn.py): never int4-quantized, nor named by meituan's per-channel INT8 conversion (it
+    # quantizes q/kv projections, o_proj and the MLPs by name); block INT8 follows the FP8 release's tensors
+    eh_dtype = "bf16" if spec.weight_dtype == "int4" or spec.weight_dtype == "int8" and not spec.int8_block \
+        else spec.weight_dtype
+    out += [Tensor("mtp.eh_proj", "mtp", (d, 2 * d), n, "replicated", eh_dtype, "mtp"),
+            Tensor("mtp.norms", "mtp", (d,), 3 * n, "replicated", "bf16", "mtp")]
+    return out
