@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
+import importlib
 import signal
 import sys
 from typing import Annotated, Optional
 
 import typer
-from typer.core import TyperGroup, TyperOption
+from typer.core import TyperCommand, TyperGroup, TyperOption
 
 try:  # newer typer parses with its own vendored copy of click (and does not install click)
-    from typer._click import exceptions as _click_errors
+    from typer._click import core as _click_core, exceptions as _click_errors
 except ImportError:  # pragma: no cover - older typer runs on click itself
-    from click import exceptions as _click_errors
+    from click import core as _click_core, exceptions as _click_errors
 _USAGE = (_click_errors.ClickException,)
 _ABORT = tuple({typer.Abort, getattr(_click_errors, "Abort", typer.Abort)})
 
@@ -28,20 +29,60 @@ def _flag_takes_no_value(display_type_rich):
 TyperOption.display_type_rich = _flag_takes_no_value(TyperOption.display_type_rich)
 
 from mla_planner import __version__  # noqa: E402
-from mla_planner.cli.compare import compare_cmd  # noqa: E402
-from mla_planner.cli.emit import emit_cmd  # noqa: E402
-from mla_planner.cli.lint import lint_cmd  # noqa: E402
-from mla_planner.cli.logcheck import check_log_cmd  # noqa: E402
-from mla_planner.cli.memory import memory_cmd  # noqa: E402
-from mla_planner.cli.plan import plan_cmd  # noqa: E402
-from mla_planner.cli.show import models_cmd, show_cmd, topologies_cmd  # noqa: E402
-from mla_planner.cli.verify import verify_cmd  # noqa: E402
 
+# Every command: (module, function, the first paragraph of its docstring). A command's module is imported
+# only when that command runs (or shows its own --help), so `mla-plan --help` and `mla-plan models` do
+# not pay for the search, the engines and the renderers; tests/test_architecture.py holds each summary
+# equal to its docstring.
+COMMANDS = {
+    "plan": ("mla_planner.cli.plan", "plan_cmd",
+             "Search every layout of MODEL on TOPOLOGY, choose every launch knob, rank, explain."),
+    "models": ("mla_planner.cli.show", "models_cmd", "List the built-in model specs."),
+    "topologies": ("mla_planner.cli.show", "topologies_cmd", "List the built-in cluster topologies."),
+    "show": ("mla_planner.cli.show", "show_cmd",
+             "Show a model's derived facts (parameters, weight bytes, KV bytes per token) or a topology."),
+    "compare": ("mla_planner.cli.compare", "compare_cmd",
+                "Compare layouts on the seed article's metrics: concurrency, throughput, decode step, network "
+                "wait,\nmemory utilization (+ TPOT per user and TTFT), computed from the step and memory models."),
+    "memory": ("mla_planner.cli.memory", "memory_cmd",
+               "Per-GPU memory and the KV capacity the engine will report, with a FITS / DOES NOT FIT verdict."),
+    "emit": ("mla_planner.cli.emit", "emit_cmd", "Write ready-to-run launch scripts for one plan candidate."),
+    "verify": ("mla_planner.cli.verify", "verify_cmd",
+               "Check a plan on the real GPUs: environment, memory fit, MLA attention, dense GEMMs and (under "
+               "torchrun)\ncollectives, each measured against the planner's prediction, with --write-calibration "
+               "to feed it back."),
+    "check-log": ("mla_planner.cli.logcheck", "check_log_cmd",
+                  "Hold an engine's log and bench.sh's output against the plan candidate that was launched."),
+    "lint": ("mla_planner.cli.lint", "lint_cmd",
+             "Check your own vLLM or SGLang launch command against the model, the cluster and the engines' rules."),
+}
+SETTINGS = {"lint": {"allow_extra_args": True, "ignore_unknown_options": True}}
+
+
+def load_command(name: str) -> _click_core.Command:
+    """The click command of NAME, built from its module's typer function (imported now)."""
+    module, attr, _ = COMMANDS[name]
+    callback = getattr(importlib.import_module(module), attr)
+    info = typer.models.CommandInfo(name=name, callback=callback, context_settings=SETTINGS.get(name))
+    return typer.main.get_command_from_info(info, pretty_exceptions_short=True, rich_markup_mode="rich")
 
 
 class OneLineErrors(TyperGroup):
     """Click's own usage errors (unknown option, missing or mistyped value, extra argument) as one
-    `error:` line on stderr with exit 2, like the library's PlanError (cli_common.guard) - no boxed panel."""
+    `error:` line on stderr with exit 2, like the library's PlanError (cli.common.guard) - no boxed panel.
+    Commands are loaded when they run: the listing in `--help` shows COMMANDS' summaries."""
+
+    def list_commands(self, ctx) -> list[str]:
+        return list(COMMANDS)
+
+    def get_command(self, ctx, name: str):
+        if name not in COMMANDS:
+            return None
+        return TyperCommand(name, help=COMMANDS[name][2])   # a stand-in that lists it; resolve_command runs it
+
+    def resolve_command(self, ctx, args):
+        name, _, rest = super().resolve_command(ctx, args)
+        return name, load_command(name), rest
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
         try:
@@ -79,19 +120,6 @@ def _root(ctx: typer.Context,
                                                           help="Print the version and exit.")] = None) -> None:
     if ctx.invoked_subcommand is None:
         typer.echo(ctx.get_help())
-
-
-# commands
-app.command("plan")(plan_cmd)
-app.command("models")(models_cmd)
-app.command("topologies")(topologies_cmd)
-app.command("show")(show_cmd)
-app.command("compare")(compare_cmd)
-app.command("memory")(memory_cmd)
-app.command("emit")(emit_cmd)
-app.command("verify")(verify_cmd)
-app.command("check-log")(check_log_cmd)
-app.command("lint", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(lint_cmd)
 
 
 def main() -> None:
