@@ -17,7 +17,7 @@ def test_version_and_help(cli):
 def test_models_lists_builtins(cli):
     r = cli("models", "--json")
     assert r.exit_code == 0
-    names = {m["name"] for m in json.loads(r.stdout)}
+    names = {m["name"] for m in json.loads(r.stdout)["models"]}
     assert {"deepseek-v3", "deepseek-r1", "deepseek-v2", "deepseek-v2-lite", "kimi-k2", "llama-3.1-70b"} <= names
     assert "deepseek-v3" in cli("models").stdout
 
@@ -25,10 +25,10 @@ def test_models_lists_builtins(cli):
 def test_topologies_lists_builtins(cli):
     r = cli("topologies", "--json")
     assert r.exit_code == 0
-    names = {t["name"] for t in json.loads(r.stdout)}
+    names = {t["name"] for t in json.loads(r.stdout)["topologies"]}
     assert {"8xh100", "2x8xh100-ib", "8xh200", "4x8xh800-roce", "2x8xh20-roce", "4x8xa100-ib", "8xb200",
             "2x8xl40s-eth", "2x8xh100-ib-1nic"} <= names
-    rows = {t["name"]: t for t in json.loads(r.stdout)}
+    rows = {t["name"]: t for t in json.loads(r.stdout)["topologies"]}
     assert (rows["2x8xh100-ib"]["inter_node"], rows["2x8xh100-ib"]["nic_gbit_per_s_per_gpu"]) == (
         "8x400 Gb/s infiniband", 400)                                                 # a NIC per GPU
     assert rows["2x8xh100-ib-1nic"]["nic_gbit_per_s_per_gpu"] == 50                    # 8 GPUs share one

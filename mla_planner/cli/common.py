@@ -3,19 +3,18 @@
 from __future__ import annotations
 
 import functools
-import json
 import os
 import sys
 from pathlib import Path
-from typing import Annotated, Any, Callable, Optional
+from typing import Annotated, Callable, Optional
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 
 from mla_planner.core.errors import PlanError
+from mla_planner.core.jsonout import dumps
 from mla_planner.core.files import path_kind
-from dataclasses import asdict
 
 DEFAULT_MODEL = "deepseek-v3"
 DEFAULT_TOPOLOGY = "2x8xh100-ib"
@@ -63,18 +62,9 @@ def guard(fn: Callable) -> Callable:
     return wrapper
 
 
-def print_json(data: Any) -> None:
-    sys.stdout.write(json.dumps(data, indent=2, sort_keys=False, default=_jsonable) + "\n")
-
-
-def _jsonable(obj: Any):
-    if hasattr(obj, "model_dump"):
-        return obj.model_dump()
-    if hasattr(obj, "__dataclass_fields__"):
-        return asdict(obj)
-    if isinstance(obj, (set, tuple)):
-        return list(obj)
-    raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
+def print_json(data: dict) -> None:
+    """A command's `--json` output: one object, `schema_version` first (core.jsonout)."""
+    sys.stdout.write(dumps(data) + "\n")
 
 
 def human_bytes(n: float) -> str:

@@ -26,7 +26,7 @@ def models_cmd(as_json: JsonOpt = False) -> None:
                      "expert_weight_dtype": spec.expert_dtype,
                      "kv_bytes_per_token_bf16": sizing.kv_bytes_per_token(spec, "bf16")})
     if as_json:
-        return print_json(rows)
+        return print_json({"models": rows})
     table = Table("model", "HF id", "attention", "params", "layers", "heads", "weights", "KV/token (bf16)",
                   title="Built-in models")
     for r in rows:
@@ -47,7 +47,7 @@ def topologies_cmd(as_json: JsonOpt = False) -> None:
                      "intra_node": t.intra_node.kind, "inter_node": fabric,
                      "nic_gbit_per_s_per_gpu": round(t.nic_gbit_per_s_per_gpu, 1), "description": t.description})
     if as_json:
-        return print_json(rows)
+        return print_json({"topologies": rows})
     table = Table("topology", "nodes x GPUs", "GPU", "inside node", "between nodes", "NIC Gb/s per GPU",
                   title="Built-in topologies")
     for r in rows:

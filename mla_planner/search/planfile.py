@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveInt
 
 from mla_planner import __version__
 from mla_planner.engines.backends import engine_version
+from mla_planner.core.jsonout import SCHEMA_VERSION, versioned
 from mla_planner.core.errors import InputError, PlanError
 from mla_planner.specs.knobs import ENGINES, KV_DTYPES, MTP_ACCEPTANCE, Knobs, Workload
 from mla_planner.specs.layout import KV_LAYOUTS, Layout
@@ -138,7 +139,8 @@ def meets_targets(plan: Plan) -> bool:
 
 
 def plan_to_dict(plan: Plan) -> dict:
-    return {"mla_plan_version": __version__,
+    """The plan file's content (what `plan --json` prints first and emit writes as plan.json)."""
+    return versioned({"mla_plan_version": __version__,
             "engine_versions": plan.engine_versions or {e: engine_version(e) for e in ENGINES},
             "model": {"name": plan.spec.name, "model_path": plan.model_path, "spec": plan.spec.model_dump()},
             "topology": plan.topology.model_dump(),
@@ -147,7 +149,7 @@ def plan_to_dict(plan: Plan) -> dict:
                             "knobs": asdict(c.knobs), "memory": c.memory, "performance": c.performance,
                             "warnings": c.warnings, "reasons": c.reasons}
                            for i, c in enumerate(plan.candidates)],
-            "rejected": plan.rejected}
+            "rejected": plan.rejected})
 
 
 def _check_version(data: dict, where: str) -> None:
@@ -155,6 +157,10 @@ def _check_version(data: dict, where: str) -> None:
     if "mla_plan_version" not in data:
         raise InputError(where, "missing: not a plan written by `mla-plan plan --json`; re-run "
                          "`mla-plan plan --json` to write one", "mla_plan_version")
+    schema = data.get("schema_version", SCHEMA_VERSION)   # plans written before it are of version 1
+    if not isinstance(schema, int) or isinstance(schema, bool) or not 1 <= schema <= SCHEMA_VERSION:
+        raise InputError(where, f"{schema!r}: this mla-plan reads plan files of schema version 1 to "
+                         f"{SCHEMA_VERSION}; re-run `mla-plan plan` to write it again", "schema_version")
     written = data["mla_plan_version"]
     if not isinstance(written, str) or not re.fullmatch(r"\d+\.\d+(\.\S*)?", written):
         raise InputError(where, f"{written!r} is not a version like {__version__}; re-run `mla-plan plan` to write "
