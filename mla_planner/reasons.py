@@ -16,7 +16,7 @@ from .pp_split import stage_layers
 from .metrics import Metrics, coupled_ranks
 from .spec import ModelSpec
 
-MAX_NUM_SEQS_CAP = 1024                         # vLLM 0.33's own default on H100/H200 (ENGINES.md)
+MAX_NUM_SEQS_CAP = 1024                         # vLLM 0.33's own default on H100/H200 (vllm/engine/arg_utils.py)
 
 
 def fraction_reason(engine: str, gpu, fraction: float) -> str:

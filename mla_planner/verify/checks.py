@@ -6,8 +6,8 @@ Order: environment (env.py) -> memory fit (fit.py) -> MLA attention (here) -> de
 stops the GPU checks: their predictions would be for another chip.
 
 Every timed check compares the measured time with the step model's roofline for *the same* bytes and
-FLOPs (step.op_time_s: max(bytes / (HBM x efficiency), FLOPs / (peak x efficiency)); MLA_MATH.md
-section 8), so `measured / predicted` is exactly the correction its efficiency factor needs; the
+FLOPs (step.op_time_s: max(bytes / (HBM x efficiency), FLOPs / (peak x efficiency)); docs/step-model.md
+section 3), so `measured / predicted` is exactly the correction its efficiency factor needs; the
 check's `extra["evidence"]` carries what calibrate.py turns into that factor. On a CPU the checks run
 at capped shapes (target.Caps) and are reported, not judged: the topology's GPU is not there.
 """
@@ -32,7 +32,7 @@ SECTIONS = ("env", "fit", "attention", "gemms", "collectives")
 
 # Ratio bands (measured / predicted) a judged check must fall in.
 ATTENTION_BAND = (0.67, 1.5)   # the default attention_hbm_efficiency 0.84 is FlashMLA's 2826 of 3350 GB/s
-                               # (validation.yaml kern-flashmla-h100-hq16); a kernel at 80 % of copy bandwidth
+                               # (ai-bot-pro/achatbot#123); a kernel at 80 % of copy bandwidth
                                # (our target) is ~0.72 of datasheet, ratio ~1.17; beyond 1.5x the plan's TPOT
                                # is wrong by more than the margin between neighbouring layouts
 GEMM_BAND = (0.5, 2.0)         # decode GEMMs are skinny: each kernel's fixed ~2-5 us start-up, which the step
