@@ -4,7 +4,7 @@ Runs the fast path (Triton split-K on CUDA), the plain torch path and FlashMLA (
 installed) over paged bf16 latent caches, block size 64, and prints achieved GB/s and
 TFLOP/s from `mla_planner.attention_cost`. Headline: fast-path GB/s / copy GB/s at
 B >= 64, context >= 4096, 16 heads (target >= 0.8; the core is memory-bound there,
-MLA_MATH.md section 8).
+FlashMLA docs/20250422-new-kernel-deep-dive.md).
 
     python benchmarks/attention_bench.py --json attention.json          # CUDA defaults
     python benchmarks/attention_bench.py --sweep                        # + Triton tile sweep

@@ -65,7 +65,7 @@ def test_modules_to_not_convert_stay_bf16(tmp_path):
 
 def test_awq_fits_one_node_where_fp8_does_not(cli, tmp_path):
     """SGLang's DeepSeek guide: FP8 needs 8 x H200 or 2 x 8 H100; AWQ runs on 8 x A100 / H100
-    (USER_PROBLEMS.md section 1). The memory model agrees on 8 x H100 (exit 0 FITS, 1 DOES NOT FIT)."""
+    (docs/basic_usage/deepseek_v3.md). The memory model agrees on 8 x H100 (exit 0 FITS, 1 DOES NOT FIT)."""
     awq = str(awq_config(tmp_path))
     assert cli("memory", "-m", awq, "-t", "8xh100", "--tp", "8", "--max-model-len", "32768").exit_code == 0
     assert cli("memory", "-m", "deepseek-v3", "-t", "8xh100", "--tp", "8", "--max-model-len", "32768").exit_code == 1
@@ -129,8 +129,9 @@ def test_a_split_that_breaks_the_groups_is_warned_not_refused(cli, tmp_path):
 
 
 def test_a_4bit_checkpoint_is_offered_as_a_way_out(tmp_path):
-    """USER_PROBLEMS 30: when the FP8 release does not fit, name the quantized alternative that does. The 4-bit
-    model ways_out prices is the one read from an AutoAWQ config.json (same bytes, tensor by tensor), it is offered
+    """Quantized fallbacks (sgl-project/sglang#3880, #6312): when the FP8 release does not fit, name the
+    quantized alternative that does. The 4-bit model ways_out prices is the one read from an AutoAWQ
+    config.json (same bytes, tensor by tensor), it is offered
     after any flag or layout on the same GPUs and before more hardware, and its KV capacity is what
     `memory` gives the AWQ config."""
     v3 = spec_from_hf_config(Path("tests/fixtures/hf/DeepSeek-V3/config.json"))

@@ -1,6 +1,7 @@
-"""Collective costs against published nccl-tests / DeepEP figures (../shared/reference/validation.yaml).
+"""Collective costs against published nccl-tests / DeepEP figures (NVIDIA/nccl-tests#212, #290, #326,
+NVIDIA/nccl#1455, deepseek-ai/DeepEP docs/legacy.md).
 
-Large messages: busbw within 20 % of the published figure (the entries' stated tolerance).
+Large messages: busbw within 20 % of the published figure (this project's tolerance).
 Small messages: latency-bound, time ~ constant and equal to alpha.
 """
 

@@ -1,5 +1,6 @@
 """The emitted README's checks against the plan: what the engine should log and bench.sh should show, the
-FP8 KV accuracy check, and the container line even on one node (USER_PROBLEMS.md problems 10, 12, 20, 24)."""
+FP8 KV accuracy check, and the container line even on one node (vllm-project/vllm#18888, #51041, #6574;
+sgl-project/sglang#3656)."""
 
 from __future__ import annotations
 

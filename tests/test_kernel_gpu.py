@@ -1,7 +1,7 @@
 """CUDA checks of the MLA attention core in bf16 against an fp32 reference.
 
 Criteria are FlashMLA's dense-decode ones (tests/test_flash_mla_dense_decoding.py:170-171,
-MLA_MATH.md section 9): o_lat abs 8e-4 or rel 2.01/128 (~2 bf16 ulps) per element and
+commit 9241ae3): o_lat abs 8e-4 or rel 2.01/128 (~2 bf16 ulps) per element and
 cos_diff <= 5e-6; lse abs 1e-6 or rel 8.01/65536. Inputs follow FlashMLA's tests: randn/10
 clipped to [-1, 1], varlen lengths ~ N(mean, mean/2), a zero-length sequence, permuted
 block tables, NaN in unused cache slots, sentinels in unused block_table entries.

@@ -188,7 +188,7 @@ def test_bench_sends_one_replicas_share_of_the_rate(cli, tmp_path):
 
 @pytest.mark.parametrize("engine, other, same", [("vllm", "0.30.1", "0.33.2"), ("sglang", "0.4.6", "0.5.23")])
 def test_node_scripts_warn_when_another_release_is_installed(tmp_path, engine, other, same):
-    """USER_PROBLEMS.md problem 25 (version drift): the scripts carry one release's flags; when pip reports
+    """vllm-project/vllm#54677 (version drift): the scripts carry one release's flags; when pip reports
     another, they say so on stderr and still start (a warning, not a stop); the same series is silent."""
     import subprocess
     from launch_cases import install_stubs, make_plan

@@ -1,4 +1,4 @@
-"""`mla-plan lint -- <engine command>`: a user's own launch command checked (USER_PROBLEMS.md problem 11)."""
+"""`mla-plan lint -- <engine command>`: a user's own launch command checked (sgl-project/sglang#3283, #2794)."""
 
 import json
 

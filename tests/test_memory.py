@@ -38,7 +38,7 @@ def report(topo_name, layout, engine="vllm", spec=V3, **given):
 
 def test_stage_layers_follow_each_engine():
     # vLLM get_pp_indices: remainder to the stages before the last (61 layers at PP4 -> [15,15,16,15],
-    # vllm PR 46217 as quoted in USER_PROBLEMS.md #21); SGLang: remainder to the last stages.
+    # vllm-project/vllm PR #46217); SGLang: remainder to the last stages.
     assert stage_layers(61, 2) == [31, 30]
     assert stage_layers(61, 4) == [15, 15, 16, 15]
     assert stage_layers(61, 2, engine="sglang") == [30, 31]
@@ -184,7 +184,7 @@ def test_engine_rules_by_version():
 def test_default_fractions_match_engines_md():
     h200, b200 = load_topology("8xh200"), load_topology("8xb200")
     assert default_memory_fraction("vllm", V3, h200, Layout(tp=8)) == 0.92
-    assert default_memory_fraction("sglang", V3, h200, Layout(tp=8)) == 0.886  # ENGINES.md resolved value
+    assert default_memory_fraction("sglang", V3, h200, Layout(tp=8)) == 0.886  # SGLang 0.5.23's resolved value
     assert default_memory_fraction("sglang", V3, b200, Layout(tp=8)) == pytest.approx(0.843, abs=0.0015)
     assert 0.74 <= default_memory_fraction("sglang", V3, h200, Layout(tp=1, dp=8, ep=8)) <= 0.76
 
@@ -302,7 +302,7 @@ def test_deepep_buffer_is_counted_for_dp_attention_with_ep():
 
 def test_token_budget_is_per_dp_rank_for_both_engines():
     """SGLang's --chunked-prefill-size is the per-DP-rank knob x dp (launch/sglang.py), and the engine gives
-    each DP rank the flag / dp (ENGINES.md: 8192 -> 1024 at dp 8): the activation peak is priced at the knob."""
+    each DP rank the flag / dp (SGLang 0.5.23: 8192 -> 1024 at dp 8): the activation peak is priced at the knob."""
     from mla_planner.engines.memory_rules import activation_tokens
     knobs = Knobs(engine="sglang", max_num_batched_tokens=2048)
     assert activation_tokens(engine_rules("sglang"), knobs, Layout(tp=1, dp=8, ep=8)) == 2048

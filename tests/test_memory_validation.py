@@ -1,7 +1,8 @@
-"""The memory model against the kv_capacity reference points of ../shared/reference/validation.yaml.
+"""The memory model against published KV-capacity logs (sgl-project/sglang docs/references/deploy_on_k8s.md,
+vllm-project/vllm#16692).
 
-One test per point, citing its id and source, within the tolerance stated there (5 % of the logged
-token count). Where the point leaves an engine setting unknown, the test states what it assumes and why.
+One test per point, citing its id and source, within 5 % of the logged token count (this project's
+tolerance). Where the point leaves an engine setting unknown, the test states what it assumes and why.
 """
 
 from dataclasses import replace
@@ -14,14 +15,14 @@ from mla_planner.memory.report import memory_report
 from mla_planner.specs.catalogue import load_model
 from mla_planner.specs.topology import load_topology
 
-TOLERANCE = 0.05  # validation.yaml: "within 5 % of the logged token count"
+TOLERANCE = 0.05  # within 5 % of the logged token count
 
 
 def test_kv_sglang_r1_h20x16_tp16():
     """kv-sglang-r1-h20x16-tp16 — sgl-project/sglang docs/references/deploy_on_k8s.md:
     '[TP0] max_total_num_tokens=712400, ..., max_running_requests=50, context_len=163840'.
 
-    Config from validation.yaml: DeepSeek-R1 FP8, 2 nodes x 8 H20 96GB, --tp 16, pp 1, dp 1,
+    Config from the same doc: DeepSeek-R1 FP8, 2 nodes x 8 H20 96GB, --tp 16, pp 1, dp 1,
     --mem-fraction-static 0.93, bf16 KV (auto), page_size 1, SGLang ~v0.4.3.
     Assumptions: ep 1 (not given; weights per GPU are the same under EP16); --max-running-requests 50
     (the logged value; it only sizes the req_to_token table, which SGLang allocates after the token
@@ -42,9 +43,9 @@ def test_kv_vllm_v3_h800x16_tp16():
     """kv-vllm-v3-h800x16-tp16 — vllm-project/vllm issue #16692:
     'INFO 04-16 10:31:19 [kv_cache_utils.py:634] GPU KV cache size: 305,216 tokens' (other ranks 304,704).
 
-    Config from validation.yaml: DeepSeek-V3/R1 FP8, 2 nodes x 8 H800 80GB (a 16-GPU slice of
+    Config from the issue: DeepSeek-V3/R1 FP8, 2 nodes x 8 H800 80GB (a 16-GPU slice of
     topologies/4x8xh800-roce.yaml), -tp 16, bf16 KV, --max-model-len 32768, block 64 (FlashMLA),
-    --gpu-memory-utilization 0.9 (vLLM 0.8.4's default; assumed there), vLLM V1 0.8.4 accounting
+    --gpu-memory-utilization 0.9 (vLLM 0.8.4's default; not shown in the issue), vLLM V1 0.8.4 accounting
     (all non-torch memory charged to the budget, CUDA graphs captured after the pool is sized).
     Assumptions: EP 16 (the log names fused-MoE config 'E=16,N=2048': 16 local experts of full width);
     --max-num-batched-tokens 32768 and --max-num-seqs 16, because the same reporter's command earlier

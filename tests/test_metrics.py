@@ -1,5 +1,5 @@
 """The five metrics: the seed article's scenario, the constraints they respect, and end-to-end sanity
-points from validation.yaml (within 2x, their stated tolerance)."""
+points from the LMSYS large-scale EP blog (2025-05-05) and DeepSeek's profile it quotes (within 2x)."""
 
 from __future__ import annotations
 

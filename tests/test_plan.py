@@ -172,7 +172,7 @@ def test_vllm_never_runs_more_requests_than_its_token_budget():
 def test_running_requests_stay_in_the_cuda_graph_capture_range():
     """The step model prices graph replay, so a DP rank's decode micro-batch stays within what the engine
     captures (vLLM 512, SGLang by GPU and TP, unless the plan raises it); beyond it decode runs eagerly
-    (USER_PROBLEMS 19). Short prompts on 8 H200 once planned 535 running requests under a 512 range."""
+    (vllm-project/vllm#16886). Short prompts on 8 H200 once planned 535 running requests under a 512 range."""
     from mla_planner.engines.cuda_graphs import graph_batch_cap
     from mla_planner.memory.accounting import evaluate
     spec, topo, calib = setup("deepseek-v3", "8xh200")
@@ -321,7 +321,7 @@ def test_dp_candidates_say_when_prefill_chunks_stall_every_rank():
                                             ("inter_node: {fabric: roce, nics_per_node: 4, nic_gbit_per_s: 200}\n",
                                              True)])
 def test_deepep_is_planned_only_where_it_can_run(tmp_path, inter, vllm_ok):
-    """DeepEP's normal kernels need NVLink (DeepEP#216, USER_PROBLEMS 16: PCIe L20 cannot use them); its
+    """DeepEP's normal kernels need NVLink (deepseek-ai/DeepEP#216: PCIe L20 cannot use them); its
     low-latency kernels reach other GPUs over NVLink or RDMA. So on a PCIe box DP attention + EP is planned
     for vLLM (low-latency kernels only) when RDMA NICs exist, with a warning, and never for SGLang (its
     auto mode prefills with the normal kernels)."""

@@ -111,7 +111,7 @@ def test_emit_cli_shows_one_line_and_exits_2(cli, tmp_path):
 
 
 def test_a_plan_records_the_engine_releases_it_models(tmp_path):
-    """USER_PROBLEMS.md problem 25 (version drift): flags, defaults and memory accounting are those of one
+    """vllm-project/vllm#54677 (version drift): flags, defaults and memory accounting are those of one
     release per engine, and the plan file says which."""
     from mla_planner.engines.backends import engine_version
     data = plan_to_dict(PLAN)

@@ -1,4 +1,5 @@
-"""Parameter, weight and KV figures that follow exactly from the public configs (MLA_MATH.md sections 1-2)."""
+"""Parameter, weight and KV figures that follow exactly from the public configs (HF config.json files;
+DeepSeek-V3 README_WEIGHTS.md)."""
 
 import pytest
 
@@ -11,7 +12,7 @@ def spec(name):
 
 
 @pytest.mark.parametrize("name, total", [
-    ("deepseek-v2-lite", 15_706_484_224),     # exact match to the checkpoint's state dict (MLA_MATH.md section 1)
+    ("deepseek-v2-lite", 15_706_484_224),     # exact match to DeepSeek-V2-Lite-Chat's state dict (third-party dump)
     ("deepseek-v3", 671_026_419_200),         # MTP module counted separately
     ("deepseek-r1", 671_026_419_200),
     ("deepseek-v2", 235_741_434_880),
@@ -35,7 +36,7 @@ def test_activated_parameters_with_and_without_embedding(name, active, without_e
 
 def test_mtp_module_is_counted_apart():
     s = spec("deepseek-v3")
-    assert sizing.mtp_params(s) == 11_610_068_224          # MLA_MATH.md: 11.61 B unique (README_WEIGHTS 11.5B)
+    assert sizing.mtp_params(s) == 11_610_068_224          # 11.61 B unique (DeepSeek-V3 README_WEIGHTS.md: 11.5B)
     assert sizing.mtp_params(spec("kimi-k2")) == 0
 
 
@@ -64,7 +65,7 @@ def test_kv_bytes_per_token(name, bf16, fp8, ds_mla):
 def test_naive_per_head_layout_shows_the_mla_saving():
     s = spec("deepseek-v3")
     naive = sizing.naive_kv_bytes_per_token(s)
-    assert naive == 4_997_120                               # 61 x 128 x (192 + 128) x 2 (MLA_MATH.md section 1)
+    assert naive == 4_997_120                               # 61 x 128 x (192 + 128) x 2 (DeepSeek-V2 paper section 2.1)
     assert naive / sizing.kv_bytes_per_token(s) == pytest.approx(71.1, abs=0.05)
 
 

@@ -1,4 +1,4 @@
-"""The decode step model: its work terms follow MLA_MATH.md section 8 and attention_cost exactly, and the
+"""The decode step model: its work terms follow docs/step-model.md section 2 and attention_cost exactly, and the
 pipeline, eager, prefill and communication terms behave as documented in docs/step-model.md."""
 
 from __future__ import annotations
@@ -38,7 +38,8 @@ def v3():
 ])
 def test_attention_work_matches_mla_math_worked_example(v3, layout, batch, proj_gflop, core_gflop,
                                                         attn_weights_mb, kv_read_mb):
-    """MLA_MATH.md section 8 worked example: DeepSeek-V3, FP8 weights, bf16 cache, T = 4096."""
+    """A hand-worked example (this project's arithmetic on DeepSeek-V3's config.json): DeepSeek-V3, FP8
+    weights, bf16 cache, T = 4096."""
     lay = parse_layout(layout)
     proj, core = attention_ops(v3, lay, Knobs(), Batch(batch, 4096), layer_weights(v3, lay))
     assert proj.flops / 1e9 == pytest.approx(proj_gflop, rel=0.02)

@@ -4,7 +4,7 @@ import pytest
 
 
 # SemiAnalysisAI/InferenceX#870 (2026-03-05): DeepSeek-R1-0528 FP8 on 8 x H200, SGLang v0.5.7, TP8, 1,024 in /
-# 1,024 out, a closed loop at each concurrency: mean TPOT in ms. Not in validation.yaml; cited here with its source.
+# 1,024 out, a closed loop at each concurrency: mean TPOT in ms. Cited here with its source.
 INFERENCEX_R1_H200_TPOT_MS = {8: 12.8, 16: 17.2, 32: 25.6, 64: 34.6}
 # Later runs of the same harness (InferenceX's published baselines, quoted in the bodies of its PRs #3288 and
 # #3363, 2026-09): R1-0528 FP8, SGLang v0.5.12, TP8 EP1, no speculative decoding; (topology, in, out) -> TPOT ms.

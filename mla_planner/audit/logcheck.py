@@ -1,11 +1,11 @@
 """An engine's own log held against the plan: the KV pool it sized, the network NCCL chose, untuned MoE kernels,
 eager mode and the KV cache dtype it ran, the engine release, and bench.sh's tokens/s and TPOT
-(USER_PROBLEMS.md problems 4, 12, 17, 20 and 25: users cannot tell whether what they got is what they should
-have got).
+(sgl-project/sglang#3226 and #4161, vllm-project/vllm#30832, #51041 and #54677: users cannot tell whether
+what they got is what they should have got).
 
 The lines each engine prints (read from the wheels):
   vLLM 0.33.0    "GPU KV cache size: 1,616,640 tokens, Maximum concurrency for ..." (v1/core/kv_cache_utils.py;
-                 older releases print the size alone, validation.yaml kv-vllm-v3-h800x16-tp16), once per engine
+                 older releases print the size alone, vllm-project/vllm#16692), once per engine
                  core; "Initializing a V1 LLM engine (v0.33.0) with config: ... enforce_eager=False, ..."
                  (v1/engine/core.py, config/vllm.py); "Using default MoE config" (fused_moe/fused_moe.py)
   SGLang 0.5.23  "max_total_num_tokens=712400, ..." once per DP rank (managers/scheduler.py); "server_args={...,

@@ -94,7 +94,8 @@ def check_output_file(path: Path, flag: str) -> None:
 
 def check_context(spec, workload) -> None:
     """A workload longer than the model's context is bad input, whatever the layout (both engines refuse
-    a max-model-len above max_position_embeddings; ENGINES.md)."""
+    a max-model-len above max_position_embeddings; vLLM 0.33.0 vllm/config/model.py, SGLang 0.5.23
+    sglang/srt/configs/model_config.py)."""
     if workload.max_context_len > spec.max_position_embeddings:
         raise PlanError(f"--input-len + --output-len = {workload.max_context_len:,} tokens exceeds {spec.name}'s "
                         f"max_position_embeddings {spec.max_position_embeddings:,}")

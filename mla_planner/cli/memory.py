@@ -144,7 +144,8 @@ def _layout(tp: int, pp: int, dp: int, ep: Optional[int], dcp: int, kv_layout: s
 
 
 def _model_len(spec, engine: str, value: Optional[int]) -> Optional[int]:
-    """Both engines refuse a context longer than the model's max_position_embeddings (ENGINES.md)."""
+    """Both engines refuse a context longer than the model's max_position_embeddings
+    (vLLM 0.33.0 vllm/config/model.py, SGLang 0.5.23 sglang/srt/configs/model_config.py)."""
     positive("--max-model-len", value)
     if value is not None and value > spec.max_position_embeddings:
         raise PlanError(f"--max-model-len {value:,} exceeds {spec.name}'s max_position_embeddings "

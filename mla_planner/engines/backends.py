@@ -3,7 +3,8 @@
 The table is data (`mla_planner/data/backends.yaml`, with sources); this module only reads it.
 Picking the backend first and the block size second mirrors how the engines fail: vLLM rejects
 `--block-size 16 --attention-backend FLASHMLA` ("block_size not supported"), SGLang silently forces
-page 64 for FlashMLA (ENGINES.md "Verified rejections"; USER_PROBLEMS.md problem 8).
+page 64 for FlashMLA (vLLM 0.33.0 vllm/v1/attention/backends/mla/flashmla.py, SGLang 0.5.23
+sglang/srt/arg_groups/overrides.py; vllm-project/vllm#48286).
 """
 
 from __future__ import annotations
@@ -146,7 +147,7 @@ def fp8_checkpoint(engine: str, spec: ModelSpec, gpu: GPU) -> Optional[tuple[boo
     at the BF16 rate.
     SGLang 0.5.23 switches dense FP8 linears to Marlin on sm80-88 (fp8_utils.can_auto_enable_marlin_fp8) but
     its Fp8MoEMethod has no Marlin path (sglang#12887: "fp8e4nv not supported in this architecture"), so
-    FP8 experts need a BF16 / INT8 / AWQ checkpoint there. USER_PROBLEMS.md section B predates vLLM's path."""
+    FP8 experts need a BF16 / INT8 / AWQ checkpoint there. deepseek-ai/DeepSeek-V3#11 predates vLLM's path."""
     if "fp8" not in (spec.weight_dtype, spec.expert_dtype) or gpu.has_fp8:
         return None
     moe_fp8 = spec.is_moe and spec.expert_dtype == "fp8"

@@ -1,6 +1,7 @@
 """CUDA graphs: which decode batches each engine captures, and so the largest decode batch that runs from a
-graph (past it decode runs eagerly, several times slower: USER_PROBLEMS.md problem 19). The memory model
-charges each captured size (memory_terms.graph_bytes); the metrics cap the batch at the range.
+graph (past it decode runs eagerly, several times slower: vllm-project/vllm#16886,
+MiaAI-Lab/DeepSeek-v4-Flash-One-DGX-Spark#7). The memory model charges each captured size
+(memory_terms.graph_bytes); the metrics cap the batch at the range.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ def sglang_capture_sizes(knobs: Knobs, gpu: GPU, layout: Layout) -> list[int]:
 def graph_batch_cap(engine: str, gpu: GPU, layout: Layout, knobs: Optional[Knobs] = None) -> int:
     """The largest decode batch, in requests (per DP rank and micro-batch), the engine captures a CUDA graph
     for: the knobs' cuda_graph_max_bs, else the engine's default; a larger one runs eagerly, several times
-    slower (USER_PROBLEMS.md problem 19). vLLM 0.33 counts tokens: 512, 1024 on Blackwell
+    slower (vllm-project/vllm#16886). vLLM 0.33 counts tokens: 512, 1024 on Blackwell
     (`_set_cudagraph_sizes`, see vllm_capture_sizes), over the 1 + k tokens a request runs with MTP; SGLang
     0.5.23 counts requests: sglang_cuda_graph_max_bs by GPU memory and TP size."""
     if engine == "sglang":

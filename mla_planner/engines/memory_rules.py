@@ -1,7 +1,7 @@
 """How vLLM V1 and SGLang turn a GPU's memory into a KV pool, and their defaults that decide it.
 
-Modelled on the engines' own code (versions in ENGINES.md: vLLM 0.33.0, SGLang 0.5.23; `EngineRules`
-also carries the older vLLM 0.8 accounting that the public vLLM log in validation.yaml came from):
+Modelled on the engines' own code (vLLM 0.33.0, SGLang 0.5.23 as published on PyPI; `EngineRules`
+also carries the older vLLM 0.8 accounting that the public vLLM log in vllm-project/vllm#16692 came from):
 
 vLLM (`vllm/v1/worker/gpu_worker.py` determine_available_memory, `vllm/v1/core/kv_cache_utils.py`):
     available = total x gpu_memory_utilization - (weights + peak activation + non-torch [+ CUDA graphs])
@@ -33,7 +33,7 @@ from mla_planner.specs.topology import GPU, Topology
 
 DRIVER_RESERVE_BYTES = 560 * MiB   # nvidia-smi total minus what torch sees (H100: 81,559 MiB vs 79.10 GiB),
                                    # for a GPU whose gpus.yaml entry lacks nvidia_smi_mib
-VLLM_DEFAULT_UTILIZATION = 0.92    # vLLM 0.33 --gpu-memory-utilization default (ENGINES.md; 0.9 before)
+VLLM_DEFAULT_UTILIZATION = 0.92    # vLLM 0.33 --gpu-memory-utilization default (vllm/config/cache.py; 0.9 before)
 REQ_TO_TOKEN_EXTRA_LEN = 4         # SGLang req_to_token row headroom (get_req_to_token_extra_context_len)
 
 
@@ -46,7 +46,7 @@ class EngineRules:
 
 
 def engine_rules(engine: str, version: Optional[str] = None) -> EngineRules:
-    """Accounting rules of `engine` at `version` (default: the versions ENGINES.md was checked on)."""
+    """Accounting rules of `engine` at `version` (default: vLLM 0.33.0, SGLang 0.5.23)."""
     if engine == "sglang":
         version = version or engine_version("sglang")
         parse_version(version)
@@ -137,8 +137,8 @@ def sglang_fraction_ceiling(gpu: GPU) -> float:
     """The highest --mem-fraction-static SGLang 0.5.23 itself ever computes: on a GPU over 60 GiB it never
     reserves under 10 GiB outside the static pool (memory_hook.handle_gpu_memory_settings:
     reserved_mem = max(reserved_mem, 10 * 1024) MiB). The planner keeps to it: DeepSeek's decode CUDA
-    graphs alone have taken 5-6 GB with FA3 (sglang#16143; USER_PROBLEMS.md section C: keep 5-8 GB free),
-    more than the graph model here predicts. 1.0 (no ceiling) on smaller GPUs."""
+    graphs alone have taken 5-6 GB with FA3 (sglang#16143; SGLang docs/advanced_features/hyperparameter_tuning.md:
+    keep 5-8 GB free), more than the graph model here predicts. 1.0 (no ceiling) on smaller GPUs."""
     mib = nvidia_smi_mib(gpu)
     return round((mib - SGLANG_RESERVE_FLOOR_MIB) / mib, 3) if mib > SGLANG_FLOOR_ABOVE_MIB else 1.0
 
@@ -169,7 +169,7 @@ def sglang_default_fraction(gpu: GPU, layout: Layout, knobs: Knobs) -> float:
     reserved = 512 + max(chunked, 2048) x 1.5 + tp x pp / 8 x 1024 + graphs, floored at 10 GiB on
     > 60 GiB GPUs; graphs = decode max_bs x 2 [+ max_bs x dp x 3 (+ x 1.5 when max_bs > 300) under
     DP attention] + 1.5 GiB for the MLA prefill graph. f = round((gpu - reserved) / gpu, 3).
-    Reproduces ENGINES.md's resolved 0.886 (TP8 H200) and 0.758 (TP8, DP attention 8); not modelled:
+    Reproduces SGLang 0.5.23's own resolved 0.886 (TP8 H200) and 0.758 (TP8, DP attention 8); not modelled:
     DeepEP (+2 GiB) and speculative-decoding reserves."""
     mib, tp_size = nvidia_smi_mib(gpu), layout.stage_gpus
     max_bs = knobs.cuda_graph_max_bs or sglang_cuda_graph_max_bs(gpu, tp_size)
@@ -241,14 +241,14 @@ def engine_default_knobs(engine: str, spec: ModelSpec, topo: Topology, dp: int =
 def activation_tokens(rules: EngineRules, knobs: Knobs, layout: Layout) -> int:
     """Tokens of the profiled forward on one DP rank: `knobs.max_num_batched_tokens` is per DP rank for
     both engines (vLLM's flag is; SGLang's --chunked-prefill-size is this x dp, the engine dividing it by
-    the DP-attention size: 8192 -> 1024 at dp 8, ENGINES.md; launch/sglang.py multiplies)."""
+    the DP-attention size: 8192 -> 1024 at dp 8 in SGLang 0.5.23; launch/sglang.py multiplies)."""
     return knobs.max_num_batched_tokens
 
 
 def block_size_warning(spec: ModelSpec, gpu: GPU, knobs: Knobs, dcp: int) -> str:
     """Why no MLA attention backend the engine would pick here takes `knobs.block_size` (empty when one
     does). vLLM validates the block size against the backend at start-up and refuses it ("block_size not
-    supported"); SGLang forces some backends' page size (ENGINES.md; data/backends.yaml)."""
+    supported"); SGLang forces some backends' page size (sglang/srt/arg_groups/overrides.py; data/backends.yaml)."""
     if spec.attention != "mla":
         return ""
     if knobs.attention_backend:

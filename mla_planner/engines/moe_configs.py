@@ -1,5 +1,5 @@
 """Whether the engine runs its Triton fused-MoE kernel for a candidate, the tuned-config file it looks up for
-that, and whether the wheel ships one (USER_PROBLEMS.md problem 17: "Using default MoE config. Performance
+that, and whether the wheel ships one (sgl-project/sglang#4161: "Using default MoE config. Performance
 might be sub-optimal!").
 
 When the kernel runs (read from the wheels' backend selection):

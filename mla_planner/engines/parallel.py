@@ -38,7 +38,7 @@ NO_FALLBACK = ("; DP attention with ep=1 (the MoE tensor-parallel over the stage
 
 def deepep_problem(engine: str, layout: Layout, topo) -> str:
     """Why DeepEP cannot run this layout's all-to-all on this hardware ('' when it can). DeepEP's normal
-    kernels need NVLink inside a node (DeepEP#216; USER_PROBLEMS.md problem 16: "PCIe L20 cannot use it"),
+    kernels need NVLink inside a node (deepseek-ai/DeepEP#216: PCIe L20 cannot use it),
     its low-latency kernels reach other GPUs over NVLink or, through NVSHMEM, over RDMA (InfiniBand or
     RoCE). SGLang's deepep mode `auto` prefills with the normal kernels; vLLM's deepep_low_latency uses
     the low-latency ones only."""

@@ -15,7 +15,7 @@ spread over the stage (ep > 1); otherwise it prices the engines' default collect
                  for graph-captured decode) when ep == tp*dp. The low-latency dispatch holds
                  SGLANG_DEEPEP_NUM_MAX_DISPATCH_TOKENS_PER_RANK tokens (srt/environ.py: 128; at most 1024,
                  token_dispatcher/deepep.py), raised here to the decode batch of one DP rank when larger.
-USER_PROBLEMS.md problem 16: DeepEP and NVSHMEM must be installed; the README says how to fall back.
+sgl-project/sglang#7888 and #6017: DeepEP and NVSHMEM must be installed; the README says how to fall back.
 """
 
 from __future__ import annotations

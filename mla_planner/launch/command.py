@@ -44,8 +44,8 @@ class Ports:
     vllm_api: int = 8000
     sglang_api: int = 30000
     vllm_master: int = 29501      # --master-port (torch.distributed rendezvous, mp executor)
-    vllm_dp_rpc: int = 13345      # --data-parallel-rpc-port (ENGINES.md recipe 3)
-    sglang_dist_init: int = 5000  # --dist-init-addr HOST:PORT (ENGINES.md SGLang recipe)
+    vllm_dp_rpc: int = 13345      # --data-parallel-rpc-port (vLLM docs/serving/data_parallel_deployment.md)
+    sglang_dist_init: int = 5000  # --dist-init-addr HOST:PORT (SGLang docs/basic_usage/deepseek_v3.md)
     ray: int = 6379               # ray start --head --port
     stride: int = 10
 

@@ -1,4 +1,4 @@
-"""The environment a node needs: the network variables from the topology (USER_PROBLEMS.md Facts E)
+"""The environment a node needs: the network variables from the topology (sgl-project/sglang#3226, #7888)
 and the pipeline layer split.
 
 Network (multi-node instances only; inside a node NCCL uses NVLink/PCIe):

@@ -1,6 +1,7 @@
 """SGLang 0.5.23 commands: `python3 -m sglang.launch_server --model-path MODEL ...` for every node.
 
-Flags and recipes from ENGINES.md (a) and (b), checked against the SGLang 0.5.23 wheel:
+Flags and recipes of SGLang 0.5.23 (sglang/srt/server_args.py and its arg_groups), checked against its
+wheel:
   layout   --tp-size is the *total* TP of a pipeline stage's group and spans every GPU of a
            DP-attention group: tp*dp; dp > 1 -> --attn-dp-size dp (not the deprecated
            --enable-dp-attention); --ep-size ep (and --moe-a2a-backend deepep with DP attention and

@@ -1,6 +1,7 @@
 """vLLM 0.33.0 commands: `vllm serve MODEL ...` for every node of a layout.
 
-Flags and recipes from ENGINES.md (a) and (b), checked against the vLLM 0.33.0 wheel:
+Flags and recipes of vLLM 0.33.0 (vllm/engine/arg_utils.py, vllm/entrypoints/cli/serve.py), checked
+against its wheel:
   layout   tp -> --tensor-parallel-size, pp -> --pipeline-parallel-size, dp -> --data-parallel-size
            (attention DP; each DP rank is its own engine with tp*pp GPUs), ep > 1 ->
            --enable-expert-parallel (vLLM's EP group is always tp*dp) and, with DP, --all2all-backend
@@ -34,7 +35,7 @@ KV_CACHE_DTYPES = {"bf16": "auto", "fp8": "fp8", "fp8_ds_mla": "fp8_ds_mla"}
 # "deepseek_mtp" is deprecated and rewritten to "mtp" with a warning (vllm/config/speculative.py)
 MTP_CONFIG = '{"method":"mtp","num_speculative_tokens":%d}' % MTP_DRAFT_TOKENS
 ENGINE_READY_TIMEOUT_S = 3600   # loads of a 671B checkpoint (+ DeepGEMM warm-up, graph capture) outlast the 600 s
-                                # default, on one node too (USER_PROBLEMS.md problem 13)
+                                # default, on one node too (vllm-project/recipes#381)
 A2A_NOTE = (f"MoE all-to-all: --all2all-backend {a2a.VLLM_BACKEND} needs DeepEP and NVSHMEM on this node (README.md, "
             "'Expert-parallel all-to-all'). Without them, delete that flag: vLLM falls back to "
             "allgather_reducescatter, which is slower than the plan predicts.")
@@ -52,7 +53,7 @@ def check_expressible(inp: LaunchInputs) -> None:
 
 
 def sizing_flags(inp: LaunchInputs) -> list[str]:
-    """The flags every node of the instance shares, in ENGINES.md table order."""
+    """The flags every node of the instance shares, grouped parallel, cache, scheduler, compilation."""
     L, k = inp.layout, inp.knobs
     return flag_words([
         ("--tensor-parallel-size", L.tp),
@@ -125,7 +126,8 @@ def _env(inp: LaunchInputs, inst: InstancePlacement):
 
 
 def _ray(inp: LaunchInputs, inst: InstancePlacement) -> list[NodeCommand]:
-    """ENGINES.md recipe 2: a Ray cluster per instance; the head serves once every GPU has joined."""
+    """vLLM's Ray recipe (--distributed-executor-backend ray): a Ray cluster per instance; the head serves
+    once every GPU has joined."""
     L, ray_port = inp.layout, inp.ports.ray
     e = _env(inp, inst)
     if L.dp > 1:

@@ -4,7 +4,7 @@ communication buffers, runtime and the KV pool, for one representative GPU of ev
 Each `RankMemory.terms` is an ordered set of named byte counts that sums to the GPU's memory
 (nanoGPT-sizing style). Which terms an engine charges to its KV budget, and how it rounds the pool,
 is `engine_memory`'s business; the physics of each term is `memory_terms` and `memory_weights`.
-The KV cost of a token on one GPU follows MLA_MATH.md section 8: layers on the stage x 576 x bytes,
+The KV cost of a token on one GPU follows docs/memory.md section 1: layers on the stage x 576 x bytes,
 NOT divided by TP (every TP rank stores every token's latent), / tp only for the latent-sharded
 layout, / dcp when decode context parallelism splits the tokens.
 """

@@ -26,7 +26,7 @@ def stage_layers(num_layers: int, pp: int, engine: str = "vllm") -> list[int]:
     """Decoder layers per pipeline stage as the engine splits them (without VLLM_PP_LAYER_PARTITION /
     SGLANG_PP_LAYER_PARTITION). vLLM `distributed/utils.get_pp_indices`: even split, the remainder one
     each to the stages before the last, from the second-to-last backwards (61/4 -> [15, 15, 16, 15],
-    USER_PROBLEMS.md #21); SGLang `distributed/utils.get_pp_indices`: the remainder to the last stages."""
+    vllm-project/vllm#46217); SGLang `distributed/utils.get_pp_indices`: the remainder to the last stages."""
     base, rem = divmod(num_layers, pp)
     parts = [base] * pp
     for i in range(rem):

@@ -56,8 +56,8 @@ def nccl_buffer_bytes(layout: Layout) -> float:
 
 def attention_working_bytes(spec: ModelSpec, layout: Layout, tokens: int) -> float:
     """MLA prefill in the naive (MHA) form: q [T, H/tp, d_qk], k [T, H/tp, d_qk] (k_nope from wkv_b
-    plus the shared k_pe), v [T, H/tp, d_v], o [T, H/tp, d_v], bf16 (vLLM MLACommonImpl._forward_prefill;
-    MLA_MATH.md section 5). GQA: q, k, v, o of the rank's heads."""
+    plus the shared k_pe), v [T, H/tp, d_v], o [T, H/tp, d_v], bf16 (vLLM MLACommonImpl._forward_prefill,
+    vllm/v1/attention/backends/mla/common.py). GQA: q, k, v, o of the rank's heads."""
     heads = ceil(spec.num_attention_heads / layout.tp)
     v_dim = spec.v_head_dim if spec.attention == "mla" else spec.gqa_head_dim
     return float(tokens * heads * (2 * spec.qk_head_dim + 2 * v_dim) * ACT_BYTES)
@@ -124,7 +124,7 @@ def deepep_buffer_bytes(spec: ModelSpec, layout: Layout, tokens: int) -> float:
     4 x experts x tokens x (2 x hidden + hidden/32) bytes: send and receive halves, double-buffered, each
     holding every expert's slot of bf16 combine messages (2 x hidden) or fp8 dispatch messages with one
     fp32 scale per 128 values. Source: DeepEP `get_low_latency_rdma_size_hint` (csrc/config.hpp
-    LowLatencyLayout); USER_PROBLEMS.md section C lists it among the hidden buffers. Zero without DeepEP."""
+    LowLatencyLayout); sgl-project/sglang PR #28994 lists it among the hidden buffers. Zero without DeepEP."""
     if not uses_deepep(layout) or not spec.is_moe:
         return 0.0
     d = spec.hidden_size

@@ -108,7 +108,7 @@ def awq_spec(spec: ModelSpec, group: int = 128) -> Optional[ModelSpec]:
     zero per `group` values; embedding, lm_head, norms and router bf16: models._awq, weights.stored_bytes), or
     None when it is already 4-bit. Group 128 is AutoAWQ's default (q_group_size) and what the community
     DeepSeek-V3/R1 AWQ releases use; SGLang's DeepSeek page lists AWQ on 8 x H100/A100 as a known-good minimum
-    (reference/USER_PROBLEMS.md, facts A)."""
+    (sgl-project/sglang docs/basic_usage/deepseek_v3.md)."""
     if "int4" in (spec.weight_dtype, spec.expert_dtype):
         return None
     return spec.model_copy(update={"name": f"{spec.name}-awq", "weight_dtype": "int4", "expert_weight_dtype": None,

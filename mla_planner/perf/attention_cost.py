@@ -7,7 +7,7 @@ measurement cannot drift apart.
 Source: FlashMLA's test formulas (deepseek-ai/FlashMLA `tests/test_flash_mla*.py`):
 FLOPs = b * h_q * s_q * (2 * d * s_k + 2 * s_k * dv) and bytes = Q + KV + O with
 d = kv_lora_rank + rope_dim = 576, dv = kv_lora_rank = 512, h_kv = 1;
-also ../shared/reference/MLA_MATH.md section 8.
+also deepseek-ai/FlashMLA docs/20250422-new-kernel-deep-dive.md.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ def absorbed_core_flops(heads_per_rank: int, context_tokens_total: int, kv_lora_
     Counts QK^T over the 576-wide latent+rope key and P.V over the 512-wide latent:
     2 * H_t * s_q * sum(T_b) * (d_c + d_r) + 2 * H_t * s_q * sum(T_b) * d_c
     (= 2176 * H_t * sum(T_b) for DeepSeek dims). `context_tokens_total` is sum(T_b) over
-    the batch, each T_b including the token being decoded. Source: MLA_MATH.md section 8.
+    the batch, each T_b including the token being decoded. Source: FlashMLA's test formulas (above).
     """
     return 2.0 * heads_per_rank * q_len * context_tokens_total * (2 * kv_lora_rank + rope_dim)
 
@@ -35,7 +35,7 @@ def absorbed_core_bytes(batch: int, heads_per_rank: int, context_tokens_total: i
     + q_mqa read (batch * s_q * H_t * (d_c + d_r) * act_bytes)
     + o_lat written (batch * s_q * H_t * d_c * act_bytes).
     Source: FlashMLA test bytes = (total_seqlens*d + b*s_q*h_q*d + b*s_q*h_q*dv) * 2;
-    MLA_MATH.md section 8.
+    docs/step-model.md section 2 (attn.core).
     """
     cache_read = context_tokens_total * kv_bytes_per_token_layer
     cache_write = batch * q_len * kv_bytes_per_token_layer
@@ -49,6 +49,6 @@ def naive_core_flops(heads_per_rank: int, context_tokens_total: int, qk_head_dim
     """FLOPs of attention over a per-head K/V cache (naive/MHA form, no recompute).
 
     2 * H_t * s_q * sum(T_b) * (d_qk + d_v) = 640 * H_t * sum(T_b) for DeepSeek dims.
-    Source: MLA_MATH.md section 8, "Naive alternatives".
+    Source: DeepSeek-V3 inference/model.py naive mode (per-head K/V cache).
     """
     return 2.0 * heads_per_rank * q_len * context_tokens_total * (qk_head_dim + v_head_dim)

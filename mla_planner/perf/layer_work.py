@@ -2,8 +2,8 @@
 
 Named operations (nanoGPT-sizing style), each with the bytes it moves and the FLOPs it does:
   attn.proj     q/kv down and up projections, W_UK/W_UV absorption, wo: 2 x tokens x the rank's
-                attention matrix parameters FLOPs (every weight element is one MAC per token, MLA_MATH.md
-                section 8 table) and the rank's attention weight bytes (weights.py splits)
+                attention matrix parameters FLOPs (every weight element is one MAC per token,
+                docs/step-model.md section 2) and the rank's attention weight bytes (weights.py splits)
   attn.core     decode: the absorbed MLA core from attention_cost (the functions `verify` uses); with MTP each
                 sequence's s_q = q_len query tokens read its cache once (FlashMLA's s_q)
   attn.prefill  a prefill chunk: the naive/MHA form over the prefix plus K/V up-projection of the latent
@@ -13,7 +13,8 @@ Named operations (nanoGPT-sizing style), each with the bytes it moves and the FL
   moe.experts   routed experts actually hit: E_local x (1 - (1 - k/E)^N) distinct experts per EP rank
                 for N tokens in the MoE group (each token picks k of E uniformly; expectation of the
                 number of distinct experts hit), each read once, split by moe_tp
-Sources: ../shared/reference/MLA_MATH.md sections 2, 3 and 8; attention_cost.py (FlashMLA test formulas).
+Sources: DeepSeek-V3 inference/model.py; docs/step-model.md section 2; attention_cost.py (FlashMLA test
+formulas).
 """
 
 from __future__ import annotations
@@ -196,8 +197,8 @@ def _gqa_core(spec: ModelSpec, layout: Layout, kv_b: float, batch: Batch) -> Op:
 def _prefill_core(spec: ModelSpec, layout: Layout, knobs: Knobs, batch: Batch) -> Op:
     """Prefill chunk of c tokens after a prefix P (vLLM/SGLang run prefill in the naive/MHA form): causal
     scores over sum_i (P + i) = c*P + c(c+1)/2 key positions (attention_cost.naive_core_flops), plus the
-    K/V up-projection of all P + c cached latents, 2 (P + c) d_c H_t (d_n + d_v) FLOPs (MLA_MATH.md
-    section 8, "recompute K/V"); bytes: the latent read and written, and the materialised K/V."""
+    K/V up-projection of all P + c cached latents, 2 (P + c) d_c H_t (d_n + d_v) FLOPs
+    (docs/step-model.md section 2, attn.prefill); bytes: the latent read and written, and the materialised K/V."""
     c, P = batch.prefill, batch.prefix
     heads = spec.num_attention_heads // layout.tp
     pairs = c * P + c * (c + 1) / 2

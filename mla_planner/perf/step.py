@@ -6,7 +6,7 @@ Per layer on one GPU (named terms that sum to the layer's time):
       kernel uses attention_hbm_efficiency / attention_tensor_core_efficiency, the routed experts'
       grouped GEMMs moe_hbm_efficiency; fp8 / int8 peak for fp8 / int8 weights on a
       GPU with those tensor cores (GPU.tensor_flops_per_s; Williams et al., "Roofline", CACM 2009;
-      MLA_MATH.md section 8)
+      docs/step-model.md section 3)
   each collective of step_comm (TP all-reduces, EP all-to-all, DP gather/scatter, DCP, Route B), not
       overlapped with compute (vLLM and SGLang run them on the compute stream in decode)
   launch: kernels_per_layer x graph_kernel_overhead_s (CUDA-graph replay)
@@ -206,8 +206,9 @@ def mtp_draft(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, bat
     """The MTP drafter on the last stage, once per step (MTP_DRAFT_TOKENS = 1): its decoder layer over the
     tokens the target just ran (vLLM's EAGLE-style proposer runs the draft model over every scheduled token;
     SGLang's draft-extend over the verified ones) - one more layer of the model's MoE kind, the same work
-    and collectives as `lt` (MLA_MATH.md section 2: "one more full MoE block") - plus its eh_proj, and the
-    shared lm_head with its logits gather for one drafted row per decoding sequence."""
+    and collectives as `lt` (one more full MoE block: DeepSeek-V3 paper, arXiv:2412.19437, section 2.2) -
+    plus its eh_proj, and the shared lm_head with its logits gather for one drafted row per decoding
+    sequence."""
     if not spec.num_nextn_predict_layers:
         raise PlanError(f"MTP: {spec.name} has no MTP layer to draft with (num_nextn_predict_layers is 0)")
     layer = lt["moe"] if "moe" in lt else lt["dense"]

@@ -4,7 +4,9 @@
   two nodes is the seed article's baseline and is priced honestly by the comm model; wider TP only
   multiplies cross-node all-reduces).
 - Data-parallel attention comes with expert parallelism over the whole stage (the SGLang and vLLM
-  DP-attention recipes, ENGINES.md), at any power-of-two width the experts divide. EP across a plain TP
+  DP-attention recipes: SGLang 0.5.23 --attn-dp-size N --ep-size N, sglang/srt/server_args.py; vLLM 0.33.0
+  -dp N --enable-expert-parallel, vllm/engine/arg_utils.py), at any power-of-two width the experts
+  divide. EP across a plain TP
   group is not searched: it is priced exactly as the tensor-parallel MoE (see _stage_shapes).
 - PP stages: from the fewest whose GPUs can hold the weights at all (a lower bound: the checkpoint
   spread evenly) up to twice that; more stages only add pipeline rounds a token must cross.

@@ -5,7 +5,7 @@ stage (step.mtp_draft); a sequence gains 1 + a + ... + a^k tokens per step (knob
 decode streams weights and the latent cache (memory-bound: few requests, or TP's H/tp heads per rank) the
 extra token is nearly free and the time per output token falls; where the step is compute-bound (DP
 attention's H heads per rank, GPUs with little compute per byte such as the H20) it can cost more than it
-gains: MTP "degraded R1 throughput on H20 at concurrency 32" (USER_PROBLEMS.md problem 29).
+gains: MTP "degraded R1 throughput on H20 at concurrency 32" (vllm-project/vllm#27726).
 
 The search runs with MTP off unless `--mtp` asks for it: the gain rests on an acceptance rate only the
 user's traffic can tell, and searching both ways would double the plan's time. So the plan tunes its best
@@ -23,7 +23,7 @@ from mla_planner.search.tuning import Overrides, Rejected, tune
 
 MTP_HINT_TRIES = 3      # candidates tried, best first, until one can run MTP
 MIN_MTP_GAIN = 0.03     # below it, the drafter's extra moving part (and engines' version-specific MTP bugs,
-                        # USER_PROBLEMS.md problems 15 and 29) is not worth it
+                        # sgl-project/sglang#6296) is not worth it
 SAME_RATE = 0.01        # tokens/s within 1 %: the offered load (--request-rate, --concurrency) fixes them
 
 

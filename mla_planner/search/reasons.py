@@ -17,7 +17,7 @@ from mla_planner.perf.metrics import Metrics
 from mla_planner.perf.stalls import coupled_ranks
 from mla_planner.specs.model import ModelSpec
 
-MAX_NUM_SEQS_CAP = 1024                         # vLLM 0.33's own default on H100/H200 (ENGINES.md)
+MAX_NUM_SEQS_CAP = 1024                         # vLLM 0.33's own default on H100/H200 (vllm/engine/arg_utils.py)
 
 
 def fraction_reason(engine: str, gpu, fraction: float) -> str:

@@ -200,7 +200,7 @@ def choose_chunk(spec, topo, layout, knobs: Knobs, workload: Workload, calib: Ca
                  batch: int) -> tuple[int, str]:
     """The largest prefill chunk whose stalls keep mean TPOT within target at `batch`, and why in a few
     words (the numbers are added once the batch is final, `chunk_reason`); bigger chunks cut TTFT (fewer
-    rounds) but stretch the decode steps that carry them (USER_PROBLEMS.md problem 18)."""
+    rounds) but stretch the decode steps that carry them (vllm-project/vllm#25290)."""
     target = workload.tpot_ms / 1e3
     chunks = chunk_candidates(knobs.engine, layout)
     best, top, room = chunks[0], largest_safe_chunk(spec, topo, layout, knobs), True

@@ -1,7 +1,7 @@
 """Derived facts of a model as named breakdowns that sum to their totals (nanoGPT sizing style).
 
 Parameters (total, activated), stored weight bytes, and KV-cache bytes per token for the MLA latent
-layout and for the naive per-head K/V layout. Formulas: ../shared/reference/MLA_MATH.md sections 1-2;
+layout and for the naive per-head K/V layout. Formulas: DeepSeek-V3 inference/model.py, README_WEIGHTS.md;
 KV per token per layer = (kv_lora_rank + qk_rope_head_dim) x bytes (DeepSeek-V2 paper section 2.1;
 SGLang `profile_max_num_token` cell_size); 656 B for FlashMLA's fp8-with-scale layout (FlashMLA README).
 """
@@ -35,7 +35,8 @@ def param_breakdown(spec: ModelSpec) -> "OrderedDict[str, int]":
 def activated_param_breakdown(spec: ModelSpec) -> "OrderedDict[str, int]":
     """Parameters touched by one token: routed experts scaled by num_experts_per_tok / n_routed_experts
     (the router picks k of E); everything else counts whole. The input embedding is a lookup (no FLOPs),
-    so `total_without_embedding` is also given, matching the published "activated" figures (MLA_MATH.md)."""
+    so `total_without_embedding` is also given, matching the published "activated" figures
+    (deepseek-ai/DeepSeek-V3 README_WEIGHTS.md, MoonshotAI/Kimi-K2 README.md)."""
     def active(t: Tensor) -> int:
         if t.group == "routed_experts":
             return t.numel * spec.num_experts_per_tok // spec.n_routed_experts
@@ -110,7 +111,7 @@ def kv_bytes_per_token(spec: ModelSpec, kv_dtype: str = "bf16", layers: int | No
 
 
 def naive_kv_bytes_per_token(spec: ModelSpec, kv_dtype: str = "bf16") -> float:
-    """The MHA-style per-head cache MLA avoids: layers x H x (d_qk + d_v) x bytes (MLA_MATH.md section 1).
+    """The MHA-style per-head cache MLA avoids: layers x H x (d_qk + d_v) x bytes (DeepSeek-V2 paper section 2.1).
     For a GQA model this is its real cache."""
     if spec.attention == "gqa":
         return kv_bytes_per_token(spec, kv_dtype)

@@ -7,8 +7,9 @@ model has (one per layer), the group it is reported under, and its split under p
   row         input columns split by TP (wo, w2; row-parallel, followed by an all-reduce)
   expert      routed experts: split by EP, and each expert by the MoE TP degree
   vocab       embedding / lm_head rows split over TP (vocab-parallel)
-Shapes follow DeepSeek-V3 `inference/model.py` and the HF checkpoints (../shared/reference/MLA_MATH.md
-sections 2-3). MoE FFN parameters are SwiGLU: w1, w3 [I, d] column and w2 [d, I] row.
+Shapes follow DeepSeek-V3 `inference/model.py` and the HF checkpoints (e.g.
+https://huggingface.co/deepseek-ai/DeepSeek-V3/blob/main/config.json). MoE FFN parameters are SwiGLU:
+w1, w3 [I, d] column and w2 [d, I] row.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ def bytes_of(t: Tensor, block: tuple[int, int] = (128, 128), int4_group: int = 3
     """Stored bytes of a tensor including quantisation scales.
 
     fp8 block-scaled (DeepSeek-V3 `quantization_config.weight_block_size` 128x128): one fp32
-    `weight_scale_inv` per block, 1 + 4*ceil(r/128)*ceil(c/128)/(r*c) bytes/param (MLA_MATH.md section 2).
+    `weight_scale_inv` per block, 1 + 4*ceil(r/128)*ceil(c/128)/(r*c) bytes/param (DeepSeek-V3 README_WEIGHTS.md).
     int4 group-quantised (compressed-tensors experts, Kimi-K2-Thinking style; AutoAWQ): 0.5 B/param plus one
     16-bit scale per `int4_group` values, and with `int4_zero_point` (AWQ's `qzeros`, packed 8 to an int32)
     a 4-bit zero per group too. int8 W8A8 (meituan's DeepSeek-R1 INT8 releases, SGLang w8a8_int8.py /

@@ -16,7 +16,7 @@ SECTIONS = ("env", "fit", "attention", "gemms", "collectives")
 
 
 ATTENTION_BAND = (0.67, 1.5)   # the default attention_hbm_efficiency 0.84 is FlashMLA's 2826 of 3350 GB/s
-                               # (validation.yaml kern-flashmla-h100-hq16); a kernel at 80 % of copy bandwidth
+                               # (ai-bot-pro/achatbot#123); a kernel at 80 % of copy bandwidth
                                # (our target) is ~0.72 of datasheet, ratio ~1.17; beyond 1.5x the plan's TPOT
                                # is wrong by more than the margin between neighbouring layouts
 

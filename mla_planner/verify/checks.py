@@ -6,8 +6,8 @@ Order: environment (env.py) -> memory fit (fit.py) -> MLA attention (here) -> de
 stops the GPU checks: their predictions would be for another chip.
 
 Every timed check compares the measured time with the step model's roofline for *the same* bytes and
-FLOPs (step.op_time_s: max(bytes / (HBM x efficiency), FLOPs / (peak x efficiency)); MLA_MATH.md
-section 8), so `measured / predicted` is exactly the correction its efficiency factor needs; the
+FLOPs (step.op_time_s: max(bytes / (HBM x efficiency), FLOPs / (peak x efficiency)); docs/step-model.md
+section 3), so `measured / predicted` is exactly the correction its efficiency factor needs; the
 check's `extra["evidence"]` carries what calibrate.py turns into that factor. On a CPU the checks run
 at capped shapes (target.Caps) and are reported, not judged: the topology's GPU is not there.
 """

@@ -1,6 +1,6 @@
 """Kernel-output comparison in the style of FlashMLA's `check_is_allclose`.
 
-Rules (deepseek-ai/FlashMLA `tests/kernelkit/compare.py`; MLA_MATH.md section 9):
+Rules (deepseek-ai/FlashMLA `tests/kernelkit/compare.py`, commit 9241ae3):
 - compute in float64; inf/-inf/NaN must sit at the same places with the same values,
   then they are zeroed;
 - an element passes when abs_err < abs_tol OR rel_err = abs_err / (|ref| + 1e-6) < rel_tol;

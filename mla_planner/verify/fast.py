@@ -5,7 +5,7 @@ Same contract as `kernel.absorbed_core`: q_mqa [B, H, d_c + d_r], cache [num_blo
 d_c + d_r], int32 block_table [B, max_blocks] and seqlens [B] -> o_lat [B, H, d_c] in q's
 dtype and lse [B, H] fp32 (natural log; +inf and o_lat = 0 where T_b = 0, as FlashMLA).
 
-Kernel layout (MLA_MATH.md sections 5-6, 8):
+Kernel layout (FlashMLA `flash_mla_with_kvcache` contract, docs/20250422-new-kernel-deep-dive.md):
 - stage 1, grid (head blocks, splits, B): one program takes BLOCK_H heads of one sequence and
   one contiguous range of its tokens. Each BLOCK_N-token tile of the latent is loaded once
   for all BLOCK_H heads (MQA form: one shared 576-wide KV head); scores use the 512 + 64
@@ -264,7 +264,7 @@ def make_flash_mla_core(seqlens: Tensor, heads: int) -> Callable[..., tuple[Tens
     """FlashMLA dense decode behind the `absorbed_core` signature (bf16, page size 64, SM90).
 
     Scheduling metadata is built once here, outside any timed region; the explicit model
-    softmax scale is always passed (FlashMLA's default is 1/sqrt(576), MLA_MATH.md section 5).
+    softmax scale is always passed (FlashMLA's default is 1/sqrt(576), flash_mla_interface.py).
     Works with both the old (tile metadata, num_splits) and the new (sched_meta, None) API.
     """
     import flash_mla

@@ -1,7 +1,7 @@
 """The layer's dense GEMMs at planned shapes, timed and compared with the step model's roofline.
 
 One check per op of step_work (the step model's names), each the sum of its GEMMs on this rank, for
-the micro-batch of n rows one stage runs (MLA_MATH.md section 8, projections table):
+the micro-batch of n rows one stage runs (docs/step-model.md section 2, attn.proj):
   attn.proj    wq_a [n, d] x [d, r_q] and wq_b [n, r_q] x [r_q, H_t 192] (or one wq), wkv_a [n, d] x
                [d, 576], the absorbed W_UK bmm [H_t, n, d_n] x [H_t, d_n, d_c] and W_UV bmm
                [H_t, n, d_c] x [H_t, d_c, d_v], wo [n, H_t d_v] x [H_t d_v, d]

@@ -5,7 +5,7 @@ One decode token per sequence (s_q = 1). Axis letters: b batch, h head, t cached
 c latent (d_c), r rope (d_r), d nope/value head dim, k latent+rope (d_c + d_r).
 Sources: DeepSeek-V2 paper (arXiv 2405.04434) section 2.1; deepseek-ai/DeepSeek-V3
 `inference/model.py` (MLA naive/absorb, YaRN); FlashMLA `flash_mla_with_kvcache` contract;
-../shared/reference/MLA_MATH.md sections 3-7.
+vLLM vllm/v1/attention/backends/mla/common.py (latent cache layout, W_UK/W_UV).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from torch import Tensor
 
 @dataclass(frozen=True)
 class MLADims:
-    """Shapes of one MLA layer on one rank (MLA_MATH.md section 1; defaults = DeepSeek-V3)."""
+    """Shapes of one MLA layer on one rank (HF config.json keys; defaults = DeepSeek-V3's config.json)."""
 
     heads: int                      # H_t, query heads on this rank
     kv_lora_rank: int = 512         # d_c
@@ -57,7 +57,7 @@ def make_weights(dims: MLADims, dtype: torch.dtype = torch.float32, device: str 
     """Random MLA weights in nn.Linear layout [out, in], drawn N(0, 1/fan_in) in fp64 on CPU.
 
     1/fan_in keeps the RMS-normalised latents from making the softmax one-hot
-    (MLA_MATH.md section 9). Names and shapes: MLA_MATH.md section 3.
+    (this project's choice). Names and shapes: DeepSeek-V3 inference/model.py `MLA`.
     """
     H, d = dims.heads, dims.hidden
     shapes = {"wkv_a": (dims.latent_dim, d),
@@ -82,7 +82,7 @@ def rms_norm(x: Tensor, weight: Tensor, eps: float = 1e-6) -> Tensor:
     return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype) * weight
 
 
-# --- RoPE / YaRN (MLA_MATH.md section 7) -------------------------------------------------
+# --- RoPE / YaRN (DeepSeek-V3 inference/model.py) -----------------------------------------
 
 def yarn_mscale(factor: float, mscale: float) -> float:
     """m = 0.1 * mscale * ln(factor) + 1, or 1 when factor <= 1 (DeepSeek/HF `yarn_get_mscale`)."""
@@ -90,7 +90,7 @@ def yarn_mscale(factor: float, mscale: float) -> float:
 
 
 def softmax_scale(qk_nope_head_dim: int, qk_rope_head_dim: int, rope_scaling: dict | None = None) -> float:
-    """Model softmax scale (d_n + d_r)^-1/2 * m^2 with m from `mscale_all_dim` (MLA_MATH.md section 7).
+    """Model softmax scale (d_n + d_r)^-1/2 * m^2 with m from `mscale_all_dim` (DeepSeek-V3 inference/model.py).
 
     A missing `mscale_all_dim` means no correction, as in HF `modeling_deepseek` and vLLM.
     V3 0.1352338, V2 (0.707) 0.1147214, Kimi-K2 (factor 32) 0.1308608, no YaRN 1/sqrt(192).
@@ -107,7 +107,7 @@ def rope_frequencies(rope_dim: int, theta: float = 10000.0, rope_scaling: dict |
 
     f_i = theta^(-2i/d_r); the ramp between floor(corr(beta_fast)) and ceil(corr(beta_slow)),
     corr(n) = d_r ln(L0 / (2 pi n)) / (2 ln theta), mixes f_i/factor (ramp 1) with f_i (ramp 0).
-    Source: DeepSeek-V3 inference/model.py `precompute_freqs_cis`; MLA_MATH.md section 7.
+    Source: DeepSeek-V3 inference/model.py `precompute_freqs_cis`.
     """
     freqs = theta ** (-torch.arange(0, rope_dim, 2, dtype=torch.float64) / rope_dim)
     factor = float(rope_scaling.get("factor", 1.0)) if rope_scaling else 1.0
@@ -138,7 +138,7 @@ def apply_rope(x: Tensor, pos: Tensor, freqs: Tensor) -> Tensor:
     return torch.stack([x0 * cos - x1 * sin, x0 * sin + x1 * cos], -1).flatten(-2).to(x.dtype)
 
 
-# --- paged latent cache (MLA_MATH.md section 6) ------------------------------------------
+# --- paged latent cache (FlashMLA, vLLM MLA backends) ------------------------------------
 
 @dataclass
 class PagedLatentCache:
@@ -158,7 +158,7 @@ def page_sequences(seqs: list[Tensor], block_size: int, generator: torch.Generat
     """Scatter contiguous sequences [T_b, D] into a paged cache with randomly permuted block ids.
 
     Unused blocks and the tail of each last block hold NaN and unused block_table entries hold
-    `sentinel`, so any stray read shows up (FlashMLA test hygiene, MLA_MATH.md section 6).
+    `sentinel`, so any stray read shows up (FlashMLA test hygiene, tests/test_flash_mla_dense_decoding.py).
     `generator` must be a CPU generator (it drives the block permutation only).
     """
     lens = [s.shape[0] for s in seqs]
@@ -203,7 +203,7 @@ def gather(cache: PagedLatentCache) -> tuple[Tensor, Tensor]:
     return kv.masked_fill(~valid[..., None], 0), valid
 
 
-# --- decode (MLA_MATH.md sections 4-5) ---------------------------------------------------
+# --- decode (DeepSeek-V3 inference/model.py, naive and absorb) ---------------------------
 
 def _masked_softmax(s: Tensor, valid: Tensor) -> tuple[Tensor, Tensor]:
     """p [B, H, T] and lse [B, H] over t < T_b; empty rows give p = 0 and lse = +inf (FlashMLA)."""
@@ -239,7 +239,7 @@ def split_wkv_b(w: dict[str, Tensor], dims: MLADims) -> tuple[Tensor, Tensor]:
 
 def project_query(x: Tensor, w: dict[str, Tensor], dims: MLADims, pos: Tensor, freqs: Tensor,
                   eps: float = 1e-6) -> tuple[Tensor, Tensor]:
-    """q_nope [B, H, d_n] and q_pe [B, H, d_r] roped at pos (MLA_MATH.md section 4, query path)."""
+    """q_nope [B, H, d_n] and q_pe [B, H, d_r] roped at pos (DeepSeek-V3 model.py, query path)."""
     if dims.q_lora_rank is None:
         q = x @ w["wq"].T
     else:
@@ -266,7 +266,7 @@ def _write_and_query(x: Tensor, w: dict[str, Tensor], dims: MLADims, cache: Page
 
 def decode_naive(x: Tensor, w: dict[str, Tensor], dims: MLADims, cache: PagedLatentCache, freqs: Tensor,
                  scale: float, eps: float = 1e-6) -> DecodeOut:
-    """One decode step with per-head K/V materialised from the latent (MLA_MATH.md section 4)."""
+    """One decode step with per-head K/V materialised from the latent (DeepSeek-V3 model.py naive)."""
     q_nope, q_pe = _write_and_query(x, w, dims, cache, freqs, eps)               # [B, H, d_n], [B, H, r]
     kv, valid = gather(cache)
     c, k_pe = kv.to(x.dtype).split([dims.kv_lora_rank, dims.qk_rope_head_dim], -1)  # [B, T, c], [B, T, r]
@@ -283,7 +283,7 @@ def decode_naive(x: Tensor, w: dict[str, Tensor], dims: MLADims, cache: PagedLat
 
 def decode_absorbed(x: Tensor, w: dict[str, Tensor], dims: MLADims, cache: PagedLatentCache, freqs: Tensor,
                     scale: float, eps: float = 1e-6, core: Callable = absorbed_core) -> DecodeOut:
-    """One decode step with W_UK absorbed into q and W_UV applied after attention (MLA_MATH.md section 5).
+    """One decode step with W_UK absorbed into q and W_UV applied after attention (DeepSeek-V3 model.py absorb).
 
     `core` is the attention core, `absorbed_core` or a fast path with the same signature.
     """
