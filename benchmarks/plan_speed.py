@@ -4,7 +4,7 @@
 
 Targets (2-core machine): DeepSeek-V3 on 2 x 8 H200 < 0.3 s; on 64 nodes x 8 H100 < 1 s. The time is
 the search itself (layouts, screening, tuning, ranking) and the MTP hint on the best candidate (one more
-tuning, for a model with an MTP layer; tuning_mtp.mtp_hint), median of repeats after one warm-up run, with
+tuning, for a model with an MTP layer; search.mtp.mtp_hint), median of repeats after one warm-up run, with
 the model, topology and calibration already loaded - as `mla-plan plan` spends it after start-up. The
 model's memo caches are cleared before every timed run, so each run is as cold as a fresh CLI call.
 """

@@ -208,7 +208,7 @@ def test_why_it_does_not_fit_comes_before_the_risks(cli):
 
 
 def test_every_command_refuses_what_the_engine_cannot_start(cli):
-    """One rule set (engine_layouts.py) for memory, verify, compare and plan: SGLang's FP8 dense MLP split 32 ways
+    """One rule set (engines/layouts.py) for memory, verify, compare and plan: SGLang's FP8 dense MLP split 32 ways
     under DP attention (576 columns a GPU) cannot load; per rank it can."""
     args = ("memory", "-m", "deepseek-v3", "-t", "4x8xh800-roce", "-e", "sglang", "--tp", "1", "--dp", "32",
             "--mem-fraction-static", "0.85")

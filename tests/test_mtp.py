@@ -236,7 +236,7 @@ def test_the_capture_range_widens_again_when_the_chosen_chunk_lets_the_batch_gro
     """vLLM with MTP on 8 B200, 512 in / 1,024 out: the range fitted at the draft chunk (736 requests) stopped a
     batch that the chosen chunk's smaller stalls let grow, with TPOT still under target and KV room left. (At
     2,048 in / 512 out, the case this test once used, the draft chunk now fits the batch first: vLLM's step
-    budget caps the prompt work a step carries, request_times.chunks_per_step.)"""
+    budget caps the prompt work a step carries, perf.request_times.chunks_per_step.)"""
     from mla_planner.search.tuning import Overrides, tune
     spec, topo, calib = setup(topology="8xb200")
     tuned = tune(spec, topo, Layout(tp=8), "vllm", "fp8", Workload(input_len=512, output_len=1024), calib,

@@ -1,4 +1,4 @@
-"""The decode step model: its work terms follow docs/step-model.md section 2 and attention_cost exactly, and the
+"""The decode step model: its work terms follow docs/step-model.md section 2 and perf.attention_cost exactly, and the
 pipeline, eager, prefill and communication terms behave as documented in docs/step-model.md."""
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ def test_attention_work_matches_mla_math_worked_example(v3, layout, batch, proj_
 
 
 def test_attention_core_terms_are_attention_cost(v2):
-    """The step model's attention core is attention_cost's (what `verify` reports against)."""
+    """The step model's attention core is perf.attention_cost's (what `verify` reports against)."""
     spec, topo, cal = v2
     d = decode_step(spec, topo, parse_layout("tp=8,pp=2"), Knobs(), 64, 2304, cal)
     moe = d.layers["moe"]
@@ -176,9 +176,9 @@ def test_vllm_dp_with_pp_strides_the_expert_group_over_nodes():
 
 
 def test_moe_collective_follows_the_deepep_rule_and_sglang_head_split():
-    """DeepEP all-to-all only when DP attention spreads experts over the whole stage (memory_terms.uses_deepep,
+    """DeepEP all-to-all only when DP attention spreads experts over the whole stage (engines.parallel.uses_deepep,
     the rule launch/a2a.py emits flags by); otherwise DP attention gathers/scatters around the MoE.
-    SGLang under DP attention splits lm_head over tp x dp (memory_weights.dense_tp), so its step gathers
+    SGLang under DP attention splits lm_head over tp x dp (engines.parallel.dense_tp), so its step gathers
     logits over that group."""
     from mla_planner.perf.layer_comm import ffn_comm, logits_comm
     from mla_planner.perf.layer_work import Batch, head_ops

@@ -64,7 +64,7 @@ def test_cpu_rehearsal_end_to_end_with_calibration(cli, tmp_path):
     # the routed experts calibrate the step model's own factor for them, not the dense GEMMs' one
     assert checks["gemm.moe.experts"]["extra"]["evidence"]["factor"] in ("moe_hbm_efficiency", "tensor_core_efficiency")
     assert data["target"]["heads_per_rank"] == 2 and data["target"]["context_len"] == 2048 + 512 // 2
-    # the attention check's rates come from attention_cost at the capped shape (B=2, T=128, fp32 cache)
+    # the attention check's rates come from perf.attention_cost at the capped shape (B=2, T=128, fp32 cache)
     att = checks["attention"]["extra"]
     assert att["bytes"] == absorbed_core_bytes(2, 2, 2 * 128, 576 * 4, act_bytes=4)
     assert att["flops"] == absorbed_core_flops(2, 2 * 128)
@@ -272,7 +272,7 @@ def test_without_plan_or_layout_verify_plans_with_the_same_options(cli):
 
 
 def test_rank_to_stage_follows_the_engines_placement():
-    """vLLM with DP and PP keeps each DP rank's tp x pp GPUs together (step_comm.dp_rank_blocks); SGLang
+    """vLLM with DP and PP keeps each DP rank's tp x pp GPUs together (perf.layer_comm.dp_rank_blocks); SGLang
     packs each stage. verify must check rank r against the stage that rank really serves."""
     from mla_planner.verify.target import rank_stage
     lay = Layout(tp=1, pp=2, dp=8, ep=8)

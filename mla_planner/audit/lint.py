@@ -11,7 +11,7 @@ with its source, and what to do instead:
   fp8_e5m2 KV           the MLA backends' FP8 cache is e4m3 (vLLM supported_kv_cache_dtypes; SGLang's DeepSeek
                         guide): --kv-cache-dtype fp8 (vLLM) / fp8_e4m3 (SGLang)
   backend x block size  backends.backend_problems / the engine's auto order (data/backends.yaml)
-  layout                layout.layout_problems and engine_layouts.engine_layout_problem
+  layout                layout.layout_problems and engines.layouts.engine_layout_problem
   context length        --max-model-len / --context-length above the model's max_position_embeddings
 Flags this module does not know are left alone: the engines' own parsers judge them.
 """

@@ -143,7 +143,7 @@ def fp8_checkpoint(engine: str, spec: ModelSpec, gpu: GPU) -> Optional[tuple[boo
     vLLM 0.33.0 runs it weight-only through FP8 Marlin (W8A16) from sm75, linear layers and the fused MoE
     alike (layers/quantization/fp8.py `use_marlin`, utils/marlin_utils_fp8.py `prepare_fp8_layer_for_marlin`,
     fused_moe/experts/marlin_moe.py accepts 128x128 block-FP8): the weights stay FP8 in memory (block
-    scales become per-128 group scales, ~1.6 % more: memory_weights.marlin_scale_bytes) and the GEMMs run
+    scales become per-128 group scales, ~1.6 % more: memory.weights.marlin_scale_bytes) and the GEMMs run
     at the BF16 rate.
     SGLang 0.5.23 switches dense FP8 linears to Marlin on sm80-88 (fp8_utils.can_auto_enable_marlin_fp8) but
     its Fp8MoEMethod has no Marlin path (sglang#12887: "fp8e4nv not supported in this architecture"), so

@@ -1,7 +1,7 @@
 """CUDA graphs: which decode batches each engine captures, and so the largest decode batch that runs from a
 graph (past it decode runs eagerly, several times slower: vllm-project/vllm#16886,
 MiaAI-Lab/DeepSeek-v4-Flash-One-DGX-Spark#7). The memory model charges each captured size
-(memory_terms.graph_bytes); the metrics cap the batch at the range.
+(memory.terms.graph_bytes); the metrics cap the batch at the range.
 """
 
 from __future__ import annotations

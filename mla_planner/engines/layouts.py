@@ -4,11 +4,11 @@ One answer for every command: `plan` rejects the layout for that engine, `compar
 start as priced, `memory` and `verify` refuse it (exit 2). The rules, each with its source:
   vLLM's own layout limits                    `vllm_layout_problem` below     (EP group = tp*dp; a DP rank
                                               whole on one node across nodes)
-  DeepEP on this hardware                     memory_terms.deepep_problem
-  DeepEP with this checkpoint's experts       memory_terms.deepep_experts_problem (SGLang, int4 experts)
+  DeepEP on this hardware                     engines.parallel.deepep_problem
+  DeepEP with this checkpoint's experts       engines.parallel.deepep_experts_problem (SGLang, int4 experts)
   FP8 scale blocks split across GPUs          layout.fp8_block_problems covers the splits both engines
                                               share; here SGLang's own under DP attention: its dense MLP and
-                                              shared experts over tp*dp (memory_weights.dense_tp), which its
+                                              shared experts over tp*dp (engines.parallel.dense_tp), which its
                                               fp8.py block-shape check refuses to load when a GPU's
                                               share is not a multiple of the block
 """
@@ -24,7 +24,7 @@ from mla_planner.specs.topology import Topology
 def engine_layout_problem(spec: ModelSpec, topo: Topology, layout: Layout, engine: str,
                           dense_per_rank: bool = False, deepep: bool | None = None) -> str:
     """The first reason `engine` cannot start `layout` ('' when it can). `deepep`: whether the MoE runs over
-    DeepEP, when a command says so (lint); None: as the plan launches it (memory_terms.uses_deepep)."""
+    DeepEP, when a command says so (lint); None: as the plan launches it (engines.parallel.uses_deepep)."""
     return ((vllm_layout_problem(layout, topo.gpus_per_node) if engine == "vllm" else "")
             or deepep_problem(engine, layout, topo) or deepep_experts_problem(engine, spec, layout)
             or sglang_fp8_dense_problem(spec, layout, engine, dense_per_rank, deepep))

@@ -75,7 +75,7 @@ class StageCosts:
     nccl_bytes: float
     runtime_bytes: float
     slot_bytes: float           # bytes one physical token slot costs this GPU (all its layers)
-    a2a_bytes: float = 0.0      # DeepEP buffer, allocated at model init like the weights (memory_terms)
+    a2a_bytes: float = 0.0      # DeepEP buffer, allocated at model init like the weights (memory.terms)
 
 
 def kv_pool(rules: EngineRules, knobs: Knobs, total_bytes: float, c: StageCosts, dcp: int,

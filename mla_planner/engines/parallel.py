@@ -13,7 +13,7 @@ DEEPEP_SGLANG_DISPATCH_MAX = 1024     # its hard limit (token_dispatcher/deepep.
 def uses_deepep(layout: Layout) -> bool:
     """DP attention with the experts spread over the whole stage: the engines run a DeepEP all-to-all
     (vLLM --all2all-backend deepep_low_latency, SGLang --moe-a2a-backend deepep; launch/a2a.py), and the
-    step model prices exactly that (step_comm.ffn_comm)."""
+    step model prices exactly that (perf.layer_comm.ffn_comm)."""
     return layout.dp > 1 and layout.ep > 1 and layout.ep == layout.stage_gpus
 
 

@@ -1,6 +1,6 @@
 """The MoE all-to-all each engine is told to run, matched to what the step model prices.
 
-step_comm.py `ffn_comm` prices the MoE dispatch/combine as a DeepEP-style all-to-all (FP8 dispatch where
+perf/layer_comm.py `ffn_comm` prices the MoE dispatch/combine as a DeepEP-style all-to-all (FP8 dispatch where
 the GPU has FP8, BF16 combine) exactly when attention is data-parallel (dp > 1) and the experts are
 spread over the stage (ep > 1); otherwise it prices the engines' default collectives, which need no flag.
 

@@ -3,7 +3,7 @@ communication buffers, runtime and the KV pool, for one representative GPU of ev
 
 Each `RankMemory.terms` is an ordered set of named byte counts that sums to the GPU's memory
 (nanoGPT-sizing style). Which terms an engine charges to its KV budget, and how it rounds the pool,
-is `engine_memory`'s business; the physics of each term is `memory_terms` and `memory_weights`.
+is `engines.memory_rules`'s business; the physics of each term is `memory.terms` and `memory.weights`.
 The KV cost of a token on one GPU follows docs/memory.md section 1: layers on the stage x 576 x bytes,
 NOT divided by TP (every TP rank stores every token's latent), / tp only for the latent-sharded
 layout, / dcp when decode context parallelism splits the tokens.
@@ -39,7 +39,7 @@ from mla_planner.specs.topology import Topology
 
 def split_pools(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs,
                 engine_version: Optional[str] = None):
-    """split -> the KV tokens each stage's pool would hold under it: what pp_split.balance weighs. A stage
+    """split -> the KV tokens each stage's pool would hold under it: what memory.pp_split.balance weighs. A stage
     with no room scores its budget in MB instead (negative or under a block: below any stage that has
     room, and higher the less it lacks), so a split can still climb out of not fitting."""
     rules, total, memo = engine_rules(knobs.engine, engine_version), float(topo.gpu.memory_bytes), {}
@@ -116,7 +116,7 @@ def _stages(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, rules
 
 
 def _ranks(stages: list[_Stage], knobs: Knobs, rules: EngineRules, total: float, dcp: int) -> list[RankMemory]:
-    """Every stage's GPU; SGLang's KV budget is the smallest over them (engine_memory.sglang_rest_bytes)."""
+    """Every stage's GPU; SGLang's KV budget is the smallest over them (engines.memory_rules.sglang_rest_bytes)."""
     rest = min(sglang_rest_bytes(knobs, total, s.costs) for s in stages) if rules.engine == "sglang" else None
     return [_rank(s, knobs, rules, total, dcp, rest) for s in stages]
 

@@ -1,6 +1,6 @@
 """The non-weight, non-KV memory of one GPU: activation peak, CUDA graphs, NCCL buffers, runtime.
 
-Engine-neutral physics; `engine_memory` decides which of these each engine charges to its KV budget.
+Engine-neutral physics; `engines.memory_rules` decides which of these each engine charges to its KV budget.
 Every constant is named with its source or the reasoning behind it. Sizes are bytes on one GPU.
 
 Activation peak of a forward pass over T tokens (the engines profile it at max-num-batched-tokens /

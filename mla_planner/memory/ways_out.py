@@ -48,7 +48,7 @@ def ways_out(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs,
 
 def balanced_split(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs,
                    engine_version: Optional[str] = None) -> Optional[tuple[int, ...]]:
-    """The pipeline split that balances the stages' KV pools (pp_split.balance), if it differs from the knobs'."""
+    """The pipeline split that balances the stages' KV pools (memory.pp_split.balance), if it differs from the knobs'."""
     if layout.pp == 1:
         return None
     own = layer_split(spec, layout, knobs)

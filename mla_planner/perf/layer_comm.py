@@ -128,7 +128,7 @@ def embed_comm(spec: ModelSpec, layout: Layout, batch: Batch, topo: Topology, ca
 def logits_comm(spec: ModelSpec, layout: Layout, rows: int, topo: Topology, calib: Calibration,
                 engine: str = "vllm", dense_per_rank: bool = False) -> float:
     """Vocab-parallel lm_head: gather the rows' logits (bf16) over the group the head is split over
-    (memory_weights.dense_tp; SGLang's DP attention: all dp ranks' rows over tp x dp, or with `dense_per_rank`
+    (engines.parallel.dense_tp; SGLang's DP attention: all dp ranks' rows over tp x dp, or with `dense_per_rank`
     the rank's own rows over its attention-TP group), last stage."""
     tp = dense_tp(layout, engine, "lm_head", dense_per_rank)
     wide = ffn_rows(layout, engine, "lm_head", rows, dense_per_rank)

@@ -4,7 +4,7 @@ Named operations (nanoGPT-sizing style), each with the bytes it moves and the FL
   attn.proj     q/kv down and up projections, W_UK/W_UV absorption, wo: 2 x tokens x the rank's
                 attention matrix parameters FLOPs (every weight element is one MAC per token,
                 docs/step-model.md section 2) and the rank's attention weight bytes (weights.py splits)
-  attn.core     decode: the absorbed MLA core from attention_cost (the functions `verify` uses); with MTP each
+  attn.core     decode: the absorbed MLA core from perf.attention_cost (the functions `verify` uses); with MTP each
                 sequence's s_q = q_len query tokens read its cache once (FlashMLA's s_q)
   attn.prefill  a prefill chunk: the naive/MHA form over the prefix plus K/V up-projection of the latent
   ffn.dense     dense SwiGLU FFN (first_k_dense_replace layers), split as the memory model splits it
@@ -13,7 +13,7 @@ Named operations (nanoGPT-sizing style), each with the bytes it moves and the FL
   moe.experts   routed experts actually hit: E_local x (1 - (1 - k/E)^N) distinct experts per EP rank
                 for N tokens in the MoE group (each token picks k of E uniformly; expectation of the
                 number of distinct experts hit), each read once, split by moe_tp
-Sources: DeepSeek-V3 inference/model.py; docs/step-model.md section 2; attention_cost.py (FlashMLA test
+Sources: DeepSeek-V3 inference/model.py; docs/step-model.md section 2; perf/attention_cost.py (FlashMLA test
 formulas).
 """
 
@@ -81,7 +81,7 @@ class LayerWeights:
 
 
 def dense_tp(layout: Layout, engine: str, group: str = "dense_ffn", dense_per_rank: bool = False) -> int:
-    """TP degree of a split tensor of `group`: the memory model's rule (memory_weights.dense_tp): the
+    """TP degree of a split tensor of `group`: the memory model's rule (engines.parallel.dense_tp): the
     attention TP group, except SGLang under DP attention (tp x dp, or replicated: see there)."""
     return _memory_dense_tp(layout, engine, group, dense_per_rank)
 
@@ -167,7 +167,7 @@ def attention_ops(spec: ModelSpec, layout: Layout, knobs: Knobs, batch: Batch, w
 
 
 def _decode_core(spec: ModelSpec, layout: Layout, knobs: Knobs, batch: Batch) -> Op:
-    """Absorbed core (attention_cost). replicated: H/tp heads over every cached token; dcp: q heads
+    """Absorbed core (perf.attention_cost). replicated: H/tp heads over every cached token; dcp: q heads
     all-gathered over the DCP group, so H/tp x dcp heads over 1/dcp of the tokens; latent-sharded: all H
     heads over a 1/tp slice of the 576-wide latent (kv_lora_rank/tp and rope/tp)."""
     kv_b = kv_bytes_per_token_layer(spec, knobs.kv_cache_dtype)
@@ -186,7 +186,7 @@ def _decode_core(spec: ModelSpec, layout: Layout, knobs: Knobs, batch: Batch) ->
 
 
 def _gqa_core(spec: ModelSpec, layout: Layout, kv_b: float, batch: Batch) -> Op:
-    """GQA decode: per-head K/V cache split by TP down to one KV head per rank (attention_cost naive form)."""
+    """GQA decode: per-head K/V cache split by TP down to one KV head per rank (perf.attention_cost naive form)."""
     hd, heads = spec.gqa_head_dim, spec.num_attention_heads // layout.tp
     kv_share = max(1, spec.kv_heads // layout.tp) / spec.kv_heads
     total = batch.decode * batch.context
@@ -196,7 +196,7 @@ def _gqa_core(spec: ModelSpec, layout: Layout, kv_b: float, batch: Batch) -> Op:
 
 def _prefill_core(spec: ModelSpec, layout: Layout, knobs: Knobs, batch: Batch) -> Op:
     """Prefill chunk of c tokens after a prefix P (vLLM/SGLang run prefill in the naive/MHA form): causal
-    scores over sum_i (P + i) = c*P + c(c+1)/2 key positions (attention_cost.naive_core_flops), plus the
+    scores over sum_i (P + i) = c*P + c(c+1)/2 key positions (perf.attention_cost.naive_core_flops), plus the
     K/V up-projection of all P + c cached latents, 2 (P + c) d_c H_t (d_n + d_v) FLOPs
     (docs/step-model.md section 2, attn.prefill); bytes: the latent read and written, and the materialised K/V."""
     c, P = batch.prefill, batch.prefix
@@ -235,7 +235,7 @@ def ffn_ops(spec: ModelSpec, layout: Layout, batch: Batch, w: LayerWeights, moe:
 def head_ops(spec: ModelSpec, layout: Layout, tokens: int, engine: str = "vllm",
              dense_per_rank: bool = False) -> list[Op]:
     """lm_head on the last stage: vocab-parallel V x d bf16 split as the memory model splits it
-    (memory_weights.dense_tp: the TP group; SGLang under DP attention: tp x dp, unless `dense_per_rank`);
+    (engines.parallel.dense_tp: the TP group; SGLang under DP attention: tp x dp, unless `dense_per_rank`);
     logits only for decoding rows (split over tp x dp, the rows of all dp ranks are gathered first)."""
     V, d = spec.vocab_size, spec.hidden_size
     tp = dense_tp(layout, engine, "lm_head", dense_per_rank)

@@ -3,7 +3,7 @@
   concurrency         requests in flight the deployment sustains: per DP rank the largest batch B with
                       B x (tokens a request holds on average) <= the KV pool (memory.py, the engine's own
                       accounting), B <= max_num_seqs, and mean time per output token <= the TPOT target
-                      and TTFT (its queue behind other prompts included: request_times.first_token_s)
+                      and TTFT (its queue behind other prompts included: perf.request_times.first_token_s)
                       <= the TTFT target;
                       x dp x replicas. A request holds input + output/2 tokens on average over its decode
                       (Workload.mean_decode_context), rounded up to whole KV blocks. Under an arrival
@@ -32,7 +32,7 @@
   TTFT                chunked prefill of the prompt tokens the prefix cache misses, input_len x
                       (1 - prefix_hit_rate), riding the decode rounds (prefill.prefill); a hit skips its
                       blocks' prefill (vLLM automatic prefix caching / SGLang radix cache); plus the wait
-                      behind other requests' prompts that Little's law leaves (request_times.first_token_s)
+                      behind other requests' prompts that Little's law leaves (perf.request_times.first_token_s)
   alone_tpot          time per output token of one request on an idle deployment: the latency floor,
                       where launch overheads (--enforce-eager) and collective latencies show most
 """

@@ -1,13 +1,12 @@
-"""Decode step time per layer, per pipeline stage and per step; prefill (TTFT) with chunked prefill.
+"""Decode step time per layer, per pipeline stage and per step (prefill: prefill.py).
 
 Per layer on one GPU (named terms that sum to the layer's time):
-  each op of step_work (attn.proj, attn.core, ffn.dense | moe.gate, moe.shared, moe.experts):
+  each op of perf.layer_work (attn.proj, attn.core, ffn.dense | moe.gate, moe.shared, moe.experts):
       roofline max(bytes / (HBM x hbm_efficiency), FLOPs / (peak x tensor_core_efficiency)); the attention
       kernel uses attention_hbm_efficiency / attention_tensor_core_efficiency, the routed experts'
-      grouped GEMMs moe_hbm_efficiency; fp8 / int8 peak for fp8 / int8 weights on a
-      GPU with those tensor cores (GPU.tensor_flops_per_s; Williams et al., "Roofline", CACM 2009;
-      docs/step-model.md section 3)
-  each collective of step_comm (TP all-reduces, EP all-to-all, DP gather/scatter, DCP, Route B), not
+      grouped GEMMs moe_hbm_efficiency; fp8 / int8 peak for fp8 / int8 weights on a GPU with those tensor
+      cores (GPU.tensor_flops_per_s; Williams et al., "Roofline", CACM 2009; docs/step-model.md section 3)
+  each collective of perf.layer_comm (TP all-reduce, EP all-to-all, DP gather/scatter, DCP, Route B), not
       overlapped with compute (vLLM and SGLang run them on the compute stream in decode)
   launch: kernels_per_layer x graph_kernel_overhead_s (CUDA-graph replay)
 Per stage: its layers + embedding (first) + lm_head and logits gather (last) + the pipeline hand-off; with

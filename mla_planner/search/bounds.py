@@ -41,7 +41,7 @@ def screen(spec, topo, layout, engine, kv, workload, calib, pinned: Overrides,
 
 
 def _balanced(spec, topo, layout, knobs: Knobs, workload) -> tuple[Knobs, int] | None:
-    """Under PP, the split that balances the stages' KV pools (pp_split.balance, what tuning's choose_split
+    """Under PP, the split that balances the stages' KV pools (memory.pp_split.balance, what tuning's choose_split
     tries when the pool limits the batch) at its safe fraction, with the batch its pool holds; None when it
     is the engine's own split or does not fit."""
     if layout.pp == 1:
@@ -82,7 +82,7 @@ def _decode_bound(spec, topo, layout, knobs: Knobs, top: int, workload, calib) -
 
 
 def _vllm_steps_at_least(layout, knobs: Knobs, batch: int, workload) -> float:
-    """A lower bound on vLLM's steps per decode round (request_times.decode_steps): the prompt chunks a DP rank
+    """A lower bound on vLLM's steps per decode round (perf.request_times.decode_steps): the prompt chunks a DP rank
     needs per round on average, batch x chunks per request / rounds per request (the coupled ranks' E[max] is
     no less), over the chunks one step's budget carries; 1 for SGLang. No prefill is priced, so it is cheap.
     It grows with the batch (more chunks, and a smaller budget left after the decodes). The budget is the

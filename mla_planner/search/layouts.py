@@ -57,7 +57,7 @@ def _stage_shapes(spec: ModelSpec, topo: Topology) -> list[tuple[int, int, int]]
 
 def _experts_without_deepep(spec: ModelSpec) -> bool:
     """Whether an engine has no DeepEP path for this checkpoint's experts (SGLang's int4 and INT8 MoE runners:
-    memory_terms.deepep_experts_problem), so DP attention is searched with ep=1 too."""
+    engines.parallel.deepep_experts_problem), so DP attention is searched with ep=1 too."""
     return bool(deepep_experts_problem("sglang", spec, Layout(tp=1, dp=2, ep=2)))
 
 

@@ -1,5 +1,5 @@
 """Knobs that lift a limit on the batch, tried only where that limit binds: the pipeline layer split
-(when the KV pool binds: pp_split.balance), the CUDA-graph capture range (when it binds: a larger
+(when the KV pool binds: memory.pp_split.balance), the CUDA-graph capture range (when it binds: a larger
 decode batch would run eagerly), and the sequence cap the KV pool is sized with (regain_kv_room). The
 split and the range are kept only if the metrics say they serve more tokens/s, and each re-derives the
 memory fraction for its knobs at the largest prefill chunk the tuning may still pick.
@@ -34,7 +34,7 @@ def _safe(spec, topo, layout, knobs: Knobs, worst_chunk: int) -> float:
 
 
 def kv_balanced(spec, topo, layout, knobs: Knobs, fraction) -> Knobs | None:
-    """The knobs with the layer split that balances the stages' KV pools (pp_split.balance) and the memory
+    """The knobs with the layer split that balances the stages' KV pools (memory.pp_split.balance) and the memory
     fraction `fraction(knobs with that split)` gives it; None where that is the engine's own split."""
     own = layer_split(spec, layout, knobs)
     split = balance(own, split_pools(spec, topo, layout, knobs))
@@ -47,7 +47,7 @@ def kv_balanced(spec, topo, layout, knobs: Knobs, fraction) -> Knobs | None:
 def choose_split(spec, topo, layout, knobs: Knobs, workload: Workload, calib: Calibration, first: Metrics,
                  worst_chunk: int) -> tuple[Knobs, Metrics, str]:
     """The pipeline split, and why ('' without PP). When the KV pool limits the batch, the split that
-    balances the stages' pools (pp_split.balance) is tried, and kept if it serves more tokens/s: it moves
+    balances the stages' pools (memory.pp_split.balance) is tried, and kept if it serves more tokens/s: it moves
     layers (and so step time) too, and the step model prices the split it is given."""
     if layout.pp == 1:
         return knobs, first, ""
@@ -73,7 +73,7 @@ def choose_split(spec, topo, layout, knobs: Knobs, workload: Workload, calib: Ca
 
 def fit_by_split(spec, topo, layout, knobs: Knobs, worst_chunk: int) -> tuple[Knobs, str]:
     """Where the engine's own layer split leaves a stage without room (a max-model-len request, or any KV),
-    the split that balances the stages' pools (pp_split.balance climbs out of not fitting), with the memory
+    the split that balances the stages' pools (memory.pp_split.balance climbs out of not fitting), with the memory
     fraction re-derived for it; (knobs, why) or the knobs unchanged and ''."""
     if layout.pp == 1 or knobs.pp_layer_partition or memory_evaluate(spec, topo, layout, knobs).fits:
         return knobs, ""

@@ -1,4 +1,4 @@
-"""From a search result to a Plan (planfile.Plan): the candidates' memory and performance as plain data."""
+"""From a search result to a Plan (search.planfile.Plan): the candidates' memory and performance as plain data."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@
    parts): draft knobs and the engine's memory accounting decide whether it fits; an upper bound on output
    tokens/s per GPU is the decode step alone at the batch the KV pool holds, under the engine's layer split
    or the KV-balanced one tuning may adopt (the TPOT target and prefill stalls can only lower it;
-   search_bounds.py). Of a layout tuned both dense ways only the better is kept (`_one_dense_variant`).
+   search/bounds.py). Of a layout tuned both dense ways only the better is kept (`_one_dense_variant`).
 3. Per engine, layouts are tuned in full (tuning.py) - every knob with its reason and the five
    metrics - in order of their bounds: at least the `tuned_per_engine` best, and then every one whose
    bound, tightened by the TPOT target, is above the engine's best tuned candidate meeting the targets

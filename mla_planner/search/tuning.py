@@ -34,7 +34,7 @@ from mla_planner.specs.topology import Topology
 
 CHUNK_CANDIDATES = (2048, 4096, 8192, 16384)   # max-num-batched-tokens / chunked-prefill-size tried
 DEEPEP_CHUNKS = (256, 512, 1024)                # vLLM sizes its DeepEP low-latency buffer for this many tokens
-                                                # (memory_terms.deepep_buffer_bytes: 3.6 GiB per 256 for V3)
+                                                # (memory.terms.deepep_buffer_bytes: 3.6 GiB per 256 for V3)
 GQA_DEFAULT_BLOCK = {"vllm": 16, "sglang": 1}   # vLLM CacheConfig.DEFAULT_BLOCK_SIZE; SGLang page size 1
 
 
@@ -55,7 +55,7 @@ class Overrides:
     """Knobs the user pins on the command line; the planner works around them and says what they cost."""
     block_size: int | None = None
     cuda_graphs: bool = True
-    mtp: bool = False             # speculative decoding with the model's MTP layer (--mtp; tuning_mtp.mtp_hint)
+    mtp: bool = False             # speculative decoding with the model's MTP layer (--mtp; search.mtp.mtp_hint)
 
 
 def backend_and_block(engine: str, gpu, kv_dtype: str, dcp: int, pinned: int | None) -> tuple:

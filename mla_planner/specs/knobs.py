@@ -16,7 +16,7 @@
                    --speculative-algorithm EAGLE --speculative-num-steps 1 --speculative-num-draft-tokens 2
   dense_per_rank   SGLang under DP attention (tp = 1): the dense MLP layers and the lm_head on each DP rank's own
                    tokens (--moe-dense-tp-size 1 --enable-dp-lm-head) instead of split over every GPU of the
-                   stage with all ranks' tokens gathered (memory_weights.dense_tp); vLLM always does the former
+                   stage with all ranks' tokens gathered (engines.parallel.dense_tp); vLLM always does the former
 """
 
 from __future__ import annotations

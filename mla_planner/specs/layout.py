@@ -85,7 +85,7 @@ def rdma_between_nodes(topo) -> bool:
 
 
 def deepep_runs(topo, stage_gpus: int) -> bool:
-    """Whether both engines' DeepEP can carry a stage's all-to-all (memory_terms.deepep_problem): NVLink inside
+    """Whether both engines' DeepEP can carry a stage's all-to-all (engines.parallel.deepep_problem): NVLink inside
     a node and RDMA between nodes. Where it cannot, DP attention runs with the MoE tensor-parallel over the
     stage (ep=1: vLLM flattens TP across DP, fused_moe/config.py; SGLang --attn-dp-size without --ep-size)."""
     return topo.intra_node.kind != "pcie" and (stage_gpus <= topo.gpus_per_node or rdma_between_nodes(topo))
@@ -170,7 +170,7 @@ def layout_problems(layout: Layout, spec: ModelSpec, gpus_per_node: int, total_g
 def _quantized_splits(spec: ModelSpec, layout: Layout, dtype: str) -> list[tuple[str, int, int]]:
     """(what, width, GPUs it is split over) for the tensor-parallel splits of `dtype` weights both engines make:
     the routed experts' intermediate size over the MoE-TP group, and at dp = 1 the dense MLP's and shared
-    experts' over tp (SGLang under DP attention splits those its own way: engine_layouts.py)."""
+    experts' over tp (SGLang under DP attention splits those its own way: engines/layouts.py)."""
     out = []
     if spec.is_moe and spec.expert_dtype == dtype:
         out.append(("routed experts", spec.moe_intermediate_size, layout.moe_tp))

@@ -1,12 +1,12 @@
 """The planned collectives, measured under `torchrun` (NCCL on GPUs, gloo on CPUs) against comm.py.
 
-Messages are the step model's (step_comm), for the micro-batch of n rows one stage runs:
+Messages are the step model's (perf.layer_comm), for the micro-batch of n rows one stage runs:
   all_reduce   over the TP group after wo: n x d x 2 B (attn.tp_all_reduce)
   all_gather   over the TP group, the vocab-parallel logits: n x V x 2 B gathered (logits_comm)
   all_to_all   over the EP group (the stage), MoE dispatch: n / tp x k x d x (1 + 4/128) B sent per rank
                with fp8 dispatch, 2 B otherwise (moe.dispatch)
   p2p          between consecutive pipeline stages: 2 n d 2 B / tp per TP rank (pp_handoff_s)
-Ranks sit in GPU order, TP innermost, stages contiguous (step_comm.stages_share_node). A job smaller
+Ranks sit in GPU order, TP innermost, stages contiguous (perf.layer_comm.stages_share_node). A job smaller
 than the planned group (a rehearsal) runs each collective over min(group, world) ranks and predicts for
 that group. busbw is nccl-tests' (PERFORMANCE.md): algbw = S / t, x 2(p-1)/p for all-reduce, x (p-1)/p
 for all-gather and all-to-all, x 1 for p2p (comm.bus_factor); predicted busbw is comm.collective's.

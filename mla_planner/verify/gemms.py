@@ -1,16 +1,16 @@
 """The layer's dense GEMMs at planned shapes, timed and compared with the step model's roofline.
 
-One check per op of step_work (the step model's names), each the sum of its GEMMs on this rank, for
+One check per op of perf.layer_work (the step model's names), each the sum of its GEMMs on this rank, for
 the micro-batch of n rows one stage runs (docs/step-model.md section 2, attn.proj):
   attn.proj    wq_a [n, d] x [d, r_q] and wq_b [n, r_q] x [r_q, H_t 192] (or one wq), wkv_a [n, d] x
                [d, 576], the absorbed W_UK bmm [H_t, n, d_n] x [H_t, d_n, d_c] and W_UV bmm
                [H_t, n, d_c] x [H_t, d_c, d_v], wo [n, H_t d_v] x [H_t d_v, d]
   moe.gate     [n, d] x [d, E]
   moe.shared   w1|w3 [n', d] x [d, 2 I_s / tp'] and w2 [n', I_s / tp'] x [I_s / tp', d]
-  moe.experts  the experts this EP rank actually hits, step_work.experts_hit, as one bmm over them:
+  moe.experts  the experts this EP rank actually hits, perf.layer_work.experts_hit, as one bmm over them:
                [e, m, d] x [e, d, 2 I / moe_tp] and [e, m, I / moe_tp] x [e, I / moe_tp, d]
   ffn.dense    the dense layers' SwiGLU, like moe.shared
-Bytes count the weights only, as the step model does (step_work: an op's bytes are its weight bytes),
+Bytes count the weights only, as the step model does (perf.layer_work: an op's bytes are its weight bytes),
 so the efficiency a measurement implies is the one the model applies. bf16 on the GPU (fp32 on a CPU);
 when the checkpoint is fp8 and the GPU has fp8 tensor cores, the 2-D GEMMs run again through
 torch._scaled_mm (per-tensor scales), which is what the step model prices.
@@ -63,7 +63,7 @@ def attention_gemms(t: Target, rows: int) -> list[Gemm]:
 
 
 def layer_gemms(t: Target, caps: Optional[Caps]) -> dict[str, list[Gemm]]:
-    """The GEMMs of each step_work op at the planned micro-batch (capped on a CPU)."""
+    """The GEMMs of each perf.layer_work op at the planned micro-batch (capped on a CPU)."""
     c = t.chosen
     s, layout, engine, per_rank = c.spec, c.layout, c.knobs.engine, c.knobs.dense_per_rank
     rows = min(t.micro_batch, caps.rows) if caps else t.micro_batch

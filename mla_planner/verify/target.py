@@ -107,7 +107,7 @@ class Target:
     @property
     def heads_per_rank(self) -> int:
         """Query heads the attention kernel of one rank runs: H / tp, x dcp (queries all-gathered
-        over the DCP group, step_work._decode_core)."""
+        over the DCP group, perf.layer_work._decode_core)."""
         layout = self.chosen.layout
         return self.chosen.spec.num_attention_heads // layout.tp * layout.dcp
 
@@ -132,7 +132,7 @@ def _planned_batch(c: Chosen) -> tuple[int, list[str]]:
 
 
 def rank_stage(rank: int, layout: Layout, engine: str) -> int:
-    """The pipeline stage of global rank `rank` as the engine places ranks (step_comm.dp_rank_blocks):
+    """The pipeline stage of global rank `rank` as the engine places ranks (perf.layer_comm.dp_rank_blocks):
     vLLM with DP and PP keeps each DP rank's tp x pp GPUs together; otherwise stages are in GPU order."""
     r = rank % layout.instance_gpus
     if dp_rank_blocks(layout, engine):
