@@ -1,0 +1,1 @@
+"""Developer tools of mla-plan (run from the repository root)."""
