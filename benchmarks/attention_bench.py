@@ -2,7 +2,7 @@
 
 Runs the fast path (Triton split-K on CUDA), the plain torch path and FlashMLA (when
 installed) over paged bf16 latent caches, block size 64, and prints achieved GB/s and
-TFLOP/s from `mla_planner.attention_cost`. Headline: fast-path GB/s / copy GB/s at
+TFLOP/s from `mla_planner.specs.attention.cost`. Headline: fast-path GB/s / copy GB/s at
 B >= 64, context >= 4096, 16 heads (target >= 0.8; the core is memory-bound there,
 FlashMLA docs/20250422-new-kernel-deep-dive.md).
 

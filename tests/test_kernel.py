@@ -21,7 +21,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from mla_planner.perf.attention_cost import absorbed_core_bytes
+from mla_planner.specs.attention.cost import absorbed_core_bytes
 from mla_planner.verify import bench, fast
 from mla_planner.verify.compare import assert_close as assert_close_flashmla
 from mla_planner.verify.compare import compare

@@ -1,4 +1,4 @@
-"""The decode step model: its work terms follow docs/step-model.md section 2 and perf.attention_cost exactly, and the
+"""The decode step model: its work terms follow docs/step-model.md section 2 and specs.attention.cost exactly, and the
 pipeline, eager, prefill and communication terms behave as documented in docs/step-model.md."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from math import ceil
 
 import pytest
 
-from mla_planner.perf import attention_cost
+from mla_planner.specs.attention import cost as attention_cost
 from mla_planner.specs.calibration import load_calibration
 from mla_planner.specs.knobs import Knobs
 from mla_planner.specs.layout import Layout, parse_layout
@@ -49,7 +49,7 @@ def test_attention_work_matches_mla_math_worked_example(v3, layout, batch, proj_
 
 
 def test_attention_core_terms_are_attention_cost(v2):
-    """The step model's attention core is perf.attention_cost's (what `verify` reports against)."""
+    """The step model's attention core is specs.attention.cost's (what `verify` reports against)."""
     spec, topo, cal = v2
     d = decode_step(spec, topo, parse_layout("tp=8,pp=2"), Knobs(), 64, 2304, cal)
     moe = d.layers["moe"]

@@ -18,7 +18,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from mla_planner.search import planfile
-from mla_planner.perf.attention_cost import absorbed_core_bytes, absorbed_core_flops
+from mla_planner.specs.attention.cost import absorbed_core_bytes, absorbed_core_flops
 from mla_planner.specs.calibration import dump_calibration, load_calibration
 from mla_planner.perf.comm import collective
 from mla_planner.specs.knobs import Knobs, Workload
@@ -64,7 +64,7 @@ def test_cpu_rehearsal_end_to_end_with_calibration(cli, tmp_path):
     # the routed experts calibrate the step model's own factor for them, not the dense GEMMs' one
     assert checks["gemm.moe.experts"]["extra"]["evidence"]["factor"] in ("moe_hbm_efficiency", "tensor_core_efficiency")
     assert data["target"]["heads_per_rank"] == 2 and data["target"]["context_len"] == 2048 + 512 // 2
-    # the attention check's rates come from perf.attention_cost at the capped shape (B=2, T=128, fp32 cache)
+    # the attention check's rates come from specs.attention.cost at the capped shape (B=2, T=128, fp32 cache)
     att = checks["attention"]["extra"]
     assert att["bytes"] == absorbed_core_bytes(2, 2, 2 * 128, 576 * 4, act_bytes=4)
     assert att["flops"] == absorbed_core_flops(2, 2 * 128)

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+from mla_planner.specs.attention.kinds import attention_of
 from mla_planner.engines.backends import default_engine, int8_checkpoint_problem, mtp_verify_problem, usable_backends
 from mla_planner.specs.calibration import load_calibration
 from mla_planner.cli.common import (DEFAULT_MODEL, DEFAULT_TOPOLOGY, GraphCapOpt, JsonOpt, ModelOpt, MtpAcceptanceOpt,
@@ -89,7 +90,7 @@ def knobs_for(spec: ModelSpec, topo, layout: Layout, base: Knobs, fraction: floa
 def _mtp_verify_note(spec: ModelSpec, topo, layout: Layout, knobs: Knobs) -> str:
     """Where the engine's backend would verify MTP's tokens through its prefill path (plan does not plan MTP
     there; backends.mtp_verify_problem), say that the priced decode is not what runs."""
-    if spec.attention != "mla":
+    if attention_of(spec).backend_family != "mla":
         return ""
     found = [b for b in usable_backends(knobs.engine, topo.gpu, knobs.kv_cache_dtype, layout.dcp)
              if b.accepts_block(knobs.block_size)]

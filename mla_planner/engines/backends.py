@@ -15,6 +15,7 @@ from typing import Optional
 
 import yaml
 
+from mla_planner.specs.attention.kinds import attention_of
 from mla_planner.core.errors import PlanError, did_you_mean
 from mla_planner.core.resources import data_dir
 from mla_planner.specs.model import ModelSpec
@@ -194,10 +195,11 @@ def startup_problems(engine: str, spec: ModelSpec, gpu: GPU, knobs, dcp: int = 1
     by the block-size rule instead), fp8_ds_mla on a non-MLA model, an FP8 checkpoint it has no kernel
     for (`fp8_checkpoint`), an INT8 one it cannot load (`int8_checkpoint_problem`)."""
     refusals, notes = [], []
-    if spec.attention == "mla" and not knobs.attention_backend:
+    kind = attention_of(spec)
+    if kind.backend_family == "mla" and not knobs.attention_backend:
         missing = no_backend_reason(engine, gpu, knobs.kv_cache_dtype, dcp)
         refusals += [f"{missing}: the engine refuses to start"] if missing else []
-    if spec.attention != "mla" and knobs.kv_cache_dtype == "fp8_ds_mla":
+    if knobs.kv_cache_dtype not in kind.kv_formats(spec):
         refusals.append(f"fp8_ds_mla is an MLA latent-cache format and {spec.name} uses {spec.attention} attention: "
                         "the engine refuses to start")
     fp8 = fp8_checkpoint(engine, spec, gpu)

@@ -23,6 +23,7 @@ import re
 from dataclasses import dataclass
 from typing import Optional
 
+from mla_planner.specs.attention.kinds import attention_of
 from mla_planner.engines.backends import backend, engine_version, usable_backends
 from mla_planner.core.errors import PlanError
 from mla_planner.specs.knobs import Knobs
@@ -249,7 +250,7 @@ def block_size_warning(spec: ModelSpec, gpu: GPU, knobs: Knobs, dcp: int) -> str
     """Why no MLA attention backend the engine would pick here takes `knobs.block_size` (empty when one
     does). vLLM validates the block size against the backend at start-up and refuses it ("block_size not
     supported"); SGLang forces some backends' page size (sglang/srt/arg_groups/overrides.py; data/backends.yaml)."""
-    if spec.attention != "mla":
+    if attention_of(spec).backend_family != "mla":
         return ""
     if knobs.attention_backend:
         usable = [backend(knobs.engine, knobs.attention_backend)]

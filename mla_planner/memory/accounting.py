@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
-from math import ceil
 from typing import Optional
 
 from mla_planner.core.units import GiB
@@ -31,7 +30,7 @@ from mla_planner.memory.verdict import ALLOCATOR_MARGIN_BYTES, verdict
 from mla_planner.engines.parallel import dense_tp
 from mla_planner.memory.weights import stage_weight_terms
 from mla_planner.memory.pp_split import layer_split, split_problem
-from mla_planner.specs.sizing import kv_bytes_per_token_layer
+from mla_planner.specs.attention.kinds import attention_of
 from mla_planner.specs.model import ModelSpec
 from mla_planner.specs.topology import Topology
 
@@ -68,14 +67,10 @@ def stage_ranges(split: list[int]) -> list[range]:
 
 
 def kv_slot_bytes(spec: ModelSpec, layout: Layout, layers: int, kv_dtype: str) -> float:
-    """Bytes one physical token slot costs one GPU: layers x bytes/token/layer (sizing), the MLA latent
-    whole on every TP rank (/tp only when latent-sharded); GQA keeps ceil(kv_heads/tp) heads per rank."""
-    per_layer = kv_bytes_per_token_layer(spec, kv_dtype)
-    if spec.attention == "gqa":
-        per_layer *= ceil(spec.kv_heads / layout.tp) / spec.kv_heads
-    elif layout.kv_layout == "latent-sharded":
-        per_layer /= layout.tp
-    return layers * per_layer
+    """Bytes one physical token slot costs one GPU over `layers` layers: every KV group of the model's
+    attention kind at its rank share (specs/attention: the MLA latent whole on every TP rank, /tp only when
+    latent-sharded; GQA ceil(kv_heads/tp) heads per rank)."""
+    return attention_of(spec).gpu_bytes_per_token(spec, layout, kv_dtype, layers)
 
 
 @dataclass(frozen=True)

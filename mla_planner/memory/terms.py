@@ -14,12 +14,11 @@ from __future__ import annotations
 
 from math import ceil
 
-from mla_planner.core.units import GiB, MiB
+from mla_planner.core.units import ACT_BYTES, GiB, MiB
 from mla_planner.engines.parallel import uses_deepep
 from mla_planner.specs.layout import Layout
 from mla_planner.specs.model import ModelSpec
 
-ACT_BYTES = 2                  # bf16 activations (the DeepSeek/Kimi serving dtype)
 RESIDUAL_STREAM_COPIES = 3     # hidden_states, residual, and the layer output being formed (vLLM
                                # DeepseekV2DecoderLayer: residual add + RMSNorm keep two, the MLP output a third)
 MOE_CHUNK_TOKENS = 32768       # vLLM fused_experts processes at most VLLM_FUSED_MOE_CHUNK_SIZE tokens at a time

@@ -28,7 +28,7 @@ from mla_planner.perf.comm import collective_time_s
 from mla_planner.specs.layout import Layout
 from mla_planner.engines.parallel import uses_deepep
 from mla_planner.specs.model import ModelSpec
-from mla_planner.memory.terms import ACT_BYTES
+from mla_planner.core.units import ACT_BYTES
 from mla_planner.perf.layer_work import Batch, dense_tp, ffn_rows
 from mla_planner.specs.topology import Topology
 

@@ -4,7 +4,7 @@ Named operations (nanoGPT-sizing style), each with the bytes it moves and the FL
   attn.proj     q/kv down and up projections, W_UK/W_UV absorption, wo: 2 x tokens x the rank's
                 attention matrix parameters FLOPs (every weight element is one MAC per token,
                 docs/step-model.md section 2) and the rank's attention weight bytes (weights.py splits)
-  attn.core     decode: the absorbed MLA core from perf.attention_cost (the functions `verify` uses); with MTP each
+  attn.core     decode: the absorbed MLA core from specs.attention.cost (the functions `verify` uses); with MTP each
                 sequence's s_q = q_len query tokens read its cache once (FlashMLA's s_q)
   attn.prefill  a prefill chunk: the naive/MHA form over the prefix plus K/V up-projection of the latent
   ffn.dense     dense SwiGLU FFN (first_k_dense_replace layers), split as the memory model splits it
@@ -13,7 +13,7 @@ Named operations (nanoGPT-sizing style), each with the bytes it moves and the FL
   moe.experts   routed experts actually hit: E_local x (1 - (1 - k/E)^N) distinct experts per EP rank
                 for N tokens in the MoE group (each token picks k of E uniformly; expectation of the
                 number of distinct experts hit), each read once, split by moe_tp
-Sources: DeepSeek-V3 inference/model.py; docs/step-model.md section 2; perf/attention_cost.py (FlashMLA test
+Sources: DeepSeek-V3 inference/model.py; docs/step-model.md section 2; specs/attention/cost.py (FlashMLA test
 formulas).
 """
 
@@ -21,14 +21,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
-from math import ceil
 
-from mla_planner.perf import attention_cost
 from mla_planner.specs.knobs import Knobs
 from mla_planner.specs.layout import Layout, weight_key
-from mla_planner.memory.terms import ACT_BYTES
+from mla_planner.core.units import ACT_BYTES
 from mla_planner.engines.parallel import dense_tp as _memory_dense_tp
-from mla_planner.specs.sizing import kv_bytes_per_token_layer
+from mla_planner.specs.attention.kinds import attention_of
 from mla_planner.specs.model import ModelSpec
 from mla_planner.specs.weights import Tensor, inventory, mtp_inventory, stored_bytes
 
@@ -167,49 +165,17 @@ def attention_ops(spec: ModelSpec, layout: Layout, knobs: Knobs, batch: Batch, w
 
 
 def _decode_core(spec: ModelSpec, layout: Layout, knobs: Knobs, batch: Batch) -> Op:
-    """Absorbed core (perf.attention_cost). replicated: H/tp heads over every cached token; dcp: q heads
-    all-gathered over the DCP group, so H/tp x dcp heads over 1/dcp of the tokens; latent-sharded: all H
-    heads over a 1/tp slice of the 576-wide latent (kv_lora_rank/tp and rope/tp)."""
-    kv_b = kv_bytes_per_token_layer(spec, knobs.kv_cache_dtype)
-    H, tp, b = spec.num_attention_heads, layout.tp, batch.decode
-    if spec.attention == "gqa":
-        return _gqa_core(spec, layout, kv_b, batch)
-    dc, dr = spec.kv_lora_rank, spec.qk_rope_head_dim
-    if layout.kv_layout == "latent-sharded":
-        heads, total, dc, dr, kv_b = H, b * batch.context, dc // tp, dr // tp, kv_b / tp
-    else:
-        heads, total = H // tp * layout.dcp, ceil(b * batch.context / layout.dcp)
-    q = batch.q_len
-    flops = attention_cost.absorbed_core_flops(heads, total, dc, dr, q)
-    nbytes = attention_cost.absorbed_core_bytes(b, heads, total, kv_b, dc, dr, q, ACT_BYTES)
-    return Op("attn.core", nbytes, flops, "attention")
-
-
-def _gqa_core(spec: ModelSpec, layout: Layout, kv_b: float, batch: Batch) -> Op:
-    """GQA decode: per-head K/V cache split by TP down to one KV head per rank (perf.attention_cost naive form)."""
-    hd, heads = spec.gqa_head_dim, spec.num_attention_heads // layout.tp
-    kv_share = max(1, spec.kv_heads // layout.tp) / spec.kv_heads
-    total = batch.decode * batch.context
-    flops = attention_cost.naive_core_flops(heads, total, hd, hd)
-    return Op("attn.core", total * kv_b * kv_share + 2 * batch.decode * heads * hd * ACT_BYTES, flops, "attention")
+    """The attention kind's decode core (specs/attention: MLA's absorbed form over the latent, GQA's per-head
+    K/V over the rank's KV heads)."""
+    c = attention_of(spec).decode_core(spec, layout, knobs.kv_cache_dtype, batch.decode, batch.context, batch.q_len)
+    return Op("attn.core", c.bytes, c.flops, "attention")
 
 
 def _prefill_core(spec: ModelSpec, layout: Layout, knobs: Knobs, batch: Batch) -> Op:
-    """Prefill chunk of c tokens after a prefix P (vLLM/SGLang run prefill in the naive/MHA form): causal
-    scores over sum_i (P + i) = c*P + c(c+1)/2 key positions (perf.attention_cost.naive_core_flops), plus the
-    K/V up-projection of all P + c cached latents, 2 (P + c) d_c H_t (d_n + d_v) FLOPs
-    (docs/step-model.md section 2, attn.prefill); bytes: the latent read and written, and the materialised K/V."""
-    c, P = batch.prefill, batch.prefix
-    heads = spec.num_attention_heads // layout.tp
-    pairs = c * P + c * (c + 1) / 2
-    kv_b = kv_bytes_per_token_layer(spec, knobs.kv_cache_dtype)
-    if spec.attention == "gqa":
-        hd = spec.gqa_head_dim
-        return Op("attn.prefill", (P + c) * kv_b, attention_cost.naive_core_flops(heads, pairs, hd, hd), "attention")
-    flops = attention_cost.naive_core_flops(heads, pairs, spec.qk_head_dim, spec.v_head_dim)
-    flops += 2.0 * (P + c) * spec.kv_lora_rank * heads * (spec.qk_nope_head_dim + spec.v_head_dim)
-    kv_mat = (P + c) * heads * (spec.qk_head_dim + spec.v_head_dim) * ACT_BYTES
-    return Op("attn.prefill", (P + c) * kv_b + c * kv_b + kv_mat, flops, "attention")
+    """A prefill chunk of `batch.prefill` tokens after `batch.prefix` cached ones, as the attention kind
+    prices it (MLA: the naive form after up-projecting every cached latent; docs/step-model.md section 2)."""
+    c = attention_of(spec).prefill_core(spec, layout, knobs.kv_cache_dtype, batch.prefill, batch.prefix)
+    return Op("attn.prefill", c.bytes, c.flops, "attention")
 
 
 def ffn_ops(spec: ModelSpec, layout: Layout, batch: Batch, w: LayerWeights, moe: bool,

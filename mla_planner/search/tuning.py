@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from math import ceil
 
+from mla_planner.specs.attention.kinds import attention_of
 from mla_planner.engines.layouts import engine_layout_problem
 from mla_planner.engines.backends import (choose_block_size, fp8_checkpoint, mtp_verify_problem, no_backend_reason,
                                           usable_backends)
@@ -102,7 +103,7 @@ def _draft_knobs(spec: ModelSpec, topo: Topology, layout: Layout, engine: str, k
     problem = engine_layout_problem(spec, topo, layout, engine, dense_per_rank)
     if problem:
         raise Rejected(problem)
-    if spec.attention == "mla":
+    if attention_of(spec).backend_family == "mla":
         backend, block, why_block = backend_and_block(engine, gpu, kv_dtype, layout.dcp, pinned.block_size)
         backend_name = backend.name
         if pinned.mtp and engine == "sglang" and sglang_pp_spec_problem(layout):

@@ -16,6 +16,7 @@ from dataclasses import dataclass, fields, replace
 from functools import lru_cache
 
 from mla_planner.core.errors import PlanError
+from mla_planner.specs.attention.kinds import attention_of
 from mla_planner.specs.model import ModelSpec
 
 KV_LAYOUTS = ("replicated", "latent-sharded")
@@ -139,8 +140,6 @@ def layout_problems(layout: Layout, spec: ModelSpec, gpus_per_node: int, total_g
     H = spec.num_attention_heads
     if H % layout.tp:
         out.append(f"{H} attention heads are not divisible by tp={layout.tp}")
-    if spec.attention == "gqa" and layout.tp > spec.kv_heads and layout.tp % spec.kv_heads:
-        out.append(f"tp={layout.tp} neither divides nor is a multiple of {spec.kv_heads} KV heads")
     if layout.stage_gpus % layout.ep:
         out.append(f"ep={layout.ep} does not divide the stage's tp*dp={layout.stage_gpus} GPUs")
     if layout.ep > 1 and not spec.is_moe:
@@ -149,13 +148,7 @@ def layout_problems(layout: Layout, spec: ModelSpec, gpus_per_node: int, total_g
         out.append(f"{spec.n_routed_experts} routed experts are not divisible by ep={layout.ep}")
     if layout.tp % layout.dcp:
         out.append(f"tp={layout.tp} is not divisible by dcp={layout.dcp} (vLLM: tp_size must be divisible by dcp_size)")
-    if layout.dcp > 1 and spec.attention != "mla":
-        out.append("dcp is modelled for the MLA latent cache only")
-    if layout.kv_layout == "latent-sharded":
-        if spec.attention != "mla":
-            out.append("latent-sharded KV needs an MLA model")
-        elif layout.tp == 1 or spec.kv_lora_rank % layout.tp:
-            out.append(f"latent-sharded KV needs tp>1 dividing kv_lora_rank={spec.kv_lora_rank}")
+    out += attention_of(spec).layout_problems(spec, layout)
     if layout.pp > spec.num_hidden_layers:
         out.append(f"pp={layout.pp} exceeds {spec.num_hidden_layers} layers")
     for what, gpus in (("a stage", layout.stage_gpus), ("an instance", layout.instance_gpus)):

@@ -10,9 +10,11 @@ from __future__ import annotations
 from functools import cached_property
 from typing import Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
 from mla_planner.core.files import Flag, NonNegInt, PosInt
+from mla_planner.specs.attention.kinds import KINDS, kind_named
 
 WeightDtype = Literal["bf16", "fp8", "int4", "int8"]
 
@@ -23,7 +25,7 @@ class ModelSpec(BaseModel):
     # identity
     name: str = Field(min_length=1)
     hf_id: Optional[str] = None
-    attention: Literal["mla", "gqa"] = "mla"
+    attention: str = "mla"                        # an attention kind (specs/attention/kinds.py)
     # trunk
     hidden_size: PosInt
     num_hidden_layers: PosInt
@@ -65,23 +67,20 @@ class ModelSpec(BaseModel):
     int8_block: Flag = False                      # int8 with weight_block_size scales (blockwise_int8), else one
                                                   # fp32 scale per output channel (w8a8_int8)
 
+    @field_validator("attention")
+    @classmethod
+    def _known_kind(cls, name: str) -> str:
+        """A kind specs.attention knows (mla, gqa, or one registered there)."""
+        if name not in KINDS:
+            raise PydanticCustomError("literal_error", "Input should be {expected}",
+                                      {"expected": " or ".join(repr(k) for k in KINDS)})
+        return name
+
     @model_validator(mode="after")
     def _consistent(self) -> "ModelSpec":
-        if self.attention == "mla":
-            for key in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
-                if getattr(self, key) is None:
-                    raise ValueError(f"{key} is required for an MLA model (attention: mla)")
-            if self.num_key_value_heads not in (None, self.num_attention_heads):
-                raise ValueError("num_key_value_heads must equal num_attention_heads for MLA "
-                                 f"(got {self.num_key_value_heads} vs {self.num_attention_heads})")
-        else:
-            kv_heads = self.num_key_value_heads or self.num_attention_heads
-            if self.num_attention_heads % kv_heads:
-                raise ValueError(f"num_attention_heads={self.num_attention_heads} is not a multiple of "
-                                 f"num_key_value_heads={kv_heads}")
-            if self.head_dim is None and self.hidden_size % self.num_attention_heads:
-                raise ValueError(f"hidden_size={self.hidden_size} is not divisible by "
-                                 f"num_attention_heads={self.num_attention_heads}; give head_dim")
+        problem = kind_named(self.attention).check(self)
+        if problem:
+            raise ValueError(problem)
         if self.first_k_dense_replace > self.num_hidden_layers:
             raise ValueError("first_k_dense_replace is larger than num_hidden_layers")
         if not self.n_routed_experts and (self.num_experts_per_tok or self.n_shared_experts):
@@ -136,8 +135,8 @@ class ModelSpec(BaseModel):
 
     @property
     def qk_head_dim(self) -> int:
-        """MLA query/key head dim d_n + d_r (192 for DeepSeek); the plain head dim for GQA."""
-        if self.attention == "gqa":
+        """MLA query/key head dim d_n + d_r (192 for DeepSeek); the plain head dim for per-head kinds (GQA)."""
+        if self.attention != "mla":
             return self.gqa_head_dim
         return self.qk_nope_head_dim + self.qk_rope_head_dim
 

@@ -1,22 +1,19 @@
 """Derived facts of a model as named breakdowns that sum to their totals (nanoGPT sizing style).
 
-Parameters (total, activated), stored weight bytes, and KV-cache bytes per token for the MLA latent
-layout and for the naive per-head K/V layout. Formulas: DeepSeek-V3 inference/model.py, README_WEIGHTS.md;
-KV per token per layer = (kv_lora_rank + qk_rope_head_dim) x bytes (DeepSeek-V2 paper section 2.1;
-SGLang `profile_max_num_token` cell_size); 656 B for FlashMLA's fp8-with-scale layout (FlashMLA README).
+Parameters (total, activated), stored weight bytes, and KV-cache bytes per token in each format the
+model's attention kind takes, beside the naive per-head K/V layout MLA avoids. Formulas: DeepSeek-V3
+inference/model.py, README_WEIGHTS.md; the KV bytes are the attention kind's (specs/attention: for MLA
+(kv_lora_rank + qk_rope_head_dim) x bytes, DeepSeek-V2 paper section 2.1, SGLang `profile_max_num_token`
+cell_size; 656 B for FlashMLA's fp8-with-scale layout, FlashMLA README).
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
 
-from mla_planner.specs.knobs import KV_DTYPES
+from mla_planner.specs.attention.kinds import attention_of
 from mla_planner.specs.model import ModelSpec
 from mla_planner.specs.weights import Tensor, inventory, mtp_inventory, stored_bytes
-
-# bytes per cached token per layer, per element of the latent, by KV dtype name
-KV_DTYPE_BYTES = {"bf16": 2, "fp8": 1}
-FP8_DS_MLA_BYTES_PER_TOKEN_LAYER = 656  # 512 fp8 + 4 fp32 scales + 64 bf16 rope (FlashMLA README)
 
 
 def _grouped(tensors: list[Tensor], value) -> "OrderedDict[str, float]":
@@ -86,22 +83,10 @@ def weight_bytes_by_format(spec: ModelSpec) -> "OrderedDict[str, float]":
 
 
 def kv_bytes_per_token_layer(spec: ModelSpec, kv_dtype: str = "bf16") -> float:
-    """Bytes one token adds to one layer's cache on one rank that holds the whole cache.
-
-    MLA: (kv_lora_rank + qk_rope_head_dim) x element bytes (576 x 2 = 1152 for bf16, 576 for fp8),
-    or 656 for `fp8_ds_mla`. GQA: 2 x kv_heads x head_dim x element bytes (K and V per KV head).
-    """
-    if spec.attention == "gqa":
-        return 2 * spec.kv_heads * spec.gqa_head_dim * KV_DTYPE_BYTES[_base(kv_dtype)]
-    if kv_dtype == "fp8_ds_mla":
-        return FP8_DS_MLA_BYTES_PER_TOKEN_LAYER
-    return spec.latent_dim * KV_DTYPE_BYTES[_base(kv_dtype)]
-
-
-def _base(kv_dtype: str) -> str:
-    if kv_dtype not in KV_DTYPES:
-        raise ValueError(f"unknown KV dtype {kv_dtype!r}; expected {', '.join(KV_DTYPES)}")
-    return "fp8" if kv_dtype.startswith("fp8") else "bf16"
+    """Bytes one token adds to one layer's caches on one rank that holds them whole: the sum over the
+    attention kind's KV groups (specs/attention: MLA 576 x element bytes or 656 for `fp8_ds_mla`; GQA
+    2 x kv_heads x head_dim x element bytes)."""
+    return attention_of(spec).bytes_per_token_layer(spec, kv_dtype)
 
 
 def kv_bytes_per_token(spec: ModelSpec, kv_dtype: str = "bf16", layers: int | None = None) -> float:
@@ -112,21 +97,21 @@ def kv_bytes_per_token(spec: ModelSpec, kv_dtype: str = "bf16", layers: int | No
 
 def naive_kv_bytes_per_token(spec: ModelSpec, kv_dtype: str = "bf16") -> float:
     """The MHA-style per-head cache MLA avoids: layers x H x (d_qk + d_v) x bytes (DeepSeek-V2 paper section 2.1).
-    For a GQA model this is its real cache."""
-    if spec.attention == "gqa":
+    For a kind with no such comparison (GQA) this is its real cache."""
+    per_layer = attention_of(spec).per_head_bytes_per_token_layer(spec, kv_dtype)
+    if per_layer is None:
         return kv_bytes_per_token(spec, kv_dtype)
-    per_layer = spec.num_attention_heads * (spec.qk_head_dim + spec.v_head_dim) * KV_DTYPE_BYTES[_base(kv_dtype)]
     return spec.num_hidden_layers * per_layer
 
 
 def kv_table(spec: ModelSpec) -> "OrderedDict[str, dict]":
     """KV bytes per token per layer and per token for each cache format, and the naive layout."""
     out: OrderedDict[str, dict] = OrderedDict()
-    formats = KV_DTYPES if spec.attention == "mla" else tuple(f for f in KV_DTYPES if f != "fp8_ds_mla")
-    for fmt in formats:
+    kind = attention_of(spec)
+    for fmt in kind.kv_formats(spec):
         out[fmt] = {"bytes_per_token_layer": kv_bytes_per_token_layer(spec, fmt),
                     "bytes_per_token": kv_bytes_per_token(spec, fmt)}
-    if spec.attention == "mla":
+    if kind.per_head_bytes_per_token_layer(spec, "bf16") is not None:
         naive = naive_kv_bytes_per_token(spec, "bf16")
         out["naive_per_head_bf16"] = {"bytes_per_token_layer": naive / spec.num_hidden_layers,
                                       "bytes_per_token": naive}

@@ -110,7 +110,7 @@ def dtype_of(spec: ModelSpec, name: str) -> str | None:
 
 def _attention(spec: ModelSpec, layers: int, dt: str, where: str) -> list[Tensor]:
     d, H = spec.hidden_size, spec.num_attention_heads
-    if spec.attention == "gqa":
+    if spec.attention != "mla":   # per-head q, k, v, o projections (GQA, MQA)
         hd, kv = spec.gqa_head_dim, spec.kv_heads
         out = [Tensor("attn.q_proj", "attention", (H * hd, d), layers, "column", dt, where),
                Tensor("attn.k_proj", "attention", (kv * hd, d), layers, "column", dt, where),

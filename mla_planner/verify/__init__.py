@@ -1,6 +1,5 @@
-"""Torch MLA decode microkernel used by `mla-plan verify`: reference math (`kernel`),
-a Triton fast path for the attention core (`fast`) and timing helpers (`bench`).
-
-Needs torch (the `verify` extra); the rest of `mla_planner` never imports this package at
-import time.
-"""
+"""`mla-plan verify`: the plan held against the GPUs. What is checked (target.py), the checks and their
+common result (check.py, checks.py, env.py, fit.py, gemms.py, collectives.py), the torch MLA decode
+microkernel (kernel.py, fast.py, bench.py), calibration written back (calibrate.py), the report
+(report.py) and the torchrun lines (torchrun.py). The modules that load torch are imported only when
+`verify` runs its checks."""

@@ -1,7 +1,7 @@
 """Timing helpers for the MLA attention core: CUDA-event timing with an L2 flush, device copy
 bandwidth, and one benchmark point reported as achieved bytes/s and FLOP/s.
 
-Achieved rates use the planner's own formulas (`perf.attention_cost.absorbed_core_bytes/flops`),
+Achieved rates use the planner's own formulas (`specs.attention.cost.absorbed_core_bytes/flops`),
 so measured and predicted numbers cannot drift apart (gpt-fast reports bandwidth the same
 way). L2 flush between runs as in FlashMLA's benchmarks (a 256 MiB buffer rewritten).
 """
@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 import torch
 
-from mla_planner.perf.attention_cost import absorbed_core_bytes, absorbed_core_flops
+from mla_planner.specs.attention.cost import absorbed_core_bytes, absorbed_core_flops
 from mla_planner.verify.fast import (TritonConfig, absorbed_core_fast, absorbed_core_triton, fast_path_name,
                                      make_flash_mla_core)
 from mla_planner.verify.kernel import absorbed_core, softmax_scale
@@ -118,7 +118,7 @@ def attention_benchmark(batch: int, context: int, heads: int, block_size: int = 
                         config: TritonConfig | None = None) -> dict:
     """Time one absorbed-core call (DeepSeek dims 512 + 64, V3 softmax scale) and report rates.
 
-    bytes and FLOPs come from `perf.attention_cost.absorbed_core_bytes/flops` with sum(T_b) =
+    bytes and FLOPs come from `specs.attention.cost.absorbed_core_bytes/flops` with sum(T_b) =
     batch * context and a cache element size equal to `dtype`'s. `config` overrides the
     Triton tile settings of the fast path.
     """

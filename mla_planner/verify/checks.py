@@ -37,7 +37,7 @@ from mla_planner.verify.target import Caps, Target, caps_for
 
 def attention_check(t: Target, dev: DeviceInfo, timing: Timing, caps: Optional[Caps]) -> Check:
     """The MLA decode microkernel (fast path) at this GPU's planned shape: micro-batch, heads per rank,
-    context per rank, block size; bytes and FLOPs from perf.attention_cost via bench.attention_benchmark."""
+    context per rank, block size; bytes and FLOPs from specs.attention.cost via bench.attention_benchmark."""
     knobs, layout = t.chosen.knobs, t.chosen.layout
     if layout.kv_layout == "latent-sharded":
         return skipped("attention", "latent-sharded KV is a planning figure: no engine kernel to time")

@@ -1,4 +1,5 @@
-"""FLOPs and bytes of one MLA decode attention call on one rank, for one layer.
+"""FLOPs and bytes of one attention call on one rank, for one layer: MLA's weight-absorbed decode core, and the
+naive per-head form (MLA prefill, GQA) that the attention kinds price with.
 
 These are the *same* functions the step-time model uses to predict attention time and
 `verify` uses to turn a measured time into achieved GB/s and FLOP/s, so prediction and

@@ -1,0 +1,101 @@
+"""The attention seam: what a model's attention asks of the memory model, the step model, the knobs and
+`verify`, answered once per attention kind (mla.py, gqa.py; kinds.py names them).
+
+Every layer's cache belongs to a KV-cache group, as the engines group layers themselves (vLLM
+`vllm/v1/kv_cache_interface.py`: one `KVCacheSpec` per layer group, the pool sized over the groups;
+SGLang `mem_cache/memory_pool.py`: one pool per kind of cache). A group says what one token costs one
+layer of it and how tensor parallelism shares that among the ranks. A kind also says what a decode step
+reads and computes per request, what a prefill chunk computes, which KV formats apply, and which layouts
+its cache cannot take. Nothing outside this package assumes 576 values per layer.
+
+A kind reads the spec's fields (`spec.kv_lora_rank`, `spec.num_attention_heads`, ...) without importing
+ModelSpec: model.py validates a spec's `attention` through the kinds, so they sit below it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+KV_DTYPE_BYTES = {"bf16": 2, "fp8": 1}
+KV_FORMATS = ("bf16", "fp8", "fp8_ds_mla")   # the planner's KV dtype names (knobs.KV_DTYPES)
+
+
+def element_bytes(kv_dtype: str) -> int:
+    """Bytes of one cached element in the format `kv_dtype` (fp8 and its variants: 1; bf16: 2)."""
+    if kv_dtype not in KV_FORMATS:
+        raise ValueError(f"unknown KV dtype {kv_dtype!r}; expected {', '.join(KV_FORMATS)}")
+    return KV_DTYPE_BYTES["fp8" if kv_dtype.startswith("fp8") else "bf16"]
+
+
+@dataclass(frozen=True)
+class KVGroup:
+    """One KV-cache group: the layers that hold the same kind of cache, and what a token costs them.
+
+    `layers` None: every decoder layer with attention (and the MTP layer when it runs); a kind whose
+    layers differ (sparse indexers, compressed or sliding layers) names its layers. `bytes_per_token_layer`
+    is what one token adds to one layer on a rank holding the whole cache; `rank_share` the part of it one
+    GPU of the layout holds (1: every TP rank keeps it whole, as both engines do with the MLA latent)."""
+    name: str
+    bytes_per_token_layer: float
+    rank_share: float = 1.0
+    layers: Optional[tuple[int, ...]] = None
+
+    @property
+    def gpu_bytes_per_token_layer(self) -> float:
+        return self.bytes_per_token_layer * self.rank_share
+
+
+@dataclass(frozen=True)
+class CoreCost:
+    """HBM bytes and FLOPs of one attention call on one rank for one layer."""
+    bytes: float
+    flops: float
+
+
+class AttentionKind:
+    """One kind of attention. Subclasses answer every method; `name` is the spec's `attention` value."""
+    name: str = ""
+    backend_family: Optional[str] = None   # the engines' attention backends that serve it: "mla" (their MLA
+                                           # backends, engines/backends.py); None: the engine's default attention
+
+    def check(self, spec) -> str:
+        """Why the spec's fields do not describe this kind ('' when they do)."""
+        raise NotImplementedError
+
+    def kv_formats(self, spec) -> tuple[str, ...]:
+        """The KV dtypes this kind's cache can be stored in (knobs, `show`'s table)."""
+        raise NotImplementedError
+
+    def kv_groups(self, spec, kv_dtype: str, layout=None) -> tuple[KVGroup, ...]:
+        """The cache groups of every layer; `layout` None: a rank holding the whole cache."""
+        raise NotImplementedError
+
+    def layout_problems(self, spec, layout) -> list[str]:
+        """Why this kind's cache cannot take `layout` (TP over its heads, DCP, latent sharding)."""
+        raise NotImplementedError
+
+    def decode_core(self, spec, layout, kv_dtype: str, requests: int, context: int, q_len: int) -> CoreCost:
+        """The attention core of one decode step on one rank, one layer: `requests` sequences of `context`
+        cached tokens each (the new one included), `q_len` query tokens each."""
+        raise NotImplementedError
+
+    def prefill_core(self, spec, layout, kv_dtype: str, chunk: int, prefix: int) -> CoreCost:
+        """The attention of one prefill chunk of `chunk` tokens after `prefix` cached ones, one rank, one
+        layer."""
+        raise NotImplementedError
+
+    def per_head_bytes_per_token_layer(self, spec, kv_dtype: str) -> Optional[float]:
+        """The per-head K/V cache this kind avoids, for comparison (`show`); None when it is its own."""
+        return None
+
+    # derived from the groups
+
+    def bytes_per_token_layer(self, spec, kv_dtype: str) -> float:
+        """Bytes one token adds to one layer's caches on a rank that holds them whole."""
+        return sum(g.bytes_per_token_layer for g in self.kv_groups(spec, kv_dtype))
+
+    def gpu_bytes_per_token(self, spec, layout, kv_dtype: str, layers: int) -> float:
+        """Bytes one token slot costs one GPU of `layout` over `layers` layers of every group."""
+        return layers * sum(g.gpu_bytes_per_token_layer for g in self.kv_groups(spec, kv_dtype, layout))
+

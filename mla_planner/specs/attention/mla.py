@@ -1,0 +1,77 @@
+"""Multi-head Latent Attention (DeepSeek-V2 paper, arXiv:2405.04434, section 2.1): one latent cache
+group per layer, kv_lora_rank + qk_rope_head_dim values per token (576 for DeepSeek), whole on every
+TP rank (vLLM and SGLang replicate it; /tp only in the seed's latent-sharded Route B). Decode runs the
+weight-absorbed MQA form over the latent (FlashMLA); prefill the naive form after up-projecting every
+cached latent (docs/step-model.md section 2)."""
+
+from __future__ import annotations
+
+from math import ceil
+
+from mla_planner.core.units import ACT_BYTES
+from mla_planner.specs.attention import cost
+from mla_planner.specs.attention.base import KV_FORMATS, AttentionKind, CoreCost, KVGroup, element_bytes
+
+FP8_DS_MLA_BYTES_PER_TOKEN_LAYER = 656  # 512 fp8 + 4 fp32 scales + 64 bf16 rope (FlashMLA README)
+REQUIRED = ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+
+
+class MLA(AttentionKind):
+    name = "mla"
+    backend_family = "mla"
+
+    def check(self, spec) -> str:
+        for key in REQUIRED:
+            if getattr(spec, key) is None:
+                return f"{key} is required for an MLA model (attention: mla)"
+        if spec.num_key_value_heads not in (None, spec.num_attention_heads):
+            return ("num_key_value_heads must equal num_attention_heads for MLA "
+                    f"(got {spec.num_key_value_heads} vs {spec.num_attention_heads})")
+        return ""
+
+    def kv_formats(self, spec) -> tuple[str, ...]:
+        return KV_FORMATS
+
+    def kv_groups(self, spec, kv_dtype: str, layout=None) -> tuple[KVGroup, ...]:
+        """The latent: (kv_lora_rank + qk_rope_head_dim) x element bytes (1152 B bf16, 576 B fp8), or 656 B in
+        FlashMLA's fp8-with-scale layout; every TP rank holds it whole, 1/tp of it when latent-sharded."""
+        per_layer = (FP8_DS_MLA_BYTES_PER_TOKEN_LAYER if kv_dtype == "fp8_ds_mla"
+                     else spec.latent_dim * element_bytes(kv_dtype))
+        sharded = layout is not None and layout.kv_layout == "latent-sharded"
+        return (KVGroup("mla_latent", per_layer, 1 / layout.tp if sharded else 1.0),)
+
+    def layout_problems(self, spec, layout) -> list[str]:
+        if layout.kv_layout == "latent-sharded" and (layout.tp == 1 or spec.kv_lora_rank % layout.tp):
+            return [f"latent-sharded KV needs tp>1 dividing kv_lora_rank={spec.kv_lora_rank}"]
+        return []
+
+    def decode_core(self, spec, layout, kv_dtype: str, requests: int, context: int, q_len: int) -> CoreCost:
+        """Absorbed core (cost.absorbed_core_*). replicated: H/tp heads over every cached token; dcp: q heads
+        all-gathered over the DCP group, so H/tp x dcp heads over 1/dcp of the tokens; latent-sharded: all H
+        heads over a 1/tp slice of the latent (kv_lora_rank/tp and rope/tp)."""
+        kv_b = self.bytes_per_token_layer(spec, kv_dtype)
+        H, tp, b = spec.num_attention_heads, layout.tp, requests
+        dc, dr = spec.kv_lora_rank, spec.qk_rope_head_dim
+        if layout.kv_layout == "latent-sharded":
+            heads, total, dc, dr, kv_b = H, b * context, dc // tp, dr // tp, kv_b / tp
+        else:
+            heads, total = H // tp * layout.dcp, ceil(b * context / layout.dcp)
+        return CoreCost(cost.absorbed_core_bytes(b, heads, total, kv_b, dc, dr, q_len, ACT_BYTES),
+                        cost.absorbed_core_flops(heads, total, dc, dr, q_len))
+
+    def prefill_core(self, spec, layout, kv_dtype: str, chunk: int, prefix: int) -> CoreCost:
+        """Causal scores over sum_i (P + i) = c*P + c(c+1)/2 key positions in the naive form, plus the K/V
+        up-projection of all P + c cached latents, 2 (P + c) d_c H_t (d_n + d_v) FLOPs; bytes: the latent
+        read and written, and the materialised K/V (docs/step-model.md section 2, attn.prefill)."""
+        c, P = chunk, prefix
+        heads = spec.num_attention_heads // layout.tp
+        pairs = c * P + c * (c + 1) / 2
+        kv_b = self.bytes_per_token_layer(spec, kv_dtype)
+        flops = cost.naive_core_flops(heads, pairs, spec.qk_head_dim, spec.v_head_dim)
+        flops += 2.0 * (P + c) * spec.kv_lora_rank * heads * (spec.qk_nope_head_dim + spec.v_head_dim)
+        kv_mat = (P + c) * heads * (spec.qk_head_dim + spec.v_head_dim) * ACT_BYTES
+        return CoreCost((P + c) * kv_b + c * kv_b + kv_mat, flops)
+
+    def per_head_bytes_per_token_layer(self, spec, kv_dtype: str) -> float:
+        """The MHA-style cache MLA avoids: H x (d_qk + d_v) x bytes (DeepSeek-V2 paper section 2.1)."""
+        return spec.num_attention_heads * (spec.qk_head_dim + spec.v_head_dim) * element_bytes(kv_dtype)
