@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Optional
 
+from mla_planner.core.reason import Reason
 from mla_planner.core.units import GiB
 from mla_planner.engines.parallel import deepep_dispatch_tokens
 from mla_planner.memory import terms as mt
@@ -142,8 +143,8 @@ def evaluate(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs,
     problems += [p for p in [split_problem(spec, layout, knobs)] if p and not problems]
     rules = engine_rules(knobs.engine, engine_version)
     if problems:
-        return MemoryReport(knobs.engine, layout, knobs, [], 0, 0, 0, False, problems, [], 0.0, 0,
-                            rules.version, 0.0, layout.kv_holding(), blocking=len(problems))
+        return MemoryReport(knobs.engine, layout, knobs, [], 0, 0, 0, False, [], 0.0, 0, rules.version, 0.0,
+                            layout.kv_holding(), findings=tuple(Reason("layout", p) for p in problems))
     stages, total = _stages(spec, topo, layout, knobs, rules), float(topo.gpu.memory_bytes)
     ranks = _ranks(stages, knobs, rules, total, layout.dcp)
     binding = min(ranks, key=lambda r: r.kv_tokens).pp_stage
@@ -152,16 +153,15 @@ def evaluate(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs,
     safe = 0.0 if no_safe else ceiling
     reasons, notes = verdict(ranks, knobs, layout, capacity, safe)
     block = block_size_warning(spec, topo.gpu, knobs, layout.dcp)
-    reasons += [block] if block else []
+    reasons += [Reason("block_size", block, blocks=False)] if block else []
     refusals, engine_notes = startup_problems(knobs.engine, spec, topo.gpu, knobs, layout.dcp)
-    reasons += [f"!{r}" for r in refusals]
+    reasons += [Reason("engine_refuses", r) for r in refusals]
     notes += engine_notes
-    blockers = [r[1:] for r in reasons if r.startswith("!")]     # why it does not fit first, then the risks
+    fits = not any(r.blocks for r in reasons)
     return MemoryReport(
-        knobs.engine, layout, knobs, ranks, binding, capacity, capacity * layout.dp, not blockers,
-        blockers + [r for r in reasons if not r.startswith("!")], [], capacity / knobs.max_model_len,
-        min(capacity, spec.max_position_embeddings), rules.version, safe, layout.kv_holding(), notes, no_safe,
-        len(blockers))
+        knobs.engine, layout, knobs, ranks, binding, capacity, capacity * layout.dp, fits, [],
+        capacity / knobs.max_model_len, min(capacity, spec.max_position_embeddings), rules.version, safe,
+        layout.kv_holding(), notes, no_safe, tuple(reasons))
 
 
 @lru_cache(maxsize=8192)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from mla_planner.core.reason import Reason
 from mla_planner.specs.knobs import Knobs
 from mla_planner.specs.layout import Layout
 
@@ -31,7 +32,6 @@ class MemoryReport:
     kv_capacity_tokens: int     # what the engine reports for one instance / DP rank (min over stages)
     kv_tokens_per_replica: int  # distinct tokens of context the whole replica holds (x dp ranks, not x tp)
     fits: bool
-    reasons: list[str]
     ways_out: list[str]
     max_concurrency: float      # kv_capacity_tokens / max_model_len, per DP rank
     max_model_len_fit: int      # the longest max-model-len one sequence can have
@@ -40,4 +40,14 @@ class MemoryReport:
     kv_holding: str = ""
     notes: list[str] = field(default_factory=list)
     no_safe_fraction: str = ""
-    blocking: int = 0           # the first `blocking` reasons are why it does not fit; the rest are risks
+    findings: tuple[Reason, ...] = ()   # why it does not fit (Reason.blocks) and the risks, in the order found
+
+    @property
+    def reasons(self) -> list[str]:
+        """The findings' texts, why it does not fit first, then the risks."""
+        return [r.text for r in self.findings if r.blocks] + [r.text for r in self.findings if not r.blocks]
+
+    @property
+    def blocking(self) -> int:
+        """How many of `reasons` (the first ones) are why it does not fit."""
+        return sum(r.blocks for r in self.findings)

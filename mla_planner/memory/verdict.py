@@ -3,6 +3,7 @@ reader needs (which stage binds the pool, a fraction above the safe one)."""
 
 from __future__ import annotations
 
+from mla_planner.core.reason import Reason
 from mla_planner.core.units import GiB, MiB
 from mla_planner.memory.results import RankMemory
 from mla_planner.specs.knobs import Knobs
@@ -12,24 +13,24 @@ ALLOCATOR_MARGIN_BYTES = 2 * GiB  # headroom we keep for caching-allocator fragm
                                      # library workspaces beyond the modelled terms (our choice, not an engine figure)
 
 
-def _stage_reasons(r: RankMemory, knobs: Knobs, safe: float) -> list[str]:
-    """Why one stage does not fit (leading '!'), or its risk."""
+def _stage_reasons(r: RankMemory, knobs: Knobs, safe: float) -> list[Reason]:
+    """Why one stage does not fit, or its risk."""
     gib, free = GiB, r.terms["free"]
     if r.weights_bytes >= r.total_bytes:
-        return [f"!stage {r.pp_stage}: the weights alone ({r.weights_bytes / gib:,.1f} GiB per GPU) exceed the "
-                f"GPU's {r.total_bytes / gib:,.1f} GiB"]
+        return [Reason("weights_exceed_gpu", f"stage {r.pp_stage}: the weights alone ({r.weights_bytes / gib:,.1f} GiB per GPU) exceed the "
+                f"GPU's {r.total_bytes / gib:,.1f} GiB")]
     if r.kv_tokens == 0:
         budget = r.total_bytes * knobs.memory_fraction
-        return [f"!stage {r.pp_stage}: no room for a KV cache: weights {r.weights_bytes / gib:,.1f} GiB per GPU plus "
+        return [Reason("no_kv_room", f"stage {r.pp_stage}: no room for a KV cache: weights {r.weights_bytes / gib:,.1f} GiB per GPU plus "
                 f"activations and runtime use up the engine's budget ({knobs.memory_fraction:g} x "
-                f"{r.total_bytes / gib:,.1f} GiB = {budget / gib:,.1f} GiB)"]
+                f"{r.total_bytes / gib:,.1f} GiB = {budget / gib:,.1f} GiB)")]
     if free < 0:
         short = f"{-free / gib:,.1f} GiB" if -free >= 0.1 * gib else f"{-free / MiB:,.0f} MiB"
-        return [f"!stage {r.pp_stage}: {short} short once the KV pool, activations and CUDA graphs "
-                f"are in place (out of memory at graph capture or the first long prefill)" + _use(safe, "at most ")]
+        return [Reason("out_of_memory", f"stage {r.pp_stage}: {short} short once the KV pool, activations and CUDA graphs "
+                f"are in place (out of memory at graph capture or the first long prefill)" + _use(safe, "at most "))]
     if free < ALLOCATOR_MARGIN_BYTES:
-        return [f"stage {r.pp_stage}: only {free / gib:,.1f} GiB left free (below the "
-                f"{ALLOCATOR_MARGIN_BYTES / gib:.0f} GiB margin)" + _use(safe, "")]
+        return [Reason("below_margin", f"stage {r.pp_stage}: only {free / gib:,.1f} GiB left free (below the "
+                       f"{ALLOCATOR_MARGIN_BYTES / gib:.0f} GiB margin)" + _use(safe, ""), blocks=False)]
     return []
 
 
@@ -40,20 +41,20 @@ def _use(safe: float, bound: str) -> str:
 
 
 def verdict(ranks: list[RankMemory], knobs: Knobs, layout: Layout, capacity: int,
-             safe: float) -> tuple[list[str], list[str]]:
-    """Reasons (a leading '!' marks one that makes it not fit) and notes."""
+             safe: float) -> tuple[list[Reason], list[str]]:
+    """Why it does not fit or is at risk (Reason.blocks tells which), and notes."""
     reasons, notes = [], []
     for r in ranks:
         reasons += _stage_reasons(r, knobs, safe)
     if 0 < capacity < knobs.max_model_len:
         if knobs.engine == "sglang":   # managers/tp_worker.py: max_req_len = min(context_len - 1, pool - 1)
-            reasons.append(f"!the KV pool holds {capacity:,} tokens, fewer than --context-length "
-                           f"{knobs.max_model_len:,}: SGLang starts but caps every request at {capacity - 1:,} "
-                           "tokens (prompt + output) and turns longer ones away")
+            reasons.append(Reason("pool_below_context", f"the KV pool holds {capacity:,} tokens, fewer than "
+                                  f"--context-length {knobs.max_model_len:,}: SGLang starts but caps every request at "
+                                  f"{capacity - 1:,} tokens (prompt + output) and turns longer ones away"))
         else:
-            reasons.append(f"!the KV pool holds {capacity:,} tokens, fewer than --max-model-len "
-                           f"{knobs.max_model_len:,} (the engine refuses to start); the longest that fits is "
-                           f"{capacity:,}")
+            reasons.append(Reason("pool_below_context", f"the KV pool holds {capacity:,} tokens, fewer than "
+                                  f"--max-model-len {knobs.max_model_len:,} (the engine refuses to start); the longest "
+                                  f"that fits is {capacity:,}"))
     if len(ranks) > 1 and len({r.kv_tokens for r in ranks}) > 1:
         notes.append(f"stage {min(ranks, key=lambda r: r.kv_tokens).pp_stage} binds: the engine sizes every stage's "
                      f"pool to the minimum, {capacity:,} tokens")
