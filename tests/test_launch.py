@@ -11,6 +11,7 @@ import pytest
 from engine_check import check_command
 from launch_cases import bash_syntax_ok, make_plan, scripts
 
+from mla_planner.search.candidate import CandidateMemory
 from mla_planner.core.errors import PlanError
 from mla_planner.specs.knobs import Knobs, Workload
 from mla_planner.launch.emit import build, emit_plan, launch_inputs, single_node_command
@@ -166,7 +167,7 @@ def test_layer_partition_matches_the_engines_own_split():
 
 def test_plan_partition_is_used():
     plan = make_plan("2x8xh100-ib", Layout(tp=8, pp=2), Knobs())
-    cand = replace(plan.candidates[0], memory={"pp_layer_partition": [30, 31]})
+    cand = replace(plan.candidates[0], memory=CandidateMemory(pp_layer_partition=[30, 31]))
     cmds = build(launch_inputs(replace(plan, candidates=[cand]), cand), "vllm")
     assert all(c.env["VLLM_PP_LAYER_PARTITION"] == "30,31" for c in cmds)
 

@@ -492,7 +492,7 @@ def test_without_deepep_dp_attention_runs_a_tensor_parallel_moe(tmp_path):
     for engine in ("vllm", "sglang"):
         i, c = next((i, c) for i, c in enumerate(plan.candidates, 1)
                     if c.knobs.engine == engine and c.layout.dp > 1)
-        assert c.layout.ep == 1 and c.performance["meets_targets"]
+        assert c.layout.ep == 1 and c.performance.meets_targets
         for cmd in build(launch_inputs(plan, c), engine):
             assert check_command(cmd.engine_args, engine, "sm89", model_max_len=spec.max_position_embeddings) == []
             assert not {"--enable-expert-parallel", "--all2all-backend", "--ep-size", "--moe-a2a-backend"} & set(cmd.argv)

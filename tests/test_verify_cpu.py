@@ -17,6 +17,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from mla_planner.search.candidate import Performance
 from mla_planner.search import planfile
 from mla_planner.specs.attention.cost import absorbed_core_bytes, absorbed_core_flops
 from mla_planner.specs.calibration import dump_calibration, load_calibration
@@ -97,7 +98,7 @@ def test_cpu_rehearsal_end_to_end_with_calibration(cli, tmp_path):
 def test_table_output_and_plan_file_candidate(cli, tmp_path):
     spec, topo = load_model("deepseek-v2-lite").spec, load_topology("8xh200")
     cands = [planfile.Candidate(Layout(tp=tp), Knobs(block_size=64, max_model_len=2560, memory_fraction=0.9),
-                                performance={"concurrency_per_dp_rank": 7}) for tp in (8, 4)]
+                                performance=Performance(concurrency_per_dp_rank=7)) for tp in (8, 4)]
     plan = planfile.Plan(spec, "deepseek-ai/DeepSeek-V2-Lite", topo, Workload(), cands)
     path = tmp_path / "plan.json"
     path.write_text(json.dumps(planfile.plan_to_dict(plan)))

@@ -74,7 +74,7 @@ def check_log(text: str, plan: Plan, cand: Candidate, files: dict[str, str] | No
 
 
 def _kv(text: str, engine: str, cand: Candidate) -> LogCheck:
-    planned = (cand.memory or {}).get("kv_capacity_tokens")
+    planned = cand.memory.kv_capacity_tokens if cand.memory else None
     logged = [int(m.group(1).replace(",", "")) for m in KV_LINES[engine].finditer(text)]
     line = "'GPU KV cache size: N tokens'" if engine == "vllm" else "'max_total_num_tokens=N'"
     other = "sglang" if engine == "vllm" else "vllm"
@@ -192,16 +192,16 @@ def _bench(text: str, cand: Candidate, plan: Plan) -> LogCheck:
     """bench.sh's result against the plan's figures for one replica at the planned concurrency: below 0.7x
     the tokens/s, or a mean TPOT over the workload's target, contradicts the plan."""
     tok_s, tpot = BENCH_TOK_S.findall(text), BENCH_TPOT.findall(text)
-    perf = cand.performance or {}
-    if not tok_s or not perf.get("throughput_tokens_per_s"):
+    perf = cand.performance
+    if not tok_s or not (perf and perf.throughput_tokens_per_s):
         return LogCheck("benchmark", "absent", "no benchmark result ('Output token throughput (tok/s):'): add "
                                                "bench.sh's output to compare its tok/s and TPOT with the plan")
-    planned = perf["throughput_tokens_per_s"] / cand.layout.replicas
+    planned = perf.throughput_tokens_per_s / cand.layout.replicas
     got = float(tok_s[-1])
     words = f"bench.sh: {got:,.0f} output tok/s against the plan's {planned:,.0f} ({got / planned:.2f}x)"
-    if tpot and perf.get("tpot_s"):
-        words += f", mean TPOT {float(tpot[-1]):.1f} ms against {perf['tpot_s'] * 1e3:.1f} ms"
-    limit_ms = max(plan.workload.tpot_ms, perf.get("tpot_s", 0.0) * 1e3)   # a shortfall candidate's own TPOT
+    if tpot and perf.tpot_s:
+        words += f", mean TPOT {float(tpot[-1]):.1f} ms against {perf.tpot_s * 1e3:.1f} ms"
+    limit_ms = max(plan.workload.tpot_ms, (perf.tpot_s or 0.0) * 1e3)   # a shortfall candidate's own TPOT
     over = bool(tpot) and float(tpot[-1]) > limit_ms
     if got < BENCH_LOW * planned or over:
         why = f"mean TPOT over the plan's {limit_ms:g} ms" if over else "well below the plan (it has been up to " \

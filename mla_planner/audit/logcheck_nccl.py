@@ -42,7 +42,7 @@ def nccl_tests_check(text: str, plan: Plan, cand: Candidate) -> Optional[LogChec
     table = rows(text)
     if not table:
         return None
-    net = cross_node_all_reduce(launch_inputs(plan, cand), cand.performance or {})
+    net = cross_node_all_reduce(launch_inputs(plan, cand), cand.performance)
     if net is None:
         return LogCheck("nccl_tests", "absent", f"an all_reduce_perf table, but {cand.layout.label} runs no "
                                                 "all-reduce across nodes: nothing to compare it with")

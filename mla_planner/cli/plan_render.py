@@ -40,13 +40,13 @@ def candidates_table(plan: Plan, top: int, rank_by: str = "per-gpu") -> Table:
               *(Column(h, justify="right") for h in heads), title=title)
     for i, c in enumerate(plan.candidates[:top], 1):
         p, k = c.performance, c.knobs
-        tput = p["throughput_tokens_per_s"] if total else p["throughput_tokens_per_s_per_gpu"]
+        tput = p.throughput_tokens_per_s if total else p.throughput_tokens_per_s_per_gpu
         label = c.layout.label + (" dense/rank" if k.dense_per_rank else "")   # SGLang's dense parts per DP rank
         t.add_row(str(i), label, k.engine, k.kv_cache_dtype, f"{tput:,.0f}",
-                  f"{p['tokens_per_s_per_user']:.1f}", f"{p['concurrency']:,}", f"{p['step_s'] * 1e3:.1f}",
-                  f"{p['network_wait_share']:.0%}", f"{p['memory_utilization']:.0%}",
-                  f"{p['ttft_s'] * 1e3:,.0f}" + (f" / {p.get('ttft_longest_s', 0) * 1e3:,.0f}" if p99 else ""),
-                  "yes" if p["meets_targets"] else "no")
+                  f"{p.tokens_per_s_per_user:.1f}", f"{p.concurrency:,}", f"{p.step_s * 1e3:.1f}",
+                  f"{p.network_wait_share:.0%}", f"{p.memory_utilization:.0%}",
+                  f"{p.ttft_s * 1e3:,.0f}" + (f" / {p.ttft_longest_s * 1e3:,.0f}" if p99 else ""),
+                  "yes" if p.meets_targets else "no")
     return t
 
 
@@ -57,7 +57,7 @@ def knobs_table(plan: Plan, top: int) -> Table:
         k = c.knobs
         t.add_row(str(i), k.attention_backend or "auto", str(k.block_size), f"{k.memory_fraction:.3f}",
                   str(k.max_num_seqs), f"{k.max_num_batched_tokens:,}", f"{k.max_model_len:,}",
-                  f"{c.memory['kv_capacity_tokens']:,}", "on" if k.mtp else "off")
+                  f"{c.memory.kv_capacity_tokens:,}", "on" if k.mtp else "off")
     return t
 
 
@@ -85,7 +85,7 @@ def render_plan(plan: Plan, result: SearchResult, top: int, explain: bool, is_de
     out.print(knobs_table(plan, top))
     best = plan.candidates[0]
     out.print(f"[bold]Why #1 ({best.layout.label}, {best.knobs.engine}, KV {best.knobs.kv_cache_dtype}):[/bold] "
-              f"{best.memory['kv_holding']}; KV capacity {best.memory['kv_capacity_tokens']:,} tokens per engine "
+              f"{best.memory.kv_holding}; KV capacity {best.memory.kv_capacity_tokens:,} tokens per engine "
               "instance / DP rank")
     for reason in best.reasons:
         out.print(f"  - {reason}")
@@ -109,7 +109,7 @@ def _pareto(plan: Plan, result: SearchResult, rank_by: str = "per-gpu") -> None:
     points = [(p.throughput(rank_by), p.tokens_per_s_per_user) for p in result.points]
     unit = "tok/s in all" if rank_by == "total" else "tok/s/GPU"
     best = [i for i, p in enumerate(result.points) if p.option == 0 and p.batch_per_dp_rank ==
-            plan.candidates[0].performance["concurrency_per_dp_rank"]]   # the running batch (a rate's steady state)
+            plan.candidates[0].performance.concurrency_per_dp_rank]   # the running batch (a rate's steady state)
     order = best + [i for i in range(len(points)) if i not in best]
     out.print("[bold]Pareto front[/bold] (each candidate swept over its running batch; 1 = #1 as planned):")
     out.print(ascii_scatter([points[i] for i in order], [order.index(i) for i in result.pareto],
@@ -129,8 +129,8 @@ def _tie(plan: Plan, rank_by: str = "per-gpu", within: float = 0.005) -> str:
     key = "throughput_tokens_per_s" if rank_by == "total" else "throughput_tokens_per_s_per_gpu"
     first = plan.candidates[0].performance
     same = [i + 1 for i, c in enumerate(plan.candidates[1:], 1)
-            if first[key] and abs(c.performance[key] / first[key] - 1) <= within
-            and c.performance["meets_targets"] == first["meets_targets"]]
+            if getattr(first, key) and abs(getattr(c.performance, key) / getattr(first, key) - 1) <= within
+            and c.performance.meets_targets == first.meets_targets]
     if not same:
         return ""
     others = ", ".join(f"#{i} ({plan.candidates[i - 1].layout.label}, {plan.candidates[i - 1].knobs.engine})"

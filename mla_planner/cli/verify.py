@@ -53,7 +53,7 @@ def candidate_from_options(plan: Optional[str], candidate: int, model: str, topo
                          Path(calibration) if calibration else None)[0]
             where = f"candidate {candidate} of the plan for {p.spec.name} on {p.topology.name}"
         cand = pick(p, candidate, where)
-        perf = cand.performance.get("concurrency_per_dp_rank")
+        perf = cand.performance.concurrency_per_dp_rank if cand.performance else None
         planned_batch = perf if isinstance(perf, int) and perf > 0 else None
         return Chosen(p.spec, p.topology, cand.layout, cand.knobs, p.workload,
                       load_calibration(calibration, p.topology), where, batch or planned_batch, context)

@@ -35,8 +35,7 @@ class Emitted:
 
 
 def launch_inputs(plan: Plan, cand: Candidate, mode: str = "native", model_path: Optional[str] = None) -> LaunchInputs:
-    partition = cand.knobs.pp_layer_partition or (
-        cand.memory.get("pp_layer_partition") if isinstance(cand.memory, dict) else None)
+    partition = cand.knobs.pp_layer_partition or (cand.memory.pp_layer_partition if cand.memory else None)
     return LaunchInputs(plan.spec, plan.topology, plan.workload, cand.layout, cand.knobs,
                         model_path if model_path is not None else plan.model_path, mode,
                         tuple(partition) if partition else None)

@@ -137,7 +137,7 @@ def folder_files(inp: LaunchInputs, engine: str, commands: list[NodeCommand], ca
                   total_rate=f"{inp.workload.request_rate_per_s:g}" if inp.workload.request_rate_per_s else "")
     files["bench.sh"] = (render("bench.sh.j2", argv=bench_argv(inp, engine),
                                 num_prompts=4 * common["concurrency"], **common), True)
-    net = cross_node_all_reduce(inp, cand.performance or {})
+    net = cross_node_all_reduce(inp, cand.performance)
     files["README.md"] = (_readme(inp, engine, commands, candidate, cand.warnings, head_address,
                                   dict(common, predicted=predicted, net=net)), False)
     return files
@@ -151,13 +151,13 @@ KV_LOG = {"vllm": "vLLM logs it as `GPU KV cache size: N tokens` (v1/core/kv_cac
 def _predicted(inp: LaunchInputs, engine: str, cand: Candidate) -> Optional[dict]:
     """The plan's figures one replica should show: KV tokens as the engine logs them, tokens/s, TPOT and TTFT
     at the planned concurrency; None without them (a hand-built plan) or when the candidate serves nothing."""
-    perf, mem = cand.performance or {}, cand.memory or {}
-    if not perf.get("concurrency") or not mem.get("kv_capacity_tokens"):
+    perf, mem = cand.performance, cand.memory
+    if not (perf and perf.concurrency and mem and mem.kv_capacity_tokens):
         return None
     k = inp.knobs
-    return dict(kv_tokens=f"{mem['kv_capacity_tokens']:,}", dp=inp.layout.dp, kv_log=KV_LOG[engine],
-                tok_s=f"{perf['throughput_tokens_per_s'] / inp.layout.replicas:,.0f}",
-                tpot_ms=f"{perf['tpot_s'] * 1e3:.1f}", ttft_ms=f"{perf['ttft_s'] * 1e3:,.0f}",
+    return dict(kv_tokens=f"{mem.kv_capacity_tokens:,}", dp=inp.layout.dp, kv_log=KV_LOG[engine],
+                tok_s=f"{perf.throughput_tokens_per_s / inp.layout.replicas:,.0f}",
+                tpot_ms=f"{perf.tpot_s * 1e3:.1f}", ttft_ms=f"{perf.ttft_s * 1e3:,.0f}",
                 fp8_kv=k.kv_cache_dtype != "bf16", int4="int4" in (inp.spec.weight_dtype, inp.spec.expert_dtype),
                 int8="int8" in (inp.spec.weight_dtype, inp.spec.expert_dtype),
                 bf16_flag=(vllm if engine == "vllm" else sglang).KV_CACHE_DTYPES["bf16"],

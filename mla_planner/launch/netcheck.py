@@ -18,14 +18,15 @@ from mla_planner.perf.comm import collective
 from mla_planner.specs.knobs import decode_query_len
 from mla_planner.perf.step import decode_step
 from mla_planner.core.units import ACT_BYTES
+from mla_planner.search.candidate import Performance
 from mla_planner.launch.command import LaunchInputs
 from mla_planner.launch.env import network_env
 
 
-def cross_node_all_reduce(inp: LaunchInputs, performance: dict) -> Optional[dict]:
+def cross_node_all_reduce(inp: LaunchInputs, performance: Optional[Performance]) -> Optional[dict]:
     """The section's figures, or None where the TP group stays inside a node or the plan holds no batch."""
     L, topo, spec = inp.layout, inp.topology, inp.spec
-    batch = performance.get("concurrency_per_dp_rank")
+    batch = performance.concurrency_per_dp_rank if performance else None
     if L.tp <= topo.gpus_per_node or not batch:
         return None
     calib = load_calibration(None, topo)

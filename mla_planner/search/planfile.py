@@ -13,13 +13,14 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Literal, Optional
+from typing import Annotated, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt
 
 from mla_planner import __version__
 from mla_planner.engines.backends import engine_version
 from mla_planner.core.jsonout import SCHEMA_VERSION, versioned
+from mla_planner.search.candidate import CandidateMemory, Performance, written
 from mla_planner.core.errors import InputError, PlanError
 from mla_planner.specs.knobs import ENGINES, KV_DTYPES, MTP_ACCEPTANCE, Knobs, Workload
 from mla_planner.specs.layout import KV_LAYOUTS, Layout
@@ -39,8 +40,8 @@ PosFloat = Annotated[float, Field(gt=0)]
 class Candidate:
     layout: Layout
     knobs: Knobs
-    memory: dict[str, Any] = field(default_factory=dict)
-    performance: dict[str, Any] = field(default_factory=dict)
+    memory: Optional[CandidateMemory] = None       # None: a plan built by hand, without predictions
+    performance: Optional[Performance] = None
     warnings: list[str] = field(default_factory=list)
     reasons: list[str] = field(default_factory=list)
 
@@ -135,7 +136,8 @@ class _PlanIn(BaseModel):
 
 def meets_targets(plan: Plan) -> bool:
     """Whether the best candidate (so, as those meeting the targets rank first, any) meets the targets."""
-    return bool(plan.candidates) and bool(plan.candidates[0].performance["meets_targets"])
+    best = plan.candidates[0] if plan.candidates else None
+    return bool(best and best.performance and best.performance.meets_targets)
 
 
 def plan_to_dict(plan: Plan) -> dict:
@@ -146,7 +148,8 @@ def plan_to_dict(plan: Plan) -> dict:
             "topology": plan.topology.model_dump(),
             "workload": asdict(plan.workload),
             "candidates": [{"rank": i + 1, "label": c.layout.label, "layout": asdict(c.layout),
-                            "knobs": asdict(c.knobs), "memory": c.memory, "performance": c.performance,
+                            "knobs": asdict(c.knobs), "memory": written(c.memory),
+                            "performance": written(c.performance),
                             "warnings": c.warnings, "reasons": c.reasons}
                            for i, c in enumerate(plan.candidates)],
             "rejected": plan.rejected})
@@ -182,7 +185,8 @@ def read_plan(path: str | Path) -> Plan:
             raise InputError(where, f"{c.knobs.max_model_len} exceeds the model's max_position_embeddings "
                              f"({limit})", f"candidates.{i}.knobs.max_model_len")
     cands = [Candidate(Layout(**c.layout.model_dump()), _knobs(c.knobs, raw.model.spec, c.layout, where, i),
-                       c.memory.model_dump(exclude_none=True), c.performance,
+                       CandidateMemory.from_file(c.memory.model_dump(exclude_none=True)),
+                       Performance.from_file(c.performance),
                        c.warnings, c.reasons) for i, c in enumerate(raw.candidates)]
     versions = data.get("engine_versions")
     versions = {k: v for k, v in versions.items() if isinstance(v, str)} if isinstance(versions, dict) else {}
