@@ -19,7 +19,7 @@ from launch_cases import make_plan
 from mla_planner.specs.calibration import load_calibration
 from mla_planner.engines.memory_rules import engine_default_knobs
 from mla_planner.specs.knobs import Knobs, Workload
-from mla_planner.launch.emit import build, launch_inputs
+from mla_planner.launch.build import build, launch_inputs
 from mla_planner.specs.layout import Layout
 from mla_planner.memory.weights import stage_weight_terms
 from mla_planner.specs.catalogue import load_model

@@ -24,7 +24,8 @@ from test_launch_bench import bench_command, check_bench
 from mla_planner.engines.backends import usable_backends
 from mla_planner.core.errors import PlanError
 from mla_planner.specs.knobs import ENGINES, Knobs, Workload
-from mla_planner.launch.emit import build, emit_plan, launch_inputs
+from mla_planner.launch.build import build, launch_inputs
+from mla_planner.launch.emit import emit_plan
 from mla_planner.launch.placement import place
 from mla_planner.specs.layout import Layout, layout_problems
 from mla_planner.specs.catalogue import load_model

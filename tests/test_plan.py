@@ -406,7 +406,7 @@ def test_a_kv_bound_batch_is_sized_with_the_graphs_of_the_batch_itself():
 def test_a_gqa_model_gets_no_mla_backend():
     """vLLM refuses an MLA backend for a non-MLA model (backend.py: 'non-MLA not supported'): the Llama
     baseline runs the engine's own attention backend, and no --attention-backend reaches its command."""
-    from mla_planner.launch.emit import build, launch_inputs
+    from mla_planner.launch.build import build, launch_inputs
     from mla_planner.search.plan import to_plan
     spec, topo, calib = setup("llama-3.1-70b", "8xh100")
     result = search(spec, topo, Workload(), calib)
@@ -482,7 +482,7 @@ def test_without_deepep_dp_attention_runs_a_tensor_parallel_moe(tmp_path):
     --enable-expert-parallel, fused_moe/config.py; SGLang's --attn-dp-size without --ep-size); on an
     NVLink + InfiniBand cluster DP attention keeps EP over DeepEP only."""
     from engine_check import check_command
-    from mla_planner.launch.emit import build, launch_inputs
+    from mla_planner.launch.build import build, launch_inputs
     from mla_planner.search.plan import to_plan
     path = tmp_path / "pcie.yaml"
     path.write_text("name: 4xl40s\nnodes: 1\ngpus_per_node: 4\ngpu: L40S-48G\nintra_node: {kind: pcie}\n")

@@ -5,7 +5,6 @@ models and clusters (hypothesis), so a knob chooser that breaks one of them for 
 
 from __future__ import annotations
 
-import pytest
 from engine_check import check_command
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -13,7 +12,7 @@ from hypothesis import strategies as st
 from mla_planner.specs.calibration import load_calibration
 from mla_planner.engines.cuda_graphs import graph_batch_cap
 from mla_planner.specs.knobs import Workload, decode_query_len
-from mla_planner.launch.emit import build, launch_inputs
+from mla_planner.launch.build import build, launch_inputs
 from mla_planner.search.layouts import candidate_layouts
 from mla_planner.memory.accounting import evaluate, safe_memory_fraction
 from mla_planner.engines.parallel import dense_per_rank_applies

@@ -16,7 +16,7 @@ from typing import Optional
 
 from mla_planner.specs.calibration import load_calibration
 from mla_planner.perf.comm import collective
-from mla_planner.launch.emit import launch_inputs
+from mla_planner.launch.build import launch_inputs
 from mla_planner.launch.netcheck import cross_node_all_reduce
 from mla_planner.audit.logcheck import LogCheck
 from mla_planner.search.planfile import Candidate, Plan

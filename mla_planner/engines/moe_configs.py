@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Optional
 
-import yaml
 
+from mla_planner.core.files import parse_yaml
 from mla_planner.engines.backends import engine_version
 from mla_planner.specs.layout import Layout
 from mla_planner.engines.parallel import uses_deepep
@@ -71,7 +71,7 @@ class MoeKernelConfig:
 
 @lru_cache(maxsize=1)
 def _shipped() -> dict[str, frozenset]:
-    data = yaml.safe_load(data_dir("moe_kernel_configs.yaml").read_text(encoding="utf-8"))
+    data = parse_yaml(data_dir("moe_kernel_configs.yaml").read_text(encoding="utf-8"))
     return {engine: frozenset(names) for engine, names in data.items()}
 
 

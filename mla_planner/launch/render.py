@@ -9,26 +9,13 @@ whatever it contains. Undefined names fail (StrictUndefined). Writing the folder
 
 from __future__ import annotations
 
-import shlex
 from functools import lru_cache
 
 import jinja2
 
-from mla_planner.core.errors import PlanError
 from mla_planner.core.resources import data_dir
 from mla_planner.launch.command import ShellRef
-
-
-class Shell(str):
-    """Text already safe to paste into a shell script (produced by the filters below)."""
-
-
-def quote_word(word: str) -> str:
-    if "\x00" in str(word):
-        raise PlanError(f"{str(word)!r} contains a NUL byte, which no shell word can hold")
-    if isinstance(word, ShellRef):
-        return '"${' + word.var + '}"' + (shlex.quote(word.suffix) if word.suffix else "")
-    return shlex.quote(str(word))
+from mla_planner.launch.shell import Shell, one_line, quote_word
 
 
 def argv_filter(argv: list[str], indent: int = 4) -> Shell:
@@ -39,10 +26,6 @@ def argv_filter(argv: list[str], indent: int = 4) -> Shell:
             lines.append([])
         lines[-1].append(quote_word(word))
     return Shell((" \\\n" + " " * indent).join(" ".join(line) for line in lines))
-
-
-def one_line(argv: list[str]) -> Shell:
-    return Shell(" ".join(quote_word(w) for w in argv))
 
 
 def _escape_controls(text: str) -> str:

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from math import ceil, log2
 
-import yaml
 
+from mla_planner.core.files import parse_yaml
 from mla_planner.specs.calibration import Calibration
 from mla_planner.core.errors import PlanError
 from mla_planner.core.resources import data_dir
@@ -135,7 +135,7 @@ class _Path:
 
 @lru_cache(maxsize=1)
 def _nccl_table() -> dict:
-    return yaml.safe_load(data_dir("nccl_protocols.yaml").read_text(encoding="utf-8"))
+    return parse_yaml(data_dir("nccl_protocols.yaml").read_text(encoding="utf-8"))
 
 
 @lru_cache(maxsize=1)

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-import yaml
 
+from mla_planner.core.files import parse_yaml
 from mla_planner.core.errors import InputError, did_you_mean
 from mla_planner.core.resources import data_dir
 
@@ -19,7 +19,7 @@ def factor_names() -> list[str]:
 
 @lru_cache(maxsize=1)
 def _defaults_raw() -> dict:
-    return yaml.safe_load(data_dir("efficiency.yaml").read_text(encoding="utf-8"))
+    return parse_yaml(data_dir("efficiency.yaml").read_text(encoding="utf-8"))
 
 
 def default_values() -> dict[str, float]:

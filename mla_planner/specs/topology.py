@@ -12,9 +12,9 @@ from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Literal, Optional
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, PositiveFloat, field_validator, model_validator
 
+from mla_planner.core.files import parse_yaml
 from mla_planner.specs.efficiency import check_overrides
 from mla_planner.core.errors import InputError, PlanError, did_you_mean
 from mla_planner.core.resources import data_dir
@@ -207,7 +207,7 @@ class Topology(BaseModel):
 
 @lru_cache(maxsize=1)
 def gpu_table() -> dict[str, GPU]:
-    raw = yaml.safe_load((data_dir("gpus.yaml")).read_text())
+    raw = parse_yaml((data_dir("gpus.yaml")).read_text())
     return {name: GPU(name=name, **fields) for name, fields in raw.items()}
 
 

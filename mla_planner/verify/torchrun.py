@@ -14,7 +14,7 @@ from typing import Optional
 
 from mla_planner.launch.command import ShellRef
 from mla_planner.launch.env import network_env
-from mla_planner.launch.render import one_line
+from mla_planner.launch.shell import one_line
 from mla_planner.specs.layout import Layout
 from mla_planner.specs.topology import Topology
 

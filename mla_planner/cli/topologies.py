@@ -1,0 +1,29 @@
+"""`mla-plan topologies`: the built-in cluster topologies, one row each (`mla-plan show -t` shows one)."""
+
+from __future__ import annotations
+
+from rich.table import Table
+
+from mla_planner.cli.common import JsonOpt, console, guard, print_json
+from mla_planner.specs.topology import builtin_topologies, load_topology
+
+
+@guard
+def topologies_cmd(as_json: JsonOpt = False) -> None:
+    """List the built-in cluster topologies."""
+    rows = []
+    for name in builtin_topologies():
+        t = load_topology(name)
+        fabric = (f"{t.inter_node.nics_per_node}x{t.inter_node.nic_gbit_per_s:g} Gb/s {t.inter_node.fabric}"
+                  if t.inter_node else "-")
+        rows.append({"name": name, "nodes": t.nodes, "gpus_per_node": t.gpus_per_node, "gpu": t.gpu.name,
+                     "intra_node": t.intra_node.kind, "inter_node": fabric,
+                     "nic_gbit_per_s_per_gpu": round(t.nic_gbit_per_s_per_gpu, 1), "description": t.description})
+    if as_json:
+        return print_json({"topologies": rows})
+    table = Table("topology", "nodes x GPUs", "GPU", "inside node", "between nodes", "NIC Gb/s per GPU",
+                  title="Built-in topologies")
+    for r in rows:
+        table.add_row(r["name"], f"{r['nodes']} x {r['gpus_per_node']}", r["gpu"], r["intra_node"], r["inter_node"],
+                      f"{r['nic_gbit_per_s_per_gpu']:g}" if r["inter_node"] != "-" else "-")
+    console().print(table)
