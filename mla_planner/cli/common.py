@@ -115,3 +115,31 @@ def check_acceptance(rate: float) -> None:
 def lower_case(value):
     """--engine SGLang reads as sglang (engine names are lower case everywhere else)."""
     return value.lower() if isinstance(value, str) else value
+
+
+def warn_weightless(model_path: str) -> None:
+    """On stderr, when the scripts serve a folder here that holds no weights (weightless_folder)."""
+    if (bare := weightless_folder(model_path)):
+        Console(stderr=True, highlight=False).print(
+            f"[yellow]warning:[/yellow] the scripts serve {escape(bare)}, which holds a config.json but no weight "
+            f"files here ({', '.join(WEIGHT_FILES)}): pass --model-path with the HF id or the nodes' weights folder "
+            "(`mla-plan emit --plan ... --model-path ...`), unless the nodes have them at that path", soft_wrap=True)
+
+
+WEIGHT_FILES = ("*.safetensors", "*.bin", "*.pt", "*.pth", "*.gguf")
+
+
+def weightless_folder(model_path: str) -> str:
+    """The plan's served folder when it is here, holds a config.json and no weight files (a config fetched alone
+    to plan with), else ''. The plan resolves a folder to an absolute path; a relative one is an HF id, which
+    the engine fetches, and a path that is not here may be the nodes' own."""
+    folder = Path(model_path) if model_path else None
+    if folder is None or not folder.is_absolute() or not (folder / "config.json").is_file():
+        return ""
+    return "" if any(any(folder.glob(pattern)) for pattern in WEIGHT_FILES) else model_path
+
+
+def weight_dtypes(spec: dict) -> str:
+    """'fp8', or 'bf16, experts int4' when the routed experts are stored differently."""
+    experts = spec.get("expert_weight_dtype")
+    return spec["weight_dtype"] + (f", experts {experts}" if experts and experts != spec["weight_dtype"] else "")

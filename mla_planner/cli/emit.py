@@ -9,7 +9,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from mla_planner.cli.common import JsonOpt, console, guard, print_json, lower_case
+from mla_planner.cli.common import JsonOpt, console, guard, lower_case, print_json, warn_weightless
 from mla_planner.core.errors import PlanError
 from mla_planner.launch.emit import Emitted, emit
 from mla_planner.launch.outdir import FolderNotEmpty
@@ -77,28 +77,6 @@ def emit_cmd(plan: Annotated[Path, typer.Option("--plan", "-p", help="Plan file 
         con.print(f"  {p.name}", markup=False)
     con.print(f"next: read {Path(out) / 'README.md'} (what to run where, in which order, and the health checks)",
               markup=False)
-
-
-def warn_weightless(model_path: str) -> None:
-    """On stderr, when the scripts serve a folder here that holds no weights (weightless_folder)."""
-    if (bare := weightless_folder(model_path)):
-        Console(stderr=True, highlight=False).print(
-            f"[yellow]warning:[/yellow] the scripts serve {escape(bare)}, which holds a config.json but no weight "
-            f"files here ({', '.join(WEIGHT_FILES)}): pass --model-path with the HF id or the nodes' weights folder "
-            "(`mla-plan emit --plan ... --model-path ...`), unless the nodes have them at that path", soft_wrap=True)
-
-
-WEIGHT_FILES = ("*.safetensors", "*.bin", "*.pt", "*.pth", "*.gguf")
-
-
-def weightless_folder(model_path: str) -> str:
-    """The plan's served folder when it is here, holds a config.json and no weight files (a config fetched alone
-    to plan with), else ''. The plan resolves a folder to an absolute path; a relative one is an HF id, which
-    the engine fetches, and a path that is not here may be the nodes' own."""
-    folder = Path(model_path) if model_path else None
-    if folder is None or not folder.is_absolute() or not (folder / "config.json").is_file():
-        return ""
-    return "" if any(any(folder.glob(pattern)) for pattern in WEIGHT_FILES) else model_path
 
 
 def emitted_json(done: Emitted, out: Path) -> dict:

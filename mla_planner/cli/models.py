@@ -7,6 +7,7 @@ from rich.table import Table
 from mla_planner.specs import sizing
 from mla_planner.cli.common import JsonOpt, console, guard, human_count, print_json
 from mla_planner.specs.catalogue import builtin_names, load_model
+from mla_planner.cli.common import weight_dtypes
 
 
 @guard
@@ -30,7 +31,3 @@ def models_cmd(as_json: JsonOpt = False) -> None:
     console().print(table)
 
 
-def weight_dtypes(spec: dict) -> str:
-    """'fp8', or 'bf16, experts int4' when the routed experts are stored differently."""
-    experts = spec.get("expert_weight_dtype")
-    return spec["weight_dtype"] + (f", experts {experts}" if experts and experts != spec["weight_dtype"] else "")

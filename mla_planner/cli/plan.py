@@ -22,7 +22,7 @@ from mla_planner.search.tuning import Overrides
 from mla_planner.cli.options import workload_from
 from mla_planner.cli.planning import run_plan
 from mla_planner.launch.emit import emit_plan
-from mla_planner.cli.emit import warn_weightless
+from mla_planner.cli.common import warn_weightless
 from mla_planner.search.plan import nothing_fits_advice
 from mla_planner.cli.plan_render import render_plan
 
