@@ -17,13 +17,13 @@ import os
 import statistics
 import time
 
-from mla_planner.specs.calibration import load_calibration
-from mla_planner.specs.knobs import Workload
-from mla_planner.specs.catalogue import load_model
-from mla_planner.search.run import search
-from mla_planner.specs.topology import load_topology
-from mla_planner.search.tuning import Overrides
 from mla_planner.search.mtp import mtp_hint
+from mla_planner.search.run import search
+from mla_planner.search.tuning import Overrides
+from mla_planner.specs.calibration import load_calibration
+from mla_planner.specs.catalogue import load_model
+from mla_planner.specs.knobs import Workload
+from mla_planner.specs.topology import load_topology
 
 CASES = [("deepseek-v3", "2x8xh200-ib", None, 0.3), ("deepseek-v3", "2x8xh100-ib", 64, 1.0),
          ("deepseek-v2", "2x8xh100-ib", None, None), ("kimi-k2", "4x8xh800-roce", None, None)]

@@ -6,10 +6,10 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+from mla_planner.search.planfile import Candidate, Plan
+from mla_planner.specs.catalogue import load_model
 from mla_planner.specs.knobs import Knobs, Workload
 from mla_planner.specs.layout import Layout
-from mla_planner.specs.catalogue import load_model
-from mla_planner.search.planfile import Candidate, Plan
 from mla_planner.specs.topology import load_topology
 
 STUB_PROGRAMS = ("vllm", "python3", "ray", "curl")

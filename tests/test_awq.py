@@ -12,10 +12,10 @@ from mla_planner.memory.accounting import evaluate
 from mla_planner.memory.report import memory_report
 from mla_planner.memory.ways_out import awq_spec
 from mla_planner.memory.weights import mla_absorb_bytes
-from mla_planner.specs.topology import load_topology
-from mla_planner.specs.layout import Layout
 from mla_planner.specs.catalogue import spec_from_hf_config
+from mla_planner.specs.layout import Layout
 from mla_planner.specs.sizing import weight_bytes_breakdown, weight_bytes_by_format
+from mla_planner.specs.topology import load_topology
 from mla_planner.specs.weights import inventory, stored_bytes
 
 AWQ = {"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True, "version": "gemm"}

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import yaml
 
+from mla_planner.core.errors import InputError
 from mla_planner.specs.calibration import Calibration, dump_calibration, load_calibration
 from mla_planner.specs.efficiency import default_sources, default_units, default_values, factor_names
-from mla_planner.core.errors import InputError
 from mla_planner.specs.topology import Topology, load_topology
 
 

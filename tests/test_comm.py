@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import pytest
 
-from mla_planner.specs.calibration import load_calibration
-from mla_planner.perf.comm import collective, collective_time_s, tree_correction
 from mla_planner.core.errors import PlanError
+from mla_planner.perf.comm import collective, collective_time_s, tree_correction
+from mla_planner.specs.calibration import load_calibration
 from mla_planner.specs.topology import load_topology
 
 GB = 1e9

@@ -16,15 +16,15 @@ import pytest
 from engine_check import check_command
 from launch_cases import make_plan
 
-from mla_planner.specs.calibration import load_calibration
 from mla_planner.engines.memory_rules import engine_default_knobs
-from mla_planner.specs.knobs import Knobs, Workload
 from mla_planner.launch.build import build, launch_inputs
-from mla_planner.specs.layout import Layout
 from mla_planner.memory.weights import stage_weight_terms
-from mla_planner.specs.catalogue import load_model
-from mla_planner.search.run import search
 from mla_planner.perf.step import decode_step
+from mla_planner.search.run import search
+from mla_planner.specs.calibration import load_calibration
+from mla_planner.specs.catalogue import load_model
+from mla_planner.specs.knobs import Knobs, Workload
+from mla_planner.specs.layout import Layout
 from mla_planner.specs.topology import load_topology
 from mla_planner.specs.weights import bytes_of, inventory
 

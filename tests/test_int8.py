@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from mla_planner.specs.calibration import load_calibration
 from mla_planner.engines.memory_rules import engine_default_knobs
-from mla_planner.specs.layout import Layout, layout_problems
 from mla_planner.memory.accounting import evaluate
-from mla_planner.specs.catalogue import load_model, spec_from_hf_config
-from mla_planner.specs.sizing import weight_bytes_breakdown
-from mla_planner.perf.step import op_time_s
 from mla_planner.perf.layer_work import layer_weights
+from mla_planner.perf.step import op_time_s
+from mla_planner.specs.calibration import load_calibration
+from mla_planner.specs.catalogue import load_model, spec_from_hf_config
+from mla_planner.specs.layout import Layout, layout_problems
+from mla_planner.specs.sizing import weight_bytes_breakdown
 from mla_planner.specs.topology import load_topology
 from mla_planner.specs.weights import inventory, stored_bytes
 

@@ -11,18 +11,18 @@ import pytest
 from engine_check import check_command
 from launch_cases import bash_syntax_ok, make_plan, scripts
 
-from mla_planner.search.candidate import CandidateMemory
 from mla_planner.core.errors import PlanError
-from mla_planner.specs.knobs import Knobs, Workload
 from mla_planner.launch.build import build, launch_inputs
-from mla_planner.launch.emit import emit_plan
 from mla_planner.launch.build import single_node_command
 from mla_planner.launch.claims import check_gpu_counts
+from mla_planner.launch.emit import emit_plan
 from mla_planner.launch.env import network_env, partition_env
-from mla_planner.launch.placement import place
 from mla_planner.launch.outdir import MANIFEST, FolderNotEmpty, write_folder
-from mla_planner.specs.layout import Layout
+from mla_planner.launch.placement import place
+from mla_planner.search.candidate import CandidateMemory
 from mla_planner.search.planfile import plan_to_dict
+from mla_planner.specs.knobs import Knobs, Workload
+from mla_planner.specs.layout import Layout
 from mla_planner.specs.topology import load_topology
 
 

@@ -23,10 +23,10 @@ import pytest
 from engine_check import load_fixture
 from launch_cases import make_plan
 
-from mla_planner.specs.knobs import Knobs, Workload
-from mla_planner.launch.emit import emit_plan
-from mla_planner.specs.layout import Layout
 from mla_planner.core.resources import data_dir
+from mla_planner.launch.emit import emit_plan
+from mla_planner.specs.knobs import Knobs, Workload
+from mla_planner.specs.layout import Layout
 
 VLLM_DATASETS = ["sharegpt", "burstgpt", "random", "random-mm", "random-rerank", "hf", "custom", "custom_audio",
                  "custom_image", "prefix_repetition", "spec_bench", "speed_bench", "timed_trace"]

@@ -15,9 +15,9 @@ import pytest
 from engine_check import check_command
 from launch_cases import bash_syntax_ok, make_plan, scripts
 
-from mla_planner.specs.knobs import Knobs, Workload
 from mla_planner.launch.build import build, launch_inputs
 from mla_planner.launch.emit import emit_plan
+from mla_planner.specs.knobs import Knobs, Workload
 from mla_planner.specs.layout import Layout
 
 GOLDEN = Path(__file__).parent / "golden"

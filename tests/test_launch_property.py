@@ -21,14 +21,14 @@ from hypothesis import strategies as st
 from launch_cases import STUB_HOST_IP, bash_syntax_ok, expand, install_stubs, make_plan, run_script, scripts
 from test_launch_bench import bench_command, check_bench
 
-from mla_planner.engines.backends import usable_backends
 from mla_planner.core.errors import PlanError
-from mla_planner.specs.knobs import ENGINES, Knobs, Workload
+from mla_planner.engines.backends import usable_backends
 from mla_planner.launch.build import build, launch_inputs
 from mla_planner.launch.emit import emit_plan
 from mla_planner.launch.placement import place
-from mla_planner.specs.layout import Layout, layout_problems
 from mla_planner.specs.catalogue import load_model
+from mla_planner.specs.knobs import ENGINES, Knobs, Workload
+from mla_planner.specs.layout import Layout, layout_problems
 from mla_planner.specs.topology import builtin_topologies, load_topology
 
 TOPOLOGIES = {name: load_topology(name) for name in builtin_topologies()}

@@ -4,18 +4,18 @@ from dataclasses import replace
 
 import pytest
 
-from mla_planner.specs import sizing
+from mla_planner.core.errors import PlanError
 from mla_planner.engines.cuda_graphs import vllm_capture_sizes
 from mla_planner.engines.memory_rules import default_memory_fraction, engine_default_knobs, engine_rules
-from mla_planner.core.errors import PlanError
-from mla_planner.specs.knobs import Knobs
-from mla_planner.specs.layout import Layout
-from mla_planner.memory.verdict import ALLOCATOR_MARGIN_BYTES
 from mla_planner.memory.accounting import safe_memory_fraction
 from mla_planner.memory.pp_split import stage_layers
 from mla_planner.memory.report import memory_report
+from mla_planner.memory.verdict import ALLOCATOR_MARGIN_BYTES
 from mla_planner.memory.weights import stage_weight_terms
+from mla_planner.specs import sizing
 from mla_planner.specs.catalogue import load_model
+from mla_planner.specs.knobs import Knobs
+from mla_planner.specs.layout import Layout
 from mla_planner.specs.topology import load_topology
 
 V3 = load_model("deepseek-v3").spec

@@ -10,9 +10,9 @@ from dataclasses import replace
 import pytest
 
 from mla_planner.engines.memory_rules import engine_default_knobs
-from mla_planner.specs.layout import Layout
 from mla_planner.memory.report import memory_report
 from mla_planner.specs.catalogue import load_model
+from mla_planner.specs.layout import Layout
 from mla_planner.specs.topology import load_topology
 
 TOLERANCE = 0.05  # within 5 % of the logged token count

@@ -9,16 +9,16 @@ from dataclasses import replace
 
 import pytest
 
-from mla_planner.specs.calibration import load_calibration
-from mla_planner.engines.memory_rules import engine_default_knobs
 from mla_planner.core.errors import PlanError
-from mla_planner.specs.knobs import Workload
-from mla_planner.specs.layout import Layout, parse_layout
+from mla_planner.engines.memory_rules import engine_default_knobs
 from mla_planner.perf.batch_search import largest_under
 from mla_planner.perf.metrics import batch_limit, evaluate, tokens_per_request
 from mla_planner.perf.stalls import chunk_rounds_per_round, coupled_ranks
-from mla_planner.specs.catalogue import load_model
 from mla_planner.perf.step import decode_step, mean_network_s, step_breakdown_s
+from mla_planner.specs.calibration import load_calibration
+from mla_planner.specs.catalogue import load_model
+from mla_planner.specs.knobs import Workload
+from mla_planner.specs.layout import Layout, parse_layout
 from mla_planner.specs.topology import Topology, load_topology
 
 WORKLOAD = Workload(input_len=2048, output_len=512, tpot_ms=50, ttft_ms=3000)

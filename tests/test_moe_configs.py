@@ -8,9 +8,9 @@ import re
 
 import pytest
 
-from mla_planner.specs.layout import Layout
-from mla_planner.specs.catalogue import load_model
 from mla_planner.engines.moe_configs import _shipped, moe_kernel_config
+from mla_planner.specs.catalogue import load_model
+from mla_planner.specs.layout import Layout
 from mla_planner.specs.topology import load_topology
 
 V3, V2, KIMI = (load_model(m).spec for m in ("deepseek-v3", "deepseek-v2", "kimi-k2"))

@@ -6,13 +6,13 @@ import json
 
 import pytest
 
-from mla_planner.specs.calibration import load_calibration
 from mla_planner.engines.cuda_graphs import graph_batch_cap, vllm_capture_sizes
+from mla_planner.perf.metrics import evaluate
+from mla_planner.perf.step import decode_step
+from mla_planner.specs.calibration import load_calibration
+from mla_planner.specs.catalogue import load_model
 from mla_planner.specs.knobs import Knobs, Workload, tokens_per_step
 from mla_planner.specs.layout import Layout
-from mla_planner.perf.metrics import evaluate
-from mla_planner.specs.catalogue import load_model
-from mla_planner.perf.step import decode_step
 from mla_planner.specs.topology import load_topology
 
 CTX = 2304   # the default workload's mean decode context (2048 + 512 / 2)

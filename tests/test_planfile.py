@@ -12,9 +12,9 @@ from launch_cases import make_plan
 
 from mla_planner import __version__
 from mla_planner.core.errors import InputError
+from mla_planner.search.planfile import _KnobsIn, _LayoutIn, _WorkloadIn, plan_to_dict, read_plan
 from mla_planner.specs.knobs import Knobs, Workload
 from mla_planner.specs.layout import Layout
-from mla_planner.search.planfile import _KnobsIn, _LayoutIn, _WorkloadIn, plan_to_dict, read_plan
 
 PLAN = make_plan("2x8xh200-ib", Layout(tp=1, dp=16, ep=16), Knobs(engine="sglang", attention_backend="flashmla"),
                  Workload(concurrency=64))

@@ -9,15 +9,15 @@ from itertools import combinations
 
 import pytest
 
-from mla_planner.specs.calibration import load_calibration
-from mla_planner.specs.knobs import Workload
-from mla_planner.specs.layout import Layout
 from mla_planner.memory.accounting import evaluate, split_pools
-from mla_planner.specs.catalogue import load_model
 from mla_planner.memory.pp_split import balance, layer_split
 from mla_planner.perf.step import decode_step
-from mla_planner.specs.topology import load_topology
 from mla_planner.search.tuning import draft_knobs, tune
+from mla_planner.specs.calibration import load_calibration
+from mla_planner.specs.catalogue import load_model
+from mla_planner.specs.knobs import Workload
+from mla_planner.specs.layout import Layout
+from mla_planner.specs.topology import load_topology
 
 
 def _setup(model, topo_name, layout, engine, kv="fp8"):

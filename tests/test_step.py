@@ -8,15 +8,15 @@ from math import ceil
 
 import pytest
 
-from mla_planner.specs.attention import cost as attention_cost
-from mla_planner.specs.calibration import load_calibration
-from mla_planner.specs.knobs import Knobs
-from mla_planner.specs.layout import Layout, parse_layout
-from mla_planner.specs.catalogue import load_model
-from mla_planner.specs.sizing import kv_bytes_per_token_layer
+from mla_planner.perf.layer_work import Batch, attention_ops, experts_hit, ffn_ops, layer_weights
 from mla_planner.perf.prefill import prefill, prefill_time_s
 from mla_planner.perf.step import decode_step, forward_stages, op_time_s
-from mla_planner.perf.layer_work import Batch, attention_ops, experts_hit, ffn_ops, layer_weights
+from mla_planner.specs.attention import cost as attention_cost
+from mla_planner.specs.calibration import load_calibration
+from mla_planner.specs.catalogue import load_model
+from mla_planner.specs.knobs import Knobs
+from mla_planner.specs.layout import Layout, parse_layout
+from mla_planner.specs.sizing import kv_bytes_per_token_layer
 from mla_planner.specs.topology import load_topology
 
 

@@ -9,19 +9,19 @@ from engine_check import check_command
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mla_planner.specs.calibration import load_calibration
 from mla_planner.engines.cuda_graphs import graph_batch_cap
-from mla_planner.specs.knobs import Workload, decode_query_len
-from mla_planner.launch.build import build, launch_inputs
-from mla_planner.search.layouts import candidate_layouts
-from mla_planner.memory.accounting import evaluate, safe_memory_fraction
 from mla_planner.engines.parallel import dense_per_rank_applies
+from mla_planner.launch.build import build, launch_inputs
+from mla_planner.memory.accounting import evaluate, safe_memory_fraction
 from mla_planner.perf.metrics import tokens_per_request
-from mla_planner.specs.catalogue import load_model
+from mla_planner.search.layouts import candidate_layouts
 from mla_planner.search.plan import to_plan
 from mla_planner.search.run import SearchResult, _engine_problem
-from mla_planner.specs.topology import load_topology
 from mla_planner.search.tuning import Overrides, Rejected, tune
+from mla_planner.specs.calibration import load_calibration
+from mla_planner.specs.catalogue import load_model
+from mla_planner.specs.knobs import Workload, decode_query_len
+from mla_planner.specs.topology import load_topology
 
 CASES = [("deepseek-v3", "2x8xh100-ib"), ("deepseek-v3", "8xh200"), ("kimi-k2", "4x8xh800-roce"),
          ("deepseek-v2-lite", "2x8xl40s-eth"), ("deepseek-v2", "2x8xh20-roce"), ("deepseek-r1", "8xb200"),

@@ -17,14 +17,14 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from mla_planner.search.candidate import Performance
+from mla_planner.perf.comm import collective
 from mla_planner.search import planfile
+from mla_planner.search.candidate import Performance
 from mla_planner.specs.attention.cost import absorbed_core_bytes, absorbed_core_flops
 from mla_planner.specs.calibration import dump_calibration, load_calibration
-from mla_planner.perf.comm import collective
+from mla_planner.specs.catalogue import load_model
 from mla_planner.specs.knobs import Knobs, Workload
 from mla_planner.specs.layout import Layout
-from mla_planner.specs.catalogue import load_model
 from mla_planner.specs.topology import gpu_table, load_topology
 from mla_planner.verify import calibrate, env
 from mla_planner.verify.check import Check

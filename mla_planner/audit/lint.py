@@ -23,19 +23,19 @@ from dataclasses import dataclass, field
 
 from pydantic import ValidationError
 
-from mla_planner.engines.backends import backend, backend_problems
-from mla_planner.specs.calibration import Calibration
-from mla_planner.search.candidate_warnings import cross_node_tp_note, shared_nic_deepep_note
-from mla_planner.engines.layouts import engine_layout_problem
+from mla_planner.audit.lint_quant import quantization_findings
 from mla_planner.core.errors import PlanError
+from mla_planner.engines.backends import backend, backend_problems
+from mla_planner.engines.layouts import engine_layout_problem
+from mla_planner.engines.parallel import uses_deepep
+from mla_planner.perf.step import decode_step
+from mla_planner.search.candidate_warnings import cross_node_tp_note, shared_nic_deepep_note
+from mla_planner.search.tuning import Rejected, backend_and_block
+from mla_planner.specs.calibration import Calibration
 from mla_planner.specs.knobs import KV_DTYPE_CHOICES, Knobs
 from mla_planner.specs.layout import Layout, layout_problems
-from mla_planner.engines.parallel import uses_deepep
-from mla_planner.audit.lint_quant import quantization_findings
 from mla_planner.specs.model import ModelSpec
-from mla_planner.perf.step import decode_step
 from mla_planner.specs.topology import InterNode, Topology
-from mla_planner.search.tuning import Rejected, backend_and_block
 
 # flag -> the field it sets, per engine, with the aliases the engines define (tests/fixtures/engines/*.json, read
 # from vllm/engine/arg_utils.py and SGLang's arg_groups/fields): -tp, --tensor-parallel-size, ...

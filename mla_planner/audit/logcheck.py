@@ -22,9 +22,9 @@ import re
 from dataclasses import dataclass
 
 from mla_planner.engines.backends import engine_version
+from mla_planner.engines.moe_configs import TUNE_SCRIPT, UNTUNED_LOG, moe_kernel_config
 from mla_planner.launch.sglang import KV_CACHE_DTYPES as SGLANG_KV_CACHE_DTYPES
 from mla_planner.launch.vllm import KV_CACHE_DTYPES as VLLM_KV_CACHE_DTYPES
-from mla_planner.engines.moe_configs import TUNE_SCRIPT, UNTUNED_LOG, moe_kernel_config
 from mla_planner.search.planfile import Candidate, Plan
 
 KV_TOLERANCE = 0.05        # the memory model's tested band against logged pools (docs/memory.md)

@@ -14,12 +14,12 @@ from __future__ import annotations
 import re
 from typing import Optional
 
-from mla_planner.specs.calibration import load_calibration
-from mla_planner.perf.comm import collective
+from mla_planner.audit.logcheck import LogCheck
 from mla_planner.launch.build import launch_inputs
 from mla_planner.launch.netcheck import cross_node_all_reduce
-from mla_planner.audit.logcheck import LogCheck
+from mla_planner.perf.comm import collective
 from mla_planner.search.planfile import Candidate, Plan
+from mla_planner.specs.calibration import load_calibration
 
 # a row, after any `mpirun --tag-output` prefix ("[1,0]<stdout>:"): size, count, type, redop, root?, time ...
 ROW = re.compile(r"^(?:\[[\d,]+\]<stdout>:)?\s*(\d+)\s+\d+\s+[a-z]\w*\s+(?:sum|prod|max|min|avg)\s+(?:-?\d+\s+)?"

@@ -13,8 +13,8 @@ from rich.console import Console
 from rich.markup import escape
 
 from mla_planner.core.errors import PlanError
-from mla_planner.core.jsonout import dumps
 from mla_planner.core.files import path_kind
+from mla_planner.core.jsonout import dumps
 
 DEFAULT_MODEL = "deepseek-v3"
 DEFAULT_TOPOLOGY = "2x8xh100-ib"

@@ -12,19 +12,19 @@ from mla_planner.engines.backends import default_engine
 from mla_planner.cli.common import (DEFAULT_MODEL, DEFAULT_TOPOLOGY, JsonOpt, MtpAcceptanceOpt, MtpOpt,
                                     check_output_file, guard, print_json,
                                     lower_case)
+from mla_planner.cli.common import warn_weightless
+from mla_planner.cli.options import workload_from
+from mla_planner.cli.plan_render import render_plan
+from mla_planner.cli.planning import run_plan
 from mla_planner.core.errors import PlanError
-from mla_planner.specs.knobs import MTP_ACCEPTANCE
+from mla_planner.core.files import path_kind
+from mla_planner.launch.emit import emit_plan
 from mla_planner.search.pareto import png_plot
+from mla_planner.search.plan import nothing_fits_advice
 from mla_planner.search.planfile import Plan, meets_targets, plan_to_dict
 from mla_planner.search.run import SearchResult
-from mla_planner.core.files import path_kind
 from mla_planner.search.tuning import Overrides
-from mla_planner.cli.options import workload_from
-from mla_planner.cli.planning import run_plan
-from mla_planner.launch.emit import emit_plan
-from mla_planner.cli.common import warn_weightless
-from mla_planner.search.plan import nothing_fits_advice
-from mla_planner.cli.plan_render import render_plan
+from mla_planner.specs.knobs import MTP_ACCEPTANCE
 
 Opt = typer.Option
 

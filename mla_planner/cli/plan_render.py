@@ -9,10 +9,10 @@ from rich.markup import escape
 from rich.table import Column, Table
 
 from mla_planner.cli.common import console
+from mla_planner.launch.build import single_node_command
 from mla_planner.search.pareto import ascii_scatter
 from mla_planner.search.planfile import Plan, meets_targets
 from mla_planner.search.run import SearchResult
-from mla_planner.launch.build import single_node_command
 
 
 def headline(plan: Plan, is_default: bool) -> str:

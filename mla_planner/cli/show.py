@@ -7,13 +7,11 @@ from typing import Annotated, Optional
 import typer
 from rich.table import Table
 
-from mla_planner.specs import sizing
-from mla_planner.cli.common import JsonOpt, console, guard, human_bytes, print_json
-
+from mla_planner.cli.common import JsonOpt, console, guard, human_bytes, print_json, weight_dtypes
 from mla_planner.core.errors import PlanError
+from mla_planner.specs import sizing
 from mla_planner.specs.catalogue import load_model
 from mla_planner.specs.topology import load_topology
-from mla_planner.cli.common import weight_dtypes
 
 
 @guard

@@ -18,20 +18,20 @@ from mla_planner.cli.common import (DEFAULT_MODEL, DEFAULT_TOPOLOGY, JsonOpt, Mo
                                     check_mtp, check_output_file, console, guard, print_json, lower_case)
 from mla_planner.cli.options import workload_from
 from mla_planner.cli.options import knobs_from_flags as memory_knobs, kv_dtype_choice, positive
+from mla_planner.cli.planning import run_plan
 from mla_planner.core.errors import PlanError
-from mla_planner.specs.knobs import Workload
+from mla_planner.core.files import path_kind, user_path
 from mla_planner.engines.layouts import engine_layout_problem
-from mla_planner.specs.layout import layout_problems, parse_layout
-from mla_planner.specs.catalogue import load_model
 from mla_planner.search.planfile import pick, read_plan
+from mla_planner.specs.catalogue import load_model
+from mla_planner.specs.knobs import Workload
+from mla_planner.specs.layout import layout_problems, parse_layout
 from mla_planner.specs.topology import load_topology
+from mla_planner.verify.calibrate import write_calibration
+from mla_planner.verify.check import Options
 from mla_planner.verify.report import progress, render, report_dict, verdict
 from mla_planner.verify.target import Chosen, make_target, rank_info_from_env
 from mla_planner.verify.torchrun import launch_lines
-from mla_planner.core.files import path_kind, user_path
-from mla_planner.cli.planning import run_plan
-from mla_planner.verify.calibrate import write_calibration
-from mla_planner.verify.check import Options
 
 SECTIONS = ("env", "fit", "attention", "gemms", "collectives")
 LAUNCH_ONLY = {"print_launch", "head", "port"}

@@ -14,10 +14,10 @@ from functools import lru_cache
 from typing import Optional
 
 
-from mla_planner.core.files import parse_yaml
-from mla_planner.specs.attention.kinds import attention_of
 from mla_planner.core.errors import PlanError, did_you_mean
+from mla_planner.core.files import parse_yaml
 from mla_planner.core.resources import data_dir
+from mla_planner.specs.attention.kinds import attention_of
 from mla_planner.specs.model import ModelSpec
 from mla_planner.specs.topology import GPU
 

@@ -15,8 +15,8 @@ start as priced, `memory` and `verify` refuse it (exit 2). The rules, each with 
 
 from __future__ import annotations
 
-from mla_planner.specs.layout import Layout
 from mla_planner.engines.parallel import deepep_experts_problem, deepep_problem, dense_tp
+from mla_planner.specs.layout import Layout
 from mla_planner.specs.model import ModelSpec
 from mla_planner.specs.topology import Topology
 

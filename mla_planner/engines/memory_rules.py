@@ -23,12 +23,12 @@ import re
 from dataclasses import dataclass
 from typing import Optional
 
-from mla_planner.specs.attention.kinds import attention_of
-from mla_planner.engines.backends import backend, engine_version, usable_backends
 from mla_planner.core.errors import PlanError
+from mla_planner.core.units import GiB, MiB
+from mla_planner.engines.backends import backend, engine_version, usable_backends
+from mla_planner.specs.attention.kinds import attention_of
 from mla_planner.specs.knobs import Knobs
 from mla_planner.specs.layout import Layout
-from mla_planner.core.units import GiB, MiB
 from mla_planner.specs.model import ModelSpec
 from mla_planner.specs.topology import GPU, Topology
 

@@ -27,10 +27,10 @@ from typing import Optional
 
 
 from mla_planner.core.files import parse_yaml
-from mla_planner.engines.backends import engine_version
-from mla_planner.specs.layout import Layout
-from mla_planner.engines.parallel import uses_deepep
 from mla_planner.core.resources import data_dir
+from mla_planner.engines.backends import engine_version
+from mla_planner.engines.parallel import uses_deepep
+from mla_planner.specs.layout import Layout
 from mla_planner.specs.model import ModelSpec
 from mla_planner.specs.topology import GPU
 

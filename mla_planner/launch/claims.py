@@ -14,9 +14,9 @@ from __future__ import annotations
 from collections import Counter
 
 from mla_planner.core.errors import PlanError
-from mla_planner.specs.layout import Layout
 from mla_planner.launch.command import NodeCommand
 from mla_planner.launch.placement import InstancePlacement
+from mla_planner.specs.layout import Layout
 
 
 def _int_flags(args: list[str], names: dict[str, str]) -> dict[str, int]:

@@ -12,8 +12,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Optional, Union
 
-from mla_planner.engines.backends import engine_version
 from mla_planner.core.errors import PlanError
+from mla_planner.engines.backends import engine_version
 from mla_planner.specs.knobs import Knobs, Workload
 from mla_planner.specs.layout import Layout
 from mla_planner.specs.model import ModelSpec

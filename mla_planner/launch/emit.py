@@ -12,11 +12,11 @@ from pathlib import Path
 from typing import Optional
 
 from mla_planner.core.errors import PlanError
-from mla_planner.search.planfile import Plan, pick_for_engine, plan_to_dict
+from mla_planner.launch.build import build, launch_inputs
 from mla_planner.launch.command import NodeCommand
 from mla_planner.launch.folder import bench_argv, folder_files
 from mla_planner.launch.outdir import write_folder
-from mla_planner.launch.build import build, launch_inputs
+from mla_planner.search.planfile import Plan, pick_for_engine, plan_to_dict
 
 
 @dataclass(frozen=True)

@@ -10,15 +10,15 @@ from typing import Optional
 from mla_planner import __version__
 from mla_planner.engines.backends import engine_version
 from mla_planner.engines.layouts import PP_SPEC_ENV
-from mla_planner.specs.knobs import MTP_DRAFT_TOKENS, decode_query_len, tokens_per_step
-from mla_planner.specs.layout import Layout
 from mla_planner.engines.moe_configs import UNTUNED_LOG
-from mla_planner.search.planfile import Candidate
 from mla_planner.launch import a2a, sglang, vllm
-from mla_planner.launch.netcheck import cross_node_all_reduce
 from mla_planner.launch.command import LaunchInputs, NodeCommand
+from mla_planner.launch.netcheck import cross_node_all_reduce
 from mla_planner.launch.placement import place
 from mla_planner.launch.render import render
+from mla_planner.search.planfile import Candidate
+from mla_planner.specs.knobs import MTP_DRAFT_TOKENS, decode_query_len, tokens_per_step
+from mla_planner.specs.layout import Layout
 
 ENGINE_NAMES = {"vllm": "vLLM", "sglang": "SGLang"}
 VERSION_NOTES = {

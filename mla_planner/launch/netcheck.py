@@ -13,14 +13,14 @@ import shlex
 from math import ceil
 from typing import Optional
 
-from mla_planner.specs.calibration import load_calibration
-from mla_planner.perf.comm import collective
-from mla_planner.specs.knobs import decode_query_len
-from mla_planner.perf.step import decode_step
 from mla_planner.core.units import ACT_BYTES
-from mla_planner.search.candidate import Performance
 from mla_planner.launch.command import LaunchInputs
 from mla_planner.launch.env import network_env
+from mla_planner.perf.comm import collective
+from mla_planner.perf.step import decode_step
+from mla_planner.search.candidate import Performance
+from mla_planner.specs.calibration import load_calibration
+from mla_planner.specs.knobs import decode_query_len
 
 
 def cross_node_all_reduce(inp: LaunchInputs, performance: Optional[Performance]) -> Optional[dict]:

@@ -25,12 +25,12 @@ from typing import Optional
 
 from mla_planner.core.errors import PlanError
 from mla_planner.engines.layouts import PP_SPEC_ENV
-from mla_planner.specs.knobs import MTP_DRAFT_TOKENS, Knobs, decode_query_len
-from mla_planner.specs.layout import Layout
 from mla_planner.launch import a2a
 from mla_planner.launch.command import LaunchInputs, NodeCommand, ShellRef, check_inputs, flag_words
 from mla_planner.launch.env import instance_env
 from mla_planner.launch.placement import InstancePlacement, place
+from mla_planner.specs.knobs import MTP_DRAFT_TOKENS, Knobs, decode_query_len
+from mla_planner.specs.layout import Layout
 
 
 PROGRAM = ["python3", "-m", "sglang.launch_server"]

@@ -24,11 +24,11 @@ from typing import Optional
 
 from mla_planner.core.errors import PlanError
 from mla_planner.engines.layouts import vllm_layout_problem
-from mla_planner.specs.knobs import MTP_DRAFT_TOKENS
 from mla_planner.launch import a2a
 from mla_planner.launch.command import LaunchInputs, NodeCommand, ShellRef, check_inputs, flag_words
 from mla_planner.launch.env import instance_env
 from mla_planner.launch.placement import InstancePlacement, place
+from mla_planner.specs.knobs import MTP_DRAFT_TOKENS
 
 PROGRAM = ["vllm", "serve"]
 KV_CACHE_DTYPES = {"bf16": "auto", "fp8": "fp8", "fp8_ds_mla": "fp8_ds_mla"}

@@ -11,11 +11,11 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Iterator, Optional
 
-from mla_planner.specs.knobs import Knobs
-from mla_planner.specs.layout import Layout
-from mla_planner.memory.results import MemoryReport
 from mla_planner.memory.accounting import evaluate, safe_memory_fraction, split_pools
 from mla_planner.memory.pp_split import MIN_SPLIT_GAIN, balance, layer_split, partition_env_name
+from mla_planner.memory.results import MemoryReport
+from mla_planner.specs.knobs import Knobs
+from mla_planner.specs.layout import Layout
 from mla_planner.specs.model import ModelSpec
 from mla_planner.specs.topology import InterNode, Topology
 

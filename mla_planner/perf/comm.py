@@ -23,10 +23,10 @@ from functools import lru_cache
 from math import ceil, log2
 
 
-from mla_planner.core.files import parse_yaml
-from mla_planner.specs.calibration import Calibration
 from mla_planner.core.errors import PlanError
+from mla_planner.core.files import parse_yaml
 from mla_planner.core.resources import data_dir
+from mla_planner.specs.calibration import Calibration
 from mla_planner.specs.topology import Topology
 
 KINDS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "p2p")

@@ -22,11 +22,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-from mla_planner.specs.knobs import Knobs
-from mla_planner.specs.layout import Layout, weight_key
 from mla_planner.core.units import ACT_BYTES
 from mla_planner.engines.parallel import dense_tp as _memory_dense_tp
 from mla_planner.specs.attention.kinds import attention_of
+from mla_planner.specs.knobs import Knobs
+from mla_planner.specs.layout import Layout, weight_key
 from mla_planner.specs.model import ModelSpec
 from mla_planner.specs.weights import Tensor, inventory, mtp_inventory, stored_bytes
 

@@ -42,24 +42,24 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from math import ceil
 
-from mla_planner.specs.calibration import Calibration
-from mla_planner.perf.batch_search import largest_under
-from mla_planner.engines.cuda_graphs import graph_batch_cap
 from mla_planner.core.errors import PlanError
+from mla_planner.engines.cuda_graphs import graph_batch_cap
+from mla_planner.memory.report import memory_report
+from mla_planner.memory.results import MemoryReport
+from mla_planner.perf.batch_search import largest_under
+from mla_planner.specs.calibration import Calibration
 from mla_planner.specs.knobs import Knobs, Workload, decode_query_len
 from mla_planner.specs.layout import Layout, layout_problems
-from mla_planner.memory.results import MemoryReport
-from mla_planner.memory.report import memory_report
 from mla_planner.perf.stalls import chunk_rounds_per_round, coupled_ranks  # noqa: F401  (re-exported for tests and callers)
 from mla_planner.perf.request_times import (decode_steps, mean_tpot_s, network_wait_share,
                                             operating_batch, serving_round_s, time_in_system_s,
                                             tokens_gained, ttfts_s)
-from mla_planner.memory.accounting import evaluate as memory_evaluate
 from mla_planner.engines.parallel import DEEPEP_SGLANG_DISPATCH_MAX, uses_deepep
-from mla_planner.specs.sizing import kv_bytes_per_token, weight_bytes_breakdown
-from mla_planner.specs.model import ModelSpec
+from mla_planner.memory.accounting import evaluate as memory_evaluate
 from mla_planner.perf.prefill import Prefill
 from mla_planner.perf.step import DecodeStep, decode_step
+from mla_planner.specs.model import ModelSpec
+from mla_planner.specs.sizing import kv_bytes_per_token, weight_bytes_breakdown
 from mla_planner.specs.topology import GPU, Topology
 
 

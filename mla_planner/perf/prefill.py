@@ -11,12 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from math import ceil
 
+from mla_planner.perf.layer_work import Batch
+from mla_planner.perf.step import forward_stages, mean_network_s, round_s
 from mla_planner.specs.calibration import Calibration
 from mla_planner.specs.knobs import Knobs, decode_query_len
 from mla_planner.specs.layout import Layout
 from mla_planner.specs.model import ModelSpec
-from mla_planner.perf.step import forward_stages, mean_network_s, round_s
-from mla_planner.perf.layer_work import Batch
 from mla_planner.specs.topology import Topology
 
 

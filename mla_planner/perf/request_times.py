@@ -9,12 +9,12 @@ from __future__ import annotations
 from functools import lru_cache
 from math import ceil
 
-from mla_planner.specs.knobs import Knobs, Workload
-from mla_planner.specs.layout import Layout
 from mla_planner.perf.prefill import Prefill, prefill
-from mla_planner.specs.model import ModelSpec
 from mla_planner.perf.stalls import chunk_rounds_per_round, coupled_ranks
 from mla_planner.perf.step import DecodeStep, decode_step
+from mla_planner.specs.knobs import Knobs, Workload
+from mla_planner.specs.layout import Layout
+from mla_planner.specs.model import ModelSpec
 
 
 def prefill_tokens(workload: Workload, knobs: Knobs, input_len: int | None = None) -> int:

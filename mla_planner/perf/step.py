@@ -27,13 +27,13 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from math import ceil
 
-from mla_planner.specs.calibration import Calibration
 from mla_planner.core.errors import PlanError
+from mla_planner.memory.pp_split import stage_layers
+from mla_planner.perf.layer_comm import attention_comm, embed_comm, ffn_comm, logits_comm, pp_handoff_s
+from mla_planner.specs.calibration import Calibration
 from mla_planner.specs.knobs import MTP_ACCEPTANCE, MTP_DRAFT_TOKENS, Knobs, decode_query_len, tokens_per_step
 from mla_planner.specs.layout import Layout
-from mla_planner.memory.pp_split import stage_layers
 from mla_planner.specs.model import ModelSpec
-from mla_planner.perf.layer_comm import attention_comm, embed_comm, ffn_comm, logits_comm, pp_handoff_s
 from mla_planner.perf.layer_work import (Batch, LayerWeights, Op, attention_ops, ffn_ops, head_ops, layer_weights,
                                          mtp_proj_ops)
 from mla_planner.specs.topology import GPU, Topology

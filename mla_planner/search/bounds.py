@@ -8,15 +8,15 @@ from __future__ import annotations
 
 from math import ceil
 
-from mla_planner.specs.knobs import Knobs, tokens_per_step
 from mla_planner.memory.accounting import evaluate as memory_evaluate
 from mla_planner.memory.accounting import safe_memory_fraction
 from mla_planner.perf.metrics import in_flight, tokens_per_request
 from mla_planner.perf.prefill import Prefill, chunk_budget
 from mla_planner.perf.request_times import decode_steps, prompt_misses, tokens_gained
 from mla_planner.perf.step import decode_step
-from mla_planner.search.tuning import Overrides, Rejected, chunk_candidates, draft_knobs
 from mla_planner.search.limits import kv_balanced
+from mla_planner.search.tuning import Overrides, Rejected, chunk_candidates, draft_knobs
+from mla_planner.specs.knobs import Knobs, tokens_per_step
 
 
 def screen(spec, topo, layout, engine, kv, workload, calib, pinned: Overrides,

@@ -5,13 +5,13 @@ shared NICs, idle GPUs, idle DP ranks, memory risks, TTFT and TPOT misses."""
 from __future__ import annotations
 
 from mla_planner.engines.backends import fp8_checkpoint
+from mla_planner.engines.moe_configs import moe_kernel_config
+from mla_planner.engines.parallel import uses_deepep
+from mla_planner.search.tuning import Tuned
 from mla_planner.specs.knobs import Workload
 from mla_planner.specs.layout import Layout, int4_group_fallbacks
-from mla_planner.engines.parallel import uses_deepep
-from mla_planner.engines.moe_configs import moe_kernel_config
 from mla_planner.specs.model import ModelSpec
 from mla_planner.specs.topology import Topology
-from mla_planner.search.tuning import Tuned
 
 
 # Measured TTFT less the model's, InferenceX SGLang v0.5.12 DeepSeek-R1 TP8 runs (docs/step-model.md section 10):

@@ -21,10 +21,10 @@ from __future__ import annotations
 from dataclasses import replace
 from math import ceil
 
-from mla_planner.specs.layout import Layout, deepep_runs, layout_problems
 from mla_planner.engines.parallel import deepep_experts_problem
-from mla_planner.specs.sizing import weight_bytes_breakdown
+from mla_planner.specs.layout import Layout, deepep_runs, layout_problems
 from mla_planner.specs.model import ModelSpec
+from mla_planner.specs.sizing import weight_bytes_breakdown
 from mla_planner.specs.topology import Topology
 
 MAX_PP = 16

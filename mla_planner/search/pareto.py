@@ -6,11 +6,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from mla_planner.specs.calibration import Calibration
 from mla_planner.core.errors import PlanError
-from mla_planner.specs.knobs import Workload
 from mla_planner.perf.metrics import in_flight, tokens_per_request
 from mla_planner.perf.request_times import mean_tpot_s, serving_round_s
+from mla_planner.specs.calibration import Calibration
+from mla_planner.specs.knobs import Workload
 from mla_planner.specs.model import ModelSpec
 from mla_planner.specs.topology import Topology
 

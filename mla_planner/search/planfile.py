@@ -18,17 +18,17 @@ from typing import Annotated, Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt
 
 from mla_planner import __version__
-from mla_planner.engines.backends import engine_version
-from mla_planner.core.jsonout import SCHEMA_VERSION, versioned
-from mla_planner.search.candidate import CandidateMemory, Performance, written
 from mla_planner.core.errors import InputError, PlanError
-from mla_planner.specs.knobs import ENGINES, KV_DTYPES, MTP_ACCEPTANCE, Knobs, Workload
-from mla_planner.specs.layout import KV_LAYOUTS, Layout
+from mla_planner.core.files import read_mapping, validate
+from mla_planner.core.jsonout import SCHEMA_VERSION, versioned
+from mla_planner.engines.backends import engine_version
 from mla_planner.engines.parallel import dense_per_rank_applies
 from mla_planner.memory.pp_split import split_problem
+from mla_planner.search.candidate import CandidateMemory, Performance, written
+from mla_planner.specs.knobs import ENGINES, KV_DTYPES, MTP_ACCEPTANCE, Knobs, Workload
+from mla_planner.specs.layout import KV_LAYOUTS, Layout
 from mla_planner.specs.model import ModelSpec
 from mla_planner.specs.topology import Topology
-from mla_planner.core.files import read_mapping, validate
 
 Loose = ConfigDict(extra="ignore")
 Strict = ConfigDict(extra="forbid", strict=True)

@@ -7,14 +7,14 @@ from __future__ import annotations
 from math import ceil
 
 from mla_planner.engines.memory_rules import sglang_fraction_ceiling
-from mla_planner.specs.knobs import Workload, decode_query_len
-from mla_planner.specs.layout import Layout
 from mla_planner.engines.parallel import DEEPEP_SGLANG_DISPATCH_MAX
 from mla_planner.memory.accounting import stage_ranges
-from mla_planner.memory.weights import stage_weight_terms
 from mla_planner.memory.pp_split import stage_layers
+from mla_planner.memory.weights import stage_weight_terms
 from mla_planner.perf.metrics import Metrics
 from mla_planner.perf.stalls import coupled_ranks
+from mla_planner.specs.knobs import Workload, decode_query_len
+from mla_planner.specs.layout import Layout
 from mla_planner.specs.model import ModelSpec
 
 MAX_NUM_SEQS_CAP = 1024                         # vLLM 0.33's own default on H100/H200 (vllm/engine/arg_utils.py)

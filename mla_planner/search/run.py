@@ -20,18 +20,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from mla_planner.engines.layouts import vllm_layout_problem
+from mla_planner.engines.parallel import dense_per_rank_applies
+from mla_planner.search.bounds import screen, target_bound
+from mla_planner.search.candidate_warnings import warnings_for
+from mla_planner.search.layouts import candidate_layouts
+from mla_planner.search.pareto import pareto_front, tradeoff_curve
+from mla_planner.search.tuning import Overrides, Rejected, Tuned, dense_variants, tune
 from mla_planner.specs.calibration import Calibration
 from mla_planner.specs.knobs import ENGINES, Workload
 from mla_planner.specs.layout import Layout, layout_problems
-from mla_planner.engines.parallel import dense_per_rank_applies
-from mla_planner.engines.layouts import vllm_layout_problem
-from mla_planner.search.layouts import candidate_layouts
-from mla_planner.search.pareto import pareto_front, tradeoff_curve
 from mla_planner.specs.model import ModelSpec
 from mla_planner.specs.topology import Topology
-from mla_planner.search.candidate_warnings import warnings_for
-from mla_planner.search.bounds import screen, target_bound
-from mla_planner.search.tuning import Overrides, Rejected, Tuned, dense_variants, tune
 
 TUNED_PER_ENGINE = 6   # layouts tuned in full per engine, best screening bounds first
 CURVES_FOR = 8         # best candidates whose batch sweep makes up the Pareto front

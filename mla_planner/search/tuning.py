@@ -12,21 +12,21 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from math import ceil
 
-from mla_planner.specs.attention.kinds import attention_of
 from mla_planner.engines.layouts import engine_layout_problem
+from mla_planner.specs.attention.kinds import attention_of
 from mla_planner.engines.backends import (choose_block_size, fp8_checkpoint, mtp_verify_problem, no_backend_reason,
                                           usable_backends)
-from mla_planner.specs.calibration import Calibration
 from mla_planner.core.errors import PlanError
-from mla_planner.specs.knobs import MTP_DRAFT_TOKENS, Knobs, Workload, tokens_per_step
 from mla_planner.engines.layouts import sglang_pp_spec_problem
-from mla_planner.specs.layout import Layout
-from mla_planner.memory.accounting import evaluate as memory_evaluate
-from mla_planner.memory.accounting import safe_memory_fraction
 from mla_planner.engines.parallel import uses_deepep
 from mla_planner.engines.parallel import dense_per_rank_applies
+from mla_planner.memory.accounting import evaluate as memory_evaluate
+from mla_planner.memory.accounting import safe_memory_fraction
 from mla_planner.perf.metrics import Metrics, evaluate, tokens_per_request
 from mla_planner.perf.request_times import mean_tpot_s
+from mla_planner.specs.calibration import Calibration
+from mla_planner.specs.knobs import MTP_DRAFT_TOKENS, Knobs, Workload, tokens_per_step
+from mla_planner.specs.layout import Layout
 from mla_planner.search.reasons import (MAX_NUM_SEQS_CAP, chunk_reason, dense_reason, fraction_reason, limit_words,
                                         stall_words)
 from mla_planner.search.limits import choose_graph_cap, choose_split, fit_by_split, regain_kv_room

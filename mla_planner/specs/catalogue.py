@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mla_planner.core.errors import InputError, PlanError, did_you_mean
+from mla_planner.core.files import path_kind, read_mapping, user_path, validate
 from mla_planner.core.resources import data_dir
 from mla_planner.specs.model import ModelSpec
 from mla_planner.specs.weights import module_skipped
-from mla_planner.core.files import path_kind, read_mapping, user_path, validate
 
 MLA_ARCHITECTURES = {"DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM", "KimiK2ForCausalLM"}
 GQA_ARCHITECTURES = {"LlamaForCausalLM", "Qwen2ForCausalLM", "MistralForCausalLM"}

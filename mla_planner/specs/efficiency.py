@@ -7,8 +7,8 @@ from __future__ import annotations
 from functools import lru_cache
 
 
-from mla_planner.core.files import parse_yaml
 from mla_planner.core.errors import InputError, did_you_mean
+from mla_planner.core.files import parse_yaml
 from mla_planner.core.resources import data_dir
 
 

@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from mla_planner import __version__
-from mla_planner.specs.calibration import dump_calibration
 from mla_planner.core.errors import PlanError
+from mla_planner.specs.calibration import dump_calibration
 
 
 def efficiencies(checks: list) -> dict[str, float]:

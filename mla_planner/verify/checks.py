@@ -23,8 +23,8 @@ from mla_planner.perf.layer_work import Op
 from mla_planner.verify.bench import attention_benchmark
 from mla_planner.verify.check import (ATTENTION_BAND, Check, Options, Timing, errored, one_line, rates, ratio_check,
                                       roofline, skipped, timing_for)
-from mla_planner.verify.collectives import collective_checks
 from mla_planner.verify import env
+from mla_planner.verify.collectives import collective_checks
 from mla_planner.verify.env import DeviceInfo
 from mla_planner.verify.fit import fit_check
 from mla_planner.verify.gemms import gemm_checks

@@ -29,10 +29,10 @@ from typing import Optional
 import torch
 import torch.distributed as dist
 
-from mla_planner.perf.comm import bus_factor, collective, net_of
 from mla_planner.core.errors import PlanError
-from mla_planner.perf.layer_comm import dp_rank_blocks
 from mla_planner.core.units import ACT_BYTES
+from mla_planner.perf.comm import bus_factor, collective, net_of
+from mla_planner.perf.layer_comm import dp_rank_blocks
 from mla_planner.verify.check import COLLECTIVE_BAND, Check, Timing, errored, one_line, ratio_check, skipped
 from mla_planner.verify.env import DeviceInfo
 from mla_planner.verify.in_step import NOISE_FLOOR_S, exposed_all_reduce_s, mean_s
