@@ -62,7 +62,7 @@ def test_pruning_never_drops_an_engines_best(model, topology, workload, eager):
     if workload == Workload():   # there the bounds spare half the tuning (the EP-across-TP duplicates they
         # pruned easily are no longer searched: 37 of 74 tuned for V3 on 2 x 8 H200, 59 of 120 before)
         assert len(pruned.options) <= len(everything.options) / 2
-    assert not any("screened out" in r["reason"] for r in everything.rejected)
+    assert not any("screened out" in r.reason for r in everything.rejected)
 
 
 def test_pipeline_bounds_see_the_last_full_micro_batch_row():
@@ -82,7 +82,7 @@ def test_deepseek_v3_on_one_h100_node_has_no_candidate_and_says_what_fits():
     spec, topo, calib = setup("deepseek-v3", "8xh100")
     result = search(spec, topo, Workload(), calib)
     assert result.options == []
-    assert any("weights" in r["reason"] for r in result.rejected)
+    assert any("weights" in r.reason for r in result.rejected)
     advice = nothing_fits_advice(spec, topo, Workload())
     assert any("exceed" in line for line in advice)
     assert any(line.startswith("would fit: more nodes") for line in advice)
@@ -227,7 +227,7 @@ def test_warnings_for_risky_choices():
     # vLLM 0.33 runs block-FP8 weight-only through FP8 Marlin on sm80; SGLang 0.5.23 has no FP8 MoE kernel there
     assert [o.engine for o in result.options] and {o.engine for o in result.options} == {"vllm"}
     assert any("has no FP8 tensor cores" in w and "FP8 Marlin" in w for w in result.options[0].warnings)
-    assert any(r["engine"] == "sglang" and "no FP8 Marlin MoE" in r["reason"] for r in result.rejected)
+    assert any(r.engine == "sglang" and "no FP8 Marlin MoE" in r.reason for r in result.rejected)
 
 
 def test_deepep_over_shared_nics_is_warned_about():
@@ -335,7 +335,7 @@ def test_deepep_is_planned_only_where_it_can_run(tmp_path, inter, vllm_ok):
     assert bool([o for o in deepep if o.engine == "vllm"]) == vllm_ok
     for o in deepep:
         assert any("test_low_latency.py" in w for w in o.warnings)
-    said = {r["engine"]: r["reason"] for r in result.rejected if "DeepEP" in r["reason"]}
+    said = {r.engine: r.reason for r in result.rejected if "DeepEP" in r.reason}
     assert "NVLink" in said["sglang"] and ("vllm" in said) != vllm_ok
 
 

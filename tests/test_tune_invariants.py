@@ -84,4 +84,4 @@ def test_the_search_offers_no_layout_vllm_cannot_launch():
     spec, topo = load_model("kimi-k2").spec, load_topology("4x8xh800-roce")
     result = search(spec, topo, Workload(), load_calibration(None, topo), engines=("vllm",))
     assert not [o for o in result.options if o.layout.label == "tp1·pp3·dp8·ep8"]
-    assert any(r["layout"] == "tp1·pp3·dp8·ep8" and "must fit whole on a node" in r["reason"] for r in result.rejected)
+    assert any(r.layout == "tp1·pp3·dp8·ep8" and "must fit whole on a node" in r.reason for r in result.rejected)

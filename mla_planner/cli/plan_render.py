@@ -8,6 +8,7 @@ from typing import Optional
 from rich.markup import escape
 from rich.table import Column, Table
 
+from mla_planner.search.candidate import Rejection
 from mla_planner.cli.common import console
 from mla_planner.launch.build import single_node_command
 from mla_planner.search.pareto import ascii_scatter
@@ -177,12 +178,12 @@ def _explain(plan: Plan) -> None:
         out.print(f"  - {line}", markup=False)
 
 
-def reasons_summary(rejected: list[dict], limit: int = 5) -> list[str]:
+def reasons_summary(rejected: list[Rejection], limit: int = 5) -> list[str]:
     """One line per distinct reason, in the order they were found (the most telling first), with how
     many layout/engine/KV combinations it stopped and a few of their layouts."""
     by_reason: dict[str, list[str]] = {}
     for r in rejected:
-        by_reason.setdefault(r["reason"], []).append(r["layout"])
+        by_reason.setdefault(r.reason, []).append(r.layout)
     out = []
     for why, lays in list(by_reason.items())[:limit]:
         names = list(dict.fromkeys(lays))
@@ -191,11 +192,11 @@ def reasons_summary(rejected: list[dict], limit: int = 5) -> list[str]:
     return out
 
 
-def rejected_summary(rejected: list[dict], limit: int = 40) -> list[str]:
+def rejected_summary(rejected: list[Rejection], limit: int = 40) -> list[str]:
     """One line per distinct (layout, reason), most informative first, naming the engine/KV combinations
     it stopped (a layout can fail for different reasons under each)."""
     seen: dict[tuple, list[str]] = {}
     for r in rejected:
-        combo = "any engine" if r["engine"] == "any" else f"{r['engine']} {r['kv_dtype']}"
-        seen.setdefault((r["layout"], r["reason"]), []).append(combo)
+        combo = "any engine" if r.engine == "any" else f"{r.engine} {r.kv_dtype}"
+        seen.setdefault((r.layout, r.reason), []).append(combo)
     return [f"{lay} [{', '.join(dict.fromkeys(combos))}]: {why}" for (lay, why), combos in list(seen.items())[:limit]]

@@ -81,6 +81,19 @@ class Performance:
         return cls(**record) if record else None
 
 
+@dataclass(frozen=True)
+class Rejection:
+    """A layout x engine x KV dtype the plan does not offer, and why ("any": for every engine or dtype)."""
+    layout: str
+    engine: str
+    kv_dtype: str
+    reason: str
+
+    @classmethod
+    def from_file(cls, data: dict) -> "Rejection":
+        return cls(**{f.name: str(data.get(f.name, "")) for f in fields(cls)})
+
+
 def _known(cls, data) -> dict:
     """The fields of `cls` that `data` gives (a figure a plan file leaves out stays None)."""
     return {f.name: data[f.name] for f in fields(cls) if f.name in data} if isinstance(data, dict) else {}

@@ -24,7 +24,7 @@ from mla_planner.core.jsonout import SCHEMA_VERSION, versioned
 from mla_planner.engines.backends import engine_version
 from mla_planner.engines.parallel import dense_per_rank_applies
 from mla_planner.memory.pp_split import split_problem
-from mla_planner.search.candidate import CandidateMemory, Performance, written
+from mla_planner.search.candidate import CandidateMemory, Performance, Rejection, written
 from mla_planner.specs.knobs import ENGINES, KV_DTYPES, MTP_ACCEPTANCE, Knobs, Workload
 from mla_planner.specs.layout import KV_LAYOUTS, Layout
 from mla_planner.specs.model import ModelSpec
@@ -53,7 +53,7 @@ class Plan:
     topology: Topology
     workload: Workload
     candidates: list[Candidate]
-    rejected: list[dict] = field(default_factory=list)
+    rejected: list[Rejection] = field(default_factory=list)
     engine_versions: dict = field(default_factory=dict)   # the releases it was planned for (read back from a file)
 
 
@@ -152,7 +152,7 @@ def plan_to_dict(plan: Plan) -> dict:
                             "performance": written(c.performance),
                             "warnings": c.warnings, "reasons": c.reasons}
                            for i, c in enumerate(plan.candidates)],
-            "rejected": plan.rejected})
+            "rejected": [asdict(r) for r in plan.rejected]})
 
 
 def _check_version(data: dict, where: str) -> None:
@@ -191,7 +191,7 @@ def read_plan(path: str | Path) -> Plan:
     versions = data.get("engine_versions")
     versions = {k: v for k, v in versions.items() if isinstance(v, str)} if isinstance(versions, dict) else {}
     return Plan(raw.model.spec, raw.model.model_path, raw.topology, Workload(**raw.workload.model_dump()), cands,
-                raw.rejected, versions)
+                [Rejection.from_file(r) for r in raw.rejected], versions)
 
 
 def _knobs(raw: _KnobsIn, spec: ModelSpec, layout: _LayoutIn, where: str, i: int) -> Knobs:
@@ -213,7 +213,7 @@ def _knobs(raw: _KnobsIn, spec: ModelSpec, layout: _LayoutIn, where: str, i: int
 def pick(plan: Plan, candidate: int, where: str) -> Candidate:
     """1-based candidate index, as the plan table numbers them."""
     if not plan.candidates:
-        first = plan.rejected[0]["reason"] if plan.rejected else "nothing fits"
+        first = plan.rejected[0].reason if plan.rejected else "nothing fits"
         raise PlanError(f"{where}: the plan has no candidates (every layout was rejected; the first: {first}); "
                         "see its 'rejected' list")
     if not 1 <= candidate <= len(plan.candidates):

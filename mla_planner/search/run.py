@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from mla_planner.search.candidate import Rejection
 from mla_planner.engines.layouts import vllm_layout_problem
 from mla_planner.engines.parallel import dense_per_rank_applies
 from mla_planner.search.bounds import screen, target_bound
@@ -74,7 +75,7 @@ def shortfall(m, workload: Workload) -> float:
 @dataclass(frozen=True)
 class SearchResult:
     options: list                      # Option, best first
-    rejected: list                     # dicts: layout, engine, kv_dtype, reason
+    rejected: list[Rejection]          # most telling first
     points: list                       # TradeoffPoint: each option's throughput/latency curve
     pareto: list                       # indices into points: the front of tokens/s per GPU vs per user
     screened: int
@@ -111,8 +112,7 @@ def search(spec: ModelSpec, topo: Topology, workload: Workload, calib: Calibrati
     not_tuned: dict = {}   # (layout, engine, KV dtype, dense per rank) -> why: what a kept way's reason cites
 
     def reject(layout: Layout, engine: str, kv: str, per_rank: bool, reason: str, first: bool = False) -> None:
-        rejected.insert(0 if first else len(rejected), {"layout": _label(layout, engine, per_rank), "engine": engine,
-                                                         "kv_dtype": kv, "reason": reason})
+        rejected.insert(0 if first else len(rejected), Rejection(_label(layout, engine, per_rank), engine, kv, reason))
         not_tuned[layout, engine, kv, per_rank] = reason
 
     bounds: dict = {e: [] for e in engines}
@@ -122,7 +122,7 @@ def search(spec: ModelSpec, topo: Topology, workload: Workload, calib: Calibrati
             problem = _engine_problem(layout, engine, topo)
             for kv in kv_dtypes_for(topo, kv_dtype):
                 if problem:
-                    rejected.append({"layout": layout.label, "engine": engine, "kv_dtype": kv, "reason": problem})
+                    rejected.append(Rejection(layout.label, engine, kv, problem))
                     continue
                 for per_rank in dense_variants(layout, engine):
                     try:
@@ -166,7 +166,7 @@ def search(spec: ModelSpec, topo: Topology, workload: Workload, calib: Calibrati
                     best = max(best, got.metrics.throughput_tokens_per_s_per_gpu * weight(layout))
             except Rejected as exc:   # got furthest: listed first, as the most telling reasons
                 reject(layout, engine, kv, per_rank, str(exc), first=True)
-    rejected += [{"layout": lay.label, "engine": "any", "kv_dtype": "any", "reason": why} for lay, why in illegal]
+    rejected += [Rejection(lay.label, "any", "any", why) for lay, why in illegal]
     options = _one_dense_variant(options, rank_by, not_tuned)
     options.sort(key=lambda o: o.key_for(rank_by))
     points = [p for i, o in enumerate(options[:CURVES_FOR])
