@@ -1,7 +1,9 @@
-"""The attention seam (mla_planner/specs/attention): a new attention kind is one module. The toy kind below,
-a multi-query attention with one shared K/V head replicated on every TP rank (Shazeer, arXiv:1911.02150),
-is defined here and registered, and the memory model, the step model, the knobs and `verify` price a
-model that declares it by its answers alone."""
+"""The attention seam (mla_planner/specs/attention): a new attention kind is one module. Two toy kinds are
+defined here and registered, and the memory model, the step model, the knobs, the search and `verify`
+price a model that declares one by its answers alone:
+- a multi-query attention with one shared K/V head replicated on every TP rank (Shazeer, arXiv:1911.02150);
+- an MLA with a second cache group per layer (a 132-byte index key per token, as a sparse-attention
+  indexer keeps), which must be priced as MLA everywhere but for that group."""
 
 import pytest
 
@@ -11,7 +13,8 @@ from mla_planner.engines.memory_rules import engine_default_knobs
 from mla_planner.memory.accounting import evaluate, kv_slot_bytes
 from mla_planner.perf.step import decode_step
 from mla_planner.specs.attention import cost
-from mla_planner.specs.attention.base import AttentionKind, CoreCost, KVGroup, element_bytes
+from mla_planner.specs.attention.base import AttentionKind, CoreCost, KVGroup, Projection, element_bytes
+from mla_planner.specs.attention.mla import MLA
 from mla_planner.specs.attention.kinds import KINDS
 from mla_planner.specs.calibration import load_calibration
 from mla_planner.specs.catalogue import load_model
@@ -27,6 +30,11 @@ class ToyMQA(AttentionKind):
 
     def check(self, spec) -> str:
         return "" if spec.hidden_size % spec.num_attention_heads == 0 else "heads must divide hidden_size"
+
+    def projections(self, spec):
+        d, H, hd = spec.hidden_size, spec.num_attention_heads, spec.gqa_head_dim
+        return [Projection("attn.q_proj", (H * hd, d), "column"), Projection("attn.kv_proj", (2 * hd, d), "replicated"),
+                Projection("attn.o_proj", (d, H * hd), "row")]
 
     def kv_formats(self, spec):
         return ("bf16",)
@@ -96,3 +104,39 @@ def test_verify_refuses_a_kind_it_has_no_kernel_for_in_one_line(toy):
     knobs = engine_default_knobs("vllm", toy, topo)
     with pytest.raises(PlanError, match="verify checks MLA models; toy-70b uses toy-mqa attention"):
         make_target(Chosen(toy, topo, Layout(tp=8), knobs, None, None, "test"))
+
+
+class ToyIndexedMLA(MLA):
+    """MLA plus an index key of 132 B per token per layer (128 fp8 values and an fp32 scale), whole on every
+    rank; everything else is MLA's."""
+    name = "toy-mla-indexed"
+    verify_kernel = False
+
+    def kv_groups(self, spec, kv_dtype, layout=None):
+        return super().kv_groups(spec, kv_dtype, layout) + (KVGroup("index_keys", 132),)
+
+
+@pytest.fixture
+def indexed(monkeypatch) -> ModelSpec:
+    monkeypatch.setitem(KINDS, "toy-mla-indexed", ToyIndexedMLA())
+    v3 = load_model("deepseek-v3").spec
+    return ModelSpec(**{**v3.model_dump(), "name": "toy-v3-indexed", "attention": "toy-mla-indexed"})
+
+
+def test_an_mla_subclass_is_priced_as_mla_but_for_its_extra_group(indexed):
+    from mla_planner.memory.weights import stage_weight_terms
+    from mla_planner.search.layouts import candidate_layouts
+    v3, topo = load_model("deepseek-v3").spec, load_topology("2x8xh100-ib")
+    layout = Layout(tp=16, dcp=2)
+    assert kv_slot_bytes(indexed, layout, 61, "fp8") == kv_slot_bytes(v3, layout, 61, "fp8") + 61 * 132
+    assert stage_weight_terms(indexed, layout, range(61), True, True) == stage_weight_terms(v3, layout, range(61),
+                                                                                            True, True)
+    knobs = engine_default_knobs("vllm", v3, topo)
+    calib = load_calibration(None, topo)
+    mine, theirs = (decode_step(s, topo, layout, knobs, 32, 4096, calib).layers["moe"] for s in (indexed, v3))
+    assert mine.bytes["attn.proj"] == theirs.bytes["attn.proj"] and mine.flops["attn.proj"] == theirs.flops["attn.proj"]
+    assert "attn.dcp_combine" in mine.terms_s and mine.terms_s["attn.dcp_combine"] == theirs.terms_s["attn.dcp_combine"]
+    assert [lay.label for lay in candidate_layouts(indexed, topo)[0]] == [lay.label for lay in candidate_layouts(v3, topo)[0]]
+    with pytest.raises(PlanError, match="verify checks MLA models; toy-v3-indexed uses toy-mla-indexed attention"):
+        from mla_planner.verify.target import Chosen, make_target
+        make_target(Chosen(indexed, topo, layout, knobs, None, None, "test"))

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from math import ceil
 
+from mla_planner.specs.attention.kinds import attention_of
 from mla_planner.core.units import ACT_BYTES, GiB, MiB
 from mla_planner.engines.parallel import uses_deepep
 from mla_planner.specs.layout import Layout
@@ -58,7 +59,7 @@ def attention_working_bytes(spec: ModelSpec, layout: Layout, tokens: int) -> flo
     plus the shared k_pe), v [T, H/tp, d_v], o [T, H/tp, d_v], bf16 (vLLM MLACommonImpl._forward_prefill,
     vllm/v1/attention/backends/mla/common.py). GQA: q, k, v, o of the rank's heads."""
     heads = ceil(spec.num_attention_heads / layout.tp)
-    v_dim = spec.v_head_dim if spec.attention == "mla" else spec.gqa_head_dim
+    v_dim = attention_of(spec).v_head_dim(spec)
     return float(tokens * heads * (2 * spec.qk_head_dim + 2 * v_dim) * ACT_BYTES)
 
 

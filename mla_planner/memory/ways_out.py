@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Iterator, Optional
 
+from mla_planner.specs.attention.kinds import attention_of
 from mla_planner.memory.accounting import evaluate, safe_memory_fraction, split_pools
 from mla_planner.memory.pp_split import MIN_SPLIT_GAIN, balance, layer_split, partition_env_name
 from mla_planner.memory.results import MemoryReport
@@ -82,7 +83,7 @@ def _candidates(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs,
     if split:
         yield f"{partition_env_name(knobs.engine)}={','.join(map(str, split))} (layers balanced by memory)", spec, \
             topo, layout, replace(knobs, pp_layer_partition=split)
-    if knobs.kv_cache_dtype in ("bf16", "fp8_ds_mla") and spec.attention == "mla":
+    if knobs.kv_cache_dtype in ("bf16", "fp8_ds_mla") and attention_of(spec).latent:
         yield "fp8 KV cache (--kv-cache-dtype fp8)", spec, topo, layout, replace(knobs, kv_cache_dtype="fp8")
     if knobs.kv_cache_dtype != "bf16":     # e.g. a KV format no backend here runs
         yield "bf16 KV cache (--kv-cache-dtype auto)", spec, topo, layout, replace(knobs, kv_cache_dtype="bf16")
@@ -121,7 +122,7 @@ def _flag(knobs: Knobs) -> str:
 
 def _layouts(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs) -> Iterator[Candidate]:
     """Same GPUs re-arranged: dcp over the TP group, PP inside the cluster, DP attention."""
-    if layout.tp > 1 and layout.dcp == 1 and spec.attention == "mla":
+    if layout.tp > 1 and layout.dcp == 1 and attention_of(spec).latent:
         yield f"decode context parallel -dcp {layout.tp}", spec, topo, replace(layout, dcp=layout.tp), knobs
     if layout.total_gpus * 2 <= topo.total_gpus:
         yield f"pipeline parallel pp={layout.pp * 2} ({layout.total_gpus * 2} GPUs)", spec, topo, \

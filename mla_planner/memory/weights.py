@@ -19,6 +19,7 @@ from dataclasses import replace
 from functools import lru_cache
 from math import ceil
 
+from mla_planner.specs.attention.kinds import attention_of
 from mla_planner.engines.parallel import dense_tp
 from mla_planner.specs.layout import Layout, weight_key
 from mla_planner.specs.model import ModelSpec
@@ -91,10 +92,11 @@ def mla_absorb_bytes(spec: ModelSpec, layout: Layout, layers: int) -> float:
     A bf16 `wkv_b` (a bf16 checkpoint, or AWQ's `modules_to_not_convert` naming it) is aliased, so nothing
     extra is held (zero).
     """
-    if spec.attention != "mla" or dtype_of(spec, "attn.wkv_b") == "bf16":
+    per_head = attention_of(spec).absorb_params_per_head(spec)
+    if not per_head or dtype_of(spec, "attn.wkv_b") == "bf16":
         return 0.0
     heads = ceil(spec.num_attention_heads / layout.tp)
-    return float(layers * heads * (spec.qk_nope_head_dim + spec.v_head_dim) * spec.kv_lora_rank * 2)
+    return float(layers * heads * per_head * 2)
 
 
 def _stage_count(spec: ModelSpec, t: Tensor, counts: tuple[int, int], first: bool, last: bool) -> int:

@@ -23,6 +23,7 @@ to its peer and the receiving stage all-gathering it (`send_tensor_dict(all_gath
 
 from __future__ import annotations
 
+from mla_planner.specs.attention.kinds import attention_of
 from mla_planner.core.units import ACT_BYTES
 from mla_planner.engines.parallel import uses_deepep
 from mla_planner.perf.comm import collective_time_s
@@ -60,7 +61,7 @@ def attention_comm(spec: ModelSpec, layout: Layout, batch: Batch, topo: Topology
                    calib: Calibration) -> dict[str, float]:
     d, tp, b = spec.hidden_size, layout.tp, batch.decode_tokens     # query rows (q_len per sequence with MTP)
     out = {"attn.tp_all_reduce": _ct("all_reduce", batch.tokens * d * ACT_BYTES, tp, topo, calib)}
-    if spec.attention != "mla" or not b:
+    if not attention_of(spec).latent or not b:
         return out
     H_t, dc, dr = spec.num_attention_heads // tp, spec.kv_lora_rank, spec.qk_rope_head_dim
     if layout.dcp > 1:

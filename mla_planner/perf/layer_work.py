@@ -122,9 +122,8 @@ def _layer_weights(spec: ModelSpec, layout: Layout, engine: str, dense_per_rank:
         acc[0] += per * share
         acc[1] += params * share
     get = lambda g: sums.get(g, [0.0, 0.0])  # noqa: E731
-    absorb = 0.0
-    if spec.attention == "mla":
-        absorb = spec.num_attention_heads * (spec.qk_nope_head_dim + spec.v_head_dim) * spec.kv_lora_rank / layout.tp
+    per_head = attention_of(spec).absorb_params_per_head(spec)
+    absorb = spec.num_attention_heads * per_head / layout.tp if per_head else 0.0
     return LayerWeights(attn_bytes=get("attention")[0], attn_params=get("attention")[1], absorb_params=absorb,
                         dense_bytes=get("dense_ffn")[0], dense_params=get("dense_ffn")[1],
                         shared_bytes=get("shared_experts")[0], shared_params=get("shared_experts")[1],

@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import replace
 from math import ceil
 
+from mla_planner.specs.attention.kinds import attention_of
 from mla_planner.engines.parallel import deepep_experts_problem
 from mla_planner.specs.layout import Layout, deepep_runs, layout_problems
 from mla_planner.specs.model import ModelSpec
@@ -74,7 +75,7 @@ def _pp_range(stage_gpus: int, min_gpus: int, topo: Topology, spec: ModelSpec) -
 
 def _variants(spec: ModelSpec, base: Layout) -> list[Layout]:
     out = [base]
-    if spec.attention == "mla" and base.tp > 1:
+    if attention_of(spec).latent and base.tp > 1:
         out += [replace(base, dcp=d) for d in sorted({2, base.tp})]
         out.append(replace(base, kv_layout="latent-sharded"))
     return out

@@ -143,6 +143,7 @@ def _draft_knobs(spec: ModelSpec, topo: Topology, layout: Layout, engine: str, k
             break
     knobs = replace(knobs, memory_fraction=fraction)  # already floored to 0.001
     knobs, why_split = fit_by_split(spec, topo, layout, knobs, worst)
+    kind = attention_of(spec)
     reasons = {
         "attention_backend": why_backend,
         "block_size": why_block,
@@ -151,8 +152,8 @@ def _draft_knobs(spec: ModelSpec, topo: Topology, layout: Layout, engine: str, k
                          "refuses longer requests (prompt + max_tokens, chat template included): give the p99 "
                          "lengths with that headroom",
         "memory_fraction": fraction_reason(engine, gpu, knobs.memory_fraction),
-        "kv_cache_dtype": (("fp8 halves the latent cache (576 B/token/layer) on a backend that supports it"
-                            if spec.attention == "mla" else "fp8 halves the K/V cache")
+        "kv_cache_dtype": ((f"fp8 halves the latent cache ({kind.bytes_per_token_layer(spec, 'fp8'):.0f} B/token/layer) "
+                            "on a backend that supports it" if kind.latent else "fp8 halves the K/V cache")
                            + "; its accuracy varies by backend and model: score a small eval against bf16 before "
                              "serving (the emitted README says how)")
                           if kv_dtype == "fp8" else "bf16 (the engine's `auto` for this checkpoint)",

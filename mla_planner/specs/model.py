@@ -135,10 +135,8 @@ class ModelSpec(BaseModel):
 
     @property
     def qk_head_dim(self) -> int:
-        """MLA query/key head dim d_n + d_r (192 for DeepSeek); the plain head dim for per-head kinds (GQA)."""
-        if self.attention != "mla":
-            return self.gqa_head_dim
-        return self.qk_nope_head_dim + self.qk_rope_head_dim
+        """Query/key head dim as the attention kind has it: MLA d_n + d_r (192 for DeepSeek), GQA head_dim."""
+        return kind_named(self.attention).qk_head_dim(self)
 
     @property
     def latent_dim(self) -> int:

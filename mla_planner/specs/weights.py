@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from math import ceil, prod
 
+from mla_planner.specs.attention.kinds import attention_of
 from mla_planner.specs.model import ModelSpec
 
 Split = str  # "replicated" | "column" | "row" | "expert_column" | "expert_row" | "vocab"
@@ -109,31 +110,9 @@ def dtype_of(spec: ModelSpec, name: str) -> str | None:
 
 
 def _attention(spec: ModelSpec, layers: int, dt: str, where: str) -> list[Tensor]:
-    d, H = spec.hidden_size, spec.num_attention_heads
-    if spec.attention != "mla":   # per-head q, k, v, o projections (GQA, MQA)
-        hd, kv = spec.gqa_head_dim, spec.kv_heads
-        out = [Tensor("attn.q_proj", "attention", (H * hd, d), layers, "column", dt, where),
-               Tensor("attn.k_proj", "attention", (kv * hd, d), layers, "column", dt, where),
-               Tensor("attn.v_proj", "attention", (kv * hd, d), layers, "column", dt, where),
-               Tensor("attn.o_proj", "attention", (d, H * hd), layers, "row", dt, where)]
-        if spec.attention_bias:
-            out.append(Tensor("attn.qkv_bias", "attention", ((H + 2 * kv) * hd,), layers, "column", "bf16", where))
-        return out
-    qk, dc, dr = spec.qk_head_dim, spec.kv_lora_rank, spec.qk_rope_head_dim
-    out = []
-    if spec.q_lora_rank:
-        rq = spec.q_lora_rank
-        out += [Tensor("attn.wq_a", "attention", (rq, d), layers, "replicated", dt, where),
-                Tensor("attn.q_norm", "attention", (rq,), layers, "replicated", "bf16", where),
-                Tensor("attn.wq_b", "attention", (H * qk, rq), layers, "column", dt, where)]
-    else:
-        out.append(Tensor("attn.wq", "attention", (H * qk, d), layers, "column", dt, where))
-    out += [Tensor("attn.wkv_a", "attention", (dc + dr, d), layers, "replicated", dt, where),
-            Tensor("attn.kv_norm", "attention", (dc,), layers, "replicated", "bf16", where),
-            Tensor("attn.wkv_b", "attention", (H * (spec.qk_nope_head_dim + spec.v_head_dim), dc), layers,
-                   "column", dt, where),
-            Tensor("attn.wo", "attention", (d, H * spec.v_head_dim), layers, "row", dt, where)]
-    return out
+    """The attention kind's projections (specs/attention), in the checkpoint's dtype (norms and biases bf16)."""
+    return [Tensor(p.name, "attention", p.shape, layers, p.split, "bf16" if p.bf16 else dt, where)
+            for p in attention_of(spec).projections(spec)]
 
 
 def _ffn(group: str, d: int, inter: int, count: int, dt: str, where: str, expert: bool = False) -> list[Tensor]:

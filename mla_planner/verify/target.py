@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 from math import ceil
 from typing import Optional
 
+from mla_planner.specs.attention.kinds import attention_of
 from mla_planner.core.errors import PlanError
 from mla_planner.memory.report import memory_report
 from mla_planner.memory.results import MemoryReport, RankMemory
@@ -150,7 +151,7 @@ def _stage(report: MemoryReport, layout: Layout, ranks: RankInfo, engine: str) -
 
 def make_target(c: Chosen, ranks: RankInfo = RankInfo()) -> Target:
     """The planned decode point, step prediction and footprint of the GPU this process drives."""
-    if c.spec.attention != "mla":
+    if not attention_of(c.spec).verify_kernel:
         raise PlanError(f"verify checks MLA models; {c.spec.name} uses {c.spec.attention} attention")
     report = memory_report(c.spec, c.topo, c.layout, c.knobs)
     if not report.per_gpu:

@@ -5,8 +5,9 @@ Every layer's cache belongs to a KV-cache group, as the engines group layers the
 `vllm/v1/kv_cache_interface.py`: one `KVCacheSpec` per layer group, the pool sized over the groups;
 SGLang `mem_cache/memory_pool.py`: one pool per kind of cache). A group says what one token costs one
 layer of it and how tensor parallelism shares that among the ranks. A kind also says what a decode step
-reads and computes per request, what a prefill chunk computes, which KV formats apply, and which layouts
-its cache cannot take. Nothing outside this package assumes 576 values per layer.
+reads and computes per request, what a prefill chunk computes, which KV formats apply, which layouts
+its cache cannot take, and its attention weights. No module outside this package branches on a kind's name
+(only `verify`'s MLA microkernel knows MLA's dimensions: it is the MLA kernel).
 
 A kind reads the spec's fields (`spec.kv_lora_rank`, `spec.num_attention_heads`, ...) without importing
 ModelSpec: model.py validates a spec's `attention` through the kinds, so they sit below it.
@@ -47,6 +48,17 @@ class KVGroup:
 
 
 @dataclass(frozen=True)
+class Projection:
+    """One stored attention weight of a layer: its name in the inventory, shape, how TP splits it
+    (specs/weights.py: column, row, replicated), and whether it is kept in bf16 whatever the checkpoint
+    (norms, biases)."""
+    name: str
+    shape: tuple[int, ...]
+    split: str
+    bf16: bool = False
+
+
+@dataclass(frozen=True)
 class CoreCost:
     """HBM bytes and FLOPs of one attention call on one rank for one layer."""
     bytes: float
@@ -58,6 +70,10 @@ class AttentionKind:
     name: str = ""
     backend_family: Optional[str] = None   # the engines' attention backends that serve it: "mla" (their MLA
                                            # backends, engines/backends.py); None: the engine's default attention
+    latent: bool = False                   # one latent per token shared by every head (the MLA family): decode
+                                           # runs the absorbed form, DCP splits the tokens, the latent width can
+                                           # be sharded (Route B); the planner searches and prices those
+    verify_kernel: bool = False            # `verify`'s microkernel runs this kind's decode (the MLA kernel)
 
     def check(self, spec) -> str:
         """Why the spec's fields do not describe this kind ('' when they do)."""
@@ -84,6 +100,22 @@ class AttentionKind:
         """The attention of one prefill chunk of `chunk` tokens after `prefix` cached ones, one rank, one
         layer."""
         raise NotImplementedError
+
+    def qk_head_dim(self, spec) -> int:
+        """Query/key head dim (MLA: d_nope + d_rope, 192 for DeepSeek; per-head kinds: head_dim)."""
+        return spec.gqa_head_dim
+
+    def v_head_dim(self, spec) -> int:
+        return spec.gqa_head_dim
+
+    def projections(self, spec) -> list[Projection]:
+        """The attention weights of one layer (the weight inventory, specs/weights.py, prices them)."""
+        raise NotImplementedError
+
+    def absorb_params_per_head(self, spec) -> int:
+        """Parameters per head of the up-projections decode absorbs into the query and output (MLA's W_UK and
+        W_UV: (d_nope + d_v) x d_c); the engines keep a bf16 copy of them. 0: nothing is absorbed."""
+        return 0
 
     def per_head_bytes_per_token_layer(self, spec, kv_dtype: str) -> Optional[float]:
         """The per-head K/V cache this kind avoids, for comparison (`show`); None when it is its own."""

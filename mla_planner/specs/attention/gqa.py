@@ -8,7 +8,7 @@ from math import ceil
 
 from mla_planner.core.units import ACT_BYTES
 from mla_planner.specs.attention import cost
-from mla_planner.specs.attention.base import AttentionKind, CoreCost, KVGroup, element_bytes
+from mla_planner.specs.attention.base import AttentionKind, CoreCost, KVGroup, Projection, element_bytes
 
 
 class GQA(AttentionKind):
@@ -23,6 +23,15 @@ class GQA(AttentionKind):
             return (f"hidden_size={spec.hidden_size} is not divisible by "
                     f"num_attention_heads={spec.num_attention_heads}; give head_dim")
         return ""
+
+    def projections(self, spec) -> list[Projection]:
+        """q, k, v and o per head (kv_heads for k and v), and the fused qkv bias where the model has one."""
+        d, H, hd, kv = spec.hidden_size, spec.num_attention_heads, spec.gqa_head_dim, spec.kv_heads
+        out = [Projection("attn.q_proj", (H * hd, d), "column"), Projection("attn.k_proj", (kv * hd, d), "column"),
+               Projection("attn.v_proj", (kv * hd, d), "column"), Projection("attn.o_proj", (d, H * hd), "row")]
+        if spec.attention_bias:
+            out.append(Projection("attn.qkv_bias", ((H + 2 * kv) * hd,), "column", True))
+        return out
 
     def kv_formats(self, spec) -> tuple[str, ...]:
         return ("bf16", "fp8")

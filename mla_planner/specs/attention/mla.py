@@ -10,7 +10,8 @@ from math import ceil
 
 from mla_planner.core.units import ACT_BYTES
 from mla_planner.specs.attention import cost
-from mla_planner.specs.attention.base import KV_FORMATS, AttentionKind, CoreCost, KVGroup, element_bytes
+from mla_planner.specs.attention.base import (KV_FORMATS, AttentionKind, CoreCost, KVGroup, Projection,
+                                              element_bytes)
 
 FP8_DS_MLA_BYTES_PER_TOKEN_LAYER = 656  # 512 fp8 + 4 fp32 scales + 64 bf16 rope (FlashMLA README)
 REQUIRED = ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
@@ -19,6 +20,8 @@ REQUIRED = ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"
 class MLA(AttentionKind):
     name = "mla"
     backend_family = "mla"
+    latent = True
+    verify_kernel = True
 
     def check(self, spec) -> str:
         for key in REQUIRED:
@@ -28,6 +31,32 @@ class MLA(AttentionKind):
             return ("num_key_value_heads must equal num_attention_heads for MLA "
                     f"(got {spec.num_key_value_heads} vs {spec.num_attention_heads})")
         return ""
+
+    def qk_head_dim(self, spec) -> int:
+        return spec.qk_nope_head_dim + spec.qk_rope_head_dim
+
+    def v_head_dim(self, spec) -> int:
+        return spec.v_head_dim
+
+    def projections(self, spec) -> list[Projection]:
+        """DeepSeek-V3 inference/model.py MLA: q through a low-rank wq_a/q_norm/wq_b (or one wq), the
+        compressed kv and the rope key from wkv_a, kv_norm, the per-head up-projection wkv_b, the output wo."""
+        d, H, qk = spec.hidden_size, spec.num_attention_heads, self.qk_head_dim(spec)
+        dc, dr = spec.kv_lora_rank, spec.qk_rope_head_dim
+        out = []
+        if spec.q_lora_rank:
+            rq = spec.q_lora_rank
+            out += [Projection("attn.wq_a", (rq, d), "replicated"), Projection("attn.q_norm", (rq,), "replicated", True),
+                    Projection("attn.wq_b", (H * qk, rq), "column")]
+        else:
+            out.append(Projection("attn.wq", (H * qk, d), "column"))
+        return out + [Projection("attn.wkv_a", (dc + dr, d), "replicated"),
+                      Projection("attn.kv_norm", (dc,), "replicated", True),
+                      Projection("attn.wkv_b", (H * (spec.qk_nope_head_dim + spec.v_head_dim), dc), "column"),
+                      Projection("attn.wo", (d, H * spec.v_head_dim), "row")]
+
+    def absorb_params_per_head(self, spec) -> int:
+        return (spec.qk_nope_head_dim + spec.v_head_dim) * spec.kv_lora_rank
 
     def kv_formats(self, spec) -> tuple[str, ...]:
         return KV_FORMATS
@@ -67,11 +96,11 @@ class MLA(AttentionKind):
         heads = spec.num_attention_heads // layout.tp
         pairs = c * P + c * (c + 1) / 2
         kv_b = self.bytes_per_token_layer(spec, kv_dtype)
-        flops = cost.naive_core_flops(heads, pairs, spec.qk_head_dim, spec.v_head_dim)
+        flops = cost.naive_core_flops(heads, pairs, self.qk_head_dim(spec), spec.v_head_dim)
         flops += 2.0 * (P + c) * spec.kv_lora_rank * heads * (spec.qk_nope_head_dim + spec.v_head_dim)
-        kv_mat = (P + c) * heads * (spec.qk_head_dim + spec.v_head_dim) * ACT_BYTES
+        kv_mat = (P + c) * heads * (self.qk_head_dim(spec) + spec.v_head_dim) * ACT_BYTES
         return CoreCost((P + c) * kv_b + c * kv_b + kv_mat, flops)
 
     def per_head_bytes_per_token_layer(self, spec, kv_dtype: str) -> float:
         """The MHA-style cache MLA avoids: H x (d_qk + d_v) x bytes (DeepSeek-V2 paper section 2.1)."""
-        return spec.num_attention_heads * (spec.qk_head_dim + spec.v_head_dim) * element_bytes(kv_dtype)
+        return spec.num_attention_heads * (self.qk_head_dim(spec) + spec.v_head_dim) * element_bytes(kv_dtype)
