@@ -14,6 +14,7 @@ LAYERS = ("core", "specs", "engines", "memory", "perf", "search", "launch", "aud
 ENTRY_MODULES = ("__init__", "__main__")
 # optional heavy dependencies a function may import where it needs them (verify needs torch; --plot matplotlib)
 HEAVY = ("torch", "numpy", "matplotlib", "triton", "flash_mla")
+LAZY_LOADER = "cli.app"    # the one module that imports by name at run time: the CLI loading its own commands
 MAX_LINES = 300
 
 
@@ -24,6 +25,7 @@ class Module:
     lines: int
     top: set[str] = field(default_factory=set)    # modules imported at module level (incl. under if/try)
     inner: set[str] = field(default_factory=set)  # modules imported inside a function or class body
+    by_name: int = 0                              # calls of importlib.import_module / __import__
 
 
 def _resolve(module: str, is_pkg: bool, node: ast.ImportFrom) -> str:
@@ -68,10 +70,16 @@ def read_package(root: Path, package: str) -> dict[str, Module]:
 
 def _walk(node, name: str, is_pkg: bool, known: set[str], m: Module, inside: bool) -> None:
     for child in ast.iter_child_nodes(node):
+        if isinstance(child, ast.Call) and _called(child.func) in ("import_module", "__import__"):
+            m.by_name += 1
         if isinstance(child, (ast.Import, ast.ImportFrom)):
             (m.inner if inside else m.top).update(_targets(name, is_pkg, child, known))
         deeper = inside or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda))
         _walk(child, name, is_pkg, known, m, deeper)
+
+
+def _called(func) -> str:
+    return func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
 
 
 def layer_of(package: str, module: str) -> int | None:
@@ -101,6 +109,8 @@ def violations(root: Path, package: str) -> list[str]:
     out += _upward(package, modules)
     out += _cycles(modules)
     out += _inner_imports(package, modules)
+    out += [f"{name} imports by name at run time (only {package}.{LAZY_LOADER} may: it loads the commands)"
+            for name, m in modules.items() if m.by_name and name != f"{package}.{LAZY_LOADER}"]
     out += [f"{m.path.relative_to(root)}: {m.lines} lines (at most {MAX_LINES})"
             for m in modules.values() if m.lines > MAX_LINES]
     return out

@@ -65,6 +65,13 @@ def test_an_import_inside_a_function_fails_unless_it_loads_torch(tmp_path):
         "and modules that load them may be)"]
 
 
+def test_an_import_by_name_outside_the_cli_loader_fails(tmp_path):
+    plant(tmp_path, {"search/z.py": "import importlib\n\ndef f():\n    return importlib.import_module('pkg.cli.c')\n",
+                     "cli/app.py": "import importlib\n\ndef load(m):\n    return importlib.import_module(m)\n"})
+    assert violations(tmp_path, "pkg") == [
+        "pkg.search.z imports by name at run time (only pkg.cli.app may: it loads the commands)"]
+
+
 def test_a_stray_module_and_a_long_one_fail(tmp_path):
     plant(tmp_path, {"helpers.py": "", "perf/long.py": "X = 1\n" * (MAX_LINES + 1)})
     found = violations(tmp_path, "pkg")

@@ -1,4 +1,4 @@
-"""`mla-plan check-log`: an engine's log held against the plan (mla_planner/logcheck.py). The log lines are the
+"""`mla-plan check-log`: an engine's log held against the plan (mla_planner/audit/logcheck.py). The log lines are the
 engines' own formats (vLLM 0.33.0 v1/core/kv_cache_utils.py and v1/engine/core.py, SGLang 0.5.23
 managers/scheduler.py; the older vLLM line from vllm-project/vllm#16692)."""
 

@@ -1,5 +1,5 @@
 """Which tuned fused-MoE kernel config each engine looks up for a candidate, and whether its wheel ships one
-(mla_planner/moe_configs.py; the shipped names in data/moe_kernel_configs.yaml, from the vLLM 0.33.0 and
+(mla_planner/engines/moe_configs.py; the shipped names in data/moe_kernel_configs.yaml, from the vLLM 0.33.0 and
 SGLang 0.5.23 wheels; sgl-project/sglang#4161)."""
 
 from __future__ import annotations

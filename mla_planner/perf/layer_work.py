@@ -23,13 +23,12 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from mla_planner.core.units import ACT_BYTES
-from mla_planner.engines.parallel import dense_tp as _memory_dense_tp
+from mla_planner.engines.parallel import dense_tp
 from mla_planner.specs.attention.kinds import attention_of
 from mla_planner.specs.knobs import Knobs
 from mla_planner.specs.layout import Layout, weight_key
 from mla_planner.specs.model import ModelSpec
 from mla_planner.specs.weights import Tensor, inventory, mtp_inventory, stored_bytes
-
 
 
 @dataclass(frozen=True)
@@ -76,12 +75,6 @@ class LayerWeights:
     expert_params: float
     weight_precision: str    # tensor_precision of the dense weights / of the routed experts
     expert_precision: str
-
-
-def dense_tp(layout: Layout, engine: str, group: str = "dense_ffn", dense_per_rank: bool = False) -> int:
-    """TP degree of a split tensor of `group`: the memory model's rule (engines.parallel.dense_tp): the
-    attention TP group, except SGLang under DP attention (tp x dp, or replicated: see there)."""
-    return _memory_dense_tp(layout, engine, group, dense_per_rank)
 
 
 def _share(t: Tensor, layout: Layout, engine: str, dense_per_rank: bool) -> float:

@@ -24,7 +24,8 @@ from typing import Callable, Optional
 
 import torch
 
-from mla_planner.perf.layer_work import Op, dense_tp, experts_hit, ffn_rows
+from mla_planner.engines.parallel import dense_tp
+from mla_planner.perf.layer_work import Op, experts_hit, ffn_rows
 from mla_planner.verify.bench import time_fn
 from mla_planner.verify.check import GEMM_BAND, Check, Timing, one_line, rates, ratio_check, roofline, skipped
 from mla_planner.verify.env import DeviceInfo

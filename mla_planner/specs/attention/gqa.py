@@ -56,7 +56,7 @@ class GQA(AttentionKind):
         """Per-head K/V cache split by TP down to one KV head per rank (cost.naive_core_flops)."""
         kv_b = self.bytes_per_token_layer(spec, kv_dtype)
         hd, heads = spec.gqa_head_dim, spec.num_attention_heads // layout.tp
-        kv_share = max(1, spec.kv_heads // layout.tp) / spec.kv_heads
+        kv_share = self.kv_groups(spec, kv_dtype, layout)[0].rank_share
         total = requests * context
         return CoreCost(total * kv_b * kv_share + 2 * requests * heads * hd * ACT_BYTES,
                         cost.naive_core_flops(heads, total, hd, hd))

@@ -1,5 +1,5 @@
 """The attention kinds the planner knows, by the name a spec's `attention` field gives. A new kind is one
-module with an AttentionKind subclass (base.py) and one entry here; `register` adds one at run time."""
+module with an AttentionKind subclass (base.py) and one entry here (a test adds its own to KINDS)."""
 
 from __future__ import annotations
 
@@ -8,11 +8,6 @@ from mla_planner.specs.attention.gqa import GQA
 from mla_planner.specs.attention.mla import MLA
 
 KINDS: dict[str, AttentionKind] = {k.name: k for k in (MLA(), GQA())}
-
-
-def register(kind: AttentionKind) -> None:
-    """Make `kind` known under `kind.name` (a kind outside this package, e.g. in a test)."""
-    KINDS[kind.name] = kind
 
 
 def kind_named(name: str) -> AttentionKind:
