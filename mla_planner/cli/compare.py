@@ -22,7 +22,7 @@ from mla_planner.search.candidate_warnings import ttft_headroom_note
 from mla_planner.engines.memory_rules import (SGLANG_SPECULATIVE_MAX_RUNNING, default_memory_fraction,
                                               engine_default_knobs)
 from mla_planner.core.errors import PlanError
-from mla_planner.engines.layouts import sglang_pp_spec_problem
+from mla_planner.engines.layouts import mtp_layout_problem
 from mla_planner.engines.parallel import uses_deepep
 from mla_planner.engines.parallel import dense_per_rank_applies
 from mla_planner.memory.accounting import evaluate as memory_evaluate
@@ -228,7 +228,7 @@ def compare_cmd(layouts: Annotated[Optional[list[str]], typer.Option(
         results.append((m, knobs))
         split = split_note(spec, topo, layout, knobs, m.memory) if m.memory.fits else ""   # `plan` may adopt it
         start = (engine_layout_problem(spec, topo, layout, engine, per_rank)
-                 or (sglang_pp_spec_problem(layout) if mtp and engine == "sglang" else ""))
+                 or (mtp_layout_problem(engine, layout) if mtp else ""))
         start = f"will not start as priced here: {start}" if start else ""
         verify = _mtp_verify_note(spec, topo, layout, knobs) if mtp else ""
         capped = (f"SGLang resets --max-running-requests to {SGLANG_SPECULATIVE_MAX_RUNNING} with speculative "

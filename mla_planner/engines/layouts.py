@@ -25,7 +25,7 @@ def engine_layout_problem(spec: ModelSpec, topo: Topology, layout: Layout, engin
                           dense_per_rank: bool = False, deepep: bool | None = None) -> str:
     """The first reason `engine` cannot start `layout` ('' when it can). `deepep`: whether the MoE runs over
     DeepEP, when a command says so (lint); None: as the plan launches it (engines.parallel.uses_deepep)."""
-    return ((vllm_layout_problem(layout, topo.gpus_per_node) if engine == "vllm" else "")
+    return (launch_problem(engine, layout, topo.gpus_per_node)
             or deepep_problem(engine, layout, topo) or deepep_experts_problem(engine, spec, layout)
             or sglang_fp8_dense_problem(spec, layout, engine, dense_per_rank, deepep))
 
@@ -73,3 +73,13 @@ def sglang_pp_spec_problem(L: Layout) -> str:
         return (f"SGLang runs speculative decoding under PP only with {PP_SPEC_ENV}=1, which refuses attention DP "
                 "(arg_groups/validation_hook.py)")
     return ""
+
+
+def launch_problem(engine: str, layout: Layout, gpus_per_node: int) -> str:
+    """The engine's own layout limits (what its launcher refuses), '' when it takes the layout."""
+    return vllm_layout_problem(layout, gpus_per_node) if engine == "vllm" else ""
+
+
+def mtp_layout_problem(engine: str, layout: Layout) -> str:
+    """Why the engine refuses speculative decoding (MTP) on this layout ('' when it takes it)."""
+    return sglang_pp_spec_problem(layout) if engine == "sglang" else ""

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Optional
 
+from mla_planner.engines.profile import profile
 from mla_planner.core.reason import Reason
 from mla_planner.core.units import GiB
 from mla_planner.engines.backends import fp8_checkpoint, startup_problems
@@ -51,7 +52,7 @@ def split_pools(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs,
                 memo[i, start, n] = _stage(spec, topo, layout, knobs, rules, i, range(start, start + n))
             stages.append(memo[i, start, n])
             start += n
-        rest = min(sglang_rest_bytes(knobs, total, s.costs) for s in stages) if rules.engine == "sglang" else None
+        rest = min(sglang_rest_bytes(knobs, total, s.costs) for s in stages) if profile(rules.engine).pool_after_static_fraction else None
         tokens = [kv_pool(rules, knobs, total, s.costs, layout.dcp, rest)[1] for s in stages]   # as _rank's
         return [t or min(kv_budget_bytes(rules, knobs, total, s.costs, rest) / 1e6, 0.0)
                 for t, s in zip(tokens, stages)]
@@ -88,7 +89,7 @@ def _stage(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, rules:
     first, last = index == 0, index == layout.pp - 1
     mtp = knobs.mtp and last
     fp8 = fp8_checkpoint(rules.engine, spec, topo.gpu)
-    marlin = rules.engine == "vllm" and bool(fp8 and fp8[0])   # weight-only FP8 Marlin on a GPU without FP8
+    marlin = profile(rules.engine).fp8_marlin_fallback and bool(fp8 and fp8[0])   # weight-only FP8 Marlin
     weights = stage_weight_terms(spec, layout, rng, first, last, rules.engine, mtp, marlin, knobs.dense_per_rank)
     kv_layers = len(rng) + (spec.num_nextn_predict_layers if mtp else 0)
     tokens = activation_tokens(rules, knobs, layout)
@@ -113,7 +114,7 @@ def _stages(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, rules
 
 def _ranks(stages: list[_Stage], knobs: Knobs, rules: EngineRules, total: float, dcp: int) -> list[RankMemory]:
     """Every stage's GPU; SGLang's KV budget is the smallest over them (engines.memory_rules.sglang_rest_bytes)."""
-    rest = min(sglang_rest_bytes(knobs, total, s.costs) for s in stages) if rules.engine == "sglang" else None
+    rest = min(sglang_rest_bytes(knobs, total, s.costs) for s in stages) if profile(rules.engine).pool_after_static_fraction else None
     return [_rank(s, knobs, rules, total, dcp, rest) for s in stages]
 
 
@@ -126,7 +127,7 @@ def _rank(stage: _Stage, knobs: Knobs, rules: EngineRules, total: float, dcp: in
         terms["deepep_buffer"] = c.a2a_bytes
     terms.update({"activation_peak": c.activation_bytes, "cuda_graph": c.cuda_graph_bytes,
                   "nccl_buffers": c.nccl_bytes, "runtime_overhead": c.runtime_bytes})
-    if rules.engine == "sglang":
+    if profile(rules.engine).pool_after_static_fraction:
         terms["req_to_token"] = sglang_req_to_token_bytes(knobs, tokens)
     terms["kv_pool"] = pool_bytes
     terms["free"] = total - sum(terms.values())
@@ -185,7 +186,7 @@ def _stage_fraction_bytes(s: _Stage, knobs: Knobs, rules: EngineRules, total: fl
     its slack (1 - f) x pre-load holding activations, graphs and the req_to_token table."""
     c = s.costs
     block = knobs.block_size * c.slot_bytes
-    if rules.engine == "sglang":
+    if profile(rules.engine).pool_after_static_fraction:
         slack = c.activation_bytes + c.cuda_graph_bytes + sglang_req_to_token_bytes(knobs, knobs.max_num_seqs * 2)
         return c.weights_bytes + c.a2a_bytes + block, slack + ALLOCATOR_MARGIN_BYTES, \
             total - c.runtime_bytes - c.nccl_bytes
@@ -222,7 +223,7 @@ def _safe_fraction(stages: list[_Stage], knobs: Knobs, rules: EngineRules, total
                           "itself, so a higher --mem-fraction-static leaves less headroom than its own rule")
         if inside > safe * base:
             extra = "activations, CUDA graphs, runtime/NCCL buffers"
-            extra += ", the req_to_token table" if rules.engine == "sglang" else ""
+            extra += ", the req_to_token table" if profile(rules.engine).pool_after_static_fraction else ""
             return safe, (f"no fraction fits: on stage {s.index} the weights ({s.costs.weights_bytes / gib:,.1f} GiB "
                          f"per GPU), one KV block, {extra} and the {ALLOCATOR_MARGIN_BYTES / gib:.0f} GiB margin "
                          f"need {(inside + outside + total - base) / gib:,.1f} GiB, more than the GPU's "

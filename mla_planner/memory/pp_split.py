@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Callable
 
+from mla_planner.engines.profile import profile
 from mla_planner.specs.knobs import Knobs
 from mla_planner.specs.layout import Layout
 from mla_planner.specs.model import ModelSpec
@@ -30,7 +31,7 @@ def stage_layers(num_layers: int, pp: int, engine: str = "vllm") -> list[int]:
     base, rem = divmod(num_layers, pp)
     parts = [base] * pp
     for i in range(rem):
-        if engine == "sglang":
+        if profile(engine).pp_remainder_last:
             parts[pp - 1 - i] += 1
         else:
             parts[(pp - 2 - i) % pp] += 1
@@ -38,7 +39,7 @@ def stage_layers(num_layers: int, pp: int, engine: str = "vllm") -> list[int]:
 
 
 def partition_env_name(engine: str) -> str:
-    return "VLLM_PP_LAYER_PARTITION" if engine == "vllm" else "SGLANG_PP_LAYER_PARTITION"
+    return profile(engine).pp_partition_env
 
 
 def layer_split(spec: ModelSpec, layout: Layout, knobs: Knobs) -> list[int]:

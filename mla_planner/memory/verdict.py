@@ -3,6 +3,7 @@ reader needs (which stage binds the pool, a fraction above the safe one)."""
 
 from __future__ import annotations
 
+from mla_planner.engines.profile import profile
 from mla_planner.core.reason import Reason
 from mla_planner.core.units import GiB, MiB
 from mla_planner.memory.results import RankMemory
@@ -47,7 +48,7 @@ def verdict(ranks: list[RankMemory], knobs: Knobs, layout: Layout, capacity: int
     for r in ranks:
         reasons += _stage_reasons(r, knobs, safe)
     if 0 < capacity < knobs.max_model_len:
-        if knobs.engine == "sglang":   # managers/tp_worker.py: max_req_len = min(context_len - 1, pool - 1)
+        if not profile(knobs.engine).short_pool_refuses_start:   # SGLang managers/tp_worker.py: max_req_len
             reasons.append(Reason("pool_below_context", f"the KV pool holds {capacity:,} tokens, fewer than "
                                   f"--context-length {knobs.max_model_len:,}: SGLang starts but caps every request at "
                                   f"{capacity - 1:,} tokens (prompt + output) and turns longer ones away"))

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Iterator, Optional
 
+from mla_planner.engines.profile import profile
 from mla_planner.specs.attention.kinds import attention_of
 from mla_planner.memory.accounting import evaluate, safe_memory_fraction, split_pools
 from mla_planner.memory.pp_split import MIN_SPLIT_GAIN, balance, layer_split, partition_env_name
@@ -117,7 +118,7 @@ def awq_spec(spec: ModelSpec, group: int = 128) -> Optional[ModelSpec]:
 
 
 def _flag(knobs: Knobs) -> str:
-    return "--gpu-memory-utilization" if knobs.engine == "vllm" else "--mem-fraction-static"
+    return profile(knobs.engine).fraction_flag
 
 
 def _layouts(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs) -> Iterator[Candidate]:

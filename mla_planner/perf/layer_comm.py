@@ -23,6 +23,7 @@ to its peer and the receiving stage all-gathering it (`send_tensor_dict(all_gath
 
 from __future__ import annotations
 
+from mla_planner.engines.profile import profile
 from mla_planner.specs.attention.kinds import attention_of
 from mla_planner.core.units import ACT_BYTES
 from mla_planner.engines.parallel import uses_deepep
@@ -49,7 +50,7 @@ def dp_rank_blocks(layout: Layout, engine: str) -> bool:
     """vLLM places each DP rank's tp x pp GPUs together (world rank = dp x pp x tp + pp x tp + tp), so with
     PP a stage's DP-attention/EP group is strided over the whole instance; SGLang (and vLLM without DP or
     without PP) packs each stage's tp x dp GPUs together."""
-    return engine == "vllm" and layout.dp > 1 and layout.pp > 1
+    return not profile(engine).dp_rank_packs_stage and layout.dp > 1 and layout.pp > 1
 
 
 def stage_group_spans(layout: Layout, topo: Topology, engine: str) -> bool:

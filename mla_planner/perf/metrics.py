@@ -42,6 +42,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from math import ceil
 
+from mla_planner.engines.profile import profile
 from mla_planner.core.errors import PlanError
 from mla_planner.engines.cuda_graphs import graph_batch_cap
 from mla_planner.memory.report import memory_report
@@ -54,7 +55,7 @@ from mla_planner.perf.stalls import chunk_rounds_per_round, coupled_ranks  # noq
 from mla_planner.perf.request_times import (decode_steps, mean_tpot_s, network_wait_share,
                                             operating_batch, serving_round_s, time_in_system_s,
                                             tokens_gained, ttfts_s)
-from mla_planner.engines.parallel import DEEPEP_SGLANG_DISPATCH_MAX, uses_deepep
+from mla_planner.engines.parallel import uses_deepep
 from mla_planner.memory.accounting import evaluate as memory_evaluate
 from mla_planner.perf.prefill import Prefill
 from mla_planner.perf.step import DecodeStep, decode_step
@@ -139,10 +140,11 @@ def batch_limit(layout: Layout, knobs: Knobs, mem: MemoryReport, workload: Workl
     per_request = tokens_per_request(workload, knobs.block_size)
     kv = mem.kv_capacity_tokens // per_request if mem.fits else 0
     caps = [(kv, "kv"), (knobs.max_num_seqs, "max_num_seqs")]
-    if knobs.engine == "vllm":
+    if profile(knobs.engine).step_budget_caps_prompts:   # one budget per step: the decodes count against it
         caps.append((knobs.max_num_batched_tokens // decode_query_len(knobs), "max_num_batched_tokens"))
-    if knobs.engine == "sglang" and uses_deepep(layout):   # its low-latency dispatch buffer's hard limit
-        caps.append((DEEPEP_SGLANG_DISPATCH_MAX // decode_query_len(knobs), "deepep_dispatch"))
+    cap = profile(knobs.engine).deepep_decode_cap
+    if cap and uses_deepep(layout):   # its low-latency dispatch buffer's hard limit
+        caps.append((cap // decode_query_len(knobs), "deepep_dispatch"))
     if knobs.cuda_graphs:    # the step model prices graph replay, so the micro-batch stays in the captured range
         caps.append((graph_batch_cap(knobs.engine, gpu, layout, knobs) * layout.pp, "cuda_graphs"))
     return min(caps, key=lambda c: c[0])

@@ -9,6 +9,7 @@ from __future__ import annotations
 from functools import lru_cache
 from math import ceil
 
+from mla_planner.engines.profile import profile
 from mla_planner.perf.prefill import Prefill, prefill
 from mla_planner.perf.stalls import chunk_rounds_per_round, coupled_ranks
 from mla_planner.perf.step import DecodeStep, decode_step
@@ -44,7 +45,7 @@ def mean_tpot_s(spec, topo, layout, knobs, workload, calib, batch: int) -> tuple
 def step_chunk_cap(p: Prefill, engine: str) -> float:
     """The prompt chunks one engine step carries: chunks_per_step for vLLM, unbounded for SGLang (whose
     decodes wait out every chunk); a request's TPOT carries at most this many per round, the rest waits."""
-    return chunks_per_step(p) if engine == "vllm" else float("inf")
+    return chunks_per_step(p) if profile(engine).step_budget_caps_prompts else float("inf")
 
 
 def chunks_per_step(p: Prefill) -> float:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from math import ceil
 
+from mla_planner.engines.profile import profile
 from mla_planner.memory.accounting import evaluate as memory_evaluate
 from mla_planner.memory.accounting import safe_memory_fraction
 from mla_planner.perf.metrics import in_flight, tokens_per_request
@@ -87,14 +88,14 @@ def _vllm_steps_at_least(layout, knobs: Knobs, batch: int, workload) -> float:
     no less), over the chunks one step's budget carries; 1 for SGLang. No prefill is priced, so it is cheap.
     It grows with the batch (more chunks, and a smaller budget left after the decodes). The budget is the
     largest tuning may choose (tuning.chunk_candidates), not the draft's."""
-    if knobs.engine != "vllm":
+    if not profile(knobs.engine).step_budget_caps_prompts:
         return 1.0
     budget = max(knobs.max_num_batched_tokens, *chunk_candidates(knobs.engine, layout))
     chunk = chunk_budget(knobs, layout, batch, budget)
     prompt = prompt_misses(workload.input_len, workload.prefix_hit_rate)   # the fewest tuning could prefill
     chunks = ceil(prompt / chunk)
     rounds = workload.output_len / tokens_gained(tokens_per_step(knobs, workload.mtp_acceptance), workload)
-    return decode_steps(batch * chunks / rounds, Prefill(prompt, chunk, chunks, 0.0, 0.0), "vllm")
+    return decode_steps(batch * chunks / rounds, Prefill(prompt, chunk, chunks, 0.0, 0.0), knobs.engine)
 
 
 def _vllm_budget_knee(layout, knobs: Knobs, top: int, workload) -> int:

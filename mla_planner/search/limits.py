@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 from math import ceil
 
+from mla_planner.engines.profile import profile
 from mla_planner.engines.cuda_graphs import graph_batch_cap
 from mla_planner.memory.accounting import evaluate as memory_evaluate
 from mla_planner.memory.accounting import safe_memory_fraction, split_pools
@@ -111,8 +112,9 @@ def choose_graph_cap(spec, topo, layout, knobs: Knobs, workload: Workload, calib
         tighter, m2 = _with_graph_cap(spec, topo, layout, knobs, workload, calib, m, tight, worst_chunk)
         if not _better(m, m2):
             alt, m = tighter, m2
-    flag = "--max-cudagraph-capture-size" if knobs.engine == "vllm" else "--cuda-graph-max-bs-decode"
-    if knobs.engine == "vllm" and knobs.mtp:
+    engine = profile(knobs.engine)
+    flag = engine.graph_flag
+    if engine.graph_range_in_tokens and knobs.mtp:
         flag += f", in tokens: {decode_query_len(knobs)} per request with MTP"
     was = "the engine's own capture range" if not knobs.cuda_graph_max_bs else "the range fitted at the draft chunk"
     if not _better(m, first):
@@ -129,7 +131,8 @@ def _steps(batch: float) -> int:
 
 def _with_graph_cap(spec, topo, layout, knobs: Knobs, workload: Workload, calib: Calibration, hint: Metrics,
                     cap: int, worst_chunk: int) -> tuple[Knobs, Metrics]:
-    alt = replace(knobs, cuda_graph_max_bs=cap * (decode_query_len(knobs) if knobs.engine == "vllm" else 1))
+    per_request = decode_query_len(knobs) if profile(knobs.engine).graph_range_in_tokens else 1
+    alt = replace(knobs, cuda_graph_max_bs=cap * per_request)
     alt = replace(alt, memory_fraction=_safe(spec, topo, layout, alt, worst_chunk))
     return alt, evaluate(spec, topo, layout, alt, workload, calib, hint.capacity_per_dp_rank)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from math import ceil
 
+from mla_planner.engines.profile import profile
 from mla_planner.engines.memory_rules import sglang_fraction_ceiling
 from mla_planner.engines.parallel import DEEPEP_SGLANG_DISPATCH_MAX
 from mla_planner.memory.accounting import stage_ranges
@@ -56,7 +57,7 @@ def limit_words(m: Metrics, workload: Workload) -> str:
             else f"the planner's cap of {MAX_NUM_SEQS_CAP:,} per DP rank (vLLM's own default --max-num-seqs); the "
                  "KV pool and the TPOT target would allow more")
     k = m.memory.knobs
-    q = decode_query_len(k) if k.engine == "vllm" else 1    # vLLM's range counts tokens
+    q = decode_query_len(k) if profile(k.engine).graph_range_in_tokens else 1
     graphs = (f"the CUDA-graph capture range, which the plan raised to {k.cuda_graph_max_bs // q} requests per "
               "micro-batch" + (f" ({k.cuda_graph_max_bs} tokens)" if q > 1 else "") + " (capturing more would "
               "not serve more: the graphs take the KV room a larger batch needs)" if k.cuda_graph_max_bs else

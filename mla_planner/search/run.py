@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from mla_planner.search.candidate import Rejection
-from mla_planner.engines.layouts import vllm_layout_problem
+from mla_planner.engines.layouts import launch_problem
 from mla_planner.engines.parallel import dense_per_rank_applies
 from mla_planner.search.bounds import screen, target_bound
 from mla_planner.search.candidate_warnings import warnings_for
@@ -100,7 +100,7 @@ def _engine_problem(layout: Layout, engine: str, topo: Topology) -> str | None:
     if layout.kv_layout == "latent-sharded":
         return ("no engine implements latent-width sharding (the seed's Route B): vLLM and SGLang replicate "
                 "the latent per TP rank, or split it by request (DP attention) or by token (DCP)")
-    return (vllm_layout_problem(layout, topo.gpus_per_node) or None) if engine == "vllm" else None
+    return launch_problem(engine, layout, topo.gpus_per_node) or None
 
 
 def search(spec: ModelSpec, topo: Topology, workload: Workload, calib: Calibration,

@@ -12,12 +12,13 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from math import ceil
 
+from mla_planner.engines.profile import profile
 from mla_planner.engines.layouts import engine_layout_problem
 from mla_planner.specs.attention.kinds import attention_of
 from mla_planner.engines.backends import (choose_block_size, fp8_checkpoint, mtp_verify_problem, no_backend_reason,
                                           usable_backends)
 from mla_planner.core.errors import PlanError
-from mla_planner.engines.layouts import sglang_pp_spec_problem
+from mla_planner.engines.layouts import mtp_layout_problem
 from mla_planner.engines.parallel import uses_deepep
 from mla_planner.engines.parallel import dense_per_rank_applies
 from mla_planner.memory.accounting import evaluate as memory_evaluate
@@ -106,8 +107,8 @@ def _draft_knobs(spec: ModelSpec, topo: Topology, layout: Layout, engine: str, k
     if attention_of(spec).backend_family == "mla":
         backend, block, why_block = backend_and_block(engine, gpu, kv_dtype, layout.dcp, pinned.block_size)
         backend_name = backend.name
-        if pinned.mtp and engine == "sglang" and sglang_pp_spec_problem(layout):
-            raise Rejected(sglang_pp_spec_problem(layout) + "; MTP is not planned there")
+        if pinned.mtp and mtp_layout_problem(engine, layout):
+            raise Rejected(mtp_layout_problem(engine, layout) + "; MTP is not planned there")
         verify_problem = mtp_verify_problem(backend, layout.dcp) if pinned.mtp else ""
         if verify_problem:
             raise Rejected(verify_problem + "; MTP is not planned there")
@@ -115,7 +116,7 @@ def _draft_knobs(spec: ModelSpec, topo: Topology, layout: Layout, engine: str, k
                        f"{kv_dtype} KV)")
     else:   # the MLA backend table does not apply (vLLM refuses an MLA backend for a non-MLA model)
         backend_name, block = None, pinned.block_size or GQA_DEFAULT_BLOCK[engine]
-        if engine == "vllm" and block % 16:
+        if block % profile(engine).gqa_block_multiple:
             raise Rejected(f"block size {block}: vLLM's FlashAttention and Triton backends take multiples of 16 "
                            "(flash_attn.py / triton_attn.py), so no backend would start")
         why_backend = f"the engine's own choice for a {spec.attention.upper()} model (the MLA backends do not apply)"
@@ -184,7 +185,7 @@ def _seq_cap(layout: Layout, workload: Workload) -> int:
 def chunk_candidates(engine: str, layout: Layout) -> tuple[int, ...]:
     """Prefill chunks worth trying. vLLM with DeepEP sizes the all-to-all buffer for the whole token budget
     (4 x experts x tokens x ~2 x hidden bytes), so there the budget stays small."""
-    return DEEPEP_CHUNKS if engine == "vllm" and uses_deepep(layout) else CHUNK_CANDIDATES
+    return DEEPEP_CHUNKS if profile(engine).deepep_buffer_by_budget and uses_deepep(layout) else CHUNK_CANDIDATES
 
 
 def largest_safe_chunk(spec, topo, layout, knobs: Knobs) -> int:
@@ -210,7 +211,8 @@ def choose_chunk(spec, topo, layout, knobs: Knobs, workload: Workload, calib: Ca
         k = replace(knobs, max_num_batched_tokens=chunk)
         # vLLM charges the chunk's activations (and the DeepEP buffer, sized for it) to its KV budget: a
         # chunk must leave the KV room for `batch`
-        mem = memory_evaluate(spec, topo, layout, k) if k.engine == "vllm" else None   # SGLang: outside its pool
+        charged = not profile(k.engine).pool_after_static_fraction   # SGLang keeps it outside its static pool
+        mem = memory_evaluate(spec, topo, layout, k) if charged else None
         if mem and (not mem.fits or mem.kv_capacity_tokens // tokens_per_request(workload, k.block_size) < batch):
             room = False
             continue
@@ -269,7 +271,7 @@ def tune(spec: ModelSpec, topo: Topology, layout: Layout, engine: str, kv_dtype:
     knobs = replace(knobs, max_num_seqs=seqs)
     # SGLang keeps the chosen (smaller) chunk's activations and the smaller request table outside its static
     # pool: the fraction safe at the final knobs is higher; the batch keeps its size, the pool gains headroom
-    if engine == "sglang":   # (vLLM charges both to its budget: its safe fraction does not move)
+    if profile(engine).pool_after_static_fraction:   # (vLLM charges both to its budget: its fraction stays)
         knobs = replace(knobs, memory_fraction=max(knobs.memory_fraction,
                                                    safe_memory_fraction(spec, topo, layout, knobs)))
     # fewer sequences mean fewer CUDA graphs to capture: re-count memory for the final knobs (the metrics

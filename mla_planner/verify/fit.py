@@ -20,6 +20,7 @@ from typing import Optional
 
 import torch
 
+from mla_planner.engines.profile import profile
 from mla_planner.core.units import GiB
 from mla_planner.memory.accounting import kv_slot_bytes
 from mla_planner.verify.check import Check, errored
@@ -111,10 +112,11 @@ def _describe(t: Target) -> str:
     layers, per_layer, shape, dtype = kv_layout(t, 1.0)
     weights = sum(v for n, v in mem.terms.items() if n.startswith("weights/"))
     base = mem.total_bytes - (mem.terms.get("runtime_overhead", 0.0) + mem.terms.get("nccl_buffers", 0.0)
-                              if k.engine == "sglang" else 0.0)   # SGLang: a fraction of the memory free before load
+                              if profile(k.engine).pool_after_static_fraction else 0.0)   # of pre-load free memory
     budget = k.memory_fraction * base
     a2a = " + DeepEP buffer" if mem.terms.get("deepep_buffer") else ""
-    covers = (f"weights{a2a} + KV pool (SGLang's static pool; the rest lives outside it)" if k.engine == "sglang"
+    covers = (f"weights{a2a} + KV pool (SGLang's static pool; the rest lives outside it)"
+              if profile(k.engine).pool_after_static_fraction
               else "what vLLM charges to it")
     return (f"stage {mem.pp_stage}: weights {weights / GiB:,.1f} GiB + KV pool {mem.kv_pool_bytes / GiB:,.1f} GiB "
             f"({layers} layers x [{shape[0]:,}, {shape[1]}, {shape[2]}] {str(dtype).removeprefix('torch.')}) + "
