@@ -7,19 +7,19 @@ the MLA fields are null for GQA, the GQA fields are unused for MLA.
 
 from __future__ import annotations
 
-from functools import cached_property
 from typing import Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
+from mla_planner.core.hashing import HashedByContent
 from mla_planner.core.files import Flag, NonNegInt, PosInt
 from mla_planner.specs.attention.kinds import KINDS, kind_named
 
 WeightDtype = Literal["bf16", "fp8", "int4", "int8"]
 
 
-class ModelSpec(BaseModel):
+class ModelSpec(HashedByContent):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     # identity
@@ -91,21 +91,6 @@ class ModelSpec(BaseModel):
             if not 1 <= self.num_experts_per_tok <= self.n_routed_experts:
                 raise ValueError(f"num_experts_per_tok must be in 1..n_routed_experts={self.n_routed_experts}")
         return self
-
-    @cached_property
-    def _content_hash(self) -> int:
-        return hash(self.model_dump_json())
-
-    def model_copy(self, *, update=None, deep: bool = False):
-        """A copy hashes by its own content, not the cached hash of the original."""
-        copy = super().model_copy(update=update, deep=deep)
-        copy.__dict__.pop("_content_hash", None)
-        return copy
-
-    def __hash__(self) -> int:
-        """Hash by content, computed once (rope_scaling is a dict, so pydantic's field hash cannot be
-        used); lets memoised model functions key on the spec."""
-        return self._content_hash
 
     # ---- derived geometry (no arithmetic beyond the config) ----
     @property

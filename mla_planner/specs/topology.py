@@ -14,6 +14,7 @@ from typing import Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, PositiveFloat, field_validator, model_validator
 
+from mla_planner.core.hashing import HashedByContent
 from mla_planner.core.errors import InputError, PlanError, did_you_mean
 from mla_planner.core.files import parse_yaml
 from mla_planner.core.files import Flag, NonNegInt, PosInt, path_kind, read_mapping, user_path, validate
@@ -118,7 +119,7 @@ class InterNode(BaseModel):
         return self
 
 
-class Topology(BaseModel):
+class Topology(HashedByContent):
     model_config = Strict
     name: str
     description: str = ""
@@ -156,20 +157,6 @@ class Topology(BaseModel):
                              "nvlink_bytes_per_s: give the GPU's NVLink bandwidth per direction, or "
                              "intra_node.gbytes_per_s")
         return self
-
-    @cached_property
-    def _content_hash(self) -> int:
-        return hash(self.model_dump_json())
-
-    def model_copy(self, *, update=None, deep: bool = False):
-        """A copy hashes by its own content, not the cached hash of the original."""
-        copy = super().model_copy(update=update, deep=deep)
-        copy.__dict__.pop("_content_hash", None)
-        return copy
-
-    def __hash__(self) -> int:
-        """Hash by content, computed once (`efficiency` is a dict); lets memoised models key on it."""
-        return self._content_hash
 
     @property
     def total_gpus(self) -> int:
