@@ -12,6 +12,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from mla_planner.specs.attention.kinds import planning_problem
 from mla_planner.core.errors import PlanError
 from mla_planner.core.files import path_kind
 from mla_planner.core.jsonout import dumps
@@ -99,6 +100,13 @@ def check_context(spec, workload) -> None:
     if workload.max_context_len > spec.max_position_embeddings:
         raise PlanError(f"--input-len + --output-len = {workload.max_context_len:,} tokens exceeds {spec.name}'s "
                         f"max_position_embeddings {spec.max_position_embeddings:,}")
+
+
+def check_plannable(spec) -> None:
+    """A model whose attention the planner reads but cannot price yet is refused in one line."""
+    problem = planning_problem(spec)
+    if problem:
+        raise PlanError(problem)
 
 
 def check_mtp(spec, mtp: bool) -> None:

@@ -35,6 +35,7 @@ from mla_planner.specs.knobs import ENGINES, MTP_ACCEPTANCE, Knobs, Workload
 from mla_planner.specs.layout import Layout, parse_layout
 from mla_planner.specs.model import ModelSpec
 from mla_planner.specs.topology import load_topology
+from mla_planner.cli.common import check_plannable
 
 SERVING_ONLY = {"step_s", "tpot_s", "network_wait_share", "decode_network_wait_share", "ttft_s", "ttft_longest_s",
                 "alone_tpot_s"}
@@ -193,6 +194,7 @@ def compare_cmd(layouts: Annotated[Optional[list[str]], typer.Option(
     if not (0 < tpot_ms < inf and 0 < ttft_ms < inf):
         raise PlanError("--tpot-ms and --ttft-ms must be positive, finite milliseconds")
     spec, topo = load_model(model).spec, load_topology(topology)
+    check_plannable(spec)
     if engine is None:
         engine = default_engine(spec, topo.gpu)
     elif (problem := int8_checkpoint_problem(engine, spec, topo.gpu)):

@@ -13,6 +13,7 @@ from mla_planner.core.files import path_kind, user_path
 from mla_planner.specs.calibration import load_calibration
 from mla_planner.specs.catalogue import builtin_names, load_model
 from mla_planner.specs.topology import load_topology
+from mla_planner.cli.common import check_plannable
 
 LintModelOpt = Annotated[Optional[str], typer.Option(
     "--model", "-m", help="The model, when the command's own (an HF id or a local snapshot folder) is not a "
@@ -49,6 +50,7 @@ def lint_cmd(ctx: typer.Context, model: LintModelOpt = None, topology: TopologyO
         raise PlanError(f"lint: {cmd.model or 'the command'} names no built-in model (by HF id) nor a folder "
                         "here: give --model")
     loaded, topo = load_model(ref), load_topology(topology)
+    check_plannable(loaded.spec)
     findings = lint(cmd, loaded.spec, topo, load_calibration(None, topo))
     errors = [f for f in findings if f.level == "error"]
     if as_json:

@@ -20,6 +20,7 @@ from mla_planner.memory.results import MemoryReport
 from mla_planner.specs.catalogue import load_model
 from mla_planner.specs.layout import KV_LAYOUTS, Layout, deepep_runs, layout_problems
 from mla_planner.specs.topology import load_topology
+from mla_planner.cli.common import check_plannable
 
 # Upper bounds on per-DP-rank knobs: far above any engine default (vLLM max-num-seqs 1024, SGLang 2048;
 # batched tokens 8192-16384; block sizes <= 256), low enough that a typo cannot price a 10^14-row table.
@@ -99,6 +100,7 @@ def memory_cmd(
       mla-plan memory -t 2x8xh200-ib -e sglang --tp 1 --dp 16 --ep 16 --max-model-len 32768 --json
     """
     spec, topo = load_model(model).spec, load_topology(topology)
+    check_plannable(spec)
     engine = engine or default_engine(spec, topo.gpu)
     check_mtp(spec, mtp)
     layout = _layout(tp, pp, dp, ep, dcp, kv_layout, topo)

@@ -18,6 +18,7 @@ from mla_planner.specs.catalogue import load_model
 from mla_planner.specs.knobs import ENGINES, Workload
 from mla_planner.specs.layout import layout_problems, parse_layout
 from mla_planner.specs.topology import load_topology
+from mla_planner.cli.common import check_plannable
 
 
 RANK_BY = ("per-gpu", "total")
@@ -28,6 +29,7 @@ def run_plan(model: str, topology: str, workload: Workload, engine: Optional[str
              pinned: Overrides = Overrides(),
              rank_by: str = "per-gpu") -> tuple[Plan, SearchResult, tuple, MtpHint | None]:
     loaded, topo = load_model(model), load_topology(topology)
+    check_plannable(loaded.spec)
     check_context(loaded.spec, workload)
     calib = load_calibration(calibration, topo)
     if engine and engine not in ENGINES:

@@ -32,6 +32,7 @@ from mla_planner.verify.check import Options
 from mla_planner.verify.report import progress, render, report_dict, verdict
 from mla_planner.verify.target import Chosen, make_target, rank_info_from_env
 from mla_planner.verify.torchrun import launch_lines
+from mla_planner.cli.common import check_plannable
 
 SECTIONS = ("env", "fit", "attention", "gemms", "collectives")
 LAUNCH_ONLY = {"print_launch", "head", "port"}
@@ -58,6 +59,7 @@ def candidate_from_options(plan: Optional[str], candidate: int, model: str, topo
         return Chosen(p.spec, p.topology, cand.layout, cand.knobs, p.workload,
                       load_calibration(calibration, p.topology), where, batch or planned_batch, context)
     spec, topo = load_model(model).spec, load_topology(topology)
+    check_plannable(spec)
     lay = parse_layout(layout, topo)
     problems = layout_problems(lay, spec, topo.gpus_per_node, topo.total_gpus)
     if problems:

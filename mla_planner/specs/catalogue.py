@@ -17,8 +17,16 @@ from mla_planner.core.resources import data_dir
 from mla_planner.specs.model import ModelSpec
 from mla_planner.specs.weights import module_skipped
 
-MLA_ARCHITECTURES = {"DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM", "KimiK2ForCausalLM"}
-GQA_ARCHITECTURES = {"LlamaForCausalLM", "Qwen2ForCausalLM", "MistralForCausalLM"}
+# architecture -> (attention kind, the config.json model_types that go with it; empty: any)
+ARCHITECTURES = {
+    "DeepseekV2ForCausalLM": ("mla", {"deepseek_v2"}),
+    "DeepseekV3ForCausalLM": ("mla", {"deepseek_v3"}),
+    "KimiK2ForCausalLM": ("mla", {"kimi_k2", "deepseek_v3"}),
+    "DeepseekV32ForCausalLM": ("mla-dsa", {"deepseek_v32"}),   # V3.2, V3.2-Exp, V3.2-Speciale
+    "LlamaForCausalLM": ("gqa", {"llama"}),
+    "Qwen2ForCausalLM": ("gqa", {"qwen2"}),
+    "MistralForCausalLM": ("gqa", {"mistral"}),
+}
 
 
 @dataclass(frozen=True)
@@ -67,14 +75,18 @@ def spec_from_hf_config(path: Path) -> ModelSpec:
     cfg = read_mapping(path)
     where = str(path)
     archs = cfg.get("architectures") or []
-    arch = next((a for a in archs if a in MLA_ARCHITECTURES | GQA_ARCHITECTURES), None)
+    arch = next((a for a in archs if a in ARCHITECTURES), None)
     if arch is None:
-        supported = ", ".join(sorted(MLA_ARCHITECTURES | GQA_ARCHITECTURES))
+        supported = ", ".join(sorted(ARCHITECTURES))
         raise InputError(where, f"unsupported architecture {archs or 'none given'}; supported: {supported}",
                          "architectures")
+    kind, model_types = ARCHITECTURES[arch]
+    if cfg.get("model_type") and model_types and cfg["model_type"] not in model_types:
+        raise InputError(where, f"model_type {cfg['model_type']!r} does not go with {arch} (expected "
+                         f"{' or '.join(sorted(model_types))}): an edited config?", "model_type")
     fields = {k: v for k, v in cfg.items() if k in ModelSpec.model_fields and k not in ("name", "attention")}
     fields["name"] = _snapshot_name(path)
-    fields["attention"] = "mla" if arch in MLA_ARCHITECTURES else "gqa"
+    fields["attention"] = kind
     if arch == "Qwen2ForCausalLM":
         fields["attention_bias"] = True  # Qwen2 always has q/k/v biases
     fields.update(_weight_dtypes(cfg.get("quantization_config"), where, cfg.get("num_hidden_layers") or 1,

@@ -14,7 +14,7 @@ from pydantic_core import PydanticCustomError
 
 from mla_planner.core.hashing import HashedByContent
 from mla_planner.core.files import Flag, NonNegInt, PosInt
-from mla_planner.specs.attention.kinds import KINDS, kind_named
+from mla_planner.specs.attention.kinds import KINDS, foreign_field, kind_named
 
 WeightDtype = Literal["bf16", "fp8", "int4", "int8"]
 
@@ -41,6 +41,10 @@ class ModelSpec(HashedByContent):
     qk_nope_head_dim: Optional[PosInt] = None
     qk_rope_head_dim: Optional[PosInt] = None
     v_head_dim: Optional[PosInt] = None
+    # DeepSeek Sparse Attention's lightning indexer (attention: mla-dsa; DeepSeek-V3.2 config.json)
+    index_n_heads: Optional[PosInt] = None
+    index_head_dim: Optional[PosInt] = None
+    index_topk: Optional[PosInt] = None
     # gqa
     head_dim: Optional[PosInt] = None
     attention_bias: Flag = False
@@ -72,13 +76,14 @@ class ModelSpec(HashedByContent):
     def _known_kind(cls, name: str) -> str:
         """A kind specs.attention knows (mla, gqa, or one registered there)."""
         if name not in KINDS:
+            names = [repr(k) for k in KINDS]
             raise PydanticCustomError("literal_error", "Input should be {expected}",
-                                      {"expected": " or ".join(repr(k) for k in KINDS)})
+                                      {"expected": ", ".join(names[:-1]) + " or " + names[-1]})
         return name
 
     @model_validator(mode="after")
     def _consistent(self) -> "ModelSpec":
-        problem = kind_named(self.attention).check(self)
+        problem = kind_named(self.attention).check(self) or foreign_field(self)
         if problem:
             raise ValueError(problem)
         if self.first_k_dense_replace > self.num_hidden_layers:

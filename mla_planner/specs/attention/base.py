@@ -74,6 +74,10 @@ class AttentionKind:
                                            # runs the absorbed form, DCP splits the tokens, the latent width can
                                            # be sharded (Route B); the planner searches and prices those
     verify_kernel: bool = False            # `verify`'s microkernel runs this kind's decode (the MLA kernel)
+    extra_fields: tuple[str, ...] = ()     # spec fields only this kind reads; on a spec of another kind they
+                                           # contradict its declared attention, and the spec is refused
+    planned: bool = True                   # memory, plan, compare, lint and verify price it; False: `show` only,
+    not_planned: str = ""                  # and this says what is missing
 
     def check(self, spec) -> str:
         """Why the spec's fields do not describe this kind ('' when they do)."""

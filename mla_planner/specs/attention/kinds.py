@@ -4,16 +4,37 @@ module with an AttentionKind subclass (base.py) and one entry here (a test adds 
 from __future__ import annotations
 
 from mla_planner.specs.attention.base import AttentionKind
+from mla_planner.specs.attention.dsa import DSA
 from mla_planner.specs.attention.gqa import GQA
 from mla_planner.specs.attention.mla import MLA
 
-KINDS: dict[str, AttentionKind] = {k.name: k for k in (MLA(), GQA())}
+KINDS: dict[str, AttentionKind] = {k.name: k for k in (MLA(), DSA(), GQA())}
 
 
 def kind_named(name: str) -> AttentionKind:
     if name not in KINDS:
         raise ValueError(f"unknown attention kind {name!r}; known: {', '.join(KINDS)}")
     return KINDS[name]
+
+
+def foreign_field(spec) -> str:
+    """A field set on `spec` that only another kind reads (an indexer field on an `mla` spec): why the spec
+    contradicts its own attention ('' when it does not)."""
+    own = kind_named(spec.attention).extra_fields
+    for kind in KINDS.values():
+        for name in kind.extra_fields:
+            if name not in own and getattr(spec, name, None) is not None:
+                return (f"{name} is a field of {kind.name} attention, but the model declares {spec.attention}: "
+                        "its architecture does not match its fields")
+    return ""
+
+
+def planning_problem(spec) -> str:
+    """Why the planner cannot yet price `spec`'s attention ('' when it can): a kind it reads and sizes
+    (`show`) but whose engine side is not modelled is refused, never priced as another kind."""
+    kind = attention_of(spec)
+    return "" if kind.planned else f"{spec.name} uses {kind.name} attention, which `show` sizes but the planner " \
+                                   f"cannot price yet: {kind.not_planned}"
 
 
 def attention_of(spec) -> AttentionKind:

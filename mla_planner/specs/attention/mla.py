@@ -69,6 +69,10 @@ class MLA(AttentionKind):
         sharded = layout is not None and layout.kv_layout == "latent-sharded"
         return (KVGroup("mla_latent", per_layer, 1 / layout.tp if sharded else 1.0),)
 
+    def latent_bytes(self, spec, kv_dtype: str) -> float:
+        """What one token's latent costs one layer in `kv_dtype` (the first cache group; a subclass may add more)."""
+        return self.kv_groups(spec, kv_dtype)[0].bytes_per_token_layer
+
     def layout_problems(self, spec, layout) -> list[str]:
         if layout.kv_layout == "latent-sharded" and (layout.tp == 1 or spec.kv_lora_rank % layout.tp):
             return [f"latent-sharded KV needs tp>1 dividing kv_lora_rank={spec.kv_lora_rank}"]
@@ -78,7 +82,7 @@ class MLA(AttentionKind):
         """Absorbed core (cost.absorbed_core_*). replicated: H/tp heads over every cached token; dcp: q heads
         all-gathered over the DCP group, so H/tp x dcp heads over 1/dcp of the tokens; latent-sharded: all H
         heads over a 1/tp slice of the latent (kv_lora_rank/tp and rope/tp)."""
-        kv_b = self.bytes_per_token_layer(spec, kv_dtype)
+        kv_b = self.latent_bytes(spec, kv_dtype)
         H, tp, b = spec.num_attention_heads, layout.tp, requests
         dc, dr = spec.kv_lora_rank, spec.qk_rope_head_dim
         if layout.kv_layout == "latent-sharded":
@@ -95,7 +99,7 @@ class MLA(AttentionKind):
         c, P = chunk, prefix
         heads = spec.num_attention_heads // layout.tp
         pairs = c * P + c * (c + 1) / 2
-        kv_b = self.bytes_per_token_layer(spec, kv_dtype)
+        kv_b = self.latent_bytes(spec, kv_dtype)
         flops = cost.naive_core_flops(heads, pairs, self.qk_head_dim(spec), spec.v_head_dim)
         flops += 2.0 * (P + c) * spec.kv_lora_rank * heads * (spec.qk_nope_head_dim + spec.v_head_dim)
         kv_mat = (P + c) * heads * (self.qk_head_dim(spec) + spec.v_head_dim) * ACT_BYTES
