@@ -166,7 +166,8 @@ def report_dict(r: MemoryReport, model: str, topology: str) -> dict:
             "kv_holding": r.kv_holding, "binding_stage": r.binding_stage, "max_concurrency": r.max_concurrency,
             "max_model_len_fit": r.max_model_len_fit, "safe_memory_fraction": r.safe_fraction or None,
             "no_safe_fraction": r.no_safe_fraction,
-            "reasons": r.reasons, "blocking_reasons": r.reasons[:r.blocking], "ways_out": r.ways_out, "notes": r.notes,
+            "reasons": r.reasons, "blocking_reasons": r.reasons[:r.blocking],
+            "findings": [asdict(f) for f in r.findings], "ways_out": r.ways_out, "notes": r.notes,
             "per_gpu": [asdict(g) for g in r.per_gpu]}
 
 
