@@ -17,3 +17,18 @@ def cli():
     def run(*args: str):
         return runner.invoke(app, list(args), env={"COLUMNS": "160"})
     return run
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    """The fuzz tests' scratch folder (tests/fuzz_harness.py's Files), one per test module."""
+    from fuzz_harness import Files
+    from typer.testing import CliRunner
+
+    from mla_planner.cli.app import app
+
+    runner = CliRunner()
+
+    def run(*args: str):
+        return runner.invoke(app, list(args), env={"COLUMNS": "160"})
+    return Files(tmp_path_factory.mktemp("fuzz"), run)

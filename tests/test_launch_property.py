@@ -2,7 +2,7 @@
 
 1. Random legal plans (layouts over every shipped topology, MLA models, random knobs the backend table
    allows) give engine commands that the real vLLM 0.33.0 / SGLang 0.5.23 option tables accept
-   (tests/engine_check.py), benchmark commands whose flags those versions define (test_launch_bench.py),
+   (tests/engine_check/), benchmark commands whose flags those versions define (test_launch_bench.py),
    and scripts bash can parse.
 2. Hostile strings in every user-supplied field (model path, interface name, HCA list, head address)
    never escape quoting: the scripts are run against stub programs that record their argv and

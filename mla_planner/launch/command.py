@@ -94,7 +94,7 @@ class NodeCommand:
 
     @property
     def engine_args(self) -> list[str]:
-        """The arguments the engine's parser sees (what tests/engine_check.py checks)."""
+        """The arguments the engine's parser sees (what tests/engine_check/ checks)."""
         return self.argv[self.program_len:]
 
     @property

@@ -3,7 +3,7 @@
 The wheels are read as zip files and their Python source is analysed with
 ``ast`` only: nothing from vLLM or SGLang is imported or executed, and none of
 their source is copied.  The output is two JSON fixtures used by
-``tests/engine_check.py``:
+``tests/engine_check/``:
 
     tests/fixtures/engines/vllm-<version>.json
     tests/fixtures/engines/sglang-<version>.json

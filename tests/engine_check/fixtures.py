@@ -1,0 +1,53 @@
+"""The engines' flag tables and rules (tests/fixtures/engines/*.json), the option strings they define,
+and the GPU architecture argument."""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from pathlib import Path
+
+FIXTURE_DIR = Path(__file__).resolve().parent.parent / "fixtures" / "engines"
+FIXTURE_FILES = {
+    "vllm": FIXTURE_DIR / "vllm-0.33.0.json",
+    "sglang": FIXTURE_DIR / "sglang-0.5.23.json",
+}
+_ENGINE_ALIASES = {
+    "vllm": "vllm",
+    "vllm-0.33.0": "vllm",
+    "sglang": "sglang",
+    "sglang-0.5.23": "sglang",
+}
+
+
+@functools.lru_cache(maxsize=None)
+def load_fixture(engine: str) -> dict:
+    key = _ENGINE_ALIASES.get(engine.lower())
+    if key is None:
+        raise ValueError(f"unknown engine {engine!r}; expected 'vllm' or 'sglang'")
+    with open(FIXTURE_FILES[key], encoding="utf-8") as f:
+        return json.load(f)
+
+
+@functools.lru_cache(maxsize=None)
+def _option_table(engine: str) -> dict[str, tuple[str, bool]]:
+    """option string -> (flag key, is_negated)."""
+    fx = load_fixture(engine)
+    table: dict[str, tuple[str, bool]] = {}
+    for key, spec in fx["flags"].items():
+        table[key] = (key, False)
+        for alias in spec.get("aliases", []):
+            table[alias] = (key, False)
+        for neg in spec.get("negated", []):
+            table[neg] = (key, True)
+    return table
+
+
+def _gpu_major(gpu_arch: str | None) -> int | None:
+    if gpu_arch is None:
+        return None
+    m = re.fullmatch(r"(?i)sm_?(\d+)[a-z]?", gpu_arch.strip())
+    if not m:
+        raise ValueError(f"unrecognised gpu_arch {gpu_arch!r}; expected e.g. 'sm90', 'sm100'")
+    return int(m.group(1)) // 10

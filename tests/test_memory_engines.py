@@ -1,0 +1,188 @@
+"""The per-GPU memory model's engine accounting: engine rules and defaults, memory fractions, CUDA graph
+sizes, the pool in each engine's words, and what reviewers found (embeddings under DP attention, DeepEP
+buffers, token budgets, SGLang's reserve, FP8 Marlin scales)."""
+
+from dataclasses import replace
+
+import pytest
+from memory_cases import V3, knobs_for, report
+
+from mla_planner.core.errors import PlanError
+from mla_planner.engines.cuda_graphs import vllm_capture_sizes
+from mla_planner.engines.memory_rules import default_memory_fraction, engine_default_knobs, engine_rules
+from mla_planner.memory.accounting import safe_memory_fraction
+from mla_planner.memory.report import memory_report
+from mla_planner.memory.verdict import ALLOCATOR_MARGIN_BYTES
+from mla_planner.memory.weights import stage_weight_terms
+from mla_planner.specs.catalogue import load_model
+from mla_planner.specs.knobs import Knobs
+from mla_planner.specs.layout import Layout
+from mla_planner.specs.topology import load_topology
+
+
+# ---- engine rules and defaults -------------------------------------------------------------------------
+
+def test_engine_rules_by_version():
+    assert engine_rules("vllm") == engine_rules("vllm", "0.33.0")
+    new, old = engine_rules("vllm"), engine_rules("vllm", "0.8.4")
+    assert new.graphs_in_budget and new.baseline_outside_budget
+    assert not old.graphs_in_budget and not old.baseline_outside_budget
+
+
+def test_default_fractions_match_engines_md():
+    h200, b200 = load_topology("8xh200"), load_topology("8xb200")
+    assert default_memory_fraction("vllm", V3, h200, Layout(tp=8)) == 0.92
+    assert default_memory_fraction("sglang", V3, h200, Layout(tp=8)) == 0.886  # SGLang 0.5.23's resolved value
+    assert default_memory_fraction("sglang", V3, b200, Layout(tp=8)) == pytest.approx(0.843, abs=0.0015)
+    assert 0.74 <= default_memory_fraction("sglang", V3, h200, Layout(tp=1, dp=8, ep=8)) <= 0.76
+
+
+def test_vllm_capture_sizes():
+    h200 = load_topology("8xh200")
+    sizes = vllm_capture_sizes(knobs_for("vllm", h200), h200.gpu)
+    assert sizes[:4] == [1, 2, 4, 8] and sizes[-1] == 512 and len(sizes) == 51
+    assert vllm_capture_sizes(knobs_for("vllm", h200, max_num_seqs=16), h200.gpu)[-1] == 32
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_safe_fraction_leaves_the_margin(engine):
+    topo, layout = load_topology("8xh200"), Layout(tp=8)
+    knobs = knobs_for(engine, topo)
+    safe = safe_memory_fraction(V3, topo, layout, knobs)
+    assert 0.8 < safe < 1
+    r = memory_report(V3, topo, layout, replace(knobs, memory_fraction=safe))
+    assert min(g.terms["free"] for g in r.per_gpu) >= ALLOCATOR_MARGIN_BYTES * 0.95
+    over = memory_report(V3, topo, layout, replace(knobs, memory_fraction=0.99))
+    assert any("above the safe" in n for n in over.notes)
+
+
+def test_a_context_longer_than_the_pool_in_each_engines_words():
+    """vLLM refuses to start; SGLang starts and caps every request at the pool (managers/tp_worker.py:
+    max_req_len = min(context_len - 1, pool - 1))."""
+    vllm = report("8xh200", Layout(tp=8), max_model_len=1_000_000)
+    assert any("(the engine refuses to start)" in x for x in vllm.reasons)
+    sglang = report("8xh200", Layout(tp=8), "sglang", max_model_len=1_000_000)
+    (line,) = [x for x in sglang.reasons if "--context-length 1,000,000" in x]
+    assert not sglang.fits and "SGLang starts but caps every request at" in line and "refuses" not in line
+    assert f"{sglang.kv_capacity_tokens - 1:,} tokens" in line
+
+
+def test_ways_out_come_from_rerunning_the_model():
+    r = report("8xh200", Layout(tp=8), max_model_len=1_000_000)
+    assert not r.fits and any("fewer than --max-model-len" in x for x in r.reasons)
+    assert any(w.startswith("fp8 KV cache") for w in r.ways_out)
+    assert any(w.startswith("decode context parallel") for w in r.ways_out)
+    for w in r.ways_out:
+        assert "fits" in w
+
+
+def test_vllm_counts_whole_blocks_and_sglang_whole_pages():
+    v = report("8xh200", Layout(tp=8), block_size=64)
+    s = report("8xh200", Layout(tp=8), engine="sglang", block_size=64)
+    assert v.kv_capacity_tokens % 64 == 0 and s.kv_capacity_tokens % 64 == 0
+    assert s.per_gpu[0].terms["req_to_token"] > 0 and "req_to_token" not in v.per_gpu[0].terms
+
+
+# ---- reviewer findings -----------------------------------------------------------------------------------
+
+def test_sglang_dp_attention_keeps_the_whole_embedding_and_splits_lm_head_over_tp_size():
+    # SGLang 0.5.23 layers/vocab_parallel_embedding.get_embedding_tp_kwargs: under DP attention the input
+    # embedding is vocab-split over the attention-TP group (tp=1 here: whole on every rank); lm_head
+    # (models/deepseek_v2.py, use_attn_tp_group=enable_dp_lm_head, default off) over --tp-size = 16.
+    whole = V3.vocab_size * V3.hidden_size * 2
+    terms = stage_weight_terms(V3, Layout(tp=1, dp=16, ep=16), range(61), True, True, "sglang")
+    assert terms["weights/embedding"] == whole
+    assert terms["weights/lm_head"] == whole / 16
+    tp2 = stage_weight_terms(V3, Layout(tp=2, dp=8, ep=16), range(61), True, True, "sglang")
+    assert tp2["weights/embedding"] == whole / 2
+
+
+def test_engine_version_must_be_a_release_number():
+    with pytest.raises(PlanError, match="--engine-version 'abc'"):
+        engine_rules("vllm", "abc")
+    with pytest.raises(PlanError, match="--engine-version"):
+        engine_rules("sglang", "latest")
+    assert engine_rules("vllm", "0.10.1.post1").baseline_outside_budget
+    assert engine_rules("vllm", "1.0").graphs_in_budget  # a 1.x release is newer than 0.21, not older
+
+
+def test_block_size_no_backend_accepts_is_a_warning_naming_the_legal_sizes():
+    r = report("8xh200", Layout(tp=8), block_size=17)
+    assert r.fits  # a warning, not a verdict
+    warning = [x for x in r.reasons if "block size 17" in x]
+    assert warning and "FLASH_ATTN_MLA multiples of 16" in warning[0] and "FLASHMLA multiples of 64" in warning[0]
+    assert not any("block size" in x for x in report("8xh200", Layout(tp=8), block_size=64).reasons)
+    assert not any("block size" in x for x in report("8xh200", Layout(tp=8), "sglang", block_size=17).reasons)
+
+
+def test_no_safe_fraction_when_the_weights_alone_do_not_fit():
+    r = report("8xh100", Layout(tp=8))
+    assert r.safe_fraction == 0.0
+    assert r.no_safe_fraction.startswith("no fraction fits: the weights alone")
+    assert not any("above the safe" in n for n in r.notes)
+    # the planner still sizes knobs with the ceiling (and then finds no KV room)
+    assert 0.9 < safe_memory_fraction(V3, load_topology("8xh100"), Layout(tp=8), r.knobs) < 1
+
+
+def test_no_safe_fraction_when_what_the_engine_keeps_outside_its_budget_leaves_no_room():
+    r = report("8xh200", Layout(tp=8), "sglang", max_num_seqs=10**6)  # a 600 GiB req_to_token table
+    assert r.safe_fraction == 0.0 and r.no_safe_fraction.startswith("no fraction fits: on stage 0")
+    assert "req_to_token" in r.no_safe_fraction
+    assert not any("0.000" in x for x in r.reasons + r.notes)
+
+
+def test_deepep_buffer_is_counted_for_dp_attention_with_ep():
+    """DeepEP's low-latency buffer (csrc/config.hpp LowLatencyLayout): 4 x experts x tokens x (2d + d/32)."""
+    from mla_planner.specs.layout import Layout
+    from mla_planner.memory.report import memory_report
+    spec, topo = load_model("deepseek-v3").spec, load_topology("2x8xh200-ib")
+    knobs = Knobs(engine="vllm", block_size=64, max_model_len=4096, max_num_batched_tokens=1024, max_num_seqs=64,
+                  memory_fraction=0.9)
+    dp = memory_report(spec, topo, Layout(tp=1, dp=16, ep=16), knobs)
+    assert dp.per_gpu[0].terms["deepep_buffer"] == 4 * 256 * 1024 * (2 * 7168 + 7168 // 32)   # 14.2 GiB
+    bigger = memory_report(spec, topo, Layout(tp=1, dp=16, ep=16), replace(knobs, max_num_batched_tokens=2048))
+    assert bigger.kv_capacity_tokens < dp.kv_capacity_tokens
+    plain = memory_report(spec, topo, Layout(tp=8, pp=2), knobs)
+    assert "deepep_buffer" not in plain.per_gpu[0].terms
+    sglang = memory_report(spec, topo, Layout(tp=1, dp=16, ep=16), replace(knobs, engine="sglang"))
+    assert sglang.per_gpu[0].terms["deepep_buffer"] == 4 * 256 * 128 * (2 * 7168 + 7168 // 32)  # its 128 default
+
+
+def test_token_budget_is_per_dp_rank_for_both_engines():
+    """SGLang's --chunked-prefill-size is the per-DP-rank knob x dp (launch/sglang.py), and the engine gives
+    each DP rank the flag / dp (SGLang 0.5.23: 8192 -> 1024 at dp 8): the activation peak is priced at the knob."""
+    from mla_planner.engines.memory_rules import activation_tokens
+    knobs = Knobs(engine="sglang", max_num_batched_tokens=2048)
+    assert activation_tokens(engine_rules("sglang"), knobs, Layout(tp=1, dp=8, ep=8)) == 2048
+    h200 = load_topology("8xh200")
+    assert engine_default_knobs("sglang", load_model("deepseek-v3").spec, h200, 8).max_num_batched_tokens == 1024
+
+
+@pytest.mark.parametrize("topo_name, layout, ceiling", [("2x8xh100-ib", Layout(tp=16), 0.874),
+                                                        ("8xh200", Layout(tp=8), 0.929)])
+def test_sglang_safe_fraction_keeps_sglangs_own_10_gib_reserve(topo_name, layout, ceiling):
+    """SGLang never reserves under 10 GiB outside its static pool on a GPU over 60 GiB (its computed
+    default); the planner's safe fraction keeps to that (decode graphs have taken 5-6 GB, sglang#16143),
+    while vLLM's is the memory model's alone."""
+    topo = load_topology(topo_name)
+    k = engine_default_knobs("sglang", V3, topo, kv_cache_dtype="fp8", max_num_seqs=256,
+                             max_num_batched_tokens=2048, max_model_len=2560)
+    assert safe_memory_fraction(V3, topo, layout, k) == ceiling
+    v = engine_default_knobs("vllm", V3, topo, kv_cache_dtype="fp8", max_num_seqs=256,
+                             max_num_batched_tokens=2048, max_model_len=2560)
+    assert safe_memory_fraction(V3, topo, layout, v) > ceiling
+
+
+def test_fp8_marlin_group_scales_on_gpus_without_fp8():
+    """vLLM runs a block-FP8 checkpoint on Ampere through FP8 Marlin, whose per-row group scales add about
+    1/64 of the FP8 bytes; on Hopper (native FP8) nothing is added."""
+    from mla_planner.memory.weights import marlin_scale_bytes
+    from mla_planner.specs.weights import bytes_of, inventory
+    fp8 = sum(bytes_of(t) for t in inventory(V3) if t.dtype == "fp8")
+    extra = sum(marlin_scale_bytes(t, (128, 128)) for t in inventory(V3))
+    assert extra / fp8 == pytest.approx(1 / 64, rel=0.03)
+    a100 = report("4x8xa100-ib", Layout(tp=16))
+    h100 = report("2x8xh100-ib", Layout(tp=16))
+    # a 16th of the model's, a little more: the replicated q/kv down-projections are whole on every rank
+    assert extra / 16 < a100.per_gpu[0].terms["weights/fp8_marlin_scales"] < 1.05 * extra / 16
+    assert "weights/fp8_marlin_scales" not in h100.per_gpu[0].terms
