@@ -145,7 +145,7 @@ def evaluate(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs,
     rules = engine_rules(knobs.engine, engine_version)
     if problems:
         return MemoryReport(knobs.engine, layout, knobs, [], 0, 0, 0, False, [], 0.0, 0, rules.version, 0.0,
-                            layout.kv_holding(), findings=tuple(Reason("layout", p) for p in problems))
+                            attention_of(spec).holding(spec, layout), findings=tuple(Reason("layout", p) for p in problems))
     stages, total = _stages(spec, topo, layout, knobs, rules), float(topo.gpu.memory_bytes)
     ranks = _ranks(stages, knobs, rules, total, layout.dcp)
     binding = min(ranks, key=lambda r: r.kv_tokens).pp_stage
@@ -162,7 +162,7 @@ def evaluate(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs,
     return MemoryReport(
         knobs.engine, layout, knobs, ranks, binding, capacity, capacity * layout.dp, fits, [],
         capacity / knobs.max_model_len, min(capacity, spec.max_position_embeddings), rules.version, safe,
-        layout.kv_holding(), notes, no_safe, tuple(reasons))
+        attention_of(spec).holding(spec, layout), notes, no_safe, tuple(reasons))
 
 
 @lru_cache(maxsize=8192)

@@ -4,6 +4,7 @@ figures (search.candidate)."""
 from __future__ import annotations
 
 
+from mla_planner.specs.attention.kinds import attention_of
 from mla_planner.memory.pp_split import layer_split
 from mla_planner.memory.report import memory_report
 from mla_planner.search.candidate import CandidateMemory, Performance
@@ -20,7 +21,7 @@ def to_plan(spec: ModelSpec, model_path: str, topo: Topology, workload: Workload
             top: int | None = None) -> Plan:
     options = result.options if top is None else result.options[:top]
     cands = [Candidate(o.layout, o.tuned.knobs,
-                       CandidateMemory.of(o.tuned.metrics.memory, o.layout.kv_holding(),
+                       CandidateMemory.of(o.tuned.metrics.memory, attention_of(spec).holding(spec, o.layout),
                                           layer_split(spec, o.layout, o.tuned.knobs)),
                        Performance.of(o.tuned.metrics), o.warnings,
                        [f"{k}: {v}" for k, v in o.tuned.reasons.items()]) for o in options]

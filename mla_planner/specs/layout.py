@@ -59,14 +59,9 @@ class Layout:
         text = "·".join(parts)
         return f"{self.replicas}x({text})" if self.replicas > 1 else text
 
-    def kv_holding(self) -> str:
-        """Plain words for how the latent cache is held on this layout."""
-        if self.kv_layout == "latent-sharded":
-            how = f"latent width split over {self.tp} TP ranks"
-        elif self.tp > 1:
-            how = f"replicated on every TP rank ({self.tp} copies)"
-        else:
-            how = "one copy per rank"
+    def cache_split_words(self) -> str:
+        """How the layout splits the cache beyond the TP group (the attention kind words the TP part)."""
+        how = ""
         if self.dcp > 1:
             how += f", tokens split over {self.dcp} DCP ranks"
         if self.dp > 1:

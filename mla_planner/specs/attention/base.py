@@ -121,6 +121,20 @@ class AttentionKind:
         W_UV: (d_nope + d_v) x d_c); the engines keep a bf16 copy of them. 0: nothing is absorbed."""
         return 0
 
+    def tp_holding(self, spec, layout) -> str:
+        """Plain words for how the TP group holds the cache (memory reports it as `kv_holding`), from the groups'
+        rank shares; a kind may word it better."""
+        if layout.tp == 1:
+            return "one copy per rank"
+        shares = {g.rank_share for g in self.kv_groups(spec, "bf16", layout)}
+        if shares == {1.0}:
+            return f"replicated on every TP rank ({layout.tp} copies)"
+        return f"split over the {layout.tp} TP ranks ({max(shares):.0%} of it per rank)"
+
+    def holding(self, spec, layout) -> str:
+        """`tp_holding`, then how DCP and DP attention split it."""
+        return self.tp_holding(spec, layout) + layout.cache_split_words()
+
     def per_head_bytes_per_token_layer(self, spec, kv_dtype: str) -> Optional[float]:
         """The per-head K/V cache this kind avoids, for comparison (`show`); None when it is its own."""
         return None

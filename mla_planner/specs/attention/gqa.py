@@ -42,6 +42,15 @@ class GQA(AttentionKind):
         share = 1.0 if layout is None else ceil(spec.kv_heads / layout.tp) / spec.kv_heads
         return (KVGroup("kv_heads", per_layer, share),)
 
+    def tp_holding(self, spec, layout) -> str:
+        """K/V heads split over the TP ranks; past kv_heads ranks each head is held by tp / kv_heads of them."""
+        kv, tp = spec.kv_heads, layout.tp
+        if tp == 1:
+            return "one copy per rank"
+        if tp <= kv:
+            return f"KV heads split over {tp} TP ranks ({kv // tp} per rank)"
+        return f"one KV head per TP rank, each on {tp // kv} ranks ({tp // kv} copies)"
+
     def layout_problems(self, spec, layout) -> list[str]:
         out = []
         if layout.tp > spec.kv_heads and layout.tp % spec.kv_heads:

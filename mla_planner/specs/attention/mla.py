@@ -69,6 +69,11 @@ class MLA(AttentionKind):
         sharded = layout is not None and layout.kv_layout == "latent-sharded"
         return (KVGroup("mla_latent", per_layer, 1 / layout.tp if sharded else 1.0),)
 
+    def tp_holding(self, spec, layout) -> str:
+        if layout.kv_layout == "latent-sharded":
+            return f"latent width split over {layout.tp} TP ranks"
+        return f"replicated on every TP rank ({layout.tp} copies)" if layout.tp > 1 else "one copy per rank"
+
     def latent_bytes(self, spec, kv_dtype: str) -> float:
         """What one token's latent costs one layer in `kv_dtype` (the first cache group; a subclass may add more)."""
         return self.kv_groups(spec, kv_dtype)[0].bytes_per_token_layer
