@@ -14,8 +14,8 @@ from mla_planner.memory.accounting import evaluate, kv_slot_bytes
 from mla_planner.perf.step import decode_step
 from mla_planner.specs.attention import cost
 from mla_planner.specs.attention.base import AttentionKind, CoreCost, KVGroup, Projection, element_bytes
-from mla_planner.specs.attention.mla import MLA
 from mla_planner.specs.attention.kinds import KINDS
+from mla_planner.specs.attention.mla import MLA
 from mla_planner.specs.calibration import load_calibration
 from mla_planner.specs.catalogue import load_model
 from mla_planner.specs.layout import Layout, layout_problems

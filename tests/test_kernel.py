@@ -23,8 +23,7 @@ torch = pytest.importorskip("torch")
 
 from mla_planner.specs.attention.cost import absorbed_core_bytes
 from mla_planner.verify import bench, fast
-from mla_planner.verify.compare import assert_close as assert_close_flashmla
-from mla_planner.verify.compare import compare
+from mla_planner.verify.compare import assert_close as assert_close_flashmla, compare
 from mla_planner.verify.kernel import (MLADims, PagedLatentCache, absorbed_core, apply_rope, decode_absorbed,
                                        decode_naive, gather, make_weights, page_sequences, project_latent,
                                        rope_frequencies, softmax_scale)

@@ -12,8 +12,7 @@ from engine_check import check_command
 from launch_cases import make_plan
 
 from mla_planner.core.errors import PlanError
-from mla_planner.launch.build import build, launch_inputs
-from mla_planner.launch.build import single_node_command
+from mla_planner.launch.build import build, launch_inputs, single_node_command
 from mla_planner.launch.claims import check_gpu_counts
 from mla_planner.launch.emit import emit_plan
 from mla_planner.launch.env import network_env, partition_env

@@ -12,10 +12,10 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from mla_planner.specs.attention.kinds import planning_problem
 from mla_planner.core.errors import PlanError
 from mla_planner.core.files import path_kind
 from mla_planner.core.jsonout import dumps
+from mla_planner.specs.attention.kinds import planning_problem
 
 DEFAULT_MODEL = "deepseek-v3"
 DEFAULT_TOPOLOGY = "2x8xh100-ib"

@@ -17,14 +17,13 @@ from mla_planner.cli.common import (DEFAULT_MODEL, DEFAULT_TOPOLOGY, GraphCapOpt
 from mla_planner.cli.compare_render import render, verdict
 from mla_planner.cli.options import bounded, fraction_from_flags, graph_cap_choice, kv_dtype_choice, partition_choice
 from mla_planner.cli.options import parse_length
-from mla_planner.engines.layouts import engine_layout_problem
+from mla_planner.engines.layouts import engine_layout_problem, mtp_layout_problem
 from mla_planner.search.candidate_warnings import ttft_headroom_note
 from mla_planner.engines.memory_rules import (SGLANG_SPECULATIVE_MAX_RUNNING, default_memory_fraction,
                                               engine_default_knobs)
+from mla_planner.cli.common import check_plannable
 from mla_planner.core.errors import PlanError
-from mla_planner.engines.layouts import mtp_layout_problem
-from mla_planner.engines.parallel import uses_deepep
-from mla_planner.engines.parallel import dense_per_rank_applies
+from mla_planner.engines.parallel import uses_deepep, dense_per_rank_applies
 from mla_planner.memory.accounting import evaluate as memory_evaluate
 from mla_planner.memory.ways_out import split_note
 from mla_planner.perf.metrics import Metrics, evaluate
@@ -35,7 +34,6 @@ from mla_planner.specs.knobs import ENGINES, MTP_ACCEPTANCE, Knobs, Workload
 from mla_planner.specs.layout import Layout, parse_layout
 from mla_planner.specs.model import ModelSpec
 from mla_planner.specs.topology import load_topology
-from mla_planner.cli.common import check_plannable
 
 SERVING_ONLY = {"step_s", "tpot_s", "network_wait_share", "decode_network_wait_share", "ttft_s", "ttft_longest_s",
                 "alone_tpot_s"}

@@ -7,13 +7,12 @@ from typing import Annotated, Optional
 import typer
 
 from mla_planner.audit.lint import lint, parse_command
-from mla_planner.cli.common import DEFAULT_TOPOLOGY, JsonOpt, TopologyOpt, console, guard, print_json
+from mla_planner.cli.common import DEFAULT_TOPOLOGY, JsonOpt, TopologyOpt, console, guard, print_json, check_plannable
 from mla_planner.core.errors import PlanError
 from mla_planner.core.files import path_kind, user_path
 from mla_planner.specs.calibration import load_calibration
 from mla_planner.specs.catalogue import builtin_names, load_model
 from mla_planner.specs.topology import load_topology
-from mla_planner.cli.common import check_plannable
 
 LintModelOpt = Annotated[Optional[str], typer.Option(
     "--model", "-m", help="The model, when the command's own (an HF id or a local snapshot folder) is not a "

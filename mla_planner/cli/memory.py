@@ -11,6 +11,7 @@ from rich.table import Table
 from mla_planner.engines.backends import default_engine
 from mla_planner.cli.common import (DEFAULT_MODEL, DEFAULT_TOPOLOGY, GraphCapOpt, JsonOpt, ModelOpt, PpPartitionOpt,
                                     TopologyOpt, check_mtp, console, guard, human_bytes, print_json, lower_case)
+from mla_planner.cli.common import check_plannable
 from mla_planner.cli.options import FRACTION_FLAG, KV_CAPACITY_LABEL, bounded, graph_cap_choice, knobs_from_flags, kv_dtype_choice, partition_choice, positive
 from mla_planner.core.errors import PlanError
 from mla_planner.engines.layouts import engine_layout_problem
@@ -20,10 +21,7 @@ from mla_planner.memory.results import MemoryReport
 from mla_planner.specs.catalogue import load_model
 from mla_planner.specs.layout import KV_LAYOUTS, Layout, deepep_runs, layout_problems
 from mla_planner.specs.topology import load_topology
-from mla_planner.cli.common import check_plannable
 
-# Upper bounds on per-DP-rank knobs: far above any engine default (vLLM max-num-seqs 1024, SGLang 2048;
-# batched tokens 8192-16384; block sizes <= 256), low enough that a typo cannot price a 10^14-row table.
 LONG_CONTEXT_ENV = {"vllm": "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1", "sglang": "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1"}
 
 IntOpt = Optional[int]

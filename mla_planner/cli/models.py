@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from rich.table import Table
 
-from mla_planner.cli.common import JsonOpt, console, guard, human_count, print_json
-from mla_planner.cli.common import weight_dtypes
+from mla_planner.cli.common import JsonOpt, console, guard, human_count, print_json, weight_dtypes
 from mla_planner.specs import sizing
 from mla_planner.specs.catalogue import builtin_names, load_model
 

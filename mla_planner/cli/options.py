@@ -12,17 +12,16 @@ from mla_planner.cli.common import check_acceptance
 from mla_planner.core.errors import PlanError
 from mla_planner.engines.memory_rules import default_memory_fraction, engine_default_knobs
 from mla_planner.engines.parallel import uses_deepep
+from mla_planner.engines.profile import PROFILES
 from mla_planner.memory.pp_split import split_problem
 from mla_planner.specs.knobs import KV_DTYPE_CHOICES, MTP_ACCEPTANCE, Knobs, Workload
 from mla_planner.specs.layout import Layout
 
 
-FRACTION_FLAG = {"vllm": "--gpu-memory-utilization", "sglang": "--mem-fraction-static"}
-
-
+FRACTION_FLAG = {name: p.fraction_flag for name, p in PROFILES.items()}
 KV_CAPACITY_LABEL = "KV capacity (tokens per engine instance / DP rank, as the engine logs it)"
-
-
+# Upper bounds on per-DP-rank knobs: far above any engine default (vLLM max-num-seqs 1024, SGLang 2048;
+# batched tokens 8192-16384; block sizes <= 256), low enough that a typo cannot price a 10^14-row table.
 UPPER_BOUNDS = {"--max-num-seqs": 65_536, "--max-num-batched-tokens": 1_048_576, "--block-size": 1024,
                 "--cuda-graph-max-bs": 65_536}
 

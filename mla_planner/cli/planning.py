@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-from mla_planner.cli.common import check_context, check_mtp
+from mla_planner.cli.common import check_context, check_mtp, check_plannable
 from mla_planner.core.errors import PlanError
 from mla_planner.search.mtp import MtpHint, mtp_hint
 from mla_planner.search.plan import to_plan
@@ -18,7 +18,6 @@ from mla_planner.specs.catalogue import load_model
 from mla_planner.specs.knobs import ENGINES, Workload
 from mla_planner.specs.layout import layout_problems, parse_layout
 from mla_planner.specs.topology import load_topology
-from mla_planner.cli.common import check_plannable
 
 
 RANK_BY = ("per-gpu", "total")

@@ -16,8 +16,8 @@ from rich.markup import escape
 from mla_planner.specs.calibration import load_calibration
 from mla_planner.cli.common import (DEFAULT_MODEL, DEFAULT_TOPOLOGY, JsonOpt, ModelOpt, TopologyOpt, check_context,
                                     check_mtp, check_output_file, console, guard, print_json, lower_case)
-from mla_planner.cli.options import workload_from
-from mla_planner.cli.options import knobs_from_flags as memory_knobs, kv_dtype_choice, positive
+from mla_planner.cli.common import check_plannable
+from mla_planner.cli.options import workload_from, knobs_from_flags as memory_knobs, kv_dtype_choice, positive
 from mla_planner.cli.planning import run_plan
 from mla_planner.core.errors import PlanError
 from mla_planner.core.files import path_kind, user_path
@@ -32,7 +32,6 @@ from mla_planner.verify.check import Options
 from mla_planner.verify.report import progress, render, report_dict, verdict
 from mla_planner.verify.target import Chosen, make_target, rank_info_from_env
 from mla_planner.verify.torchrun import launch_lines
-from mla_planner.cli.common import check_plannable
 
 SECTIONS = ("env", "fit", "attention", "gemms", "collectives")
 LAUNCH_ONLY = {"print_launch", "head", "port"}

@@ -15,18 +15,17 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Optional
 
-from mla_planner.engines.profile import profile
 from mla_planner.core.reason import Reason
 from mla_planner.core.units import GiB
 from mla_planner.engines.backends import fp8_checkpoint, startup_problems
 from mla_planner.engines.cuda_graphs import capture_plan
-from mla_planner.engines.parallel import deepep_dispatch_tokens
+from mla_planner.engines.parallel import deepep_dispatch_tokens, dense_tp
+from mla_planner.engines.profile import profile
 from mla_planner.memory import terms as mt
 from mla_planner.memory.results import MemoryReport, RankMemory
 from mla_planner.engines.memory_rules import (EngineRules, StageCosts, activation_tokens, block_size_warning,
                                               engine_rules, fraction_ceiling,
                                               kv_budget_bytes, kv_pool, sglang_req_to_token_bytes, sglang_rest_bytes)
-from mla_planner.engines.parallel import dense_tp
 from mla_planner.memory.pp_split import layer_split, split_problem
 from mla_planner.memory.verdict import ALLOCATOR_MARGIN_BYTES, verdict
 from mla_planner.memory.weights import stage_weight_terms

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from math import ceil
 
-from mla_planner.specs.attention.kinds import attention_of
 from mla_planner.core.units import ACT_BYTES, GiB, MiB
 from mla_planner.engines.parallel import uses_deepep
+from mla_planner.specs.attention.kinds import attention_of
 from mla_planner.specs.layout import Layout
 from mla_planner.specs.model import ModelSpec
 

@@ -3,9 +3,9 @@ reader needs (which stage binds the pool, a fraction above the safe one)."""
 
 from __future__ import annotations
 
-from mla_planner.engines.profile import profile
 from mla_planner.core.reason import Reason
 from mla_planner.core.units import GiB, MiB
+from mla_planner.engines.profile import profile
 from mla_planner.memory.results import RankMemory
 from mla_planner.specs.knobs import Knobs
 from mla_planner.specs.layout import Layout

@@ -12,10 +12,10 @@ from dataclasses import replace
 from typing import Iterator, Optional
 
 from mla_planner.engines.profile import profile
-from mla_planner.specs.attention.kinds import attention_of
 from mla_planner.memory.accounting import evaluate, safe_memory_fraction, split_pools
 from mla_planner.memory.pp_split import MIN_SPLIT_GAIN, balance, layer_split, partition_env_name
 from mla_planner.memory.results import MemoryReport
+from mla_planner.specs.attention.kinds import attention_of
 from mla_planner.specs.knobs import Knobs
 from mla_planner.specs.layout import Layout
 from mla_planner.specs.model import ModelSpec

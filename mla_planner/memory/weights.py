@@ -19,8 +19,8 @@ from dataclasses import replace
 from functools import lru_cache
 from math import ceil
 
-from mla_planner.specs.attention.kinds import attention_of
 from mla_planner.engines.parallel import dense_tp
+from mla_planner.specs.attention.kinds import attention_of
 from mla_planner.specs.layout import Layout, weight_key
 from mla_planner.specs.model import ModelSpec
 from mla_planner.specs.weights import Tensor, dtype_of, inventory, mtp_inventory, stored_bytes

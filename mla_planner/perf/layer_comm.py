@@ -23,13 +23,12 @@ to its peer and the receiving stage all-gathering it (`send_tensor_dict(all_gath
 
 from __future__ import annotations
 
-from mla_planner.engines.profile import profile
-from mla_planner.specs.attention.kinds import attention_of
 from mla_planner.core.units import ACT_BYTES
-from mla_planner.engines.parallel import uses_deepep
+from mla_planner.engines.parallel import uses_deepep, dense_tp
+from mla_planner.engines.profile import profile
 from mla_planner.perf.comm import collective_time_s
-from mla_planner.engines.parallel import dense_tp
 from mla_planner.perf.layer_work import Batch, ffn_rows
+from mla_planner.specs.attention.kinds import attention_of
 from mla_planner.specs.calibration import Calibration
 from mla_planner.specs.layout import Layout
 from mla_planner.specs.model import ModelSpec

@@ -42,9 +42,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from math import ceil
 
-from mla_planner.engines.profile import profile
 from mla_planner.core.errors import PlanError
 from mla_planner.engines.cuda_graphs import graph_batch_cap
+from mla_planner.engines.profile import profile
 from mla_planner.memory.report import memory_report
 from mla_planner.memory.results import MemoryReport
 from mla_planner.perf.batch_search import largest_under

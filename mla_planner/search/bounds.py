@@ -9,8 +9,7 @@ from __future__ import annotations
 from math import ceil
 
 from mla_planner.engines.profile import profile
-from mla_planner.memory.accounting import evaluate as memory_evaluate
-from mla_planner.memory.accounting import safe_memory_fraction
+from mla_planner.memory.accounting import evaluate as memory_evaluate, safe_memory_fraction
 from mla_planner.perf.metrics import in_flight, tokens_per_request
 from mla_planner.perf.prefill import Prefill, chunk_budget
 from mla_planner.perf.request_times import decode_steps, prompt_misses, tokens_gained

@@ -21,8 +21,8 @@ from __future__ import annotations
 from dataclasses import replace
 from math import ceil
 
-from mla_planner.specs.attention.kinds import attention_of
 from mla_planner.engines.parallel import deepep_experts_problem
+from mla_planner.specs.attention.kinds import attention_of
 from mla_planner.specs.layout import Layout, deepep_runs, layout_problems
 from mla_planner.specs.model import ModelSpec
 from mla_planner.specs.sizing import weight_bytes_breakdown

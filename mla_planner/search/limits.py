@@ -10,10 +10,9 @@ from __future__ import annotations
 from dataclasses import replace
 from math import ceil
 
-from mla_planner.engines.profile import profile
 from mla_planner.engines.cuda_graphs import graph_batch_cap
-from mla_planner.memory.accounting import evaluate as memory_evaluate
-from mla_planner.memory.accounting import safe_memory_fraction, split_pools
+from mla_planner.engines.profile import profile
+from mla_planner.memory.accounting import evaluate as memory_evaluate, safe_memory_fraction, split_pools
 from mla_planner.memory.pp_split import MIN_SPLIT_GAIN, balance, layer_split, partition_env_name
 from mla_planner.perf.metrics import Metrics, batch_limit, evaluate, tokens_per_request
 from mla_planner.specs.calibration import Calibration

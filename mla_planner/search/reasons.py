@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from math import ceil
 
-from mla_planner.engines.profile import profile
 from mla_planner.engines.memory_rules import sglang_fraction_ceiling
 from mla_planner.engines.parallel import DEEPEP_SGLANG_DISPATCH_MAX
+from mla_planner.engines.profile import profile
 from mla_planner.memory.accounting import stage_ranges
 from mla_planner.memory.pp_split import stage_layers
 from mla_planner.memory.weights import stage_weight_terms

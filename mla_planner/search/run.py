@@ -20,10 +20,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from mla_planner.search.candidate import Rejection
 from mla_planner.engines.layouts import launch_problem
 from mla_planner.engines.parallel import dense_per_rank_applies
 from mla_planner.search.bounds import screen, target_bound
+from mla_planner.search.candidate import Rejection
 from mla_planner.search.candidate_warnings import warnings_for
 from mla_planner.search.layouts import candidate_layouts
 from mla_planner.search.pareto import pareto_front, tradeoff_curve

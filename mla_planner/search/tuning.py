@@ -12,17 +12,14 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from math import ceil
 
+from mla_planner.engines.layouts import engine_layout_problem, mtp_layout_problem
 from mla_planner.engines.profile import profile
-from mla_planner.engines.layouts import engine_layout_problem
 from mla_planner.specs.attention.kinds import attention_of
 from mla_planner.engines.backends import (choose_block_size, fp8_checkpoint, mtp_verify_problem, no_backend_reason,
                                           usable_backends)
 from mla_planner.core.errors import PlanError
-from mla_planner.engines.layouts import mtp_layout_problem
-from mla_planner.engines.parallel import uses_deepep
-from mla_planner.engines.parallel import dense_per_rank_applies
-from mla_planner.memory.accounting import evaluate as memory_evaluate
-from mla_planner.memory.accounting import safe_memory_fraction
+from mla_planner.engines.parallel import uses_deepep, dense_per_rank_applies
+from mla_planner.memory.accounting import evaluate as memory_evaluate, safe_memory_fraction
 from mla_planner.perf.metrics import Metrics, evaluate, tokens_per_request
 from mla_planner.perf.request_times import mean_tpot_s
 from mla_planner.specs.calibration import Calibration

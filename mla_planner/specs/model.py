@@ -12,8 +12,8 @@ from typing import Literal, Optional
 from pydantic import ConfigDict, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from mla_planner.core.hashing import HashedByContent
 from mla_planner.core.files import Flag, NonNegInt, PosInt
+from mla_planner.core.hashing import HashedByContent
 from mla_planner.specs.attention.kinds import KINDS, foreign_field, kind_named
 
 WeightDtype = Literal["bf16", "fp8", "int4", "int8"]

@@ -15,6 +15,7 @@ from mla_planner.verify.target import Target
 SECTIONS = ("env", "fit", "attention", "gemms", "collectives")
 
 
+# Ratio bands (measured / predicted) a judged check must fall in.
 ATTENTION_BAND = (0.67, 1.5)   # the default attention_hbm_efficiency 0.84 is FlashMLA's 2826 of 3350 GB/s
                                # (ai-bot-pro/achatbot#123); a kernel at 80 % of copy bandwidth
                                # (our target) is ~0.72 of datasheet, ratio ~1.17; beyond 1.5x the plan's TPOT

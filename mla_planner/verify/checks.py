@@ -32,8 +32,6 @@ from mla_planner.verify.target import Caps, Target, caps_for
 
 
 
-# Ratio bands (measured / predicted) a judged check must fall in.
-
 
 def attention_check(t: Target, dev: DeviceInfo, timing: Timing, caps: Optional[Caps]) -> Check:
     """The MLA decode microkernel (fast path) at this GPU's planned shape: micro-batch, heads per rank,

@@ -20,8 +20,8 @@ from typing import Optional
 
 import torch
 
-from mla_planner.engines.profile import profile
 from mla_planner.core.units import GiB
+from mla_planner.engines.profile import profile
 from mla_planner.memory.accounting import kv_slot_bytes
 from mla_planner.verify.check import Check, errored
 from mla_planner.verify.env import DeviceInfo

@@ -18,13 +18,13 @@ from dataclasses import dataclass, field, replace
 from math import ceil
 from typing import Optional
 
-from mla_planner.specs.attention.kinds import attention_of
 from mla_planner.core.errors import PlanError
 from mla_planner.memory.report import memory_report
 from mla_planner.memory.results import MemoryReport, RankMemory
 from mla_planner.perf.layer_comm import dp_rank_blocks
 from mla_planner.perf.metrics import evaluate
 from mla_planner.perf.step import DecodeStep, decode_step
+from mla_planner.specs.attention.kinds import attention_of
 from mla_planner.specs.calibration import Calibration
 from mla_planner.specs.knobs import Knobs, Workload
 from mla_planner.specs.layout import Layout
