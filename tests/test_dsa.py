@@ -24,15 +24,15 @@ def test_v32_is_read_as_mla_with_a_dsa_indexer():
 
 
 def test_kv_bytes_per_token_are_the_engines_own():
-    """vLLM 0.33.0 groups a layer's latent and index-key caches into one page: with --kv-cache-dtype fp8 the
-    latent is FlashMLA's 656-byte fp8_ds_mla row, the index key 128 fp8 values + one fp32 scale (132 B); its
-    planner (`vllm/v1/core/kv_cache_utils.py` get_kv_cache_configs over the specs `deepseek_v2.py` builds) gives
-    3,076,352 B per 64-token block for fp8 and 5,012,736 B for bf16 = 64 x 61 x (656 + 132) and
-    64 x 61 x (1152 + 132)."""
+    """vLLM 0.33.0 groups a layer's latent and index-key caches into one page; the index key is 128 fp8 values +
+    one fp32 scale (132 B). Its planner (`vllm/v1/core/kv_cache_utils.py` get_kv_cache_configs over the specs the
+    model builds) gives 3,076,352 B per 64-token block with FLASHMLA_SPARSE's fp8 (the 656-byte fp8_ds_mla row)
+    and 5,012,736 B in bf16 = 64 x 61 x (656 + 132) and 64 x 61 x (1152 + 132). Plain fp8 (FlashInfer's sparse
+    backend on Blackwell, SGLang's trtllm) keeps 576 B latents: 61 x (576 + 132) (docs/dsa-engines.md)."""
     spec = spec_from_hf_config(V32_PATH)
-    assert kv_bytes_per_token(spec, "fp8") * 64 == 3_076_352
     assert kv_bytes_per_token(spec, "fp8_ds_mla") * 64 == 3_076_352
     assert kv_bytes_per_token(spec, "bf16") * 64 == 5_012_736
+    assert kv_bytes_per_token(spec, "fp8") == 61 * (576 + 132) == 43_188
 
 
 def test_the_indexer_weights_add_to_v3s():
@@ -52,7 +52,7 @@ def test_decode_reads_the_top_k_latents_and_scans_every_index_key():
     dsa, mla, layout = attention_of(v32), attention_of(v3), Layout(tp=8)
     for context in (1024, 131_072):
         mine = dsa.decode_core(v32, layout, "fp8", 4, context, 1)
-        dense = mla.decode_core(v3, layout, "fp8_ds_mla", 4, min(context, 2048), 1)
+        dense = mla.decode_core(v3, layout, "fp8", 4, min(context, 2048), 1)
         assert mine.bytes == dense.bytes + 4 * context * 132
         assert mine.flops == dense.flops + 2.0 * 64 * 128 * 4 * context
     assert dense.flops == cost.absorbed_core_flops(16, 4 * 2048)
@@ -76,4 +76,5 @@ def test_commands_that_would_price_it_refuse_in_one_line(cli, words):
 
 def test_show_gives_its_weights_and_kv(cli):
     data = json.loads(cli("show", V32, "--json").stdout)
-    assert data["kv_cache"]["fp8"]["bytes_per_token"] == 48_068 and data["kv_cache"]["bf16"]["bytes_per_token"] == 78_324
+    kv = {fmt: row["bytes_per_token"] for fmt, row in data["kv_cache"].items()}
+    assert (kv["bf16"], kv["fp8"], kv["fp8_ds_mla"]) == (78_324, 43_188, 48_068)

@@ -3,8 +3,9 @@ MLA whose decode attends only to the top-k cached tokens a lightning indexer sel
 layer caches one index key per token: index_head_dim fp8 values and one fp32 scale per 128 of them (132 B for
 V3.2; vLLM `model_executor/models/deepseek_v2.py` Indexer and its cache spec, v0.33.0). The indexer scores every cached token (its keys
 read, 2 x index heads x index_head_dim FLOPs each, in FP8), then the MLA core reads min(context, top-k)
-latents. Both engines store the latent of a DSA model in FlashMLA's fp8-with-scale row when asked for fp8
-(`fp8_ds_mla`, 656 B), so "fp8" costs 656 B here, not 576."""
+latents. The latent row is 1152 B in bf16, 576 B in plain fp8 (vLLM's FlashInfer sparse backend, SGLang's trtllm)
+and 656 B in FlashMLA's fp8-with-scale layout (`fp8_ds_mla`, which vLLM's FLASHMLA_SPARSE turns fp8 into); which
+one an engine uses on a GPU is an engine fact (docs/dsa-engines.md)."""
 
 from __future__ import annotations
 
@@ -37,8 +38,8 @@ class DSA(MLA):
         return super().check(spec)
 
     def kv_groups(self, spec, kv_dtype: str, layout=None) -> tuple[KVGroup, ...]:
-        """The latent (656 B for fp8 and fp8_ds_mla, 1152 B bf16) and the index keys, whole on every rank."""
-        latent = super().kv_groups(spec, "fp8_ds_mla" if kv_dtype == "fp8" else kv_dtype, layout)
+        """The latent (1152 B bf16, 576 B fp8, 656 B fp8_ds_mla) and the index keys, whole on every rank."""
+        latent = super().kv_groups(spec, kv_dtype, layout)
         return latent + (KVGroup("index_keys", index_key_bytes(spec)),)
 
     def decode_core(self, spec, layout, kv_dtype: str, requests: int, context: int, q_len: int) -> CoreCost:
