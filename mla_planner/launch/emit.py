@@ -6,11 +6,11 @@ the placement (claims.py); `emit` renders them (render.py, templates/) and write
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from mla_planner.core.jsonout import dumps
 from mla_planner.core.errors import PlanError
 from mla_planner.launch.build import build, launch_inputs
 from mla_planner.launch.command import NodeCommand
@@ -44,7 +44,7 @@ def emit(plan: Plan, candidate: int, engine: Optional[str], out_dir: Path, mode:
         raise PlanError("--head-address is empty")
     files = folder_files(inp, engine, commands, candidate, cand, head_address)
     # the plan itself, for `mla-plan check-log ... --plan plan.json --candidate N` (the README says so)
-    files["plan.json"] = (json.dumps(plan_to_dict(plan), indent=1) + "\n", False)
+    files["plan.json"] = (dumps(plan_to_dict(plan), indent=1) + "\n", False)
     paths = write_folder(files, Path(out_dir), force)
     return Emitted(engine, candidate, paths, commands, bench_argv(inp, engine))
 

@@ -47,7 +47,7 @@ class DecodeOut(NamedTuple):
     lse: Tensor    # [B, H]     natural-log sum-exp of the scaled scores; +inf where T_b = 0
 
 
-def _work_dtype(dtype: torch.dtype) -> torch.dtype:
+def work_dtype(dtype: torch.dtype) -> torch.dtype:
     """Softmax/norm precision: fp32, or fp64 when the inputs are fp64."""
     return torch.promote_types(dtype, torch.float32)
 
@@ -78,7 +78,7 @@ def make_weights(dims: MLADims, dtype: torch.dtype = torch.float32, device: str 
 
 def rms_norm(x: Tensor, weight: Tensor, eps: float = 1e-6) -> Tensor:
     """x / sqrt(mean(x^2) + eps) * weight, computed in at least fp32 (DeepSeek-V3 RMSNorm)."""
-    xf = x.to(_work_dtype(x.dtype))
+    xf = x.to(work_dtype(x.dtype))
     return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype) * weight
 
 
@@ -130,7 +130,7 @@ def apply_rope(x: Tensor, pos: Tensor, freqs: Tensor) -> Tensor:
 
     x: [B, ..., d_r]; pos: [B] integer positions; freqs: [d_r/2].
     """
-    work = _work_dtype(x.dtype)
+    work = work_dtype(x.dtype)
     angle = pos.to(torch.float64)[:, None] * freqs.to(device=pos.device, dtype=torch.float64)  # [B, d_r/2]
     angle = angle.view(angle.shape[0], *([1] * (x.dim() - 2)), angle.shape[1])
     cos, sin = angle.cos().to(work), angle.sin().to(work)
@@ -205,7 +205,7 @@ def gather(cache: PagedLatentCache) -> tuple[Tensor, Tensor]:
 
 # --- decode (DeepSeek-V3 inference/model.py, naive and absorb) ---------------------------
 
-def _masked_softmax(s: Tensor, valid: Tensor) -> tuple[Tensor, Tensor]:
+def masked_softmax(s: Tensor, valid: Tensor) -> tuple[Tensor, Tensor]:
     """p [B, H, T] and lse [B, H] over t < T_b; empty rows give p = 0 and lse = +inf (FlashMLA)."""
     s = s.masked_fill(~valid[:, None, :], float("-inf"))
     empty = ~valid.any(-1)[:, None]                                  # [B, 1]
@@ -223,10 +223,10 @@ def absorbed_core(q_mqa: Tensor, cache: Tensor, block_table: Tensor, seqlens: Te
     never rounded to bf16, which alone would break its lse tolerance. P is rounded to the
     input dtype for P.V, as a tensor-core kernel does.
     """
-    work = _work_dtype(q_mqa.dtype)
+    work = work_dtype(q_mqa.dtype)
     kv, valid = gather(PagedLatentCache(cache, block_table, seqlens))              # [B, T, k]
     s = torch.einsum("bhk,btk->bht", q_mqa.to(work), kv.to(work))                 # [B, H, T]
-    p, lse = _masked_softmax(s * scale, valid)
+    p, lse = masked_softmax(s * scale, valid)
     o_lat = torch.einsum("bht,btc->bhc", p.to(q_mqa.dtype), kv[..., :head_dim_v].to(q_mqa.dtype))
     return o_lat, lse
 
@@ -274,7 +274,7 @@ def decode_naive(x: Tensor, w: dict[str, Tensor], dims: MLADims, cache: PagedLat
     k_nope = torch.einsum("btc,hdc->bthd", c, w_uk)                               # [B, T, H, d_n]
     v = torch.einsum("btc,hdc->bthd", c, w_uv)                                    # [B, T, H, d_v]
     s = torch.einsum("bhd,bthd->bht", q_nope, k_nope) + torch.einsum("bhr,btr->bht", q_pe, k_pe)
-    p, lse = _masked_softmax(s.to(_work_dtype(x.dtype)) * scale, valid)         # [B, H, T]
+    p, lse = masked_softmax(s.to(work_dtype(x.dtype)) * scale, valid)         # [B, H, T]
     p = p.to(x.dtype)
     o = torch.einsum("bht,bthd->bhd", p, v)                                       # [B, H, d_v]
     o_lat = torch.einsum("bht,btc->bhc", p, c)                                    # [B, H, c]

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from mla_planner.verify.kernel import PagedLatentCache, _masked_softmax, _work_dtype, gather
+from mla_planner.verify.kernel import PagedLatentCache, masked_softmax, work_dtype, gather
 
 
 @dataclass
@@ -33,7 +33,7 @@ class PagedIndexCache:
 
 def index_scores(q_index: Tensor, weights: Tensor, keys: PagedIndexCache, latent: PagedLatentCache) -> Tensor:
     """Indexer scores [B, T] (-inf past T_b): sum over index heads of weight x relu(q . k)."""
-    work = _work_dtype(q_index.dtype)
+    work = work_dtype(q_index.dtype)
     k, valid = keys.rows(latent)
     logits = torch.einsum("bie,bte->bit", q_index.to(work), k.to(work)).relu()        # [B, I, T]
     scores = torch.einsum("bit,bi->bt", logits, weights.to(work))
@@ -56,7 +56,7 @@ def sparse_absorbed_core(q_mqa: Tensor, latent: PagedLatentCache, top: Tensor, s
     `top` [B, k] holds token positions (-1: none); each is read through the block table, never a
     position past T_b, so an unused page's contents cannot reach the output.
     """
-    work = _work_dtype(q_mqa.dtype)
+    work = work_dtype(q_mqa.dtype)
     bs = latent.block_size
     chosen = top >= 0
     pos = top.clamp(min=0).long()
@@ -65,7 +65,7 @@ def sparse_absorbed_core(q_mqa: Tensor, latent: PagedLatentCache, top: Tensor, s
     kv = latent.kv[blocks, pos % bs]                                                   # [B, k, c + r]
     kv = kv.masked_fill(~chosen[..., None], 0)
     s = torch.einsum("bhk,bjk->bhj", q_mqa.to(work), kv.to(work))                      # [B, H, k]
-    p, lse = _masked_softmax(s * scale, chosen)
+    p, lse = masked_softmax(s * scale, chosen)
     o_lat = torch.einsum("bhj,bjc->bhc", p.to(q_mqa.dtype), kv[..., :head_dim_v].to(q_mqa.dtype))
     return o_lat, lse
 

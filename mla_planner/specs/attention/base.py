@@ -18,14 +18,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
+from mla_planner.specs.knobs import KV_DTYPES
+
 KV_DTYPE_BYTES = {"bf16": 2, "fp8": 1}
-KV_FORMATS = ("bf16", "fp8", "fp8_ds_mla")   # the planner's KV dtype names (knobs.KV_DTYPES)
 
 
 def element_bytes(kv_dtype: str) -> int:
     """Bytes of one cached element in the format `kv_dtype` (fp8 and its variants: 1; bf16: 2)."""
-    if kv_dtype not in KV_FORMATS:
-        raise ValueError(f"unknown KV dtype {kv_dtype!r}; expected {', '.join(KV_FORMATS)}")
+    if kv_dtype not in KV_DTYPES:
+        raise ValueError(f"unknown KV dtype {kv_dtype!r}; expected {', '.join(KV_DTYPES)}")
     return KV_DTYPE_BYTES["fp8" if kv_dtype.startswith("fp8") else "bf16"]
 
 

@@ -10,8 +10,8 @@ from math import ceil
 
 from mla_planner.core.units import ACT_BYTES
 from mla_planner.specs.attention import cost
-from mla_planner.specs.attention.base import (KV_FORMATS, AttentionKind, CoreCost, KVGroup, Projection,
-                                              element_bytes)
+from mla_planner.specs.attention.base import AttentionKind, CoreCost, KVGroup, Projection, element_bytes
+from mla_planner.specs.knobs import KV_DTYPES
 
 FP8_DS_MLA_BYTES_PER_TOKEN_LAYER = 656  # 512 fp8 + 4 fp32 scales + 64 bf16 rope (FlashMLA README)
 REQUIRED = ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
@@ -59,7 +59,7 @@ class MLA(AttentionKind):
         return (spec.qk_nope_head_dim + spec.v_head_dim) * spec.kv_lora_rank
 
     def kv_formats(self, spec) -> tuple[str, ...]:
-        return KV_FORMATS
+        return KV_DTYPES
 
     def kv_groups(self, spec, kv_dtype: str, layout=None) -> tuple[KVGroup, ...]:
         """The latent: (kv_lora_rank + qk_rope_head_dim) x element bytes (1152 B bf16, 576 B fp8), or 656 B in
