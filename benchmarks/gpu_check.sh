@@ -10,7 +10,7 @@
 #   5. mla-plan compare without and with that calibration: what the measurements change
 # Output lands in $OUT (else ./out): gpu_check.log (everything), attention.json, verify.json, calibration.yaml,
 # plan.json (if made). Needs only the device image's python3 (torch with CUDA and Triton); pydantic and the
-# pinned typer are not in that image: carry them as wheels in .whl/ (docs/verify.md says how).
+# pinned click are not in that image: carry them as wheels in .whl/ (docs/verify.md says how).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-./out}"

@@ -7,8 +7,8 @@ os.environ.setdefault("COLUMNS", "160")  # stable rich table widths under CliRun
 
 @pytest.fixture
 def cli():
-    """Invoke the app as a user would; returns typer's Result (exit_code, stdout, stderr)."""
-    from typer.testing import CliRunner
+    """Invoke the app as a user would; returns click's Result (exit_code, stdout, stderr)."""
+    from click.testing import CliRunner
 
     from mla_planner.cli.app import app
 
@@ -23,7 +23,7 @@ def cli():
 def files(tmp_path_factory):
     """The fuzz tests' scratch folder (tests/fuzz_harness.py's Files), one per test module."""
     from fuzz_harness import Files
-    from typer.testing import CliRunner
+    from click.testing import CliRunner
 
     from mla_planner.cli.app import app
 

@@ -15,7 +15,7 @@ from fuzz_strategies import LONG, needs_torch
 SMALL = ["-m", "deepseek-v2-lite", "-t", "8xh100"]
 VERIFY_CPU = ["verify", "--device", "cpu", "--quick", *SMALL]
 PINNED = [
-    # click/typer's own usage errors: a boxed multi-line message, not one "error:" line
+    # click's own usage errors: a boxed multi-line message, not one "error:" line
     ["models", "--tp", "8"],                                     # unknown option
     ["show", "deepseek-v3", "extra"],                            # unexpected extra argument
     ["show", "--topology"],                                      # option without its value

@@ -15,7 +15,7 @@ def test_defaults_say_what_is_planned(cli):
 
 
 def test_json_contract():
-    from typer.testing import CliRunner
+    from click.testing import CliRunner
 
     from mla_planner.cli.app import app
     r = CliRunner().invoke(app, ["plan", "-m", "deepseek-v2", "-t", "2x8xh100-ib", "--json"])

@@ -17,7 +17,7 @@ VERIFY = ("--device", "cpu", "--model", "deepseek-v2-lite", "--topology", "8xh20
 
 @pytest.fixture(scope="module")
 def plan_file(tmp_path_factory):
-    from typer.testing import CliRunner
+    from click.testing import CliRunner
 
     from mla_planner.cli.app import app
     path = tmp_path_factory.mktemp("plan") / "plan.json"

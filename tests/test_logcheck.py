@@ -12,7 +12,7 @@ import pytest
 @pytest.fixture(scope="module")
 def plans(tmp_path_factory):
     """A multi-node vLLM plan (V3 on 2 x 8 H100, tp8 x pp2 pinned) and a single-node SGLang one."""
-    from typer.testing import CliRunner
+    from click.testing import CliRunner
 
     from mla_planner.cli.app import app
     out = {}

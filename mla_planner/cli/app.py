@@ -5,30 +5,11 @@ from __future__ import annotations
 import importlib
 import signal
 import sys
-from typing import Annotated, Optional
 
-import typer
-from typer.core import TyperCommand, TyperGroup, TyperOption
+import click
 
-try:  # newer typer parses with its own vendored copy of click (and does not install click)
-    from typer._click import core as _click_core, exceptions as _click_errors
-except ImportError:  # pragma: no cover - older typer runs on click itself
-    from click import core as _click_core, exceptions as _click_errors
-_USAGE = (_click_errors.ClickException,)
-_ABORT = tuple({typer.Abort, getattr(_click_errors, "Abort", typer.Abort)})
-
-
-def _flag_takes_no_value(display_type_rich):
-    """typer 0.29's help prints "<bool>" beside every flag (even --help), as if it took a value; a flag
-    takes none, so it shows no type (`--json true` is an error)."""
-    def shown(self, ctx):
-        return None if self.is_flag and self.metavar is None else display_type_rich(self, ctx)
-    return shown
-
-
-TyperOption.display_type_rich = _flag_takes_no_value(TyperOption.display_type_rich)
-
-from mla_planner import __version__  # noqa: E402
+from mla_planner import __version__
+from mla_planner.cli.params import Context, click_command
 
 # Every command: (module, function, the first paragraph of its docstring). A command's module is imported
 # only when that command runs (or shows its own --help), so `mla-plan --help` and `mla-plan models` do
@@ -59,18 +40,21 @@ COMMANDS = {
 SETTINGS = {"lint": {"allow_extra_args": True, "ignore_unknown_options": True}}
 
 
-def load_command(name: str) -> _click_core.Command:
-    """The click command of NAME, built from its module's typer function (imported now)."""
+HELP = dict(help_option_names=["-h", "--help"], max_content_width=120)
+
+
+def load_command(name: str) -> click.Command:
+    """The click command of NAME, built from its module's function (imported now)."""
     module, attr, _ = COMMANDS[name]
-    callback = getattr(importlib.import_module(module), attr)
-    info = typer.models.CommandInfo(name=name, callback=callback, context_settings=SETTINGS.get(name))
-    return typer.main.get_command_from_info(info, pretty_exceptions_short=True, rich_markup_mode="rich")
+    return click_command(name, getattr(importlib.import_module(module), attr), HELP | SETTINGS.get(name, {}))
 
 
-class OneLineErrors(TyperGroup):
-    """Click's own usage errors (unknown option, missing or mistyped value, extra argument) as one
-    `error:` line on stderr with exit 2, like the library's PlanError (cli.common.guard) - no boxed panel.
-    Commands are loaded when they run: the listing in `--help` shows COMMANDS' summaries."""
+class Commands(click.Group):
+    """The commands, loaded when they run: the listing in `--help` shows COMMANDS' summaries. Click's own
+    usage errors (unknown option, missing or mistyped value, extra argument) come out as one `error:` line
+    on stderr with exit 2, like the library's PlanError (cli.common.guard)."""
+
+    context_class = Context
 
     def list_commands(self, ctx) -> list[str]:
         return list(COMMANDS)
@@ -78,7 +62,10 @@ class OneLineErrors(TyperGroup):
     def get_command(self, ctx, name: str):
         if name not in COMMANDS:
             return None
-        return TyperCommand(name, help=COMMANDS[name][2])   # a stand-in that lists it; resolve_command runs it
+        summary = " ".join(COMMANDS[name][2].split())
+        stand_in = click.Command(name, short_help=summary)
+        stand_in.context_class = Context
+        return stand_in   # a stand-in that lists it; resolve_command runs it
 
     def resolve_command(self, ctx, args):
         name, _, rest = super().resolve_command(ctx, args)
@@ -86,13 +73,13 @@ class OneLineErrors(TyperGroup):
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
         try:
-            rv = super().main(args=args, prog_name=prog_name, complete_var=complete_var, standalone_mode=False,
-                              **extra)
-        except _USAGE as exc:
+            rv = super().main(args=args, prog_name=prog_name or "mla-plan", complete_var=complete_var,
+                              standalone_mode=False, **extra)
+        except click.ClickException as exc:
             where = exc.ctx.command_path if getattr(exc, "ctx", None) else "mla-plan"
             print(f"error: {where}: {' '.join(exc.format_message().split())}", file=sys.stderr)
             sys.exit(exc.exit_code)
-        except _ABORT:
+        except click.Abort:
             print("error: aborted", file=sys.stderr)
             sys.exit(1)
         if not standalone_mode:
@@ -100,26 +87,15 @@ class OneLineErrors(TyperGroup):
         sys.exit(rv if isinstance(rv, int) else 0)
 
 
-app = typer.Typer(name="mla-plan", cls=OneLineErrors, no_args_is_help=False, add_completion=False,
-                  rich_markup_mode="rich",
-                  context_settings={"help_option_names": ["-h", "--help"]}, pretty_exceptions_enable=False,
-                  help="Plan, launch and verify Multi-head Latent Attention deployments (DeepSeek-V2/V3/R1, "
-                       "Kimi-K2) on vLLM and SGLang. Start with `mla-plan plan` (no arguments: DeepSeek-V3 on "
-                       "2 x 8 H100 with InfiniBand).")
-
-
-def _version(value: bool) -> None:
-    if value:
-        typer.echo(f"mla-plan {__version__}")
-        raise typer.Exit()
-
-
-@app.callback(invoke_without_command=True)
-def _root(ctx: typer.Context,
-          version: Annotated[Optional[bool], typer.Option("--version", callback=_version, is_eager=True,
-                                                          help="Print the version and exit.")] = None) -> None:
+@click.group("mla-plan", cls=Commands, invoke_without_command=True, context_settings=HELP)
+@click.version_option(__version__, "--version", prog_name="mla-plan", message="%(prog)s %(version)s",
+                      help="Print the version and exit.")
+@click.pass_context
+def app(ctx: click.Context) -> None:
+    """Plan, launch and verify Multi-head Latent Attention deployments (DeepSeek-V2/V3/R1, Kimi-K2) on vLLM
+    and SGLang. Start with `mla-plan plan` (no arguments: DeepSeek-V3 on 2 x 8 H100 with InfiniBand)."""
     if ctx.invoked_subcommand is None:
-        typer.echo(ctx.get_help())
+        click.echo(ctx.get_help())
 
 
 def main() -> None:

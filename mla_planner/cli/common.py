@@ -8,10 +8,10 @@ import sys
 from pathlib import Path
 from typing import Annotated, Callable, Optional
 
-import typer
 from rich.console import Console
 from rich.markup import escape
 
+from mla_planner.cli.params import Opt
 from mla_planner.core.errors import PlanError
 from mla_planner.core.files import path_kind
 from mla_planner.core.jsonout import dumps
@@ -20,24 +20,24 @@ from mla_planner.specs.attention.kinds import planning_problem
 DEFAULT_MODEL = "deepseek-v3"
 DEFAULT_TOPOLOGY = "2x8xh100-ib"
 
-ModelOpt = Annotated[str, typer.Option("--model", "-m", help="Built-in model name (see `mla-plan models`), a YAML "
+ModelOpt = Annotated[str, Opt("--model", "-m", help="Built-in model name (see `mla-plan models`), a YAML "
                                        "spec, a Hugging Face config.json, or a snapshot folder holding one.")]
-TopologyOpt = Annotated[str, typer.Option("--topology", "-t", help="Built-in topology (see `mla-plan topologies`) "
+TopologyOpt = Annotated[str, Opt("--topology", "-t", help="Built-in topology (see `mla-plan topologies`) "
                                           "or a topology YAML file.")]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON instead of tables.")]
-PpPartitionOpt = Annotated[Optional[str], typer.Option("--pp-layer-partition", help=(
+JsonOpt = Annotated[bool, Opt("--json", help="Print machine-readable JSON instead of tables.")]
+PpPartitionOpt = Annotated[Optional[str], Opt("--pp-layer-partition", help=(
     "Decoder layers per pipeline stage, e.g. 32,29 (what VLLM_PP_LAYER_PARTITION / SGLANG_PP_LAYER_PARTITION set; "
     "default: the engine's split by count, the remainder to vLLM's middle stages or SGLang's last); with "
     "several layouts (compare), those with as many stages take it."))]
-GraphCapOpt = Annotated[Optional[int], typer.Option("--cuda-graph-max-bs", help=(
+GraphCapOpt = Annotated[Optional[int], Opt("--cuda-graph-max-bs", help=(
     "Largest decode batch captured as a CUDA graph, per DP rank (vLLM --max-cudagraph-capture-size, in tokens: "
     "2 per request with --mtp; SGLang --cuda-graph-max-bs-decode, in requests; default: the engine's, 512 on "
     "vLLM, by GPU memory and TP on SGLang): every captured size costs graph memory."))]
-MtpOpt = Annotated[bool, typer.Option("--mtp", help=(
+MtpOpt = Annotated[bool, Opt("--mtp", help=(
     "Plan every layout with speculative decoding by the model's own MTP layer (DeepSeek-V3/R1: one drafted "
     "token per step). Without it, a note says what the best candidate would serve with it, and with it, "
     "what it serves without."))]
-MtpAcceptanceOpt = Annotated[float, typer.Option("--mtp-acceptance", help=(
+MtpAcceptanceOpt = Annotated[float, Opt("--mtp-acceptance", help=(
     "Share of MTP-drafted tokens the model accepts on your traffic (the engines log it: vLLM's SpecDecoding "
     "metrics, SGLang's accept length - 1). Default: the DeepSeek-V3 report's 85 % (it found 85-90 %)."))]
 
@@ -59,7 +59,7 @@ def guard(fn: Callable) -> Callable:
             text = " ".join(str(exc).splitlines())   # one line, whatever the user typed into it
             Console(stderr=True, highlight=False).print(f"[red]error:[/red] {escape(text)}", markup=True,
                                                         soft_wrap=True)
-            raise typer.Exit(2) from None
+            raise SystemExit(2) from None
     return wrapper
 
 

@@ -7,10 +7,10 @@ from math import inf
 from pathlib import Path
 from typing import Annotated, Optional
 
-import typer
 from mla_planner.engines.backends import default_engine, int8_checkpoint_problem, mtp_verify_problem, usable_backends
 from mla_planner.specs.attention.kinds import attention_of
 from mla_planner.specs.calibration import load_calibration
+from mla_planner.cli.params import Opt
 from mla_planner.cli.common import (DEFAULT_MODEL, DEFAULT_TOPOLOGY, GraphCapOpt, JsonOpt, ModelOpt, MtpAcceptanceOpt,
                                     PpPartitionOpt, TopologyOpt, check_acceptance, check_context, check_mtp, guard,
                                     print_json, lower_case)
@@ -110,56 +110,56 @@ def _fraction(engine: str, util: Optional[float], static: Optional[float], alias
 
 
 @guard
-def compare_cmd(layouts: Annotated[Optional[list[str]], typer.Option(
+def compare_cmd(layouts: Annotated[Optional[list[str]], Opt(
                     "--layout", "-l", help='A layout to compare, e.g. "tp=16" or "tp=8,pp=2" (repeat; the first '
                     'is the baseline for the ratios).')] = None,
                 model: ModelOpt = DEFAULT_MODEL, topology: TopologyOpt = DEFAULT_TOPOLOGY,
-                engine: Annotated[Optional[str], typer.Option("--engine", "-e",
+                engine: Annotated[Optional[str], Opt("--engine", "-e",
                     callback=lower_case, help="vllm or sglang (default: vllm, or SGLang for a checkpoint only SGLang "
                                               "loads).")] = None,
-                input_len: Annotated[str, typer.Option("--input-len", help="Prompt tokens: '2048' or "
+                input_len: Annotated[str, Opt("--input-len", help="Prompt tokens: '2048' or "
                                                        "'p50=1024,p99=8192'.")] = "2048",
-                output_len: Annotated[str, typer.Option("--output-len", help="Output tokens: '512' or "
+                output_len: Annotated[str, Opt("--output-len", help="Output tokens: '512' or "
                                                         "'p50=256,p99=2048'.")] = "512",
-                tpot_ms: Annotated[float, typer.Option("--tpot-ms", help="Target time per output token.")] = 50.0,
-                ttft_ms: Annotated[float, typer.Option(
+                tpot_ms: Annotated[float, Opt("--tpot-ms", help="Target time per output token.")] = 50.0,
+                ttft_ms: Annotated[float, Opt(
                     "--ttft-ms", help="Target time to first token, ms (held by the p99 prompt when --input-len gives "
                     "percentiles).")] = 3000.0,
-                kv_cache_dtype: Annotated[str, typer.Option("--kv-cache-dtype", help="auto (= bf16), bf16, fp8 "
+                kv_cache_dtype: Annotated[str, Opt("--kv-cache-dtype", help="auto (= bf16), bf16, fp8 "
                                                             "or fp8_ds_mla.")] = "auto",
-                enforce_eager: Annotated[bool, typer.Option("--enforce-eager", help="No CUDA graphs "
+                enforce_eager: Annotated[bool, Opt("--enforce-eager", help="No CUDA graphs "
                                                             "(each kernel launched from the CPU).")] = False,
-                mtp: Annotated[bool, typer.Option("--mtp", help="Serve with the model's MTP layer drafting a "
+                mtp: Annotated[bool, Opt("--mtp", help="Serve with the model's MTP layer drafting a "
                                                   "token per step (speculative decoding; SGLang then defaults "
                                                   "to 48 running requests).")] = False,
                 mtp_acceptance: MtpAcceptanceOpt = MTP_ACCEPTANCE,
-                dense_per_rank: Annotated[bool, typer.Option(
+                dense_per_rank: Annotated[bool, Opt(
                     "--dense-per-rank", help="SGLang under DP attention at tp=1: the dense MLP layers and lm_head on "
                     "each rank's own tokens (--moe-dense-tp-size 1 --enable-dp-lm-head), not split over the stage "
                     "with every rank's tokens gathered (plan tries both).")] = False,
-                max_num_seqs: Annotated[Optional[int], typer.Option("--max-num-seqs", help="Running requests "
+                max_num_seqs: Annotated[Optional[int], Opt("--max-num-seqs", help="Running requests "
                                                                     "per DP rank (engine default).")] = None,
-                block_size: Annotated[Optional[int], typer.Option("--block-size", help="vLLM --block-size / "
+                block_size: Annotated[Optional[int], Opt("--block-size", help="vLLM --block-size / "
                                                                   "SGLang --page-size (engine default).")] = None,
-                max_num_batched_tokens: Annotated[Optional[int], typer.Option(
+                max_num_batched_tokens: Annotated[Optional[int], Opt(
                     "--max-num-batched-tokens", help="vLLM --max-num-batched-tokens / SGLang --chunked-prefill-size "
                     "per DP rank (engine default); with --block-size, --max-num-seqs and the memory fraction, "
                     "a plan candidate's knobs.")] = None,
                 pp_layer_partition: PpPartitionOpt = None,
                 cuda_graph_max_bs: GraphCapOpt = None,
-                gpu_memory_utilization: Annotated[Optional[float], typer.Option(
+                gpu_memory_utilization: Annotated[Optional[float], Opt(
                     "--gpu-memory-utilization", help="vLLM's --gpu-memory-utilization (default: 0.92, lowered to "
                     "the safe fraction when that runs out of memory).")] = None,
-                mem_fraction_static: Annotated[Optional[float], typer.Option(
+                mem_fraction_static: Annotated[Optional[float], Opt(
                     "--mem-fraction-static", help="SGLang's --mem-fraction-static (default: SGLang's computed "
                     "value per layout, lowered to the safe fraction when that runs out of memory).")] = None,
-                memory_fraction: Annotated[Optional[float], typer.Option("--memory-fraction", hidden=True)] = None,
-                calibration: Annotated[Optional[str], typer.Option("--calibration", help="Calibration file from "
+                memory_fraction: Annotated[Optional[float], Opt("--memory-fraction", hidden=True)] = None,
+                calibration: Annotated[Optional[str], Opt("--calibration", help="Calibration file from "
                                                                    "`mla-plan verify --write-calibration`.")] = None,
-                plan: Annotated[Optional[Path], typer.Option(
+                plan: Annotated[Optional[Path], Opt(
                     "--plan", "-p", help="Compare a plan file's candidates instead, with their own knobs and the "
                     "plan's workload (pick them with -c; default the first three).")] = None,
-                candidates: Annotated[Optional[list[int]], typer.Option(
+                candidates: Annotated[Optional[list[int]], Opt(
                     "--candidate", "-c", help="With --plan: a candidate number (repeat).")] = None,
                 as_json: JsonOpt = False) -> None:
     """Compare layouts on the seed article's metrics: concurrency, throughput, decode step, network wait,

@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Optional
 
-import typer
 from rich.console import Console
 from rich.markup import escape
 
+from mla_planner.cli.params import Opt
 from mla_planner.cli.common import JsonOpt, console, guard, lower_case, print_json, warn_weightless
 from mla_planner.core.errors import PlanError
 from mla_planner.launch.emit import Emitted, emit
@@ -18,23 +18,23 @@ from mla_planner.search.planfile import engine_candidate, read_plan
 
 
 @guard
-def emit_cmd(plan: Annotated[Path, typer.Option("--plan", "-p", help="Plan file written by `mla-plan plan --json`.")],
-             out: Annotated[str, typer.Option("--out", "-o", help="Folder to write (must be empty or new).")],
-             candidate: Annotated[Optional[int], typer.Option("--candidate", "-c", help="Candidate number from "
+def emit_cmd(plan: Annotated[Path, Opt("--plan", "-p", help="Plan file written by `mla-plan plan --json`.")],
+             out: Annotated[str, Opt("--out", "-o", help="Folder to write (must be empty or new).")],
+             candidate: Annotated[Optional[int], Opt("--candidate", "-c", help="Candidate number from "
                                                               "the plan table (default: 1, the best; with --engine, "
                                                               "the best for that engine).")] = None,
-             engine: Annotated[Optional[str], typer.Option("--engine", "-e",
+             engine: Annotated[Optional[str], Opt("--engine", "-e",
                  callback=lower_case, help="vllm or sglang: the best "
                                                            "candidate planned for it (a candidate's knobs are its "
                                                            "engine's own, so --candidate must be one of them).")]
              = None,
-             mode: Annotated[str, typer.Option("--mode", help="vLLM multi-node form: native (--nnodes/--headless, "
+             mode: Annotated[str, Opt("--mode", help="vLLM multi-node form: native (--nnodes/--headless, "
                                                "no Ray) or ray (a Ray cluster, one serve on the head).")] = "native",
-             model_path: Annotated[Optional[str], typer.Option("--model-path", help="Serve this path or HF id "
+             model_path: Annotated[Optional[str], Opt("--model-path", help="Serve this path or HF id "
                                                                "instead of the plan's model.")] = None,
-             head_address: Annotated[Optional[str], typer.Option("--head-address", help="Cluster IP or host name "
+             head_address: Annotated[Optional[str], Opt("--head-address", help="Cluster IP or host name "
                                                                  "of node 0 (else each script reads HEAD_IP).")] = None,
-             force: Annotated[bool, typer.Option("--force", help="Replace the files of an earlier emit in --out.")]
+             force: Annotated[bool, Opt("--force", help="Replace the files of an earlier emit in --out.")]
              = False,
              as_json: JsonOpt = False,
              ) -> None:

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Annotated, Optional
 
-import typer
+import click
 
 from mla_planner.audit.lint import lint, parse_command
+from mla_planner.cli.params import Opt
 from mla_planner.cli.common import DEFAULT_TOPOLOGY, JsonOpt, TopologyOpt, console, guard, print_json, check_plannable
 from mla_planner.core.errors import PlanError
 from mla_planner.core.files import path_kind, user_path
@@ -14,13 +15,13 @@ from mla_planner.specs.calibration import load_calibration
 from mla_planner.specs.catalogue import builtin_names, load_model
 from mla_planner.specs.topology import load_topology
 
-LintModelOpt = Annotated[Optional[str], typer.Option(
+LintModelOpt = Annotated[Optional[str], Opt(
     "--model", "-m", help="The model, when the command's own (an HF id or a local snapshot folder) is not a "
     "built-in's HF id or a folder here: a built-in name, a YAML spec, a config.json or a snapshot folder.")]
 
 
 @guard
-def lint_cmd(ctx: typer.Context, model: LintModelOpt = None, topology: TopologyOpt = DEFAULT_TOPOLOGY,
+def lint_cmd(ctx: click.Context, model: LintModelOpt = None, topology: TopologyOpt = DEFAULT_TOPOLOGY,
              as_json: JsonOpt = False) -> None:
     """Check your own vLLM or SGLang launch command against the model, the cluster and the engines' rules.
 
@@ -61,7 +62,7 @@ def lint_cmd(ctx: typer.Context, model: LintModelOpt = None, topology: TopologyO
                   + (f"{len(findings)} finding(s)" if findings else "nothing to flag"), markup=False)
         for f in findings:
             out.print(f"  {f.level.upper():<5} {f.flag}: {f.text}", markup=False, soft_wrap=True)
-    raise typer.Exit(1 if errors else 0)
+    raise SystemExit(1 if errors else 0)
 
 
 def _builtin_for(served: Optional[str]) -> Optional[str]:

@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Optional
 
-import typer
 
 from mla_planner.audit.logcheck import check_log, recognised
 from mla_planner.audit.logcheck_nccl import nccl_tests_check, rows as nccl_rows
+from mla_planner.cli.params import Opt, Arg
 from mla_planner.cli.common import JsonOpt, console, guard, print_json
 from mla_planner.core.errors import InputError
 from mla_planner.core.files import path_kind, user_path
@@ -18,11 +18,11 @@ MARK = {"ok": "ok", "warn": "WARN", "fail": "FAIL", "absent": "-"}
 
 
 @guard
-def check_log_cmd(logs: Annotated[list[str], typer.Argument(help="The engine's log file(s): every node's, or the "
+def check_log_cmd(logs: Annotated[list[str], Arg(help="The engine's log file(s): every node's, or the "
                                                              "head's (stdout and stderr as the node scripts ran).")],
-                  plan: Annotated[Path, typer.Option("--plan", "-p", help="Plan file written by "
+                  plan: Annotated[Path, Opt("--plan", "-p", help="Plan file written by "
                                                      "`mla-plan plan --json`.")],
-                  candidate: Annotated[Optional[int], typer.Option("--candidate", "-c", help="The candidate that "
+                  candidate: Annotated[Optional[int], Opt("--candidate", "-c", help="The candidate that "
                                                                    "was launched (default: 1).")] = None,
                   as_json: JsonOpt = False) -> None:
     """Hold an engine's log and bench.sh's output against the plan candidate that was launched.
@@ -65,7 +65,7 @@ def check_log_cmd(logs: Annotated[list[str], typer.Argument(help="The engine's l
         out.print(f"{who}: {len(logs)} log file(s)", markup=False)
         for c in checks:
             out.print(f"  {MARK[c.status]:<4} {c.name}: {c.text}", markup=False)
-    raise typer.Exit(1 if failed else 0)
+    raise SystemExit(1 if failed else 0)
 
 
 def _read(name: str) -> str:

@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import asdict, replace
 from typing import Annotated, Optional
 
-import typer
 from rich.table import Table
 
 from mla_planner.engines.backends import default_engine
+from mla_planner.cli.params import Opt
 from mla_planner.cli.common import (DEFAULT_MODEL, DEFAULT_TOPOLOGY, GraphCapOpt, JsonOpt, ModelOpt, PpPartitionOpt,
                                     TopologyOpt, check_mtp, console, guard, human_bytes, print_json, lower_case)
 from mla_planner.cli.common import check_plannable
@@ -32,52 +32,52 @@ SGLANG_LOW_DEFAULT = 0.5   # below this SGLang's computed default fraction is wo
 def memory_cmd(
     model: ModelOpt = DEFAULT_MODEL,
     topology: TopologyOpt = DEFAULT_TOPOLOGY,
-    tp: Annotated[int, typer.Option("--tp", help="Tensor parallel size of attention (vLLM -tp per DP rank; "
+    tp: Annotated[int, Opt("--tp", help="Tensor parallel size of attention (vLLM -tp per DP rank; "
                                     "SGLang --tp-size is tp x dp).")] = 8,
-    pp: Annotated[int, typer.Option("--pp", help="Pipeline stages (vLLM -pp, SGLang --pp-size).")] = 1,
-    dp: Annotated[int, typer.Option("--dp", help="Data-parallel attention ranks per stage (vLLM -dp, SGLang "
+    pp: Annotated[int, Opt("--pp", help="Pipeline stages (vLLM -pp, SGLang --pp-size).")] = 1,
+    dp: Annotated[int, Opt("--dp", help="Data-parallel attention ranks per stage (vLLM -dp, SGLang "
                                     "--attn-dp-size).")] = 1,
-    ep: Annotated[IntOpt, typer.Option("--ep", help="Expert parallel size of the MoE (default: tp x dp over "
+    ep: Annotated[IntOpt, Opt("--ep", help="Expert parallel size of the MoE (default: tp x dp over "
                                        "DeepEP when --dp > 1 and the cluster has NVLink and RDMA, else 1: the MoE "
                                        "tensor-parallel; vLLM --enable-expert-parallel, SGLang --ep-size).")]
     = None,
-    dcp: Annotated[int, typer.Option("--dcp", help="Decode context parallel size: the tp ranks split each "
+    dcp: Annotated[int, Opt("--dcp", help="Decode context parallel size: the tp ranks split each "
                                      "sequence's cached tokens (vLLM -dcp, SGLang --dcp-size).")] = 1,
-    kv_layout: Annotated[str, typer.Option("--kv-layout", help="How a TP group holds the latent cache: "
+    kv_layout: Annotated[str, Opt("--kv-layout", help="How a TP group holds the latent cache: "
                                            "replicated (what both engines do) or latent-sharded (the "
                                            "seed's Route B, a planning figure).")] = "replicated",
-    engine: Annotated[Optional[str], typer.Option("--engine", "-e", callback=lower_case,
+    engine: Annotated[Optional[str], Opt("--engine", "-e", callback=lower_case,
                                         help="vllm (V1, 0.33 accounting) or sglang (0.5.23); default vllm, or "
                                              "SGLang for a checkpoint only SGLang loads.")] = None,
-    gpu_memory_utilization: Annotated[Optional[float], typer.Option(
+    gpu_memory_utilization: Annotated[Optional[float], Opt(
         "--gpu-memory-utilization", help="vLLM's --gpu-memory-utilization: share of total GPU memory for "
         "weights + activations + KV (+ CUDA graphs). Default 0.92.")] = None,
-    mem_fraction_static: Annotated[Optional[float], typer.Option(
+    mem_fraction_static: Annotated[Optional[float], Opt(
         "--mem-fraction-static", help="SGLang's --mem-fraction-static: share of pre-load free memory for "
         "weights + KV pool. Default: SGLang's computed value for this GPU and layout.")] = None,
-    kv_cache_dtype: Annotated[str, typer.Option("--kv-cache-dtype", help="--kv-cache-dtype: auto (= bf16), "
+    kv_cache_dtype: Annotated[str, Opt("--kv-cache-dtype", help="--kv-cache-dtype: auto (= bf16), "
                                                 "bf16, fp8 (576 B/token/layer) or fp8_ds_mla (656 B).")] = "auto",
-    block_size: Annotated[IntOpt, typer.Option("--block-size", help="vLLM --block-size / SGLang --page-size, "
+    block_size: Annotated[IntOpt, Opt("--block-size", help="vLLM --block-size / SGLang --page-size, "
                                                "tokens per KV block (default: the engine's).")] = None,
-    max_model_len: Annotated[IntOpt, typer.Option("--max-model-len", help="vLLM --max-model-len / SGLang "
+    max_model_len: Annotated[IntOpt, Opt("--max-model-len", help="vLLM --max-model-len / SGLang "
                                                   "--context-length (default: the model's maximum).")] = None,
-    max_num_seqs: Annotated[IntOpt, typer.Option("--max-num-seqs", help="vLLM --max-num-seqs / SGLang "
+    max_num_seqs: Annotated[IntOpt, Opt("--max-num-seqs", help="vLLM --max-num-seqs / SGLang "
                                                  "--max-running-requests, per DP rank.")] = None,
-    max_num_batched_tokens: Annotated[IntOpt, typer.Option(
+    max_num_batched_tokens: Annotated[IntOpt, Opt(
         "--max-num-batched-tokens", help="vLLM --max-num-batched-tokens / SGLang --chunked-prefill-size, per "
         "DP rank (SGLang's flag is this x the DP-attention size): tokens of the profiled forward that sizes "
         "the activation peak.")] = None,
     cuda_graph_max_bs: GraphCapOpt = None,
     pp_layer_partition: PpPartitionOpt = None,
-    mtp: Annotated[bool, typer.Option("--mtp", help="Serve with the MTP draft layer (vLLM --speculative-config, "
+    mtp: Annotated[bool, Opt("--mtp", help="Serve with the MTP draft layer (vLLM --speculative-config, "
                                       "SGLang --speculative-algorithm EAGLE): its weights and KV on the last "
                                       "stage, its CUDA graphs.")] = False,
-    enforce_eager: Annotated[bool, typer.Option("--enforce-eager", help="No CUDA graphs (vLLM --enforce-eager, "
+    enforce_eager: Annotated[bool, Opt("--enforce-eager", help="No CUDA graphs (vLLM --enforce-eager, "
                                                 "SGLang --cuda-graph-backend-decode disabled).")] = False,
-    dense_per_rank: Annotated[bool, typer.Option(
+    dense_per_rank: Annotated[bool, Opt(
         "--dense-per-rank", help="SGLang under DP attention at tp=1: the dense MLP layers and lm_head whole on every "
         "rank (--moe-dense-tp-size 1 --enable-dp-lm-head), not split over the stage.")] = False,
-    engine_version: Annotated[Optional[str], typer.Option(
+    engine_version: Annotated[Optional[str], Opt(
         "--engine-version", help="Model an older release's accounting, e.g. 0.8.4 (vLLM < 0.10 charged the "
         "CUDA context and NCCL buffers to the budget and captured graphs after it).")] = None,
     as_json: JsonOpt = False,
@@ -131,7 +131,7 @@ def memory_cmd(
     data = report_dict(report, spec.name, topo.name)
     print_json(data) if as_json else _render(report, data)
     if not report.fits:
-        raise typer.Exit(1)
+        raise SystemExit(1)
 
 
 def _layout(tp: int, pp: int, dp: int, ep: Optional[int], dcp: int, kv_layout: str, topo) -> Layout:

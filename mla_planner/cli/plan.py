@@ -5,10 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Optional
 
-import typer
+import click
 import yaml
 
 from mla_planner.engines.backends import default_engine
+from mla_planner.cli.params import Opt
 from mla_planner.cli.common import (DEFAULT_MODEL, DEFAULT_TOPOLOGY, JsonOpt, MtpAcceptanceOpt, MtpOpt,
                                     check_output_file, guard, print_json,
                                     lower_case)
@@ -25,9 +26,6 @@ from mla_planner.search.planfile import Plan, meets_targets, plan_to_dict
 from mla_planner.search.run import SearchResult
 from mla_planner.search.tuning import Overrides
 from mla_planner.specs.knobs import MTP_ACCEPTANCE
-
-Opt = typer.Option
-
 
 @guard
 def plan_cmd(
@@ -71,7 +69,7 @@ def plan_cmd(
     as_json: JsonOpt = False,
     as_yaml: Annotated[bool, Opt("--yaml", help="Print the full plan as YAML.")] = False,
     plot: Annotated[Optional[Path], Opt("--plot", help="Write the Pareto plot as PNG (needs the plot extra: "
-                                        "pip install 'mla-plan\\[plot]').")]
+                                        "pip install 'mla-plan[plot]').")]
     = None,
     emit: Annotated[Optional[Path], Opt("--emit", help="Write launch scripts for the best candidate here.")] = None,
     calibration: Annotated[Optional[Path], Opt("--calibration", help="Efficiency factors measured by "
@@ -136,12 +134,12 @@ def plan_cmd(
                                                    engine or default_engine(plan.spec, plan.topology.gpu))
     data["meets_targets"] = meets
     if as_json or as_yaml:
-        print_json(data) if as_json else typer.echo(yaml.safe_dump(data, sort_keys=False), nl=False)
+        print_json(data) if as_json else click.echo(yaml.safe_dump(data, sort_keys=False), nl=False)
     else:
         render_plan(plan, result, top, explain, is_default,
                     emit if meets else None, notes, data.get("nothing_fits", []), rank_by)
     if not meets:
-        raise typer.Exit(1)
+        raise SystemExit(1)
 
 
 def _plot(path: Path, plan: Plan, result: SearchResult, rank_by: str = "per-gpu") -> None:

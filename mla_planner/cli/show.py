@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Annotated, Optional
 
-import typer
 from rich.table import Table
 
+from mla_planner.cli.params import Opt, Arg
 from mla_planner.cli.common import JsonOpt, console, guard, human_bytes, print_json, weight_dtypes
 from mla_planner.core.errors import PlanError
 from mla_planner.specs import sizing
@@ -15,11 +15,11 @@ from mla_planner.specs.topology import load_topology
 
 
 @guard
-def show_cmd(model: Annotated[Optional[str], typer.Argument(help="Model: built-in name, YAML spec, config.json "
+def show_cmd(model: Annotated[Optional[str], Arg(help="Model: built-in name, YAML spec, config.json "
                                                             "or snapshot folder.")] = None,
-             topology: Annotated[Optional[str], typer.Option("--topology", "-t", help="Show a topology "
+             topology: Annotated[Optional[str], Opt("--topology", "-t", help="Show a topology "
                                                              "(built-in name or YAML file) instead.")] = None,
-             model_opt: Annotated[Optional[str], typer.Option("--model", "-m", help="The model, as the other "
+             model_opt: Annotated[Optional[str], Opt("--model", "-m", help="The model, as the other "
                                                               "commands take it (same as MODEL).")] = None,
              as_json: JsonOpt = False) -> None:
     """Show a model's derived facts (parameters, weight bytes, KV bytes per token) or a topology."""

@@ -9,11 +9,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Optional
 
-import typer
+import click
 from rich.console import Console
 from rich.markup import escape
 
 from mla_planner.specs.calibration import load_calibration
+from mla_planner.cli.params import Opt
 from mla_planner.cli.common import (DEFAULT_MODEL, DEFAULT_TOPOLOGY, JsonOpt, ModelOpt, TopologyOpt, check_context,
                                     check_mtp, check_output_file, console, guard, print_json, lower_case)
 from mla_planner.cli.common import check_plannable
@@ -97,7 +98,7 @@ def _sections(only: Optional[list[str]]) -> frozenset:
     return frozenset(chosen or SECTIONS)
 
 
-def _passthrough(ctx: typer.Context) -> list[str]:
+def _passthrough(ctx: click.Context) -> list[str]:
     """This command's options as given (defaults left out), for the torchrun commands to repeat."""
     words: list[str] = []
     for param in ctx.command.params:
@@ -157,55 +158,55 @@ def _calibrate(path: str, checks: list, dev, chosen: Chosen) -> tuple[dict, int]
 
 @guard
 def verify_cmd(
-    ctx: typer.Context,
-    plan: Annotated[Optional[str], typer.Option("--plan", help="Plan file written by `mla-plan plan --json`.")] = None,
-    candidate: Annotated[int, typer.Option("--candidate", "-c", help="Which candidate of --plan (1 = best).")] = 1,
+    ctx: click.Context,
+    plan: Annotated[Optional[str], Opt("--plan", help="Plan file written by `mla-plan plan --json`.")] = None,
+    candidate: Annotated[int, Opt("--candidate", "-c", help="Which candidate of --plan (1 = best).")] = 1,
     model: ModelOpt = DEFAULT_MODEL,
     topology: TopologyOpt = DEFAULT_TOPOLOGY,
-    layout: Annotated[Optional[str], typer.Option("--layout", "-l",
+    layout: Annotated[Optional[str], Opt("--layout", "-l",
                                                   help='Layout without a plan, e.g. "tp=8,pp=2".')] = None,
-    engine: Annotated[Optional[str], typer.Option("--engine", "-e",
+    engine: Annotated[Optional[str], Opt("--engine", "-e",
         callback=lower_case, help="vllm or sglang (with --layout: default vllm; "
                                                   "without --plan or --layout: restricts the fresh plan).")] = None,
-    gpu_memory_utilization: Annotated[Optional[float], typer.Option("--gpu-memory-utilization",
+    gpu_memory_utilization: Annotated[Optional[float], Opt("--gpu-memory-utilization",
                                                                     help="vLLM's memory fraction.")] = None,
-    mem_fraction_static: Annotated[Optional[float], typer.Option("--mem-fraction-static",
+    mem_fraction_static: Annotated[Optional[float], Opt("--mem-fraction-static",
                                                                  help="SGLang's memory fraction.")] = None,
-    kv_cache_dtype: Annotated[str, typer.Option("--kv-cache-dtype",
+    kv_cache_dtype: Annotated[str, Opt("--kv-cache-dtype",
                                                 help="auto (= bf16), bf16, fp8 or fp8_ds_mla.")] = "auto",
-    block_size: Annotated[IntOpt, typer.Option("--block-size", help="Tokens per KV block (engine default).")] = None,
-    max_model_len: Annotated[IntOpt, typer.Option("--max-model-len", help="Default: the workload's longest.")] = None,
-    max_num_seqs: Annotated[IntOpt, typer.Option("--max-num-seqs", help="Running requests per DP rank.")] = None,
-    max_num_batched_tokens: Annotated[IntOpt, typer.Option("--max-num-batched-tokens", help="Prefill chunk.")] = None,
-    mtp: Annotated[bool, typer.Option("--mtp", help="Serve with the MTP draft layer.")] = False,
-    enforce_eager: Annotated[bool, typer.Option("--enforce-eager", help="No CUDA graphs.")] = False,
-    input_len: Annotated[str, typer.Option("--input-len", help="Prompt tokens: '2048' or 'p50=1024,p99=8192' "
+    block_size: Annotated[IntOpt, Opt("--block-size", help="Tokens per KV block (engine default).")] = None,
+    max_model_len: Annotated[IntOpt, Opt("--max-model-len", help="Default: the workload's longest.")] = None,
+    max_num_seqs: Annotated[IntOpt, Opt("--max-num-seqs", help="Running requests per DP rank.")] = None,
+    max_num_batched_tokens: Annotated[IntOpt, Opt("--max-num-batched-tokens", help="Prefill chunk.")] = None,
+    mtp: Annotated[bool, Opt("--mtp", help="Serve with the MTP draft layer.")] = False,
+    enforce_eager: Annotated[bool, Opt("--enforce-eager", help="No CUDA graphs.")] = False,
+    input_len: Annotated[str, Opt("--input-len", help="Prompt tokens: '2048' or 'p50=1024,p99=8192' "
                                            "(as plan takes it).")] = "2048",
-    output_len: Annotated[str, typer.Option("--output-len", help="Output tokens: '512' or "
+    output_len: Annotated[str, Opt("--output-len", help="Output tokens: '512' or "
                                             "'p50=256,p99=2048'.")] = "512",
-    tpot_ms: Annotated[float, typer.Option("--tpot-ms", help="Target time per output token.")] = 50.0,
-    batch: Annotated[IntOpt, typer.Option("--batch", help="Decode sequences per DP rank to check (default: the "
+    tpot_ms: Annotated[float, Opt("--tpot-ms", help="Target time per output token.")] = 50.0,
+    batch: Annotated[IntOpt, Opt("--batch", help="Decode sequences per DP rank to check (default: the "
                                           "plan's concurrency).")] = None,
-    context: Annotated[IntOpt, typer.Option("--context", help="Tokens per sequence to check (default: input + "
+    context: Annotated[IntOpt, Opt("--context", help="Tokens per sequence to check (default: input + "
                                             "output / 2).")] = None,
-    calibration: Annotated[Optional[str], typer.Option("--calibration", help="Calibration file for the "
+    calibration: Annotated[Optional[str], Opt("--calibration", help="Calibration file for the "
                                                        "predictions.")] = None,
-    device: Annotated[str, typer.Option("--device", help="cuda (the GPUs the plan is for) or cpu (a rehearsal at "
+    device: Annotated[str, Opt("--device", help="cuda (the GPUs the plan is for) or cpu (a rehearsal at "
                                         "small shapes).")] = "cuda",
     as_json: JsonOpt = False,
-    write_cal: Annotated[Optional[str], typer.Option("--write-calibration", help="Write the measured efficiencies "
+    write_cal: Annotated[Optional[str], Opt("--write-calibration", help="Write the measured efficiencies "
                                                      "here (for --calibration of plan / compare).")] = None,
-    print_launch: Annotated[bool, typer.Option("--print-launch", help="Print the per-node torchrun commands "
+    print_launch: Annotated[bool, Opt("--print-launch", help="Print the per-node torchrun commands "
                                                "that run verify over the plan's GPUs, then exit.")] = False,
-    head: Annotated[Optional[str], typer.Option("--head", help="Node 0's address for --print-launch "
+    head: Annotated[Optional[str], Opt("--head", help="Node 0's address for --print-launch "
                                                 "(default: $HEAD_IP).")] = None,
-    port: Annotated[int, typer.Option("--port", help="Rendezvous port for --print-launch.")] = 29500,
-    quick: Annotated[bool, typer.Option("--quick", help="Fewer timed repeats (and smaller CPU shapes).")] = False,
-    only: Annotated[Optional[list[str]], typer.Option("--only", help="Run only these checks: " + ", ".join(SECTIONS)
+    port: Annotated[int, Opt("--port", help="Rendezvous port for --print-launch.")] = 29500,
+    quick: Annotated[bool, Opt("--quick", help="Fewer timed repeats (and smaller CPU shapes).")] = False,
+    only: Annotated[Optional[list[str]], Opt("--only", help="Run only these checks: " + ", ".join(SECTIONS)
                                                       + " (repeat or comma-separate; env always runs).")] = None,
-    timeout_s: Annotated[float, typer.Option("--timeout", help="Seconds a collective may take before it counts "
+    timeout_s: Annotated[float, Opt("--timeout", help="Seconds a collective may take before it counts "
                                              "as hung.")] = 120.0,
-    memory_limit_gib: Annotated[Optional[float], typer.Option("--memory-limit-gib", help="Use at most this much "
+    memory_limit_gib: Annotated[Optional[float], Opt("--memory-limit-gib", help="Use at most this much "
                                                               "device memory in the fit check.")] = None,
 ) -> None:
     """Check a plan on the real GPUs: environment, memory fit, MLA attention, dense GEMMs and (under torchrun)
@@ -241,7 +242,7 @@ def verify_cmd(
                                     workload_args, calibration, batch, context)
     if print_launch:
         for line in launch_lines(chosen.layout, chosen.topo, _passthrough(ctx), head, port):
-            typer.echo(line)
+            click.echo(line)
         return
     sections, ranks = _sections(only), rank_info_from_env()
     target = make_target(chosen, ranks)
@@ -254,8 +255,8 @@ def verify_cmd(
         dev, own = run_checks(target, Options(device, quick, sections, timeout_s, limit), step)
     checks = share_results(own, ranks.rank, timeout_s)
     if checks is None:   # a non-zero rank whose results went to rank 0
-        raise typer.Exit(verdict(own)[1])
-    raise typer.Exit(_report(target, dev, checks, write_cal if ranks.rank == 0 else None, as_json))
+        raise SystemExit(verdict(own)[1])
+    raise SystemExit(_report(target, dev, checks, write_cal if ranks.rank == 0 else None, as_json))
 
 
 def _report(target, dev, checks: list, write_cal: Optional[str], as_json: bool) -> int:

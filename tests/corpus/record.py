@@ -26,7 +26,7 @@ from scenarios import COMMANDS, COMPARE_PLANS, PLANS  # noqa: E402
 
 
 def _invoke(words: list[str], scratch: Path) -> dict:
-    from typer.testing import CliRunner
+    from click.testing import CliRunner
 
     from mla_planner.cli.app import app
 
@@ -54,7 +54,7 @@ def _folder(path: Path, scratch: Path) -> dict:
 
 def _plan_file(name: str, scratch: Path) -> Path:
     out = scratch / f"{name}.json"
-    from typer.testing import CliRunner
+    from click.testing import CliRunner
 
     from mla_planner.cli.app import app
 
