@@ -14,9 +14,10 @@ prints the overhead: median process time - median search time (start-up, parsing
 
 Targets (2-core machine): `--help` and `models` under 0.2 s; `plan` at most 0.15 s above its search.
 
-By default the real entry script is run: under pyenv, `shutil.which("mla-plan")` finds pyenv's bash
-shim, which costs its own time before Python starts, so the script `pyenv which mla-plan` names is used;
-without pyenv, the one on PATH; with none, `python -m mla_planner.cli`. Other processes on the machine
+By default the real entry script of the Python that runs this benchmark is run: the `mla-plan` beside its
+interpreter (a virtualenv's bin/, or pyenv's version folder - not pyenv's bash shim on PATH, which costs its
+own time before Python starts); else the one on PATH that is not a shim; else `python -m mla_planner.cli`.
+So `VENV/bin/python benchmarks/startup.py` measures the install in VENV. Other processes on the machine
 skew the numbers: the load average is printed; measure again when it is above 1.
 """
 
@@ -44,11 +45,9 @@ def entry_point(via_shim: bool) -> tuple[list[str], str]:
         if not on_path:
             sys.exit("error: --via-shim: no mla-plan on PATH")
         return [on_path], f"PATH: {on_path}"
-    pyenv = shutil.which("pyenv")
-    if pyenv:
-        found = subprocess.run([pyenv, "which", "mla-plan"], capture_output=True, text=True)
-        if found.returncode == 0 and found.stdout.strip():
-            return [found.stdout.strip()], f"real entry script (pyenv which): {found.stdout.strip()}"
+    beside = os.path.join(os.path.dirname(sys.executable), "mla-plan")
+    if os.path.isfile(beside) and not _is_shim(beside):
+        return [beside], f"entry script beside {sys.executable}: {beside}"
     if on_path and not _is_shim(on_path):
         return [on_path], f"entry script on PATH: {on_path}"
     return [sys.executable, "-m", "mla_planner.cli"], f"{sys.executable} -m mla_planner.cli"

@@ -60,13 +60,13 @@ class ToyMQA(AttentionKind):
 def toy(monkeypatch) -> ModelSpec:
     monkeypatch.setitem(KINDS, "toy-mqa", ToyMQA())
     llama = load_model("llama-3.1-70b").spec
-    return ModelSpec(**{**llama.model_dump(), "name": "toy-70b", "attention": "toy-mqa", "num_key_value_heads": 1})
+    return ModelSpec(**{**llama.to_dict(), "name": "toy-70b", "attention": "toy-mqa", "num_key_value_heads": 1})
 
 
 def test_an_unregistered_kind_is_refused():
     llama = load_model("llama-3.1-70b").spec
     with pytest.raises(ValueError, match="Input should be 'mla', 'mla-dsa' or 'gqa'"):
-        ModelSpec(**{**llama.model_dump(), "attention": "toy-mqa"})
+        ModelSpec(**{**llama.to_dict(), "attention": "toy-mqa"})
 
 
 def test_memory_prices_the_toy_cache_by_its_groups(toy):
@@ -120,7 +120,7 @@ class ToyIndexedMLA(MLA):
 def indexed(monkeypatch) -> ModelSpec:
     monkeypatch.setitem(KINDS, "toy-mla-indexed", ToyIndexedMLA())
     v3 = load_model("deepseek-v3").spec
-    return ModelSpec(**{**v3.model_dump(), "name": "toy-v3-indexed", "attention": "toy-mla-indexed"})
+    return ModelSpec(**{**v3.to_dict(), "name": "toy-v3-indexed", "attention": "toy-mla-indexed"})
 
 
 def test_an_mla_subclass_is_priced_as_mla_but_for_its_extra_group(indexed):

@@ -4,6 +4,7 @@ Block release's quantization_config, or, for the Channel release, none plus a we
 per-channel `weight_scale` tensors (as that release ships)."""
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -109,7 +110,7 @@ def test_lint_knows_what_each_engine_needs(cli, tmp_path):
 def test_int8_gemms_run_on_int8_tensor_cores():
     """W8A8: weights and per-token activations int8, so compute-bound GEMMs run at the INT8 rate (A100: 624
     TOPS dense, twice its BF16), unlike int4 (weight-only) or FP8 on Ampere (Marlin, BF16 math)."""
-    spec = spec_from_hf_config(Path(V3)).model_copy(update={"weight_dtype": "int8"})
+    spec = replace(spec_from_hf_config(Path(V3)), weight_dtype="int8")
     w = layer_weights(spec, Layout(tp=16))
     assert w.weight_precision == w.expert_precision == "int8"
     a100 = load_topology("4x8xa100-ib")

@@ -1,15 +1,14 @@
-"""What every CLI command shares: the error guard, output helpers, and common option types."""
+"""What every CLI command shares: the error guard, output helpers, and common option types. No rich here:
+the listings (`models`, `topologies`) print plain columns and start without it; reports use cli/console.py."""
 
 from __future__ import annotations
 
 import functools
-import os
 import sys
 from pathlib import Path
 from typing import Annotated, Callable, Optional
 
-from rich.console import Console
-from rich.markup import escape
+import click
 
 from mla_planner.cli.params import Opt
 from mla_planner.core.errors import PlanError
@@ -42,23 +41,16 @@ MtpAcceptanceOpt = Annotated[float, Opt("--mtp-acceptance", help=(
     "metrics, SGLang's accept length - 1). Default: the DeepSeek-V3 report's 85 % (it found 85-90 %)."))]
 
 
-def console() -> Console:
-    """Rich console on stdout. Width follows the terminal; piped into a file or another program (where rich
-    would assume 80 columns) it is 120 unless COLUMNS says otherwise, so tables stay readable."""
-    width = None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 120
-    return Console(highlight=False, soft_wrap=False, width=width)
-
-
 def guard(fn: Callable) -> Callable:
-    """Turn the library's PlanError family into one red line on stderr and exit status 2."""
+    """Turn the library's PlanError family into one line on stderr ("error:" in red on a terminal) and exit
+    status 2."""
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         try:
             return fn(*args, **kwargs)
         except PlanError as exc:
             text = " ".join(str(exc).splitlines())   # one line, whatever the user typed into it
-            Console(stderr=True, highlight=False).print(f"[red]error:[/red] {escape(text)}", markup=True,
-                                                        soft_wrap=True)
+            click.echo(click.style("error:", fg="red") + " " + text, err=True)
             raise SystemExit(2) from None
     return wrapper
 
@@ -128,10 +120,10 @@ def lower_case(value):
 def warn_weightless(model_path: str) -> None:
     """On stderr, when the scripts serve a folder here that holds no weights (weightless_folder)."""
     if (bare := weightless_folder(model_path)):
-        Console(stderr=True, highlight=False).print(
-            f"[yellow]warning:[/yellow] the scripts serve {escape(bare)}, which holds a config.json but no weight "
-            f"files here ({', '.join(WEIGHT_FILES)}): pass --model-path with the HF id or the nodes' weights folder "
-            "(`mla-plan emit --plan ... --model-path ...`), unless the nodes have them at that path", soft_wrap=True)
+        click.echo(click.style("warning:", fg="yellow") + f" the scripts serve {bare}, which holds a config.json but no "
+                   f"weight files here ({', '.join(WEIGHT_FILES)}): pass --model-path with the HF id or the nodes' "
+                   "weights folder (`mla-plan emit --plan ... --model-path ...`), unless the nodes have them at that "
+                   "path", err=True)
 
 
 WEIGHT_FILES = ("*.safetensors", "*.bin", "*.pt", "*.pth", "*.gguf")
@@ -151,3 +143,12 @@ def weight_dtypes(spec: dict) -> str:
     """'fp8', or 'bf16, experts int4' when the routed experts are stored differently."""
     experts = spec.get("expert_weight_dtype")
     return spec["weight_dtype"] + (f", experts {experts}" if experts and experts != spec["weight_dtype"] else "")
+
+
+def columns(header: list[str], rows: list[list[str]], title: str = "") -> str:
+    """A listing as plain aligned columns (as `pip list` prints one), easy to read and to grep."""
+    widths = [max(len(str(c)) for c in col) for col in zip(header, *rows)]
+    lines = [title] if title else []
+    for row in (header, ["-" * w for w in widths], *rows):
+        lines.append("  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip())
+    return "\n".join(lines)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from rich.table import Table
 
-from mla_planner.cli.common import console
+from mla_planner.cli.console import console
 from mla_planner.cli.options import KV_CAPACITY_LABEL
 
 # (label, key of `summary`, scale for the table, format): the JSON keeps plan's names and SI units

@@ -9,7 +9,8 @@ from rich.console import Console
 from rich.markup import escape
 
 from mla_planner.cli.params import Opt
-from mla_planner.cli.common import JsonOpt, console, guard, lower_case, print_json, warn_weightless
+from mla_planner.cli.common import JsonOpt, guard, lower_case, print_json, warn_weightless
+from mla_planner.cli.console import console
 from mla_planner.core.errors import PlanError
 from mla_planner.launch.emit import Emitted, emit
 from mla_planner.launch.outdir import FolderNotEmpty

@@ -8,11 +8,13 @@ import click
 
 from mla_planner.audit.lint import lint, parse_command
 from mla_planner.cli.params import Opt
-from mla_planner.cli.common import DEFAULT_TOPOLOGY, JsonOpt, TopologyOpt, console, guard, print_json, check_plannable
+from mla_planner.cli.common import DEFAULT_TOPOLOGY, JsonOpt, TopologyOpt, guard, print_json, check_plannable
+from mla_planner.cli.console import console
 from mla_planner.core.errors import PlanError
 from mla_planner.core.files import path_kind, user_path
 from mla_planner.specs.calibration import load_calibration
-from mla_planner.specs.catalogue import builtin_names, load_model
+from mla_planner.specs.builtin import builtin_names
+from mla_planner.specs.catalogue import load_model
 from mla_planner.specs.topology import load_topology
 
 LintModelOpt = Annotated[Optional[str], Opt(

@@ -9,7 +9,8 @@ from typing import Annotated, Optional
 from mla_planner.audit.logcheck import check_log, recognised
 from mla_planner.audit.logcheck_nccl import nccl_tests_check, rows as nccl_rows
 from mla_planner.cli.params import Opt, Arg
-from mla_planner.cli.common import JsonOpt, console, guard, print_json
+from mla_planner.cli.common import JsonOpt, guard, print_json
+from mla_planner.cli.console import console
 from mla_planner.core.errors import InputError
 from mla_planner.core.files import path_kind, user_path
 from mla_planner.search.planfile import engine_candidate, pick, read_plan

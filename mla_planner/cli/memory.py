@@ -10,7 +10,8 @@ from rich.table import Table
 from mla_planner.engines.backends import default_engine
 from mla_planner.cli.params import Opt
 from mla_planner.cli.common import (DEFAULT_MODEL, DEFAULT_TOPOLOGY, GraphCapOpt, JsonOpt, ModelOpt, PpPartitionOpt,
-                                    TopologyOpt, check_mtp, console, guard, human_bytes, print_json, lower_case)
+                                    TopologyOpt, check_mtp, guard, human_bytes, print_json, lower_case)
+from mla_planner.cli.console import console
 from mla_planner.cli.common import check_plannable
 from mla_planner.cli.options import FRACTION_FLAG, KV_CAPACITY_LABEL, bounded, graph_cap_choice, knobs_from_flags, kv_dtype_choice, partition_choice, positive
 from mla_planner.core.errors import PlanError

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from rich.table import Table
+import click
 
-from mla_planner.cli.common import JsonOpt, console, guard, human_count, print_json, weight_dtypes
+from mla_planner.cli.common import JsonOpt, columns, guard, human_count, print_json, weight_dtypes
 from mla_planner.specs import sizing
-from mla_planner.specs.catalogue import builtin_names, load_model
+from mla_planner.specs.builtin import builtin_names, builtin_spec
 
 
 @guard
@@ -14,7 +14,7 @@ def models_cmd(as_json: JsonOpt = False) -> None:
     """List the built-in model specs."""
     rows = []
     for name in builtin_names():
-        spec = load_model(name).spec
+        spec = builtin_spec(name)
         rows.append({"name": name, "hf_id": spec.hf_id, "attention": spec.attention,
                      "params": sizing.param_breakdown(spec)["total"], "layers": spec.num_hidden_layers,
                      "heads": spec.num_attention_heads, "weight_dtype": spec.weight_dtype,
@@ -22,11 +22,7 @@ def models_cmd(as_json: JsonOpt = False) -> None:
                      "kv_bytes_per_token_bf16": sizing.kv_bytes_per_token(spec, "bf16")})
     if as_json:
         return print_json({"models": rows})
-    table = Table("model", "HF id", "attention", "params", "layers", "heads", "weights", "KV/token (bf16)",
-                  title="Built-in models")
-    for r in rows:
-        table.add_row(r["name"], r["hf_id"] or "", r["attention"], human_count(r["params"]), str(r["layers"]),
-                      str(r["heads"]), weight_dtypes(r), f"{r['kv_bytes_per_token_bf16']:,.0f} B")
-    console().print(table)
-
-
+    click.echo(columns(["model", "HF id", "attention", "params", "layers", "heads", "weights", "KV/token (bf16)"],
+                       [[r["name"], r["hf_id"] or "", r["attention"], human_count(r["params"]), r["layers"],
+                         r["heads"], weight_dtypes(r), f"{r['kv_bytes_per_token_bf16']:,.0f} B"] for r in rows],
+                       title="Built-in models (`mla-plan show NAME` for one in full):\n"))

@@ -8,7 +8,7 @@ from typing import Optional
 from rich.markup import escape
 from rich.table import Column, Table
 
-from mla_planner.cli.common import console
+from mla_planner.cli.console import console
 from mla_planner.launch.build import single_node_command
 from mla_planner.search.candidate import Rejection
 from mla_planner.search.pareto import ascii_scatter

@@ -7,7 +7,8 @@ from typing import Annotated, Optional
 from rich.table import Table
 
 from mla_planner.cli.params import Opt, Arg
-from mla_planner.cli.common import JsonOpt, console, guard, human_bytes, print_json, weight_dtypes
+from mla_planner.cli.common import JsonOpt, guard, human_bytes, print_json, weight_dtypes
+from mla_planner.cli.console import console
 from mla_planner.core.errors import PlanError
 from mla_planner.specs import sizing
 from mla_planner.specs.catalogue import load_model
@@ -41,7 +42,7 @@ def show_cmd(model: Annotated[Optional[str], Arg(help="Model: built-in name, YAM
 
 
 def model_facts(spec) -> dict:
-    return {"spec": spec.model_dump(),
+    return {"spec": spec.to_dict(),
             "params": dict(sizing.param_breakdown(spec)),
             "activated_params": dict(sizing.activated_param_breakdown(spec)),
             "mtp_params": sizing.mtp_params(spec),

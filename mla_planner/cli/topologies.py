@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from rich.table import Table
+import click
 
-from mla_planner.cli.common import JsonOpt, console, guard, print_json
+from mla_planner.cli.common import JsonOpt, columns, guard, print_json
 from mla_planner.specs.topology import builtin_topologies, load_topology
 
 
@@ -21,9 +21,7 @@ def topologies_cmd(as_json: JsonOpt = False) -> None:
                      "nic_gbit_per_s_per_gpu": round(t.nic_gbit_per_s_per_gpu, 1), "description": t.description})
     if as_json:
         return print_json({"topologies": rows})
-    table = Table("topology", "nodes x GPUs", "GPU", "inside node", "between nodes", "NIC Gb/s per GPU",
-                  title="Built-in topologies")
-    for r in rows:
-        table.add_row(r["name"], f"{r['nodes']} x {r['gpus_per_node']}", r["gpu"], r["intra_node"], r["inter_node"],
-                      f"{r['nic_gbit_per_s_per_gpu']:g}" if r["inter_node"] != "-" else "-")
-    console().print(table)
+    click.echo(columns(["topology", "nodes x GPUs", "GPU", "inside node", "between nodes", "NIC Gb/s per GPU"],
+                       [[r["name"], f"{r['nodes']} x {r['gpus_per_node']}", r["gpu"], r["intra_node"], r["inter_node"],
+                         f"{r['nic_gbit_per_s_per_gpu']:g}" if r["inter_node"] != "-" else "-"] for r in rows],
+                       title="Built-in topologies (`mla-plan show -t NAME` for one in full):\n"))

@@ -16,7 +16,8 @@ from rich.markup import escape
 from mla_planner.specs.calibration import load_calibration
 from mla_planner.cli.params import Opt
 from mla_planner.cli.common import (DEFAULT_MODEL, DEFAULT_TOPOLOGY, JsonOpt, ModelOpt, TopologyOpt, check_context,
-                                    check_mtp, check_output_file, console, guard, print_json, lower_case)
+                                    check_mtp, check_output_file, guard, print_json, lower_case)
+from mla_planner.cli.console import console
 from mla_planner.cli.common import check_plannable
 from mla_planner.cli.options import workload_from, knobs_from_flags as memory_knobs, kv_dtype_choice, positive
 from mla_planner.cli.planning import run_plan

@@ -1,21 +1,39 @@
-"""Reading user files: YAML/JSON with safe_load, and pydantic errors turned into one-line InputErrors."""
+"""Reading user files: YAML/JSON with safe_load, paths the user typed, and the checked field types the file
+records declare (core/validation.py turns a mapping into a record, with one-line errors). No pydantic here:
+the built-in models load without it (`mla-plan models` starts fast)."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, get_args
+from typing import Annotated
 
 import yaml
-from pydantic import BaseModel, Field, ValidationError
 
-from mla_planner.core.errors import InputError, did_you_mean
+from mla_planner.core.errors import InputError
+
+
+class Checked:
+    """Constraints on a field, as pydantic applies them when it validates a file into a record:
+    `Annotated[int, Checked(strict=True, gt=0)]`. pydantic asks the annotation's metadata for its core schema
+    (`__get_pydantic_core_schema__`, pydantic's documented hook for custom types); the constraints are that
+    schema's own keys (strict, gt, ge, min_length), so declaring a checked field imports no pydantic."""
+
+    def __init__(self, **constraints):
+        self.constraints = constraints
+
+    def __get_pydantic_core_schema__(self, source, handler):
+        return {**handler(source), **self.constraints}
+
+    def __repr__(self) -> str:
+        return f"Checked({', '.join(f'{k}={v!r}' for k, v in self.constraints.items())})"
+
 
 # Counts and flags in user files are checked by type, not coerced: `true` is not 1 and "512" is not 512
 # (pydantic's lax mode would take both). Floats stay lax, as PyYAML reads `3e12` as the string "3e12".
-PosInt = Annotated[int, Field(strict=True, gt=0)]
-NonNegInt = Annotated[int, Field(strict=True, ge=0)]
-Flag = Annotated[bool, Field(strict=True)]
+PosInt = Annotated[int, Checked(strict=True, gt=0)]
+NonNegInt = Annotated[int, Checked(strict=True, ge=0)]
+Flag = Annotated[bool, Checked(strict=True)]
 
 # libyaml's parser, where PyYAML was built with it: the same data as yaml.safe_load, ~10x faster (the built-in
 # moe_kernel_configs.yaml: 20 ms -> 1.5 ms), which every CLI call pays for each file it reads.
@@ -71,33 +89,3 @@ def read_mapping(path: Path) -> dict:
     if not isinstance(data, dict):
         raise InputError(where, f"expected a mapping of fields, found {type(data).__name__}")
     return data
-
-
-def validate(model: type[BaseModel], data: dict, where: str) -> BaseModel:
-    """Build a pydantic model, turning the first validation error into one InputError line."""
-    try:
-        return model.model_validate(data)
-    except ValidationError as exc:
-        raise pydantic_to_input_error(exc, model, where) from None
-
-
-def pydantic_to_input_error(exc: ValidationError, model: type[BaseModel], where: str) -> InputError:
-    err = exc.errors()[0]
-    loc = ".".join(str(p) for p in err["loc"]) or None
-    if err["type"] == "extra_forbidden":
-        known = _known_fields(model, err["loc"][:-1])
-        return InputError(where, "unknown field" + did_you_mean(err["loc"][-1], known), loc)
-    msg = err["msg"].removeprefix("Value error, ")
-    return InputError(where, msg, loc)
-
-
-def _known_fields(model: type[BaseModel], parents: tuple) -> list[str]:
-    """Field names of the (possibly nested, possibly Optional) model an unknown key sits in."""
-    for part in parents:
-        field = model.model_fields.get(str(part)) if isinstance(part, str) else None
-        ann = getattr(field, "annotation", None) if field else None
-        nested = [a for a in (ann, *get_args(ann)) if isinstance(a, type) and issubclass(a, BaseModel)]
-        if not nested:
-            return []
-        model = nested[0]
-    return list(model.model_fields)

@@ -113,8 +113,8 @@ def awq_spec(spec: ModelSpec, group: int = 128) -> Optional[ModelSpec]:
     (sgl-project/sglang docs/basic_usage/deepseek_v3.md)."""
     if "int4" in (spec.weight_dtype, spec.expert_dtype):
         return None
-    return spec.model_copy(update={"name": f"{spec.name}-awq", "weight_dtype": "int4", "expert_weight_dtype": None,
-                                   "int4_group_size": group, "int4_zero_point": True, "unquantized_modules": ()})
+    return replace(spec, **{"name": f"{spec.name}-awq", "weight_dtype": "int4", "expert_weight_dtype": None,
+                            "int4_group_size": group, "int4_zero_point": True, "unquantized_modules": ()})
 
 
 def _flag(knobs: Knobs) -> str:

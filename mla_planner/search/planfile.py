@@ -19,7 +19,8 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveInt
 
 from mla_planner import __version__
 from mla_planner.core.errors import InputError, PlanError
-from mla_planner.core.files import read_mapping, validate
+from mla_planner.core.files import read_mapping
+from mla_planner.core.validation import validate
 from mla_planner.core.jsonout import SCHEMA_VERSION, versioned
 from mla_planner.engines.backends import engine_version
 from mla_planner.engines.parallel import dense_per_rank_applies
@@ -144,7 +145,7 @@ def plan_to_dict(plan: Plan) -> dict:
     """The plan file's content (what `plan --json` prints first and emit writes as plan.json)."""
     return versioned({"mla_plan_version": __version__,
             "engine_versions": plan.engine_versions or {e: engine_version(e) for e in ENGINES},
-            "model": {"name": plan.spec.name, "model_path": plan.model_path, "spec": plan.spec.model_dump()},
+            "model": {"name": plan.spec.name, "model_path": plan.model_path, "spec": plan.spec.to_dict()},
             "topology": plan.topology.model_dump(),
             "workload": asdict(plan.workload),
             "candidates": [{"rank": i + 1, "label": c.layout.label, "layout": asdict(c.layout),

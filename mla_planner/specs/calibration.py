@@ -33,7 +33,8 @@ from typing import Any, Literal, Optional
 import yaml
 from pydantic import BaseModel, ConfigDict
 
-from mla_planner.core.files import read_mapping, user_path, validate
+from mla_planner.core.files import read_mapping, user_path
+from mla_planner.core.validation import validate
 from mla_planner.specs.efficiency import check_overrides, default_sources, default_values
 from mla_planner.specs.topology import Topology
 

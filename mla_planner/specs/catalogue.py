@@ -12,8 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mla_planner.core.errors import InputError, PlanError, did_you_mean
-from mla_planner.core.files import path_kind, read_mapping, user_path, validate
-from mla_planner.core.resources import data_dir
+from mla_planner.core.files import path_kind, read_mapping, user_path
+from mla_planner.core.validation import validate
+from mla_planner.specs.builtin import builtin_names, builtin_spec
 from mla_planner.specs.model import ModelSpec
 from mla_planner.specs.weights import module_skipped
 
@@ -37,10 +38,6 @@ class LoadedModel:
     source: str       # "built-in", "spec", "config.json"
 
 
-def builtin_names() -> list[str]:
-    return sorted(p.stem for p in data_dir("models").glob("*.yaml"))
-
-
 def load_model(ref: str) -> LoadedModel:
     """Resolve `ref`: built-in name first, then a path (YAML spec, config.json, or folder holding one)."""
     if not ref.strip():
@@ -50,7 +47,7 @@ def load_model(ref: str) -> LoadedModel:
     if kind != "missing":
         path = path.resolve()   # scripts run on other nodes and in other folders: never a relative path
     if ref.lower() in builtin_names() and kind == "missing":
-        spec = validate(ModelSpec, read_mapping(data_dir("models") / f"{ref.lower()}.yaml"), f"built-in:{ref}")
+        spec = builtin_spec(ref.lower())
         return LoadedModel(spec, spec.hf_id or spec.name, "built-in")
     if kind == "dir":
         if path.name == "config.json":
@@ -84,7 +81,7 @@ def spec_from_hf_config(path: Path) -> ModelSpec:
     if cfg.get("model_type") and model_types and cfg["model_type"] not in model_types:
         raise InputError(where, f"model_type {cfg['model_type']!r} does not go with {arch} (expected "
                          f"{' or '.join(sorted(model_types))}): an edited config?", "model_type")
-    fields = {k: v for k, v in cfg.items() if k in ModelSpec.model_fields and k not in ("name", "attention")}
+    fields = {k: v for k, v in cfg.items() if k in ModelSpec.field_names() and k not in ("name", "attention")}
     fields["name"] = _snapshot_name(path)
     fields["attention"] = kind
     if arch == "Qwen2ForCausalLM":

@@ -3,27 +3,34 @@
 One flat, frozen record (DeepSeek-V3 `inference/model.py` ModelArgs style); unknown keys fail loudly.
 An MLA model (DeepSeek-V2/V3/R1, Kimi-K2) and a conventional GQA/MHA model (Llama, Qwen2) share it:
 the MLA fields are null for GQA, the GQA fields are unused for MLA.
+
+A plain frozen dataclass: a user's file is validated into it by pydantic (core/validation.py reads the
+checked field types below), a built-in one is built directly (specs/builtin.py; tests/test_builtin_specs.py
+holds every built-in equal to its validated self). Either way `__post_init__` checks that the fields agree.
 """
 
 from __future__ import annotations
 
-from typing import Literal, Optional
+import json
+from dataclasses import asdict, dataclass, fields
+from functools import cached_property
+from typing import Annotated, Literal, Optional
 
-from pydantic import ConfigDict, Field, field_validator, model_validator
-from pydantic_core import PydanticCustomError
-
-from mla_planner.core.files import Flag, NonNegInt, PosInt
-from mla_planner.core.hashing import HashedByContent
+from mla_planner.core.files import Checked, Flag, NonNegInt, PosInt
 from mla_planner.specs.attention.kinds import KINDS, foreign_field, kind_named
 
 WeightDtype = Literal["bf16", "fp8", "int4", "int8"]
+# What pydantic's validation makes of a file's values, done for a spec built directly (specs/builtin.py):
+TUPLE_FIELDS = ("weight_block_size", "unquantized_modules")   # YAML and JSON give lists
+FLOAT_FIELDS = ("rms_norm_eps", "rope_theta")                  # `rope_theta: 10000` is an int in YAML
 
 
-class ModelSpec(HashedByContent):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+@dataclass(frozen=True, kw_only=True)
+class ModelSpec:
+    __pydantic_config__ = {"extra": "forbid"}     # read by pydantic when it validates a file into the spec
 
     # identity
-    name: str = Field(min_length=1)
+    name: Annotated[str, Checked(min_length=1)]
     hf_id: Optional[str] = None
     attention: str = "mla"                        # an attention kind (specs/attention/kinds.py)
     # trunk
@@ -34,7 +41,7 @@ class ModelSpec(HashedByContent):
     vocab_size: PosInt
     tie_word_embeddings: Flag = False
     max_position_embeddings: PosInt
-    rms_norm_eps: float = Field(default=1e-6, gt=0)
+    rms_norm_eps: Annotated[float, Checked(gt=0)] = 1e-6
     # mla
     q_lora_rank: Optional[PosInt] = None
     kv_lora_rank: Optional[PosInt] = None
@@ -59,7 +66,7 @@ class ModelSpec(HashedByContent):
     # mtp
     num_nextn_predict_layers: NonNegInt = 0
     # rope
-    rope_theta: float = Field(default=10000.0, gt=0)
+    rope_theta: Annotated[float, Checked(gt=0)] = 10000.0
     rope_scaling: Optional[dict] = None
     # weights as stored in the checkpoint
     weight_dtype: WeightDtype = "bf16"
@@ -71,18 +78,14 @@ class ModelSpec(HashedByContent):
     int8_block: Flag = False                      # int8 with weight_block_size scales (blockwise_int8), else one
                                                   # fp32 scale per output channel (w8a8_int8)
 
-    @field_validator("attention")
-    @classmethod
-    def _known_kind(cls, name: str) -> str:
-        """A kind specs.attention knows (mla, gqa, or one registered there)."""
-        if name not in KINDS:
+    def __post_init__(self) -> None:
+        for name in TUPLE_FIELDS:
+            object.__setattr__(self, name, tuple(getattr(self, name)))
+        for name in FLOAT_FIELDS:
+            object.__setattr__(self, name, float(getattr(self, name)))
+        if self.attention not in KINDS:   # a kind specs.attention knows (mla, gqa, or one registered there)
             names = [repr(k) for k in KINDS]
-            raise PydanticCustomError("literal_error", "Input should be {expected}",
-                                      {"expected": ", ".join(names[:-1]) + " or " + names[-1]})
-        return name
-
-    @model_validator(mode="after")
-    def _consistent(self) -> "ModelSpec":
+            raise ValueError(f"attention: Input should be {', '.join(names[:-1])} or {names[-1]}")
         problem = kind_named(self.attention).check(self) or foreign_field(self)
         if problem:
             raise ValueError(problem)
@@ -95,7 +98,22 @@ class ModelSpec(HashedByContent):
                 raise ValueError("moe_intermediate_size is required when n_routed_experts > 0")
             if not 1 <= self.num_experts_per_tok <= self.n_routed_experts:
                 raise ValueError(f"num_experts_per_tok must be in 1..n_routed_experts={self.n_routed_experts}")
-        return self
+
+    def to_dict(self) -> dict:
+        """The fields, as a spec file or `show --json` writes them."""
+        return asdict(self)
+
+    @cached_property
+    def _content_hash(self) -> int:
+        return hash(json.dumps(self.to_dict(), sort_keys=True))
+
+    def __hash__(self) -> int:
+        """Equal content, equal hash (the model functions memoise on the spec; rope_scaling is a dict)."""
+        return self._content_hash
+
+    @classmethod
+    def field_names(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in fields(cls))
 
     # ---- derived geometry (no arithmetic beyond the config) ----
     @property

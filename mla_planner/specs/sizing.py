@@ -10,6 +10,7 @@ cell_size; 656 B for FlashMLA's fp8-with-scale layout, FlashMLA README).
 from __future__ import annotations
 
 from collections import OrderedDict
+from dataclasses import replace
 
 from mla_planner.specs.attention.kinds import attention_of
 from mla_planner.specs.model import ModelSpec
@@ -78,7 +79,7 @@ def weight_bytes_by_format(spec: ModelSpec) -> "OrderedDict[str, float]":
     `weight_bytes_breakdown`."""
     out: OrderedDict[str, float] = OrderedDict()
     for name, update in WEIGHT_FORMATS.items():
-        out[name] = weight_bytes_breakdown(spec.model_copy(update=COMMON | update))["total"]
+        out[name] = weight_bytes_breakdown(replace(spec, **(COMMON | update)))["total"]
     return out
 
 

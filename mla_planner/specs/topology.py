@@ -15,7 +15,8 @@ from typing import Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, PositiveFloat, field_validator, model_validator
 
 from mla_planner.core.errors import InputError, PlanError, did_you_mean
-from mla_planner.core.files import parse_yaml, Flag, NonNegInt, PosInt, path_kind, read_mapping, user_path, validate
+from mla_planner.core.files import parse_yaml, Flag, NonNegInt, PosInt, path_kind, read_mapping, user_path
+from mla_planner.core.validation import validate
 from mla_planner.core.hashing import HashedByContent
 from mla_planner.core.resources import data_dir
 from mla_planner.specs.efficiency import check_overrides
