@@ -4,6 +4,7 @@
     python benchmarks/startup.py --runs 15      # more runs
     python benchmarks/startup.py --via-shim     # through PATH, as a user types it (pyenv's bash shim included)
     python benchmarks/startup.py --json         # one JSON object on stdout, for scripts
+    python benchmarks/startup.py --instructions # also count each command's CPU instructions once (valgrind)
 
 Each command runs as a fresh process RUNS times, output thrown away, and the table gives the median,
 min and max wall seconds: `mla-plan --help`, `--version`, `models`, `topologies`, `show deepseek-v3` and
@@ -11,6 +12,10 @@ min and max wall seconds: `mla-plan --help`, `--version`, `models`, `topologies`
 included). For `plan` it also times, in this process, the search the default plan runs - `search(...)`
 and the MTP hint, warm, memo caches cleared before each run, as benchmarks/plan_speed.py does - and
 prints the overhead: median process time - median search time (start-up, parsing, loading, rendering).
+
+Wall times on a shared machine move by 20-30 % from one minute to the next. `--instructions` adds what does not:
+the instructions each process executes, counted once under valgrind's callgrind (the same total run after
+run; several seconds per command, a minute for `plan`), for comparing two versions of the code.
 
 Targets (2-core machine): `--help` and `models` under 0.2 s; `plan` at most 0.15 s above its search.
 
@@ -26,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -87,6 +93,17 @@ def time_process(argv: list[str], runs: int, env: dict | None = None) -> tuple[l
     return wall, cpu
 
 
+def instructions(argv: list[str], env: dict | None = None) -> int | None:
+    """Instructions one process of ARGV executes (valgrind callgrind's "Collected" total), None without valgrind."""
+    valgrind = shutil.which("valgrind")
+    if not valgrind:
+        return None
+    out = subprocess.run([valgrind, "--tool=callgrind", "--callgrind-out-file=/dev/null", *argv],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+    found = re.search(r"Collected\s*:\s*(\d+)", out.stderr)
+    return int(found.group(1)) if found else None
+
+
 def search_times(runs: int) -> list[float]:
     """The default plan's search (and MTP hint) in this process, warm, as benchmarks/plan_speed.py times it."""
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -131,16 +148,20 @@ def child_env(bytecode: bool) -> dict:
     return env
 
 
-def measure(runs: int, via_shim: bool, bytecode: bool = True) -> dict:
+def measure(runs: int, via_shim: bool, bytecode: bool = True, count: bool = False) -> dict:
     prefix, how = entry_point(via_shim)
     env = child_env(bytecode)
     rows = [{"command": "python -c pass", **summary(*time_process([sys.executable, "-c", "pass"], runs))}]
+    if count:
+        rows[0]["instructions"] = instructions([sys.executable, "-c", "pass"], env)
     shim_python = shutil.which("python", path=user_path()) if via_shim else None
     if shim_python and _is_shim(shim_python):      # what the shim alone costs, before Python starts
         rows.append({"command": "python -c pass (via shim)",
                      **summary(*time_process([shim_python, "-c", "pass"], runs))})
     for args in COMMANDS:
         rows.append({"command": "mla-plan " + " ".join(args), **summary(*time_process(prefix + args, runs, env))})
+        if count:
+            rows[-1]["instructions"] = instructions(prefix + args, env)
         target = TARGETS.get(args[0])
         if target:
             rows[-1].update(target_s=target, meets=rows[-1]["median_s"] < target)
@@ -183,9 +204,10 @@ def print_table(result: dict) -> None:
             target = f"< {r['target_s']}: {'met' if r['meets'] else 'NOT met'}"
         else:
             target = ""
+        counted = f"  {r['instructions'] / 1e6:,.0f} M instructions" if r.get("instructions") else ""
         print(f"{r['command']:28} {r['median_s']:>9.3f} {r['min_s']:>7.3f} {r['max_s']:>7.3f} "
               f"{r['cpu_median_s']:>7.3f} {search:>9} "
-              f"{overhead:>11}  {target}")
+              f"{overhead:>11}  {target}{counted}")
     s = result["search"]
     print(f"(search in-process: median {s['median_s']:.3f} s, min {s['min_s']:.3f}, max {s['max_s']:.3f}; "
           f"{result['cpus']} CPUs; load average {result['load_average']}; {s['runs']} runs each)")
@@ -201,12 +223,14 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=9, help="processes per command (default 9)")
     ap.add_argument("--via-shim", action="store_true", help="run mla-plan as found on PATH (pyenv's shim)")
     ap.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+    ap.add_argument("--instructions", action="store_true",
+                    help="also count each command's instructions once under valgrind (repeatable; slow)")
     ap.add_argument("--no-bytecode", action="store_true",
                     help="keep PYTHONDONTWRITEBYTECODE as set: every process compiles the modules it imports")
     args = ap.parse_args()
     if args.runs < 1:
         ap.error("--runs must be at least 1")
-    result = measure(args.runs, args.via_shim, bytecode=not args.no_bytecode)
+    result = measure(args.runs, args.via_shim, bytecode=not args.no_bytecode, count=args.instructions)
     if args.json:
         json.dump(result, sys.stdout, indent=2)
         print()
