@@ -49,7 +49,8 @@ def model_facts(spec) -> dict:
             "weight_bytes": dict(sizing.weight_bytes_breakdown(spec)),
             "weight_bytes_with_mtp": sizing.weight_bytes_breakdown(spec, include_mtp=True)["total"],
             "weight_bytes_by_format": dict(sizing.weight_bytes_by_format(spec)),
-            "kv_cache": dict(sizing.kv_table(spec))}
+            "kv_cache": dict(sizing.kv_table(spec)),
+            "kv_groups": sizing.kv_group_table(spec)}
 
 
 NOT_SERVED = "(nothing: not a config.json; emit needs --model-path)"
@@ -77,6 +78,11 @@ def _render_model(f: dict) -> None:
     for fmt, row in f["kv_cache"].items():
         k.add_row(fmt, f"{row['bytes_per_token_layer']:,.0f}", f"{row['bytes_per_token']:,.0f}",
                   human_bytes(row["bytes_per_token"] * 131072))
+    layers = f["spec"]["num_hidden_layers"]
+    partial = [g for g in f["kv_groups"] if g["layers"] != layers]
+    if partial:
+        k.caption = "; ".join(f"{g['name']} on {g['layers']:g} of the {layers} layers" for g in partial) + \
+            " (and the MTP layer): bytes / token / layer is the average over all layers"
     out.print(k)
 
 

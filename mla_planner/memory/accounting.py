@@ -67,11 +67,12 @@ def stage_ranges(split: list[int]) -> list[range]:
     return out
 
 
-def kv_slot_bytes(spec: ModelSpec, layout: Layout, layers: int, kv_dtype: str) -> float:
-    """Bytes one physical token slot costs one GPU over `layers` layers: every KV group of the model's
-    attention kind at its rank share (specs/attention: the MLA latent whole on every TP rank, /tp only when
-    latent-sharded; GQA ceil(kv_heads/tp) heads per rank)."""
-    return attention_of(spec).gpu_bytes_per_token(spec, layout, kv_dtype, layers)
+def kv_slot_bytes(spec: ModelSpec, layout: Layout, layers, kv_dtype: str, mtp_layers: int = 0) -> float:
+    """Bytes one physical token slot costs one GPU over `layers` (a stage's range of decoder layers, or a
+    count) and `mtp_layers` MTP layers: every KV group of the model's attention kind at its rank share
+    (specs/attention: the MLA latent whole on every TP rank, /tp only when latent-sharded; GQA
+    ceil(kv_heads/tp) heads per rank; DSA's index keys on the layers with an indexer)."""
+    return attention_of(spec).gpu_bytes_per_token(spec, layout, kv_dtype, layers, mtp_layers)
 
 
 @dataclass(frozen=True)
@@ -90,7 +91,8 @@ def _stage(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, rules:
     fp8 = fp8_checkpoint(rules.engine, spec, topo.gpu)
     marlin = profile(rules.engine).fp8_marlin_fallback and bool(fp8 and fp8[0])   # weight-only FP8 Marlin
     weights = stage_weight_terms(spec, layout, rng, first, last, rules.engine, mtp, marlin, knobs.dense_per_rank)
-    kv_layers = len(rng) + (spec.num_nextn_predict_layers if mtp else 0)
+    mtp_layers = spec.num_nextn_predict_layers if mtp else 0
+    kv_layers = len(rng) + mtp_layers
     tokens = activation_tokens(rules, knobs, layout)
     ffn_tp = dense_tp(layout, rules.engine, "dense_ffn", knobs.dense_per_rank)
     sizes, modes = capture_plan(rules, knobs, topo.gpu, layout)
@@ -100,7 +102,7 @@ def _stage(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, rules:
         cuda_graph_bytes=mt.cuda_graph_bytes(spec, layout, sizes, modes, last, ffn_tp),
         nccl_bytes=mt.nccl_buffer_bytes(layout),
         runtime_bytes=mt.runtime_overhead_bytes(),
-        slot_bytes=kv_slot_bytes(spec, layout, kv_layers, knobs.kv_cache_dtype),
+        slot_bytes=kv_slot_bytes(spec, layout, rng, knobs.kv_cache_dtype, mtp_layers),
         a2a_bytes=mt.deepep_buffer_bytes(spec, layout, deepep_dispatch_tokens(
             rules.engine, knobs.max_num_seqs, knobs.max_num_batched_tokens, knobs.mtp)))
     return _Stage(index, kv_layers, weights, costs)

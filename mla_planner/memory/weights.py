@@ -36,10 +36,17 @@ def stage_weight_terms(spec: ModelSpec, layout: Layout, layers: range, first: bo
 
     Memoised: the plan search asks for the same stage under many knob settings and layer splits, and only
     tp, dp and ep (not pp, dcp, the KV layout or replicas) change how weights split, and only how many layers
-    (and how many of them dense) the stage owns, not which."""
-    counts = (len(layers), spec.dense_layers_in(layers))
+    (and how many of them dense) the stage owns, not which - unless the attention kind has a weight on some
+    layers only (GLM-5.2's indexers): then the stage's layers themselves."""
+    counts = (len(layers), spec.dense_layers_in(layers), layers if _weights_on_some_layers(spec) else None)
     return OrderedDict(_stage_weight_terms(spec, weight_key(layout), counts, first, last, engine, mtp, fp8_marlin,
                                            dense_per_rank))
+
+
+@lru_cache(maxsize=64)
+def _weights_on_some_layers(spec: ModelSpec) -> bool:
+    """Whether the attention kind has a weight on some decoder layers only (GLM-5.2's indexers)."""
+    return any(p.layers is not None for p in attention_of(spec).projections(spec))
 
 
 def marlin_scale_bytes(t: Tensor, block: tuple[int, int]) -> float:
@@ -106,7 +113,9 @@ def _stage_count(spec: ModelSpec, t: Tensor, counts: tuple[int, int], first: boo
         return t.count if first else 0
     if t.where in ("last", "mtp"):
         return t.count if last else 0
-    layers, dense_here = counts
+    layers, dense_here, which = counts
+    if t.layers is not None:
+        return len(set(t.layers).intersection(which))
     if t.group in DENSE_GROUPS:
         total, here = spec.num_dense_layers, dense_here
     elif t.group in MOE_GROUPS:

@@ -24,6 +24,7 @@ ARCHITECTURES = {
     "DeepseekV3ForCausalLM": ("mla", {"deepseek_v3"}),
     "KimiK2ForCausalLM": ("mla", {"kimi_k2", "deepseek_v3"}),
     "DeepseekV32ForCausalLM": ("mla-dsa", {"deepseek_v32"}),   # V3.2, V3.2-Exp, V3.2-Speciale
+    "GlmMoeDsaForCausalLM": ("mla-dsa", {"glm_moe_dsa"}),       # GLM-5, GLM-5.1, GLM-5.2
     "LlamaForCausalLM": ("gqa", {"llama"}),
     "Qwen2ForCausalLM": ("gqa", {"qwen2"}),
     "MistralForCausalLM": ("gqa", {"mistral"}),

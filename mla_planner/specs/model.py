@@ -52,6 +52,9 @@ class ModelSpec:
     index_n_heads: Optional[PosInt] = None
     index_head_dim: Optional[PosInt] = None
     index_topk: Optional[PosInt] = None
+    index_topk_freq: Optional[PosInt] = None         # GLM-5.2 IndexCache: an indexer every index_topk_freq layers,
+    index_skip_topk_offset: Optional[PosInt] = None  # counted from this offset; the others reuse the top-k
+    index_topk_pattern: Optional[Annotated[str, Checked(pattern=r"^[FS]+$")]] = None   # or per layer: F has one
     # gqa
     head_dim: Optional[PosInt] = None
     attention_bias: Flag = False

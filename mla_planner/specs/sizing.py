@@ -86,14 +86,16 @@ def weight_bytes_by_format(spec: ModelSpec) -> "OrderedDict[str, float]":
 def kv_bytes_per_token_layer(spec: ModelSpec, kv_dtype: str = "bf16") -> float:
     """Bytes one token adds to one layer's caches on one rank that holds them whole: the sum over the
     attention kind's KV groups (specs/attention: MLA 576 x element bytes or 656 for `fp8_ds_mla`; GQA
-    2 x kv_heads x head_dim x element bytes)."""
+    2 x kv_heads x head_dim x element bytes; DSA adds its index keys, averaged over the layers where only
+    some layers have an indexer)."""
     return attention_of(spec).bytes_per_token_layer(spec, kv_dtype)
 
 
-def kv_bytes_per_token(spec: ModelSpec, kv_dtype: str = "bf16", layers: int | None = None) -> float:
-    """All layers (or `layers` of them, e.g. one pipeline stage): layers x kv_bytes_per_token_layer."""
-    n = spec.num_hidden_layers if layers is None else layers
-    return n * kv_bytes_per_token_layer(spec, kv_dtype)
+def kv_bytes_per_token(spec: ModelSpec, kv_dtype: str = "bf16", layers: int | range | None = None) -> float:
+    """Bytes one token adds to all decoder layers' caches (or to `layers`: a range, e.g. one pipeline
+    stage's, or a count), summed over the attention kind's KV groups and the layers that hold each."""
+    return attention_of(spec).bytes_per_token(spec, kv_dtype, range(spec.num_hidden_layers) if layers is None
+                                              else layers)
 
 
 def naive_kv_bytes_per_token(spec: ModelSpec, kv_dtype: str = "bf16") -> float:
@@ -117,3 +119,17 @@ def kv_table(spec: ModelSpec) -> "OrderedDict[str, dict]":
         out["naive_per_head_bf16"] = {"bytes_per_token_layer": naive / spec.num_hidden_layers,
                                       "bytes_per_token": naive}
     return out
+
+
+def kv_group_table(spec: ModelSpec) -> list[dict]:
+    """The attention kind's KV-cache groups: name, how many decoder layers hold each (a DSA index-key cache
+    only the layers that keep an indexer), and a token's bytes in one such layer per cache format."""
+    kind = attention_of(spec)
+    layers = range(spec.num_hidden_layers)
+    formats = kind.kv_formats(spec)
+    rows = []
+    for i, group in enumerate(kind.kv_groups(spec, formats[0])):
+        rows.append({"name": group.name, "layers": group.layer_count(layers, spec.num_hidden_layers),
+                     "bytes_per_token_layer": {fmt: kind.kv_groups(spec, fmt)[i].bytes_per_token_layer
+                                               for fmt in formats}})
+    return rows

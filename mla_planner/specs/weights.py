@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 from math import ceil, prod
+from typing import Optional
 
 from mla_planner.specs.attention.kinds import attention_of
 from mla_planner.specs.model import ModelSpec
@@ -33,6 +34,7 @@ class Tensor:
     split: Split
     dtype: str             # storage dtype: bf16, fp8, int4, fp32
     where: str = "layers"  # "first" (embedding, first PP stage), "last" (lm_head), "layers", "mtp"
+    layers: Optional[tuple[int, ...]] = None   # where "layers": the decoder layers that have it (None: all)
 
     @property
     def numel(self) -> int:
@@ -110,9 +112,14 @@ def dtype_of(spec: ModelSpec, name: str) -> str | None:
 
 
 def _attention(spec: ModelSpec, layers: int, dt: str, where: str) -> list[Tensor]:
-    """The attention kind's projections (specs/attention), in the checkpoint's dtype (norms and biases bf16)."""
-    return [Tensor(p.name, "attention", p.shape, layers, p.split, "bf16" if p.bf16 else dt, where)
-            for p in attention_of(spec).projections(spec)]
+    """The attention kind's projections (specs/attention), in the checkpoint's dtype (norms and biases bf16);
+    one a kind has on some decoder layers only (GLM-5.2's indexers) counts those, and every MTP layer."""
+    out = []
+    for p in attention_of(spec).projections(spec):
+        some = p.layers if where == "layers" else None
+        out.append(Tensor(p.name, "attention", p.shape, layers if some is None else len(some), p.split,
+                          "bf16" if p.bf16 else dt, where, some))
+    return out
 
 
 def _ffn(group: str, d: int, inter: int, count: int, dt: str, where: str, expert: bool = False) -> list[Tensor]:

@@ -35,9 +35,10 @@ class KVGroup:
     """One KV-cache group: the layers that hold the same kind of cache, and what a token costs them.
 
     `layers` None: every decoder layer with attention (and the MTP layer when it runs); a kind whose
-    layers differ (sparse indexers, compressed or sliding layers) names its layers. `bytes_per_token_layer`
-    is what one token adds to one layer on a rank holding the whole cache; `rank_share` the part of it one
-    GPU of the layout holds (1: every TP rank keeps it whole, as both engines do with the MLA latent)."""
+    layers differ (sparse indexers, compressed or sliding layers) names its decoder layers (0-based), and the
+    MTP layer holds the group too. `bytes_per_token_layer` is what one token adds to one layer on a rank
+    holding the whole cache; `rank_share` the part of it one GPU of the layout holds (1: every TP rank keeps
+    it whole, as both engines do with the MLA latent)."""
     name: str
     bytes_per_token_layer: float
     rank_share: float = 1.0
@@ -47,16 +48,26 @@ class KVGroup:
     def gpu_bytes_per_token_layer(self) -> float:
         return self.bytes_per_token_layer * self.rank_share
 
+    def layer_count(self, layers, num_hidden_layers: int) -> float:
+        """How many of LAYERS hold this group: LAYERS a range of decoder layers (a pipeline stage's), or a
+        count of layers anywhere in the model (then a named group's share of them, on average)."""
+        if self.layers is None:
+            return len(layers) if isinstance(layers, range) else layers
+        if isinstance(layers, range):
+            return len(set(self.layers).intersection(layers))
+        return layers * len(self.layers) / num_hidden_layers
+
 
 @dataclass(frozen=True)
 class Projection:
     """One stored attention weight of a layer: its name in the inventory, shape, how TP splits it
-    (specs/weights.py: column, row, replicated), and whether it is kept in bf16 whatever the checkpoint
-    (norms, biases)."""
+    (specs/weights.py: column, row, replicated), whether it is kept in bf16 whatever the checkpoint (norms,
+    biases), and the decoder layers that have it (None: every layer; the MTP layer always has it)."""
     name: str
     shape: tuple[int, ...]
     split: str
     bf16: bool = False
+    layers: Optional[tuple[int, ...]] = None
 
 
 @dataclass(frozen=True)
@@ -143,10 +154,20 @@ class AttentionKind:
     # derived from the groups
 
     def bytes_per_token_layer(self, spec, kv_dtype: str) -> float:
-        """Bytes one token adds to one layer's caches on a rank that holds them whole."""
-        return sum(g.bytes_per_token_layer for g in self.kv_groups(spec, kv_dtype))
+        """Bytes one token adds to one layer's caches on a rank that holds them whole (averaged over the
+        decoder layers where a group holds only some of them)."""
+        total, layers = self.bytes_per_token(spec, kv_dtype, range(spec.num_hidden_layers)), spec.num_hidden_layers
+        return total // layers if total % layers == 0 else total / layers
 
-    def gpu_bytes_per_token(self, spec, layout, kv_dtype: str, layers: int) -> float:
-        """Bytes one token slot costs one GPU of `layout` over `layers` layers of every group."""
-        return layers * sum(g.gpu_bytes_per_token_layer for g in self.kv_groups(spec, kv_dtype, layout))
+    def bytes_per_token(self, spec, kv_dtype: str, layers, mtp_layers: int = 0) -> float:
+        """Bytes one token adds to the caches of LAYERS (a range of decoder layers, or a count) and
+        MTP_LAYERS MTP layers, on a rank that holds them whole."""
+        return sum((g.layer_count(layers, spec.num_hidden_layers) + mtp_layers) * g.bytes_per_token_layer
+                   for g in self.kv_groups(spec, kv_dtype))
+
+    def gpu_bytes_per_token(self, spec, layout, kv_dtype: str, layers, mtp_layers: int = 0) -> float:
+        """Bytes one token slot costs one GPU of `layout` over LAYERS (a range of decoder layers, e.g. a
+        pipeline stage's, or a count) and MTP_LAYERS MTP layers, every group at its rank share."""
+        return sum((g.layer_count(layers, spec.num_hidden_layers) + mtp_layers) * g.gpu_bytes_per_token_layer
+                   for g in self.kv_groups(spec, kv_dtype, layout))
 
