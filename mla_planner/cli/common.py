@@ -94,9 +94,9 @@ def check_context(spec, workload) -> None:
                         f"max_position_embeddings {spec.max_position_embeddings:,}")
 
 
-def check_plannable(spec) -> None:
-    """A model whose attention the planner reads but cannot price yet is refused in one line."""
-    problem = planning_problem(spec)
+def check_plannable(spec, command: str = "plan") -> None:
+    """A model whose attention the planner reads but COMMAND cannot price yet is refused in one line."""
+    problem = planning_problem(spec, command)
     if problem:
         raise PlanError(problem)
 

@@ -13,7 +13,8 @@ from mla_planner.cli.common import (DEFAULT_MODEL, DEFAULT_TOPOLOGY, GraphCapOpt
                                     TopologyOpt, check_mtp, guard, human_bytes, print_json, lower_case)
 from mla_planner.cli.console import console
 from mla_planner.cli.common import check_plannable
-from mla_planner.cli.options import FRACTION_FLAG, KV_CAPACITY_LABEL, bounded, graph_cap_choice, knobs_from_flags, kv_dtype_choice, partition_choice, positive
+from mla_planner.cli.options import (FRACTION_FLAG, KV_CAPACITY_LABEL, bounded, graph_cap_choice, knobs_from_flags,
+                                     kv_knobs, partition_choice, positive)
 from mla_planner.core.errors import PlanError
 from mla_planner.engines.layouts import engine_layout_problem
 from mla_planner.engines.parallel import dense_per_rank_applies
@@ -99,16 +100,16 @@ def memory_cmd(
       mla-plan memory -t 2x8xh200-ib -e sglang --tp 1 --dp 16 --ep 16 --max-model-len 32768 --json
     """
     spec, topo = load_model(model).spec, load_topology(topology)
-    check_plannable(spec)
+    check_plannable(spec, "memory")
     engine = engine or default_engine(spec, topo.gpu)
     check_mtp(spec, mtp)
     layout = _layout(tp, pp, dp, ep, dcp, kv_layout, topo)
     problems = layout_problems(layout, spec, topo.gpus_per_node, topo.total_gpus)
     if problems:
         raise PlanError(f"layout {layout.label} cannot exist on {topo.name}: {'; '.join(problems)}")
+    cache, cache_notes = kv_knobs(spec, topo, layout, engine, kv_cache_dtype, block_size)
     knobs = knobs_from_flags(spec, topo, layout, engine, gpu_memory_utilization, mem_fraction_static,
-                   dict(kv_cache_dtype=kv_dtype_choice(kv_cache_dtype), block_size=bounded("--block-size", block_size),
-                        max_model_len=_model_len(spec, engine, max_model_len),
+                   dict(**cache, max_model_len=_model_len(spec, engine, max_model_len),
                         max_num_seqs=bounded("--max-num-seqs", max_num_seqs),
                         max_num_batched_tokens=bounded("--max-num-batched-tokens", max_num_batched_tokens),
                         mtp=mtp, cuda_graphs=not enforce_eager,
@@ -122,6 +123,7 @@ def memory_cmd(
     if problem := engine_layout_problem(spec, topo, layout, engine, knobs.dense_per_rank):
         raise PlanError(f"layout {layout.label} cannot start on {engine}: {problem}")
     report = memory_report(spec, topo, layout, knobs, engine_version)
+    report = replace(report, notes=cache_notes + report.notes)
     if engine == "sglang" and gpu_memory_utilization is None and mem_fraction_static is None and \
             knobs.memory_fraction < SGLANG_LOW_DEFAULT:
         report = replace(report, notes=report.notes + [

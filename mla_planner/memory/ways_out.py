@@ -12,6 +12,7 @@ from dataclasses import replace
 from typing import Iterator, Optional
 
 from mla_planner.engines.profile import profile
+from mla_planner.engines.sparse import sparse_choice
 from mla_planner.memory.accounting import evaluate, safe_memory_fraction, split_pools
 from mla_planner.memory.pp_split import MIN_SPLIT_GAIN, balance, layer_split, partition_env_name
 from mla_planner.memory.results import MemoryReport
@@ -74,6 +75,25 @@ def split_note(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, re
             "pool limits the batch)")
 
 
+def _kv_dtypes(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs) -> Iterator[Candidate]:
+    """The other KV dtypes: fp8 where the latent cache is bf16 (or FlashMLA's larger fp8_ds_mla row), bf16
+    where it is not. A sparse-attention (DSA) cache is stored as the engine's backend stores each dtype on
+    this GPU (engines/sparse.py: vLLM's FLASHMLA_SPARSE keeps fp8 as fp8_ds_mla)."""
+    if attention_of(spec).backend_family == "mla-sparse":
+        for wanted in ("fp8", "bf16") if topo.gpu.has_fp8 else ("bf16",):
+            choice = sparse_choice(knobs.engine, spec, topo.gpu, wanted, spec.num_attention_heads // layout.tp,
+                                   knobs.block_size)
+            if choice.kv_cache_dtype != knobs.kv_cache_dtype:
+                yield (f"{wanted} KV cache (--kv-cache-dtype {wanted}: {choice.kv_cache_dtype} rows on "
+                       f"{choice.backend})", spec, topo, layout,
+                       replace(knobs, kv_cache_dtype=choice.kv_cache_dtype, attention_backend=choice.backend))
+        return
+    if knobs.kv_cache_dtype in ("bf16", "fp8_ds_mla") and attention_of(spec).latent:
+        yield "fp8 KV cache (--kv-cache-dtype fp8)", spec, topo, layout, replace(knobs, kv_cache_dtype="fp8")
+    if knobs.kv_cache_dtype != "bf16":     # e.g. a KV format no backend here runs
+        yield "bf16 KV cache (--kv-cache-dtype auto)", spec, topo, layout, replace(knobs, kv_cache_dtype="bf16")
+
+
 def _candidates(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs,
                 engine_version: Optional[str]) -> Iterator[Candidate]:
     flag = _flag(knobs)
@@ -84,10 +104,7 @@ def _candidates(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs,
     if split:
         yield f"{partition_env_name(knobs.engine)}={','.join(map(str, split))} (layers balanced by memory)", spec, \
             topo, layout, replace(knobs, pp_layer_partition=split)
-    if knobs.kv_cache_dtype in ("bf16", "fp8_ds_mla") and attention_of(spec).latent:
-        yield "fp8 KV cache (--kv-cache-dtype fp8)", spec, topo, layout, replace(knobs, kv_cache_dtype="fp8")
-    if knobs.kv_cache_dtype != "bf16":     # e.g. a KV format no backend here runs
-        yield "bf16 KV cache (--kv-cache-dtype auto)", spec, topo, layout, replace(knobs, kv_cache_dtype="bf16")
+    yield from _kv_dtypes(spec, topo, layout, knobs)
     fit_len = evaluate(spec, topo, layout, replace(knobs, max_model_len=1), engine_version).max_model_len_fit
     if not fit_len and 0 < safe != knobs.memory_fraction:     # at the safe fraction (ways_out retries with it)
         fit_len = evaluate(spec, topo, layout, replace(knobs, max_model_len=1, memory_fraction=safe),

@@ -32,6 +32,7 @@ class ModelSpec:
     # identity
     name: Annotated[str, Checked(min_length=1)]
     hf_id: Optional[str] = None
+    model_type: Optional[str] = None              # config.json's; engines key some defaults on it (GLM's KV)
     attention: str = "mla"                        # an attention kind (specs/attention/kinds.py)
     # trunk
     hidden_size: PosInt

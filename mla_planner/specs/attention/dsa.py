@@ -57,8 +57,8 @@ class DSA(MLA):
     backend_family = "mla-sparse"
     verify_kernel = False
     planned = False
-    not_planned = ("its sparse attention backends (FlashMLA-sparse in vLLM, the NSA backends in SGLang), their "
-                   "block sizes and KV defaults are not modelled yet; `show` gives its weights and KV bytes")
+    not_planned = ("the decode and prefill steps on the engines' sparse backends (their head padding, the "
+                   "indexer's kernels) are not priced yet")
 
     def check(self, spec) -> str:
         missing = [f for f in INDEX_FIELDS if getattr(spec, f) is None]
@@ -70,6 +70,15 @@ class DSA(MLA):
         """The latent (1152 B bf16, 576 B fp8, 656 B fp8_ds_mla) and the index keys, whole on every rank."""
         latent = super().kv_groups(spec, kv_dtype, layout)
         return latent + (KVGroup("index_keys", index_key_bytes(spec), layers=indexer_layers(spec)),)
+
+    def layout_problems(self, spec, layout) -> list[str]:
+        """DCP and a latent-sharded cache are not modelled for DSA: under DCP vLLM splits both caches and
+        SGLang replicates the index keys (docs/dsa-engines.md, section 2d)."""
+        out = [f"dcp={layout.dcp} with DeepSeek Sparse Attention is not modelled yet (vLLM splits the index keys "
+               "with the latent, SGLang replicates them)"] if layout.dcp > 1 else []
+        if layout.kv_layout == "latent-sharded":
+            out.append("a latent-sharded cache is not modelled for DeepSeek Sparse Attention")
+        return out + super().layout_problems(spec, layout)
 
     def decode_core(self, spec, layout, kv_dtype: str, requests: int, context: int, q_len: int) -> CoreCost:
         """The indexer scans every cached token; the MLA core reads the top-k (all of them below k). Per layer

@@ -29,12 +29,16 @@ def foreign_field(spec) -> str:
     return ""
 
 
-def planning_problem(spec) -> str:
-    """Why the planner cannot yet price `spec`'s attention ('' when it can): a kind it reads and sizes
-    (`show`) but whose engine side is not modelled is refused, never priced as another kind."""
+def planning_problem(spec, command: str = "plan") -> str:
+    """Why COMMAND cannot yet price `spec`'s attention ('' when it can): a kind the planner reads and sizes
+    but whose engine side is not modelled for that command is refused, never priced as another kind.
+    `memory` needs the kind's caches as the engines allocate them; the other commands its step costs too."""
     kind = attention_of(spec)
-    return "" if kind.planned else f"{spec.name} uses {kind.name} attention, which `show` sizes but the planner " \
-                                   f"cannot price yet: {kind.not_planned}"
+    if command == "memory" and kind.memory_modelled or command != "memory" and kind.planned:
+        return ""
+    sized = "`show` and `memory` size" if kind.memory_modelled else "`show` sizes"
+    return f"{spec.name} uses {kind.name} attention, which {sized} but `mla-plan {command}` cannot price yet: " \
+           f"{kind.not_planned}"
 
 
 def attention_of(spec) -> AttentionKind:

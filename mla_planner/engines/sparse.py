@@ -1,0 +1,84 @@
+"""How each engine stores and serves a DeepSeek Sparse Attention cache (DeepSeek-V3.2, GLM-5): the KV dtype
+it uses when not told, the sparse MLA backend it selects, what "fp8" becomes on that backend (FlashMLA's
+656-byte fp8_ds_mla row or the plain 576-byte one), and its block size. The facts are data
+(`data/backends.yaml`, section `sparse`, with their sources in the wheels; docs/dsa-engines.md).
+
+The user's `--kv-cache-dtype` is read as the planner reads it for dense MLA: auto (the engine's own default
+here), bf16, fp8 (the engine's fp8, whichever row its backend keeps) or fp8_ds_mla (only where the backend
+keeps that row).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Optional
+
+from mla_planner.core.errors import PlanError
+from mla_planner.core.files import parse_yaml
+from mla_planner.core.resources import data_dir
+from mla_planner.specs.model import ModelSpec
+from mla_planner.specs.topology import GPU
+
+FLAG_VALUE = {"vllm": {"bf16": "bfloat16", "fp8": "fp8", "fp8_ds_mla": "fp8"},        # what the engine is told
+              "sglang": {"bf16": "bfloat16", "fp8": "fp8_e4m3", "fp8_ds_mla": "fp8_e4m3"}}
+
+
+@dataclass(frozen=True)
+class SparseChoice:
+    """What the engine runs: the sparse backend, the KV dtype it stores (bf16, fp8 or fp8_ds_mla), the
+    block size, and a sentence that says why (the memory report prints it)."""
+    backend: str
+    kv_cache_dtype: str
+    block_size: int
+    why: str
+
+
+@lru_cache(maxsize=1)
+def _table() -> dict:
+    return parse_yaml(data_dir("backends.yaml").read_text())["sparse"]
+
+
+def default_kv_class(engine: str, spec: ModelSpec, gpu: GPU) -> str:
+    """'bf16' or 'fp8': what the engine stores when `--kv-cache-dtype` is auto (its default), by GPU
+    architecture and, where the engine overrides it for a model, by the spec's config.json model_type."""
+    rules = _table()[engine]
+    by_type = rules.get("default_kv_by_model_type", {}).get(spec.model_type or "", {})
+    return by_type.get(gpu.arch, rules["default_kv"].get(gpu.arch, "bf16"))
+
+
+def sparse_choice(engine: str, spec: ModelSpec, gpu: GPU, requested: str, heads_per_rank: int,
+                  block_size: Optional[int] = None) -> SparseChoice:
+    """The backend, stored KV dtype and block size ENGINE runs SPEC's sparse attention with on GPU, for
+    `--kv-cache-dtype REQUESTED` (auto, bf16, fp8, fp8_ds_mla); PlanError where the engine would refuse."""
+    rules = _table()[engine]
+    if requested == "auto":
+        kv_class = default_kv_class(engine, spec, gpu)
+        said = f"{engine}'s default for {spec.name} on {gpu.arch} ({gpu.name})"
+    else:
+        kv_class = "bf16" if requested == "bf16" else "fp8"
+        said = f"--kv-cache-dtype {requested}"
+    if kv_class == "fp8" and not gpu.has_fp8:
+        raise PlanError(f"{gpu.name} (sm{gpu.sm}) has no FP8: {engine} cannot store {spec.name}'s cache in fp8")
+    order = rules["auto_priority"].get(gpu.arch)
+    if not order:
+        raise PlanError(f"{engine} has no sparse MLA backend for {gpu.name} ({gpu.arch}): it cannot serve "
+                        f"{spec.name}'s DeepSeek Sparse Attention there")
+    key = kv_class
+    if kv_class == "bf16" and "bf16_few_heads" in order and heads_per_rank <= rules["few_heads"]:
+        key = "bf16_few_heads"
+    name = next(n for n in order[key] if gpu.arch in rules["backends"][n]["archs"])
+    stored = rules["backends"][name]["kv"][kv_class]
+    if requested == "fp8_ds_mla" and stored != "fp8_ds_mla":
+        raise PlanError(f"--kv-cache-dtype fp8_ds_mla: {engine} runs {spec.name} on {gpu.name} with {name}, which "
+                        f"keeps fp8 as plain 576-byte rows, not FlashMLA's 656-byte fp8_ds_mla; give fp8")
+    multiple = rules["block_multiple"]
+    if block_size is not None and block_size % multiple:
+        raise PlanError(f"--block-size {block_size}: {engine}'s sparse attention takes multiples of {multiple} "
+                        f"tokens only")
+    size = block_size or multiple
+    row = {"bf16": "1152-byte bf16", "fp8": "576-byte plain fp8", "fp8_ds_mla": "656-byte fp8_ds_mla"}[stored]
+    why = (f"KV cache: {said} is {kv_class}, which {engine} selects {name} for ({rules['backends'][name]['note']}): "
+           f"{row} latent rows and 132-byte index keys, {size}-token blocks (--kv-cache-dtype "
+           f"{FLAG_VALUE[engine][stored]})")
+    return SparseChoice(name, stored, size, why)
