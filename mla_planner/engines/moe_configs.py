@@ -80,9 +80,12 @@ def _v3_family(spec: ModelSpec) -> bool:
     return spec.topk_method == "noaux_tc"
 
 
+FOUR_BIT = ("int4", "nvfp4", "mxfp4")
+
+
 def runs_triton_moe(spec: ModelSpec, gpu: GPU, layout: Layout, engine: str) -> bool:
     """Whether `engine` runs its Triton fused-MoE kernel (and so reads a tuned config) here (module docstring)."""
-    if not spec.is_moe or spec.expert_dtype == "int4":
+    if not spec.is_moe or spec.expert_dtype in FOUR_BIT:     # Marlin / FlashInfer / CUTLASS MoE kernels
         return False
     fp8, deepep = spec.expert_dtype == "fp8", uses_deepep(layout)
     if engine == "vllm":

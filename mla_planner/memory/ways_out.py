@@ -128,7 +128,7 @@ def awq_spec(spec: ModelSpec, group: int = 128) -> Optional[ModelSpec]:
     None when it is already 4-bit. Group 128 is AutoAWQ's default (q_group_size) and what the community
     DeepSeek-V3/R1 AWQ releases use; SGLang's DeepSeek page lists AWQ on 8 x H100/A100 as a known-good minimum
     (sgl-project/sglang docs/basic_usage/deepseek_v3.md)."""
-    if "int4" in (spec.weight_dtype, spec.expert_dtype):
+    if {"int4", "nvfp4", "mxfp4"} & {spec.weight_dtype, spec.expert_dtype}:    # already 4-bit
         return None
     return replace(spec, **{"name": f"{spec.name}-awq", "weight_dtype": "int4", "expert_weight_dtype": None,
                             "int4_group_size": group, "int4_zero_point": True, "unquantized_modules": ()})

@@ -128,9 +128,11 @@ def _layer_weights(spec: ModelSpec, layout: Layout, engine: str, dense_per_rank:
 
 def tensor_precision(dtype: str) -> str:
     """The GEMM precision of weights stored as `dtype`: fp8 and int8 checkpoints run W8A8 (activations quantized
-    per token: vLLM/SGLang fp8.py, SGLang w8a8_int8.py and blockwise_int8.py); int4 is weight-only (Marlin),
-    bf16 math."""
-    return dtype if dtype in ("fp8", "int8") else "bf16"
+    per token: vLLM/SGLang fp8.py, SGLang w8a8_int8.py and blockwise_int8.py); NVFP4 runs W4A4 on FP4 tensor
+    cores where the GPU has them (GPU.tensor_flops_per_s falls back to bf16 elsewhere: vLLM 0.33.0 runs it
+    weight-only through Marlin below Blackwell, kernels/linear/nvfp4/marlin.py); int4 and MXFP4 are taken as
+    weight-only (Marlin / W4A16), bf16 math."""
+    return {"fp8": "fp8", "int8": "int8", "nvfp4": "fp4"}.get(dtype, "bf16")
 
 
 def experts_hit(local_experts: float, n_experts: int, top_k: int, tokens: float) -> float:

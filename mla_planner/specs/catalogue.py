@@ -16,7 +16,7 @@ from mla_planner.core.files import path_kind, read_mapping, user_path
 from mla_planner.core.validation import validate
 from mla_planner.specs.builtin import builtin_names, builtin_spec
 from mla_planner.specs.model import ModelSpec
-from mla_planner.specs.weights import module_skipped
+from mla_planner.specs.quantization import quantization_of, weight_fields
 
 # architecture -> (attention kind, the config.json model_types that go with it; empty: any)
 ARCHITECTURES = {
@@ -87,7 +87,7 @@ def spec_from_hf_config(path: Path) -> ModelSpec:
     fields["attention"] = kind
     if arch == "Qwen2ForCausalLM":
         fields["attention_bias"] = True  # Qwen2 always has q/k/v biases
-    fields.update(_weight_dtypes(cfg.get("quantization_config"), where, cfg.get("num_hidden_layers") or 1,
+    fields.update(weight_fields(quantization_of(cfg, path.parent), where, cfg.get("num_hidden_layers") or 1,
                                  cfg.get("first_k_dense_replace") or 0 if cfg.get("n_routed_experts") else None))
     if not cfg.get("quantization_config") and _channel_int8_index(path.parent):
         fields["weight_dtype"] = "int8"
@@ -125,87 +125,3 @@ def _snapshot_name(config: Path) -> str:
     if repo.startswith("models--"):
         return repo[len("models--"):].replace("--", "/")
     return folder.name or config.stem
-
-
-def _weight_dtypes(quant: dict | None, where: str, layers: int = 1, dense: int | None = None) -> dict:
-    """Weight storage from `quantization_config`: fp8 block-scaled (DeepSeek-V3), int4 group-quantised
-    experts via compressed-tensors (Kimi-K2-Thinking style), or AutoAWQ 4-bit (every decoder-layer linear
-    layer int4 with a scale and a zero per group, less `modules_to_not_convert`; both engines read it from
-    the config and run it with Marlin kernels: vLLM layers/quantization/auto_awq.py, SGLang
-    layers/quantization/awq/awq.py `AWQMarlinConfig`); none means bf16."""
-    if not quant:
-        return {"weight_dtype": "bf16"}
-    if not isinstance(quant, dict):
-        raise InputError(where, f"expected a mapping with quant_method, got {type(quant).__name__}",
-                         "quantization_config")
-    method = quant.get("quant_method")
-    if method == "fp8":
-        block = quant.get("weight_block_size") or [128, 128]
-        return {"weight_dtype": "fp8", "weight_block_size": tuple(block)}
-    if method == "awq":
-        return _awq(quant, where, layers, dense)
-    if method == "blockwise_int8":      # meituan DeepSeek-R1-Block-INT8 (SGLang blockwise_int8.py; vLLM has none)
-        block = quant.get("weight_block_size") or [128, 128]
-        return {"weight_dtype": "int8", "int8_block": True, "weight_block_size": tuple(block)}
-    if method == "w8a8_int8":           # per-channel INT8 (SGLang w8a8_int8.py)
-        return {"weight_dtype": "int8"}
-    if method == "compressed-tensors":
-        groups = quant.get("config_groups") or {}
-        weights = next(iter(groups.values()), {}).get("weights", {}) if groups else {}
-        if weights.get("num_bits") == 4:
-            return {"weight_dtype": "bf16", "expert_weight_dtype": "int4",
-                    "int4_group_size": weights.get("group_size") or 32}
-    raise InputError(where, f"unsupported quant_method {method!r}; supported: fp8 (block-scaled), "
-                            "compressed-tensors int4 experts, awq (4-bit), blockwise_int8, w8a8_int8",
-                     "quantization_config")
-
-
-AWQ_GROUP_SIZES = (32, 64, 128)   # vLLM marlin_utils.py MARLIN_SUPPORTED_GROUP_SIZES, less -1 (per channel)
-# vLLM's fused linear layers of DeepSeek-V2/V3 (models/deepseek_v2.py) and the checkpoint modules they load
-FUSED_MODULES = {"fused_qkv_a_proj": ("self_attn.q_a_proj", "self_attn.kv_a_proj_with_mqa"),
-                 "gate_up_proj": ("gate_proj", "up_proj")}
-
-
-def _awq(quant: dict, where: str, layers: int = 1, dense: int | None = None) -> dict:
-    bits, group = quant.get("bits", quant.get("w_bit")), quant.get("group_size", quant.get("q_group_size"))
-    zero = quant.get("zero_point", True)
-    if type(bits) is not int or bits != 4:
-        raise InputError(where, f"AWQ bits {bits!r}; expected the integer 4 (the engines' AutoAWQ kernels are "
-                                "4-bit)", "quantization_config.bits")
-    if type(group) is not int or group not in AWQ_GROUP_SIZES:
-        raise InputError(where, f"AWQ group_size {group!r}; expected one of {', '.join(map(str, AWQ_GROUP_SIZES))} "
-                                "(per-channel -1 is not modelled)", "quantization_config.group_size")
-    if not isinstance(zero, bool):
-        raise InputError(where, f"AWQ zero_point {zero!r}; expected true or false", "quantization_config.zero_point")
-    if quant.get("lm_head"):
-        raise InputError(where, "AWQ with a quantized lm_head is not modelled; expected lm_head: false",
-                         "quantization_config.lm_head")
-    skip = quant.get("modules_to_not_convert") or []
-    if not isinstance(skip, list) or not all(isinstance(m, str) for m in skip):
-        raise InputError(where, "modules_to_not_convert must be a list of module names",
-                         "quantization_config.modules_to_not_convert")
-    skip = _whole_fused_layers(skip, where, layers, layers if dense is None else dense)
-    return {"weight_dtype": "int4", "int4_group_size": group, "int4_zero_point": zero,
-            "unquantized_modules": tuple(skip)}
-
-
-def _whole_fused_layers(skip: list[str], where: str, layers: int, dense: int) -> list[str]:
-    """vLLM loads q_a_proj + kv_a_proj_with_mqa and gate_proj + up_proj as one fused layer each: a fused name
-    in `modules_to_not_convert` keeps both halves unquantized, and naming one half only is refused
-    ("Detected some but not all shards ... are quantized", layers/quantization/utils/quant_utils.py
-    `is_layer_skipped`), so it is refused here too. `dense`: the first layers, which have a dense MLP; the
-    rest have shared experts."""
-    skip = list(skip) + [half for name, halves in FUSED_MODULES.items() if any(name in s for s in skip)
-                         for half in halves]
-    for halves in FUSED_MODULES.values():
-        where_found = ({"mlp.": range(dense), "mlp.shared_experts.": range(dense, layers)}
-                       if halves[0] == "gate_proj" else {"": range(layers)})
-        for prefix, idx in where_found.items():
-            for i in idx:
-                hit = [module_skipped(skip, prefix + h, (i,)) for h in halves]
-                if hit[0] != hit[1]:
-                    raise InputError(where, f"modules_to_not_convert names {prefix}{halves[hit.index(True)]} but "
-                                            f"not {prefix}{halves[hit.index(False)]}: vLLM loads them as one fused "
-                                            "layer and refuses a half-quantized one",
-                                     "quantization_config.modules_to_not_convert")
-    return skip

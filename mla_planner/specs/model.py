@@ -19,7 +19,7 @@ from typing import Annotated, Literal, Optional
 from mla_planner.core.files import Checked, Flag, NonNegInt, PosInt
 from mla_planner.specs.attention.kinds import KINDS, foreign_field, kind_named
 
-WeightDtype = Literal["bf16", "fp8", "int4", "int8"]
+WeightDtype = Literal["bf16", "fp8", "int4", "int8", "nvfp4", "mxfp4"]
 # What pydantic's validation makes of a file's values, done for a spec built directly (specs/builtin.py):
 TUPLE_FIELDS = ("weight_block_size", "unquantized_modules")   # YAML and JSON give lists
 FLOAT_FIELDS = ("rms_norm_eps", "rope_theta")                  # `rope_theta: 10000` is an int in YAML
@@ -78,7 +78,9 @@ class ModelSpec:
     weight_block_size: tuple[PosInt, PosInt] = (128, 128)
     int4_group_size: PosInt = 32
     int4_zero_point: Flag = False                 # AWQ: a 4-bit zero per group besides the scale
-    unquantized_modules: tuple[str, ...] = ()     # AWQ modules_to_not_convert: HF module-name substrings kept bf16
+    unquantized_modules: tuple[str, ...] = ()     # HF modules a quantized checkpoint keeps bf16: AWQ
+                                                  # modules_to_not_convert substrings, compressed-tensors `ignore`
+                                                  # (names, "re:" regexes), ModelOpt exclude_modules (wildcards)
     int8_block: Flag = False                      # int8 with weight_block_size scales (blockwise_int8), else one
                                                   # fp32 scale per output channel (w8a8_int8)
 

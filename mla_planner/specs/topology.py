@@ -33,6 +33,7 @@ class GPU(BaseModel):
     bf16_flops_per_s: PositiveFloat
     fp8_flops_per_s: NonNegativeFloat = 0.0
     int8_ops_per_s: NonNegativeFloat = 0.0    # dense INT8 tensor-core rate (W8A8 GEMMs); 0: they run at bf16's
+    fp4_flops_per_s: NonNegativeFloat = 0.0   # dense FP4 tensor-core rate (NVFP4 W4A4); 0: none (Marlin, bf16 math)
     compute_capability: str = Field(pattern=r"^\d+\.\d+$")
     nvlink_bytes_per_s: NonNegativeFloat = 0.0
     cuda_name: Optional[str] = None           # torch.cuda.get_device_name(): what tuned-kernel files are keyed on
@@ -63,11 +64,14 @@ class GPU(BaseModel):
     def tensor_flops_per_s(self, precision: str) -> float:
         """Dense peak of a GEMM whose operands are `precision`: fp8 on FP8 tensor cores (sm89+), int8 (W8A8:
         int8 weights, per-token int8 activations) on INT8 tensor cores where the table gives their rate, else
-        bf16 (weight-only formats, FP8 Marlin and int4, dequantize to bf16 in the kernel)."""
+        fp4 (NVFP4 W4A4) on FP4 tensor cores where the table gives their rate (Blackwell), else bf16 (weight-only
+        formats, FP8 Marlin, int4 and FP4 Marlin, dequantize to bf16 in the kernel)."""
         if precision == "fp8" and self.has_fp8:
             return self.fp8_flops_per_s
         if precision == "int8" and self.int8_ops_per_s:
             return self.int8_ops_per_s
+        if precision == "fp4" and self.fp4_flops_per_s:
+            return self.fp4_flops_per_s
         return self.bf16_flops_per_s
 
 

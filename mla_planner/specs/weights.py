@@ -14,6 +14,8 @@ w1, w3 [I, d] column and w2 [d, I] row.
 
 from __future__ import annotations
 
+import fnmatch
+import re
 from dataclasses import dataclass
 from functools import lru_cache
 from math import ceil, prod
@@ -51,7 +53,10 @@ def bytes_of(t: Tensor, block: tuple[int, int] = (128, 128), int4_group: int = 3
     16-bit scale per `int4_group` values, and with `int4_zero_point` (AWQ's `qzeros`, packed 8 to an int32)
     a 4-bit zero per group too. int8 W8A8 (meituan's DeepSeek-R1 INT8 releases, SGLang w8a8_int8.py /
     blockwise_int8.py): 1 B/param plus an fp32 scale per output channel (`weight_scale` [rows, 1]), or with
-    `int8_block` one per block as fp8. bf16 2 B, fp32 4 B.
+    `int8_block` one per block as fp8. NVFP4 (ModelOpt, compressed-tensors nvfp4-pack-quantized): e2m1 two
+    to a byte, an e4m3 scale per 16 values and two fp32 per tensor (ModelOpt's `weight_scale_2` and
+    `input_scale`; compressed-tensors' global scales); MXFP4: e2m1 and one e8m0 byte per 32 values (vLLM 0.33.0
+    layers/quantization/modelopt.py, mxfp4.py). bf16 2 B, fp32 4 B.
     """
     n = prod(t.shape)
     if (t.dtype == "fp8" or (t.dtype == "int8" and int8_block)) and len(t.shape) == 2:
@@ -60,9 +65,16 @@ def bytes_of(t: Tensor, block: tuple[int, int] = (128, 128), int4_group: int = 3
         per = n + 4 * (t.shape[0] if len(t.shape) == 2 else 1)
     elif t.dtype == "int4":
         per = n / 2 + (2.5 if int4_zero_point else 2) * ceil(n / int4_group)
+    elif t.dtype == "nvfp4":
+        per = n / 2 + ceil(n / NVFP4_GROUP) + 8
+    elif t.dtype == "mxfp4":
+        per = n / 2 + ceil(n / MXFP4_GROUP)
     else:
         per = n * {"bf16": 2, "fp8": 1, "fp32": 4}[t.dtype]
     return per * t.count
+
+
+NVFP4_GROUP, MXFP4_GROUP = 16, 32     # values per scale
 
 
 def stored_bytes(t: Tensor, spec: ModelSpec) -> float:
@@ -84,21 +96,40 @@ HF_MODULES = {"attn.wq_a": "self_attn.q_a_proj", "attn.wq_b": "self_attn.q_b_pro
 
 
 def module_skipped(skip, module: str, layers) -> bool:
-    """Whether a `modules_to_not_convert` entry names `module` in any of `layers` (vLLM `is_layer_skipped`:
-    a substring of the module's full name, "model.layers.<i>.<module>")."""
-    return any(s in f"model.layers.{i}.{module}" for i in layers for s in skip)
+    """Whether an entry of SKIP names `module` in any of `layers`, matched against its full name
+    "model.layers.<i>.<module>" as the engines match it: "re:<regex>" as a compressed-tensors `ignore` regex
+    (re.match), a pattern with "*" as a ModelOpt `exclude_modules` wildcard (fnmatch), anything else as a
+    substring (AWQ's `modules_to_not_convert`, vLLM `is_layer_skipped`). A routed-expert module ("mlp.experts")
+    also matches through its per-expert names (mlp.experts.0.gate_proj, ...), which regexes and wildcards name."""
+    names = [module] + ([f"{module}.0.{p}" for p in ("gate_proj", "up_proj", "down_proj")]
+                        if module.endswith("experts") else [])
+    for i in layers:
+        for k, name in enumerate(f"model.layers.{i}.{n}" for n in names):
+            for s in skip:
+                if s.startswith("re:"):
+                    hit = re.match(s[3:], name) is not None
+                elif "*" in s:
+                    hit = fnmatch.fnmatchcase(name, s)
+                else:
+                    hit = k == 0 and s in name      # a substring names the (fused) module itself
+                if hit:
+                    return True
+    return False
+
+
+QUANTIZED = ("int4", "int8", "fp8", "nvfp4", "mxfp4")
 
 
 def _keep_unquantized(spec: ModelSpec, tensors: list[Tensor], layers: dict[str, range]) -> list[Tensor]:
-    """int4 tensors whose module `modules_to_not_convert` names stay bf16 (vLLM `is_layer_skipped`,
-    substring match on the module's full name). A name that picks out some layers only (e.g.
-    "model.layers.0.") keeps the module bf16 in every layer: the memory model errs towards more bytes."""
+    """Quantized tensors whose module the checkpoint leaves unquantized (`unquantized_modules`, matched as
+    `module_skipped` does) stay bf16. A name that picks out some layers only (e.g. "model.layers.0.") keeps
+    the module bf16 in every layer: the memory model errs towards more bytes."""
     if not spec.unquantized_modules:
         return tensors
     out = []
     for t in tensors:
         module = HF_MODULES.get(t.name)
-        if t.dtype == "int4" and module:
+        if t.dtype in QUANTIZED and module:
             if module_skipped(spec.unquantized_modules, module, layers.get(t.group, layers["attention"])):
                 t = Tensor(t.name, t.group, t.shape, t.count, t.split, "bf16", t.where)
         out.append(t)
