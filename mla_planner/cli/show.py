@@ -48,6 +48,7 @@ def model_facts(spec) -> dict:
             "mtp_params": sizing.mtp_params(spec),
             "weight_bytes": dict(sizing.weight_bytes_breakdown(spec)),
             "weight_bytes_with_mtp": sizing.weight_bytes_breakdown(spec, include_mtp=True)["total"],
+            "vision_params": spec.vision_params, "vision_weight_bytes": sizing.vision_weight_bytes(spec),
             "weight_bytes_by_format": dict(sizing.weight_bytes_by_format(spec)),
             "kv_cache": dict(sizing.kv_table(spec)),
             "kv_groups": sizing.kv_group_table(spec)}
@@ -68,6 +69,8 @@ def _render_model(f: dict) -> None:
     if f["mtp_params"]:
         t.add_row("MTP module (separate)", f"{f['mtp_params']:,}", "", human_bytes(f["weight_bytes_with_mtp"]
                                                                                   - f["weight_bytes"]["total"]))
+    if f["vision_params"]:
+        t.add_row("vision encoder (separate)", f"{f['vision_params']:,}", "", human_bytes(f["vision_weight_bytes"]))
     out.print(t)
     w = Table("stored as", "weight bytes", "spread evenly over 8 GPUs", title="Weights in other formats (main model)")
     for fmt, n in f["weight_bytes_by_format"].items():

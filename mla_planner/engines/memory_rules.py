@@ -192,7 +192,18 @@ def default_memory_fraction(engine: str, spec: ModelSpec, topo: Topology, layout
     if engine == "vllm":
         return VLLM_DEFAULT_UTILIZATION
     knobs = knobs or engine_default_knobs("sglang", spec, topo, layout.dp)
-    return sglang_default_fraction(topo.gpu, layout, knobs)
+    return sglang_default_fraction(topo.gpu, layout, knobs) * sglang_vlm_factor(spec)
+
+
+def sglang_vlm_factor(spec: ModelSpec) -> float:
+    """What SGLang 0.5.23 multiplies its computed --mem-fraction-static by for a multimodal model served with its
+    vision encoder (arg_groups/memory_hook.py `adjust_mem_fraction_for_vlm`): 0.95 x (1 - 0.1 x (L x D^2 /
+    (24 x 1024^2) - 1)), the second factor kept in [0.8, 1.05], for an encoder of L blocks D wide (a ViT-L/14
+    is the baseline): 0.910 for Kimi-K2.5's 27 x 1152. 1 for a text-only model."""
+    if not spec.vision_params or not spec.vision_layers or not spec.vision_hidden_size:
+        return 1.0
+    ratio = spec.vision_layers * spec.vision_hidden_size ** 2 / (24 * 1024 ** 2)
+    return 0.95 * max(0.8, min(1.05, 1.0 - 0.1 * (ratio - 1.0)))
 
 
 SGLANG_SPECULATIVE_MAX_RUNNING = 48

@@ -36,6 +36,8 @@ class EngineProfile:
                                     # budget is kept small under DP attention + EP); else for the decode batch
     deepep_decode_cap: Optional[int]  # tokens one DP rank's low-latency dispatch takes per step, at most
     gqa_block_multiple: int       # the block size its non-MLA attention backends take multiples of
+    text_only_keeps_vision: bool  # serving a multimodal checkpoint text-only still builds its vision encoder on
+                                  # every GPU (else a flag keeps it off the GPUs: vLLM --language-model-only)
 
 
 PROFILES = {
@@ -44,23 +46,27 @@ PROFILES = {
     # get_pp_indices (vllm-project/vllm#46217), v1/core/sched/scheduler.py (one token budget per step),
     # v1/worker/gpu_worker.py determine_available_memory, config/model.py (max_model_len vs the pool),
     # distributed/parallel_state.py (world rank = dp x pp x tp + pp x tp + tp),
-    # model_executor/layers/quantization/utils/marlin_utils_fp8.py
+    # model_executor/layers/quantization/utils/marlin_utils_fp8.py, config/multimodal.py language_model_only and
+    # model_executor/models/interfaces.py _mark_tower_model (the vision tower built on the meta device)
     "vllm": EngineProfile("vllm", fraction_flag="--gpu-memory-utilization",
                           graph_flag="--max-cudagraph-capture-size", pp_partition_env="VLLM_PP_LAYER_PARTITION",
                           pp_remainder_last=False, graph_range_in_tokens=True, step_budget_caps_prompts=True,
                           pool_after_static_fraction=False, short_pool_refuses_start=True,
                           dp_rank_packs_stage=False, fp8_marlin_fallback=True, deepep_buffer_by_budget=True,
-                          deepep_decode_cap=None, gqa_block_multiple=16),
+                          deepep_decode_cap=None, gqa_block_multiple=16, text_only_keeps_vision=False),
     # sglang/srt/server_args.py, layers/moe/token_dispatcher/deepep.py (at most 1,024 tokens per dispatch),
     # distributed/utils.py get_pp_indices, managers/scheduler.py (prefill and decode
     # batches apart), model_executor/model_runner.py profile_max_num_token, managers/tp_worker.py (max_req_len =
-    # min(context_len - 1, pool - 1)), layers/quantization/fp8.py (no FP8 Marlin MoE, sgl-project/sglang#12887)
+    # min(context_len - 1, pool - 1)), layers/quantization/fp8.py (no FP8 Marlin MoE, sgl-project/sglang#12887),
+    # models/kimi_k25.py (the vision tower and projector built unconditionally; --language-model-only is refused
+    # for it, server_args.py)
     "sglang": EngineProfile("sglang", fraction_flag="--mem-fraction-static",
                             graph_flag="--cuda-graph-max-bs-decode", pp_partition_env="SGLANG_PP_LAYER_PARTITION",
                             pp_remainder_last=True, graph_range_in_tokens=False, step_budget_caps_prompts=False,
                             pool_after_static_fraction=True, short_pool_refuses_start=False,
                             dp_rank_packs_stage=True, fp8_marlin_fallback=False, deepep_buffer_by_budget=False,
-                            deepep_decode_cap=DEEPEP_SGLANG_DISPATCH_MAX, gqa_block_multiple=1),
+                            deepep_decode_cap=DEEPEP_SGLANG_DISPATCH_MAX, gqa_block_multiple=1,
+                            text_only_keeps_vision=True),
 }
 
 

@@ -73,6 +73,7 @@ def sizing_flags(inp: LaunchInputs) -> list[str]:
         ("--enforce-eager", not k.cuda_graphs),
         ("--max-cudagraph-capture-size", k.cuda_graph_max_bs if k.cuda_graphs else None),
         ("--speculative-config", MTP_CONFIG if k.mtp else None),
+        ("--language-model-only", bool(inp.spec.vision_params)),   # text-only: the vision tower stays off the GPUs
         ("--trust-remote-code", True),
     ])
 

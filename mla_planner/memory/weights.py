@@ -20,10 +20,11 @@ from functools import lru_cache
 from math import ceil
 
 from mla_planner.engines.parallel import dense_tp
+from mla_planner.engines.profile import profile
 from mla_planner.specs.attention.kinds import attention_of
 from mla_planner.specs.layout import Layout, weight_key
 from mla_planner.specs.model import ModelSpec
-from mla_planner.specs.weights import Tensor, dtype_of, inventory, mtp_inventory, stored_bytes
+from mla_planner.specs.weights import Tensor, dtype_of, inventory, mtp_inventory, stored_bytes, vision_inventory
 
 MOE_GROUPS = ("routed_experts", "shared_experts", "gate")  # tensors present once per MoE layer
 DENSE_GROUPS = ("dense_ffn",)                              # tensors present once per dense-FFN layer
@@ -74,7 +75,8 @@ def _stage_weight_terms(spec: ModelSpec, layout: Layout, counts: tuple[int, int]
     """
     out: OrderedDict[str, float] = OrderedDict()
     marlin = 0.0
-    tensors = inventory(spec) + (mtp_inventory(spec) if mtp and last else [])
+    tensors = inventory(spec) + (mtp_inventory(spec) if mtp and last else []) + \
+        (vision_inventory(spec) if profile(engine).text_only_keeps_vision else [])
     for t in tensors:
         count = _stage_count(spec, t, counts, first, last)
         if count:

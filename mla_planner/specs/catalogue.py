@@ -17,18 +17,25 @@ from mla_planner.core.validation import validate
 from mla_planner.specs.builtin import builtin_names, builtin_spec
 from mla_planner.specs.model import ModelSpec
 from mla_planner.specs.quantization import quantization_of, weight_fields
+from mla_planner.specs.vision import moonvit
 
 # architecture -> (attention kind, the config.json model_types that go with it; empty: any)
 ARCHITECTURES = {
     "DeepseekV2ForCausalLM": ("mla", {"deepseek_v2"}),
     "DeepseekV3ForCausalLM": ("mla", {"deepseek_v3"}),
     "KimiK2ForCausalLM": ("mla", {"kimi_k2", "deepseek_v3"}),
+    "KimiK25ForConditionalGeneration": ("mla", {"kimi_k25"}),    # Kimi-K2.5 / K2.6: text model in text_config
     "DeepseekV32ForCausalLM": ("mla-dsa", {"deepseek_v32"}),   # V3.2, V3.2-Exp, V3.2-Speciale
     "GlmMoeDsaForCausalLM": ("mla-dsa", {"glm_moe_dsa"}),       # GLM-5, GLM-5.1, GLM-5.2
     "LlamaForCausalLM": ("gqa", {"llama"}),
     "Qwen2ForCausalLM": ("gqa", {"qwen2"}),
     "MistralForCausalLM": ("gqa", {"mistral"}),
 }
+
+
+# multimodal architectures whose text model sits in `text_config` (its model_types) beside a vision encoder
+# counted by a specs/vision.py function from `vision_config`
+NESTED_TEXT = {"KimiK25ForConditionalGeneration": ({"kimi_k2", "deepseek_v3"}, moonvit)}
 
 
 @dataclass(frozen=True)
@@ -82,16 +89,35 @@ def spec_from_hf_config(path: Path) -> ModelSpec:
     if cfg.get("model_type") and model_types and cfg["model_type"] not in model_types:
         raise InputError(where, f"model_type {cfg['model_type']!r} does not go with {arch} (expected "
                          f"{' or '.join(sorted(model_types))}): an edited config?", "model_type")
-    fields = {k: v for k, v in cfg.items() if k in ModelSpec.field_names() and k not in ("name", "attention")}
-    fields["name"] = _snapshot_name(path)
-    fields["attention"] = kind
+    text, vision = _text_and_vision(cfg, arch, where)
+    fields = {k: v for k, v in text.items() if k in ModelSpec.field_names() and k not in ("name", "attention")}
+    fields.update(name=_snapshot_name(path), attention=kind, model_type=cfg.get("model_type"), **vision)
     if arch == "Qwen2ForCausalLM":
         fields["attention_bias"] = True  # Qwen2 always has q/k/v biases
-    fields.update(weight_fields(quantization_of(cfg, path.parent), where, cfg.get("num_hidden_layers") or 1,
-                                 cfg.get("first_k_dense_replace") or 0 if cfg.get("n_routed_experts") else None))
+    fields.update(weight_fields(quantization_of(cfg, path.parent, text), where, text.get("num_hidden_layers") or 1,
+                                 text.get("first_k_dense_replace") or 0 if text.get("n_routed_experts") else None))
     if not cfg.get("quantization_config") and _channel_int8_index(path.parent):
         fields["weight_dtype"] = "int8"
     return validate(ModelSpec, fields, where)
+
+
+def _text_and_vision(cfg: dict, arch: str, where: str) -> tuple[dict, dict]:
+    """(the text model's config, the vision encoder's spec fields): the config itself and none, or for a
+    multimodal architecture (NESTED_TEXT) its `text_config` and the encoder its `vision_config` describes."""
+    if arch not in NESTED_TEXT:
+        return cfg, {}
+    model_types, count = NESTED_TEXT[arch]
+    text, vision = cfg.get("text_config"), cfg.get("vision_config")
+    if not isinstance(text, dict):
+        raise InputError(where, f"{arch} keeps its text model in text_config; expected a mapping", "text_config")
+    if text.get("model_type") and text["model_type"] not in model_types:
+        raise InputError(where, f"text_config.model_type {text['model_type']!r} does not go with {arch} (expected "
+                         f"{' or '.join(sorted(model_types))})", "text_config.model_type")
+    if not isinstance(vision, dict):
+        return text, {}
+    tower = count(vision, text.get("hidden_size"))
+    return text, {"vision_params": tower.params, "vision_layers": tower.layers,
+                  "vision_hidden_size": tower.hidden_size}
 
 
 def _channel_int8_index(folder: Path) -> bool:

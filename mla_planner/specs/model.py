@@ -69,6 +69,10 @@ class ModelSpec:
     topk_method: Optional[str] = None
     # mtp
     num_nextn_predict_layers: NonNegInt = 0
+    # a vision encoder beside the text model (multimodal checkpoints: Kimi-K2.5), bf16 (specs/vision.py)
+    vision_params: NonNegInt = 0
+    vision_layers: Optional[PosInt] = None
+    vision_hidden_size: Optional[PosInt] = None
     # rope
     rope_theta: Annotated[float, Checked(gt=0)] = 10000.0
     rope_scaling: Optional[dict] = None

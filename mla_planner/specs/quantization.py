@@ -26,11 +26,14 @@ from mla_planner.core.errors import InputError
 from mla_planner.specs.weights import module_skipped
 
 
-def quantization_of(cfg: dict, folder: Path) -> dict | None:
-    """config.json's `quantization_config`, else ModelOpt's `hf_quant_config.json` beside it (older ModelOpt
-    exports keep it there; vLLM 0.33.0 `transformers_utils/config.py` reads it when config.json has none)."""
-    if cfg.get("quantization_config") is not None:
-        return cfg["quantization_config"]
+def quantization_of(cfg: dict, folder: Path, text: dict | None = None) -> dict | None:
+    """config.json's `quantization_config`, else the text model's (a multimodal config keeps it in
+    `text_config`: vLLM 0.33.0 `transformers_utils/model_arch_config_convertor.py` looks there second), else
+    ModelOpt's `hf_quant_config.json` beside it (older ModelOpt exports keep it there; vLLM 0.33.0
+    `transformers_utils/config.py` reads it when config.json has none)."""
+    for where in (cfg, text or {}):
+        if where.get("quantization_config") is not None:
+            return where["quantization_config"]
     side = folder / "hf_quant_config.json"
     if not side.is_file():
         return None

@@ -14,7 +14,7 @@ from dataclasses import replace
 
 from mla_planner.specs.attention.kinds import attention_of
 from mla_planner.specs.model import ModelSpec
-from mla_planner.specs.weights import Tensor, inventory, mtp_inventory, stored_bytes
+from mla_planner.specs.weights import Tensor, inventory, mtp_inventory, stored_bytes, vision_inventory
 
 
 def _grouped(tensors: list[Tensor], value) -> "OrderedDict[str, float]":
@@ -47,6 +47,11 @@ def activated_param_breakdown(spec: ModelSpec) -> "OrderedDict[str, int]":
 def mtp_params(spec: ModelSpec) -> int:
     """Unique parameters of the MTP module(s), counted apart from the main model."""
     return sum(t.numel for t in mtp_inventory(spec))
+
+
+def vision_weight_bytes(spec: ModelSpec) -> float:
+    """Bytes of a multimodal checkpoint's vision encoder (bf16), apart from the text model."""
+    return sum(stored_bytes(t, spec) for t in vision_inventory(spec))
 
 
 def weight_bytes_breakdown(spec: ModelSpec, include_mtp: bool = False) -> "OrderedDict[str, float]":

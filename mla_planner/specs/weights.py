@@ -215,3 +215,12 @@ def mtp_inventory(spec: ModelSpec) -> list[Tensor]:
     out += [Tensor("mtp.eh_proj", "mtp", (d, 2 * d), n, "replicated", eh_dtype, "mtp"),
             Tensor("mtp.norms", "mtp", (d,), 3 * n, "replicated", "bf16", "mtp")]
     return out
+
+
+def vision_inventory(spec: ModelSpec) -> list[Tensor]:
+    """A multimodal checkpoint's vision encoder and projector (specs/vision.py), bf16, counted apart from the
+    text model: whole on every GPU of the first stage where an engine builds it (SGLang's Kimi-K2.5 replicates
+    its MLP and projector and splits only the attention: up to the whole per GPU, the bytes erring high)."""
+    if not spec.vision_params:
+        return []
+    return [Tensor("vision.encoder", "vision", (spec.vision_params,), 1, "replicated", "bf16", "first")]
