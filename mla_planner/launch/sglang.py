@@ -65,6 +65,11 @@ def int8_flag(spec) -> Optional[str]:
     return "w8a8_int8" if spec.weight_dtype == "int8" and not spec.int8_block else None
 
 
+# a params.json checkpoint (Mistral Large 3): SGLang 0.5.23 picks its Mistral parser by the path's name only
+# (utils/hf_transformers/mistral_utils.py is_mistral_model), so it is named
+MISTRAL_FORMAT = {"mistral": (("--model-config-parser", "mistral"), ("--load-format", "mistral"))}
+
+
 def sizing_flags(inp: LaunchInputs) -> list[str]:
     L, k = inp.layout, inp.knobs
     running, chunk = server_totals(L, k)
@@ -94,6 +99,7 @@ def sizing_flags(inp: LaunchInputs) -> list[str]:
         ("--speculative-num-steps", MTP_DRAFT_TOKENS if k.mtp else None),
         ("--speculative-eagle-topk", 1 if k.mtp else None),
         ("--speculative-num-draft-tokens", decode_query_len(k) if k.mtp else None),
+        *MISTRAL_FORMAT.get(inp.spec.config_format, ()),
         ("--trust-remote-code", True),
     ])
 

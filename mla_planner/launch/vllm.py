@@ -33,6 +33,10 @@ from mla_planner.specs.knobs import MTP_DRAFT_TOKENS
 PROGRAM = ["vllm", "serve"]
 KV_CACHE_DTYPES = {"bf16": "auto", "fp8": "fp8", "fp8_ds_mla": "fp8_ds_mla"}
 # "deepseek_mtp" is deprecated and rewritten to "mtp" with a warning (vllm/config/speculative.py)
+# a params.json checkpoint (Mistral Large 3): its config, weights and tokenizer in Mistral's own format
+# (vllm-project/recipes Mistral-Large-3; vLLM 0.33.0 transformers_utils/configs/mistral.py)
+MISTRAL_FORMAT = {"mistral": (("--tokenizer-mode", "mistral"), ("--config-format", "mistral"),
+                              ("--load-format", "mistral"))}
 MTP_CONFIG = '{"method":"mtp","num_speculative_tokens":%d}' % MTP_DRAFT_TOKENS
 ENGINE_READY_TIMEOUT_S = 3600   # loads of a 671B checkpoint (+ DeepGEMM warm-up, graph capture) outlast the 600 s
                                 # default, on one node too (vllm-project/recipes#381)
@@ -74,6 +78,7 @@ def sizing_flags(inp: LaunchInputs) -> list[str]:
         ("--max-cudagraph-capture-size", k.cuda_graph_max_bs if k.cuda_graphs else None),
         ("--speculative-config", MTP_CONFIG if k.mtp else None),
         ("--language-model-only", bool(inp.spec.vision_params)),   # text-only: the vision tower stays off the GPUs
+        *MISTRAL_FORMAT.get(inp.spec.config_format, ()),
         ("--trust-remote-code", True),
     ])
 

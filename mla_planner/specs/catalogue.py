@@ -17,6 +17,7 @@ from mla_planner.core.validation import validate
 from mla_planner.specs.builtin import builtin_names, builtin_spec
 from mla_planner.specs.model import ModelSpec
 from mla_planner.specs.quantization import quantization_of, weight_fields
+from mla_planner.specs.mistral import hf_config_from_params, pixtral
 from mla_planner.specs.vision import moonvit
 
 # architecture -> (attention kind, the config.json model_types that go with it; empty: any)
@@ -25,6 +26,7 @@ ARCHITECTURES = {
     "DeepseekV3ForCausalLM": ("mla", {"deepseek_v3"}),
     "KimiK2ForCausalLM": ("mla", {"kimi_k2", "deepseek_v3"}),
     "KimiK25ForConditionalGeneration": ("mla", {"kimi_k25"}),    # Kimi-K2.5 / K2.6: text model in text_config
+    "MistralLarge3ForCausalLM": ("mla", {"deepseek_v3"}),           # from a params.json (specs/mistral.py)
     "DeepseekV32ForCausalLM": ("mla-dsa", {"deepseek_v32"}),   # V3.2, V3.2-Exp, V3.2-Speciale
     "GlmMoeDsaForCausalLM": ("mla-dsa", {"glm_moe_dsa"}),       # GLM-5, GLM-5.1, GLM-5.2
     "LlamaForCausalLM": ("gqa", {"llama"}),
@@ -33,9 +35,10 @@ ARCHITECTURES = {
 }
 
 
-# multimodal architectures whose text model sits in `text_config` (its model_types) beside a vision encoder
-# counted by a specs/vision.py function from `vision_config`
-NESTED_TEXT = {"KimiK25ForConditionalGeneration": ({"kimi_k2", "deepseek_v3"}, moonvit)}
+# multimodal architectures whose text model sits in `text_config` (the model_types it may have)
+NESTED_TEXT = {"KimiK25ForConditionalGeneration": {"kimi_k2", "deepseek_v3"}}
+# how each multimodal architecture's vision encoder is counted from its `vision_config`
+VISION = {"KimiK25ForConditionalGeneration": moonvit, "MistralLarge3ForCausalLM": pixtral}
 
 
 @dataclass(frozen=True)
@@ -43,11 +46,12 @@ class LoadedModel:
     spec: ModelSpec
     model_path: str   # what an engine serves: the HF id (a spec's hf_id, else its name), or the absolute
                       # snapshot folder a config.json was read from ("" for a .json under another name)
-    source: str       # "built-in", "spec", "config.json"
+    source: str       # "built-in", "spec", "config.json", "params.json"
 
 
 def load_model(ref: str) -> LoadedModel:
-    """Resolve `ref`: built-in name first, then a path (YAML spec, config.json, or folder holding one)."""
+    """Resolve `ref`: built-in name first, then a path (YAML spec, config.json or Mistral's params.json, or a
+    folder holding one)."""
     if not ref.strip():
         raise PlanError(f"the model is empty: give a built-in name ({', '.join(sorted(builtin_names()))}) or a path")
     path = user_path(ref)
@@ -61,9 +65,13 @@ def load_model(ref: str) -> LoadedModel:
         if path.name == "config.json":
             raise InputError(str(path), "is a folder, expected the config.json file (or its snapshot folder)")
         cfg = path / "config.json"
+        if not cfg.is_file() and (path / "params.json").is_file():
+            return LoadedModel(spec_from_mistral_params(path / "params.json"), str(path), "params.json")
         if not cfg.is_file():
             raise InputError(str(path), "folder holds no config.json file (expected a Hugging Face snapshot)")
         return LoadedModel(spec_from_hf_config(cfg), str(path), "config.json")
+    if path.name == "params.json":
+        return LoadedModel(spec_from_mistral_params(path), str(path.parent), "params.json")
     if path.suffix == ".json":
         # engines read <folder>/config.json: a file under another name plans, but serves nothing as it stands
         served = str(path.parent) if path.name == "config.json" else ""
@@ -75,10 +83,19 @@ def load_model(ref: str) -> LoadedModel:
                      + f"; built-ins: {', '.join(builtin_names())}")
 
 
+def spec_from_mistral_params(path: Path) -> ModelSpec:
+    """Mistral Large 3's params.json, made the DeepSeek-V3 config the engines make of it (specs/mistral.py)."""
+    cfg = hf_config_from_params(read_mapping(path), str(path))
+    return spec_from_config(cfg, path, str(path), config_format="mistral")
+
+
 def spec_from_hf_config(path: Path) -> ModelSpec:
     """Map a Hugging Face config.json onto a ModelSpec (keys shared by name, plus the weight dtype)."""
-    cfg = read_mapping(path)
-    where = str(path)
+    return spec_from_config(read_mapping(path), path, str(path))
+
+
+def spec_from_config(cfg: dict, path: Path, where: str, config_format: str = "hf") -> ModelSpec:
+    """The spec of config CFG read from PATH: its architecture and model_type checked, its keys taken by name."""
     archs = cfg.get("architectures") or []
     arch = next((a for a in archs if a in ARCHITECTURES), None)
     if arch is None:
@@ -91,7 +108,8 @@ def spec_from_hf_config(path: Path) -> ModelSpec:
                          f"{' or '.join(sorted(model_types))}): an edited config?", "model_type")
     text, vision = _text_and_vision(cfg, arch, where)
     fields = {k: v for k, v in text.items() if k in ModelSpec.field_names() and k not in ("name", "attention")}
-    fields.update(name=_snapshot_name(path), attention=kind, model_type=cfg.get("model_type"), **vision)
+    fields.update(name=_snapshot_name(path), attention=kind, model_type=cfg.get("model_type"),
+                  config_format=config_format, **vision)
     if arch == "Qwen2ForCausalLM":
         fields["attention_bias"] = True  # Qwen2 always has q/k/v biases
     fields.update(weight_fields(quantization_of(cfg, path.parent, text), where, text.get("num_hidden_layers") or 1,
@@ -102,20 +120,20 @@ def spec_from_hf_config(path: Path) -> ModelSpec:
 
 
 def _text_and_vision(cfg: dict, arch: str, where: str) -> tuple[dict, dict]:
-    """(the text model's config, the vision encoder's spec fields): the config itself and none, or for a
-    multimodal architecture (NESTED_TEXT) its `text_config` and the encoder its `vision_config` describes."""
-    if arch not in NESTED_TEXT:
-        return cfg, {}
-    model_types, count = NESTED_TEXT[arch]
-    text, vision = cfg.get("text_config"), cfg.get("vision_config")
-    if not isinstance(text, dict):
-        raise InputError(where, f"{arch} keeps its text model in text_config; expected a mapping", "text_config")
-    if text.get("model_type") and text["model_type"] not in model_types:
-        raise InputError(where, f"text_config.model_type {text['model_type']!r} does not go with {arch} (expected "
-                         f"{' or '.join(sorted(model_types))})", "text_config.model_type")
-    if not isinstance(vision, dict):
+    """(the text model's config, the vision encoder's spec fields): the config itself or, for an architecture
+    that nests it, its `text_config`; and for a multimodal architecture (VISION) the encoder its
+    `vision_config` describes."""
+    text, vision = cfg, cfg.get("vision_config")
+    if arch in NESTED_TEXT:
+        text, model_types = cfg.get("text_config"), NESTED_TEXT[arch]
+        if not isinstance(text, dict):
+            raise InputError(where, f"{arch} keeps its text model in text_config; expected a mapping", "text_config")
+        if text.get("model_type") and text["model_type"] not in model_types:
+            raise InputError(where, f"text_config.model_type {text['model_type']!r} does not go with {arch} "
+                             f"(expected {' or '.join(sorted(model_types))})", "text_config.model_type")
+    if arch not in VISION or not isinstance(vision, dict):
         return text, {}
-    tower = count(vision, text.get("hidden_size"))
+    tower = VISION[arch](vision, text.get("hidden_size"))
     return text, {"vision_params": tower.params, "vision_layers": tower.layers,
                   "vision_hidden_size": tower.hidden_size}
 
@@ -144,7 +162,7 @@ def _channel_int8_index(folder: Path) -> bool:
 def _snapshot_name(config: Path) -> str:
     """The model's name from where its config.json lies: the folder name, or for a Hugging Face cache
     snapshot (models--ORG--NAME/snapshots/HASH/config.json) ORG/NAME rather than the commit hash."""
-    if config.name != "config.json":
+    if config.name not in ("config.json", "params.json"):
         return config.stem
     folder = config.parent
     repo = folder.parent.parent.name if folder.parent.name == "snapshots" else ""

@@ -33,6 +33,7 @@ class ModelSpec:
     name: Annotated[str, Checked(min_length=1)]
     hf_id: Optional[str] = None
     model_type: Optional[str] = None              # config.json's; engines key some defaults on it (GLM's KV)
+    config_format: Literal["hf", "mistral"] = "hf"   # a Hugging Face config.json, or Mistral's params.json
     attention: str = "mla"                        # an attention kind (specs/attention/kinds.py)
     # trunk
     hidden_size: PosInt
