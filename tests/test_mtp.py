@@ -14,6 +14,7 @@ from mla_planner.specs.catalogue import load_model
 from mla_planner.specs.knobs import Knobs, Workload, tokens_per_step
 from mla_planner.specs.layout import Layout
 from mla_planner.specs.topology import load_topology
+from mla_planner.search.attention_backend import Rejected
 
 CTX = 2304   # the default workload's mean decode context (2048 + 512 / 2)
 
@@ -182,7 +183,7 @@ def test_compare_reproduces_an_mtp_candidate_from_its_knobs(cli, engine):
 ])
 def test_mtp_is_not_planned_where_the_engine_would_not_verify_on_the_decode_path(topology, layout, engine, needle):
     from mla_planner.specs.layout import parse_layout
-    from mla_planner.search.tuning import Overrides, Rejected, tune
+    from mla_planner.search.tuning import Overrides, tune
     spec, topo, calib = setup(topology=topology)
     lay = parse_layout(layout, topo)
     tune(spec, topo, lay, engine, "fp8", Workload(tpot_ms=150), calib)          # without MTP it is planned

@@ -9,10 +9,11 @@ from plan_cases import setup
 
 from mla_planner.memory.accounting import safe_memory_fraction
 from mla_planner.memory.report import memory_report
+from mla_planner.search.attention_backend import Rejected
 from mla_planner.search.layouts import candidate_layouts
 from mla_planner.search.plan import nothing_fits_advice
 from mla_planner.search.run import search
-from mla_planner.search.tuning import Overrides, Rejected, draft_knobs, tune
+from mla_planner.search.tuning import Overrides, draft_knobs, tune
 from mla_planner.specs.catalogue import load_model
 from mla_planner.specs.knobs import Workload
 from mla_planner.specs.layout import Layout, layout_problems, parse_layout

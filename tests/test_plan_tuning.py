@@ -5,8 +5,9 @@ the reasons it gives, and ranking by total tokens."""
 import pytest
 from plan_cases import setup
 
+from mla_planner.search.attention_backend import Rejected
 from mla_planner.search.run import search
-from mla_planner.search.tuning import Overrides, Rejected, tune
+from mla_planner.search.tuning import Overrides, tune
 from mla_planner.specs.knobs import Workload
 from mla_planner.specs.layout import Layout, parse_layout
 

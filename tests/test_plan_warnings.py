@@ -5,9 +5,10 @@ DeepEP, instances packed into nodes, Pareto points, prefill chunks stalling DP r
 import pytest
 from plan_cases import setup
 
+from mla_planner.search.attention_backend import Rejected
 from mla_planner.search.layouts import candidate_layouts
 from mla_planner.search.run import search
-from mla_planner.search.tuning import Rejected, draft_knobs, tune
+from mla_planner.search.tuning import draft_knobs, tune
 from mla_planner.specs.catalogue import load_model
 from mla_planner.specs.knobs import Workload
 from mla_planner.specs.layout import Layout, layout_problems, parse_layout

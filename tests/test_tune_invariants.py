@@ -14,10 +14,11 @@ from mla_planner.engines.parallel import dense_per_rank_applies
 from mla_planner.launch.build import build, launch_inputs
 from mla_planner.memory.accounting import evaluate, safe_memory_fraction
 from mla_planner.perf.metrics import tokens_per_request
+from mla_planner.search.attention_backend import Rejected
 from mla_planner.search.layouts import candidate_layouts
 from mla_planner.search.plan import to_plan
 from mla_planner.search.run import SearchResult, _engine_problem
-from mla_planner.search.tuning import Overrides, Rejected, tune
+from mla_planner.search.tuning import Overrides, tune
 from mla_planner.specs.calibration import load_calibration
 from mla_planner.specs.catalogue import load_model
 from mla_planner.specs.knobs import Workload, decode_query_len

@@ -30,7 +30,7 @@ from mla_planner.engines.layouts import engine_layout_problem
 from mla_planner.engines.parallel import uses_deepep
 from mla_planner.perf.step import decode_step
 from mla_planner.search.candidate_warnings import cross_node_tp_note, shared_nic_deepep_note
-from mla_planner.search.tuning import Rejected, backend_and_block
+from mla_planner.search.attention_backend import Rejected, backend_and_block
 from mla_planner.specs.calibration import Calibration
 from mla_planner.specs.knobs import KV_DTYPE_CHOICES, Knobs
 from mla_planner.specs.layout import Layout, layout_problems

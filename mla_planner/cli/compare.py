@@ -15,7 +15,8 @@ from mla_planner.cli.common import (DEFAULT_MODEL, DEFAULT_TOPOLOGY, GraphCapOpt
                                     PpPartitionOpt, TopologyOpt, check_acceptance, check_context, check_mtp, guard,
                                     print_json, lower_case)
 from mla_planner.cli.compare_render import render, verdict
-from mla_planner.cli.options import bounded, fraction_from_flags, graph_cap_choice, kv_dtype_choice, partition_choice
+from mla_planner.cli.options import (bounded, fraction_from_flags, graph_cap_choice, kv_dtype_choice, kv_knobs,
+                                     partition_choice)
 from mla_planner.cli.options import parse_length
 from mla_planner.engines.layouts import engine_layout_problem, mtp_layout_problem
 from mla_planner.search.candidate_warnings import ttft_headroom_note
@@ -187,12 +188,12 @@ def compare_cmd(layouts: Annotated[Optional[list[str]], Opt(
         raise PlanError('compare: give at least one --layout, e.g. --layout "tp=16" --layout "tp=8,pp=2"')
     if engine is not None and engine not in ENGINES:
         raise PlanError(f"--engine must be one of {', '.join(ENGINES)}, got '{engine}'")
-    kv_dtype = kv_dtype_choice(kv_cache_dtype)
+    kv_dtype_choice(kv_cache_dtype)        # a value the planner knows, before any work
     (inp, inp_max), (out, out_max) = parse_length(input_len, "--input-len"), parse_length(output_len, "--output-len")
     if not (0 < tpot_ms < inf and 0 < ttft_ms < inf):
         raise PlanError("--tpot-ms and --ttft-ms must be positive, finite milliseconds")
     spec, topo = load_model(model).spec, load_topology(topology)
-    check_plannable(spec)
+    check_plannable(spec, "compare")
     if engine is None:
         engine = default_engine(spec, topo.gpu)
     elif (problem := int8_checkpoint_problem(engine, spec, topo.gpu)):
@@ -208,7 +209,7 @@ def compare_cmd(layouts: Annotated[Optional[list[str]], Opt(
         raise PlanError("--dense-per-rank is SGLang's choice: vLLM always runs the dense parts on each DP rank's "
                         "own tokens")
     seqs = bounded("--max-num-seqs", max_num_seqs)
-    block, chunk = bounded("--block-size", block_size), bounded("--max-num-batched-tokens", max_num_batched_tokens)
+    chunk = bounded("--max-num-batched-tokens", max_num_batched_tokens)
     graphs = graph_cap_choice(cuda_graph_max_bs, enforce_eager)
     results, rows = [], []
     parsed = [parse_layout(text, topo) for text in layouts]
@@ -216,8 +217,9 @@ def compare_cmd(layouts: Annotated[Optional[list[str]], Opt(
     if stages and not any(lay.pp == stages > 1 for lay in parsed):
         raise PlanError(f"--pp-layer-partition {pp_layer_partition}: none of the layouts has {stages} pipeline stages")
     for layout in parsed:
-        base = engine_default_knobs(engine, spec, topo, layout.dp, uses_deepep(layout), kv_cache_dtype=kv_dtype,
-                                    cuda_graphs=not enforce_eager, max_num_seqs=seqs, block_size=block,
+        cache, cache_notes = kv_knobs(spec, topo, layout, engine, kv_cache_dtype, block_size)
+        base = engine_default_knobs(engine, spec, topo, layout.dp, uses_deepep(layout), **cache,
+                                    cuda_graphs=not enforce_eager, max_num_seqs=seqs,
                                     max_num_batched_tokens=chunk, cuda_graph_max_bs=graphs,
                                     max_model_len=workload.max_context_len, mtp=mtp,
                                     pp_layer_partition=partition_choice(pp_layer_partition, spec, layout)
@@ -238,7 +240,7 @@ def compare_cmd(layouts: Annotated[Optional[list[str]], Opt(
                 if dense_per_rank and not per_rank else "")
         label = layout.label + (" (dense per rank)" if knobs.dense_per_rank else "")
         ttft = ttft_headroom_note(m.ttft_longest_s, m.meets_targets, workload)
-        notes = [n for n in (start, verify, note, split, capped, moot, ttft) if n] + list(m.notes)
+        notes = cache_notes + [n for n in (start, verify, note, split, capped, moot, ttft) if n] + list(m.notes)
         rows.append(summary(m) | {"layout": label, "memory_fraction": knobs.memory_fraction, "notes": notes})
     _show(rows, results, {"model": spec.name, "topology": topo.name, "engine": engine, "workload": asdict(workload)},
           f"{spec.name} on {topo.name} ({engine}), {input_len} in / {output_len} out, TPOT target {tpot_ms:g} ms, "

@@ -17,6 +17,7 @@ from typing import Optional
 from mla_planner.core.errors import PlanError
 from mla_planner.core.files import parse_yaml
 from mla_planner.core.resources import data_dir
+from mla_planner.specs.attention.kinds import attention_of
 from mla_planner.specs.model import ModelSpec
 from mla_planner.specs.topology import GPU
 
@@ -37,6 +38,11 @@ class SparseChoice:
 @lru_cache(maxsize=1)
 def _table() -> dict:
     return parse_yaml(data_dir("backends.yaml").read_text())["sparse"]
+
+
+def is_sparse(spec: ModelSpec) -> bool:
+    """Whether SPEC's attention runs on the engines' sparse MLA backends (DeepSeek Sparse Attention)."""
+    return attention_of(spec).backend_family == "mla-sparse"
 
 
 def default_kv_class(engine: str, spec: ModelSpec, gpu: GPU) -> str:
@@ -82,3 +88,16 @@ def sparse_choice(engine: str, spec: ModelSpec, gpu: GPU, requested: str, heads_
            f"{row} latent rows and 132-byte index keys, {size}-token blocks (--kv-cache-dtype "
            f"{FLAG_VALUE[engine][stored]})")
     return SparseChoice(name, stored, size, why)
+
+
+def padded_heads(engine: str, backend: str, heads_per_rank: int) -> int:
+    """The query heads the backend's decode kernel computes for `heads_per_rank` real ones: the first of its
+    `pad_heads` sizes that holds them (FlashMLA sparse: 64, or 128 above 64), else the heads themselves."""
+    sizes = _table()[engine]["backends"].get(backend, {}).get("pad_heads") or []
+    return next((size for size in sizes if heads_per_rank <= size), heads_per_rank)
+
+
+def kv_flag(engine: str, stored: str) -> str:
+    """The `--kv-cache-dtype` value that makes ENGINE keep a DSA cache as STORED (bfloat16 stays bf16 for
+    GLM on Blackwell, where auto would be fp8; fp8 becomes fp8_ds_mla on FlashMLA-sparse by itself)."""
+    return FLAG_VALUE[engine][stored]

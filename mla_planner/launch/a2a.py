@@ -23,10 +23,14 @@ from __future__ import annotations
 from typing import Optional
 
 from mla_planner.core.errors import PlanError
+from mla_planner.engines.parallel import (
+    DEEPEP_SGLANG_DISPATCH_MAX,
+    DEEPEP_SGLANG_DISPATCH_TOKENS,
+    sglang_decode_tokens,
+    uses_deepep,
+)
 from mla_planner.specs.knobs import Knobs
 from mla_planner.specs.layout import Layout
-from mla_planner.engines.parallel import (DEEPEP_SGLANG_DISPATCH_MAX, DEEPEP_SGLANG_DISPATCH_TOKENS,
-                                          sglang_decode_tokens, uses_deepep)
 from mla_planner.specs.model import ModelSpec
 
 VLLM_BACKEND = "deepep_low_latency"

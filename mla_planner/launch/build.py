@@ -8,6 +8,7 @@ from typing import Optional
 
 from mla_planner.core.errors import PlanError
 from mla_planner.engines.backends import backend, backend_problems
+from mla_planner.engines.sparse import is_sparse, sparse_choice
 from mla_planner.launch import sglang, vllm
 from mla_planner.launch.claims import check_gpu_counts
 from mla_planner.launch.command import LaunchInputs, NodeCommand
@@ -25,8 +26,19 @@ def launch_inputs(plan: Plan, cand: Candidate, mode: str = "native", model_path:
 
 
 def _check_backend(inp: LaunchInputs, engine: str) -> None:
+    """The candidate's attention backend runs its KV cache and block size on this GPU (a plan file may have
+    been edited): the MLA backend table's rules, or for sparse attention the backend and storage the engine
+    itself selects (engines/sparse.py)."""
     k = inp.knobs
     if k.attention_backend is None:
+        return
+    if is_sparse(inp.spec):
+        kv_class = "bf16" if k.kv_cache_dtype == "bf16" else "fp8"
+        choice = sparse_choice(engine, inp.spec, inp.topology.gpu, kv_class,
+                               inp.spec.num_attention_heads // inp.layout.tp, k.block_size)
+        if (choice.backend, choice.kv_cache_dtype) != (k.attention_backend, k.kv_cache_dtype):
+            raise PlanError(f"attention backend {k.attention_backend} with a {k.kv_cache_dtype} cache: {engine} runs "
+                            f"{choice.backend} with {choice.kv_cache_dtype} here; plan again")
         return
     problems = backend_problems(backend(engine, k.attention_backend), inp.topology.gpu, k.kv_cache_dtype,
                                 inp.layout.dcp, k.block_size)

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from mla_planner.core.jsonout import dumps
 from mla_planner.core.errors import PlanError
+from mla_planner.core.jsonout import dumps
 from mla_planner.launch.build import build, launch_inputs
 from mla_planner.launch.command import NodeCommand
 from mla_planner.launch.folder import bench_argv, folder_files

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 from math import ceil
-
 from typing import Optional
 
 from mla_planner import __version__

@@ -24,8 +24,15 @@ from typing import Optional
 
 from mla_planner.core.errors import PlanError
 from mla_planner.engines.layouts import vllm_layout_problem
+from mla_planner.engines.sparse import is_sparse, kv_flag
 from mla_planner.launch import a2a
-from mla_planner.launch.command import LaunchInputs, NodeCommand, ShellRef, check_inputs, flag_words
+from mla_planner.launch.command import (
+    LaunchInputs,
+    NodeCommand,
+    ShellRef,
+    check_inputs,
+    flag_words,
+)
 from mla_planner.launch.env import instance_env
 from mla_planner.launch.placement import InstancePlacement, place
 from mla_planner.specs.knobs import MTP_DRAFT_TOKENS
@@ -67,7 +74,8 @@ def sizing_flags(inp: LaunchInputs) -> list[str]:
         ("--all2all-backend", a2a.vllm_backend(L)),
         ("--decode-context-parallel-size", L.dcp if L.dcp > 1 else None),
         ("--block-size", k.block_size),
-        ("--kv-cache-dtype", KV_CACHE_DTYPES[k.kv_cache_dtype]),
+        ("--kv-cache-dtype", kv_flag("vllm", k.kv_cache_dtype) if is_sparse(inp.spec)
+         else KV_CACHE_DTYPES[k.kv_cache_dtype]),
         ("--gpu-memory-utilization", k.memory_fraction),
         ("--max-num-seqs", k.max_num_seqs),
         ("--max-num-batched-tokens", k.max_num_batched_tokens),

@@ -24,6 +24,7 @@ from functools import lru_cache
 
 from mla_planner.core.units import ACT_BYTES
 from mla_planner.engines.parallel import dense_tp
+from mla_planner.engines.sparse import padded_heads
 from mla_planner.specs.attention.kinds import attention_of
 from mla_planner.specs.knobs import Knobs
 from mla_planner.specs.layout import Layout, weight_key
@@ -160,8 +161,12 @@ def attention_ops(spec: ModelSpec, layout: Layout, knobs: Knobs, batch: Batch, w
 
 def _decode_core(spec: ModelSpec, layout: Layout, knobs: Knobs, batch: Batch) -> Op:
     """The attention kind's decode core (specs/attention: MLA's absorbed form over the latent, GQA's per-head
-    K/V over the rank's KV heads)."""
-    c = attention_of(spec).decode_core(spec, layout, knobs.kv_cache_dtype, batch.decode, batch.context, batch.q_len)
+    K/V over the rank's KV heads, DSA's top-k and index scan with the heads its sparse kernel pads to)."""
+    kind, extra = attention_of(spec), {}
+    if kind.backend_family == "mla-sparse" and knobs.attention_backend:
+        extra["padded_heads"] = padded_heads(knobs.engine, knobs.attention_backend,
+                                             spec.num_attention_heads // layout.tp)
+    c = kind.decode_core(spec, layout, knobs.kv_cache_dtype, batch.decode, batch.context, batch.q_len, **extra)
     return Op("attn.core", c.bytes, c.flops, "attention")
 
 

@@ -14,8 +14,9 @@ from mla_planner.perf.metrics import in_flight, tokens_per_request
 from mla_planner.perf.prefill import Prefill, chunk_budget
 from mla_planner.perf.request_times import decode_steps, prompt_misses, tokens_gained
 from mla_planner.perf.step import decode_step
+from mla_planner.search.attention_backend import Rejected
 from mla_planner.search.limits import kv_balanced
-from mla_planner.search.tuning import Overrides, Rejected, chunk_candidates, draft_knobs
+from mla_planner.search.tuning import Overrides, chunk_candidates, draft_knobs
 from mla_planner.specs.knobs import Knobs, tokens_per_step
 
 

@@ -18,7 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from mla_planner.perf.metrics import Metrics
-from mla_planner.search.tuning import Overrides, Rejected, tune
+from mla_planner.search.attention_backend import Rejected
+from mla_planner.search.tuning import Overrides, tune
 from mla_planner.specs.knobs import Knobs, Workload, tokens_per_step
 
 MTP_HINT_TRIES = 3      # candidates tried, best first, until one can run MTP

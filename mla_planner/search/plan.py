@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from mla_planner.memory.pp_split import layer_split
 from mla_planner.memory.report import memory_report
+from mla_planner.search.attention_backend import Rejected
 from mla_planner.search.candidate import CandidateMemory, Performance
 from mla_planner.search.planfile import Candidate, Plan
 from mla_planner.search.run import SearchResult
-from mla_planner.search.tuning import draft_knobs, Rejected
+from mla_planner.search.tuning import draft_knobs
 from mla_planner.specs.attention.kinds import attention_of
 from mla_planner.specs.knobs import Workload
 from mla_planner.specs.layout import Layout

@@ -22,12 +22,13 @@ from dataclasses import dataclass, field, replace
 
 from mla_planner.engines.layouts import launch_problem
 from mla_planner.engines.parallel import dense_per_rank_applies
+from mla_planner.search.attention_backend import Rejected
 from mla_planner.search.bounds import screen, target_bound
 from mla_planner.search.candidate import Rejection
 from mla_planner.search.candidate_warnings import warnings_for
 from mla_planner.search.layouts import candidate_layouts
 from mla_planner.search.pareto import pareto_front, tradeoff_curve
-from mla_planner.search.tuning import Overrides, Rejected, Tuned, dense_variants, tune
+from mla_planner.search.tuning import Overrides, Tuned, dense_variants, tune
 from mla_planner.specs.calibration import Calibration
 from mla_planner.specs.knobs import ENGINES, Workload
 from mla_planner.specs.layout import Layout, layout_problems

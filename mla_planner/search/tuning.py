@@ -12,12 +12,10 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from math import ceil
 
-from mla_planner.engines.layouts import engine_layout_problem, mtp_layout_problem
+from mla_planner.engines.layouts import engine_layout_problem
 from mla_planner.engines.profile import profile
 from mla_planner.specs.attention.kinds import attention_of
-from mla_planner.engines.backends import (choose_block_size, fp8_checkpoint, mtp_verify_problem, no_backend_reason,
-                                          usable_backends)
-from mla_planner.core.errors import PlanError
+from mla_planner.engines.backends import fp8_checkpoint
 from mla_planner.engines.parallel import uses_deepep, dense_per_rank_applies
 from mla_planner.memory.accounting import evaluate as memory_evaluate, safe_memory_fraction
 from mla_planner.perf.metrics import Metrics, evaluate, tokens_per_request
@@ -25,6 +23,7 @@ from mla_planner.perf.request_times import mean_tpot_s
 from mla_planner.specs.calibration import Calibration
 from mla_planner.specs.knobs import MTP_DRAFT_TOKENS, Knobs, Workload, tokens_per_step
 from mla_planner.specs.layout import Layout
+from mla_planner.search.attention_backend import Rejected, attention_choice
 from mla_planner.search.reasons import (MAX_NUM_SEQS_CAP, chunk_reason, dense_reason, fraction_reason, limit_words,
                                         stall_words)
 from mla_planner.search.limits import choose_graph_cap, choose_split, fit_by_split, regain_kv_room
@@ -34,11 +33,6 @@ from mla_planner.specs.topology import Topology
 CHUNK_CANDIDATES = (2048, 4096, 8192, 16384)   # max-num-batched-tokens / chunked-prefill-size tried
 DEEPEP_CHUNKS = (256, 512, 1024)                # vLLM sizes its DeepEP low-latency buffer for this many tokens
                                                 # (memory.terms.deepep_buffer_bytes: 3.6 GiB per 256 for V3)
-GQA_DEFAULT_BLOCK = {"vllm": 16, "sglang": 1}   # vLLM CacheConfig.DEFAULT_BLOCK_SIZE; SGLang page size 1
-
-
-class Rejected(PlanError):
-    """This layout cannot serve the workload with this engine and KV dtype; the message says why."""
 
 
 @dataclass(frozen=True)
@@ -55,24 +49,6 @@ class Overrides:
     block_size: int | None = None
     cuda_graphs: bool = True
     mtp: bool = False             # speculative decoding with the model's MTP layer (--mtp; search.mtp.mtp_hint)
-
-
-def backend_and_block(engine: str, gpu, kv_dtype: str, dcp: int, pinned: int | None) -> tuple:
-    """(backend, block size, why): the engine's first usable MLA backend, or with a pinned block size the first
-    that takes it ("... runs instead" when that is not the first choice); Rejected when none can."""
-    found = usable_backends(engine, gpu, kv_dtype, dcp)
-    if not found:
-        raise Rejected(no_backend_reason(engine, gpu, kv_dtype, dcp))
-    if pinned is None:
-        return (found[0], *choose_block_size(found[0], prefix_caching=True))
-    fitting = [b for b in found if b.accepts_block(pinned)]
-    if not fitting:
-        legal = "; ".join(f"{b.name} accepts {b.legal_block_sizes()}" for b in found)
-        raise Rejected(f"block size {pinned} is accepted by no {engine} backend usable here ({legal})")
-    why = f"{pinned} as pinned by --block-size"
-    if fitting[0] is not found[0]:
-        why += f"; {found[0].name} (the engine's first choice) rejects it, so {fitting[0].name} runs instead"
-    return fitting[0], pinned, why
 
 
 def dense_variants(layout: Layout, engine: str) -> tuple[bool, ...]:
@@ -101,24 +77,8 @@ def _draft_knobs(spec: ModelSpec, topo: Topology, layout: Layout, engine: str, k
     problem = engine_layout_problem(spec, topo, layout, engine, dense_per_rank)
     if problem:
         raise Rejected(problem)
-    if attention_of(spec).backend_family == "mla":
-        backend, block, why_block = backend_and_block(engine, gpu, kv_dtype, layout.dcp, pinned.block_size)
-        backend_name = backend.name
-        if pinned.mtp and mtp_layout_problem(engine, layout):
-            raise Rejected(mtp_layout_problem(engine, layout) + "; MTP is not planned there")
-        verify_problem = mtp_verify_problem(backend, layout.dcp) if pinned.mtp else ""
-        if verify_problem:
-            raise Rejected(verify_problem + "; MTP is not planned there")
-        why_backend = (f"{backend.name}: {backend.note} (first usable in {engine}'s own order for {gpu.arch} with "
-                       f"{kv_dtype} KV)")
-    else:   # the MLA backend table does not apply (vLLM refuses an MLA backend for a non-MLA model)
-        backend_name, block = None, pinned.block_size or GQA_DEFAULT_BLOCK[engine]
-        if block % profile(engine).gqa_block_multiple:
-            raise Rejected(f"block size {block}: vLLM's FlashAttention and Triton backends take multiples of 16 "
-                           "(flash_attn.py / triton_attn.py), so no backend would start")
-        why_backend = f"the engine's own choice for a {spec.attention.upper()} model (the MLA backends do not apply)"
-        why_block = (f"{block} as pinned by --block-size" if pinned.block_size else
-                     f"{block}: {engine}'s default for a non-MLA attention backend")
+    backend_name, kv_dtype, block, why_backend, why_block = attention_choice(spec, gpu, layout, engine, kv_dtype,
+                                                                              pinned.block_size, pinned.mtp)
     context = workload.max_context_len
     if context > spec.max_position_embeddings:
         raise Rejected(f"the workload's {context:,}-token context exceeds the model's "

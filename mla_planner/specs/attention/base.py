@@ -88,9 +88,8 @@ class AttentionKind:
     verify_kernel: bool = False            # `verify`'s microkernel runs this kind's decode (the MLA kernel)
     extra_fields: tuple[str, ...] = ()     # spec fields only this kind reads; on a spec of another kind they
                                            # contradict its declared attention, and the spec is refused
-    planned: bool = True                   # plan, compare, lint and verify price it; False: not yet,
+    not_modelled_in: tuple[str, ...] = ()  # the commands that cannot price it yet (refused in one line),
     not_planned: str = ""                  # and this says what is missing
-    memory_modelled: bool = True           # `memory` sizes it as the engines allocate it (False: `show` only)
 
     def check(self, spec) -> str:
         """Why the spec's fields do not describe this kind ('' when they do)."""

@@ -56,9 +56,9 @@ class DSA(MLA):
     extra_fields = INDEX_FIELDS + SHARING_FIELDS
     backend_family = "mla-sparse"
     verify_kernel = False
-    planned = False
-    not_planned = ("the decode and prefill steps on the engines' sparse backends (their head padding, the "
-                   "indexer's kernels) are not priced yet")
+    not_modelled_in = ("lint", "verify")
+    not_planned = ("its sparse backends' rules for a hand-written command (lint) and its sparse decode "
+                   "microkernel on the GPUs (verify) are not wired in yet")
 
     def check(self, spec) -> str:
         missing = [f for f in INDEX_FIELDS if getattr(spec, f) is None]
@@ -80,14 +80,19 @@ class DSA(MLA):
             out.append("a latent-sharded cache is not modelled for DeepSeek Sparse Attention")
         return out + super().layout_problems(spec, layout)
 
-    def decode_core(self, spec, layout, kv_dtype: str, requests: int, context: int, q_len: int) -> CoreCost:
+    def decode_core(self, spec, layout, kv_dtype: str, requests: int, context: int, q_len: int,
+                    padded_heads: Optional[int] = None) -> CoreCost:
         """The indexer scans every cached token; the MLA core reads the top-k (all of them below k). Per layer
-        on average: where only some layers keep an indexer, the scan is that share of it."""
+        on average: where only some layers keep an indexer, the scan is that share of it. `padded_heads`: the
+        query heads the engine's sparse kernel computes for this rank's (FlashMLA-sparse rounds them up to 64
+        or 128: engines/sparse.py), which multiplies the core's FLOPs, not its reads."""
         dense = super().decode_core(spec, layout, kv_dtype, requests, min(context, spec.index_topk), q_len)
+        heads = spec.num_attention_heads // layout.tp
+        core_flops = dense.flops * (max(padded_heads, heads) / heads if padded_heads else 1.0)
         scan = requests * context * indexer_share(spec)
         index_bytes = scan * index_key_bytes(spec)
         index_flops = 2.0 * spec.index_n_heads * spec.index_head_dim * scan * q_len
-        return CoreCost(dense.bytes + index_bytes, dense.flops + index_flops)
+        return CoreCost(dense.bytes + index_bytes, core_flops + index_flops)
 
     def prefill_core(self, spec, layout, kv_dtype: str, chunk: int, prefix: int) -> CoreCost:
         """MLA's prefill plus the indexer scoring every (query, key) pair of the chunk, keys read once (per

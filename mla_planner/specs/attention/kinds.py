@@ -31,14 +31,11 @@ def foreign_field(spec) -> str:
 
 def planning_problem(spec, command: str = "plan") -> str:
     """Why COMMAND cannot yet price `spec`'s attention ('' when it can): a kind the planner reads and sizes
-    but whose engine side is not modelled for that command is refused, never priced as another kind.
-    `memory` needs the kind's caches as the engines allocate them; the other commands its step costs too."""
+    but whose engine side is not modelled for that command is refused, never priced as another kind."""
     kind = attention_of(spec)
-    if command == "memory" and kind.memory_modelled or command != "memory" and kind.planned:
+    if command not in kind.not_modelled_in:
         return ""
-    sized = "`show` and `memory` size" if kind.memory_modelled else "`show` sizes"
-    return f"{spec.name} uses {kind.name} attention, which {sized} but `mla-plan {command}` cannot price yet: " \
-           f"{kind.not_planned}"
+    return f"{spec.name} uses {kind.name} attention, which `mla-plan {command}` cannot price yet: {kind.not_planned}"
 
 
 def attention_of(spec) -> AttentionKind:
