@@ -100,7 +100,13 @@ def module_skipped(skip, module: str, layers) -> bool:
     "model.layers.<i>.<module>" as the engines match it: "re:<regex>" as a compressed-tensors `ignore` regex
     (re.match), a pattern with "*" as a ModelOpt `exclude_modules` wildcard (fnmatch), anything else as a
     substring (AWQ's `modules_to_not_convert`, vLLM `is_layer_skipped`). A routed-expert module ("mlp.experts")
-    also matches through its per-expert names (mlp.experts.0.gate_proj, ...), which regexes and wildcards name."""
+    also matches through its per-expert names (mlp.experts.0.gate_proj, ...), which regexes and wildcards name.
+    Memoised: the memory model asks for every tensor of every stage it prices."""
+    return _module_skipped(tuple(skip), module, layers if isinstance(layers, range) else tuple(layers))
+
+
+@lru_cache(maxsize=8192)
+def _module_skipped(skip: tuple[str, ...], module: str, layers) -> bool:
     names = [module] + ([f"{module}.0.{p}" for p in ("gate_proj", "up_proj", "down_proj")]
                         if module.endswith("experts") else [])
     for i in layers:
