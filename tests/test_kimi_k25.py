@@ -80,3 +80,11 @@ def test_its_planned_commands_pass_the_engines_parsers(cli, tmp_path, engine):
     for c in build(launch_inputs(plan, plan.candidates[0], "native"), engine):
         if c.runs_engine:
             assert check_command(c.engine_args, engine, "sm90", model_max_len=plan.spec.max_position_embeddings) == []
+
+
+def test_lint_warns_when_vllm_would_build_the_vision_encoder(cli):
+    base = ["lint", "-m", str(K25), "-t", "8xh200", "--json", "--", "vllm", "serve", "moonshotai/Kimi-K2.5", "-tp", "8"]
+    flags = {f["flag"] for f in json.loads(cli(*base).stdout)["findings"]}
+    assert "--language-model-only" in flags
+    flags = {f["flag"] for f in json.loads(cli(*base, "--language-model-only").stdout)["findings"]}
+    assert "--language-model-only" not in flags

@@ -70,3 +70,14 @@ def test_its_commands_name_the_format_and_pass_the_engines_parsers(cli, tmp_path
             words = " ".join(c.engine_args)
             assert " ".join(flags[:2]) in words and " ".join(flags[-2:]) in words
             assert check_command(c.engine_args, engine, "sm90", model_max_len=plan.spec.max_position_embeddings) == []
+
+
+@pytest.mark.parametrize("path, extra, refused", [
+    ("/models/ml3", [], True),                                          # SGLang's auto parser misses it
+    ("/models/ml3", ["--model-config-parser", "mistral"], False),
+    ("mistralai/Mistral-Large-3-675B-Instruct-2512", [], False)])     # the name SGLang recognises
+def test_lint_says_when_sglang_would_not_read_params_json(cli, path, extra, refused):
+    r = cli("lint", "-m", str(ML3), "-t", "8xh200", "--json", "--", "python", "-m", "sglang.launch_server",
+            "--model-path", path, "--tp", "8", *extra)
+    flags = {f["flag"] for f in json.loads(r.stdout)["findings"]}
+    assert ("--model-config-parser" in flags) == refused and r.exit_code == (1 if refused else 0)

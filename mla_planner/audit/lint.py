@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 from pydantic import ValidationError
 
+from mla_planner.audit.lint_model import model_findings
 from mla_planner.audit.lint_quant import quantization_findings
 from mla_planner.core.errors import PlanError
 from mla_planner.engines.backends import backend, backend_problems
@@ -51,10 +52,11 @@ FIELDS = {
                "--decode-context-parallel-size": "dcp", "--kv-cache-dtype": "kv", "--page-size": "block",
                "--attention-backend": "backend", "--context-length": "max_len", "--quantization": "quant",
                "--model-path": "model", "--model": "model", "--moe-a2a-backend": "a2a",
-               "--moe-dense-tp-size": "dense_tp", "--cuda-graph-backend-decode": "graph_decode"},
+               "--moe-dense-tp-size": "dense_tp", "--cuda-graph-backend-decode": "graph_decode",
+               "--model-config-parser": "config_parser"},
 }
 ALIASES = {"-ep": "--enable-expert-parallel"}
-BOOLEAN = {"--enforce-eager", "--disable-cuda-graph", "--disable-decode-cuda-graph", "--enable-expert-parallel",
+BOOLEAN = {"--language-model-only", "--enforce-eager", "--disable-cuda-graph", "--disable-decode-cuda-graph", "--enable-expert-parallel",
            "--enable-dp-attention", "--trust-remote-code", "--enable-prefix-caching", "--headless",
            "--enable-dp-lm-head", "--enable-chunked-prefill", "--disable-radix-cache", "--enable-torch-compile"}
 KV = KV_DTYPE_CHOICES | {"bfloat16": "bf16"}   # plus vLLM's spelling of bf16
@@ -212,6 +214,7 @@ def lint(cmd: Command, spec: ModelSpec, topo: Topology, calib: Calibration) -> l
         out.append(Finding("error", "layout", problem))
     out += [Finding(*f) for f in quantization_findings(cmd.engine, cmd.values.get("quant"), spec, topo.gpu)]
     out += _kv_and_backend(cmd, topo, layout)
+    out += [Finding(*f) for f in model_findings(engine, cmd.flags, cmd.values, cmd.model, spec)]
     max_len = _tokens(cmd.values.get("max_len"))
     if max_len and max_len > spec.max_position_embeddings:
         out.append(Finding("error", "max_len", f"{max_len:,} tokens is above {spec.name}'s "
