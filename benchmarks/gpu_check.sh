@@ -7,7 +7,8 @@
 #                                      target >= 80 % at B >= 64, context >= 4096, 16 heads, bf16
 #   4. mla-plan verify --device cuda   DeepSeek-V3 on topologies/8xh200.yaml (a `plan` candidate when the plan
 #                                      command exists, else --layout tp=8), writing a calibration file
-#   5. mla-plan compare without and with that calibration: what the measurements change
+#   5. mla-plan verify --only attention on DeepSeek-V3.2 (the sparse decode microkernel, verify-dsa.json)
+#   6. mla-plan compare without and with that calibration: what the measurements change
 # Output lands in $OUT (else ./out): gpu_check.log (everything), attention.json, verify.json, calibration.yaml,
 # plan.json (if made). Needs only the device image's python3 (torch with CUDA and Triton); pydantic and the
 # pinned click are not in that image: carry them as wheels in .whl/ (docs/verify.md says how).
@@ -64,6 +65,9 @@ for c in d["checks"]:
     print(f"  {c['name']:<24} {c['status']:<6} ratio {ratio:<8} {c['error'] or c['detail']}")
 print("verdict", d["verdict"], "| calibration", d["calibration"])
 EOF
+# DeepSeek Sparse Attention: the sparse decode microkernel (indexer, top-k, attention) at V3.2's planned tp8 shape
+step verify-dsa 40 bash -c '"$PY" -m mla_planner.cli verify --device cuda --only attention --json \
+  --model tests/fixtures/hf/DeepSeek-V3.2 --topology 8xh200 --layout tp=8 > "$OUT/verify-dsa.json"'
 step compare-default 15 "$PY" -m mla_planner.cli compare --model deepseek-v3 --topology 8xh200 --layout tp=8
 if [ -f "$OUT/calibration.yaml" ]; then
   step compare-calibrated 15 "$PY" -m mla_planner.cli compare --model deepseek-v3 --topology 8xh200 --layout tp=8 \

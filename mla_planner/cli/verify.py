@@ -19,9 +19,10 @@ from mla_planner.cli.common import (DEFAULT_MODEL, DEFAULT_TOPOLOGY, JsonOpt, Mo
                                     check_mtp, check_output_file, guard, print_json, lower_case)
 from mla_planner.cli.console import console
 from mla_planner.cli.common import check_plannable
-from mla_planner.cli.options import workload_from, knobs_from_flags as memory_knobs, kv_dtype_choice, positive
+from mla_planner.cli.options import workload_from, knobs_from_flags as memory_knobs, kv_dtype_choice, kv_knobs, positive
 from mla_planner.cli.planning import run_plan
 from mla_planner.core.errors import PlanError
+from mla_planner.engines.sparse import is_sparse
 from mla_planner.core.files import path_kind, user_path
 from mla_planner.engines.layouts import engine_layout_problem
 from mla_planner.search.planfile import pick, read_plan
@@ -71,7 +72,9 @@ def candidate_from_options(plan: Optional[str], candidate: int, model: str, topo
     given = dict(knob_args)
     given["max_model_len"] = given.get("max_model_len") or workload.max_context_len
     given.pop("plan_engine", None)
-    util, static, engine = given.pop("util"), given.pop("static"), given.pop("engine")
+    util, static, engine, kv_text = given.pop("util"), given.pop("static"), given.pop("engine"), given.pop("kv_text")
+    if is_sparse(spec):       # the engine's sparse backend, its KV storage and 64-token blocks (engines/sparse.py)
+        given.update(kv_knobs(spec, topo, lay, engine, kv_text, given.get("block_size"))[0])
     knobs = memory_knobs(spec, topo, lay, engine, util, static, given)
     if problem := engine_layout_problem(spec, topo, lay, engine, knobs.dense_per_rank):
         raise PlanError(f"layout {lay.label} cannot start on {engine}: {problem}")
@@ -84,6 +87,7 @@ def _knob_args(engine: str, util: Optional[float], static: Optional[float], kv_c
                enforce_eager: bool) -> dict:
     """memory's knob options, checked, for candidate_from_options."""
     return dict(engine=engine, util=util, static=static, kv_cache_dtype=kv_dtype_choice(kv_cache_dtype),
+                kv_text=kv_cache_dtype,
                 block_size=positive("--block-size", block_size),
                 max_model_len=positive("--max-model-len", max_model_len),
                 max_num_seqs=positive("--max-num-seqs", max_num_seqs),

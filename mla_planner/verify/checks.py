@@ -20,6 +20,7 @@ from typing import Optional
 import torch
 
 from mla_planner.perf.layer_work import Op
+from mla_planner.engines.sparse import is_sparse
 from mla_planner.verify.bench import attention_benchmark
 from mla_planner.verify.check import (ATTENTION_BAND, Check, Options, Timing, errored, one_line, rates, ratio_check,
                                       roofline, skipped, timing_for)
@@ -28,6 +29,7 @@ from mla_planner.verify.collectives import collective_checks
 from mla_planner.verify.env import DeviceInfo
 from mla_planner.verify.fit import fit_check
 from mla_planner.verify.gemms import gemm_checks
+from mla_planner.verify.sparse_bench import sparse_attention_benchmark
 from mla_planner.verify.target import Caps, Target, caps_for
 
 
@@ -35,7 +37,8 @@ from mla_planner.verify.target import Caps, Target, caps_for
 
 def attention_check(t: Target, dev: DeviceInfo, timing: Timing, caps: Optional[Caps]) -> Check:
     """The MLA decode microkernel (fast path) at this GPU's planned shape: micro-batch, heads per rank,
-    context per rank, block size; bytes and FLOPs from specs.attention.cost via bench.attention_benchmark."""
+    context per rank, block size; bytes and FLOPs from specs.attention.cost via bench.attention_benchmark (a
+    sparse-attention model: verify/sparse_bench.py, its bytes and FLOPs from the DSA kind's decode_core)."""
     knobs, layout = t.chosen.knobs, t.chosen.layout
     if layout.kv_layout == "latent-sharded":
         return skipped("attention", "latent-sharded KV is a planning figure: no engine kernel to time")
@@ -43,8 +46,12 @@ def attention_check(t: Target, dev: DeviceInfo, timing: Timing, caps: Optional[C
     if caps:
         batch, context = min(batch, caps.batch), min(context, caps.context)
     dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
-    r = attention_benchmark(batch, context, t.heads_per_rank, knobs.block_size, dtype, dev.torch_device,
-                            "fast", timing.warmup, timing.repeats)
+    if is_sparse(t.chosen.spec):     # DeepSeek Sparse Attention: indexer, top-k, attention over the chosen latents
+        r = sparse_attention_benchmark(t.chosen.spec, layout, batch, context, knobs.block_size, dtype,
+                                       dev.torch_device, timing.warmup, timing.repeats)
+    else:
+        r = attention_benchmark(batch, context, t.heads_per_rank, knobs.block_size, dtype, dev.torch_device,
+                                "fast", timing.warmup, timing.repeats)
     op = Op("attn.core", r["bytes"], r["flops"], "attention")
     predicted_s, evidence = roofline(op, t)
     planned_s = t.step.layers[t.layer_kind].terms_s["attn.core"]
