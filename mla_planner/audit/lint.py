@@ -25,9 +25,11 @@ from pydantic import ValidationError
 
 from mla_planner.audit.lint_model import model_findings
 from mla_planner.audit.lint_quant import quantization_findings
+from mla_planner.audit.lint_sparse import sparse_findings
 from mla_planner.core.errors import PlanError
 from mla_planner.engines.backends import backend, backend_problems
 from mla_planner.engines.layouts import engine_layout_problem
+from mla_planner.engines.sparse import is_sparse
 from mla_planner.engines.parallel import uses_deepep
 from mla_planner.perf.step import decode_step
 from mla_planner.search.candidate_warnings import cross_node_tp_note, shared_nic_deepep_note
@@ -213,7 +215,8 @@ def lint(cmd: Command, spec: ModelSpec, topo: Topology, calib: Calibration) -> l
     if not problems and (problem := engine_layout_problem(spec, topo, layout, engine, per_rank, deepep)):
         out.append(Finding("error", "layout", problem))
     out += [Finding(*f) for f in quantization_findings(cmd.engine, cmd.values.get("quant"), spec, topo.gpu)]
-    out += _kv_and_backend(cmd, topo, layout)
+    out += ([Finding(*f) for f in sparse_findings(engine, cmd.values, topo.gpu, layout.dcp)] if is_sparse(spec)
+            else _kv_and_backend(cmd, topo, layout))
     out += [Finding(*f) for f in model_findings(engine, cmd.flags, cmd.values, cmd.model, spec)]
     max_len = _tokens(cmd.values.get("max_len"))
     if max_len and max_len > spec.max_position_embeddings:

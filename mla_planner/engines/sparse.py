@@ -90,6 +90,12 @@ def sparse_choice(engine: str, spec: ModelSpec, gpu: GPU, requested: str, heads_
     return SparseChoice(name, stored, size, why)
 
 
+def sparse_backends(engine: str) -> dict:
+    """ENGINE's sparse MLA backends by name: the GPU architectures each runs on, what it stores each KV class
+    as (data/backends.yaml `sparse`)."""
+    return dict(_table()[engine]["backends"])
+
+
 def padded_heads(engine: str, backend: str, heads_per_rank: int) -> int:
     """The query heads the backend's decode kernel computes for `heads_per_rank` real ones: the first of its
     `pad_heads` sizes that holds them (FlashMLA sparse: 64, or 128 above 64), else the heads themselves."""

@@ -56,8 +56,7 @@ class DSA(MLA):
     extra_fields = INDEX_FIELDS + SHARING_FIELDS
     backend_family = "mla-sparse"
     verify_kernel = True         # verify/sparse_kernel.py, timed by verify/sparse_bench.py
-    not_modelled_in = ("lint",)
-    not_planned = "its sparse backends' rules for a hand-written command are not in lint yet"
+    not_modelled_in = ()
 
     def check(self, spec) -> str:
         missing = [f for f in INDEX_FIELDS if getattr(spec, f) is None]

@@ -1,0 +1,57 @@
+"""Findings on a hand-written command for a DeepSeek Sparse Attention model (DeepSeek-V3.2, GLM-5), by the
+engines' own rules for it (docs/dsa-engines.md sections 2-3 and 6, data/backends.yaml `sparse`): the KV dtypes
+each accepts, the sparse backends and the GPUs and caches they take, the 64-token blocks. (level, flag, text)
+tuples, as audit/lint.py makes findings of them."""
+
+from __future__ import annotations
+
+from mla_planner.engines.sparse import sparse_backends
+from mla_planner.specs.topology import GPU
+
+# vLLM's --kv-cache-dtype spellings -> the KV class its sparse backends store ("auto": the engine's default)
+VLLM_KV = {"auto": "auto", "bfloat16": "bf16", "fp8": "fp8", "fp8_e4m3": "fp8", "fp8_ds_mla": "fp8_ds_mla"}
+SGLANG_KV = ("auto", "bf16", "bfloat16", "fp8_e4m3")    # overrides.py: "DeepSeek DSA only supports bf16 ... fp8_e4m3"
+SGLANG_DSA_BACKENDS = ("dsa", "nsa")                    # --attention-backend values of its DSA path
+BLOCK = 64
+
+
+def sparse_findings(engine: str, values: dict, gpu: GPU, dcp: int) -> list[tuple]:
+    raw, block = values.get("kv", "auto"), values.get("block")
+    out = []
+    if dcp > 1:
+        out.append(("warn", "--decode-context-parallel-size", "DCP with DeepSeek Sparse Attention is not modelled "
+                    "here (vLLM splits the index keys with the latent, SGLang replicates them)"))
+    if engine == "sglang":
+        if raw not in SGLANG_KV:
+            out.append(("error", "--kv-cache-dtype", f"{raw}: SGLang's DSA path asserts bf16 or fp8_e4m3 "
+                        "(arg_groups/overrides.py)"))
+        if values.get("backend") and values["backend"] not in SGLANG_DSA_BACKENDS:
+            out.append(("warn", "--attention-backend", f"{values['backend']}: SGLang's sparse attention runs under "
+                        "--attention-backend dsa, which it sets when none is given; pick its kernels with "
+                        "--dsa-decode-backend / --dsa-prefill-backend"))
+        if block and block.isdigit() and int(block) != BLOCK:
+            out.append(("warn", "block size", f"--page-size {block}: SGLang forces 64-token pages for DSA"))
+        return out
+    if block and block.isdigit() and int(block) % BLOCK:
+        out.append(("error", "block size", f"--block-size {block}: vLLM's DSA indexer cache takes multiples of "
+                    f"{BLOCK} tokens (v1/attention/backends/mla/indexer.py); it refuses to start"))
+    if raw not in VLLM_KV:      # fp8_e5m2 has no sparse backend; other values are the parser's to judge
+        return out + ([("error", "--kv-cache-dtype", f"{raw}: vLLM's sparse MLA backends take auto, bfloat16, fp8 "
+                        "(fp8_e4m3) or fp8_ds_mla")] if raw == "fp8_e5m2" else [])
+    name = (values.get("backend") or "").upper()
+    if not name:
+        return out
+    backends = sparse_backends(engine)
+    if name not in backends:
+        return out + [("error", "--attention-backend", f"{name} is not one of vLLM's sparse MLA backends "
+                       f"({', '.join(backends)}): it finds no valid backend for sparse attention and refuses to "
+                       "start")]
+    spec = backends[name]
+    kv = VLLM_KV[raw]
+    if gpu.arch not in spec["archs"]:
+        out.append(("error", "--attention-backend", f"{name} runs on {'/'.join(spec['archs'])}, not {gpu.arch}"))
+    stores = spec["kv"]
+    if kv == "fp8_ds_mla" and stores.get("fp8") != "fp8_ds_mla" or kv in ("bf16", "fp8") and kv not in stores:
+        out.append(("error", "--kv-cache-dtype", f"{name} has no {kv} cache (it keeps "
+                    f"{', '.join(sorted(set(stores.values())))})"))
+    return out
