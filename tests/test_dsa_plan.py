@@ -84,3 +84,20 @@ def test_the_plan_json_names_the_backend_and_why(plans):
     best = data["candidates"][0]
     reason = next(r for r in best["reasons"] if r.startswith("attention_backend:"))
     assert best["knobs"]["attention_backend"] in reason and "selects" in reason
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_it_plans_with_its_mtp_layer_and_the_engines_accept_the_commands(cli, tmp_path, engine):
+    """V3.2 and GLM-5 draft with their MTP layer in both engines (vLLM speculative.py maps deepseek_v32 and
+    glm_moe_dsa to the DeepSeek MTP drafter; SGLang drafts with the target checkpoint); the MTP layer keeps an
+    indexer, so it holds index keys too."""
+    r = cli("plan", "-m", V32, "-t", "8xb200", "-e", engine, "--mtp", "--json")
+    assert r.exit_code in (0, 1), r.output
+    (tmp_path / "plan.json").write_text(r.stdout)
+    plan = read_plan(tmp_path / "plan.json")
+    best = plan.candidates[0]
+    assert best.knobs.mtp
+    for c in build(launch_inputs(plan, best, "native"), engine):
+        if c.runs_engine:
+            assert check_command(c.engine_args, engine, "sm100", model_max_len=plan.spec.max_position_embeddings,
+                                 sparse_attention=True) == [], c.argv

@@ -70,8 +70,8 @@ def _sparse(spec: ModelSpec, gpu, layout: Layout, engine: str, kv_class: str, pi
             mtp: bool) -> tuple:
     """A sparse-attention (DSA) model: the engine's sparse backend for this KV class on this GPU and what it
     stores (engines/sparse.py)."""
-    if mtp:
-        raise Rejected("MTP with DeepSeek Sparse Attention is not modelled yet; MTP is not planned there")
+    if mtp and mtp_layout_problem(engine, layout):
+        raise Rejected(mtp_layout_problem(engine, layout) + "; MTP is not planned there")
     try:
         choice = sparse_choice(engine, spec, gpu, kv_class, spec.num_attention_heads // layout.tp, pinned_block)
     except PlanError as exc:
