@@ -35,6 +35,7 @@ from mla_planner.launch.command import (
     flag_words,
 )
 from mla_planner.launch.env import instance_env
+from mla_planner.launch.recipes import recipe_flags
 from mla_planner.launch.placement import InstancePlacement, place
 from mla_planner.specs.knobs import MTP_DRAFT_TOKENS, Knobs, decode_query_len
 from mla_planner.specs.layout import Layout
@@ -108,6 +109,7 @@ def sizing_flags(inp: LaunchInputs) -> list[str]:
         ("--speculative-eagle-topk", 1 if k.mtp else None),
         ("--speculative-num-draft-tokens", decode_query_len(k) if k.mtp else None),
         *MISTRAL_FORMAT.get(inp.spec.config_format, ()),
+        *recipe_flags(inp.spec, "sglang"),
         ("--trust-remote-code", True),
     ])
 

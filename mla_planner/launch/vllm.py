@@ -34,6 +34,7 @@ from mla_planner.launch.command import (
     flag_words,
 )
 from mla_planner.launch.env import instance_env
+from mla_planner.launch.recipes import recipe_flags
 from mla_planner.launch.placement import InstancePlacement, place
 from mla_planner.specs.knobs import MTP_DRAFT_TOKENS
 
@@ -87,6 +88,7 @@ def sizing_flags(inp: LaunchInputs) -> list[str]:
         ("--speculative-config", MTP_CONFIG if k.mtp else None),
         ("--language-model-only", bool(inp.spec.vision_params)),   # text-only: the vision tower stays off the GPUs
         *MISTRAL_FORMAT.get(inp.spec.config_format, ()),
+        *recipe_flags(inp.spec, "vllm"),
         ("--trust-remote-code", True),
     ])
 
