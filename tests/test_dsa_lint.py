@@ -29,6 +29,10 @@ def findings(cli, topology, words):
      {("error", "--kv-cache-dtype")}),
     ("8xh200", VLLM + ["--kv-cache-dtype", "fp8_e5m2", "--block-size", "32"],
      {("error", "--kv-cache-dtype"), ("error", "block size")}),
+    # DCP: FlashMLA-sparse takes it with fp8_ds_mla below 32 heads per rank (tp8: 16), not at tp4 (32)
+    ("8xh200", VLLM + ["-dcp", "2", "--attention-backend", "FLASHMLA_SPARSE", "--kv-cache-dtype", "fp8"], set()),
+    ("8xh200", ["vllm", "serve", "deepseek-ai/DeepSeek-V3.2", "-tp", "4", "-dcp", "2", "--attention-backend",
+                "FLASHMLA_SPARSE", "--kv-cache-dtype", "fp8"], {("error", "--decode-context-parallel-size")}),
     ("8xh200", SGLANG, set()),
     ("8xh200", SGLANG + ["--kv-cache-dtype", "fp8_e5m2"], {("error", "--kv-cache-dtype")}),
     ("8xh200", SGLANG + ["--attention-backend", "fa3", "--page-size", "1"],

@@ -74,10 +74,24 @@ def test_pipeline_stages_hold_their_own_index_keys(cli):
 @pytest.mark.parametrize("words, needle", [
     (["-e", "sglang", "-t", "8xb200", "--kv-cache-dtype", "fp8_ds_mla"], "plain 576-byte rows"),
     (["--block-size", "32"], "multiples of 64"),
-    (["--tp", "4", "--dcp", "2"], "not modelled yet"),
+    (["--tp", "4", "--dcp", "2"], "no sparse MLA backend for a bf16 cache on H200-SXM-141G with dcp=2"),
+    (["--tp", "8", "--dcp", "2", "-e", "sglang", "--kv-cache-dtype", "fp8"], "flashmla_kv: no DCP"),
+    (["--tp", "4", "--dcp", "2", "--kv-cache-dtype", "fp8"], "fewer than 32 query heads per rank"),
     (["-t", "4x8xa100-ib", "--tp", "8", "--pp", "4", "--kv-cache-dtype", "fp8"], "no FP8"),
     (["-t", "4x8xa100-ib", "--tp", "8", "--pp", "4"], "no sparse MLA backend"),
 ])
 def test_what_the_engine_would_refuse_is_one_line(cli, words, needle):
     r = cli("memory", "-m", V32, *(["-t", "8xh200"] if "-t" not in words else []), *words)
     assert r.exit_code == 2 and needle in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_dcp_splits_both_caches_as_vllm_does(cli):
+    """vLLM 0.33.0 shards every attention cache spec over the DCP ranks (kv_cache_interface.py dcp_sharded), the
+    index keys with the latent: a GPU's slot is 1/dcp of a token's bytes. FlashMLA-sparse takes DCP with
+    fp8_ds_mla at 16 heads per rank (padded to 64 alone and gathered over 2 or 4 ranks)."""
+    one = json.loads(cli("memory", "-m", V32, "-t", "8xh200", "--tp", "8", "--kv-cache-dtype", "fp8",
+                         "--json").stdout)
+    two = json.loads(cli("memory", "-m", V32, "-t", "8xh200", "--tp", "8", "--dcp", "2",
+                         "--kv-cache-dtype", "fp8", "--json").stdout)
+    assert two["knobs"]["attention_backend"] == "FLASHMLA_SPARSE" and two["knobs"]["kv_cache_dtype"] == "fp8_ds_mla"
+    assert two["per_gpu"][0]["kv_bytes_per_token"] == one["per_gpu"][0]["kv_bytes_per_token"] / 2

@@ -46,7 +46,8 @@ def test_each_candidate_runs_its_engines_sparse_backend(plans, model, topo, engi
     for c in plan.candidates:
         k = c.knobs
         kv_class = "bf16" if k.kv_cache_dtype == "bf16" else "fp8"
-        choice = sparse_choice(engine, plan.spec, gpu, kv_class, plan.spec.num_attention_heads // c.layout.tp)
+        choice = sparse_choice(engine, plan.spec, gpu, kv_class, plan.spec.num_attention_heads // c.layout.tp,
+                               dcp=c.layout.dcp)
         assert (k.attention_backend, k.kv_cache_dtype, k.block_size) == (choice.backend, choice.kv_cache_dtype, 64)
 
 
@@ -101,3 +102,17 @@ def test_it_plans_with_its_mtp_layer_and_the_engines_accept_the_commands(cli, tm
         if c.runs_engine:
             assert check_command(c.engine_args, engine, "sm100", model_max_len=plan.spec.max_position_embeddings,
                                  sparse_attention=True) == [], c.argv
+
+
+def test_dcp_is_planned_where_the_engines_sparse_backends_take_it(plans):
+    """vLLM splits both caches under DCP; of its sparse backends FlashInfer's (Blackwell) takes DCP, FA4 with
+    heads x dcp up to 64, FlashMLA's only with fp8_ds_mla below 32 heads per rank; SGLang's DSA under DCP is not
+    modelled (engines/layouts.py)."""
+    vllm = read_plan(plans[(V32, "8xb200", "vllm")][1])
+    sglang = read_plan(plans[(V32, "8xb200", "sglang")][1])
+    assert all(c.layout.dcp == 1 for c in sglang.candidates)
+    dcp = [c for c in vllm.candidates if c.layout.dcp > 1]
+    assert dcp and all(c.knobs.attention_backend in ("FLASHINFER_MLA_SPARSE", "FLASH_ATTN_MLA_SPARSE_FA4")
+                       for c in dcp)
+    assert all(128 // c.layout.tp * c.layout.dcp <= 64 for c in dcp
+               if c.knobs.attention_backend == "FLASH_ATTN_MLA_SPARSE_FA4")

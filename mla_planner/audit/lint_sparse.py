@@ -5,7 +5,7 @@ tuples, as audit/lint.py makes findings of them."""
 
 from __future__ import annotations
 
-from mla_planner.engines.sparse import sparse_backends
+from mla_planner.engines.sparse import dcp_problem, sparse_backends
 from mla_planner.specs.topology import GPU
 
 # vLLM's --kv-cache-dtype spellings -> the KV class its sparse backends store ("auto": the engine's default)
@@ -15,12 +15,9 @@ SGLANG_DSA_BACKENDS = ("dsa", "nsa")                    # --attention-backend va
 BLOCK = 64
 
 
-def sparse_findings(engine: str, values: dict, gpu: GPU, dcp: int) -> list[tuple]:
+def sparse_findings(engine: str, values: dict, gpu: GPU, dcp: int, heads_per_rank: int) -> list[tuple]:
     raw, block = values.get("kv", "auto"), values.get("block")
     out = []
-    if dcp > 1:
-        out.append(("warn", "--decode-context-parallel-size", "DCP with DeepSeek Sparse Attention is not modelled "
-                    "here (vLLM splits the index keys with the latent, SGLang replicates them)"))
     if engine == "sglang":
         if raw not in SGLANG_KV:
             out.append(("error", "--kv-cache-dtype", f"{raw}: SGLang's DSA path asserts bf16 or fp8_e4m3 "
@@ -54,4 +51,8 @@ def sparse_findings(engine: str, values: dict, gpu: GPU, dcp: int) -> list[tuple
     if kv == "fp8_ds_mla" and stores.get("fp8") != "fp8_ds_mla" or kv in ("bf16", "fp8") and kv not in stores:
         out.append(("error", "--kv-cache-dtype", f"{name} has no {kv} cache (it keeps "
                     f"{', '.join(sorted(set(stores.values())))})"))
+    kv_class = "fp8" if kv in ("fp8", "fp8_ds_mla") else "bf16"
+    if dcp > 1 and (problem := dcp_problem(spec, kv_class, heads_per_rank, dcp)):
+        out.append(("error", "--decode-context-parallel-size", f"{name} under dcp={dcp}: {problem}; vLLM refuses "
+                    "to start (v1/attention/backends/mla/flashmla_sparse.py)"))
     return out

@@ -78,7 +78,7 @@ def kv_knobs(spec, topo, layout: Layout, engine: str, kv_text: str, block_size: 
         return dict(kv_cache_dtype=kv_dtype_choice(kv_text), block_size=bounded("--block-size", block_size)), []
     kv_dtype_choice(kv_text)      # a value the planner knows at all
     choice = sparse_choice(engine, spec, topo.gpu, kv_text, spec.num_attention_heads // layout.tp,
-                           bounded("--block-size", block_size))
+                           bounded("--block-size", block_size), layout.dcp)
     return dict(kv_cache_dtype=choice.kv_cache_dtype, block_size=choice.block_size,
                 attention_backend=choice.backend), [choice.why]
 

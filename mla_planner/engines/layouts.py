@@ -15,6 +15,7 @@ start as priced, `memory` and `verify` refuse it (exit 2). The rules, each with 
 
 from __future__ import annotations
 
+from mla_planner.engines.sparse import is_sparse
 from mla_planner.engines.parallel import deepep_experts_problem, deepep_problem, dense_tp
 from mla_planner.specs.layout import Layout
 from mla_planner.specs.model import ModelSpec
@@ -27,7 +28,18 @@ def engine_layout_problem(spec: ModelSpec, topo: Topology, layout: Layout, engin
     DeepEP, when a command says so (lint); None: as the plan launches it (engines.parallel.uses_deepep)."""
     return (launch_problem(engine, layout, topo.gpus_per_node)
             or deepep_problem(engine, layout, topo) or deepep_experts_problem(engine, spec, layout)
-            or sglang_fp8_dense_problem(spec, layout, engine, dense_per_rank, deepep))
+            or sglang_fp8_dense_problem(spec, layout, engine, dense_per_rank, deepep)
+            or sglang_dsa_dcp_problem(spec, layout, engine))
+
+
+def sglang_dsa_dcp_problem(spec: ModelSpec, layout: Layout, engine: str) -> str:
+    """SGLang 0.5.23 runs DeepSeek Sparse Attention under DCP with the index keys replicated on every DCP rank
+    (model_executor/pool_configurator.py: "The index-K buffer is replicated under DCP while the latent KV
+    shards") and its DSA kernels moved to trtllm (arg_groups/model_overrides/deepseek_v2.py): not modelled."""
+    if engine != "sglang" or layout.dcp == 1 or not is_sparse(spec):
+        return ""
+    return ("SGLang's sparse attention under DCP (index keys replicated per DCP rank, kernels moved to trtllm) is "
+            "not modelled; vLLM's is")
 
 
 def sglang_fp8_dense_problem(spec: ModelSpec, layout: Layout, engine: str, dense_per_rank: bool = False,

@@ -54,9 +54,10 @@ def default_kv_class(engine: str, spec: ModelSpec, gpu: GPU) -> str:
 
 
 def sparse_choice(engine: str, spec: ModelSpec, gpu: GPU, requested: str, heads_per_rank: int,
-                  block_size: Optional[int] = None) -> SparseChoice:
+                  block_size: Optional[int] = None, dcp: int = 1) -> SparseChoice:
     """The backend, stored KV dtype and block size ENGINE runs SPEC's sparse attention with on GPU, for
-    `--kv-cache-dtype REQUESTED` (auto, bf16, fp8, fp8_ds_mla); PlanError where the engine would refuse."""
+    `--kv-cache-dtype REQUESTED` (auto, bf16, fp8, fp8_ds_mla), under `dcp`-way decode context parallelism;
+    PlanError where the engine would refuse."""
     rules = _table()[engine]
     if requested == "auto":
         kv_class = default_kv_class(engine, spec, gpu)
@@ -73,7 +74,13 @@ def sparse_choice(engine: str, spec: ModelSpec, gpu: GPU, requested: str, heads_
     key = kv_class
     if kv_class == "bf16" and "bf16_few_heads" in order and heads_per_rank <= rules["few_heads"]:
         key = "bf16_few_heads"
-    name = next(n for n in order[key] if gpu.arch in rules["backends"][n]["archs"])
+    usable = [n for n in order[key] if gpu.arch in rules["backends"][n]["archs"]
+              and dcp_problem(rules["backends"][n], kv_class, heads_per_rank, dcp) == ""]
+    if not usable:
+        first = next(n for n in order[key] if gpu.arch in rules["backends"][n]["archs"])
+        raise PlanError(f"{engine} has no sparse MLA backend for a {kv_class} cache on {gpu.name} with dcp={dcp} "
+                        f"({first}: {dcp_problem(rules['backends'][first], kv_class, heads_per_rank, dcp)})")
+    name = usable[0]
     stored = rules["backends"][name]["kv"][kv_class]
     if requested == "fp8_ds_mla" and stored != "fp8_ds_mla":
         raise PlanError(f"--kv-cache-dtype fp8_ds_mla: {engine} runs {spec.name} on {gpu.name} with {name}, which "
@@ -94,6 +101,27 @@ def sparse_backends(engine: str) -> dict:
     """ENGINE's sparse MLA backends by name: the GPU architectures each runs on, what it stores each KV class
     as (data/backends.yaml `sparse`)."""
     return dict(_table()[engine]["backends"])
+
+
+def dcp_problem(backend: dict, kv_class: str, heads_per_rank: int, dcp: int) -> str:
+    """Why a sparse backend (its data/backends.yaml entry) cannot run under `dcp`-way DCP ('' when it can, or
+    without DCP)."""
+    rule = backend.get("dcp", False)
+    if dcp == 1 or rule is True:
+        return ""
+    if rule is False:
+        return "no DCP"
+    if "kv" in rule and backend["kv"].get(kv_class) != rule["kv"]:
+        return f"DCP needs a {rule['kv']} cache"
+    if "heads_below" in rule and heads_per_rank >= rule["heads_below"]:
+        return f"DCP needs fewer than {rule['heads_below']} query heads per rank"
+    pads = backend.get("pad_heads") or []
+    pad = (lambda h: next((p for p in pads if h <= p), h))
+    if rule.get("same_padding") and pad(heads_per_rank) != pad(heads_per_rank * dcp):
+        return "the DCP-gathered heads pad differently from the rank's own"
+    if "heads_times_dcp" in rule and heads_per_rank * dcp not in rule["heads_times_dcp"]:
+        return f"DCP needs heads x dcp in {rule['heads_times_dcp']}"
+    return ""
 
 
 def padded_heads(engine: str, backend: str, heads_per_rank: int) -> int:

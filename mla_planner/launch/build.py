@@ -35,7 +35,7 @@ def _check_backend(inp: LaunchInputs, engine: str) -> None:
     if is_sparse(inp.spec):
         kv_class = "bf16" if k.kv_cache_dtype == "bf16" else "fp8"
         choice = sparse_choice(engine, inp.spec, inp.topology.gpu, kv_class,
-                               inp.spec.num_attention_heads // inp.layout.tp, k.block_size)
+                               inp.spec.num_attention_heads // inp.layout.tp, k.block_size, inp.layout.dcp)
         if (choice.backend, choice.kv_cache_dtype) != (k.attention_backend, k.kv_cache_dtype):
             raise PlanError(f"attention backend {k.attention_backend} with a {k.kv_cache_dtype} cache: {engine} runs "
                             f"{choice.backend} with {choice.kv_cache_dtype} here; plan again")

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Iterator, Optional
 
+from mla_planner.core.errors import PlanError
 from mla_planner.engines.profile import profile
 from mla_planner.engines.sparse import sparse_choice
 from mla_planner.memory.accounting import evaluate, safe_memory_fraction, split_pools
@@ -81,8 +82,11 @@ def _kv_dtypes(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs) ->
     this GPU (engines/sparse.py: vLLM's FLASHMLA_SPARSE keeps fp8 as fp8_ds_mla)."""
     if attention_of(spec).backend_family == "mla-sparse":
         for wanted in ("fp8", "bf16") if topo.gpu.has_fp8 else ("bf16",):
-            choice = sparse_choice(knobs.engine, spec, topo.gpu, wanted, spec.num_attention_heads // layout.tp,
-                                   knobs.block_size)
+            try:
+                choice = sparse_choice(knobs.engine, spec, topo.gpu, wanted, spec.num_attention_heads // layout.tp,
+                                       knobs.block_size, layout.dcp)
+            except PlanError:       # no backend for that dtype here (e.g. bf16 under DCP on Hopper)
+                continue
             if choice.kv_cache_dtype != knobs.kv_cache_dtype:
                 yield (f"{wanted} KV cache (--kv-cache-dtype {wanted}: {choice.kv_cache_dtype} rows on "
                        f"{choice.backend})", spec, topo, layout,

@@ -164,8 +164,8 @@ def _decode_core(spec: ModelSpec, layout: Layout, knobs: Knobs, batch: Batch) ->
     K/V over the rank's KV heads, DSA's top-k and index scan with the heads its sparse kernel pads to)."""
     kind, extra = attention_of(spec), {}
     if kind.backend_family == "mla-sparse" and knobs.attention_backend:
-        extra["padded_heads"] = padded_heads(knobs.engine, knobs.attention_backend,
-                                             spec.num_attention_heads // layout.tp)
+        extra["padded_heads"] = padded_heads(knobs.engine, knobs.attention_backend,   # DCP gathers every rank's
+                                             spec.num_attention_heads // layout.tp * layout.dcp)
     c = kind.decode_core(spec, layout, knobs.kv_cache_dtype, batch.decode, batch.context, batch.q_len, **extra)
     return Op("attn.core", c.bytes, c.flops, "attention")
 

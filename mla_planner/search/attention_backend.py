@@ -73,7 +73,8 @@ def _sparse(spec: ModelSpec, gpu, layout: Layout, engine: str, kv_class: str, pi
     if mtp and mtp_layout_problem(engine, layout):
         raise Rejected(mtp_layout_problem(engine, layout) + "; MTP is not planned there")
     try:
-        choice = sparse_choice(engine, spec, gpu, kv_class, spec.num_attention_heads // layout.tp, pinned_block)
+        choice = sparse_choice(engine, spec, gpu, kv_class, spec.num_attention_heads // layout.tp, pinned_block,
+                               layout.dcp)
     except PlanError as exc:
         raise Rejected(str(exc)) from None
     block = (f"{choice.block_size} as pinned by --block-size" if pinned_block else

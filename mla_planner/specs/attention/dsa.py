@@ -70,24 +70,25 @@ class DSA(MLA):
         return latent + (KVGroup("index_keys", index_key_bytes(spec), layers=indexer_layers(spec)),)
 
     def layout_problems(self, spec, layout) -> list[str]:
-        """DCP and a latent-sharded cache are not modelled for DSA: under DCP vLLM splits both caches and
-        SGLang replicates the index keys (docs/dsa-engines.md, section 2d)."""
-        out = [f"dcp={layout.dcp} with DeepSeek Sparse Attention is not modelled yet (vLLM splits the index keys "
-               "with the latent, SGLang replicates them)"] if layout.dcp > 1 else []
-        if layout.kv_layout == "latent-sharded":
-            out.append("a latent-sharded cache is not modelled for DeepSeek Sparse Attention")
+        """A latent-sharded cache is not modelled for DSA. Under DCP both caches are split over the ranks as
+        vLLM splits them (docs/dsa-engines.md section 2d); SGLang's replicated index keys are an engine fact
+        (engines/layouts.py refuses its DSA under DCP)."""
+        out = ["a latent-sharded cache is not modelled for DeepSeek Sparse Attention"] \
+            if layout.kv_layout == "latent-sharded" else []
         return out + super().layout_problems(spec, layout)
 
     def decode_core(self, spec, layout, kv_dtype: str, requests: int, context: int, q_len: int,
                     padded_heads: Optional[int] = None) -> CoreCost:
         """The indexer scans every cached token; the MLA core reads the top-k (all of them below k). Per layer
-        on average: where only some layers keep an indexer, the scan is that share of it. `padded_heads`: the
+        on average: where only some layers keep an indexer, the scan is that share of it. Under DCP each rank
+        scores its own 1/dcp of the index keys (vLLM merges the ranks' top-k) and attends to its share of the
+        chosen latents with every rank's query heads (MLA's DCP core). `padded_heads`: the
         query heads the engine's sparse kernel computes for this rank's (FlashMLA-sparse rounds them up to 64
         or 128: engines/sparse.py), which multiplies the core's FLOPs, not its reads."""
         dense = super().decode_core(spec, layout, kv_dtype, requests, min(context, spec.index_topk), q_len)
-        heads = spec.num_attention_heads // layout.tp
+        heads = spec.num_attention_heads // layout.tp * layout.dcp
         core_flops = dense.flops * (max(padded_heads, heads) / heads if padded_heads else 1.0)
-        scan = requests * context * indexer_share(spec)
+        scan = requests * context * indexer_share(spec) / layout.dcp
         index_bytes = scan * index_key_bytes(spec)
         index_flops = 2.0 * spec.index_n_heads * spec.index_head_dim * scan * q_len
         return CoreCost(dense.bytes + index_bytes, core_flops + index_flops)
