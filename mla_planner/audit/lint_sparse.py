@@ -5,7 +5,9 @@ tuples, as audit/lint.py makes findings of them."""
 
 from __future__ import annotations
 
-from mla_planner.engines.sparse import dcp_problem, sparse_backends
+from mla_planner.core.errors import PlanError
+from mla_planner.engines.sparse import dcp_problem, default_kv_class, sparse_backends, sparse_choice
+from mla_planner.specs.model import ModelSpec
 from mla_planner.specs.topology import GPU
 
 # vLLM's --kv-cache-dtype spellings -> the KV class its sparse backends store ("auto": the engine's default)
@@ -15,7 +17,8 @@ SGLANG_DSA_BACKENDS = ("dsa", "nsa")                    # --attention-backend va
 BLOCK = 64
 
 
-def sparse_findings(engine: str, values: dict, gpu: GPU, dcp: int, heads_per_rank: int) -> list[tuple]:
+def sparse_findings(engine: str, values: dict, spec: ModelSpec, gpu: GPU, dcp: int,
+                    heads_per_rank: int) -> list[tuple]:
     raw, block = values.get("kv", "auto"), values.get("block")
     out = []
     if engine == "sglang":
@@ -36,23 +39,28 @@ def sparse_findings(engine: str, values: dict, gpu: GPU, dcp: int, heads_per_ran
         return out + ([("error", "--kv-cache-dtype", f"{raw}: vLLM's sparse MLA backends take auto, bfloat16, fp8 "
                         "(fp8_e4m3) or fp8_ds_mla")] if raw == "fp8_e5m2" else [])
     name = (values.get("backend") or "").upper()
-    if not name:
+    if not name:       # the engine's own pick for this cache and layout, as plan makes it
+        try:
+            sparse_choice(engine, spec, gpu, "auto" if raw == "auto" else VLLM_KV[raw], heads_per_rank,
+                          int(block) if block and block.isdigit() and not int(block) % BLOCK else None, dcp)
+        except PlanError as exc:
+            out.append(("error", "--kv-cache-dtype" if dcp == 1 else "--decode-context-parallel-size", str(exc)))
         return out
     backends = sparse_backends(engine)
     if name not in backends:
         return out + [("error", "--attention-backend", f"{name} is not one of vLLM's sparse MLA backends "
                        f"({', '.join(backends)}): it finds no valid backend for sparse attention and refuses to "
                        "start")]
-    spec = backends[name]
-    kv = VLLM_KV[raw]
-    if gpu.arch not in spec["archs"]:
-        out.append(("error", "--attention-backend", f"{name} runs on {'/'.join(spec['archs'])}, not {gpu.arch}"))
-    stores = spec["kv"]
+    entry = backends[name]
+    kv = default_kv_class(engine, spec, gpu) if raw == "auto" else VLLM_KV[raw]
+    if gpu.arch not in entry["archs"]:
+        out.append(("error", "--attention-backend", f"{name} runs on {'/'.join(entry['archs'])}, not {gpu.arch}"))
+    stores = entry["kv"]
     if kv == "fp8_ds_mla" and stores.get("fp8") != "fp8_ds_mla" or kv in ("bf16", "fp8") and kv not in stores:
         out.append(("error", "--kv-cache-dtype", f"{name} has no {kv} cache (it keeps "
                     f"{', '.join(sorted(set(stores.values())))})"))
     kv_class = "fp8" if kv in ("fp8", "fp8_ds_mla") else "bf16"
-    if dcp > 1 and (problem := dcp_problem(spec, kv_class, heads_per_rank, dcp)):
+    if dcp > 1 and (problem := dcp_problem(entry, kv_class, heads_per_rank, dcp)):
         out.append(("error", "--decode-context-parallel-size", f"{name} under dcp={dcp}: {problem}; vLLM refuses "
-                    "to start (v1/attention/backends/mla/flashmla_sparse.py)"))
+                    "to start (docs/dsa-engines.md section 6)"))
     return out

@@ -86,9 +86,9 @@ def sparse_choice(engine: str, spec: ModelSpec, gpu: GPU, requested: str, heads_
         raise PlanError(f"--kv-cache-dtype fp8_ds_mla: {engine} runs {spec.name} on {gpu.name} with {name}, which "
                         f"keeps fp8 as plain 576-byte rows, not FlashMLA's 656-byte fp8_ds_mla; give fp8")
     multiple = rules["block_multiple"]
-    if block_size is not None and block_size % multiple:
-        raise PlanError(f"--block-size {block_size}: {engine}'s sparse attention takes multiples of {multiple} "
-                        f"tokens only")
+    if block_size is not None and (block_size % multiple or rules.get("block_exact") and block_size != multiple):
+        takes = f"{multiple}-token pages only" if rules.get("block_exact") else f"multiples of {multiple} tokens only"
+        raise PlanError(f"--block-size {block_size}: {engine}'s sparse attention takes {takes}")
     size = block_size or multiple
     row = {"bf16": "1152-byte bf16", "fp8": "576-byte plain fp8", "fp8_ds_mla": "656-byte fp8_ds_mla"}[stored]
     why = (f"KV cache: {said} is {kv_class}, which {engine} selects {name} for ({rules['backends'][name]['note']}): "

@@ -13,7 +13,8 @@ from typing import Iterator, Optional
 
 from mla_planner.core.errors import PlanError
 from mla_planner.engines.profile import profile
-from mla_planner.engines.sparse import sparse_choice
+from mla_planner.engines.layouts import engine_layout_problem
+from mla_planner.engines.sparse import is_sparse, sparse_choice
 from mla_planner.memory.accounting import evaluate, safe_memory_fraction, split_pools
 from mla_planner.memory.pp_split import MIN_SPLIT_GAIN, balance, layer_split, partition_env_name
 from mla_planner.memory.results import MemoryReport
@@ -80,7 +81,7 @@ def _kv_dtypes(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs) ->
     """The other KV dtypes: fp8 where the latent cache is bf16 (or FlashMLA's larger fp8_ds_mla row), bf16
     where it is not. A sparse-attention (DSA) cache is stored as the engine's backend stores each dtype on
     this GPU (engines/sparse.py: vLLM's FLASHMLA_SPARSE keeps fp8 as fp8_ds_mla)."""
-    if attention_of(spec).backend_family == "mla-sparse":
+    if is_sparse(spec):
         for wanted in ("fp8", "bf16") if topo.gpu.has_fp8 else ("bf16",):
             try:
                 choice = sparse_choice(knobs.engine, spec, topo.gpu, wanted, spec.num_attention_heads // layout.tp,
@@ -145,13 +146,27 @@ def _flag(knobs: Knobs) -> str:
 def _layouts(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs) -> Iterator[Candidate]:
     """Same GPUs re-arranged: dcp over the TP group, PP inside the cluster, DP attention."""
     if layout.tp > 1 and layout.dcp == 1 and attention_of(spec).latent:
-        yield f"decode context parallel -dcp {layout.tp}", spec, topo, replace(layout, dcp=layout.tp), knobs
+        dcp = replace(layout, dcp=layout.tp)
+        if not is_sparse(spec) or _sparse_dcp_runs(spec, topo, dcp, knobs):
+            yield f"decode context parallel -dcp {layout.tp}", spec, topo, dcp, knobs
     if layout.total_gpus * 2 <= topo.total_gpus:
         yield f"pipeline parallel pp={layout.pp * 2} ({layout.total_gpus * 2} GPUs)", spec, topo, \
             replace(layout, pp=layout.pp * 2), knobs
     if layout.dp == 1 and layout.tp > 1 and spec.is_moe:
         dp_layout = replace(layout, tp=1, dp=layout.tp, ep=layout.tp, dcp=1, kv_layout="replicated")
         yield f"DP attention (tp=1, dp={layout.tp}, ep={layout.tp})", spec, topo, dp_layout, knobs
+
+
+def _sparse_dcp_runs(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs) -> bool:
+    """Whether the engine runs this sparse-attention layout under DCP with the same cache (a sparse backend takes
+    it: engines/sparse.py; the engine starts it: engines/layouts.py)."""
+    kv_class = "bf16" if knobs.kv_cache_dtype == "bf16" else "fp8"
+    try:
+        choice = sparse_choice(knobs.engine, spec, topo.gpu, kv_class, spec.num_attention_heads // layout.tp,
+                               knobs.block_size, layout.dcp)
+    except PlanError:
+        return False
+    return choice.kv_cache_dtype == knobs.kv_cache_dtype and not engine_layout_problem(spec, topo, layout, knobs.engine)
 
 
 def _more_nodes(topo: Topology) -> Topology:

@@ -109,8 +109,10 @@ def _layer_weights(spec: ModelSpec, layout: Layout, engine: str, dense_per_rank:
     for t in inventory(spec):
         if t.where != "layers":
             continue
-        per = stored_bytes(t, spec) / t.count
-        params = t.numel / t.count if len(t.shape) == 2 else 0.0
+        # a tensor on some layers only (GLM-5.2's indexers) is averaged over every layer, as the KV groups are
+        copies = spec.num_hidden_layers if t.layers is not None else t.count
+        per = stored_bytes(t, spec) / copies
+        params = t.numel / copies if len(t.shape) == 2 else 0.0
         share = 1.0 if t.group == "routed_experts" else _share(t, layout, engine, dense_per_rank)
         acc = sums.setdefault(t.group, [0.0, 0.0])
         acc[0] += per * share

@@ -108,13 +108,16 @@ def spec_from_config(cfg: dict, path: Path, where: str, config_format: str = "hf
                          f"{' or '.join(sorted(model_types))}): an edited config?", "model_type")
     text, vision = _text_and_vision(cfg, arch, where)
     fields = {k: v for k, v in text.items() if k in ModelSpec.field_names() and k not in ("name", "attention")}
-    fields.update(name=_snapshot_name(path), attention=kind, model_type=cfg.get("model_type"),
-                  config_format=config_format, **vision)
+    # a config without model_type is its architecture's (engines key some defaults on it: GLM's KV on Blackwell)
+    model_type = cfg.get("model_type") or (next(iter(model_types)) if len(model_types) == 1 else None)
+    fields.update(name=_snapshot_name(path), attention=kind, model_type=model_type, config_format=config_format,
+                  **vision)
     if arch == "Qwen2ForCausalLM":
         fields["attention_bias"] = True  # Qwen2 always has q/k/v biases
-    fields.update(weight_fields(quantization_of(cfg, path.parent, text), where, text.get("num_hidden_layers") or 1,
-                                 text.get("first_k_dense_replace") or 0 if text.get("n_routed_experts") else None))
-    if not cfg.get("quantization_config") and _channel_int8_index(path.parent):
+    quant = quantization_of(cfg, path.parent, text)
+    fields.update(weight_fields(quant, where, text.get("num_hidden_layers") or 1,
+                                text.get("first_k_dense_replace") or 0 if text.get("n_routed_experts") else None))
+    if not quant and _channel_int8_index(path.parent):
         fields["weight_dtype"] = "int8"
     return validate(ModelSpec, fields, where)
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import fnmatch
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from math import ceil, prod
 from typing import Optional
@@ -137,7 +137,7 @@ def _keep_unquantized(spec: ModelSpec, tensors: list[Tensor], layers: dict[str, 
         module = HF_MODULES.get(t.name)
         if t.dtype in QUANTIZED and module:
             if module_skipped(spec.unquantized_modules, module, layers.get(t.group, layers["attention"])):
-                t = Tensor(t.name, t.group, t.shape, t.count, t.split, "bf16", t.where)
+                t = replace(t, dtype="bf16")
         out.append(t)
     return out
 
@@ -215,9 +215,10 @@ def mtp_inventory(spec: ModelSpec) -> list[Tensor]:
     out = [t.__class__(t.name, "mtp", t.shape, t.count, t.split, t.dtype, "mtp") for t in layers]
     # eh_proj is a plain nn.Linear in the engines' MTP modules (vLLM models/deepseek_mtp.py, SGLang
     # models/deepseek_nextn.py): never int4-quantized, nor named by meituan's per-channel INT8 conversion (it
-    # quantizes q/kv projections, o_proj and the MLPs by name); block INT8 follows the FP8 release's tensors
-    eh_dtype = "bf16" if spec.weight_dtype == "int4" or spec.weight_dtype == "int8" and not spec.int8_block \
-        else spec.weight_dtype
+    # quantizes q/kv projections, o_proj and the MLPs by name), nor an FP4 one (4-bit formats quantize the
+    # decoder's linear layers); block INT8 follows the FP8 release's tensors
+    eh_dtype = "bf16" if spec.weight_dtype in ("int4", "nvfp4", "mxfp4") or \
+        spec.weight_dtype == "int8" and not spec.int8_block else spec.weight_dtype
     out += [Tensor("mtp.eh_proj", "mtp", (d, 2 * d), n, "replicated", eh_dtype, "mtp"),
             Tensor("mtp.norms", "mtp", (d,), 3 * n, "replicated", "bf16", "mtp")]
     return out

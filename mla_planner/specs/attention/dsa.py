@@ -45,6 +45,14 @@ def indexer_layers(spec) -> Optional[tuple[int, ...]]:
     return None if len(kept) == spec.num_hidden_layers else kept
 
 
+def index_scan(spec, requests: int, context: int, q_len: int) -> CoreCost:
+    """One indexer layer's decode scan: every cached index key read (`index_key_bytes` each) and scored by every
+    index head, 2 x index_n_heads x index_head_dim FLOPs per key and query token (vLLM 0.33.0
+    `layers/sparse_attn_indexer.py`, in FP8)."""
+    keys = requests * context
+    return CoreCost(keys * index_key_bytes(spec), 2.0 * spec.index_n_heads * spec.index_head_dim * keys * q_len)
+
+
 def indexer_share(spec) -> float:
     """The share of decoder layers that keep an indexer (1 for V3.2 and GLM-5; 21/78 for GLM-5.2)."""
     kept = indexer_layers(spec)
@@ -79,19 +87,24 @@ class DSA(MLA):
 
     def decode_core(self, spec, layout, kv_dtype: str, requests: int, context: int, q_len: int,
                     padded_heads: Optional[int] = None) -> CoreCost:
-        """The indexer scans every cached token; the MLA core reads the top-k (all of them below k). Per layer
-        on average: where only some layers keep an indexer, the scan is that share of it. Under DCP each rank
-        scores its own 1/dcp of the index keys (vLLM merges the ranks' top-k) and attends to its share of the
-        chosen latents with every rank's query heads (MLA's DCP core). `padded_heads`: the
-        query heads the engine's sparse kernel computes for this rank's (FlashMLA-sparse rounds them up to 64
-        or 128: engines/sparse.py), which multiplies the core's FLOPs, not its reads."""
+        """The indexer scans every cached token (`index_scan`); the MLA core reads the top-k (`sparse_core`).
+        Per layer on average: where only some layers keep an indexer, the scan is that share of it. Under DCP
+        each rank scores its own 1/dcp of the index keys (vLLM merges the ranks' top-k) and attends to its share
+        of the chosen latents with every rank's query heads (MLA's DCP core)."""
+        core = self.sparse_core(spec, layout, kv_dtype, requests, context, q_len, padded_heads)
+        scan = index_scan(spec, requests, context, q_len)
+        share = indexer_share(spec) / layout.dcp
+        return CoreCost(core.bytes + share * scan.bytes, core.flops + share * scan.flops)
+
+    def sparse_core(self, spec, layout, kv_dtype: str, requests: int, context: int, q_len: int,
+                    padded_heads: Optional[int] = None) -> CoreCost:
+        """The MLA core over the top-k chosen latents (all of them below k). `padded_heads`: the query heads the
+        engine's sparse kernel computes for this rank's (FlashMLA-sparse rounds them up to 64 or 128:
+        engines/sparse.py), which multiplies the core's FLOPs, not its reads."""
         dense = super().decode_core(spec, layout, kv_dtype, requests, min(context, spec.index_topk), q_len)
         heads = spec.num_attention_heads // layout.tp * layout.dcp
-        core_flops = dense.flops * (max(padded_heads, heads) / heads if padded_heads else 1.0)
-        scan = requests * context * indexer_share(spec) / layout.dcp
-        index_bytes = scan * index_key_bytes(spec)
-        index_flops = 2.0 * spec.index_n_heads * spec.index_head_dim * scan * q_len
-        return CoreCost(dense.bytes + index_bytes, core_flops + index_flops)
+        scale = max(padded_heads, heads) / heads if padded_heads else 1.0
+        return CoreCost(dense.bytes, dense.flops * scale)
 
     def prefill_core(self, spec, layout, kv_dtype: str, chunk: int, prefix: int) -> CoreCost:
         """MLA's prefill plus the indexer scoring every (query, key) pair of the chunk, keys read once (per
