@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from mla_planner.specs.attention import cost
+from mla_planner.specs.attention.dsa import DSA
 from mla_planner.specs.attention.kinds import attention_of
 from mla_planner.specs.catalogue import load_model, spec_from_hf_config
 from mla_planner.specs.layout import Layout
@@ -70,7 +71,6 @@ def test_a_relabelled_v32_is_refused_naming_the_field(cli, tmp_path, edit, field
 
 def test_a_command_a_kind_is_not_modelled_in_refuses_it_in_one_line(cli, monkeypatch):
     """The seam's per-command refusal (specs/attention/kinds.py planning_problem), as a new kind starts out."""
-    from mla_planner.specs.attention.dsa import DSA
     monkeypatch.setattr(DSA, "not_modelled_in", ("plan",))
     monkeypatch.setattr(DSA, "not_planned", "its decode step is not priced yet")
     r = cli("plan", "-m", V32, "-t", "8xh200")

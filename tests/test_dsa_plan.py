@@ -6,8 +6,10 @@ definitions (tests/fixtures/engines, with their sparse-attention backend rules).
 import json
 
 import pytest
+from click.testing import CliRunner
 from engine_check import check_command
 
+from mla_planner.cli.app import app
 from mla_planner.engines.sparse import kv_flag, sparse_choice
 from mla_planner.launch.build import build, launch_inputs
 from mla_planner.search.planfile import read_plan
@@ -24,9 +26,6 @@ CASES = [(m, t, e) for m in (V32, GLM52) for t in ("8xh200", "8xb200") for e in 
 @pytest.fixture(scope="module")
 def plans(tmp_path_factory):
     """Each case's plan file (the CLI run once per case)."""
-    from click.testing import CliRunner
-
-    from mla_planner.cli.app import app
     out, folder = {}, tmp_path_factory.mktemp("dsa-plans")
     for i, (model, topo, engine) in enumerate(CASES):
         r = CliRunner().invoke(app, ["plan", "-m", model, "-t", topo, "-e", engine, "--json"])

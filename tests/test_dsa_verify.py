@@ -8,7 +8,7 @@ import json
 import pytest
 import torch
 
-from mla_planner.specs.attention.dsa import index_key_bytes
+from mla_planner.specs.attention.dsa import index_key_bytes, index_scan
 from mla_planner.specs.attention.kinds import attention_of
 from mla_planner.specs.catalogue import load_model
 from mla_planner.specs.layout import Layout
@@ -43,3 +43,13 @@ def test_the_sparse_kernel_runs_at_a_planned_shape_on_the_gpu():
     spec = load_model(V32).spec
     r = sparse_attention_benchmark(spec, Layout(tp=8), 64, 8192, 64, torch.bfloat16, "cuda", warmup=2, repeats=5)
     assert r["time_s"] > 0 and r["achieved_gb_per_s"] > 0
+
+
+def test_glm52s_kernel_work_is_one_indexer_layer_not_the_average():
+    """The kernel always scores (an indexer layer); GLM-5.2 keeps 21 indexers in 78 layers, which decode_core
+    averages: the benchmark counts sparse_core plus a whole index_scan."""
+    spec, layout = load_model("tests/fixtures/hf/GLM-5.2-FP8").spec, Layout(tp=8)
+    r = sparse_attention_benchmark(spec, layout, 2, 3000, 64, torch.float32, "cpu", warmup=0, repeats=1)
+    kind = attention_of(spec)
+    whole = kind.sparse_core(spec, layout, "bf16", 2, 3000, 1).flops + index_scan(spec, 2, 3000, 1).flops
+    assert r["flops"] == whole > kind.decode_core(spec, layout, "bf16", 2, 3000, 1).flops

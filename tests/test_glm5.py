@@ -97,3 +97,9 @@ def test_the_latent_is_replicated_on_every_tp_rank():
 def _spec(cfg: dict, folder: Path):
     (folder / "config.json").write_text(json.dumps(cfg))
     return spec_from_hf_config(folder / "config.json")
+
+
+def test_a_pattern_that_skips_layer_0_is_refused(tmp_path):
+    """Layer 0 has no earlier top-k to reuse (SGLang asserts as much of index_skip_topk_offset)."""
+    with pytest.raises(InputError, match="layer 0"):
+        _spec({**json.loads(GLM5.read_text()), "index_topk_pattern": "SF"}, tmp_path)

@@ -126,7 +126,7 @@ def compare_cmd(layouts: Annotated[Optional[list[str]], Opt(
                 ttft_ms: Annotated[float, Opt(
                     "--ttft-ms", help="Target time to first token, ms (held by the p99 prompt when --input-len gives "
                     "percentiles).")] = 3000.0,
-                kv_cache_dtype: Annotated[str, Opt("--kv-cache-dtype", help="auto (= bf16), bf16, fp8 "
+                kv_cache_dtype: Annotated[str, Opt("--kv-cache-dtype", help="auto (= bf16; a sparse-attention model: the engine's default on the GPU), bf16, fp8 "
                                                             "or fp8_ds_mla.")] = "auto",
                 enforce_eager: Annotated[bool, Opt("--enforce-eager", help="No CUDA graphs "
                                                             "(each kernel launched from the CPU).")] = False,

@@ -57,7 +57,7 @@ def memory_cmd(
     mem_fraction_static: Annotated[Optional[float], Opt(
         "--mem-fraction-static", help="SGLang's --mem-fraction-static: share of pre-load free memory for "
         "weights + KV pool. Default: SGLang's computed value for this GPU and layout.")] = None,
-    kv_cache_dtype: Annotated[str, Opt("--kv-cache-dtype", help="--kv-cache-dtype: auto (= bf16), "
+    kv_cache_dtype: Annotated[str, Opt("--kv-cache-dtype", help="--kv-cache-dtype: auto (= bf16; a sparse-attention model: the engine's default on the GPU), "
                                                 "bf16, fp8 (576 B/token/layer) or fp8_ds_mla (656 B).")] = "auto",
     block_size: Annotated[IntOpt, Opt("--block-size", help="vLLM --block-size / SGLang --page-size, "
                                                "tokens per KV block (default: the engine's).")] = None,

@@ -13,9 +13,8 @@ from mla_planner.core.errors import PlanError
 from mla_planner.engines.memory_rules import default_memory_fraction, engine_default_knobs
 from mla_planner.engines.parallel import uses_deepep
 from mla_planner.engines.profile import PROFILES
-from mla_planner.engines.sparse import sparse_choice
+from mla_planner.engines.sparse import is_sparse, sparse_choice
 from mla_planner.memory.pp_split import split_problem
-from mla_planner.specs.attention.kinds import attention_of
 from mla_planner.specs.knobs import KV_DTYPE_CHOICES, MTP_ACCEPTANCE, Knobs, Workload
 from mla_planner.specs.layout import Layout
 
@@ -64,7 +63,8 @@ def partition_choice(text: Optional[str], spec, layout: Layout) -> Optional[tupl
 
 
 def kv_dtype_choice(text: str) -> str:
-    """--kv-cache-dtype as memory, compare and plan take it: auto (= bf16), bf16, fp8, fp8_ds_mla."""
+    """--kv-cache-dtype as memory, compare and plan take it: auto (= bf16; for a sparse-attention model kv_knobs
+    resolves it to the engine's own default), bf16, fp8, fp8_ds_mla."""
     if text not in KV_DTYPE_CHOICES:
         raise PlanError(f"--kv-cache-dtype must be one of {', '.join(KV_DTYPE_CHOICES)}, got '{text}'")
     return KV_DTYPE_CHOICES[text]
@@ -74,7 +74,7 @@ def kv_knobs(spec, topo, layout: Layout, engine: str, kv_text: str, block_size: 
     """The cache knobs from --kv-cache-dtype and --block-size: for a sparse-attention model (DSA) as the engine
     resolves them on this GPU (engines/sparse.py: its default dtype, its backend and what "fp8" becomes there,
     64-token blocks), with the sentence that says so; else the dtype as given (auto = bf16)."""
-    if attention_of(spec).backend_family != "mla-sparse":
+    if not is_sparse(spec):
         return dict(kv_cache_dtype=kv_dtype_choice(kv_text), block_size=bounded("--block-size", block_size)), []
     kv_dtype_choice(kv_text)      # a value the planner knows at all
     choice = sparse_choice(engine, spec, topo.gpu, kv_text, spec.num_attention_heads // layout.tp,

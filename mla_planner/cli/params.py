@@ -97,7 +97,7 @@ def _click_param(name: str, kind: Any, default: Any, where: Param) -> click.Para
     return click.Option([*where.decls, name], type=click_type, multiple=many, required=required,
                         **({} if required or many else {"default": default}), help=where.help,
                         hidden=where.hidden, callback=callback,
-                        show_default=not required and default not in (None, False))
+                        show_default=not required and default is not None and default is not False)
 
 
 def _unwrap(kind: Any) -> tuple[Any, bool]:

@@ -85,7 +85,8 @@ def _render_model(f: dict) -> None:
     partial = [g for g in f["kv_groups"] if g["layers"] != layers]
     if partial:
         k.caption = "; ".join(f"{g['name']} on {g['layers']:g} of the {layers} layers" for g in partial) + \
-            " (and the MTP layer): bytes / token / layer is the average over all layers"
+            (" (and the MTP layer)" if f["spec"]["num_nextn_predict_layers"] else "") + \
+            ": bytes / token / layer is the average over all layers"
     out.print(k)
 
 

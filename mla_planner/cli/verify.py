@@ -178,7 +178,7 @@ def verify_cmd(
     mem_fraction_static: Annotated[Optional[float], Opt("--mem-fraction-static",
                                                                  help="SGLang's memory fraction.")] = None,
     kv_cache_dtype: Annotated[str, Opt("--kv-cache-dtype",
-                                                help="auto (= bf16), bf16, fp8 or fp8_ds_mla.")] = "auto",
+                                                help="auto (= bf16; sparse attention: the engine's default), bf16, fp8 or fp8_ds_mla.")] = "auto",
     block_size: Annotated[IntOpt, Opt("--block-size", help="Tokens per KV block (engine default).")] = None,
     max_model_len: Annotated[IntOpt, Opt("--max-model-len", help="Default: the workload's longest.")] = None,
     max_num_seqs: Annotated[IntOpt, Opt("--max-num-seqs", help="Running requests per DP rank.")] = None,

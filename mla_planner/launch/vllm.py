@@ -40,11 +40,11 @@ from mla_planner.specs.knobs import MTP_DRAFT_TOKENS
 
 PROGRAM = ["vllm", "serve"]
 KV_CACHE_DTYPES = {"bf16": "auto", "fp8": "fp8", "fp8_ds_mla": "fp8_ds_mla"}
-# "deepseek_mtp" is deprecated and rewritten to "mtp" with a warning (vllm/config/speculative.py)
 # a params.json checkpoint (Mistral Large 3): its config, weights and tokenizer in Mistral's own format
 # (vllm-project/recipes Mistral-Large-3; vLLM 0.33.0 transformers_utils/configs/mistral.py)
 MISTRAL_FORMAT = {"mistral": (("--tokenizer-mode", "mistral"), ("--config-format", "mistral"),
                               ("--load-format", "mistral"))}
+# "deepseek_mtp" is deprecated and rewritten to "mtp" with a warning (vllm/config/speculative.py)
 MTP_CONFIG = '{"method":"mtp","num_speculative_tokens":%d}' % MTP_DRAFT_TOKENS
 ENGINE_READY_TIMEOUT_S = 3600   # loads of a 671B checkpoint (+ DeepGEMM warm-up, graph capture) outlast the 600 s
                                 # default, on one node too (vllm-project/recipes#381)

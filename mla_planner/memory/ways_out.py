@@ -14,6 +14,7 @@ from typing import Iterator, Optional
 from mla_planner.core.errors import PlanError
 from mla_planner.engines.profile import profile
 from mla_planner.engines.layouts import engine_layout_problem
+from mla_planner.engines.moe_configs import FOUR_BIT
 from mla_planner.engines.sparse import is_sparse, sparse_choice
 from mla_planner.memory.accounting import evaluate, safe_memory_fraction, split_pools
 from mla_planner.memory.pp_split import MIN_SPLIT_GAIN, balance, layer_split, partition_env_name
@@ -133,7 +134,7 @@ def awq_spec(spec: ModelSpec, group: int = 128) -> Optional[ModelSpec]:
     None when it is already 4-bit. Group 128 is AutoAWQ's default (q_group_size) and what the community
     DeepSeek-V3/R1 AWQ releases use; SGLang's DeepSeek page lists AWQ on 8 x H100/A100 as a known-good minimum
     (sgl-project/sglang docs/basic_usage/deepseek_v3.md)."""
-    if {"int4", "nvfp4", "mxfp4"} & {spec.weight_dtype, spec.expert_dtype}:    # already 4-bit
+    if set(FOUR_BIT) & {spec.weight_dtype, spec.expert_dtype}:    # already 4-bit
         return None
     return replace(spec, **{"name": f"{spec.name}-awq", "weight_dtype": "int4", "expert_weight_dtype": None,
                             "int4_group_size": group, "int4_zero_point": True, "unquantized_modules": ()})

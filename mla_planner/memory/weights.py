@@ -63,7 +63,7 @@ def marlin_scale_bytes(t: Tensor, block: tuple[int, int]) -> float:
 
 
 @lru_cache(maxsize=4096)
-def _stage_weight_terms(spec: ModelSpec, layout: Layout, counts: tuple[int, int], first: bool, last: bool,
+def _stage_weight_terms(spec: ModelSpec, layout: Layout, counts: tuple, first: bool, last: bool,
                         engine: str, mtp: bool, fp8_marlin: bool = False, dense_per_rank: bool = False) -> tuple:
     """Bytes of weights one GPU of the stage owning `counts` = (decoder layers, dense-FFN layers among them)
     holds, per reporting group.

@@ -136,7 +136,7 @@ def _text_and_vision(cfg: dict, arch: str, where: str) -> tuple[dict, dict]:
                              f"(expected {' or '.join(sorted(model_types))})", "text_config.model_type")
     if arch not in VISION or not isinstance(vision, dict):
         return text, {}
-    tower = VISION[arch](vision, text.get("hidden_size"))
+    tower = VISION[arch](vision, text.get("hidden_size"), where)
     return text, {"vision_params": tower.params, "vision_layers": tower.layers,
                   "vision_hidden_size": tower.hidden_size}
 

@@ -28,8 +28,9 @@ def hf_config_from_params(params: dict, where: str) -> dict:
     `vision_config` holding the Pixtral encoder's block when there is one."""
     moe = params.get("moe")
     if not params.get("qk_nope_head_dim") or not isinstance(moe, dict) or not moe.get("num_shared_experts"):
+        missing = "qk_nope_head_dim" if not params.get("qk_nope_head_dim") else "moe"
         raise InputError(where, "a Mistral params.json that is not Mistral Large 3's MLA + shared-expert MoE (the "
-                                "engines make it Mixtral or Mistral, which are not MLA models)", "moe")
+                                "engines make it Mixtral or Mistral, which are not MLA models)", missing)
     cfg = {"architectures": [ARCHITECTURE], "model_type": "deepseek_v3",
            "max_position_embeddings": params.get("max_position_embeddings") or DEFAULT_MAX_POSITIONS}
     cfg.update({hf: params[key] for key, hf in GENERAL.items() if key in params})
@@ -45,19 +46,23 @@ def hf_config_from_params(params: dict, where: str) -> dict:
     return cfg
 
 
-def pixtral(vision: dict, text_hidden: int) -> VisionTower:
+def pixtral(vision: dict, text_hidden: int, where: str = "params.json") -> VisionTower:
     """Pixtral's vision encoder with its projector, as vLLM 0.33.0 builds it for Mistral Large 3: a patch
     convolution C x P x P -> D without bias, an RMSNorm, L blocks (two RMSNorms, fused QKV 3D x D and
     output D x D without bias, a gated SiLU MLP of I: 3 x D x I), an optional RMSNorm before the projector,
     the patch merger (D s^2 -> D, no bias) where `mm_projector_id` is patch_merge, and the vision-language
     adapter D -> T -> T with biases when `adapter_bias`."""
-    try:
-        D, L, inter = vision["hidden_size"], vision["num_hidden_layers"], vision["intermediate_size"]
-        P, C = vision["patch_size"], vision.get("num_channels", 3)
-    except KeyError as missing:
-        raise InputError("params.json", f"vision_encoder has no {missing.args[0]}",
-                         f"vision_encoder.{missing.args[0]}") from None
-    s, T = vision.get("spatial_merge_size", 1), text_hidden
+    sizes = {}
+    for key, default in (("hidden_size", None), ("num_hidden_layers", None), ("intermediate_size", None),
+                         ("patch_size", None), ("num_channels", 3), ("spatial_merge_size", 1)):
+        value = vision.get(key, default)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise InputError(where, f"expected a positive integer, got {value!r}", f"vision_encoder.{key}")
+        sizes[key] = value
+    if not isinstance(text_hidden, int) or text_hidden < 1:
+        raise InputError(where, f"expected a positive integer, got {text_hidden!r}", "dim")
+    D, L, inter = sizes["hidden_size"], sizes["num_hidden_layers"], sizes["intermediate_size"]
+    P, C, s, T = sizes["patch_size"], sizes["num_channels"], sizes["spatial_merge_size"], text_hidden
     bias = 1 if vision.get("adapter_bias", True) else 0
     tower = C * P * P * D + D + L * (2 * D + 4 * D * D + 3 * D * inter)
     projector = (D if vision.get("add_pre_mm_projector_layer_norm") else 0) \

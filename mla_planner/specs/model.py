@@ -12,6 +12,7 @@ holds every built-in equal to its validated self). Either way `__post_init__` ch
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import asdict, dataclass, fields
 from functools import cached_property
 from typing import Annotated, Literal, Optional
@@ -100,6 +101,12 @@ class ModelSpec:
         problem = kind_named(self.attention).check(self) or foreign_field(self)
         if problem:
             raise ValueError(problem)
+        for pattern in self.unquantized_modules:
+            if pattern.startswith("re:"):
+                try:
+                    re.compile(pattern[3:])
+                except re.error as exc:
+                    raise ValueError(f"unquantized_modules: {pattern!r} is not a valid regular expression ({exc})")
         if self.first_k_dense_replace > self.num_hidden_layers:
             raise ValueError("first_k_dense_replace is larger than num_hidden_layers")
         if not self.n_routed_experts and (self.num_experts_per_tok or self.n_shared_experts):

@@ -20,6 +20,7 @@ Anything else is refused in one line, never priced as another format.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from mla_planner.core.errors import InputError
@@ -61,13 +62,12 @@ def weight_fields(quant: dict | None, where: str, layers: int = 1, dense: int | 
                          "quantization_config")
     method = str(quant.get("quant_method") or "")
     if method == "fp8":
-        block = quant.get("weight_block_size") or [128, 128]
-        return {"weight_dtype": "fp8", "weight_block_size": tuple(block)}
+        return {"weight_dtype": "fp8", "weight_block_size": _block(quant.get("weight_block_size"), where)}
     if method == "awq":
         return _awq(quant, where, layers, dense)
     if method == "blockwise_int8":      # meituan DeepSeek-R1-Block-INT8 (SGLang blockwise_int8.py; vLLM has none)
-        block = quant.get("weight_block_size") or [128, 128]
-        return {"weight_dtype": "int8", "int8_block": True, "weight_block_size": tuple(block)}
+        return {"weight_dtype": "int8", "int8_block": True,
+                "weight_block_size": _block(quant.get("weight_block_size"), where)}
     if method == "w8a8_int8":           # per-channel INT8 (SGLang w8a8_int8.py)
         return {"weight_dtype": "int8"}
     if method == "compressed-tensors":
@@ -84,7 +84,12 @@ def weight_fields(quant: dict | None, where: str, layers: int = 1, dense: int | 
 def _compressed_tensors(quant: dict, where: str) -> dict:
     """One config group: int 4-bit groups are the routed experts' (Kimi's INT4 releases, whose `ignore` keeps
     everything else bf16); float formats apply to every linear layer but those `ignore` names."""
-    groups = [g for g in (quant.get("config_groups") or {}).values() if isinstance(g, dict)]
+    groups = quant.get("config_groups") or {}
+    if not isinstance(groups, dict) or not all(isinstance(g, dict) and isinstance(g.get("weights") or {}, dict)
+                                               for g in groups.values()):
+        raise InputError(where, "config_groups must map group names to mappings with a `weights` mapping",
+                         "quantization_config.config_groups")
+    groups = list(groups.values())
     kinds = {_ct_format(g.get("weights") or {}, where) for g in groups}
     if len(kinds) != 1:
         raise InputError(where, f"compressed-tensors with {len(kinds) or 'no'} weight formats in config_groups; "
@@ -96,8 +101,19 @@ def _compressed_tensors(quant: dict, where: str) -> dict:
     fields = {"weight_dtype": kind, "expert_weight_dtype": kind, "unquantized_modules": _names(quant.get("ignore"),
                                                                                               where, "ignore")}
     if kind == "fp8":
-        fields["weight_block_size"] = tuple(weights.get("block_structure") or (128, 128))
+        fields["weight_block_size"] = _block(weights.get("block_structure"), where)
     return fields
+
+
+def _block(value, where: str) -> tuple[int, int]:
+    """A scale block [rows, cols] of positive integers (128 x 128 when not given)."""
+    if value is None:
+        return (128, 128)
+    if not isinstance(value, (list, tuple)) or len(value) != 2 or \
+            not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value):
+        raise InputError(where, f"a weight scale block must be two positive integers, got {value!r}",
+                         "quantization_config.weight_block_size")
+    return (value[0], value[1])
 
 
 def _ct_format(weights: dict, where: str) -> str:
@@ -135,6 +151,13 @@ def _names(value, where: str, key: str) -> tuple[str, ...]:
         return ()
     if not isinstance(value, list) or not all(isinstance(m, str) for m in value):
         raise InputError(where, f"{key} must be a list of module names or patterns", f"quantization_config.{key}")
+    for m in value:
+        if m.startswith("re:"):
+            try:
+                re.compile(m[3:])
+            except re.error as exc:
+                raise InputError(where, f"{m!r} is not a valid regular expression ({exc})",
+                                 f"quantization_config.{key}") from None
     return tuple(value)
 
 

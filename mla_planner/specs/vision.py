@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from mla_planner.core.errors import InputError
+
 
 @dataclass(frozen=True)
 class VisionTower:
@@ -24,24 +26,29 @@ class VisionTower:
     hidden_size: int
 
 
-def _get(cfg: dict, *names: str, default=None):
-    for n in names:
-        if cfg.get(n) is not None:
-            return cfg[n]
-    return default
+def _get(cfg: dict, where: str, *names: str, default=None):
+    """The first of NAMES the config gives, as a positive integer (or a list of them, like DEFAULT)."""
+    value = next((cfg[n] for n in names if cfg.get(n) is not None), default)
+    values = value if isinstance(value, (list, tuple)) else [value]
+    if not values or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in values) or \
+            isinstance(default, (list, tuple)) and len(values) != len(default):
+        raise InputError(where, "expected " + (f"{len(default)} positive integers" if isinstance(default, (list, tuple))
+                                               else "a positive integer") + f", got {value!r}",
+                         f"vision_config.{names[0]}")
+    return value
 
 
-def moonvit(vision: dict, text_hidden: int) -> VisionTower:
+def moonvit(vision: dict, text_hidden: int, where: str = "config.json") -> VisionTower:
     """Kimi-K2.5's MoonViT-3D and patch-merger projector (module docstring): 471,143,920 parameters for the
     published config (D 1152, L 27, I 4304, P 14, a 64 x 64 position table, 2 x 2 merge, T 7168)."""
-    D = _get(vision, "vt_hidden_size", "hidden_size", default=1152)
-    L = _get(vision, "vt_num_hidden_layers", "num_hidden_layers", default=27)
-    inter = _get(vision, "vt_intermediate_size", "intermediate_size", default=4304)
-    P = _get(vision, "patch_size", default=14)
-    ph = _get(vision, "init_pos_emb_height", "pos_emb_height", default=64)
-    pw = _get(vision, "init_pos_emb_width", "pos_emb_width", default=64)
-    kh, kw = _get(vision, "merge_kernel_size", default=(2, 2))
-    T = _get(vision, "text_hidden_size", default=text_hidden)
+    D = _get(vision, where, "vt_hidden_size", "hidden_size", default=1152)
+    L = _get(vision, where, "vt_num_hidden_layers", "num_hidden_layers", default=27)
+    inter = _get(vision, where, "vt_intermediate_size", "intermediate_size", default=4304)
+    P = _get(vision, where, "patch_size", default=14)
+    ph = _get(vision, where, "init_pos_emb_height", "pos_emb_height", default=64)
+    pw = _get(vision, where, "init_pos_emb_width", "pos_emb_width", default=64)
+    kh, kw = _get(vision, where, "merge_kernel_size", default=(2, 2))
+    T = _get(vision, where, "text_hidden_size", default=text_hidden)
     block = 4 * D + (3 * D * D + 3 * D) + (D * D + D) + (2 * D * inter + inter + D)
     tower = 3 * P * P * D + D + ph * pw * D + L * block + 2 * D
     M = D * kh * kw

@@ -70,6 +70,8 @@ class DSA(MLA):
         missing = [f for f in INDEX_FIELDS if getattr(spec, f) is None]
         if missing:
             return f"{missing[0]} is required for DeepSeek Sparse Attention (attention: {self.name})"
+        if spec.index_topk_pattern and spec.index_topk_pattern[0] == "S":
+            return "index_topk_pattern skips layer 0's indexer, but layer 0 has no earlier top-k to reuse"
         return super().check(spec)
 
     def kv_groups(self, spec, kv_dtype: str, layout=None) -> tuple[KVGroup, ...]:
