@@ -6,7 +6,7 @@ tuples, as audit/lint.py makes findings of them."""
 from __future__ import annotations
 
 from mla_planner.core.errors import PlanError
-from mla_planner.engines.sparse import dcp_problem, default_kv_class, sparse_backends, sparse_choice
+from mla_planner.engines.sparse import dcp_problem, default_kv_class, kv_class, sparse_backends, sparse_choice
 from mla_planner.specs.model import ModelSpec
 from mla_planner.specs.topology import GPU
 
@@ -59,8 +59,7 @@ def sparse_findings(engine: str, values: dict, spec: ModelSpec, gpu: GPU, dcp: i
     if kv == "fp8_ds_mla" and stores.get("fp8") != "fp8_ds_mla" or kv in ("bf16", "fp8") and kv not in stores:
         out.append(("error", "--kv-cache-dtype", f"{name} has no {kv} cache (it keeps "
                     f"{', '.join(sorted(set(stores.values())))})"))
-    kv_class = "fp8" if kv in ("fp8", "fp8_ds_mla") else "bf16"
-    if dcp > 1 and (problem := dcp_problem(entry, kv_class, heads_per_rank, dcp)):
+    if dcp > 1 and (problem := dcp_problem(entry, kv_class(kv), heads_per_rank, dcp)):
         out.append(("error", "--decode-context-parallel-size", f"{name} under dcp={dcp}: {problem}; vLLM refuses "
                     "to start (docs/dsa-engines.md section 6)"))
     return out

@@ -45,6 +45,12 @@ def is_sparse(spec: ModelSpec) -> bool:
     return attention_of(spec).backend_family == "mla-sparse"
 
 
+def kv_class(dtype: str) -> str:
+    """'bf16' or 'fp8': the class of a KV dtype as given or stored (fp8, fp8_e4m3 and fp8_ds_mla are the engine's
+    fp8; a backend decides which row that is)."""
+    return "bf16" if dtype in ("bf16", "bfloat16") else "fp8"
+
+
 def default_kv_class(engine: str, spec: ModelSpec, gpu: GPU) -> str:
     """'bf16' or 'fp8': what the engine stores when `--kv-cache-dtype` is auto (its default), by GPU
     architecture and, where the engine overrides it for a model, by the spec's config.json model_type."""
@@ -60,28 +66,28 @@ def sparse_choice(engine: str, spec: ModelSpec, gpu: GPU, requested: str, heads_
     PlanError where the engine would refuse."""
     rules = _table()[engine]
     if requested == "auto":
-        kv_class = default_kv_class(engine, spec, gpu)
+        wanted = default_kv_class(engine, spec, gpu)
         said = f"{engine}'s default for {spec.name} on {gpu.arch} ({gpu.name})"
     else:
-        kv_class = "bf16" if requested == "bf16" else "fp8"
+        wanted = kv_class(requested)
         said = f"--kv-cache-dtype {requested}"
-    if kv_class == "fp8" and not gpu.has_fp8:
+    if wanted == "fp8" and not gpu.has_fp8:
         raise PlanError(f"{gpu.name} (sm{gpu.sm}) has no FP8: {engine} cannot store {spec.name}'s cache in fp8")
     order = rules["auto_priority"].get(gpu.arch)
     if not order:
         raise PlanError(f"{engine} has no sparse MLA backend for {gpu.name} ({gpu.arch}): it cannot serve "
                         f"{spec.name}'s DeepSeek Sparse Attention there")
-    key = kv_class
-    if kv_class == "bf16" and "bf16_few_heads" in order and heads_per_rank <= rules["few_heads"]:
+    key = wanted
+    if wanted == "bf16" and "bf16_few_heads" in order and heads_per_rank <= rules["few_heads"]:
         key = "bf16_few_heads"
     usable = [n for n in order[key] if gpu.arch in rules["backends"][n]["archs"]
-              and dcp_problem(rules["backends"][n], kv_class, heads_per_rank, dcp) == ""]
+              and dcp_problem(rules["backends"][n], wanted, heads_per_rank, dcp) == ""]
     if not usable:
         first = next(n for n in order[key] if gpu.arch in rules["backends"][n]["archs"])
-        raise PlanError(f"{engine} has no sparse MLA backend for a {kv_class} cache on {gpu.name} with dcp={dcp} "
-                        f"({first}: {dcp_problem(rules['backends'][first], kv_class, heads_per_rank, dcp)})")
+        raise PlanError(f"{engine} has no sparse MLA backend for a {wanted} cache on {gpu.name} with dcp={dcp} "
+                        f"({first}: {dcp_problem(rules['backends'][first], wanted, heads_per_rank, dcp)})")
     name = usable[0]
-    stored = rules["backends"][name]["kv"][kv_class]
+    stored = rules["backends"][name]["kv"][wanted]
     if requested == "fp8_ds_mla" and stored != "fp8_ds_mla":
         raise PlanError(f"--kv-cache-dtype fp8_ds_mla: {engine} runs {spec.name} on {gpu.name} with {name}, which "
                         f"keeps fp8 as plain 576-byte rows, not FlashMLA's 656-byte fp8_ds_mla; give fp8")
@@ -91,7 +97,7 @@ def sparse_choice(engine: str, spec: ModelSpec, gpu: GPU, requested: str, heads_
         raise PlanError(f"--block-size {block_size}: {engine}'s sparse attention takes {takes}")
     size = block_size or multiple
     row = {"bf16": "1152-byte bf16", "fp8": "576-byte plain fp8", "fp8_ds_mla": "656-byte fp8_ds_mla"}[stored]
-    why = (f"KV cache: {said} is {kv_class}, which {engine} selects {name} for ({rules['backends'][name]['note']}): "
+    why = (f"KV cache: {said} is {wanted}, which {engine} selects {name} for ({rules['backends'][name]['note']}): "
            f"{row} latent rows and 132-byte index keys, {size}-token blocks (--kv-cache-dtype "
            f"{FLAG_VALUE[engine][stored]})")
     return SparseChoice(name, stored, size, why)

@@ -8,7 +8,7 @@ from typing import Optional
 
 from mla_planner.core.errors import PlanError
 from mla_planner.engines.backends import backend, backend_problems
-from mla_planner.engines.sparse import is_sparse, sparse_choice
+from mla_planner.engines.sparse import is_sparse, kv_class, sparse_choice
 from mla_planner.launch import sglang, vllm
 from mla_planner.launch.claims import check_gpu_counts
 from mla_planner.launch.command import LaunchInputs, NodeCommand
@@ -33,8 +33,7 @@ def _check_backend(inp: LaunchInputs, engine: str) -> None:
     if k.attention_backend is None:
         return
     if is_sparse(inp.spec):
-        kv_class = "bf16" if k.kv_cache_dtype == "bf16" else "fp8"
-        choice = sparse_choice(engine, inp.spec, inp.topology.gpu, kv_class,
+        choice = sparse_choice(engine, inp.spec, inp.topology.gpu, kv_class(k.kv_cache_dtype),
                                inp.spec.num_attention_heads // inp.layout.tp, k.block_size, inp.layout.dcp)
         if (choice.backend, choice.kv_cache_dtype) != (k.attention_backend, k.kv_cache_dtype):
             raise PlanError(f"attention backend {k.attention_backend} with a {k.kv_cache_dtype} cache: {engine} runs "

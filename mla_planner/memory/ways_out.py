@@ -15,7 +15,7 @@ from mla_planner.core.errors import PlanError
 from mla_planner.engines.profile import profile
 from mla_planner.engines.layouts import engine_layout_problem
 from mla_planner.engines.moe_configs import FOUR_BIT
-from mla_planner.engines.sparse import is_sparse, sparse_choice
+from mla_planner.engines.sparse import is_sparse, kv_class, sparse_choice
 from mla_planner.memory.accounting import evaluate, safe_memory_fraction, split_pools
 from mla_planner.memory.pp_split import MIN_SPLIT_GAIN, balance, layer_split, partition_env_name
 from mla_planner.memory.results import MemoryReport
@@ -161,9 +161,8 @@ def _layouts(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs) -> I
 def _sparse_dcp_runs(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs) -> bool:
     """Whether the engine runs this sparse-attention layout under DCP with the same cache (a sparse backend takes
     it: engines/sparse.py; the engine starts it: engines/layouts.py)."""
-    kv_class = "bf16" if knobs.kv_cache_dtype == "bf16" else "fp8"
     try:
-        choice = sparse_choice(knobs.engine, spec, topo.gpu, kv_class, spec.num_attention_heads // layout.tp,
+        choice = sparse_choice(knobs.engine, spec, topo.gpu, kv_class(knobs.kv_cache_dtype), spec.num_attention_heads // layout.tp,
                                knobs.block_size, layout.dcp)
     except PlanError:
         return False
