@@ -65,7 +65,7 @@ def toy(monkeypatch) -> ModelSpec:
 
 def test_an_unregistered_kind_is_refused():
     llama = load_model("llama-3.1-70b").spec
-    with pytest.raises(ValueError, match="Input should be 'mla', 'mla-dsa' or 'gqa'"):
+    with pytest.raises(ValueError, match="Input should be 'mla', 'mla-dsa', 'csa-hca' or 'gqa'"):
         ModelSpec(**{**llama.to_dict(), "attention": "toy-mqa"})
 
 

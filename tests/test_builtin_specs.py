@@ -26,5 +26,5 @@ def test_validation_catches_what_the_direct_build_would_take():
         validate(ModelSpec, fields, "x.yaml")
     with pytest.raises(InputError, match="unknown field .did you mean 'num_hidden_layers'"):
         validate(ModelSpec, {**builtin_fields("deepseek-v3"), "num_hiden_layers": 61}, "x.yaml")
-    with pytest.raises(InputError, match="x.yaml: attention: Input should be 'mla', 'mla-dsa' or 'gqa'"):
+    with pytest.raises(InputError, match="x.yaml: attention: Input should be 'mla', 'mla-dsa', 'csa-hca' or 'gqa'"):
         validate(ModelSpec, {**builtin_fields("deepseek-v3"), "attention": "sparse"}, "x.yaml")

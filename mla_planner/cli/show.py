@@ -10,6 +10,7 @@ from mla_planner.cli.params import Opt, Arg
 from mla_planner.cli.common import JsonOpt, guard, human_bytes, print_json, weight_dtypes
 from mla_planner.cli.console import console
 from mla_planner.core.errors import PlanError
+from mla_planner.engines.compressed_kv import cache_facts, is_compressed
 from mla_planner.specs import sizing
 from mla_planner.specs.catalogue import load_model
 from mla_planner.specs.topology import load_topology
@@ -50,8 +51,10 @@ def model_facts(spec) -> dict:
             "weight_bytes_with_mtp": sizing.weight_bytes_breakdown(spec, include_mtp=True)["total"],
             "vision_params": spec.vision_params, "vision_weight_bytes": sizing.vision_weight_bytes(spec),
             "weight_bytes_by_format": dict(sizing.weight_bytes_by_format(spec)),
+            "weight_bytes_by_dtype": dict(sizing.weight_bytes_by_dtype(spec)),
             "kv_cache": dict(sizing.kv_table(spec)),
-            "kv_groups": sizing.kv_group_table(spec)}
+            "kv_groups": sizing.kv_group_table(spec),
+            **({"compressed_kv": cache_facts(spec)} if is_compressed(spec) else {})}
 
 
 NOT_SERVED = "(nothing: not a config.json; emit needs --model-path)"
@@ -76,6 +79,10 @@ def _render_model(f: dict) -> None:
     for fmt, n in f["weight_bytes_by_format"].items():
         w.add_row(fmt, human_bytes(n), human_bytes(n / 8))
     out.print(w)
+    d = Table("stored as", "weight bytes", title="Weights by storage dtype (main model, scales included)")
+    for dtype, n in f["weight_bytes_by_dtype"].items():
+        d.add_row(dtype, human_bytes(n))
+    out.print(d)
     k = Table("cache format", "bytes / token / layer", "bytes / token (all layers)", "128K-token sequence",
               title="KV cache per token (one rank holding the whole cache)")
     for fmt, row in f["kv_cache"].items():
@@ -85,9 +92,38 @@ def _render_model(f: dict) -> None:
     partial = [g for g in f["kv_groups"] if g["layers"] != layers]
     if partial:
         k.caption = "; ".join(f"{g['name']} on {g['layers']:g} of the {layers} layers" for g in partial) + \
-            (" (and the MTP layer)" if f["spec"]["num_nextn_predict_layers"] else "") + \
+            (" (and the MTP layer)" if f["spec"]["num_nextn_predict_layers"] and all(g["mtp"] for g in partial)
+             else "") + \
             ": bytes / token / layer is the average over all layers"
     out.print(k)
+    if "compressed_kv" in f:
+        _render_compressed(f["compressed_kv"])
+
+
+def _render_compressed(c: dict) -> None:
+    """DeepSeek-V4's caches per layer kind, and what the engines make of them."""
+    out = console()
+    kinds = ", ".join(f"{n} {k.upper()}" for k, n in c["layer_kinds"].items() if n)
+    t = Table("cache", "layers", "bytes / row", "tokens / row", "kept", title=f"Caches per layer kind ({kinds})")
+    for row in c["caches"]:
+        t.add_row(row["name"], str(row["layers"]), f"{row['row_bytes']:,}", str(row["tokens_per_row"]),
+                  f"last {row['window_tokens']} tokens (per request)" if row["window_tokens"] else "every row")
+    out.print(t)
+    v = c["vllm"]
+    g = Table("vLLM group", "page bytes / block", "block tokens", "window",
+              title=f"vLLM 0.33: every block id costs {v['bytes_per_block']:,} B (the widest group; "
+                    f"{v['bytes_per_block_fp4_indexer']:,} B with the FP4 indexer cache), "
+                    f"{v['marginal_bytes_per_token']:,.0f} B per token of context")
+    for row in v["groups"]:
+        g.add_row(row["name"], f"{row['page_bytes']:,}", str(row["block_tokens"]), str(row["window_tokens"] or "-"))
+    out.print(g)
+    for r in v["blocks_per_request"]:
+        out.print(f"  one request reserves {r['blocks']:,} blocks at --max-model-len {r['max_model_len']:,}, "
+                  f"--max-num-batched-tokens {r['max_num_batched_tokens']:,}")
+    s = c["sglang"]
+    out.print(f"SGLang 0.5.23: {s['bytes_per_full_token']:,.2f} B per full-pool token ({s['page_tokens']}-token pages, "
+              f"SWA pool {s['swa_full_tokens_ratio']:g} of it), plus {human_bytes(s['fixed_state_bytes'])} of C128 state "
+              f"rings for {s['max_running_requests']} request slots")
 
 
 def _show_topology(ref: str, as_json: bool) -> None:

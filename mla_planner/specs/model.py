@@ -22,7 +22,8 @@ from mla_planner.specs.attention.kinds import KINDS, foreign_field, kind_named
 
 WeightDtype = Literal["bf16", "fp8", "int4", "int8", "nvfp4", "mxfp4"]
 # What pydantic's validation makes of a file's values, done for a spec built directly (specs/builtin.py):
-TUPLE_FIELDS = ("weight_block_size", "unquantized_modules")   # YAML and JSON give lists
+TUPLE_FIELDS = ("weight_block_size", "unquantized_modules", "compress_ratios",   # YAML and JSON give lists
+                "dspark_target_layer_ids")
 FLOAT_FIELDS = ("rms_norm_eps", "rope_theta")                  # `rope_theta: 10000` is an int in YAML
 
 
@@ -58,11 +59,21 @@ class ModelSpec:
     index_topk_freq: Optional[PosInt] = None         # GLM-5.2 IndexCache: an indexer every index_topk_freq layers,
     index_skip_topk_offset: Optional[PosInt] = None  # counted from this offset; the others reuse the top-k
     index_topk_pattern: Optional[Annotated[str, Checked(pattern=r"^[FS]+$")]] = None   # or per layer: F has one
-    # gqa
+    # DeepSeek-V4 compressed hybrid attention (attention: csa-hca; its config.json keys): a ratio per layer (0
+    # window only, 4 CSA with the indexer above, 128 HCA; entries past num_hidden_layers are MTP/draft layers),
+    # the sliding window every layer keeps, the grouped output projection, hyper-connection streams, and the
+    # first layers routed by a token-id table instead of a gate
+    compress_ratios: Optional[tuple[NonNegInt, ...]] = None
+    sliding_window: Optional[PosInt] = None
+    o_groups: Optional[PosInt] = None
+    o_lora_rank: Optional[PosInt] = None
+    hc_mult: Optional[PosInt] = None
+    num_hash_layers: Optional[NonNegInt] = None
+    # gqa (and the KV row width of csa-hca)
     head_dim: Optional[PosInt] = None
     attention_bias: Flag = False
     # ffn / moe
-    intermediate_size: PosInt
+    intermediate_size: Optional[PosInt] = None    # the dense FFN's; none in a model without dense layers (V4)
     first_k_dense_replace: NonNegInt = 0
     moe_intermediate_size: Optional[PosInt] = None
     n_routed_experts: NonNegInt = 0
@@ -71,6 +82,11 @@ class ModelSpec:
     topk_method: Optional[str] = None
     # mtp
     num_nextn_predict_layers: NonNegInt = 0
+    # a DSpark draft shipped beside the model (DeepSeek-V4 -0731 and later): tokens it drafts per step, the target
+    # layers it reads, its Markov head's rank; its layer count is `dspark_layers` (vLLM's default 3)
+    dspark_block_size: Optional[PosInt] = None
+    dspark_target_layer_ids: Optional[tuple[NonNegInt, ...]] = None
+    dspark_markov_rank: Optional[PosInt] = None
     # a vision encoder beside the text model (multimodal checkpoints: Kimi-K2.5), bf16 (specs/vision.py)
     vision_params: NonNegInt = 0
     vision_layers: Optional[PosInt] = None
@@ -92,13 +108,14 @@ class ModelSpec:
 
     def __post_init__(self) -> None:
         for name in TUPLE_FIELDS:
-            object.__setattr__(self, name, tuple(getattr(self, name)))
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, tuple(getattr(self, name)))
         for name in FLOAT_FIELDS:
             object.__setattr__(self, name, float(getattr(self, name)))
         if self.attention not in KINDS:   # a kind specs.attention knows (mla, gqa, or one registered there)
             names = [repr(k) for k in KINDS]
             raise ValueError(f"attention: Input should be {', '.join(names[:-1])} or {names[-1]}")
-        problem = kind_named(self.attention).check(self) or foreign_field(self)
+        problem = foreign_field(self) or kind_named(self.attention).check(self)
         if problem:
             raise ValueError(problem)
         for pattern in self.unquantized_modules:
@@ -107,6 +124,8 @@ class ModelSpec:
                     re.compile(pattern[3:])
                 except re.error as exc:
                     raise ValueError(f"unquantized_modules: {pattern!r} is not a valid regular expression ({exc})")
+        if self.intermediate_size is None and (self.num_dense_layers or not self.is_moe):
+            raise ValueError("intermediate_size is required: the model has dense FFN layers")
         if self.first_k_dense_replace > self.num_hidden_layers:
             raise ValueError("first_k_dense_replace is larger than num_hidden_layers")
         if not self.n_routed_experts and (self.num_experts_per_tok or self.n_shared_experts):

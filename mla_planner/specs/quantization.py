@@ -210,3 +210,20 @@ def _whole_fused_layers(skip: list[str], where: str, layers: int, dense: int) ->
                                             "layer and refuses a half-quantized one",
                                      "quantization_config.modules_to_not_convert")
     return skip
+
+
+V4_EXPERT_DTYPES = {"fp4": "mxfp4", "fp8": "fp8"}
+
+
+def v4_expert_fields(text: dict, quant: dict | None, where: str) -> dict:
+    """DeepSeek-V4 names its routed experts' storage beside quantization_config: `expert_dtype` "fp4" (absent
+    means fp4: the released checkpoints) is MXFP4, e2m1 with an e8m0 scale per 32; "fp8" (V4-Flash-Base) FP8
+    blocks like the rest; quantization_config `moe_quant_algo: NVFP4` NVFP4 experts (vLLM 0.33.0
+    `models/deepseek_v4/quant_config.py`)."""
+    if isinstance(quant, dict) and str(quant.get("moe_quant_algo") or "").upper() == "NVFP4":
+        return {"expert_weight_dtype": "nvfp4"}
+    value = text.get("expert_dtype", "fp4")
+    if value not in V4_EXPERT_DTYPES:
+        raise InputError(where, f"expert_dtype {value!r}: expected fp4 or fp8", "expert_dtype")
+    return {"expert_weight_dtype": V4_EXPERT_DTYPES[value]}
+

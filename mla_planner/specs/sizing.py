@@ -73,6 +73,16 @@ WEIGHT_FORMATS = {  # name -> how the checkpoint would be stored; embeddings, no
 COMMON = {"unquantized_modules": (), "int8_block": False}
 
 
+def weight_bytes_by_dtype(spec: ModelSpec, include_mtp: bool = False) -> "OrderedDict[str, float]":
+    """Stored weight bytes per storage dtype (scales with their weights: MXFP4 experts with their e8m0 bytes)."""
+    tensors = inventory(spec) + (mtp_inventory(spec) if include_mtp else [])
+    out: OrderedDict[str, float] = OrderedDict()
+    for t in tensors:
+        out[t.dtype] = out.get(t.dtype, 0) + stored_bytes(t, spec)
+    out["total"] = sum(out.values())
+    return out
+
+
 def weight_bytes_by_format(spec: ModelSpec) -> "OrderedDict[str, float]":
     """Total stored weight bytes (MTP excluded) if the checkpoint were stored in each common format:
     bf16; fp8 with 128x128 block scales (DeepSeek-V3's release); int4 group-quantised experts with the
@@ -134,7 +144,7 @@ def kv_group_table(spec: ModelSpec) -> list[dict]:
     formats = kind.kv_formats(spec)
     rows = []
     for i, group in enumerate(kind.kv_groups(spec, formats[0])):
-        rows.append({"name": group.name, "layers": group.layer_count(layers, spec.num_hidden_layers),
+        rows.append({"name": group.name, "layers": group.layer_count(layers, spec.num_hidden_layers), "mtp": group.mtp,
                      "bytes_per_token_layer": {fmt: kind.kv_groups(spec, fmt)[i].bytes_per_token_layer
                                                for fmt in formats}})
     return rows

@@ -34,7 +34,7 @@ class Tensor:
     shape: tuple[int, ...]
     count: int             # copies in the model (layers x experts)
     split: Split
-    dtype: str             # storage dtype: bf16, fp8, int4, fp32
+    dtype: str             # storage dtype: bf16, fp8, int4, nvfp4, mxfp4, fp32, int32 (lookup tables)
     where: str = "layers"  # "first" (embedding, first PP stage), "last" (lm_head), "layers", "mtp"
     layers: Optional[tuple[int, ...]] = None   # where "layers": the decoder layers that have it (None: all)
 
@@ -70,7 +70,7 @@ def bytes_of(t: Tensor, block: tuple[int, int] = (128, 128), int4_group: int = 3
     elif t.dtype == "mxfp4":
         per = n / 2 + ceil(n / MXFP4_GROUP)
     else:
-        per = n * {"bf16": 2, "fp8": 1, "fp32": 4}[t.dtype]
+        per = n * {"bf16": 2, "fp8": 1, "fp32": 4, "int32": 4}[t.dtype]
     return per * t.count
 
 
@@ -153,9 +153,11 @@ def _attention(spec: ModelSpec, layers: int, dt: str, where: str) -> list[Tensor
     one a kind has on some decoder layers only (GLM-5.2's indexers) counts those, and every MTP layer."""
     out = []
     for p in attention_of(spec).projections(spec):
+        if where == "mtp" and not p.mtp:
+            continue
         some = p.layers if where == "layers" else None
         out.append(Tensor(p.name, "attention", p.shape, layers if some is None else len(some), p.split,
-                          "bf16" if p.bf16 else dt, where, some))
+                          p.dtype or ("bf16" if p.bf16 else dt), where, some))
     return out
 
 
@@ -172,14 +174,39 @@ def _moe(spec: ModelSpec, layers: int, where: str) -> list[Tensor]:
     if spec.n_shared_experts:
         out += _ffn("shared_experts", d, inter * spec.n_shared_experts, layers, spec.weight_dtype, where)
     out.append(Tensor("gate.weight", "gate", (E, d), layers, "replicated", "bf16", where))
-    if spec.has_gate_bias:
-        out.append(Tensor("gate.bias", "gate", (E,), layers, "replicated", "fp32", where))
+    hashed = min(spec.num_hash_layers or 0, layers) if where == "layers" else 0
+    if spec.has_gate_bias and layers > hashed:
+        out.append(Tensor("gate.bias", "gate", (E,), layers - hashed, "replicated", "fp32", where))
+    if hashed:   # DeepSeek-V4's first layers route by token id through a frozen table, without the bias
+        out.append(Tensor("gate.tid2eid", "gate", (spec.vocab_size, spec.num_experts_per_tok), hashed, "replicated",
+                          "int32", where, tuple(range(hashed))))
     return out
+
+
+def _hyper_connections(spec: ModelSpec, layers: int, where: str) -> list[Tensor]:
+    """DeepSeek-V4's hyper-connections (`hc_mult` = m residual streams; vLLM 0.33.0 `models/deepseek_v4/nvidia/
+    model.py`): per layer, before attention and before the FFN, a mixing projection [(2 + m) m, m d] with its bias
+    [(2 + m) m] and 3 scales, all fp32 and replicated."""
+    if not spec.hc_mult:
+        return []
+    m, d = spec.hc_mult, spec.hidden_size
+    mix = (2 + m) * m
+    return [Tensor("hc.fn", "hyper_connections", (mix, m * d), 2 * layers, "replicated", "fp32", where),
+            Tensor("hc.base", "hyper_connections", (mix,), 2 * layers, "replicated", "fp32", where),
+            Tensor("hc.scale", "hyper_connections", (3,), 2 * layers, "replicated", "fp32", where)]
+
+
+def _hc_head(spec: ModelSpec, where: str) -> list[Tensor]:
+    """The hyper-connection head that folds the m streams back into one before the norm and lm_head (fp32)."""
+    if not spec.hc_mult:
+        return []
+    m, d = spec.hc_mult, spec.hidden_size
+    return [Tensor("hc_head", "hyper_connections", (m * m * d + m + 1,), 1, "replicated", "fp32", where)]
 
 
 def _decoder_layers(spec: ModelSpec, n_dense: int, n_moe: int, where: str) -> list[Tensor]:
     dt, d, n = spec.weight_dtype, spec.hidden_size, n_dense + n_moe
-    out = _attention(spec, n, dt, where)
+    out = _attention(spec, n, dt, where) + _hyper_connections(spec, n, where)
     out.append(Tensor("norms.layer", "norms", (d,), 2 * n, "replicated", "bf16", where))
     if n_dense:
         out += _ffn("dense_ffn", d, spec.intermediate_size, n_dense, dt, where)
@@ -197,6 +224,7 @@ def inventory(spec: ModelSpec) -> list[Tensor]:
                              {"attention": range(L), "dense_ffn": range(k), "shared_experts": range(k, L),
                               "routed_experts": range(k, L)})
     out.append(Tensor("norm", "norms", (d,), 1, "replicated", "bf16", "last"))
+    out += _hc_head(spec, "last")
     if not spec.tie_word_embeddings:
         out.append(Tensor("lm_head", "lm_head", (V, d), 1, "vocab", "bf16", "last"))
     return out
@@ -221,7 +249,7 @@ def mtp_inventory(spec: ModelSpec) -> list[Tensor]:
         spec.weight_dtype == "int8" and not spec.int8_block else spec.weight_dtype
     out += [Tensor("mtp.eh_proj", "mtp", (d, 2 * d), n, "replicated", eh_dtype, "mtp"),
             Tensor("mtp.norms", "mtp", (d,), 3 * n, "replicated", "bf16", "mtp")]
-    return out
+    return out + [replace(t, group="mtp", count=n) for t in _hc_head(spec, "mtp")]
 
 
 def vision_inventory(spec: ModelSpec) -> list[Tensor]:

@@ -43,6 +43,8 @@ class KVGroup:
     bytes_per_token_layer: float
     rank_share: float = 1.0
     layers: Optional[tuple[int, ...]] = None
+    mtp: bool = True            # the MTP layer holds it too (not DeepSeek-V4's compressed caches: its MTP layer
+                                # is window-only)
 
     @property
     def gpu_bytes_per_token_layer(self) -> float:
@@ -62,12 +64,16 @@ class KVGroup:
 class Projection:
     """One stored attention weight of a layer: its name in the inventory, shape, how TP splits it
     (specs/weights.py: column, row, replicated), whether it is kept in bf16 whatever the checkpoint (norms,
-    biases), and the decoder layers that have it (None: every layer; the MTP layer always has it)."""
+    biases), the decoder layers that have it (None: every layer; the MTP layer always has it), and a dtype it
+    is always stored in when not the checkpoint's nor bf16 (fp32 attention sinks); `mtp` False: the MTP layer
+    lacks it (DeepSeek-V4's MTP layer is window-only: no compressor)."""
     name: str
     shape: tuple[int, ...]
     split: str
     bf16: bool = False
     layers: Optional[tuple[int, ...]] = None
+    dtype: Optional[str] = None
+    mtp: bool = True
 
 
 @dataclass(frozen=True)
@@ -162,12 +168,12 @@ class AttentionKind:
     def bytes_per_token(self, spec, kv_dtype: str, layers, mtp_layers: int = 0) -> float:
         """Bytes one token adds to the caches of LAYERS (a range of decoder layers, or a count) and
         MTP_LAYERS MTP layers, on a rank that holds them whole."""
-        return sum((g.layer_count(layers, spec.num_hidden_layers) + mtp_layers) * g.bytes_per_token_layer
+        return sum((g.layer_count(layers, spec.num_hidden_layers) + mtp_layers * g.mtp) * g.bytes_per_token_layer
                    for g in self.kv_groups(spec, kv_dtype))
 
     def gpu_bytes_per_token(self, spec, layout, kv_dtype: str, layers, mtp_layers: int = 0) -> float:
         """Bytes one token slot costs one GPU of `layout` over LAYERS (a range of decoder layers, e.g. a
         pipeline stage's, or a count) and MTP_LAYERS MTP layers, every group at its rank share."""
-        return sum((g.layer_count(layers, spec.num_hidden_layers) + mtp_layers) * g.gpu_bytes_per_token_layer
-                   for g in self.kv_groups(spec, kv_dtype, layout))
+        return sum((g.layer_count(layers, spec.num_hidden_layers) + mtp_layers * g.mtp) *
+                   g.gpu_bytes_per_token_layer for g in self.kv_groups(spec, kv_dtype, layout))
 

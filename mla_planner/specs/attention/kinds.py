@@ -4,11 +4,12 @@ module with an AttentionKind subclass (base.py) and one entry here (a test adds 
 from __future__ import annotations
 
 from mla_planner.specs.attention.base import AttentionKind
+from mla_planner.specs.attention.compressed import CompressedHybrid
 from mla_planner.specs.attention.dsa import DSA
 from mla_planner.specs.attention.gqa import GQA
 from mla_planner.specs.attention.mla import MLA
 
-KINDS: dict[str, AttentionKind] = {k.name: k for k in (MLA(), DSA(), GQA())}
+KINDS: dict[str, AttentionKind] = {k.name: k for k in (MLA(), DSA(), CompressedHybrid(), GQA())}
 
 
 def kind_named(name: str) -> AttentionKind:
@@ -21,12 +22,13 @@ def foreign_field(spec) -> str:
     """A field set on `spec` that only another kind reads (an indexer field on an `mla` spec): why the spec
     contradicts its own attention ('' when it does not)."""
     own = kind_named(spec.attention).extra_fields
-    for kind in KINDS.values():
-        for name in kind.extra_fields:
-            if name not in own and getattr(spec, name, None) is not None:
-                return (f"{name} is a field of {kind.name} attention, but the model declares {spec.attention}: "
-                        "its architecture does not match its fields")
-    return ""
+    claims = [(kind, [n for n in kind.extra_fields if n not in own and getattr(spec, n, None) is not None])
+              for kind in KINDS.values()]
+    kind, names = max(claims, key=lambda c: len(c[1]))   # the kind the fields describe best (first on a tie)
+    if not names:
+        return ""
+    return (f"{names[0]} is a field of {kind.name} attention, but the model declares {spec.attention}: "
+            "its architecture does not match its fields")
 
 
 def planning_problem(spec, command: str = "plan") -> str:
