@@ -169,6 +169,7 @@ def report_dict(r: MemoryReport, model: str, topology: str) -> dict:
             "no_safe_fraction": r.no_safe_fraction,
             "reasons": r.reasons, "blocking_reasons": r.reasons[:r.blocking],
             "findings": [asdict(f) for f in r.findings], "ways_out": r.ways_out, "notes": r.notes,
+            **({"capacity_rule": r.capacity_rule} if r.capacity_rule else {}),
             "per_gpu": [asdict(g) for g in r.per_gpu]}
 
 
@@ -190,6 +191,8 @@ def _render(r: MemoryReport, d: dict) -> None:
                   f"pool {human_bytes(g.kv_pool_bytes)} = {g.kv_tokens:,} tokens")
     out.print(f"{KV_CAPACITY_LABEL}: {r.kv_capacity_tokens:,} (binding stage {r.binding_stage})")
     out.print(f"KV tokens per replica: {r.kv_tokens_per_replica:,}; KV cache {r.kv_holding}")
+    if r.capacity_rule:
+        _render_capacity_rule(r)
     safe = f"safe {d['memory_fraction_flag']}: {r.safe_fraction:.3f}" if r.safe_fraction else r.no_safe_fraction
     out.print(f"max concurrency at --max-model-len {k.max_model_len:,}: {r.max_concurrency:,.2f}x; "
               f"largest max-model-len that fits: {r.max_model_len_fit:,}; {safe}", soft_wrap=True)
@@ -199,3 +202,20 @@ def _render(r: MemoryReport, d: dict) -> None:
                         ("note", r.notes)):
         for item in items:
             out.print(f"  {line}: {item}", soft_wrap=True)
+
+
+def _render_capacity_rule(r: MemoryReport) -> None:
+    """DeepSeek-V4: what decides the capacity, in the engine's terms (engines/compressed_kv.py)."""
+    c, k, out = r.capacity_rule, r.knobs, console()
+    if r.engine == "sglang":
+        how = (f"{c['full_tokens']:,} full-pool tokens at {c['bytes_per_full_token']:,.2f} B each (SWA pool "
+               f"{c['swa_tokens']:,}), after {human_bytes(c['fixed_state_bytes'])} of C128 state rings for "
+               f"{c['max_running_requests']} + 1 request slots")
+    else:
+        how = (f"{c['num_blocks']:,} blocks of {c['bytes_per_block']:,} B; one request reserves "
+               f"{c['blocks_per_request']:,} of them, {c['fixed_blocks_per_request']:,} whatever its length (windows "
+               f"and compressor states for {k.max_num_batched_tokens:,} x 2 tokens in flight)")
+    out.print(f"capacity: {c['concurrent_requests']:,.2f} concurrent requests of {k.max_model_len:,} tokens: {how}; "
+              f"{c['marginal_bytes_per_token']:,.0f} B per further token of context", soft_wrap=True)
+    out.print(f"  what moves it: {c['knob']}", soft_wrap=True)
+

@@ -10,6 +10,8 @@ from typing import Optional
 
 from mla_planner.cli.common import check_acceptance
 from mla_planner.core.errors import PlanError
+from mla_planner.engines.compressed_kv import is_compressed
+from mla_planner.engines.compressed_pool import compressed_choice
 from mla_planner.engines.memory_rules import default_memory_fraction, engine_default_knobs
 from mla_planner.engines.parallel import uses_deepep
 from mla_planner.engines.profile import PROFILES
@@ -74,6 +76,8 @@ def kv_knobs(spec, topo, layout: Layout, engine: str, kv_text: str, block_size: 
     """The cache knobs from --kv-cache-dtype and --block-size: for a sparse-attention model (DSA) as the engine
     resolves them on this GPU (engines/sparse.py: its default dtype, its backend and what "fp8" becomes there,
     64-token blocks), with the sentence that says so; else the dtype as given (auto = bf16)."""
+    if is_compressed(spec):
+        return compressed_choice(engine, kv_dtype_choice(kv_text), kv_text, bounded("--block-size", block_size))
     if not is_sparse(spec):
         return dict(kv_cache_dtype=kv_dtype_choice(kv_text), block_size=bounded("--block-size", block_size)), []
     kv_dtype_choice(kv_text)      # a value the planner knows at all

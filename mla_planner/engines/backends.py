@@ -200,8 +200,8 @@ def startup_problems(engine: str, spec: ModelSpec, gpu: GPU, knobs, dcp: int = 1
         missing = no_backend_reason(engine, gpu, knobs.kv_cache_dtype, dcp)
         refusals += [f"{missing}: the engine refuses to start"] if missing else []
     if knobs.kv_cache_dtype not in kind.kv_formats(spec):
-        refusals.append(f"fp8_ds_mla is an MLA latent-cache format and {spec.name} uses {spec.attention} attention: "
-                        "the engine refuses to start")
+        refusals.append(f"{knobs.kv_cache_dtype} is not a cache format of {spec.attention} attention "
+                        f"({', '.join(kind.kv_formats(spec))}): the engine refuses to start")
     fp8 = fp8_checkpoint(engine, spec, gpu)
     if fp8:
         (notes if fp8[0] else refusals).append(fp8[1])

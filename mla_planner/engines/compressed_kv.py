@@ -60,13 +60,14 @@ def approximate_gcd(values: list[int], lower_bound: int) -> int:
     return best
 
 
-def vllm_groups(spec, index_cache: str = "fp8", window_layers: int = 0) -> tuple[BlockGroup, ...]:
+def vllm_groups(spec, index_cache: str = "fp8", window_layers: int = 0,
+                stage: range | None = None) -> tuple[BlockGroup, ...]:
     """The KV-cache groups vLLM 0.33.0 builds for a V4 model (`window_layers`: MTP or DSpark layers it runs, each a
     window-only layer). Buckets: the full caches (compressed rows and index keys, block 256), the window rows, the
     C4 states and the C128 states; a bucket is balanced when each of its page sizes has as many layers."""
     buckets: dict[str, dict[int, int]] = defaultdict(lambda: defaultdict(int))
     shape: dict[str, tuple[int, int | None]] = {}
-    for c in layer_caches(spec, index_cache, window_layers):
+    for c in layer_caches(spec, index_cache, window_layers, stage):
         if c.window is None:
             name, block = "full", VLLM_BLOCK_TOKENS
             page = pad(block // c.tokens_per_row * c.row_bytes)
@@ -117,8 +118,8 @@ class VllmCapacity:
 
 
 def vllm_capacity(spec, kv_bytes: float, max_model_len: int, max_num_batched_tokens: int, pp: int = 1,
-                  index_cache: str = "fp8", window_layers: int = 0) -> VllmCapacity:
-    groups = vllm_groups(spec, index_cache, window_layers)
+                  index_cache: str = "fp8", window_layers: int = 0, stage: range | None = None) -> VllmCapacity:
+    groups = vllm_groups(spec, index_cache, window_layers, stage)
     per_block = max(g.page_bytes for g in groups)
     blocks = max(int(kv_bytes // per_block), 0)
     per_req = blocks_per_request(groups, max_model_len, max_num_batched_tokens, pp)
@@ -141,12 +142,12 @@ def _sglang_row_bytes(row_bytes: int, rows_per_page: int) -> float:
 
 
 def sglang_capacity(spec, kv_bytes: float, max_running_requests: int = SGLANG_MAX_RUNNING,
-                    speculative: bool = False, index_cache: str = "fp8") -> SglangCapacity:
+                    speculative: bool = False, index_cache: str = "fp8", stage: range | None = None) -> SglangCapacity:
     """SGLang 0.5.23's V4 pools (pool_configurator.py `_get_bytes_per_swa_token`, `_get_bytes_per_full_token`,
     `_get_c128_state_fixed_bytes`, `calculate_pool_sizes`): rings of 8 C4 states per SWA page (16 with speculative
     decoding), 128 C128 state rows per request slot (256), the per-token bytes x (N + 1) / N with a draft layer."""
-    caches = {c.name: c for c in layer_caches(spec, index_cache)}
-    page, n = SGLANG_PAGE_TOKENS, spec.num_hidden_layers
+    caches = {c.name: c for c in layer_caches(spec, index_cache, stage=stage)}
+    page, n = SGLANG_PAGE_TOKENS, len(caches["swa_kv"].layers)
     swa = caches["swa_kv"]
     per_swa = _sglang_row_bytes(swa.row_bytes, page) * n
     if "csa_kv" in caches:
@@ -169,11 +170,6 @@ def sglang_capacity(spec, kv_bytes: float, max_running_requests: int = SGLANG_MA
         fixed = rows * c.row_bytes * len(c.layers)
     full = int(max(kv_bytes - fixed, 0) / per_full) // page * page
     return SglangCapacity(per_full, fixed, full, int(full * SGLANG_SWA_RATIO) // page * page)
-
-
-def marginal_bytes_per_token(spec, index_cache: str = "fp8") -> float:
-    """What one more token of context costs in vLLM's packed layout: a block's bytes over its 256 tokens."""
-    return max(g.page_bytes for g in vllm_groups(spec, index_cache)) / VLLM_BLOCK_TOKENS
 
 
 def is_compressed(spec) -> bool:

@@ -26,6 +26,8 @@ from typing import Optional
 from mla_planner.core.errors import PlanError
 from mla_planner.core.units import GiB, MiB
 from mla_planner.engines.backends import backend, engine_version, usable_backends
+from mla_planner.engines.compressed_kv import is_compressed
+from mla_planner.engines.compressed_pool import CompressedPool, engine_defaults
 from mla_planner.specs.attention.kinds import attention_of
 from mla_planner.specs.knobs import Knobs
 from mla_planner.specs.layout import Layout
@@ -77,6 +79,7 @@ class StageCosts:
     runtime_bytes: float
     slot_bytes: float           # bytes one physical token slot costs this GPU (all its layers)
     a2a_bytes: float = 0.0      # DeepEP buffer, allocated at model init like the weights (memory.terms)
+    pool: Optional[CompressedPool] = None   # DeepSeek-V4: the engine's capacity rule instead of bytes per slot
 
 
 def kv_pool(rules: EngineRules, knobs: Knobs, total_bytes: float, c: StageCosts, dcp: int,
@@ -87,6 +90,8 @@ def kv_pool(rules: EngineRules, knobs: Knobs, total_bytes: float, c: StageCosts,
     if c.slot_bytes <= 0:
         return 0.0, 0
     budget = kv_budget_bytes(rules, knobs, total_bytes, c, rest_bytes)
+    if c.pool is not None:
+        return c.pool.size(budget)
     tokens = int(budget // c.slot_bytes) if budget > 0 else 0   # vLLM: whole blocks; SGLang: whole pages
     slots = tokens // knobs.block_size * knobs.block_size
     return slots * c.slot_bytes, slots * dcp
@@ -222,7 +227,8 @@ def engine_default_knobs(engine: str, spec: ModelSpec, topo: Topology, dp: int =
     2048 (its auto floor), but 48 with speculative decoding (MTP; arg_groups/speculative_hook.py
     `_handle_eagle_family`: "Max running requests is reset to 48 for speculative decoding"; for the whole
     server, each DP-attention rank taking 48 // dp: kv_cache_configurator.py).
-    Both: max-model-len = the model's max_position_embeddings, bf16 KV.
+    Both: max-model-len = the model's max_position_embeddings, bf16 KV; for DeepSeek-V4 the engines' own V4
+    defaults (engines/compressed_kv.engine_defaults: fp8 rows, 256-token blocks, SGLang 256 running requests).
     memory_fraction is vLLM's 0.92 for both engines here: SGLang's default depends on the layout, so the
     callers that know it replace it with `default_memory_fraction` (or the user's flag)."""
     gpu, blackwell = topo.gpu, topo.gpu.arch == "blackwell"
@@ -234,6 +240,8 @@ def engine_default_knobs(engine: str, spec: ModelSpec, topo: Topology, dp: int =
                     max_num_batched_tokens=256 if deepep else 8192 if gpu.memory_bytes < 160 * GiB else 16384)
     base.update(engine=engine, kv_cache_dtype="bf16", max_model_len=spec.max_position_embeddings,
                 memory_fraction=VLLM_DEFAULT_UTILIZATION)
+    if is_compressed(spec):
+        base.update(engine_defaults(engine))
     base.update({k: v for k, v in given.items() if v is not None})
     if engine == "sglang" and base.get("mtp") and given.get("max_num_seqs") is None:
         base["max_num_seqs"] = max(SGLANG_SPECULATIVE_MAX_RUNNING // dp, 1)   # the server's, split over DP ranks

@@ -18,6 +18,8 @@ from typing import Optional
 from mla_planner.core.reason import Reason
 from mla_planner.core.units import GiB
 from mla_planner.engines.backends import fp8_checkpoint, startup_problems
+from mla_planner.engines.compressed_kv import is_compressed
+from mla_planner.engines.compressed_pool import CompressedPool
 from mla_planner.engines.cuda_graphs import capture_plan
 from mla_planner.engines.parallel import deepep_dispatch_tokens, dense_tp
 from mla_planner.engines.profile import profile
@@ -96,13 +98,17 @@ def _stage(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, rules:
     tokens = activation_tokens(rules, knobs, layout)
     ffn_tp = dense_tp(layout, rules.engine, "dense_ffn", knobs.dense_per_rank)
     sizes, modes = capture_plan(rules, knobs, topo.gpu, layout)
+    pool = CompressedPool(rules.engine, spec, rng, knobs.max_model_len, knobs.max_num_batched_tokens,
+                          knobs.max_num_seqs, layout.pp, bool(mtp_layers)) if is_compressed(spec) else None
     costs = StageCosts(
         weights_bytes=sum(weights.values()),
         activation_bytes=mt.activation_peak_bytes(spec, layout, tokens, min(knobs.max_num_seqs, tokens), last, ffn_tp),
         cuda_graph_bytes=mt.cuda_graph_bytes(spec, layout, sizes, modes, last, ffn_tp),
         nccl_bytes=mt.nccl_buffer_bytes(layout),
         runtime_bytes=mt.runtime_overhead_bytes(),
-        slot_bytes=kv_slot_bytes(spec, layout, rng, knobs.kv_cache_dtype, mtp_layers),
+        slot_bytes=pool.marginal_bytes_per_token() if pool else kv_slot_bytes(spec, layout, rng, knobs.kv_cache_dtype,
+                                                                              mtp_layers),
+        pool=pool,
         a2a_bytes=mt.deepep_buffer_bytes(spec, layout, deepep_dispatch_tokens(
             rules.engine, knobs.max_num_seqs, knobs.max_num_batched_tokens, knobs.mtp)))
     return _Stage(index, kv_layers, weights, costs)
@@ -159,11 +165,34 @@ def evaluate(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs,
     refusals, engine_notes = startup_problems(knobs.engine, spec, topo.gpu, knobs, layout.dcp)
     reasons += [Reason("engine_refuses", r) for r in refusals]
     notes += engine_notes
+    concurrency, longest = capacity / knobs.max_model_len, min(capacity, spec.max_position_embeddings)
+    rule = {}
+    if stages[binding].costs.pool is not None:   # DeepSeek-V4: capacity in requests, by the engine's own rule
+        rule, longest, finding = _compressed_capacity(stages[binding], knobs, rules, total, spec)
+        concurrency = rule["concurrent_requests"]
+        if finding:    # vLLM's own rule in blocks replaces the one in tokens
+            reasons = [r for r in reasons if r.code != "pool_below_context"] + [finding]
     fits = not any(r.blocks for r in reasons)
     return MemoryReport(
         knobs.engine, layout, knobs, ranks, binding, capacity, capacity * layout.dp, fits, [],
-        capacity / knobs.max_model_len, min(capacity, spec.max_position_embeddings), rules.version, safe,
-        attention_of(spec).holding(spec, layout), notes, no_safe, tuple(reasons))
+        concurrency, longest, rules.version, safe,
+        attention_of(spec).holding(spec, layout), notes, no_safe, tuple(reasons), rule)
+
+
+def _compressed_capacity(stage: _Stage, knobs: Knobs, rules: EngineRules, total: float,
+                         spec: ModelSpec) -> tuple[dict, int, Optional[Reason]]:
+    """(the engine's capacity facts, the longest max-model-len one request can have, why vLLM refuses to start)
+    for a DeepSeek-V4 stage: vLLM starts only when one request of max-model-len fits its blocks beside the null
+    block (v1/core/kv_cache_planning.py, which names the longest length that would)."""
+    pool, budget = stage.costs.pool, kv_budget_bytes(rules, knobs, total, stage.costs)
+    facts = pool.facts(budget)
+    longest = pool.longest_len(budget, spec.max_position_embeddings)
+    if rules.engine == "vllm" and facts["num_blocks"] and not facts["fits_one_request"]:
+        return facts, longest, Reason("kv_pool", (
+            f"one request of --max-model-len {knobs.max_model_len:,} reserves {facts['blocks_per_request']:,} blocks "
+            f"of {facts['bytes_per_block']:,} B, but the pool holds {facts['num_blocks']:,}: vLLM refuses to start "
+            f"(the longest that fits: {longest:,}); lower --max-model-len or --max-num-batched-tokens"))
+    return facts, longest, None
 
 
 @lru_cache(maxsize=8192)

@@ -41,6 +41,8 @@ class MemoryReport:
     notes: list[str] = field(default_factory=list)
     no_safe_fraction: str = ""
     findings: tuple[Reason, ...] = ()   # why it does not fit (Reason.blocks) and the risks, in the order found
+    capacity_rule: dict = field(default_factory=dict)   # DeepSeek-V4: the engine's capacity in its own terms
+                                                        # (engines/compressed_kv.CompressedPool.facts)
 
     @property
     def reasons(self) -> list[str]:

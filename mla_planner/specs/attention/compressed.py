@@ -64,14 +64,18 @@ class LayerCache:
     window: Optional[int] = None
 
 
-def layer_caches(spec, index_cache: str = "fp8", extra_window_layers: int = 0) -> tuple[LayerCache, ...]:
-    """Every cache of the model's decoder layers, plus `extra_window_layers` (the MTP or DSpark draft layers the
-    engine runs: window-only layers numbered from num_hidden_layers). Compressor states: per layer 2 x overlap x
-    head_dim fp32 values per token slot, a ring of overlap x ratio slots; the CSA indexer's own compressor the same
-    over index_head_dim (vLLM 0.33.0 `compressor.py`: C4 8,192 B x 8, its indexer 2,048 B x 8, C128 4,096 B x 128)."""
+def layer_caches(spec, index_cache: str = "fp8", extra_window_layers: int = 0,
+                 stage: Optional[range] = None) -> tuple[LayerCache, ...]:
+    """Every cache of the model's decoder layers (or of a pipeline stage's, `stage`), plus `extra_window_layers`
+    (the MTP or DSpark draft layers the engine runs: window-only layers numbered from num_hidden_layers). A cache
+    no layer keeps is left out. Compressor states: per layer 2 x overlap x head_dim fp32 values per token slot, a
+    ring of overlap x ratio slots; the CSA indexer's own compressor the same over index_head_dim (vLLM 0.33.0
+    `compressor.py`: C4 8,192 B x 8, its indexer 2,048 B x 8, C128 4,096 B x 128)."""
     n, d = spec.num_hidden_layers, spec.head_dim
-    csa, hca = layers_with(spec, 4), layers_with(spec, 128)
-    every = tuple(range(n + extra_window_layers))
+    stage = range(n) if stage is None else stage
+    csa = tuple(i for i in layers_with(spec, 4) if i in stage)
+    hca = tuple(i for i in layers_with(spec, 128) if i in stage)
+    every = tuple(stage) + tuple(range(n, n + extra_window_layers))
     out = [LayerCache("swa_kv", "swa", every, ROW_BYTES, window=spec.sliding_window)]
     if csa:
         dih = spec.index_head_dim

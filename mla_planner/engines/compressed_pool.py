@@ -1,0 +1,111 @@
+"""The memory model's side of DeepSeek-V4's caches: the cache knobs each engine resolves for V4 (`engine_defaults`,
+`compressed_choice`) and `CompressedPool`, what a stage's KV bytes become under each engine's own capacity rule
+(engines/compressed_kv.py), asked by engines/memory_rules.kv_pool instead of bytes per token slot."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mla_planner.core.errors import PlanError
+from mla_planner.engines.compressed_kv import (SGLANG_MAX_RUNNING, SGLANG_PAGE_TOKENS, VLLM_BLOCK_TOKENS, SglangCapacity,
+                                               VllmCapacity, blocks_per_request, sglang_capacity, vllm_capacity,
+                                               vllm_groups)
+
+
+def engine_defaults(engine: str) -> dict:
+    """What each engine resolves for V4 when a flag is not given: the 584-byte fp8 rows (both turn auto and fp8
+    into them: vLLM `deepseek_v4/attention.py`, SGLang `arg_groups/overrides.py`), 256-token blocks (vLLM's V4
+    indexer backend takes only 256 and the recipes pass it; SGLang's V4 override), and SGLang's 256 running
+    requests (`deepseek_v4_hook.py`)."""
+    out = {"kv_cache_dtype": "fp8_ds_mla", "block_size": VLLM_BLOCK_TOKENS}
+    if engine == "sglang":
+        out.update(block_size=SGLANG_PAGE_TOKENS, max_num_seqs=SGLANG_MAX_RUNNING)
+    return out
+
+
+def compressed_choice(engine: str, kv_dtype: str, kv_text: str, block_size: int | None) -> tuple[dict, list[str]]:
+    """(the cache knobs, the sentence saying how the engine resolves them) for --kv-cache-dtype and --block-size on
+    a V4 model: auto, fp8 and fp8_ds_mla are the 584-byte rows; bf16 rows (vLLM's FlashInfer plain-row backend) are
+    not modelled and refused; a block other than 256 is refused as the engines refuse it."""
+    if kv_dtype == "bf16" and kv_text != "auto":
+        raise PlanError("--kv-cache-dtype bf16: DeepSeek-V4's bf16 rows (vLLM's FlashInfer plain-row backend) are not "
+                        "modelled; give auto or fp8 (the 584-byte fp8 rows both engines default to)")
+    if block_size not in (None, VLLM_BLOCK_TOKENS):
+        what = "vLLM's V4 indexer backend accepts only 256" if engine == "vllm" else "SGLang's V4 pools page by 256"
+        raise PlanError(f"--block-size {block_size}: {what} for DeepSeek-V4")
+    return ({"kv_cache_dtype": "fp8_ds_mla", "block_size": VLLM_BLOCK_TOKENS},
+            [f"KV cache: {engine} stores DeepSeek-V4's rows in FlashMLA's 584-byte fp8 layout (what auto and fp8 "
+             f"become) on 256-token blocks; capacity is counted the engine's way, in requests of --max-model-len"])
+
+
+@dataclass(frozen=True)
+class CompressedPool:
+    """One GPU's V4 caches (a pipeline stage's layers) as ENGINE turns KV bytes into capacity: what the memory model
+    asks instead of bytes per token (engines/memory_rules.kv_pool)."""
+    engine: str
+    spec: object
+    stage: range
+    max_model_len: int
+    max_num_batched_tokens: int
+    max_running_requests: int
+    pp: int = 1
+    speculative: bool = False       # MTP runs: one more window-only layer (vLLM), SGLang's speculative rings
+
+    def _vllm(self, kv_bytes: float) -> VllmCapacity:
+        return vllm_capacity(self.spec, kv_bytes, self.max_model_len, self.max_num_batched_tokens, self.pp,
+                             window_layers=int(self.speculative), stage=self.stage)
+
+    def _sglang(self, kv_bytes: float) -> SglangCapacity:
+        return sglang_capacity(self.spec, kv_bytes, self.max_running_requests, self.speculative, stage=self.stage)
+
+    def marginal_bytes_per_token(self) -> float:
+        """What one more token of context costs: vLLM a block's bytes over its 256 tokens; SGLang a full-pool token."""
+        if self.engine == "sglang":
+            return self._sglang(0.0).bytes_per_full_token
+        return self._vllm(0.0).bytes_per_block / VLLM_BLOCK_TOKENS
+
+    def size(self, kv_bytes: float) -> tuple[float, int]:
+        """(bytes the pool takes, tokens as the engine logs them): vLLM's "GPU KV cache size" (blocks over blocks per
+        request x max_model_len); SGLang's max_total_num_tokens."""
+        if kv_bytes <= 0:
+            return 0.0, 0
+        if self.engine == "sglang":
+            cap = self._sglang(kv_bytes)
+            return cap.fixed_bytes + cap.full_tokens * cap.bytes_per_full_token, cap.full_tokens
+        cap = self._vllm(kv_bytes)
+        return float(cap.num_blocks * cap.bytes_per_block), cap.logged_tokens
+
+    def facts(self, kv_bytes: float) -> dict:
+        """What decides the capacity, in the engine's own terms, and the concurrent requests at max_model_len."""
+        if self.engine == "sglang":
+            cap = self._sglang(kv_bytes)
+            requests = min(cap.full_tokens / self.max_model_len, self.max_running_requests)
+            return {"bytes_per_full_token": cap.bytes_per_full_token, "fixed_state_bytes": cap.fixed_bytes,
+                    "full_tokens": cap.full_tokens, "swa_tokens": cap.swa_tokens,
+                    "max_running_requests": self.max_running_requests, "concurrent_requests": requests,
+                    "marginal_bytes_per_token": cap.bytes_per_full_token,
+                    "knob": "--max-running-requests (each slot reserves its C128 state rings up front) and "
+                            "--swa-full-tokens-ratio; --context-length does not change the pool"}
+        cap = self._vllm(kv_bytes)
+        return {"bytes_per_block": cap.bytes_per_block, "num_blocks": cap.num_blocks,
+                "blocks_per_request": cap.blocks_per_request, "concurrent_requests": cap.concurrency,
+                "fits_one_request": cap.fits_one, "marginal_bytes_per_token": cap.bytes_per_block / VLLM_BLOCK_TOKENS,
+                "fixed_blocks_per_request": cap.blocks_per_request - -(-self.max_model_len // VLLM_BLOCK_TOKENS),
+                "knob": "--max-num-batched-tokens (every sliding-window group reserves 2 x it in flight per "
+                        "request) and --max-model-len"}
+
+    def longest_len(self, kv_bytes: float, limit: int) -> int:
+        """The longest max-model-len one request can have (vLLM: its blocks fit beside the null block, found by
+        bisection as vLLM's own error message does; SGLang: the full-token pool)."""
+        if self.engine == "sglang":
+            return min(self._sglang(kv_bytes).full_tokens, limit)
+        blocks = int(max(kv_bytes, 0) // self._vllm(0.0).bytes_per_block) - 1
+        groups = vllm_groups(self.spec, "fp8", int(self.speculative), self.stage)
+        lo, hi = 0, limit
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if blocks_per_request(groups, mid, self.max_num_batched_tokens, self.pp) <= blocks:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
