@@ -166,8 +166,10 @@ def test_show_reports_the_engine_figures(cli):
     assert "every block id costs 1,002,240 B" in text and "(and the MTP layer)" not in text
 
 
-@pytest.mark.parametrize("args", [["plan"], ["compare", "--layout", "tp=8"], ["lint", "--", "vllm", "serve", "x"]])
-def test_commands_that_cannot_price_v4_yet_refuse_it_in_one_line(cli, args):
-    result = cli(args[0], "-m", str(PRO), *args[1:])
+def test_verify_refuses_v4_in_one_line_until_it_times_it(cli, tmp_path):
+    plan = tmp_path / "plan.json"
+    result = cli("plan", "-m", str(FLASH), "-t", "8xh200", "--json")
+    plan.write_text(result.stdout)
+    result = cli("verify", "--plan", str(plan), "--device", "cpu")
     assert result.exit_code == 2
-    assert result.stderr.count("\n") == 1 and "cannot price yet" in result.stderr
+    assert result.stderr.count("\n") == 1 and "csa-hca attention" in result.stderr

@@ -105,7 +105,9 @@ def test_nvfp4_gemms_run_on_fp4_tensor_cores_only_where_the_gpu_has_them():
     b200, h200 = load_topology("8xb200").gpu, load_topology("8xh200").gpu
     assert b200.tensor_flops_per_s(tensor_precision("nvfp4")) == 9e15
     assert h200.tensor_flops_per_s(tensor_precision("nvfp4")) == h200.bf16_flops_per_s
-    assert b200.tensor_flops_per_s(tensor_precision("mxfp4")) == b200.bf16_flops_per_s
+    # MXFP4 (DeepSeek-V4's experts) with FP8 activations: the mixed-input MMA at the FP8 rate on Blackwell
+    assert b200.tensor_flops_per_s(tensor_precision("mxfp4")) == b200.fp8_flops_per_s
+    assert h200.tensor_flops_per_s(tensor_precision("mxfp4")) == h200.bf16_flops_per_s
 
 
 def test_an_nvfp4_r1_plans_on_b200(cli, tmp_path):

@@ -29,7 +29,7 @@ from mla_planner.audit.lint_sparse import sparse_findings
 from mla_planner.core.errors import PlanError
 from mla_planner.engines.backends import backend, backend_problems
 from mla_planner.engines.layouts import engine_layout_problem
-from mla_planner.engines.sparse import is_sparse
+from mla_planner.engines.sparse import own_rows
 from mla_planner.engines.parallel import uses_deepep
 from mla_planner.perf.step import decode_step
 from mla_planner.search.candidate_warnings import cross_node_tp_note, shared_nic_deepep_note
@@ -216,7 +216,7 @@ def lint(cmd: Command, spec: ModelSpec, topo: Topology, calib: Calibration) -> l
         out.append(Finding("error", "layout", problem))
     out += [Finding(*f) for f in quantization_findings(cmd.engine, cmd.values.get("quant"), spec, topo.gpu)]
     out += ([Finding(*f) for f in sparse_findings(engine, cmd.values, spec, topo.gpu, layout.dcp,
-                                                  spec.num_attention_heads // layout.tp)] if is_sparse(spec)
+                                                  spec.num_attention_heads // layout.tp)] if own_rows(spec)
             else _kv_and_backend(cmd, topo, layout))
     out += [Finding(*f) for f in model_findings(engine, cmd.flags, cmd.values, cmd.model, spec)]
     max_len = _tokens(cmd.values.get("max_len"))

@@ -1,11 +1,14 @@
-"""Findings on a hand-written command for a DeepSeek Sparse Attention model (DeepSeek-V3.2, GLM-5), by the
+"""Findings on a hand-written command for a sparse-attention model: DeepSeek Sparse Attention (DeepSeek-V3.2, GLM-5)
+here, DeepSeek-V4's compressed attention in audit/lint_compressed.py. For DSA, by the
 engines' own rules for it (docs/dsa-engines.md sections 2-3 and 6, data/backends.yaml `sparse`): the KV dtypes
 each accepts, the sparse backends and the GPUs and caches they take, the 64-token blocks. (level, flag, text)
 tuples, as audit/lint.py makes findings of them."""
 
 from __future__ import annotations
 
+from mla_planner.audit.lint_compressed import compressed_findings
 from mla_planner.core.errors import PlanError
+from mla_planner.engines.compressed_kv import is_compressed
 from mla_planner.engines.sparse import dcp_problem, default_kv_class, kv_class, sparse_backends, sparse_choice
 from mla_planner.specs.model import ModelSpec
 from mla_planner.specs.topology import GPU
@@ -19,6 +22,8 @@ BLOCK = 64
 
 def sparse_findings(engine: str, values: dict, spec: ModelSpec, gpu: GPU, dcp: int,
                     heads_per_rank: int) -> list[tuple]:
+    if is_compressed(spec):
+        return compressed_findings(engine, values)
     raw, block = values.get("kv", "auto"), values.get("block")
     out = []
     if engine == "sglang":

@@ -81,13 +81,17 @@ class CompressedPool:
             cap = self._sglang(kv_bytes)
             requests = min(cap.full_tokens / self.max_model_len, self.max_running_requests)
             return {"bytes_per_full_token": cap.bytes_per_full_token, "fixed_state_bytes": cap.fixed_bytes,
+                    "swa_tokens_per_request": self.spec.sliding_window + SGLANG_PAGE_TOKENS,
                     "full_tokens": cap.full_tokens, "swa_tokens": cap.swa_tokens,
                     "max_running_requests": self.max_running_requests, "concurrent_requests": requests,
                     "marginal_bytes_per_token": cap.bytes_per_full_token,
                     "knob": "--max-running-requests (each slot reserves its C128 state rings up front) and "
                             "--swa-full-tokens-ratio; --context-length does not change the pool"}
         cap = self._vllm(kv_bytes)
+        groups = vllm_groups(self.spec, "fp8", int(self.speculative), self.stage)
+        decoding = blocks_per_request(groups, self.max_model_len, 1 + int(self.speculative), self.pp)
         return {"bytes_per_block": cap.bytes_per_block, "num_blocks": cap.num_blocks,
+                "decode_blocks_per_request": decoding - -(-self.max_model_len // VLLM_BLOCK_TOKENS),
                 "blocks_per_request": cap.blocks_per_request, "concurrent_requests": cap.concurrency,
                 "fits_one_request": cap.fits_one, "marginal_bytes_per_token": cap.bytes_per_block / VLLM_BLOCK_TOKENS,
                 "fixed_blocks_per_request": cap.blocks_per_request - -(-self.max_model_len // VLLM_BLOCK_TOKENS),
@@ -109,3 +113,19 @@ class CompressedPool:
             else:
                 hi = mid - 1
         return lo
+
+
+def running_requests(rule: dict, tokens: int) -> int:
+    """How many requests of `tokens` tokens each can decode at once under a V4 capacity rule (`facts`), as the
+    schedulers hold them rather than as the log's worst case: vLLM frees the blocks a sliding window has left
+    (v1/core/single_type_kv_cache_manager.py remove_skipped_blocks), so a decoding request holds cdiv(tokens, 256)
+    full blocks plus its windows' and compressor states' few (`decode_blocks_per_request`, with the decode step's
+    tokens in flight), beside one request in prefill holding its windows' whole reserve; SGLang's full-token pool
+    holds tokens // L requests, its SWA pool (a tenth of it) a window and a page each, and it runs at most
+    max_running_requests."""
+    if "bytes_per_full_token" in rule:
+        return int(min(rule["full_tokens"] // tokens, rule["swa_tokens"] // rule["swa_tokens_per_request"],
+                       rule["max_running_requests"]))
+    free = rule["num_blocks"] - 1 - rule["fixed_blocks_per_request"]
+    return max(int(free // (-(-tokens // VLLM_BLOCK_TOKENS) + rule["decode_blocks_per_request"])), 0)
+

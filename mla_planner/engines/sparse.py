@@ -1,4 +1,5 @@
-"""How each engine stores and serves a DeepSeek Sparse Attention cache (DeepSeek-V3.2, GLM-5): the KV dtype
+"""How each engine stores and serves a DeepSeek Sparse Attention cache (DeepSeek-V3.2, GLM-5), and which sparse
+backend runs DeepSeek-V4's compressed attention (`compressed_backend`): the KV dtype
 it uses when not told, the sparse MLA backend it selects, what "fp8" becomes on that backend (FlashMLA's
 656-byte fp8_ds_mla row or the plain 576-byte one), and its block size. The facts are data
 (`data/backends.yaml`, section `sparse`, with their sources in the wheels; docs/dsa-engines.md).
@@ -132,9 +133,25 @@ def dcp_problem(backend: dict, kv_class: str, heads_per_rank: int, dcp: int) -> 
 
 def padded_heads(engine: str, backend: str, heads_per_rank: int) -> int:
     """The query heads the backend's decode kernel computes for `heads_per_rank` real ones: the first of its
-    `pad_heads` sizes that holds them (FlashMLA sparse: 64, or 128 above 64), else the heads themselves."""
-    sizes = _table()[engine]["backends"].get(backend, {}).get("pad_heads") or []
+    `pad_heads` sizes that holds them (FlashMLA sparse, DSA's and DeepSeek-V4's: 64, or 128 above 64), else the
+    heads themselves."""
+    entry = _table()[engine]["backends"].get(backend) or \
+        (compressed_backend(engine) if compressed_backend(engine)["backend"] == backend else {})
+    sizes = entry.get("pad_heads") or []
     return next((size for size in sizes if heads_per_rank <= size), heads_per_rank)
+
+
+@lru_cache(maxsize=2)
+def compressed_backend(engine: str) -> dict:
+    """The attention backend ENGINE runs DeepSeek-V4's compressed attention on (data/backends.yaml `compressed`):
+    its name, GPU architectures, head padding and a note."""
+    return parse_yaml(data_dir("backends.yaml").read_text())["compressed"][engine]
+
+
+def own_rows(spec: ModelSpec) -> bool:
+    """Whether the model's KV rows are its sparse backend's own layout (DSA, DeepSeek-V4): the engine is told
+    bf16 or fp8 (`kv_flag`) and turns it into that layout, rather than given the planner's dtype name."""
+    return attention_of(spec).backend_family in ("mla-sparse", "mla-compressed")
 
 
 def kv_flag(engine: str, stored: str) -> str:

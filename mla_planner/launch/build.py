@@ -8,7 +8,8 @@ from typing import Optional
 
 from mla_planner.core.errors import PlanError
 from mla_planner.engines.backends import backend, backend_problems
-from mla_planner.engines.sparse import is_sparse, kv_class, sparse_choice
+from mla_planner.engines.compressed_kv import VLLM_BLOCK_TOKENS, is_compressed
+from mla_planner.engines.sparse import compressed_backend, is_sparse, kv_class, sparse_choice
 from mla_planner.launch import sglang, vllm
 from mla_planner.launch.claims import check_gpu_counts
 from mla_planner.launch.command import LaunchInputs, NodeCommand
@@ -31,6 +32,13 @@ def _check_backend(inp: LaunchInputs, engine: str) -> None:
     itself selects (engines/sparse.py)."""
     k = inp.knobs
     if k.attention_backend is None:
+        return
+    if is_compressed(inp.spec):
+        entry = compressed_backend(engine)
+        if (entry["backend"], k.kv_cache_dtype, k.block_size) != (k.attention_backend, "fp8_ds_mla", VLLM_BLOCK_TOKENS):
+            raise PlanError(f"attention backend {k.attention_backend} with a {k.kv_cache_dtype} cache on {k.block_size}-"
+                            f"token blocks: {engine} runs DeepSeek-V4 on {entry['backend']} with fp8_ds_mla rows on "
+                            f"{VLLM_BLOCK_TOKENS}-token blocks; plan again")
         return
     if is_sparse(inp.spec):
         choice = sparse_choice(engine, inp.spec, inp.topology.gpu, kv_class(k.kv_cache_dtype),

@@ -25,7 +25,7 @@ from typing import Optional
 
 from mla_planner.core.errors import PlanError
 from mla_planner.engines.layouts import PP_SPEC_ENV
-from mla_planner.engines.sparse import is_sparse, kv_flag
+from mla_planner.engines.sparse import is_sparse, kv_flag, own_rows
 from mla_planner.launch import a2a
 from mla_planner.launch.command import (
     LaunchInputs,
@@ -53,7 +53,7 @@ def check_expressible(inp: LaunchInputs) -> None:
     if inp.mode != "native":
         raise PlanError("SGLang is launched natively on every node (--nnodes/--node-rank/--dist-init-addr); "
                         "--mode ray is vLLM's form")
-    if inp.knobs.kv_cache_dtype not in KV_CACHE_DTYPES and not is_sparse(inp.spec):   # DSA: its backend's row
+    if inp.knobs.kv_cache_dtype not in KV_CACHE_DTYPES and not own_rows(inp.spec):   # DSA, V4: the backend's row
         raise PlanError(f"SGLang 0.5.23 has no '{inp.knobs.kv_cache_dtype}' KV cache dtype; "
                         f"choices here: {', '.join(KV_CACHE_DTYPES)}")
 
@@ -92,14 +92,14 @@ def sizing_flags(inp: LaunchInputs) -> list[str]:
         ("--enable-dp-lm-head", k.dense_per_rank),
         ("--dcp-size", L.dcp if L.dcp > 1 else None),
         ("--page-size", k.block_size),
-        ("--kv-cache-dtype", kv_flag("sglang", k.kv_cache_dtype) if is_sparse(inp.spec)
+        ("--kv-cache-dtype", kv_flag("sglang", k.kv_cache_dtype) if own_rows(inp.spec)
          else KV_CACHE_DTYPES[k.kv_cache_dtype]),
         ("--mem-fraction-static", k.memory_fraction),
         ("--max-running-requests", running),
         ("--chunked-prefill-size", chunk),
         ("--context-length", k.max_model_len),
         ("--disable-radix-cache", not k.prefix_caching),
-        ("--attention-backend", None if is_sparse(inp.spec) else k.attention_backend),
+        ("--attention-backend", None if own_rows(inp.spec) else k.attention_backend),   # V4: --dsv4-attn-backend auto
         ("--dsa-decode-backend", k.attention_backend if is_sparse(inp.spec) else None),   # DSA: the decode kernel
         ("--cuda-graph-backend-decode", None if k.cuda_graphs else "disabled"),
         ("--cuda-graph-backend-prefill", None if k.cuda_graphs else "disabled"),

@@ -24,7 +24,8 @@ from typing import Optional
 
 from mla_planner.core.errors import PlanError
 from mla_planner.engines.layouts import vllm_layout_problem
-from mla_planner.engines.sparse import is_sparse, kv_flag
+from mla_planner.engines.compressed_kv import is_compressed
+from mla_planner.engines.sparse import kv_flag, own_rows
 from mla_planner.launch import a2a
 from mla_planner.launch.command import (
     LaunchInputs,
@@ -75,14 +76,14 @@ def sizing_flags(inp: LaunchInputs) -> list[str]:
         ("--all2all-backend", a2a.vllm_backend(L)),
         ("--decode-context-parallel-size", L.dcp if L.dcp > 1 else None),
         ("--block-size", k.block_size),
-        ("--kv-cache-dtype", kv_flag("vllm", k.kv_cache_dtype) if is_sparse(inp.spec)
+        ("--kv-cache-dtype", kv_flag("vllm", k.kv_cache_dtype) if own_rows(inp.spec)
          else KV_CACHE_DTYPES[k.kv_cache_dtype]),
         ("--gpu-memory-utilization", k.memory_fraction),
         ("--max-num-seqs", k.max_num_seqs),
         ("--max-num-batched-tokens", k.max_num_batched_tokens),
         ("--max-model-len", k.max_model_len),
         ("--enable-prefix-caching" if k.prefix_caching else "--no-enable-prefix-caching", True),
-        ("--attention-backend", k.attention_backend),
+        ("--attention-backend", None if is_compressed(inp.spec) else k.attention_backend),   # V4: its own
         ("--enforce-eager", not k.cuda_graphs),
         ("--max-cudagraph-capture-size", k.cuda_graph_max_bs if k.cuda_graphs else None),
         ("--speculative-config", MTP_CONFIG if k.mtp else None),

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from mla_planner.core.reason import Reason
+from mla_planner.engines.compressed_pool import running_requests
 from mla_planner.specs.knobs import Knobs
 from mla_planner.specs.layout import Layout
 
@@ -53,3 +54,11 @@ class MemoryReport:
     def blocking(self) -> int:
         """How many of `reasons` (the first ones) are why it does not fit."""
         return sum(r.blocks for r in self.findings)
+
+    def requests_fit(self, tokens_per_request: int) -> int:
+        """Requests of `tokens_per_request` KV tokens each the pool holds at once (per DP rank): the capacity over
+        the tokens, or for DeepSeek-V4 the engine's own rule in blocks or pools (compressed_pool.running_requests)."""
+        if self.capacity_rule:
+            return running_requests(self.capacity_rule, tokens_per_request)
+        return self.kv_capacity_tokens // tokens_per_request
+

@@ -24,6 +24,7 @@ from functools import lru_cache
 
 from mla_planner.core.units import ACT_BYTES
 from mla_planner.engines.parallel import dense_tp
+from mla_planner.engines.compressed_kv import is_compressed
 from mla_planner.engines.sparse import is_sparse, padded_heads
 from mla_planner.specs.attention.kinds import attention_of
 from mla_planner.specs.knobs import Knobs
@@ -118,6 +119,10 @@ def _layer_weights(spec: ModelSpec, layout: Layout, engine: str, dense_per_rank:
         acc[0] += per * share
         acc[1] += params * share
     get = lambda g: sums.get(g, [0.0, 0.0])  # noqa: E731
+    # DeepSeek-V4's hyper-connection mixes run on every token before attention and the FFN: priced with the
+    # attention projections (replicated, small GEMMs)
+    hc = get("hyper_connections")
+    sums["attention"] = [get("attention")[0] + hc[0], get("attention")[1] + hc[1]]
     per_head = attention_of(spec).absorb_params_per_head(spec)
     absorb = spec.num_attention_heads * per_head / layout.tp if per_head else 0.0
     return LayerWeights(attn_bytes=get("attention")[0], attn_params=get("attention")[1], absorb_params=absorb,
@@ -133,9 +138,10 @@ def tensor_precision(dtype: str) -> str:
     """The GEMM precision of weights stored as `dtype`: fp8 and int8 checkpoints run W8A8 (activations quantized
     per token: vLLM/SGLang fp8.py, SGLang w8a8_int8.py and blockwise_int8.py); NVFP4 runs W4A4 on FP4 tensor
     cores where the GPU has them (GPU.tensor_flops_per_s falls back to bf16 elsewhere: vLLM 0.33.0 runs it
-    weight-only through Marlin below Blackwell, kernels/linear/nvfp4/marlin.py); int4 and MXFP4 are taken as
-    weight-only (Marlin / W4A16), bf16 math."""
-    return {"fp8": "fp8", "int8": "int8", "nvfp4": "fp4"}.get(dtype, "bf16")
+    weight-only through Marlin below Blackwell, kernels/linear/nvfp4/marlin.py); MXFP4 (DeepSeek-V4's experts) runs
+    with FP8 activations on Blackwell (the mixed-input MMA, at the FP8 rate) and weight-only elsewhere; int4 is
+    taken as weight-only (Marlin / W4A16), bf16 math."""
+    return {"fp8": "fp8", "int8": "int8", "nvfp4": "fp4", "mxfp4": "w4a8"}.get(dtype, "bf16")
 
 
 def experts_hit(local_experts: float, n_experts: int, top_k: int, tokens: float) -> float:
@@ -165,7 +171,7 @@ def _decode_core(spec: ModelSpec, layout: Layout, knobs: Knobs, batch: Batch) ->
     """The attention kind's decode core (specs/attention: MLA's absorbed form over the latent, GQA's per-head
     K/V over the rank's KV heads, DSA's top-k and index scan with the heads its sparse kernel pads to)."""
     kind, extra = attention_of(spec), {}
-    if is_sparse(spec) and knobs.attention_backend:
+    if (is_sparse(spec) or is_compressed(spec)) and knobs.attention_backend:
         extra["padded_heads"] = padded_heads(knobs.engine, knobs.attention_backend,   # DCP gathers every rank's
                                              spec.num_attention_heads // layout.tp * layout.dcp)
     c = kind.decode_core(spec, layout, knobs.kv_cache_dtype, batch.decode, batch.context, batch.q_len, **extra)

@@ -138,7 +138,7 @@ def batch_limit(layout: Layout, knobs: Knobs, mem: MemoryReport, workload: Workl
     MTP, (SGLang with DeepEP) the 1,024 tokens its low-latency dispatch takes per step, or the CUDA-graph capture
     range (cuda_graphs.graph_batch_cap), past which decode runs eagerly."""
     per_request = tokens_per_request(workload, knobs.block_size)
-    kv = mem.kv_capacity_tokens // per_request if mem.fits else 0
+    kv = mem.requests_fit(per_request) if mem.fits else 0
     caps = [(kv, "kv"), (knobs.max_num_seqs, "max_num_seqs")]
     if profile(knobs.engine).step_budget_caps_prompts:   # one budget per step: the decodes count against it
         caps.append((knobs.max_num_batched_tokens // decode_query_len(knobs), "max_num_batched_tokens"))

@@ -10,7 +10,8 @@ from mla_planner.engines.backends import (choose_block_size, mtp_verify_problem,
                                           usable_backends)
 from mla_planner.engines.layouts import mtp_layout_problem
 from mla_planner.engines.profile import profile
-from mla_planner.engines.sparse import sparse_choice
+from mla_planner.engines.compressed_kv import VLLM_BLOCK_TOKENS
+from mla_planner.engines.sparse import compressed_backend, sparse_choice
 from mla_planner.specs.attention.kinds import attention_of
 from mla_planner.specs.layout import Layout
 from mla_planner.specs.model import ModelSpec
@@ -37,6 +38,8 @@ def attention_choice(spec: ModelSpec, gpu, layout: Layout, engine: str, kv_dtype
                 f"order for {gpu.arch} with {kv_dtype} KV)", why_block)
     if family == "mla-sparse":
         return _sparse(spec, gpu, layout, engine, kv_dtype, pinned_block, mtp)
+    if family == "mla-compressed":
+        return _compressed(engine, gpu, layout, pinned_block, mtp)
     # the MLA backend table does not apply (vLLM refuses an MLA backend for a non-MLA model)
     block = pinned_block or GQA_DEFAULT_BLOCK[engine]
     if block % profile(engine).gqa_block_multiple:
@@ -80,3 +83,19 @@ def _sparse(spec: ModelSpec, gpu, layout: Layout, engine: str, kv_class: str, pi
     block = (f"{choice.block_size} as pinned by --block-size" if pinned_block else
              f"{choice.block_size}: the sparse attention's indexer cache takes multiples of 64 tokens")
     return choice.backend, choice.kv_cache_dtype, choice.block_size, choice.why.removeprefix("KV cache: "), block
+
+
+def _compressed(engine: str, gpu, layout: Layout, pinned_block: int | None, mtp: bool) -> tuple:
+    """DeepSeek-V4: the engine's V4 FlashMLA backend, the 584-byte fp8 rows, 256-token blocks (engines/sparse.py
+    `compressed_backend`, engines/compressed_pool.py)."""
+    entry = compressed_backend(engine)
+    if gpu.arch not in entry["archs"]:
+        raise Rejected(f"{engine} runs DeepSeek-V4 on {entry['backend']}, which needs {' or '.join(entry['archs'])} "
+                       f"GPUs, not {gpu.arch}")
+    if pinned_block not in (None, VLLM_BLOCK_TOKENS):
+        raise Rejected(f"block size {pinned_block}: DeepSeek-V4 runs on 256-token blocks only")
+    if mtp and mtp_layout_problem(engine, layout):
+        raise Rejected(mtp_layout_problem(engine, layout) + "; MTP is not planned there")
+    return (entry["backend"], "fp8_ds_mla", VLLM_BLOCK_TOKENS, f"{entry['backend']}: {entry['note']}",
+            "256: the V4 indexer backend (vLLM) and SGLang's V4 pools take 256-token blocks only")
+

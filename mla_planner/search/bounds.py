@@ -29,7 +29,7 @@ def screen(spec, topo, layout, engine, kv, workload, calib, pinned: Overrides,
     mem = memory_evaluate(spec, topo, layout, knobs)      # the verdict only: no search for ways out
     if not mem.fits:
         raise Rejected(mem.reasons[0] if mem.reasons else "does not fit")
-    batch = min(knobs.max_num_seqs, mem.kv_capacity_tokens // tokens_per_request(workload, knobs.block_size))
+    batch = min(knobs.max_num_seqs, mem.requests_fit(tokens_per_request(workload, knobs.block_size)))
     if batch < 1:
         raise Rejected(f"the KV pool ({mem.kv_capacity_tokens:,} tokens) cannot hold one "
                        f"{workload.mean_decode_context:,}-token request")
@@ -51,7 +51,7 @@ def _balanced(spec, topo, layout, knobs: Knobs, workload) -> tuple[Knobs, int] |
     if alt is None:
         return None
     mem = memory_evaluate(spec, topo, layout, alt)
-    batch = min(alt.max_num_seqs, mem.kv_capacity_tokens // tokens_per_request(workload, alt.block_size))
+    batch = min(alt.max_num_seqs, mem.requests_fit(tokens_per_request(workload, alt.block_size)))
     return (alt, batch) if mem.fits and batch >= 1 else None
 
 

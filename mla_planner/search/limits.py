@@ -146,7 +146,7 @@ def regain_kv_room(spec, topo, layout, knobs: Knobs, workload: Workload, calib: 
         if m.concurrency_limit != "kv":
             break
         at = memory_evaluate(spec, topo, layout, replace(knobs, max_num_seqs=m.capacity_per_dp_rank))
-        room = at.kv_capacity_tokens // tokens_per_request(workload, knobs.block_size) if at.fits else 0
+        room = at.requests_fit(tokens_per_request(workload, knobs.block_size)) if at.fits else 0
         if room <= m.capacity_per_dp_rank:
             break
         more = evaluate(spec, topo, layout, replace(knobs, max_num_seqs=room), workload, calib,

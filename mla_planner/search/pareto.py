@@ -34,7 +34,7 @@ def tradeoff_curve(spec: ModelSpec, topo: Topology, index: int, o, workload: Wor
     grows (powers of two up to what the KV pool holds, plus the chosen batch): the latency/throughput trade
     each layout offers, so the Pareto front shows which layout wins at which TPOT, not only at the target."""
     m, knobs, lay = o.tuned.metrics, o.tuned.knobs, o.layout
-    kv_max = m.memory.kv_capacity_tokens // tokens_per_request(workload, knobs.block_size)
+    kv_max = m.memory.requests_fit(tokens_per_request(workload, knobs.block_size))
     top = min(kv_max, knobs.max_num_seqs)     # what this deployment, as launched, can ever run
     batches = sorted({b for b in (2 ** i for i in range(12)) if b <= top} | {m.concurrency_per_dp_rank} - {0})
     out = []

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field, replace
 
 from mla_planner.engines.layouts import launch_problem
 from mla_planner.engines.parallel import dense_per_rank_applies
+from mla_planner.engines.compressed_kv import is_compressed
 from mla_planner.search.attention_backend import Rejected
 from mla_planner.search.bounds import screen, target_bound
 from mla_planner.search.candidate import Rejection
@@ -82,7 +83,11 @@ class SearchResult:
     screened: int
 
 
-def kv_dtypes_for(topo: Topology, requested: str | None) -> list[str]:
+def kv_dtypes_for(topo: Topology, requested: str | None, spec: ModelSpec | None = None) -> list[str]:
+    """The KV dtypes the search tries: the one asked for, else bf16 and fp8 where the GPU has FP8; DeepSeek-V4 only
+    fp8 (both engines keep its rows in one fp8 layout, auto included)."""
+    if spec is not None and is_compressed(spec):
+        return ["fp8"]
     if requested:
         return [requested]
     return ["bf16", "fp8"] if topo.gpu.has_fp8 else ["bf16"]
@@ -121,7 +126,7 @@ def search(spec: ModelSpec, topo: Topology, workload: Workload, calib: Calibrati
     for layout in legal:
         for engine in engines:
             problem = _engine_problem(layout, engine, topo)
-            for kv in kv_dtypes_for(topo, kv_dtype):
+            for kv in kv_dtypes_for(topo, kv_dtype, spec):
                 if problem:
                     rejected.append(Rejection(layout.label, engine, kv, problem))
                     continue

@@ -17,6 +17,7 @@ from mla_planner.engines.profile import profile
 from mla_planner.specs.attention.kinds import attention_of
 from mla_planner.engines.backends import fp8_checkpoint
 from mla_planner.engines.parallel import uses_deepep, dense_per_rank_applies
+from mla_planner.engines.compressed_kv import is_compressed
 from mla_planner.memory.accounting import evaluate as memory_evaluate, safe_memory_fraction
 from mla_planner.perf.metrics import Metrics, evaluate, tokens_per_request
 from mla_planner.perf.request_times import mean_tpot_s
@@ -110,7 +111,9 @@ def _draft_knobs(spec: ModelSpec, topo: Topology, layout: Layout, engine: str, k
                          "refuses longer requests (prompt + max_tokens, chat template included): give the p99 "
                          "lengths with that headroom",
         "memory_fraction": fraction_reason(engine, gpu, knobs.memory_fraction),
-        "kv_cache_dtype": ((f"fp8 halves the latent cache ({kind.bytes_per_token_layer(spec, 'fp8'):.0f} B/token/layer) "
+        "kv_cache_dtype": "fp8_ds_mla: both engines keep DeepSeek-V4's rows in FlashMLA's 584-byte fp8 layout "
+                          "(auto and fp8 become it; bf16 rows are not modelled)" if is_compressed(spec) else
+                          ((f"fp8 halves the latent cache ({kind.bytes_per_token_layer(spec, 'fp8'):.0f} B/token/layer) "
                             "on a backend that supports it" if kind.latent else "fp8 halves the K/V cache")
                            + "; its accuracy varies by backend and model: score a small eval against bf16 before "
                              "serving (the emitted README says how)")
@@ -170,7 +173,7 @@ def choose_chunk(spec, topo, layout, knobs: Knobs, workload: Workload, calib: Ca
         # chunk must leave the KV room for `batch`
         charged = not profile(k.engine).pool_after_static_fraction   # SGLang keeps it outside its static pool
         mem = memory_evaluate(spec, topo, layout, k) if charged else None
-        if mem and (not mem.fits or mem.kv_capacity_tokens // tokens_per_request(workload, k.block_size) < batch):
+        if mem and (not mem.fits or mem.requests_fit(tokens_per_request(workload, k.block_size)) < batch):
             room = False
             continue
         tpot = mean_tpot_s(spec, topo, layout, k, workload, calib, max(batch, 1))[0]
@@ -235,8 +238,11 @@ def tune(spec: ModelSpec, topo: Topology, layout: Layout, engine: str, kv_dtype:
     # were computed at the larger cap, so they stay a slight underestimate of the KV room)
     m = replace(m, memory=memory_evaluate(spec, topo, layout, knobs))
     reasons["max_num_batched_tokens"] = chunk_reason(chunk, m, workload, chunk_why)
+    held = (f"{m.memory.requests_fit(tokens_per_request(workload, knobs.block_size)):,} such requests by the engine's "
+            f"own rule (its log's {m.memory.kv_capacity_tokens:,} tokens count every request's worst-case reserve)"
+            if m.memory.capacity_rule else f"{m.memory.kv_capacity_tokens:,} tokens")
     reasons["max_num_seqs"] = (f"{seqs} per DP rank: limited by {limit_words(m, workload)}; the pool holds "
-                               f"{m.memory.kv_capacity_tokens:,} tokens") + stall_words(m, spec, layout)
+                               f"{held}") + stall_words(m, spec, layout)
     reasons["memory_fraction"] = fraction_reason(engine, topo.gpu, knobs.memory_fraction)
     return Tuned(knobs, m, reasons, first.capacity_per_dp_rank)
 

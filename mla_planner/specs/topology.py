@@ -64,14 +64,18 @@ class GPU(BaseModel):
     def tensor_flops_per_s(self, precision: str) -> float:
         """Dense peak of a GEMM whose operands are `precision`: fp8 on FP8 tensor cores (sm89+), int8 (W8A8:
         int8 weights, per-token int8 activations) on INT8 tensor cores where the table gives their rate, else
-        fp4 (NVFP4 W4A4) on FP4 tensor cores where the table gives their rate (Blackwell), else bf16 (weight-only
-        formats, FP8 Marlin, int4 and FP4 Marlin, dequantize to bf16 in the kernel)."""
+        fp4 (NVFP4 W4A4) on FP4 tensor cores where the table gives their rate (Blackwell), w4a8 (MXFP4 weights with
+        FP8 activations: Blackwell's mixed-input tensor-core MMA runs it at the FP8 rate) where the GPU has FP4
+        tensor cores, else bf16 (weight-only formats, FP8 Marlin, int4 and FP4 Marlin, dequantize to bf16 in the
+        kernel)."""
         if precision == "fp8" and self.has_fp8:
             return self.fp8_flops_per_s
         if precision == "int8" and self.int8_ops_per_s:
             return self.int8_ops_per_s
         if precision == "fp4" and self.fp4_flops_per_s:
             return self.fp4_flops_per_s
+        if precision == "w4a8" and self.fp4_flops_per_s and self.has_fp8:
+            return self.fp8_flops_per_s
         return self.bf16_flops_per_s
 
 

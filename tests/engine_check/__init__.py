@@ -45,6 +45,7 @@ def check_command(
     model_max_len: int | None = None,
     allow_long_max_model_len: bool = False,
     sparse_attention: bool | None = None,
+    model_backend: str | None = None,
     gpus_per_node: int | None = None,
     include_overrides: bool = True,
 ) -> list[str]:
@@ -61,6 +62,10 @@ def check_command(
     allow_long_max_model_len: as if VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 were set.
     sparse_attention: True for sparse-attention MLA models (DeepSeek-V3.2),
         False for dense MLA models, None to not check backend sparsity.
+    model_backend: the attention backend the model's own code selects (vLLM's DeepSeek-V4 attention picks
+        FLASHMLA_SPARSE_DSV4 itself, models/deepseek_v4/attention.py); the MLA backend rules, which the
+        extracted table holds for MLA and DSA backends only, are then skipped, and an --attention-backend
+        must name it.
     gpus_per_node: GPUs on one node; enables vLLM's "World size (N) is larger
         than the number of available GPUs" check.
     include_overrides: also report settings the engine silently replaces
@@ -84,7 +89,7 @@ def check_command(
     if key == "vllm":
         problems += _vllm_rules(
             fx, values, given, positionals, major, model_max_len, allow_long_max_model_len, sparse_attention,
-            gpus_per_node,
+            gpus_per_node, model_backend,
         )
     else:
         problems += _sglang_rules(fx, values, given, major, include_overrides)

@@ -20,6 +20,7 @@ def _vllm_rules(
     allow_long_max_model_len: bool,
     sparse_attention: bool | None,
     gpus_per_node: int | None,
+    model_backend: str | None = None,
 ) -> list[str]:
     rules = fx["rules"]
     out: list[str] = []
@@ -50,7 +51,10 @@ def _vllm_rules(
     if backend is None:
         backend = ac.get("backend")
     block = get("--block-size")
-    if backend is not None and str(backend).lower() != "auto":
+    if model_backend is not None:
+        if backend is not None and str(backend).upper() != model_backend:
+            out.append(f"--attention-backend {backend}: this model selects {model_backend} itself")
+    elif backend is not None and str(backend).lower() != "auto":
         name = str(backend).upper()
         if name not in abr["names"]:
             out.append(

@@ -107,7 +107,7 @@ class CompressedHybrid(AttentionKind):
     name = "csa-hca"
     backend_family = "mla-compressed"
     extra_fields = V4_FIELDS + INDEX_FIELDS
-    not_modelled_in = ("plan", "compare", "verify", "lint")
+    not_modelled_in = ("verify",)
     not_planned = ("its decode step, launch knobs and sparse backends are not modelled yet (`show` and `memory` "
                    "size it as the engines allocate it)")
 
@@ -162,28 +162,53 @@ class CompressedHybrid(AttentionKind):
             out.append(f"tp={layout.tp} must divide o_groups={spec.o_groups} (the grouped output projection)")
         return out
 
-    def decode_core(self, spec, layout, kv_dtype: str, requests: int, context: int, q_len: int) -> CoreCost:
-        """Per decoder layer on average over the model's layer kinds (`rows_read`): the attended rows read once
-        (584 B each), num_attention_heads / tp query heads scoring and summing each 512-wide row (2 x 512 + 2 x 512
-        FLOPs per head and row: absorbed-core formulas with the row as key and value), the queries and outputs, the
-        new token's window row written; on CSA layers the indexer reads and scores every compressed index key
-        (2 x index_n_heads x index_head_dim FLOPs each, in FP8)."""
-        heads, d = spec.num_attention_heads // layout.tp, spec.head_dim
-        total_bytes = total_flops = 0.0
-        for ratio in layer_ratios(spec):
-            rows, win, keys = rows_read(context, ratio, spec.sliding_window, spec.index_topk)
-            read = requests * (rows + win)
-            total_bytes += cost.absorbed_core_bytes(requests, heads, read, ROW_BYTES, d, 0, q_len, ACT_BYTES)
-            total_flops += cost.absorbed_core_flops(heads, read, d, 0, q_len)
-            if keys:
-                total_bytes += requests * keys * INDEX_KEY_BYTES["fp8"]
-                total_flops += 2.0 * spec.index_n_heads * spec.index_head_dim * requests * keys * q_len
+    def decode_core(self, spec, layout, kv_dtype: str, requests: int, context: int, q_len: int,
+                    padded_heads: Optional[int] = None) -> CoreCost:
+        """Per decoder layer on average over the model's layers (`layer_core` of each one's ratio)."""
+        total = [self.layer_core(spec, layout, r, requests, context, q_len, padded_heads) for r in layer_ratios(spec)]
         n = spec.num_hidden_layers
-        return CoreCost(total_bytes / n, total_flops / n)
+        return CoreCost(sum(c.bytes for c in total) / n, sum(c.flops for c in total) / n)
+
+    def layer_core(self, spec, layout, ratio: int, requests: int, context: int, q_len: int,
+                   padded_heads: Optional[int] = None) -> CoreCost:
+        """One layer of compression `ratio` (`rows_read`): the attended rows read once (584 B each), each scored
+        and summed by num_attention_heads / tp query heads (2 x 512 + 2 x 512 FLOPs per head and row: the
+        absorbed-core formulas with the row as key and value; `padded_heads`: the heads the FlashMLA kernel computes
+        for them, 64 or 128), the queries and outputs, the new token's window row written; on a CSA layer the
+        indexer reads and scores every compressed index key (2 x index_n_heads x index_head_dim FLOPs each, FP8).
+        `verify` times this for one layer kind."""
+        heads, d = spec.num_attention_heads // layout.tp, spec.head_dim
+        rows, win, keys = rows_read(context, ratio, spec.sliding_window, spec.index_topk)
+        read = requests * (rows + win)
+        scale = max(padded_heads or heads, heads) / heads
+        nbytes = cost.absorbed_core_bytes(requests, heads, read, ROW_BYTES, d, 0, q_len, ACT_BYTES)
+        flops = cost.absorbed_core_flops(heads, read, d, 0, q_len) * scale
+        if keys:
+            nbytes += requests * keys * INDEX_KEY_BYTES["fp8"]
+            flops += 2.0 * spec.index_n_heads * spec.index_head_dim * requests * keys * q_len
+        return CoreCost(nbytes, flops)
 
     def prefill_core(self, spec, layout, kv_dtype: str, chunk: int, prefix: int) -> CoreCost:
-        """Not priced yet (`not_modelled_in` keeps the commands that would ask from asking)."""
-        raise NotImplementedError("DeepSeek-V4 prefill is not modelled yet")
+        """A chunk of `chunk` tokens after `prefix` cached ones, per layer on average: each query token at position t
+        attends to min(t, window) window rows plus, on a CSA layer, min(t // 4, top-k) compressed rows chosen by
+        the indexer (which scores all t // 4), on an HCA layer all t // 128 (FLOPs as `layer_core`, unpadded: the
+        sparse prefill kernels take any head count); every row of the layer read once, the chunk's rows written."""
+        heads, d, w = spec.num_attention_heads // layout.tp, spec.head_dim, spec.sliding_window
+        first, last = prefix + 1, prefix + chunk
+        nbytes = flops = 0.0
+        for ratio in layer_ratios(spec):
+            pairs = _sum_min(first, last, 1, w)
+            rows = min(last, w) + chunk
+            if ratio > 1:
+                pairs += _sum_min(first, last, ratio, spec.index_topk if ratio == 4 else None)
+                rows += last // ratio
+            flops += cost.absorbed_core_flops(heads, pairs, d, 0)
+            nbytes += rows * ROW_BYTES + 2 * chunk * heads * d * ACT_BYTES
+            if ratio == 4:
+                flops += 2.0 * spec.index_n_heads * spec.index_head_dim * _sum_min(first, last, 4, None)
+                nbytes += (last // 4) * INDEX_KEY_BYTES["fp8"]
+        n = spec.num_hidden_layers
+        return CoreCost(nbytes / n, flops / n)
 
     def projections(self, spec) -> list[Projection]:
         """vLLM 0.33.0 `deepseek_v4/attention.py` and `compressor.py`: on every layer wq_a and wkv fused and
@@ -223,3 +248,22 @@ class CompressedHybrid(AttentionKind):
                                mtp=False),
                     Projection("attn.indexer.compressor.norm", (dih,), "replicated", True, csa, mtp=False)]
         return out
+
+
+def _floor_sum(n: int, r: int) -> int:
+    """sum of t // r for t in 0..n."""
+    if n < 0:
+        return 0
+    q, rem = divmod(n, r)
+    return r * q * (q - 1) // 2 + q * (rem + 1)
+
+
+def _sum_min(first: int, last: int, r: int, cap: Optional[int]) -> int:
+    """sum over positions t in first..last of min(t // r, cap) (cap None: no cap): the rows of one kind a prefill
+    chunk's queries attend to (r = 1 with cap = window: the window)."""
+    if cap is None:
+        return _floor_sum(last, r) - _floor_sum(first - 1, r)
+    edge = r * cap - 1             # t // r < cap up to here
+    below = max(min(last, edge) - first + 1, 0) and _floor_sum(min(last, edge), r) - _floor_sum(first - 1, r)
+    return below + cap * max(last - max(first, edge + 1) + 1, 0)
+
