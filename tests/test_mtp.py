@@ -286,3 +286,4 @@ def test_compare_says_where_mtp_would_not_run_as_priced(cli):
                             "--json").stdout)["layouts"][0]
     assert any(n.startswith("will not start as priced here: SGLang runs speculative decoding under PP only")
                for n in sglang["notes"])
+

@@ -10,8 +10,8 @@ import yaml
 
 from mla_planner.engines.backends import default_engine
 from mla_planner.cli.params import Opt
-from mla_planner.cli.common import (DEFAULT_MODEL, DEFAULT_TOPOLOGY, JsonOpt, MtpAcceptanceOpt, MtpOpt,
-                                    check_output_file, guard, print_json,
+from mla_planner.cli.common import (DEFAULT_MODEL, DEFAULT_TOPOLOGY, JsonOpt, MtpAcceptanceOpt, MtpDraftOpt, MtpOpt,
+                                    check_draft_tokens, check_output_file, guard, print_json,
                                     lower_case)
 from mla_planner.cli.common import warn_weightless
 from mla_planner.cli.options import workload_from
@@ -25,7 +25,7 @@ from mla_planner.search.plan import nothing_fits_advice
 from mla_planner.search.planfile import Plan, meets_targets, plan_to_dict
 from mla_planner.search.run import SearchResult
 from mla_planner.search.tuning import Overrides
-from mla_planner.specs.knobs import MTP_ACCEPTANCE
+from mla_planner.specs.knobs import MTP_ACCEPTANCE, MTP_DRAFT_TOKENS
 
 @guard
 def plan_cmd(
@@ -63,6 +63,7 @@ def plan_cmd(
     enforce_eager: Annotated[bool, Opt("--enforce-eager", help="Plan without CUDA graphs (priced, and warned "
                                        "about).")] = False,
     mtp: MtpOpt = False,
+    mtp_draft_tokens: MtpDraftOpt = MTP_DRAFT_TOKENS,
     mtp_acceptance: MtpAcceptanceOpt = MTP_ACCEPTANCE,
     top: Annotated[int, Opt("--top", help="Candidates to show.")] = 5,
     explain: Annotated[bool, Opt("--explain", help="Also list rejected layouts with one-line reasons.")] = False,
@@ -104,7 +105,8 @@ def plan_cmd(
         raise PlanError("--emit: give a folder name")
     workload = workload_from(input_len, output_len, concurrency, request_rate, ttft_ms, tpot_ms, prefix_hit_rate,
                              mtp_acceptance)
-    pinned = Overrides(block_size=block_size, cuda_graphs=not enforce_eager, mtp=mtp)
+    check_draft_tokens(mtp_draft_tokens, mtp)
+    pinned = Overrides(block_size=block_size, cuda_graphs=not enforce_eager, mtp=mtp, mtp_draft_tokens=mtp_draft_tokens)
     plan, result, notes, hint = run_plan(model, topology, workload, engine, kv_cache_dtype, layout, calibration,
                                          pinned, rank_by)
     data = plan_to_dict(plan)

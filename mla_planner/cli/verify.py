@@ -22,6 +22,7 @@ from mla_planner.cli.common import check_plannable
 from mla_planner.cli.options import workload_from, knobs_from_flags as memory_knobs, kv_dtype_choice, kv_knobs, positive
 from mla_planner.cli.planning import run_plan
 from mla_planner.core.errors import PlanError
+from mla_planner.engines.compressed_kv import is_compressed
 from mla_planner.engines.sparse import is_sparse
 from mla_planner.core.files import path_kind, user_path
 from mla_planner.engines.layouts import engine_layout_problem
@@ -73,7 +74,8 @@ def candidate_from_options(plan: Optional[str], candidate: int, model: str, topo
     given["max_model_len"] = given.get("max_model_len") or workload.max_context_len
     given.pop("plan_engine", None)
     util, static, engine, kv_text = given.pop("util"), given.pop("static"), given.pop("engine"), given.pop("kv_text")
-    if is_sparse(spec):       # the engine's sparse backend, its KV storage and 64-token blocks (engines/sparse.py)
+    if is_sparse(spec) or is_compressed(spec):   # the engine's sparse backend, KV storage and blocks (DSA: engines/
+                                                 # sparse.py; DeepSeek-V4: 584-B rows on 256-token blocks)
         given.update(kv_knobs(spec, topo, lay, engine, kv_text, given.get("block_size"))[0])
     knobs = memory_knobs(spec, topo, lay, engine, util, static, given)
     if problem := engine_layout_problem(spec, topo, lay, engine, knobs.dense_per_rank):

@@ -3,7 +3,6 @@ where DeepEP cannot run), and over how many GPUs each dense part is split under 
 
 from __future__ import annotations
 
-from mla_planner.specs.knobs import MTP_DRAFT_TOKENS
 from mla_planner.specs.layout import Layout, rdma_between_nodes
 
 DEEPEP_SGLANG_DISPATCH_TOKENS = 128   # SGLANG_DEEPEP_NUM_MAX_DISPATCH_TOKENS_PER_RANK default (srt/environ.py 0.5.23)
@@ -60,19 +59,20 @@ def deepep_problem(engine: str, layout: Layout, topo) -> str:
     return ""
 
 
-def deepep_dispatch_tokens(engine: str, max_num_seqs: int, max_num_batched_tokens: int, mtp: bool) -> int:
+def deepep_dispatch_tokens(engine: str, max_num_seqs: int, max_num_batched_tokens: int, query_len: int = 1) -> int:
     """Tokens per rank the low-latency buffer is sized for. vLLM 0.33: max_num_batched_tokens
     (fused_moe/layer.py: max_num_tokens). SGLang: the decode batch of one DP rank (x 1 + k with MTP verify),
     at least its default 128 and at most 1024 (launch/a2a.py raises the env var to that)."""
     if engine == "vllm":
         return max_num_batched_tokens
-    return min(max(sglang_decode_tokens(max_num_seqs, mtp), DEEPEP_SGLANG_DISPATCH_TOKENS), DEEPEP_SGLANG_DISPATCH_MAX)
+    return min(max(sglang_decode_tokens(max_num_seqs, query_len), DEEPEP_SGLANG_DISPATCH_TOKENS),
+               DEEPEP_SGLANG_DISPATCH_MAX)
 
 
-def sglang_decode_tokens(max_num_seqs: int, mtp: bool) -> int:
+def sglang_decode_tokens(max_num_seqs: int, query_len: int = 1) -> int:
     """Tokens one DP rank sends through the low-latency dispatch in its largest decode step: every running
-    request's token, 1 + k with MTP (--speculative-num-draft-tokens)."""
-    return max_num_seqs * (1 + MTP_DRAFT_TOKENS if mtp else 1)
+    request's `query_len` tokens (1, or 1 + k with MTP: --speculative-num-draft-tokens)."""
+    return max_num_seqs * query_len
 
 
 def dense_per_rank_applies(layout: Layout, engine: str) -> bool:

@@ -29,7 +29,7 @@ from mla_planner.engines.parallel import (
     sglang_decode_tokens,
     uses_deepep,
 )
-from mla_planner.specs.knobs import Knobs
+from mla_planner.specs.knobs import Knobs, decode_query_len
 from mla_planner.specs.layout import Layout
 from mla_planner.specs.model import ModelSpec
 
@@ -55,7 +55,7 @@ def sglang_backend(layout: Layout) -> Optional[str]:
 
 def sglang_dispatch_tokens(knobs: Knobs) -> int:
     """Tokens one DP rank sends through the low-latency dispatch in its largest decode step."""
-    return sglang_decode_tokens(knobs.max_num_seqs, knobs.mtp)
+    return sglang_decode_tokens(knobs.max_num_seqs, decode_query_len(knobs))
 
 
 def sglang_dispatch_env(layout: Layout, knobs: Knobs) -> dict[str, str]:

@@ -37,7 +37,7 @@ from mla_planner.launch.command import (
 from mla_planner.launch.env import instance_env
 from mla_planner.launch.recipes import recipe_flags
 from mla_planner.launch.placement import InstancePlacement, place
-from mla_planner.specs.knobs import MTP_DRAFT_TOKENS, Knobs, decode_query_len
+from mla_planner.specs.knobs import Knobs, decode_query_len
 from mla_planner.specs.layout import Layout
 
 PROGRAM = ["python3", "-m", "sglang.launch_server"]
@@ -105,7 +105,7 @@ def sizing_flags(inp: LaunchInputs) -> list[str]:
         ("--cuda-graph-backend-prefill", None if k.cuda_graphs else "disabled"),
         ("--cuda-graph-max-bs-decode", k.cuda_graph_max_bs if k.cuda_graphs else None),
         ("--speculative-algorithm", "EAGLE" if k.mtp else None),
-        ("--speculative-num-steps", MTP_DRAFT_TOKENS if k.mtp else None),
+        ("--speculative-num-steps", k.mtp_draft_tokens if k.mtp else None),
         ("--speculative-eagle-topk", 1 if k.mtp else None),
         ("--speculative-num-draft-tokens", decode_query_len(k) if k.mtp else None),
         *MISTRAL_FORMAT.get(inp.spec.config_format, ()),

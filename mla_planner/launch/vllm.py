@@ -37,7 +37,6 @@ from mla_planner.launch.command import (
 from mla_planner.launch.env import instance_env
 from mla_planner.launch.recipes import recipe_flags
 from mla_planner.launch.placement import InstancePlacement, place
-from mla_planner.specs.knobs import MTP_DRAFT_TOKENS
 
 PROGRAM = ["vllm", "serve"]
 KV_CACHE_DTYPES = {"bf16": "auto", "fp8": "fp8", "fp8_ds_mla": "fp8_ds_mla"}
@@ -46,7 +45,7 @@ KV_CACHE_DTYPES = {"bf16": "auto", "fp8": "fp8", "fp8_ds_mla": "fp8_ds_mla"}
 MISTRAL_FORMAT = {"mistral": (("--tokenizer-mode", "mistral"), ("--config-format", "mistral"),
                               ("--load-format", "mistral"))}
 # "deepseek_mtp" is deprecated and rewritten to "mtp" with a warning (vllm/config/speculative.py)
-MTP_CONFIG = '{"method":"mtp","num_speculative_tokens":%d}' % MTP_DRAFT_TOKENS
+MTP_CONFIG = '{"method":"mtp","num_speculative_tokens":%d}'   # the MTP layer's drafted tokens per step
 ENGINE_READY_TIMEOUT_S = 3600   # loads of a 671B checkpoint (+ DeepGEMM warm-up, graph capture) outlast the 600 s
                                 # default, on one node too (vllm-project/recipes#381)
 A2A_NOTE = (f"MoE all-to-all: --all2all-backend {a2a.VLLM_BACKEND} needs DeepEP and NVSHMEM on this node (README.md, "
@@ -86,7 +85,7 @@ def sizing_flags(inp: LaunchInputs) -> list[str]:
         ("--attention-backend", None if is_compressed(inp.spec) else k.attention_backend),   # V4: its own
         ("--enforce-eager", not k.cuda_graphs),
         ("--max-cudagraph-capture-size", k.cuda_graph_max_bs if k.cuda_graphs else None),
-        ("--speculative-config", MTP_CONFIG if k.mtp else None),
+        ("--speculative-config", MTP_CONFIG % k.mtp_draft_tokens if k.mtp else None),
         ("--language-model-only", bool(inp.spec.vision_params)),   # text-only: the vision tower stays off the GPUs
         *MISTRAL_FORMAT.get(inp.spec.config_format, ()),
         *recipe_flags(inp.spec, "vllm"),

@@ -32,7 +32,7 @@ from mla_planner.memory.pp_split import layer_split, split_problem
 from mla_planner.memory.verdict import ALLOCATOR_MARGIN_BYTES, verdict
 from mla_planner.memory.weights import stage_weight_terms
 from mla_planner.specs.attention.kinds import attention_of
-from mla_planner.specs.knobs import Knobs
+from mla_planner.specs.knobs import Knobs, decode_query_len
 from mla_planner.specs.layout import Layout, layout_problems
 from mla_planner.specs.model import ModelSpec
 from mla_planner.specs.topology import Topology
@@ -110,7 +110,7 @@ def _stage(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, rules:
                                                                               mtp_layers),
         pool=pool,
         a2a_bytes=mt.deepep_buffer_bytes(spec, layout, deepep_dispatch_tokens(
-            rules.engine, knobs.max_num_seqs, knobs.max_num_batched_tokens, knobs.mtp)))
+            rules.engine, knobs.max_num_seqs, knobs.max_num_batched_tokens, decode_query_len(knobs))))
     return _Stage(index, kv_layers, weights, costs)
 
 

@@ -31,7 +31,7 @@ from mla_planner.core.errors import PlanError
 from mla_planner.memory.pp_split import stage_layers
 from mla_planner.perf.layer_comm import attention_comm, embed_comm, ffn_comm, logits_comm, pp_handoff_s
 from mla_planner.specs.calibration import Calibration
-from mla_planner.specs.knobs import MTP_ACCEPTANCE, MTP_DRAFT_TOKENS, Knobs, decode_query_len, tokens_per_step
+from mla_planner.specs.knobs import MTP_ACCEPTANCE, Knobs, decode_query_len, tokens_per_step
 from mla_planner.specs.layout import Layout
 from mla_planner.specs.model import ModelSpec
 from mla_planner.perf.layer_work import (Batch, LayerWeights, Op, attention_ops, ffn_ops, head_ops, layer_weights,
@@ -193,7 +193,7 @@ def stage_time(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, ba
     gpu_s = sum(terms.values())
     overhead = launch
     if not knobs.cuda_graphs:
-        cpu_s = (n + (MTP_DRAFT_TOKENS if last and knobs.mtp else 0)) * calib.kernels_per_layer \
+        cpu_s = (n + (knobs.mtp_draft_tokens if last and knobs.mtp else 0)) * calib.kernels_per_layer \
             * calib.eager_kernel_launch_s       # mtp_draft: one drafter layer per drafted token
         terms["eager_overhead"] = max(0.0, cpu_s - gpu_s)
         overhead += terms["eager_overhead"]
@@ -202,14 +202,12 @@ def stage_time(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, ba
 
 def mtp_draft(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, batch: Batch, calib: Calibration,
               lt: dict) -> LayerTime:
-    """The MTP drafter on the last stage, once per step (MTP_DRAFT_TOKENS = 1): its decoder layer over the
-    tokens the target just ran (vLLM's EAGLE-style proposer runs the draft model over every scheduled token;
-    SGLang's draft-extend over the verified ones) - one more layer of the model's MoE kind, the same work
-    and collectives as `lt` (one more full MoE block: DeepSeek-V3 paper, arXiv:2412.19437, section 2.2) -
-    plus its eh_proj, and the shared lm_head with its logits gather for one drafted row per decoding
-    sequence."""
-    if not spec.num_nextn_predict_layers:
-        raise PlanError(f"MTP: {spec.name} has no MTP layer to draft with (num_nextn_predict_layers is 0)")
+    """The MTP drafter on the last stage, once per drafted token (knobs.mtp_draft_tokens = k, one after another): its
+    layer over the tokens the target just ran (vLLM: every scheduled one; SGLang: the verified), the work of `lt` (one
+    more MoE block: arXiv:2412.19437 section 2.2), eh_proj, the shared lm_head and logits gather for a drafted row per
+    sequence. Runs after the first see one token per sequence, not 1 + k: pricing each as the first errs slow."""
+    if not spec.has_mtp_head:
+        raise PlanError(f"MTP: {spec.name} has no MTP layer to draft with{spec.no_mtp_head_why}")
     layer = lt["moe"] if "moe" in lt else lt["dense"]
     ops = mtp_proj_ops(spec, batch)
     rows = batch.decode + (1 if batch.prefill else 0)
@@ -217,10 +215,11 @@ def mtp_draft(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, bat
     times = [op_time_s(o, topo.gpu, calib) for o in ops]
     extra = sum(max(t) for t in times)
     gather = logits_comm(spec, layout, rows, topo, calib, knobs.engine, knobs.dense_per_rank)
-    terms = dict(layer.terms_s, **{"mtp.proj_head": extra, "mtp.logits_gather": gather})
-    return LayerTime("mtp", terms, dict(layer.bytes), dict(layer.flops), layer.compute_s + extra,
-                     layer.network_s + gather, layer.memory_s + sum(t[0] for t in times),
-                     layer.math_s + sum(t[1] for t in times), layer.launch_s, layer.total_s + extra + gather)
+    k, terms = knobs.mtp_draft_tokens, dict(layer.terms_s, **{"mtp.proj_head": extra, "mtp.logits_gather": gather})
+    return LayerTime("mtp", {n: k * t for n, t in terms.items()}, {n: k * b for n, b in layer.bytes.items()},
+                     {n: k * f for n, f in layer.flops.items()}, k * (layer.compute_s + extra), k * (layer.network_s + gather),
+                     k * (layer.memory_s + sum(t[0] for t in times)), k * (layer.math_s + sum(t[1] for t in times)),
+                     k * layer.launch_s, k * (layer.total_s + extra + gather))
 
 
 def stage_split(spec: ModelSpec, layout: Layout, engine: str = "vllm") -> list[int]:
@@ -234,19 +233,20 @@ def forward_stages(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs
     `layers_per_stage`, else the knobs' partition, else the engine's own split."""
     split = layers_per_stage or knobs.pp_layer_partition
     lt, stages = _forward_memo(spec, topo, layout, knobs.engine, knobs.kv_cache_dtype, knobs.cuda_graphs, knobs.mtp,
-                               batch, calib, tuple(split) if split else None, knobs.dense_per_rank)
+                               batch, calib, tuple(split) if split else None, knobs.dense_per_rank,
+                               knobs.mtp_draft_tokens, knobs.attention_backend)
     return lt, list(stages)
 
 
 @lru_cache(maxsize=32768)
 def _forward_memo(spec: ModelSpec, topo: Topology, layout: Layout, engine: str, kv_cache_dtype: str,
                   cuda_graphs: bool, mtp: bool, batch: Batch, calib: Calibration,
-                  split: tuple | None, dense_per_rank: bool = False) -> tuple[dict, tuple]:
-    """forward_stages keyed on the only knobs a forward pass reads (engine, KV dtype, CUDA graphs, MTP, where
-    the dense parts run): a plan search prices the same pass under many chunk sizes, sequence caps and memory
-    fractions."""
+                  split: tuple | None, dense_per_rank: bool = False, mtp_draft_tokens: int = 1,
+                  attention_backend: str | None = None) -> tuple[dict, tuple]:
+    """forward_stages keyed on the knobs a forward pass reads (a search prices one pass under many chunk sizes,
+    sequence caps and memory fractions): engine, KV dtype, graphs, MTP and its depth, dense split, backend."""
     knobs = Knobs(engine=engine, kv_cache_dtype=kv_cache_dtype, cuda_graphs=cuda_graphs, mtp=mtp,
-                  dense_per_rank=dense_per_rank)
+                  mtp_draft_tokens=mtp_draft_tokens, dense_per_rank=dense_per_rank, attention_backend=attention_backend)
     split = list(split) if split else stage_split(spec, layout, engine)
     w = layer_weights(spec, layout, engine, dense_per_rank)
     att = attention_part(spec, topo, layout, knobs, batch, calib, w)

@@ -84,6 +84,7 @@ class _KnobsIn(BaseModel):
     prefix_caching: bool
     cuda_graphs: bool
     mtp: bool
+    mtp_draft_tokens: PositiveInt = 1                        # absent in plans written before it existed
     pp_layer_partition: Optional[list[PositiveInt]] = None   # absent in plans written before it existed
     cuda_graph_max_bs: Optional[PositiveInt] = None          # the same
     dense_per_rank: bool = False                             # the same

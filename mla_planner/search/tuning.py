@@ -50,6 +50,7 @@ class Overrides:
     block_size: int | None = None
     cuda_graphs: bool = True
     mtp: bool = False             # speculative decoding with the model's MTP layer (--mtp; search.mtp.mtp_hint)
+    mtp_draft_tokens: int = MTP_DRAFT_TOKENS    # tokens it drafts per step (--mtp-draft-tokens)
 
 
 def dense_variants(layout: Layout, engine: str) -> tuple[bool, ...]:
@@ -86,13 +87,13 @@ def _draft_knobs(spec: ModelSpec, topo: Topology, layout: Layout, engine: str, k
                        f"max_position_embeddings {spec.max_position_embeddings:,}")
     max_len = ceil(context / max(block, 1)) * max(block, 1)
     cap = _seq_cap(layout, workload)
-    if pinned.mtp and not spec.num_nextn_predict_layers:
-        raise Rejected(f"{spec.name} has no MTP layer (num_nextn_predict_layers is 0) to draft tokens with")
+    if pinned.mtp and not spec.has_mtp_head:
+        raise Rejected(f"{spec.name} has no MTP layer to draft tokens with{spec.no_mtp_head_why}")
     knobs = Knobs(engine=engine, block_size=block, kv_cache_dtype=kv_dtype, memory_fraction=0.9,
                   max_num_seqs=cap, max_num_batched_tokens=chunk_candidates(engine, layout)[0],
                   max_model_len=min(max_len, spec.max_position_embeddings),
                   attention_backend=backend_name, prefix_caching=True, cuda_graphs=pinned.cuda_graphs,
-                  mtp=bool(pinned.mtp), dense_per_rank=dense_per_rank)
+                  mtp=bool(pinned.mtp), mtp_draft_tokens=pinned.mtp_draft_tokens, dense_per_rank=dense_per_rank)
     # the fraction is sized for the largest chunk and sequence cap tried, so the final (smaller) knobs stay safe;
     # where that leaves no KV room, for the largest chunk that does (choose_chunk then stays at or below it)
     chunks = chunk_candidates(engine, layout)
@@ -129,7 +130,8 @@ def _draft_knobs(spec: ModelSpec, topo: Topology, layout: Layout, engine: str, k
     if dense_per_rank_applies(layout, engine):
         reasons["dense_per_rank"] = dense_reason(spec, layout, dense_per_rank)
     if knobs.mtp:
-        reasons["mtp"] = (f"on, as asked by --mtp: the MTP layer drafts {MTP_DRAFT_TOKENS} token per step, "
+        drafts = f"{knobs.mtp_draft_tokens} token" + ("s" if knobs.mtp_draft_tokens > 1 else "")
+        reasons["mtp"] = (f"on, as asked by --mtp: the MTP layer drafts {drafts} per step, "
                           f"{tokens_per_step(knobs, workload.mtp_acceptance):.2f} tokens per step at "
                           f"{workload.mtp_acceptance:.0%} acceptance")
     return knobs, reasons

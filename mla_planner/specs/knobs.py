@@ -11,9 +11,9 @@
                    request with MTP, SGLang requests; None: the engine's default, cuda_graphs.graph_batch_cap)
   pp_layer_partition  vLLM VLLM_PP_LAYER_PARTITION, SGLang SGLANG_PP_LAYER_PARTITION (decoder layers per
                    pipeline stage; None: the engine's own split by count, memory.stage_layers)
-  mtp              speculative decoding with the model's own MTP layer drafting MTP_DRAFT_TOKENS token(s) per
-                   step: vLLM --speculative-config '{"method":"mtp","num_speculative_tokens":1}', SGLang
-                   --speculative-algorithm EAGLE --speculative-num-steps 1 --speculative-num-draft-tokens 2
+  mtp              speculative decoding with the model's own MTP layer drafting `mtp_draft_tokens` token(s) per
+                   step (k): vLLM --speculative-config '{"method":"mtp","num_speculative_tokens":k}', SGLang
+                   --speculative-algorithm EAGLE --speculative-num-steps k --speculative-num-draft-tokens k + 1
   dense_per_rank   SGLang under DP attention (tp = 1): the dense MLP layers and the lm_head on each DP rank's own
                    tokens (--moe-dense-tp-size 1 --enable-dp-lm-head) instead of split over every GPU of the
                    stage with all ranks' tokens gathered (engines.parallel.dense_tp); vLLM always does the former
@@ -28,7 +28,8 @@ ENGINES = ("vllm", "sglang")
 KV_DTYPES = ("bf16", "fp8", "fp8_ds_mla")
 KV_DTYPE_CHOICES = {"auto": "bf16", **{d: d for d in KV_DTYPES},
                     "fp8_e4m3": "fp8"}   # both engines' fp8 is e4m3 (SGLang's flag spells it out; launch/sglang.py)
-MTP_DRAFT_TOKENS = 1        # tokens the MTP layer drafts per step (DeepSeek-V3 trains one MTP module, depth 1)
+MTP_DRAFT_TOKENS = 1        # tokens the MTP layer drafts per step by default (DeepSeek-V3 trains one MTP module, depth
+                            # 1); the recipes run 3 (V3.2, GLM-5) or more, the one module drafting autoregressively
 MTP_ACCEPTANCE = 0.85       # chance the target model accepts a drafted token: "the acceptance rate of the second
                             # token prediction ranges between 85% and 90%" (DeepSeek-V3 Technical Report,
                             # arXiv:2412.19437, section 5.4.3); the low end, as chat traffic varies
@@ -47,6 +48,7 @@ class Knobs:
     prefix_caching: bool = True
     cuda_graphs: bool = True
     mtp: bool = False
+    mtp_draft_tokens: int = MTP_DRAFT_TOKENS
     pp_layer_partition: Optional[tuple[int, ...]] = None
     cuda_graph_max_bs: Optional[int] = None
     dense_per_rank: bool = False
@@ -92,7 +94,7 @@ class Workload:
 def decode_query_len(knobs: Knobs) -> int:
     """Tokens each decoding sequence runs through the model per step: 1, or with MTP the last accepted
     token and the drafted ones, verified in one forward (vLLM `uniform_decode_query_len` = 1 + k)."""
-    return 1 + MTP_DRAFT_TOKENS if knobs.mtp else 1
+    return 1 + knobs.mtp_draft_tokens if knobs.mtp else 1
 
 
 def tokens_per_step(knobs: Knobs, acceptance: float) -> float:
@@ -101,4 +103,4 @@ def tokens_per_step(knobs: Knobs, acceptance: float) -> float:
     from Transformers via Speculative Decoding", ICML 2023, eq. 1 with a chain of k drafts). 1 without MTP."""
     if not knobs.mtp:
         return 1.0
-    return sum(acceptance ** i for i in range(MTP_DRAFT_TOKENS + 1))
+    return sum(acceptance ** i for i in range(knobs.mtp_draft_tokens + 1))

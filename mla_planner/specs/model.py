@@ -198,6 +198,20 @@ class ModelSpec:
         return dtype == "fp8" or (dtype == "int8" and self.int8_block)
 
     @property
+    def has_mtp_head(self) -> bool:
+        """Whether the checkpoint ships an MTP layer to draft with: num_nextn_predict_layers, except where a DSpark
+        draft is shipped instead (DeepSeek-V4-Flash-0731's config still says 1, but its 166.9 GB are the model
+        and its DSpark draft with no MTP layer; vLLM runs it with method dspark only)."""
+        return bool(self.num_nextn_predict_layers) and self.dspark_block_size is None
+
+    @property
+    def no_mtp_head_why(self) -> str:
+        """Why `has_mtp_head` is false, as a clause: the DSpark draft, or no MTP layer in the config."""
+        if self.dspark_block_size is not None:
+            return (" (its checkpoint ships a DSpark draft, not an MTP layer: DSpark drafting is not modelled yet)")
+        return " (num_nextn_predict_layers is 0)"
+
+    @property
     def has_gate_bias(self) -> bool:
         """noaux_tc routing keeps a per-expert score-correction bias (DeepSeek-V3 e_score_correction_bias)."""
         return self.topk_method == "noaux_tc"

@@ -26,6 +26,7 @@ import torch
 
 from mla_planner.engines.parallel import dense_tp
 from mla_planner.perf.layer_work import Op, experts_hit, ffn_rows
+from mla_planner.specs.attention.kinds import attention_of
 from mla_planner.verify.bench import time_fn
 from mla_planner.verify.check import GEMM_BAND, Check, Timing, one_line, rates, ratio_check, roofline, skipped
 from mla_planner.verify.env import DeviceInfo
@@ -55,12 +56,30 @@ def _swiglu(prefix: str, rows: int, d: int, inter: int) -> list[Gemm]:
 
 def attention_gemms(t: Target, rows: int) -> list[Gemm]:
     s, H = t.chosen.spec, t.chosen.spec.num_attention_heads // t.chosen.layout.tp
+    if not attention_of(s).latent:
+        return projection_gemms(t, rows)
     d, dc = s.hidden_size, s.kv_lora_rank
     q = ([Gemm("wq_a", 1, rows, d, s.q_lora_rank), Gemm("wq_b", 1, rows, s.q_lora_rank, H * s.qk_head_dim)]
          if s.q_lora_rank else [Gemm("wq", 1, rows, d, H * s.qk_head_dim)])
     return q + [Gemm("wkv_a", 1, rows, d, dc + s.qk_rope_head_dim),
                 Gemm("w_uk", H, rows, s.qk_nope_head_dim, dc), Gemm("w_uv", H, rows, dc, s.v_head_dim),
                 Gemm("wo", 1, rows, H * s.v_head_dim, d)]
+
+
+def projection_gemms(t: Target, rows: int) -> list[Gemm]:
+    """A kind's attention weights as GEMMs of `rows` tokens on one rank, split as the inventory splits them (column:
+    the outputs over TP, row: the inputs): GQA's q/k/v/o, DeepSeek-V4's fused wq_a/wkv, wq_b, grouped wo_a (as one
+    GEMM of the same FLOPs), wo_b and the compressor and indexer projections its layers carry."""
+    s, tp = t.chosen.spec, t.chosen.layout.tp
+    out = []
+    for p in attention_of(s).projections(s):
+        if len(p.shape) != 2 or p.name.endswith(".ape"):     # V4's compressor position bias is added, not multiplied
+            continue
+        rows_out, cols_in = p.shape
+        rows_out = ceil(rows_out / tp) if p.split == "column" else rows_out
+        cols_in = ceil(cols_in / tp) if p.split == "row" else cols_in
+        out.append(Gemm(p.name.removeprefix("attn."), 1, rows, cols_in, rows_out))
+    return out
 
 
 def layer_gemms(t: Target, caps: Optional[Caps]) -> dict[str, list[Gemm]]:

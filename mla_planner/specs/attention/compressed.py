@@ -107,9 +107,9 @@ class CompressedHybrid(AttentionKind):
     name = "csa-hca"
     backend_family = "mla-compressed"
     extra_fields = V4_FIELDS + INDEX_FIELDS
-    not_modelled_in = ("verify",)
-    not_planned = ("its decode step, launch knobs and sparse backends are not modelled yet (`show` and `memory` "
-                   "size it as the engines allocate it)")
+    verify_kernel = True         # verify/compressed_kernel.py, timed by verify/compressed_bench.py
+    not_modelled_in = ()
+    not_planned = ""
 
     def check(self, spec) -> str:
         for key in ("compress_ratios", "sliding_window", "head_dim", "qk_rope_head_dim", "q_lora_rank", "o_groups",

@@ -1,0 +1,66 @@
+"""Speculative decoding with more than one drafted token (--mtp-draft-tokens; the recipes run 3 for DeepSeek-V3.2
+and GLM-5): the chain of acceptances, the 1 + k tokens each sequence verifies, the drafter run k times, the engines'
+flags for it, and the DSpark checkpoint that has no MTP layer to draft with."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from engine_check import check_command
+
+from mla_planner.launch.build import build, launch_inputs
+from mla_planner.perf.step import decode_step
+from mla_planner.search.planfile import read_plan
+from mla_planner.specs.calibration import load_calibration
+from mla_planner.specs.catalogue import load_model
+from mla_planner.specs.knobs import Knobs, tokens_per_step
+from mla_planner.specs.layout import Layout
+from mla_planner.specs.topology import load_topology
+
+CTX = 2304
+
+
+def setup(model="deepseek-v3", topology="8xh200"):
+    spec, topo = load_model(model).spec, load_topology(topology)
+    return spec, topo, load_calibration(None, topo)
+
+
+def test_k_drafted_tokens_gain_the_chain_and_verify_k_plus_one():
+    """1 + a + ... + a^k tokens per step; every sequence verifies 1 + k tokens; the one MTP module runs k times."""
+    assert tokens_per_step(Knobs(mtp=True, mtp_draft_tokens=3), 0.85) == pytest.approx(1 + 0.85 + 0.85 ** 2 + 0.85 ** 3)
+    spec, topo, calib = setup()
+    one, three = (decode_step(spec, topo, Layout(tp=8), Knobs(engine="sglang", kv_cache_dtype="fp8", mtp=True,
+                                                             mtp_draft_tokens=k), 32, CTX, calib) for k in (1, 3))
+    assert three.layers["moe"].flops["attn.core"] == pytest.approx(2 * one.layers["moe"].flops["attn.core"])  # 4 vs 2
+    draft_one, draft_three = one.stages[0].terms_s["mtp_draft"], three.stages[0].terms_s["mtp_draft"]
+    assert draft_three > 2.9 * draft_one            # three drafter runs, each at least the first one's work
+    assert three.tokens_per_step == pytest.approx(3.186625)
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_commands_carry_the_draft_depth_and_the_engines_accept_them(cli, tmp_path, engine):
+    r = cli("plan", "-m", "deepseek-v3", "-t", "8xh200", "-e", engine, "--mtp", "--mtp-draft-tokens", "3", "--json")
+    assert r.exit_code in (0, 1), r.output
+    (tmp_path / "plan.json").write_text(r.stdout)
+    plan = read_plan(tmp_path / "plan.json")
+    assert plan.candidates[0].knobs.mtp_draft_tokens == 3
+    assert any("drafts 3 tokens per step" in why for why in json.loads(r.stdout)["candidates"][0]["reasons"])
+    cmd = next(c for c in build(launch_inputs(plan, plan.candidates[0], "native"), engine) if c.runs_engine)
+    words = cmd.engine_args
+    if engine == "vllm":
+        assert json.loads(words[words.index("--speculative-config") + 1])["num_speculative_tokens"] == 3
+    else:
+        assert words[words.index("--speculative-num-steps") + 1] == "3"
+        assert words[words.index("--speculative-num-draft-tokens") + 1] == "4"
+    assert check_command(words, engine, "sm90", model_max_len=plan.spec.max_position_embeddings) == [], words
+
+
+@pytest.mark.parametrize("args, needle", [
+    (("plan", "--mtp-draft-tokens", "3"), "--mtp-draft-tokens needs --mtp"),
+    (("plan", "--mtp", "--mtp-draft-tokens", "0"), "--mtp-draft-tokens must be at least 1"),
+    (("plan", "-m", "tests/fixtures/hf/DeepSeek-V4-Flash-0731", "--mtp"), "ships a DSpark draft, not an MTP layer"),
+])
+def test_bad_draft_input_is_one_line(cli, args, needle):
+    r = cli(*args)
+    assert r.exit_code == 2 and needle in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.output
