@@ -176,3 +176,13 @@ def test_verify_runs_v4_and_times_its_compressed_kernel(cli, tmp_path):
     assert result.exit_code != 2 and "csa-hca attention" not in result.stderr, result.output
     check = next(c for c in json.loads(result.stdout)["checks"] if c["name"] == "attention")
     assert check["status"] == "info" and check["extra"]["impl"] == "compressed"
+
+
+def test_the_dspark_draft_is_counted_and_no_mtp_layer_where_it_ships_instead(pro, flash):
+    """V4-Flash-0731 ships a DSpark draft (3 window-only MoE layers, main_proj from 3 target layers, the Markov
+    head) and no MTP layer though its config says 1: main model + draft = its 166.9 GB checkpoint."""
+    params, nbytes = sizing.draft_params_and_bytes(flash)
+    assert params / 1e9 == pytest.approx(19.85, abs=0.01) and nbytes / GiB == pytest.approx(10.1, abs=0.05)
+    assert sizing.mtp_params(flash) == 0 and not flash.has_mtp_head
+    assert (sizing.weight_bytes_breakdown(flash)["total"] + nbytes) / 1e9 == pytest.approx(166.9, abs=0.05)
+    assert sizing.draft_params_and_bytes(pro) == (0, 0) and pro.has_mtp_head

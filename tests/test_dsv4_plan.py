@@ -123,3 +123,20 @@ def test_prefill_sums_match_their_loops():
     for first, last, r, cap in [(1, 5000, 1, 128), (3000, 9000, 4, 512), (1, 300, 4, 512), (10, 70_000, 128, None)]:
         loop = sum(min(t // r, cap) if cap is not None else t // r for t in range(first, last + 1))
         assert _sum_min(first, last, r, cap) == loop
+
+
+def test_vllm_on_blackwell_runs_the_fp4_indexer_cache_and_says_so(plans):
+    """68-byte index keys: more blocks per GiB and half the index scan's reads; told to vLLM in --attention-config."""
+    plan = read_plan(plans[("8xb200", "vllm")][1])
+    k = plan.candidates[0].knobs
+    assert k.indexer_kv_dtype == "mxfp4"
+    assert any(r.startswith("indexer_kv_dtype: mxfp4") for r in plans[("8xb200", "vllm")][2]["candidates"][0]["reasons"])
+    cmd = next(c for c in build(launch_inputs(plan, plan.candidates[0], "native"), "vllm") if c.runs_engine)
+    words = cmd.engine_args
+    assert json.loads(words[words.index("--attention-config") + 1]) == {"indexer_kv_dtype": "mxfp4"}
+    for topo, engine in (("2x8xh200-ib", "vllm"), ("8xb200", "sglang")):
+        assert all(c.knobs.indexer_kv_dtype == "fp8" for c in read_plan(plans[(topo, engine)][1]).candidates)
+    spec, layout = plan.spec, plan.candidates[0].layout
+    kind = attention_of(spec)
+    fp8, fp4 = (kind.layer_core(spec, layout, 4, 8, 65536, 1, index_cache=c) for c in ("fp8", "fp4"))
+    assert fp8.bytes - fp4.bytes == 8 * (65536 // 4) * (132 - 68)

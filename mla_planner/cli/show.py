@@ -47,6 +47,7 @@ def model_facts(spec) -> dict:
             "params": dict(sizing.param_breakdown(spec)),
             "activated_params": dict(sizing.activated_param_breakdown(spec)),
             "mtp_params": sizing.mtp_params(spec),
+            "draft_params": sizing.draft_params_and_bytes(spec)[0], "draft_weight_bytes": sizing.draft_params_and_bytes(spec)[1],
             "weight_bytes": dict(sizing.weight_bytes_breakdown(spec)),
             "weight_bytes_with_mtp": sizing.weight_bytes_breakdown(spec, include_mtp=True)["total"],
             "vision_params": spec.vision_params, "vision_weight_bytes": sizing.vision_weight_bytes(spec),
@@ -72,6 +73,8 @@ def _render_model(f: dict) -> None:
     if f["mtp_params"]:
         t.add_row("MTP module (separate)", f"{f['mtp_params']:,}", "", human_bytes(f["weight_bytes_with_mtp"]
                                                                                   - f["weight_bytes"]["total"]))
+    if f["draft_params"]:
+        t.add_row("DSpark draft (separate)", f"{f['draft_params']:,}", "", human_bytes(f["draft_weight_bytes"]))
     if f["vision_params"]:
         t.add_row("vision encoder (separate)", f"{f['vision_params']:,}", "", human_bytes(f["vision_weight_bytes"]))
     out.print(t)

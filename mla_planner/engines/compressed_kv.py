@@ -172,6 +172,12 @@ def sglang_capacity(spec, kv_bytes: float, max_running_requests: int = SGLANG_MA
     return SglangCapacity(per_full, fixed, full, int(full * SGLANG_SWA_RATIO) // page * page)
 
 
+def index_cache(indexer_kv_dtype: str) -> str:
+    """The index-key row (compressed.INDEX_KEY_BYTES) an --attention-config indexer_kv_dtype gives: mxfp4 the 68-byte
+    FP4 keys, else the 132-byte fp8 ones."""
+    return "fp4" if indexer_kv_dtype == "mxfp4" else "fp8"
+
+
 def is_compressed(spec) -> bool:
     """Whether the spec's attention is DeepSeek-V4's compressed hybrid (capacity by these rules, not per token)."""
     return attention_of(spec).backend_family == "mla-compressed"

@@ -45,6 +45,7 @@ KV_CACHE_DTYPES = {"bf16": "auto", "fp8": "fp8", "fp8_ds_mla": "fp8_ds_mla"}
 MISTRAL_FORMAT = {"mistral": (("--tokenizer-mode", "mistral"), ("--config-format", "mistral"),
                               ("--load-format", "mistral"))}
 # "deepseek_mtp" is deprecated and rewritten to "mtp" with a warning (vllm/config/speculative.py)
+INDEXER_CONFIG = '{"indexer_kv_dtype":"%s"}'   # DeepSeek-V4's index-key cache (vllm/config/attention.py)
 MTP_CONFIG = '{"method":"mtp","num_speculative_tokens":%d}'   # the MTP layer's drafted tokens per step
 ENGINE_READY_TIMEOUT_S = 3600   # loads of a 671B checkpoint (+ DeepGEMM warm-up, graph capture) outlast the 600 s
                                 # default, on one node too (vllm-project/recipes#381)
@@ -83,6 +84,7 @@ def sizing_flags(inp: LaunchInputs) -> list[str]:
         ("--max-model-len", k.max_model_len),
         ("--enable-prefix-caching" if k.prefix_caching else "--no-enable-prefix-caching", True),
         ("--attention-backend", None if is_compressed(inp.spec) else k.attention_backend),   # V4: its own
+        ("--attention-config", INDEXER_CONFIG % k.indexer_kv_dtype if k.indexer_kv_dtype != "fp8" else None),
         ("--enforce-eager", not k.cuda_graphs),
         ("--max-cudagraph-capture-size", k.cuda_graph_max_bs if k.cuda_graphs else None),
         ("--speculative-config", MTP_CONFIG % k.mtp_draft_tokens if k.mtp else None),

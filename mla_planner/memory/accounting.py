@@ -18,7 +18,7 @@ from typing import Optional
 from mla_planner.core.reason import Reason
 from mla_planner.core.units import GiB
 from mla_planner.engines.backends import fp8_checkpoint, startup_problems
-from mla_planner.engines.compressed_kv import is_compressed
+from mla_planner.engines.compressed_kv import index_cache, is_compressed
 from mla_planner.engines.compressed_pool import CompressedPool
 from mla_planner.engines.cuda_graphs import capture_plan
 from mla_planner.engines.parallel import deepep_dispatch_tokens, dense_tp
@@ -99,7 +99,8 @@ def _stage(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, rules:
     ffn_tp = dense_tp(layout, rules.engine, "dense_ffn", knobs.dense_per_rank)
     sizes, modes = capture_plan(rules, knobs, topo.gpu, layout)
     pool = CompressedPool(rules.engine, spec, rng, knobs.max_model_len, knobs.max_num_batched_tokens,
-                          knobs.max_num_seqs, layout.pp, bool(mtp_layers)) if is_compressed(spec) else None
+                          knobs.max_num_seqs, layout.pp, bool(mtp_layers), index_cache(knobs.indexer_kv_dtype)) \
+        if is_compressed(spec) else None
     costs = StageCosts(
         weights_bytes=sum(weights.values()),
         activation_bytes=mt.activation_peak_bytes(spec, layout, tokens, min(knobs.max_num_seqs, tokens), last, ffn_tp),

@@ -24,7 +24,7 @@ from functools import lru_cache
 
 from mla_planner.core.units import ACT_BYTES
 from mla_planner.engines.parallel import dense_tp
-from mla_planner.engines.compressed_kv import is_compressed
+from mla_planner.engines.compressed_kv import index_cache, is_compressed
 from mla_planner.engines.sparse import is_sparse, padded_heads
 from mla_planner.specs.attention.kinds import attention_of
 from mla_planner.specs.knobs import Knobs
@@ -174,6 +174,8 @@ def _decode_core(spec: ModelSpec, layout: Layout, knobs: Knobs, batch: Batch) ->
     if (is_sparse(spec) or is_compressed(spec)) and knobs.attention_backend:
         extra["padded_heads"] = padded_heads(knobs.engine, knobs.attention_backend,   # DCP gathers every rank's
                                              spec.num_attention_heads // layout.tp * layout.dcp)
+    if is_compressed(spec):
+        extra["index_cache"] = index_cache(knobs.indexer_kv_dtype)
     c = kind.decode_core(spec, layout, knobs.kv_cache_dtype, batch.decode, batch.context, batch.q_len, **extra)
     return Op("attn.core", c.bytes, c.flops, "attention")
 

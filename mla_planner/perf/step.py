@@ -234,7 +234,7 @@ def forward_stages(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs
     split = layers_per_stage or knobs.pp_layer_partition
     lt, stages = _forward_memo(spec, topo, layout, knobs.engine, knobs.kv_cache_dtype, knobs.cuda_graphs, knobs.mtp,
                                batch, calib, tuple(split) if split else None, knobs.dense_per_rank,
-                               knobs.mtp_draft_tokens, knobs.attention_backend)
+                               knobs.mtp_draft_tokens, knobs.attention_backend, knobs.indexer_kv_dtype)
     return lt, list(stages)
 
 
@@ -242,11 +242,11 @@ def forward_stages(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs
 def _forward_memo(spec: ModelSpec, topo: Topology, layout: Layout, engine: str, kv_cache_dtype: str,
                   cuda_graphs: bool, mtp: bool, batch: Batch, calib: Calibration,
                   split: tuple | None, dense_per_rank: bool = False, mtp_draft_tokens: int = 1,
-                  attention_backend: str | None = None) -> tuple[dict, tuple]:
-    """forward_stages keyed on the knobs a forward pass reads (a search prices one pass under many chunk sizes,
-    sequence caps and memory fractions): engine, KV dtype, graphs, MTP and its depth, dense split, backend."""
+                  attention_backend: str | None = None, indexer_kv_dtype: str = "fp8") -> tuple[dict, tuple]:
+    """forward_stages keyed on the knobs a forward pass reads (a search prices one pass under many chunk sizes)."""
     knobs = Knobs(engine=engine, kv_cache_dtype=kv_cache_dtype, cuda_graphs=cuda_graphs, mtp=mtp,
-                  mtp_draft_tokens=mtp_draft_tokens, dense_per_rank=dense_per_rank, attention_backend=attention_backend)
+                  mtp_draft_tokens=mtp_draft_tokens, dense_per_rank=dense_per_rank, attention_backend=attention_backend,
+                  indexer_kv_dtype=indexer_kv_dtype)
     split = list(split) if split else stage_split(spec, layout, engine)
     w = layer_weights(spec, layout, engine, dense_per_rank)
     att = attention_part(spec, topo, layout, knobs, batch, calib, w)

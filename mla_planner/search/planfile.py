@@ -88,6 +88,7 @@ class _KnobsIn(BaseModel):
     pp_layer_partition: Optional[list[PositiveInt]] = None   # absent in plans written before it existed
     cuda_graph_max_bs: Optional[PositiveInt] = None          # the same
     dense_per_rank: bool = False                             # the same
+    indexer_kv_dtype: Literal["fp8", "mxfp4"] = "fp8"         # the same
 
 
 class _WorkloadIn(BaseModel):

@@ -18,6 +18,7 @@ from mla_planner.specs.attention.kinds import attention_of
 from mla_planner.engines.backends import fp8_checkpoint
 from mla_planner.engines.parallel import uses_deepep, dense_per_rank_applies
 from mla_planner.engines.compressed_kv import is_compressed
+from mla_planner.engines.compressed_pool import INDEXER_REASON, indexer_choice
 from mla_planner.memory.accounting import evaluate as memory_evaluate, safe_memory_fraction
 from mla_planner.perf.metrics import Metrics, evaluate, tokens_per_request
 from mla_planner.perf.request_times import mean_tpot_s
@@ -93,7 +94,8 @@ def _draft_knobs(spec: ModelSpec, topo: Topology, layout: Layout, engine: str, k
                   max_num_seqs=cap, max_num_batched_tokens=chunk_candidates(engine, layout)[0],
                   max_model_len=min(max_len, spec.max_position_embeddings),
                   attention_backend=backend_name, prefix_caching=True, cuda_graphs=pinned.cuda_graphs,
-                  mtp=bool(pinned.mtp), mtp_draft_tokens=pinned.mtp_draft_tokens, dense_per_rank=dense_per_rank)
+                  mtp=bool(pinned.mtp), mtp_draft_tokens=pinned.mtp_draft_tokens, dense_per_rank=dense_per_rank,
+                  indexer_kv_dtype=indexer_choice(engine, spec, topo.gpu))
     # the fraction is sized for the largest chunk and sequence cap tried, so the final (smaller) knobs stay safe;
     # where that leaves no KV room, for the largest chunk that does (choose_chunk then stays at or below it)
     chunks = chunk_candidates(engine, layout)
@@ -129,6 +131,8 @@ def _draft_knobs(spec: ModelSpec, topo: Topology, layout: Layout, engine: str, k
         reasons["pp_layer_partition"] = why_split
     if dense_per_rank_applies(layout, engine):
         reasons["dense_per_rank"] = dense_reason(spec, layout, dense_per_rank)
+    if knobs.indexer_kv_dtype != "fp8":
+        reasons["indexer_kv_dtype"] = INDEXER_REASON
     if knobs.mtp:
         drafts = f"{knobs.mtp_draft_tokens} token" + ("s" if knobs.mtp_draft_tokens > 1 else "")
         reasons["mtp"] = (f"on, as asked by --mtp: the MTP layer drafts {drafts} per step, "

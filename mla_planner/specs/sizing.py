@@ -14,7 +14,7 @@ from dataclasses import replace
 
 from mla_planner.specs.attention.kinds import attention_of
 from mla_planner.specs.model import ModelSpec
-from mla_planner.specs.weights import Tensor, inventory, mtp_inventory, stored_bytes, vision_inventory
+from mla_planner.specs.weights import Tensor, dspark_inventory, inventory, mtp_inventory, stored_bytes, vision_inventory
 
 
 def _grouped(tensors: list[Tensor], value) -> "OrderedDict[str, float]":
@@ -47,6 +47,12 @@ def activated_param_breakdown(spec: ModelSpec) -> "OrderedDict[str, int]":
 def mtp_params(spec: ModelSpec) -> int:
     """Unique parameters of the MTP module(s), counted apart from the main model."""
     return sum(t.numel for t in mtp_inventory(spec))
+
+
+def draft_params_and_bytes(spec: ModelSpec) -> tuple[int, float]:
+    """(parameters, stored bytes) of a DSpark draft shipped beside the model (0, 0 without one)."""
+    tensors = dspark_inventory(spec)
+    return sum(t.numel for t in tensors), sum(stored_bytes(t, spec) for t in tensors)
 
 
 def vision_weight_bytes(spec: ModelSpec) -> float:

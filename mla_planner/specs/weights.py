@@ -234,7 +234,7 @@ def mtp_inventory(spec: ModelSpec) -> list[Tensor]:
     """The multi-token-prediction module(s) (`num_nextn_predict_layers`): per module one full
     decoder layer (MoE when the model is MoE) plus enorm, hnorm, eh_proj [d, 2d] and the shared-head
     norm; embedding and head are shared with the main model (DeepSeek-V3 README_WEIGHTS.md)."""
-    n, d = spec.num_nextn_predict_layers, spec.hidden_size
+    n, d = spec.num_nextn_predict_layers if spec.has_mtp_head else 0, spec.hidden_size
     if not n:
         return []
     moe, L = spec.is_moe, spec.num_hidden_layers
@@ -250,6 +250,34 @@ def mtp_inventory(spec: ModelSpec) -> list[Tensor]:
     out += [Tensor("mtp.eh_proj", "mtp", (d, 2 * d), n, "replicated", eh_dtype, "mtp"),
             Tensor("mtp.norms", "mtp", (d,), 3 * n, "replicated", "bf16", "mtp")]
     return out + [replace(t, group="mtp", count=n) for t in _hc_head(spec, "mtp")]
+
+
+DSPARK_LAYERS = 3     # DSpark draft decoder layers when the config names none (vLLM 0.33.0 deepseek_v4/nvidia/dspark.py)
+DSPARK_CONFIDENCE = 1
+
+
+def dspark_inventory(spec: ModelSpec) -> list[Tensor]:
+    """A DSpark draft shipped beside the model (DeepSeek-V4 -0731 and later; vLLM 0.33.0 `models/deepseek_v4/nvidia/
+    dspark.py`): DSPARK_LAYERS window-only decoder layers with full MoE (as the MTP layer's), main_proj from the
+    target layers it reads [d, len(dspark_target_layer_ids) d] and context_wkv_proj [3 head_dim, d] in the
+    checkpoint's dtype, the Markov head's two [vocab, rank] bf16 tables, a confidence head [1, d + rank] in fp32,
+    two norms and the hyper-connection head; embedding and lm_head are the target's."""
+    if spec.dspark_block_size is None:
+        return []
+    n, d, V = DSPARK_LAYERS, spec.hidden_size, spec.vocab_size
+    rank, reads = spec.dspark_markov_rank or 0, len(spec.dspark_target_layer_ids or ()) or n
+    moe, L = spec.is_moe, spec.num_hidden_layers
+    layers = _keep_unquantized(spec, _decoder_layers(spec, 0 if moe else n, n if moe else 0, "mtp"),
+                               {"attention": range(L, L + n)})
+    out = [replace(t, group="dspark") for t in layers]
+    out += [Tensor("dspark.main_proj", "dspark", (d, reads * d), 1, "replicated", spec.weight_dtype, "mtp"),
+            Tensor("dspark.context_wkv_proj", "dspark", (3 * (spec.head_dim or d), d), 1, "replicated",
+                   spec.weight_dtype, "mtp"),
+            Tensor("dspark.norms", "dspark", (d,), 2, "replicated", "bf16", "mtp")]
+    if rank:
+        out += [Tensor("dspark.markov", "dspark", (V, rank), 2, "replicated", "bf16", "mtp"),
+                Tensor("dspark.confidence", "dspark", (DSPARK_CONFIDENCE, d + rank), 1, "replicated", "fp32", "mtp")]
+    return out + [replace(t, group="dspark") for t in _hc_head(spec, "mtp")]
 
 
 def vision_inventory(spec: ModelSpec) -> list[Tensor]:

@@ -163,19 +163,21 @@ class CompressedHybrid(AttentionKind):
         return out
 
     def decode_core(self, spec, layout, kv_dtype: str, requests: int, context: int, q_len: int,
-                    padded_heads: Optional[int] = None) -> CoreCost:
+                    padded_heads: Optional[int] = None, index_cache: str = "fp8") -> CoreCost:
         """Per decoder layer on average over the model's layers (`layer_core` of each one's ratio)."""
-        total = [self.layer_core(spec, layout, r, requests, context, q_len, padded_heads) for r in layer_ratios(spec)]
+        total = [self.layer_core(spec, layout, r, requests, context, q_len, padded_heads, index_cache)
+                 for r in layer_ratios(spec)]
         n = spec.num_hidden_layers
         return CoreCost(sum(c.bytes for c in total) / n, sum(c.flops for c in total) / n)
 
     def layer_core(self, spec, layout, ratio: int, requests: int, context: int, q_len: int,
-                   padded_heads: Optional[int] = None) -> CoreCost:
+                   padded_heads: Optional[int] = None, index_cache: str = "fp8") -> CoreCost:
         """One layer of compression `ratio` (`rows_read`): the attended rows read once (584 B each), each scored
         and summed by num_attention_heads / tp query heads (2 x 512 + 2 x 512 FLOPs per head and row: the
         absorbed-core formulas with the row as key and value; `padded_heads`: the heads the FlashMLA kernel computes
         for them, 64 or 128), the queries and outputs, the new token's window row written; on a CSA layer the
-        indexer reads and scores every compressed index key (2 x index_n_heads x index_head_dim FLOPs each, FP8).
+        indexer reads and scores every compressed index key (2 x index_n_heads x index_head_dim FLOPs each, FP8;
+        `index_cache` "fp4": the 68-byte keys of vLLM's MXFP4 indexer cache).
         `verify` times this for one layer kind."""
         heads, d = spec.num_attention_heads // layout.tp, spec.head_dim
         rows, win, keys = rows_read(context, ratio, spec.sliding_window, spec.index_topk)
@@ -184,7 +186,7 @@ class CompressedHybrid(AttentionKind):
         nbytes = cost.absorbed_core_bytes(requests, heads, read, ROW_BYTES, d, 0, q_len, ACT_BYTES)
         flops = cost.absorbed_core_flops(heads, read, d, 0, q_len) * scale
         if keys:
-            nbytes += requests * keys * INDEX_KEY_BYTES["fp8"]
+            nbytes += requests * keys * INDEX_KEY_BYTES[index_cache]
             flops += 2.0 * spec.index_n_heads * spec.index_head_dim * requests * keys * q_len
         return CoreCost(nbytes, flops)
 
