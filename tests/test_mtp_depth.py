@@ -59,8 +59,55 @@ def test_commands_carry_the_draft_depth_and_the_engines_accept_them(cli, tmp_pat
 @pytest.mark.parametrize("args, needle", [
     (("plan", "--mtp-draft-tokens", "3"), "--mtp-draft-tokens needs --mtp"),
     (("plan", "--mtp", "--mtp-draft-tokens", "0"), "--mtp-draft-tokens must be at least 1"),
-    (("plan", "-m", "tests/fixtures/hf/DeepSeek-V4-Flash-0731", "--mtp"), "ships a DSpark draft, not an MTP layer"),
 ])
 def test_bad_draft_input_is_one_line(cli, args, needle):
     r = cli(*args)
     assert r.exit_code == 2 and needle in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.output
+
+
+FLASH = "tests/fixtures/hf/DeepSeek-V4-Flash-0731"
+
+
+def test_a_dspark_checkpoint_drafts_with_its_dspark_draft():
+    """V4-Flash-0731 ships DSpark (3 window-only layers, a block of 5) and no MTP layer: --mtp drafts with DSpark,
+    its layers once per step for the whole block (not once per token), k rows of logits per sequence."""
+    spec = load_model(FLASH).spec
+    assert (spec.drafter, spec.draft_layers, spec.default_draft_tokens, spec.has_mtp_head) == ("dspark", 3, 5, False)
+    topo = load_topology("8xh200")
+    calib = load_calibration(None, topo)
+    kn = Knobs(engine="vllm", kv_cache_dtype="fp8_ds_mla", block_size=256, mtp=True, mtp_draft_tokens=5)
+    d = decode_step(spec, topo, Layout(tp=8), kn, 16, 4096, calib)
+    moe = d.layers["moe"]
+    draft = d.stages[0].terms_s["mtp_draft"]
+    # three layers once, plus its projections, Markov head and 5 x 16 rows of logits: not the MTP way's five runs
+    assert 3 * moe.total_s < draft < 4 * moe.total_s
+    assert d.layers["moe"].flops["attn.proj"] == pytest.approx(6 * decode_step(
+        spec, topo, Layout(tp=8), Knobs(engine="vllm", kv_cache_dtype="fp8_ds_mla", block_size=256), 16, 4096,
+        calib).layers["moe"].flops["attn.proj"])                              # verifies 1 + 5 tokens per sequence
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_dspark_commands_and_memory(cli, tmp_path, engine):
+    r = cli("plan", "-m", FLASH, "-t", "8xb200", "-e", engine, "--mtp", "--json")
+    assert r.exit_code in (0, 1), r.output
+    (tmp_path / "plan.json").write_text(r.stdout)
+    plan = read_plan(tmp_path / "plan.json")
+    cand = plan.candidates[0]
+    assert cand.knobs.mtp and cand.knobs.mtp_draft_tokens == 5
+    assert any("the DSpark draft" in why for why in json.loads(r.stdout)["candidates"][0]["reasons"])
+    words = next(c for c in build(launch_inputs(plan, cand, "native"), engine) if c.runs_engine).engine_args
+    if engine == "vllm":
+        assert json.loads(words[words.index("--speculative-config") + 1]) == {"method": "dspark",
+                                                                              "num_speculative_tokens": 5}
+        own = {"model_backend": "FLASHMLA_SPARSE_DSV4"}
+    else:
+        assert words[words.index("--speculative-algorithm") + 1] == "DSPARK"
+        assert words[words.index("--speculative-dspark-block-size") + 1] == "5"
+        assert "--speculative-num-steps" not in words
+        own = {}
+    assert check_command(words, engine, "sm100", model_max_len=plan.spec.max_position_embeddings, **own) == [], words
+    mem = json.loads(cli("memory", "-m", FLASH, "-t", "8xh200", "--tp", "8", "--mtp", "--json").stdout)
+    plain = json.loads(cli("memory", "-m", FLASH, "-t", "8xh200", "--tp", "8", "--json").stdout)
+    draft = mem["per_gpu"][0]["terms"].get("weights/dspark", 0)
+    assert draft > 1e9 and "weights/mtp" not in mem["per_gpu"][0]["terms"]      # its experts split over the 8 GPUs
+    assert plain["per_gpu"][0]["weights_bytes"] + draft == pytest.approx(mem["per_gpu"][0]["weights_bytes"])

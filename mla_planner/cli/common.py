@@ -15,7 +15,6 @@ from mla_planner.core.errors import PlanError
 from mla_planner.core.files import path_kind
 from mla_planner.core.jsonout import dumps
 from mla_planner.specs.attention.kinds import planning_problem
-from mla_planner.specs.knobs import MTP_DRAFT_TOKENS
 
 DEFAULT_MODEL = "deepseek-v3"
 DEFAULT_TOPOLOGY = "2x8xh100-ib"
@@ -37,10 +36,11 @@ MtpOpt = Annotated[bool, Opt("--mtp", help=(
     "Plan every layout with speculative decoding by the model's own MTP layer (DeepSeek-V3/R1: one drafted "
     "token per step). Without it, a note says what the best candidate would serve with it, and with it, "
     "what it serves without."))]
-MtpDraftOpt = Annotated[int, Opt("--mtp-draft-tokens", help=(
-    "With --mtp: tokens the MTP layer drafts per step, one after another (vLLM num_speculative_tokens, SGLang "
-    "--speculative-num-steps; the recipes run 3 for DeepSeek-V3.2 and GLM-5). Each is accepted with "
-    "--mtp-acceptance given the one before. Default 1."))]
+MtpDraftOpt = Annotated[Optional[int], Opt("--mtp-draft-tokens", help=(
+    "With --mtp: tokens drafted per step (vLLM num_speculative_tokens; SGLang --speculative-num-steps, or "
+    "--speculative-dspark-block-size for a DSpark draft): the MTP layer drafts them one after another (the recipes "
+    "run 3 for DeepSeek-V3.2 and GLM-5), a DSpark draft (DeepSeek-V4 -0731) all at once. Each is accepted with "
+    "--mtp-acceptance given the one before. Default: 1, or the DSpark draft's block size."))]
 MtpAcceptanceOpt = Annotated[float, Opt("--mtp-acceptance", help=(
     "Share of MTP-drafted tokens the model accepts on your traffic (the engines log it: vLLM's SpecDecoding "
     "metrics, SGLang's accept length - 1). Default: the DeepSeek-V3 report's 85 % (it found 85-90 %)."))]
@@ -108,15 +108,17 @@ def check_plannable(spec, command: str = "plan") -> None:
 
 def check_mtp(spec, mtp: bool) -> None:
     """--mtp needs a model with an MTP layer to draft with (both engines load it from the checkpoint)."""
-    if mtp and not spec.has_mtp_head:
+    if mtp and spec.drafter is None:
         raise PlanError(f"--mtp: {spec.name} has no MTP layer to draft with{spec.no_mtp_head_why}")
 
 
-def check_draft_tokens(tokens: int, mtp: bool) -> None:
+def check_draft_tokens(tokens: Optional[int], mtp: bool) -> None:
     """--mtp-draft-tokens: a positive count, and only with --mtp (it says how MTP drafts)."""
+    if tokens is None:
+        return
     if tokens < 1:
         raise PlanError(f"--mtp-draft-tokens must be at least 1, got {tokens}")
-    if tokens != MTP_DRAFT_TOKENS and not mtp:
+    if not mtp:
         raise PlanError("--mtp-draft-tokens needs --mtp (it sets how many tokens the MTP layer drafts per step)")
 
 

@@ -25,7 +25,7 @@ from mla_planner.search.plan import nothing_fits_advice
 from mla_planner.search.planfile import Plan, meets_targets, plan_to_dict
 from mla_planner.search.run import SearchResult
 from mla_planner.search.tuning import Overrides
-from mla_planner.specs.knobs import MTP_ACCEPTANCE, MTP_DRAFT_TOKENS
+from mla_planner.specs.knobs import MTP_ACCEPTANCE
 
 @guard
 def plan_cmd(
@@ -63,7 +63,7 @@ def plan_cmd(
     enforce_eager: Annotated[bool, Opt("--enforce-eager", help="Plan without CUDA graphs (priced, and warned "
                                        "about).")] = False,
     mtp: MtpOpt = False,
-    mtp_draft_tokens: MtpDraftOpt = MTP_DRAFT_TOKENS,
+    mtp_draft_tokens: MtpDraftOpt = None,
     mtp_acceptance: MtpAcceptanceOpt = MTP_ACCEPTANCE,
     top: Annotated[int, Opt("--top", help="Candidates to show.")] = 5,
     explain: Annotated[bool, Opt("--explain", help="Also list rejected layouts with one-line reasons.")] = False,

@@ -62,15 +62,16 @@ class CompressedPool:
     max_num_batched_tokens: int
     max_running_requests: int
     pp: int = 1
-    speculative: bool = False       # MTP runs: one more window-only layer (vLLM), SGLang's speculative rings
+    draft_layers: int = 0           # the drafter's window-only layers (MTP 1, DSpark 3); > 0: speculative decoding
+                                    # (SGLang's larger rings)
     index_cache: str = "fp8"        # the index keys' row: fp8, or fp4 (vLLM's MXFP4 indexer cache)
 
     def _vllm(self, kv_bytes: float) -> VllmCapacity:
         return vllm_capacity(self.spec, kv_bytes, self.max_model_len, self.max_num_batched_tokens, self.pp,
-                             self.index_cache, int(self.speculative), self.stage)
+                             self.index_cache, self.draft_layers, self.stage)
 
     def _sglang(self, kv_bytes: float) -> SglangCapacity:
-        return sglang_capacity(self.spec, kv_bytes, self.max_running_requests, self.speculative, stage=self.stage)
+        return sglang_capacity(self.spec, kv_bytes, self.max_running_requests, bool(self.draft_layers), stage=self.stage)
 
     def marginal_bytes_per_token(self) -> float:
         """What one more token of context costs: vLLM a block's bytes over its 256 tokens; SGLang a full-pool token."""
@@ -102,8 +103,8 @@ class CompressedPool:
                     "knob": "--max-running-requests (each slot reserves its C128 state rings up front) and "
                             "--swa-full-tokens-ratio; --context-length does not change the pool"}
         cap = self._vllm(kv_bytes)
-        groups = vllm_groups(self.spec, self.index_cache, int(self.speculative), self.stage)
-        decoding = blocks_per_request(groups, self.max_model_len, 1 + int(self.speculative), self.pp)
+        groups = vllm_groups(self.spec, self.index_cache, self.draft_layers, self.stage)
+        decoding = blocks_per_request(groups, self.max_model_len, 1 + self.draft_layers, self.pp)
         return {"bytes_per_block": cap.bytes_per_block, "num_blocks": cap.num_blocks,
                 "decode_blocks_per_request": decoding - -(-self.max_model_len // VLLM_BLOCK_TOKENS),
                 "blocks_per_request": cap.blocks_per_request, "concurrent_requests": cap.concurrency,
@@ -118,7 +119,7 @@ class CompressedPool:
         if self.engine == "sglang":
             return min(self._sglang(kv_bytes).full_tokens, limit)
         blocks = int(max(kv_bytes, 0) // self._vllm(0.0).bytes_per_block) - 1
-        groups = vllm_groups(self.spec, self.index_cache, int(self.speculative), self.stage)
+        groups = vllm_groups(self.spec, self.index_cache, self.draft_layers, self.stage)
         lo, hi = 0, limit
         while lo < hi:
             mid = (lo + hi + 1) // 2

@@ -142,5 +142,6 @@ def check_inputs(inp: LaunchInputs) -> None:
         raise PlanError(f"{inp.layout.label}: the {inp.layout.kv_layout} KV layout has no flag in vLLM "
                         f"{engine_version('vllm')} or SGLang {engine_version('sglang')} (both keep the full latent "
                         "on every TP rank); pick a replicated candidate")
-    if inp.knobs.mtp and not inp.spec.num_nextn_predict_layers:
-        raise PlanError(f"MTP speculative decoding needs a model with MTP layers; {inp.spec.name} has none")
+    if inp.knobs.mtp and inp.spec.drafter is None:
+        raise PlanError(f"MTP speculative decoding needs a model with MTP layers or a DSpark draft; {inp.spec.name} "
+                        "has neither")

@@ -16,7 +16,7 @@ from mla_planner.launch.netcheck import cross_node_all_reduce
 from mla_planner.launch.placement import place
 from mla_planner.launch.render import render
 from mla_planner.search.planfile import Candidate
-from mla_planner.specs.knobs import decode_query_len, tokens_per_step
+from mla_planner.specs.knobs import tokens_per_step
 from mla_planner.specs.layout import Layout
 
 ENGINE_NAMES = {"vllm": "vLLM", "sglang": "SGLang"}
@@ -205,9 +205,8 @@ def _mtp(inp: LaunchInputs, engine: str) -> Optional[dict]:
     if not inp.knobs.mtp:
         return None
     a = inp.workload.mtp_acceptance
-    flags = ("`--speculative-config` with method mtp" if engine == "vllm" else
-             f"`--speculative-algorithm EAGLE --speculative-num-steps {inp.knobs.mtp_draft_tokens} --speculative-eagle-topk 1 "
-             f"--speculative-num-draft-tokens {decode_query_len(inp.knobs)}`")
+    flags = (f"`--speculative-config` with method {inp.spec.drafter}" if engine == "vllm" else
+             "`" + " ".join(f"{f} {v}" for f, v in sglang.speculative_flags(inp.knobs, inp.spec.drafter)) + "`")
     where = ("vLLM logs 'SpecDecoding metrics: ... Avg Draft acceptance rate' (v1/spec_decode/metrics.py), and "
              "on /metrics the rate is vllm:spec_decode_num_accepted_tokens_total / "
              "vllm:spec_decode_num_draft_tokens_total"

@@ -77,6 +77,17 @@ def int8_flag(spec) -> Optional[str]:
 MISTRAL_FORMAT = {"mistral": (("--model-config-parser", "mistral"), ("--load-format", "mistral"))}
 
 
+def speculative_flags(k: Knobs, drafter: Optional[str]) -> list[tuple]:
+    """SGLang's speculative decoding: the MTP layer as EAGLE, one draft token per step, chained (top-k 1); a DSpark
+    draft as DSPARK with its block (the verify window, block + 1, follows: arg_groups/fields/spec.py)."""
+    if not k.mtp:
+        return []
+    if drafter == "dspark":
+        return [("--speculative-algorithm", "DSPARK"), ("--speculative-dspark-block-size", k.mtp_draft_tokens)]
+    return [("--speculative-algorithm", "EAGLE"), ("--speculative-num-steps", k.mtp_draft_tokens),
+            ("--speculative-eagle-topk", 1), ("--speculative-num-draft-tokens", decode_query_len(k))]
+
+
 def sizing_flags(inp: LaunchInputs) -> list[str]:
     L, k = inp.layout, inp.knobs
     running, chunk = server_totals(L, k)
@@ -104,10 +115,7 @@ def sizing_flags(inp: LaunchInputs) -> list[str]:
         ("--cuda-graph-backend-decode", None if k.cuda_graphs else "disabled"),
         ("--cuda-graph-backend-prefill", None if k.cuda_graphs else "disabled"),
         ("--cuda-graph-max-bs-decode", k.cuda_graph_max_bs if k.cuda_graphs else None),
-        ("--speculative-algorithm", "EAGLE" if k.mtp else None),
-        ("--speculative-num-steps", k.mtp_draft_tokens if k.mtp else None),
-        ("--speculative-eagle-topk", 1 if k.mtp else None),
-        ("--speculative-num-draft-tokens", decode_query_len(k) if k.mtp else None),
+        *speculative_flags(k, inp.spec.drafter),
         *MISTRAL_FORMAT.get(inp.spec.config_format, ()),
         *recipe_flags(inp.spec, "sglang"),
         ("--trust-remote-code", True),

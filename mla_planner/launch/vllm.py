@@ -46,7 +46,7 @@ MISTRAL_FORMAT = {"mistral": (("--tokenizer-mode", "mistral"), ("--config-format
                               ("--load-format", "mistral"))}
 # "deepseek_mtp" is deprecated and rewritten to "mtp" with a warning (vllm/config/speculative.py)
 INDEXER_CONFIG = '{"indexer_kv_dtype":"%s"}'   # DeepSeek-V4's index-key cache (vllm/config/attention.py)
-MTP_CONFIG = '{"method":"mtp","num_speculative_tokens":%d}'   # the MTP layer's drafted tokens per step
+MTP_CONFIG = '{"method":"%s","num_speculative_tokens":%d}'   # the drafter (mtp, dspark), its tokens per step
 ENGINE_READY_TIMEOUT_S = 3600   # loads of a 671B checkpoint (+ DeepGEMM warm-up, graph capture) outlast the 600 s
                                 # default, on one node too (vllm-project/recipes#381)
 A2A_NOTE = (f"MoE all-to-all: --all2all-backend {a2a.VLLM_BACKEND} needs DeepEP and NVSHMEM on this node (README.md, "
@@ -87,7 +87,7 @@ def sizing_flags(inp: LaunchInputs) -> list[str]:
         ("--attention-config", INDEXER_CONFIG % k.indexer_kv_dtype if k.indexer_kv_dtype != "fp8" else None),
         ("--enforce-eager", not k.cuda_graphs),
         ("--max-cudagraph-capture-size", k.cuda_graph_max_bs if k.cuda_graphs else None),
-        ("--speculative-config", MTP_CONFIG % k.mtp_draft_tokens if k.mtp else None),
+        ("--speculative-config", MTP_CONFIG % (inp.spec.drafter, k.mtp_draft_tokens) if k.mtp else None),
         ("--language-model-only", bool(inp.spec.vision_params)),   # text-only: the vision tower stays off the GPUs
         *MISTRAL_FORMAT.get(inp.spec.config_format, ()),
         *recipe_flags(inp.spec, "vllm"),

@@ -93,13 +93,13 @@ def _stage(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, rules:
     fp8 = fp8_checkpoint(rules.engine, spec, topo.gpu)
     marlin = profile(rules.engine).fp8_marlin_fallback and bool(fp8 and fp8[0])   # weight-only FP8 Marlin
     weights = stage_weight_terms(spec, layout, rng, first, last, rules.engine, mtp, marlin, knobs.dense_per_rank)
-    mtp_layers = spec.num_nextn_predict_layers if mtp else 0
+    mtp_layers = spec.draft_layers if mtp else 0
     kv_layers = len(rng) + mtp_layers
     tokens = activation_tokens(rules, knobs, layout)
     ffn_tp = dense_tp(layout, rules.engine, "dense_ffn", knobs.dense_per_rank)
     sizes, modes = capture_plan(rules, knobs, topo.gpu, layout)
     pool = CompressedPool(rules.engine, spec, rng, knobs.max_model_len, knobs.max_num_batched_tokens,
-                          knobs.max_num_seqs, layout.pp, bool(mtp_layers), index_cache(knobs.indexer_kv_dtype)) \
+                          knobs.max_num_seqs, layout.pp, mtp_layers, index_cache(knobs.indexer_kv_dtype)) \
         if is_compressed(spec) else None
     costs = StageCosts(
         weights_bytes=sum(weights.values()),

@@ -24,7 +24,7 @@ from mla_planner.engines.profile import profile
 from mla_planner.specs.attention.kinds import attention_of
 from mla_planner.specs.layout import Layout, weight_key
 from mla_planner.specs.model import ModelSpec
-from mla_planner.specs.weights import Tensor, dtype_of, inventory, mtp_inventory, stored_bytes, vision_inventory
+from mla_planner.specs.weights import Tensor, draft_inventory, dtype_of, inventory, stored_bytes, vision_inventory
 
 MOE_GROUPS = ("routed_experts", "shared_experts", "gate")  # tensors present once per MoE layer
 DENSE_GROUPS = ("dense_ffn",)                              # tensors present once per dense-FFN layer
@@ -68,14 +68,14 @@ def _stage_weight_terms(spec: ModelSpec, layout: Layout, counts: tuple, first: b
     """Bytes of weights one GPU of the stage owning `counts` = (decoder layers, dense-FFN layers among them)
     holds, per reporting group.
 
-    Walks `inventory(spec)` (+ `mtp_inventory` on the last stage when `mtp`, vLLM/SGLang run the
-    MTP drafter beside the last stage's layers) and adds `mla_absorb`, the bf16 W_UK/W_UV copies
+    Walks `inventory(spec)` (+ `draft_inventory` on the last stage when `mtp`, vLLM/SGLang run the
+    drafter, MTP layer or DSpark draft, beside the last stage's layers) and adds `mla_absorb`, the bf16 W_UK/W_UV copies
     both engines derive from a quantized `wkv_b` (see `mla_absorb_bytes`), and with `fp8_marlin` the
     group scales FP8 Marlin builds (`marlin_scale_bytes`). Groups are keyed `weights/<group>`.
     """
     out: OrderedDict[str, float] = OrderedDict()
     marlin = 0.0
-    tensors = inventory(spec) + (mtp_inventory(spec) if mtp and last else []) + \
+    tensors = inventory(spec) + (draft_inventory(spec) if mtp and last else []) + \
         (vision_inventory(spec) if profile(engine).text_only_keeps_vision else [])
     for t in tensors:
         count = _stage_count(spec, t, counts, first, last)

@@ -30,7 +30,7 @@ from mla_planner.specs.attention.kinds import attention_of
 from mla_planner.specs.knobs import Knobs
 from mla_planner.specs.layout import Layout, weight_key
 from mla_planner.specs.model import ModelSpec
-from mla_planner.specs.weights import Tensor, inventory, mtp_inventory, stored_bytes
+from mla_planner.specs.weights import Tensor, draft_inventory, inventory, stored_bytes
 
 
 @dataclass(frozen=True)
@@ -219,14 +219,19 @@ def head_ops(spec: ModelSpec, layout: Layout, tokens: int, engine: str = "vllm",
 
 
 def mtp_proj_ops(spec: ModelSpec, batch: Batch) -> list[Op]:
-    """The MTP module's own projection, besides its decoder layer (priced as one more layer) and the shared
-    lm_head: eh_proj [d, 2d], replicated (weights.mtp_inventory), over every token the drafter runs on."""
-    nbytes, params, precision = _eh_proj(spec)
-    return [Op("mtp.eh_proj", nbytes, 2.0 * batch.tokens * params, "gemm", precision)]
+    """The drafter's own projections, besides its decoder layers (priced as more layers) and the shared lm_head,
+    over every token it runs on: the MTP module's eh_proj [d, 2d]; DSpark's main_proj, context_wkv_proj and its
+    Markov head's two [vocab, rank] tables (weights.draft_inventory), replicated."""
+    return [Op(name, nbytes, 2.0 * batch.tokens * params, "gemm", precision)
+            for name, nbytes, params, precision in _draft_projections(spec)]
+
+
+DRAFT_PROJECTIONS = ("mtp.eh_proj", "dspark.main_proj", "dspark.context_wkv_proj", "dspark.markov")
 
 
 @lru_cache(maxsize=64)
-def _eh_proj(spec: ModelSpec) -> tuple[float, float, str]:
-    """(bytes, parameters, GEMM precision) of one module's eh_proj, read from the inventory once per model."""
-    eh = next(t for t in mtp_inventory(spec) if t.name == "mtp.eh_proj")
-    return stored_bytes(eh, spec) / eh.count, eh.numel / eh.count, tensor_precision(eh.dtype)
+def _draft_projections(spec: ModelSpec) -> tuple:
+    """(name, bytes, parameters, GEMM precision) of each drafter projection, read from the inventory once per model."""
+    return tuple((t.name, stored_bytes(t, spec) / (1 if t.name == "dspark.markov" else t.count),
+                  t.numel / (1 if t.name == "dspark.markov" else t.count), tensor_precision(t.dtype))
+                 for t in draft_inventory(spec) if t.name in DRAFT_PROJECTIONS)

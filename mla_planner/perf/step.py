@@ -9,8 +9,8 @@ Per layer on one GPU (named terms that sum to the layer's time):
   each collective of perf.layer_comm (TP all-reduce, EP all-to-all, DP gather/scatter, DCP, Route B), not
       overlapped with compute (vLLM and SGLang run them on the compute stream in decode)
   launch: kernels_per_layer x graph_kernel_overhead_s (CUDA-graph replay)
-Per stage: its layers + embedding (first) + lm_head and logits gather (last) + the pipeline hand-off; with
-MTP the last stage also runs the drafter (mtp_draft) and every decoding sequence carries 1 + k query tokens.
+Per stage: its layers + embedding (first) + lm_head and logits gather (last) + the pipeline hand-off; with MTP (or
+DSpark) the last stage also runs the drafter (mtp_draft), every decoding sequence carrying 1 + k query tokens.
 Without CUDA graphs (--enforce-eager) the CPU launches kernels_per_layer x eager_kernel_launch_s per layer;
 the GPU cannot run ahead of it, so the stage takes max(GPU time, CPU launch time).
 
@@ -95,9 +95,8 @@ class DecodeStep:
 
     @property
     def network_share(self) -> float:
-        """Share of the deployment's GPU time spent in collectives: every stage runs each of the m
-        micro-batches once per round, so a GPU of stage s spends m x its collectives per round; averaged over
-        the stages (they have equal GPU counts). With pp = 1: collectives / step."""
+        """Share of the deployment's GPU time in collectives: a GPU of a stage spends m x its collectives per round
+        (every stage runs each of the m micro-batches once), averaged over the stages. With pp = 1: collectives / step."""
         if not self.round_s:
             return 0.0
         return self.micro_batches * mean_network_s(self.stages) / self.round_s
@@ -109,9 +108,8 @@ def mean_network_s(stages: list) -> float:
 
 
 def step_breakdown_s(d: DecodeStep) -> dict[str, float]:
-    """Where one decode step goes, in seconds (sums to step_s): the attention kernel (reading the latent
-    cache), the other kernels (GEMMs reading weights, router, lm_head), collectives, and launch overhead
-    (graph replay, or the CPU-bound excess when eager), on the round's critical path."""
+    """Where one decode step goes, in seconds (sums to step_s) on the round's critical path: the attention kernel,
+    the other kernels (GEMMs, router, lm_head), collectives, launch overhead (graph replay or the eager excess)."""
     return dict(d.split_s)
 
 
@@ -145,14 +143,11 @@ def layer_time(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, ba
         terms[op.name] = max(m, f)
         mem_s, math_s = mem_s + m, math_s + f
     compute_s = sum(terms.values())
-    net = dict(a_net)
-    net.update(ffn_comm(spec, layout, batch, topo, calib, moe, topo.gpu.has_fp8, knobs.engine,
-                        knobs.dense_per_rank))
+    net = {**a_net, **ffn_comm(spec, layout, batch, topo, calib, moe, topo.gpu.has_fp8, knobs.engine,
+                               knobs.dense_per_rank)}
     net = {k: v for k, v in net.items() if v}
-    launch_s = calib.kernels_per_layer * calib.graph_kernel_overhead_s
-    terms.update(net)
-    terms["launch"] = launch_s
-    network_s = sum(net.values())
+    launch_s, network_s = calib.kernels_per_layer * calib.graph_kernel_overhead_s, sum(net.values())
+    terms.update(net, launch=launch_s)
     return LayerTime("moe" if moe else "dense", terms, {o.name: o.bytes for o in ops},
                      {o.name: o.flops for o in ops}, compute_s, network_s, mem_s, math_s, launch_s,
                      compute_s + network_s + launch_s)
@@ -193,7 +188,7 @@ def stage_time(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, ba
     gpu_s = sum(terms.values())
     overhead = launch
     if not knobs.cuda_graphs:
-        cpu_s = (n + (knobs.mtp_draft_tokens if last and knobs.mtp else 0)) * calib.kernels_per_layer \
+        cpu_s = (n + (draft_runs(spec, knobs) if last and knobs.mtp else 0)) * calib.kernels_per_layer \
             * calib.eager_kernel_launch_s       # mtp_draft: one drafter layer per drafted token
         terms["eager_overhead"] = max(0.0, cpu_s - gpu_s)
         overhead += terms["eager_overhead"]
@@ -202,24 +197,29 @@ def stage_time(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, ba
 
 def mtp_draft(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, batch: Batch, calib: Calibration,
               lt: dict) -> LayerTime:
-    """The MTP drafter on the last stage, once per drafted token (knobs.mtp_draft_tokens = k, one after another): its
-    layer over the tokens the target just ran (vLLM: every scheduled one; SGLang: the verified), the work of `lt` (one
-    more MoE block: arXiv:2412.19437 section 2.2), eh_proj, the shared lm_head and logits gather for a drafted row per
-    sequence. Runs after the first see one token per sequence, not 1 + k: pricing each as the first errs slow."""
-    if not spec.has_mtp_head:
+    """The drafter on the last stage for k = knobs.mtp_draft_tokens tokens: an MTP layer once per token, one after
+    another (the work of `lt`, one more MoE block: arXiv:2412.19437 section 2.2, eh_proj, lm_head and gather for one
+    row per sequence; runs after the first see one token per sequence, not 1 + k, so this errs slow); a DSpark draft
+    once, its draft_layers at `lt`'s cost (window-only layers: errs slow), its projections, k rows of logits each."""
+    if spec.drafter is None or (spec.drafter == "mtp" and not spec.has_mtp_head):
         raise PlanError(f"MTP: {spec.name} has no MTP layer to draft with{spec.no_mtp_head_why}")
-    layer = lt["moe"] if "moe" in lt else lt["dense"]
-    ops = mtp_proj_ops(spec, batch)
-    rows = batch.decode + (1 if batch.prefill else 0)
-    ops += head_ops(spec, layout, rows, knobs.engine, knobs.dense_per_rank)
+    dspark, layer = spec.drafter == "dspark", lt["moe"] if "moe" in lt else lt["dense"]
+    runs, depth = (1, spec.draft_layers) if dspark else (knobs.mtp_draft_tokens, 1)
+    rows = (batch.decode + (1 if batch.prefill else 0)) * (knobs.mtp_draft_tokens if dspark else 1)
+    ops = mtp_proj_ops(spec, batch) + head_ops(spec, layout, rows, knobs.engine, knobs.dense_per_rank)
     times = [op_time_s(o, topo.gpu, calib) for o in ops]
     extra = sum(max(t) for t in times)
     gather = logits_comm(spec, layout, rows, topo, calib, knobs.engine, knobs.dense_per_rank)
-    k, terms = knobs.mtp_draft_tokens, dict(layer.terms_s, **{"mtp.proj_head": extra, "mtp.logits_gather": gather})
-    return LayerTime("mtp", {n: k * t for n, t in terms.items()}, {n: k * b for n, b in layer.bytes.items()},
-                     {n: k * f for n, f in layer.flops.items()}, k * (layer.compute_s + extra), k * (layer.network_s + gather),
-                     k * (layer.memory_s + sum(t[0] for t in times)), k * (layer.math_s + sum(t[1] for t in times)),
-                     k * layer.launch_s, k * (layer.total_s + extra + gather))
+    n, terms = runs * depth, {x: runs * depth * t for x, t in layer.terms_s.items()}
+    terms.update({"mtp.proj_head": runs * extra, "mtp.logits_gather": runs * gather})
+    return LayerTime("mtp", terms, {x: n * b for x, b in layer.bytes.items()}, {x: n * f for x, f in layer.flops.items()},
+                     n * layer.compute_s + runs * extra, n * layer.network_s + runs * gather,
+                     n * layer.memory_s + runs * sum(t[0] for t in times), n * layer.math_s + runs * sum(t[1] for t in times),
+                     n * layer.launch_s, n * layer.total_s + runs * extra + runs * gather)
+
+
+def draft_runs(spec: ModelSpec, knobs: Knobs) -> int:   # drafter layers a step runs: DSpark's once, MTP's k times
+    return spec.draft_layers if spec.drafter == "dspark" else knobs.mtp_draft_tokens
 
 
 def stage_split(spec: ModelSpec, layout: Layout, engine: str = "vllm") -> list[int]:

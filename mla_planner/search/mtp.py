@@ -78,11 +78,12 @@ def mtp_hint(spec, topo, options: list, workload: Workload, calib, pinned: Overr
     """One note on speculative decoding for the plan (options: search.Option, best first): planned without it,
     what the first of the best MTP_HINT_TRIES candidates that can run it would serve with it, tuned again,
     against #1; planned with it (--mtp), what #1 would serve without. None for a model without an MTP layer."""
-    if not spec.has_mtp_head or not options:
+    if spec.drafter is None or not options:
         return None
     a = workload.mtp_acceptance
-    per_step = tokens_per_step(Knobs(mtp=True, mtp_draft_tokens=pinned.mtp_draft_tokens), a)
-    what = f"MTP ({per_step:.2f} tokens per step at {a:.0%} acceptance, --mtp-acceptance)"
+    per_step = tokens_per_step(Knobs(mtp=True, mtp_draft_tokens=pinned.mtp_draft_tokens or spec.default_draft_tokens), a)
+    drafter = "DSpark" if spec.drafter == "dspark" else "MTP"
+    what = f"{drafter} ({per_step:.2f} tokens per step at {a:.0%} acceptance, --mtp-acceptance)"
     best = options[0]
     data = {"acceptance": a, "tokens_per_step": per_step, "planned_with_mtp": best.tuned.knobs.mtp}
     if best.tuned.knobs.mtp:

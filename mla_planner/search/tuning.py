@@ -23,7 +23,7 @@ from mla_planner.memory.accounting import evaluate as memory_evaluate, safe_memo
 from mla_planner.perf.metrics import Metrics, evaluate, tokens_per_request
 from mla_planner.perf.request_times import mean_tpot_s
 from mla_planner.specs.calibration import Calibration
-from mla_planner.specs.knobs import MTP_DRAFT_TOKENS, Knobs, Workload, tokens_per_step
+from mla_planner.specs.knobs import Knobs, Workload, tokens_per_step
 from mla_planner.specs.layout import Layout
 from mla_planner.search.attention_backend import Rejected, attention_choice
 from mla_planner.search.reasons import (MAX_NUM_SEQS_CAP, chunk_reason, dense_reason, fraction_reason, limit_words,
@@ -51,7 +51,7 @@ class Overrides:
     block_size: int | None = None
     cuda_graphs: bool = True
     mtp: bool = False             # speculative decoding with the model's MTP layer (--mtp; search.mtp.mtp_hint)
-    mtp_draft_tokens: int = MTP_DRAFT_TOKENS    # tokens it drafts per step (--mtp-draft-tokens)
+    mtp_draft_tokens: int | None = None   # tokens it drafts per step (--mtp-draft-tokens; None: the drafter's own)
 
 
 def dense_variants(layout: Layout, engine: str) -> tuple[bool, ...]:
@@ -88,13 +88,14 @@ def _draft_knobs(spec: ModelSpec, topo: Topology, layout: Layout, engine: str, k
                        f"max_position_embeddings {spec.max_position_embeddings:,}")
     max_len = ceil(context / max(block, 1)) * max(block, 1)
     cap = _seq_cap(layout, workload)
-    if pinned.mtp and not spec.has_mtp_head:
+    if pinned.mtp and spec.drafter is None:
         raise Rejected(f"{spec.name} has no MTP layer to draft tokens with{spec.no_mtp_head_why}")
     knobs = Knobs(engine=engine, block_size=block, kv_cache_dtype=kv_dtype, memory_fraction=0.9,
                   max_num_seqs=cap, max_num_batched_tokens=chunk_candidates(engine, layout)[0],
                   max_model_len=min(max_len, spec.max_position_embeddings),
                   attention_backend=backend_name, prefix_caching=True, cuda_graphs=pinned.cuda_graphs,
-                  mtp=bool(pinned.mtp), mtp_draft_tokens=pinned.mtp_draft_tokens, dense_per_rank=dense_per_rank,
+                  mtp=bool(pinned.mtp), mtp_draft_tokens=pinned.mtp_draft_tokens or spec.default_draft_tokens,
+                  dense_per_rank=dense_per_rank,
                   indexer_kv_dtype=indexer_choice(engine, spec, topo.gpu))
     # the fraction is sized for the largest chunk and sequence cap tried, so the final (smaller) knobs stay safe;
     # where that leaves no KV room, for the largest chunk that does (choose_chunk then stays at or below it)
@@ -135,7 +136,8 @@ def _draft_knobs(spec: ModelSpec, topo: Topology, layout: Layout, engine: str, k
         reasons["indexer_kv_dtype"] = INDEXER_REASON
     if knobs.mtp:
         drafts = f"{knobs.mtp_draft_tokens} token" + ("s" if knobs.mtp_draft_tokens > 1 else "")
-        reasons["mtp"] = (f"on, as asked by --mtp: the MTP layer drafts {drafts} per step, "
+        who = "the DSpark draft (its layers once per step)" if spec.drafter == "dspark" else "the MTP layer"
+        reasons["mtp"] = (f"on, as asked by --mtp: {who} drafts {drafts} per step, "
                           f"{tokens_per_step(knobs, workload.mtp_acceptance):.2f} tokens per step at "
                           f"{workload.mtp_acceptance:.0%} acceptance")
     return knobs, reasons

@@ -20,6 +20,7 @@ from typing import Annotated, Literal, Optional
 from mla_planner.core.files import Checked, Flag, NonNegInt, PosInt
 from mla_planner.specs.attention.kinds import KINDS, foreign_field, kind_named
 
+DSPARK_LAYERS = 3     # DSpark draft decoder layers when the config names none (vLLM 0.33.0 deepseek_v4/nvidia/dspark.py)
 WeightDtype = Literal["bf16", "fp8", "int4", "int8", "nvfp4", "mxfp4"]
 # What pydantic's validation makes of a file's values, done for a spec built directly (specs/builtin.py):
 TUPLE_FIELDS = ("weight_block_size", "unquantized_modules", "compress_ratios",   # YAML and JSON give lists
@@ -198,6 +199,23 @@ class ModelSpec:
         return dtype == "fp8" or (dtype == "int8" and self.int8_block)
 
     @property
+    def drafter(self) -> Optional[str]:
+        """The draft the checkpoint ships for speculative decoding: "mtp" (its MTP layer(s)), "dspark" (a DSpark
+        draft: DeepSeek-V4-Flash-0731 and later), or None."""
+        return "dspark" if self.dspark_block_size is not None else "mtp" if self.num_nextn_predict_layers else None
+
+    @property
+    def draft_layers(self) -> int:
+        """Decoder layers the drafter runs: the MTP layers, or DSpark's (DSPARK_LAYERS)."""
+        return {"mtp": self.num_nextn_predict_layers, "dspark": DSPARK_LAYERS}.get(self.drafter or "", 0)
+
+    @property
+    def default_draft_tokens(self) -> int:
+        """Tokens drafted per step when not asked: DSpark's block (vLLM's num_speculative_tokens default for method
+        dspark, config/speculative.py), else 1 (DeepSeek-V3's MTP depth)."""
+        return self.dspark_block_size or 1
+
+    @property
     def has_mtp_head(self) -> bool:
         """Whether the checkpoint ships an MTP layer to draft with: num_nextn_predict_layers, except where a DSpark
         draft is shipped instead (DeepSeek-V4-Flash-0731's config still says 1, but its 166.9 GB are the model
@@ -206,10 +224,8 @@ class ModelSpec:
 
     @property
     def no_mtp_head_why(self) -> str:
-        """Why `has_mtp_head` is false, as a clause: the DSpark draft, or no MTP layer in the config."""
-        if self.dspark_block_size is not None:
-            return (" (its checkpoint ships a DSpark draft, not an MTP layer: DSpark drafting is not modelled yet)")
-        return " (num_nextn_predict_layers is 0)"
+        """Why there is no drafter, as a clause (no MTP layer in the config, no DSpark draft beside it)."""
+        return " (num_nextn_predict_layers is 0 and no DSpark draft is named)"
 
     @property
     def has_gate_bias(self) -> bool:

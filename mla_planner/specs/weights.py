@@ -22,7 +22,7 @@ from math import ceil, prod
 from typing import Optional
 
 from mla_planner.specs.attention.kinds import attention_of
-from mla_planner.specs.model import ModelSpec
+from mla_planner.specs.model import DSPARK_LAYERS, ModelSpec
 
 Split = str  # "replicated" | "column" | "row" | "expert_column" | "expert_row" | "vocab"
 
@@ -252,7 +252,6 @@ def mtp_inventory(spec: ModelSpec) -> list[Tensor]:
     return out + [replace(t, group="mtp", count=n) for t in _hc_head(spec, "mtp")]
 
 
-DSPARK_LAYERS = 3     # DSpark draft decoder layers when the config names none (vLLM 0.33.0 deepseek_v4/nvidia/dspark.py)
 DSPARK_CONFIDENCE = 1
 
 
@@ -278,6 +277,12 @@ def dspark_inventory(spec: ModelSpec) -> list[Tensor]:
         out += [Tensor("dspark.markov", "dspark", (V, rank), 2, "replicated", "bf16", "mtp"),
                 Tensor("dspark.confidence", "dspark", (DSPARK_CONFIDENCE, d + rank), 1, "replicated", "fp32", "mtp")]
     return out + [replace(t, group="dspark") for t in _hc_head(spec, "mtp")]
+
+
+def draft_inventory(spec: ModelSpec) -> list[Tensor]:
+    """The drafter's tensors, held on the last stage when speculative decoding runs: the MTP layer(s) or the DSpark
+    draft (`spec.drafter`)."""
+    return dspark_inventory(spec) if spec.drafter == "dspark" else mtp_inventory(spec)
 
 
 def vision_inventory(spec: ModelSpec) -> list[Tensor]:
