@@ -14,6 +14,7 @@ from mla_planner.cli.params import Opt
 from mla_planner.core.errors import PlanError
 from mla_planner.core.files import path_kind
 from mla_planner.core.jsonout import dumps
+from mla_planner.engines.backends import gpu_problem
 from mla_planner.specs.attention.kinds import planning_problem
 
 DEFAULT_MODEL = "deepseek-v3"
@@ -99,9 +100,10 @@ def check_context(spec, workload) -> None:
                         f"max_position_embeddings {spec.max_position_embeddings:,}")
 
 
-def check_plannable(spec, command: str = "plan") -> None:
-    """A model whose attention the planner reads but COMMAND cannot price yet is refused in one line."""
-    problem = planning_problem(spec, command)
+def check_plannable(spec, command: str = "plan", gpu=None) -> None:
+    """A model whose attention the planner reads but COMMAND cannot price yet, or a GPU whose engine backends it
+    does not model (AMD Instinct), is refused in one line."""
+    problem = planning_problem(spec, command) or (gpu_problem(gpu) if gpu is not None else "")
     if problem:
         raise PlanError(problem)
 

@@ -193,7 +193,7 @@ def compare_cmd(layouts: Annotated[Optional[list[str]], Opt(
     if not (0 < tpot_ms < inf and 0 < ttft_ms < inf):
         raise PlanError("--tpot-ms and --ttft-ms must be positive, finite milliseconds")
     spec, topo = load_model(model).spec, load_topology(topology)
-    check_plannable(spec, "compare")
+    check_plannable(spec, "compare", topo.gpu)
     if engine is None:
         engine = default_engine(spec, topo.gpu)
     elif (problem := int8_checkpoint_problem(engine, spec, topo.gpu)):

@@ -52,7 +52,7 @@ def lint_cmd(ctx: click.Context, model: LintModelOpt = None, topology: TopologyO
         raise PlanError(f"lint: {cmd.model or 'the command'} names no built-in model (by HF id) nor a folder "
                         "here: give --model")
     loaded, topo = load_model(ref), load_topology(topology)
-    check_plannable(loaded.spec, "lint")
+    check_plannable(loaded.spec, "lint", topo.gpu)
     findings = lint(cmd, loaded.spec, topo, load_calibration(None, topo))
     errors = [f for f in findings if f.level == "error"]
     if as_json:

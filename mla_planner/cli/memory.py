@@ -100,7 +100,7 @@ def memory_cmd(
       mla-plan memory -t 2x8xh200-ib -e sglang --tp 1 --dp 16 --ep 16 --max-model-len 32768 --json
     """
     spec, topo = load_model(model).spec, load_topology(topology)
-    check_plannable(spec, "memory")
+    check_plannable(spec, "memory", topo.gpu)
     engine = engine or default_engine(spec, topo.gpu)
     check_mtp(spec, mtp)
     layout = _layout(tp, pp, dp, ep, dcp, kv_layout, topo)

@@ -28,7 +28,7 @@ def run_plan(model: str, topology: str, workload: Workload, engine: Optional[str
              pinned: Overrides = Overrides(),
              rank_by: str = "per-gpu") -> tuple[Plan, SearchResult, tuple, MtpHint | None]:
     loaded, topo = load_model(model), load_topology(topology)
-    check_plannable(loaded.spec)
+    check_plannable(loaded.spec, "plan", topo.gpu)
     check_context(loaded.spec, workload)
     calib = load_calibration(calibration, topo)
     if engine and engine not in ENGINES:

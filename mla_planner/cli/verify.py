@@ -62,7 +62,7 @@ def candidate_from_options(plan: Optional[str], candidate: int, model: str, topo
         return Chosen(p.spec, p.topology, cand.layout, cand.knobs, p.workload,
                       load_calibration(calibration, p.topology), where, batch or planned_batch, context)
     spec, topo = load_model(model).spec, load_topology(topology)
-    check_plannable(spec, "verify")
+    check_plannable(spec, "verify", topo.gpu)
     lay = parse_layout(layout, topo)
     problems = layout_problems(lay, spec, topo.gpus_per_node, topo.total_gpus)
     if problems:

@@ -189,6 +189,16 @@ def default_engine(spec: ModelSpec, gpu: GPU) -> str:
     return "sglang" if int8_checkpoint_problem("vllm", spec, gpu) else "vllm"
 
 
+def gpu_problem(gpu: GPU) -> str:
+    """Why the planner cannot price ENGINE work on `gpu` yet ('' when it can): an AMD Instinct GPU runs the engines'
+    ROCm paths (vLLM's ROCM_AITER_MLA backends and AITER switches, SGLang's aiter backend, e4m3fnuz FP8 on MI300,
+    RCCL), none of which is modelled yet; pricing it with the CUDA backends would mis-model it."""
+    if gpu.vendor != "amd":
+        return ""
+    return (f"{gpu.name} is an AMD Instinct GPU ({gpu.arch_id}, {gpu.arch}): the engines' ROCm backends, FP8 format "
+            "and RCCL are not modelled yet, so the planner refuses it rather than price it with CUDA backends")
+
+
 def startup_problems(engine: str, spec: ModelSpec, gpu: GPU, knobs, dcp: int = 1) -> tuple[list[str], list[str]]:
     """(why the engine would refuse to start this model and KV cache on this GPU, notes on how it runs it):
     no MLA backend for the KV dtype (`no_backend_reason`; an attention backend the user pinned is checked

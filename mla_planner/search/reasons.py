@@ -34,9 +34,13 @@ def fraction_reason(engine: str, gpu, fraction: float) -> str:
 def chunk_reason(chunk: int, m: Metrics, workload: Workload, why: str) -> str:
     """The max_num_batched_tokens reason at the batch the knobs end with."""
     longest = f" (the p99 prompt's {m.ttft_longest_s * 1e3:,.0f} ms)" if m.ttft_longest_s > m.ttft_s else ""
+    rule = m.memory.capacity_rule
+    cost = (f"; vLLM reserves {rule['fixed_blocks_per_request']:,} blocks per request at admission for the windows "
+            f"and compressor states of 2 x this many tokens in flight, so its logged capacity falls as it grows"
+            if rule.get("fixed_blocks_per_request") else "")   # DeepSeek-V4 (engines/compressed_kv.py)
     return (f"{chunk:,}: TTFT {m.ttft_s * 1e3:,.0f} ms{longest} with mean TPOT {m.tpot_s * 1e3:.1f} ms at "
             f"{m.concurrency_per_dp_rank} running requests per DP rank (target {workload.tpot_ms:g} ms)"
-            + (f"; {why}" if why else ""))
+            + (f"; {why}" if why else "") + cost)
 
 
 def stall_words(m: Metrics, spec: ModelSpec, layout: Layout) -> str:

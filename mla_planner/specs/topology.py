@@ -24,9 +24,18 @@ from mla_planner.specs.efficiency import check_overrides
 Strict = ConfigDict(frozen=True, extra="forbid")
 
 
+# The NVIDIA architectures by compute capability (CUDA C Programming Guide, "Compute Capabilities"), and AMD's by gfx
+# target (ROCm "GPU hardware specifications": gfx942 is MI300X / MI325X, CDNA3; gfx950 is MI355X / MI350X, CDNA4).
+NVIDIA_ARCHS = {"7.0": "volta", "7.5": "turing", "8.0": "ampere", "8.6": "ampere", "8.7": "ampere", "8.9": "ada",
+                "9.0": "hopper", "10.0": "blackwell", "10.3": "blackwell", "11.0": "blackwell", "12.0": "blackwell",
+                "12.1": "blackwell"}
+AMD_ARCHS = {"gfx90a": "cdna2", "gfx942": "cdna3", "gfx950": "cdna4"}
+
+
 class GPU(BaseModel):
     model_config = Strict
     name: str
+    vendor: Literal["nvidia", "amd"] = "nvidia"
     memory_bytes: PosInt
     nvidia_smi_mib: Optional[PosInt] = None   # total as nvidia-smi prints it (SGLang sizes defaults by it)
     hbm_bytes_per_s: PositiveFloat
@@ -34,13 +43,29 @@ class GPU(BaseModel):
     fp8_flops_per_s: NonNegativeFloat = 0.0
     int8_ops_per_s: NonNegativeFloat = 0.0    # dense INT8 tensor-core rate (W8A8 GEMMs); 0: they run at bf16's
     fp4_flops_per_s: NonNegativeFloat = 0.0   # dense FP4 tensor-core rate (NVFP4 W4A4); 0: none (Marlin, bf16 math)
-    compute_capability: str = Field(pattern=r"^\d+\.\d+$")
+    compute_capability: Optional[str] = Field(None, pattern=r"^\d+\.\d+$")   # NVIDIA: what CUDA reports
+    gfx_arch: Optional[str] = Field(None, pattern=r"^gfx[0-9a-f]+$")           # AMD: the ROCm gfx target
     nvlink_bytes_per_s: NonNegativeFloat = 0.0
     cuda_name: Optional[str] = None           # torch.cuda.get_device_name(): what tuned-kernel files are keyed on
     source: Optional[str] = None
 
     @model_validator(mode="after")
     def _fp8_rate_where_fp8_exists(self):
+        if self.vendor == "nvidia":
+            if self.compute_capability is None:
+                raise ValueError("compute_capability is required for an NVIDIA GPU (e.g. \"9.0\" for Hopper)")
+            if self.compute_capability not in NVIDIA_ARCHS:
+                raise ValueError(f"compute_capability {self.compute_capability} is not an NVIDIA architecture (known: "
+                                 f"{', '.join(NVIDIA_ARCHS)}); an AMD Instinct GPU is given as vendor: amd with its "
+                                 "gfx_arch (gfx942: MI300X / MI325X, gfx950: MI355X)")
+            if self.gfx_arch is not None:
+                raise ValueError("gfx_arch is an AMD field; an NVIDIA GPU has a compute_capability")
+        else:
+            if self.gfx_arch not in AMD_ARCHS:
+                raise ValueError(f"gfx_arch {self.gfx_arch} is not an AMD Instinct architecture the planner knows "
+                                 f"({', '.join(AMD_ARCHS)})")
+            if self.compute_capability is not None:
+                raise ValueError("compute_capability is a CUDA figure; an AMD GPU is described by its gfx_arch")
         if self.sm >= 89 and not self.fp8_flops_per_s:
             raise ValueError(f"fp8_flops_per_s is missing: a compute capability {self.compute_capability} GPU has FP8 "
                              "tensor cores; give their dense FP8 FLOP/s (the datasheet's, without sparsity)")
@@ -48,18 +73,27 @@ class GPU(BaseModel):
 
     @cached_property
     def sm(self) -> int:
-        """Compute capability as an integer, 9.0 -> 90."""
+        """NVIDIA compute capability as an integer, 9.0 -> 90 (0 for an AMD GPU: no CUDA architecture)."""
+        if self.compute_capability is None:
+            return 0
         major, minor = self.compute_capability.split(".")
         return int(major) * 10 + int(minor)
 
     @property
     def arch(self) -> str:
-        return {8: "ampere" if self.sm < 89 else "ada", 9: "hopper", 10: "blackwell", 12: "blackwell"}.get(
-            self.sm // 10, "other")
+        """The architecture family: NVIDIA ampere / ada / hopper / blackwell, AMD cdna2 / cdna3 / cdna4."""
+        if self.vendor == "amd":
+            return AMD_ARCHS[self.gfx_arch]
+        return NVIDIA_ARCHS[self.compute_capability]
+
+    @property
+    def arch_id(self) -> str:
+        """The architecture as the toolchains name it: sm90, sm100, gfx942."""
+        return self.gfx_arch if self.vendor == "amd" else f"sm{self.sm}"
 
     @cached_property
     def has_fp8(self) -> bool:
-        return self.fp8_flops_per_s > 0 and self.sm >= 89
+        return self.fp8_flops_per_s > 0 and (self.sm >= 89 or self.vendor == "amd")
 
     def tensor_flops_per_s(self, precision: str) -> float:
         """Dense peak of a GEMM whose operands are `precision`: fp8 on FP8 tensor cores (sm89+), int8 (W8A8:
@@ -81,7 +115,7 @@ class GPU(BaseModel):
 
 class IntraNode(BaseModel):
     model_config = Strict
-    kind: Literal["nvswitch", "nvlink", "pcie"] = "nvswitch"
+    kind: Literal["nvswitch", "nvlink", "xgmi", "pcie"] = "nvswitch"   # xgmi: AMD Infinity Fabric, a full mesh
     gbytes_per_s: Optional[PositiveFloat] = None   # per GPU, per direction; default: the GPU's NVLink or PCIe
     latency_us: PositiveFloat = 3.0
     nvls: Optional[Flag] = None                    # NVLink SHARP all-reduce; default on for NVSwitch, SM90+

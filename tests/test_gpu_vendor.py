@@ -1,0 +1,52 @@
+"""A GPU's vendor and architecture are first-class (issue 20): an NVIDIA GPU by its compute capability, an AMD Instinct
+by its gfx target; a compute capability that is no NVIDIA architecture (an MI300X given as "9.4") is refused at load,
+and an AMD GPU is shown but refused in one line by every command that would price engine work on it, until the
+engines' ROCm paths are modelled."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+MI300X = {"name": "MI300X", "vendor": "amd", "gfx_arch": "gfx942", "memory_bytes": 205822885888,
+          "hbm_bytes_per_s": 5.3e12, "bf16_flops_per_s": 1307.4e12, "fp8_flops_per_s": 2614.9e12}
+
+
+def topology(tmp_path, gpu: dict, kind: str = "xgmi") -> str:
+    path = tmp_path / "topo.yaml"
+    path.write_text(yaml.safe_dump({"name": "t", "nodes": 1, "gpus_per_node": 8, "gpu": gpu,
+                                    "intra_node": {"kind": kind, "gbytes_per_s": 64}}))
+    return str(path)
+
+
+def test_show_prints_vendor_and_architecture(cli, tmp_path):
+    text = cli("show", "-t", "8xh200").stdout
+    assert "NVIDIA sm90, hopper" in text
+    amd = topology(tmp_path, MI300X)
+    assert "AMD gfx942, cdna3" in cli("show", "-t", amd).stdout
+    data = json.loads(cli("show", "-t", amd, "--json").stdout)
+    assert (data["gpu"]["vendor"], data["gpu_arch"], data["gpu_arch_id"]) == ("amd", "cdna3", "gfx942")
+    assert json.loads(cli("show", "-t", "8xb200", "--json").stdout)["gpu_arch_id"] == "sm100"
+
+
+@pytest.mark.parametrize("gpu, words", [
+    ({**{k: v for k, v in MI300X.items() if k not in ("vendor", "gfx_arch")}, "compute_capability": "9.4"},
+     "compute_capability 9.4 is not an NVIDIA architecture"),
+    ({**MI300X, "gfx_arch": "gfx1100"}, "gfx_arch gfx1100 is not an AMD Instinct architecture"),
+    ({**MI300X, "compute_capability": "9.0"}, "compute_capability is a CUDA figure"),
+    ({k: v for k, v in MI300X.items() if k not in ("vendor", "gfx_arch")}, "compute_capability is required"),
+])
+def test_a_gpu_that_is_not_what_it_says_is_refused_at_load(cli, tmp_path, gpu, words):
+    result = cli("show", "-t", topology(tmp_path, gpu))
+    assert result.exit_code == 2 and words in result.stderr and result.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize("args", [["plan"], ["memory"], ["compare", "--layout", "tp=8"],
+                                  ["lint", "--", "vllm", "serve", "deepseek-ai/DeepSeek-R1", "-tp", "8"],
+                                  ["verify", "--device", "cpu", "--layout", "tp=8", "--quick"]])
+def test_every_pricing_command_refuses_an_amd_gpu_in_one_line(cli, tmp_path, args):
+    result = cli(args[0], "-m", "deepseek-r1", "-t", topology(tmp_path, MI300X), *args[1:])
+    assert result.exit_code == 2, result.output
+    assert "AMD Instinct GPU (gfx942, cdna3)" in result.stderr and result.stderr.count("\n") == 1
