@@ -46,7 +46,8 @@ FIELDS = {
     "vllm": {"--tensor-parallel-size": "tp", "-tp": "tp", "--pipeline-parallel-size": "pp", "-pp": "pp",
              "--data-parallel-size": "dp", "-dp": "dp", "--decode-context-parallel-size": "dcp", "-dcp": "dcp",
              "--kv-cache-dtype": "kv", "--block-size": "block", "--attention-backend": "backend",
-             "--max-model-len": "max_len", "--quantization": "quant", "-q": "quant", "--model": "model"},
+             "--max-model-len": "max_len", "--quantization": "quant", "-q": "quant", "--model": "model",
+             "--speculative-config": "spec"},
     "sglang": {"--tp-size": "tp", "--tensor-parallel-size": "tp", "--tp": "tp", "--pp-size": "pp",
                "--pipeline-parallel-size": "pp", "--dp-size": "dp_size", "--data-parallel-size": "dp_size",
                "--dp": "dp_size", "--attn-dp-size": "dp", "--attention-data-parallel-size": "dp",
@@ -55,7 +56,7 @@ FIELDS = {
                "--attention-backend": "backend", "--context-length": "max_len", "--quantization": "quant",
                "--model-path": "model", "--model": "model", "--moe-a2a-backend": "a2a",
                "--moe-dense-tp-size": "dense_tp", "--cuda-graph-backend-decode": "graph_decode",
-               "--model-config-parser": "config_parser"},
+               "--model-config-parser": "config_parser", "--speculative-algorithm": "spec"},
 }
 ALIASES = {"-ep": "--enable-expert-parallel"}
 BOOLEAN = {"--language-model-only", "--enforce-eager", "--disable-cuda-graph", "--disable-decode-cuda-graph", "--enable-expert-parallel",

@@ -10,9 +10,9 @@ from mla_planner.engines.compressed_kv import SGLANG_PAGE_TOKENS, VLLM_BLOCK_TOK
 SGLANG_PAGE_MULTIPLE = 128      # pool_configurator.py: "page_size must be multiple of 128 for compressed attention"
 
 
-def compressed_findings(engine: str, values: dict) -> list[tuple]:
+def compressed_findings(engine: str, values: dict, spec=None) -> list[tuple]:
     raw, block = values.get("kv", "auto"), values.get("block")
-    out = []
+    out = _drafter_findings(engine, values, spec) if spec is not None else []
     if engine == "sglang":
         if block and block.isdigit() and int(block) % SGLANG_PAGE_MULTIPLE:
             out.append(("error", "block size", f"--page-size {block}: SGLang's V4 pools take multiples of "
@@ -38,3 +38,24 @@ def compressed_findings(engine: str, values: dict) -> list[tuple]:
                    ("error", "--kv-cache-dtype", f"{raw}: vLLM's V4 FlashMLA layout takes only fp8 (models/deepseek_v4/"
                     "attention.py: 'only supports fp8 kv-cache'); give fp8 or auto"))
     return out
+
+
+def _drafter_findings(engine: str, values: dict, spec) -> list[tuple]:
+    """Speculative decoding with a drafter the checkpoint does not ship (an MTP method on a DSpark checkpoint, whose
+    weights hold no MTP layer: docs/dsv4-engines.md section 2), and SGLang's DSpark under pipeline parallelism
+    (arg_groups/speculative_hook.py: "DSpark pipeline parallelism requires PD prefill")."""
+    said = (values.get("spec") or "").lower()
+    if not said:
+        return []
+    asked = "dspark" if "dspark" in said else "mtp" if ("mtp" in said or "eagle" in said or "nextn" in said) else ""
+    out = []
+    if asked and spec.drafter and asked != spec.drafter:
+        names = {"dspark": ("a DSpark draft", "method dspark", "DSPARK"), "mtp": ("an MTP layer", "method mtp", "EAGLE")}
+        ships, fix = names[spec.drafter][0], names[spec.drafter][1 if engine == "vllm" else 2]
+        out.append(("error", "speculative decoding", f"{spec.name} ships {ships}, not {names[asked][0]}: the engine "
+                    f"finds no weights for the drafter asked for; ask for {fix}"))
+    if engine == "sglang" and asked == "dspark" and (values.get("pp") or "1") != "1":
+        out.append(("error", "speculative decoding", f"--pp-size {values['pp']} with DSPARK: SGLang refuses DSpark "
+                    "under pipeline parallelism outside PD prefill (arg_groups/speculative_hook.py)"))
+    return out
+

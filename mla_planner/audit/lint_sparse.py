@@ -23,7 +23,7 @@ BLOCK = 64
 def sparse_findings(engine: str, values: dict, spec: ModelSpec, gpu: GPU, dcp: int,
                     heads_per_rank: int) -> list[tuple]:
     if is_compressed(spec):
-        return compressed_findings(engine, values)
+        return compressed_findings(engine, values, spec)
     raw, block = values.get("kv", "auto"), values.get("block")
     out = []
     if engine == "sglang":

@@ -230,7 +230,7 @@ def compare_cmd(layouts: Annotated[Optional[list[str]], Opt(
         results.append((m, knobs))
         split = split_note(spec, topo, layout, knobs, m.memory) if m.memory.fits else ""   # `plan` may adopt it
         start = (engine_layout_problem(spec, topo, layout, engine, per_rank)
-                 or (mtp_layout_problem(engine, layout) if mtp else ""))
+                 or (mtp_layout_problem(engine, layout, spec.drafter) if mtp else ""))
         start = f"will not start as priced here: {start}" if start else ""
         verify = _mtp_verify_note(spec, topo, layout, knobs) if mtp else ""
         capped = (f"SGLang resets --max-running-requests to {SGLANG_SPECULATIVE_MAX_RUNNING} with speculative "

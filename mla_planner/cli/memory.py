@@ -214,7 +214,7 @@ def _render_capacity_rule(r: MemoryReport) -> None:
     else:
         how = (f"{c['num_blocks']:,} blocks of {c['bytes_per_block']:,} B; one request reserves "
                f"{c['blocks_per_request']:,} of them, {c['fixed_blocks_per_request']:,} whatever its length (windows "
-               f"and compressor states for {k.max_num_batched_tokens:,} x 2 tokens in flight)")
+               f"and compressor states for {k.max_num_batched_tokens:,} x {c['in_flight_batches']} tokens in flight)")
     out.print(f"capacity: {c['concurrent_requests']:,.2f} concurrent requests of {k.max_model_len:,} tokens: {how}; "
               f"{c['marginal_bytes_per_token']:,.0f} B per further token of context", soft_wrap=True)
     out.print(f"  what moves it: {c['knob']}", soft_wrap=True)

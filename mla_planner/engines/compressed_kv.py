@@ -90,8 +90,9 @@ def vllm_groups(spec, index_cache: str = "fp8", window_layers: int = 0,
 
 
 def in_flight_tokens(max_num_batched_tokens: int, pp: int = 1, async_scheduling: bool = True) -> int:
-    """vLLM's `max_in_flight_tokens`: 2 batches with async scheduling at PP 1 (its default), else PP batches."""
-    return (2 if async_scheduling and pp <= 1 else pp) * max_num_batched_tokens
+    """vLLM's `max_in_flight_tokens` (config/vllm.py): pp + 1 batches with async scheduling on the V2 model runner,
+    its default for V4 (`use_v2_model_runner`; 2 at pp 1), pp batches without async scheduling."""
+    return (pp + 1 if async_scheduling else pp) * max_num_batched_tokens
 
 
 def blocks_per_request(groups: tuple[BlockGroup, ...], max_model_len: int, max_num_batched_tokens: int,

@@ -65,6 +65,7 @@ class CompressedPool:
     draft_layers: int = 0           # the drafter's window-only layers (MTP 1, DSpark 3); > 0: speculative decoding
                                     # (SGLang's larger rings)
     index_cache: str = "fp8"        # the index keys' row: fp8, or fp4 (vLLM's MXFP4 indexer cache)
+    query_len: int = 1              # tokens a decoding request runs per step (1 + drafted ones)
 
     def _vllm(self, kv_bytes: float) -> VllmCapacity:
         return vllm_capacity(self.spec, kv_bytes, self.max_model_len, self.max_num_batched_tokens, self.pp,
@@ -86,6 +87,8 @@ class CompressedPool:
             return 0.0, 0
         if self.engine == "sglang":
             cap = self._sglang(kv_bytes)
+            if cap.fixed_bytes >= kv_bytes:     # the state rings alone take the budget: no pool (the memory report
+                return 0.0, 0                   # says so: memory/accounting._compressed_capacity)
             return cap.fixed_bytes + cap.full_tokens * cap.bytes_per_full_token, cap.full_tokens
         cap = self._vllm(kv_bytes)
         return float(cap.num_blocks * cap.bytes_per_block), cap.logged_tokens
@@ -104,14 +107,15 @@ class CompressedPool:
                             "--swa-full-tokens-ratio; --context-length does not change the pool"}
         cap = self._vllm(kv_bytes)
         groups = vllm_groups(self.spec, self.index_cache, self.draft_layers, self.stage)
-        decoding = blocks_per_request(groups, self.max_model_len, 1 + self.draft_layers, self.pp)
+        decoding = blocks_per_request(groups, self.max_model_len, self.query_len, self.pp)
         return {"bytes_per_block": cap.bytes_per_block, "num_blocks": cap.num_blocks,
                 "decode_blocks_per_request": decoding - -(-self.max_model_len // VLLM_BLOCK_TOKENS),
                 "blocks_per_request": cap.blocks_per_request, "concurrent_requests": cap.concurrency,
                 "fits_one_request": cap.fits_one, "marginal_bytes_per_token": cap.bytes_per_block / VLLM_BLOCK_TOKENS,
                 "fixed_blocks_per_request": cap.blocks_per_request - -(-self.max_model_len // VLLM_BLOCK_TOKENS),
-                "knob": "--max-num-batched-tokens (every sliding-window group reserves 2 x it in flight per "
-                        "request) and --max-model-len"}
+                "in_flight_batches": self.pp + 1,
+                "knob": f"--max-num-batched-tokens (every sliding-window group reserves {self.pp + 1} x it in flight "
+                        "per request) and --max-model-len"}
 
     def longest_len(self, kv_bytes: float, limit: int) -> int:
         """The longest max-model-len one request can have (vLLM: its blocks fit beside the null block, found by

@@ -92,6 +92,12 @@ def launch_problem(engine: str, layout: Layout, gpus_per_node: int) -> str:
     return vllm_layout_problem(layout, gpus_per_node) if engine == "vllm" else ""
 
 
-def mtp_layout_problem(engine: str, layout: Layout) -> str:
-    """Why the engine refuses speculative decoding (MTP) on this layout ('' when it takes it)."""
-    return sglang_pp_spec_problem(layout) if engine == "sglang" else ""
+def mtp_layout_problem(engine: str, layout: Layout, drafter: str | None = "mtp") -> str:
+    """Why the engine refuses speculative decoding on this layout with the checkpoint's drafter ('' when it takes
+    it): SGLang runs a DSpark draft only at pp 1 outside PD prefill (arg_groups/speculative_hook.py `_handle_dspark`:
+    "DSpark pipeline parallelism requires PD prefill"), and MTP under PP only without attention DP."""
+    if engine != "sglang":
+        return ""
+    if drafter == "dspark" and layout.pp > 1:
+        return "SGLang runs a DSpark draft only without pipeline parallelism (pp_size == 1) outside PD prefill"
+    return sglang_pp_spec_problem(layout)

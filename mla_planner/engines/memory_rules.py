@@ -243,7 +243,8 @@ def engine_default_knobs(engine: str, spec: ModelSpec, topo: Topology, dp: int =
     if is_compressed(spec):
         base.update(engine_defaults(engine))
     base.update({k: v for k, v in given.items() if v is not None})
-    if engine == "sglang" and base.get("mtp") and given.get("max_num_seqs") is None:
+    if engine == "sglang" and base.get("mtp") and given.get("max_num_seqs") is None and not is_compressed(spec):
+        # (DeepSeek-V4's model hook sets its 256 first, so the speculative hook's 48 never applies: deepseek_v4_hook.py)
         base["max_num_seqs"] = max(SGLANG_SPECULATIVE_MAX_RUNNING // dp, 1)   # the server's, split over DP ranks
     if engine == "vllm":
         if given.get("max_num_seqs") is None:

@@ -99,7 +99,8 @@ def _stage(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, rules:
     ffn_tp = dense_tp(layout, rules.engine, "dense_ffn", knobs.dense_per_rank)
     sizes, modes = capture_plan(rules, knobs, topo.gpu, layout)
     pool = CompressedPool(rules.engine, spec, rng, knobs.max_model_len, knobs.max_num_batched_tokens,
-                          knobs.max_num_seqs, layout.pp, mtp_layers, index_cache(knobs.indexer_kv_dtype)) \
+                          knobs.max_num_seqs, layout.pp, mtp_layers, index_cache(knobs.indexer_kv_dtype),
+                          decode_query_len(knobs)) \
         if is_compressed(spec) else None
     costs = StageCosts(
         weights_bytes=sum(weights.values()),
@@ -171,8 +172,8 @@ def evaluate(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs,
     if stages[binding].costs.pool is not None:   # DeepSeek-V4: capacity in requests, by the engine's own rule
         rule, longest, finding = _compressed_capacity(stages[binding], knobs, rules, total, spec)
         concurrency = rule["concurrent_requests"]
-        if finding:    # vLLM's own rule in blocks replaces the one in tokens
-            reasons = [r for r in reasons if r.code != "pool_below_context"] + [finding]
+        if finding:    # the engine's own rule replaces the generic one in tokens (and names the real cause)
+            reasons = [r for r in reasons if r.code not in ("pool_below_context", "no_kv_room")] + [finding]
     fits = not any(r.blocks for r in reasons)
     return MemoryReport(
         knobs.engine, layout, knobs, ranks, binding, capacity, capacity * layout.dp, fits, [],
@@ -188,6 +189,11 @@ def _compressed_capacity(stage: _Stage, knobs: Knobs, rules: EngineRules, total:
     pool, budget = stage.costs.pool, kv_budget_bytes(rules, knobs, total, stage.costs)
     facts = pool.facts(budget)
     longest = pool.longest_len(budget, spec.max_position_embeddings)
+    if rules.engine == "sglang" and facts["fixed_state_bytes"] >= budget > 0:
+        return facts, longest, Reason("kv_pool", (
+            f"SGLang reserves {facts['fixed_state_bytes'] / GiB:,.2f} GiB of C128 state rings for "
+            f"{facts['max_running_requests']:,} + 1 request slots before any token, more than its {budget / GiB:,.2f} "
+            "GiB KV budget: lower --max-running-requests"))
     if rules.engine == "vllm" and facts["num_blocks"] and not facts["fits_one_request"]:
         return facts, longest, Reason("kv_pool", (
             f"one request of --max-model-len {knobs.max_model_len:,} reserves {facts['blocks_per_request']:,} blocks "

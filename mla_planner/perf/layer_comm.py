@@ -114,9 +114,10 @@ def stages_share_node(layout: Layout, stage: int, topo: Topology, engine: str = 
 
 def pp_handoff_s(spec: ModelSpec, layout: Layout, batch: Batch, stage: int, topo: Topology,
                  calib: Calibration, engine: str = "sglang") -> float:
-    """Send hidden state + residual to the next stage: p2p of 1/tp of it per TP rank, then an all-gather
-    over the receiving TP group (vLLM `send_tensor_dict` / `recv_tensor_dict` with all_gather_group)."""
-    nbytes = 2 * batch.tokens * spec.hidden_size * ACT_BYTES
+    """Send hidden state + residual to the next stage (DeepSeek-V4: its hc_mult residual streams, vLLM
+    models/deepseek_v4/nvidia/model.py intermediate tensors [tokens, hc_mult, hidden]): p2p of 1/tp of it per TP
+    rank, then an all-gather over the receiving TP group (vLLM `send_tensor_dict` / `recv_tensor_dict`)."""
+    nbytes = (spec.hc_mult or 2) * batch.tokens * spec.hidden_size * ACT_BYTES
     same = stages_share_node(layout, stage, topo, engine)
     p2p = collective_time_s("p2p", nbytes / layout.tp, 2, topo, calib, spans_nodes=not same)
     return p2p + _ct("all_gather", nbytes, layout.tp, topo, calib)

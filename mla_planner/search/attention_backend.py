@@ -29,8 +29,8 @@ def attention_choice(spec: ModelSpec, gpu, layout: Layout, engine: str, kv_dtype
     family = attention_of(spec).backend_family
     if family == "mla":
         backend, block, why_block = backend_and_block(engine, gpu, kv_dtype, layout.dcp, pinned_block)
-        if mtp and mtp_layout_problem(engine, layout):
-            raise Rejected(mtp_layout_problem(engine, layout) + "; MTP is not planned there")
+        if mtp and mtp_layout_problem(engine, layout, spec.drafter):
+            raise Rejected(mtp_layout_problem(engine, layout, spec.drafter) + "; MTP is not planned there")
         verify_problem = mtp_verify_problem(backend, layout.dcp) if mtp else ""
         if verify_problem:
             raise Rejected(verify_problem + "; MTP is not planned there")
@@ -39,7 +39,7 @@ def attention_choice(spec: ModelSpec, gpu, layout: Layout, engine: str, kv_dtype
     if family == "mla-sparse":
         return _sparse(spec, gpu, layout, engine, kv_dtype, pinned_block, mtp)
     if family == "mla-compressed":
-        return _compressed(engine, gpu, layout, pinned_block, mtp)
+        return _compressed(spec, engine, gpu, layout, pinned_block, mtp)
     # the MLA backend table does not apply (vLLM refuses an MLA backend for a non-MLA model)
     block = pinned_block or GQA_DEFAULT_BLOCK[engine]
     if block % profile(engine).gqa_block_multiple:
@@ -73,8 +73,8 @@ def _sparse(spec: ModelSpec, gpu, layout: Layout, engine: str, kv_class: str, pi
             mtp: bool) -> tuple:
     """A sparse-attention (DSA) model: the engine's sparse backend for this KV class on this GPU and what it
     stores (engines/sparse.py)."""
-    if mtp and mtp_layout_problem(engine, layout):
-        raise Rejected(mtp_layout_problem(engine, layout) + "; MTP is not planned there")
+    if mtp and mtp_layout_problem(engine, layout, spec.drafter):
+        raise Rejected(mtp_layout_problem(engine, layout, spec.drafter) + "; MTP is not planned there")
     try:
         choice = sparse_choice(engine, spec, gpu, kv_class, spec.num_attention_heads // layout.tp, pinned_block,
                                layout.dcp)
@@ -85,7 +85,7 @@ def _sparse(spec: ModelSpec, gpu, layout: Layout, engine: str, kv_class: str, pi
     return choice.backend, choice.kv_cache_dtype, choice.block_size, choice.why.removeprefix("KV cache: "), block
 
 
-def _compressed(engine: str, gpu, layout: Layout, pinned_block: int | None, mtp: bool) -> tuple:
+def _compressed(spec: ModelSpec, engine: str, gpu, layout: Layout, pinned_block: int | None, mtp: bool) -> tuple:
     """DeepSeek-V4: the engine's V4 FlashMLA backend, the 584-byte fp8 rows, 256-token blocks (engines/sparse.py
     `compressed_backend`, engines/compressed_pool.py)."""
     entry = compressed_backend(engine)
@@ -94,8 +94,8 @@ def _compressed(engine: str, gpu, layout: Layout, pinned_block: int | None, mtp:
                        f"GPUs, not {gpu.arch}")
     if pinned_block not in (None, VLLM_BLOCK_TOKENS):
         raise Rejected(f"block size {pinned_block}: DeepSeek-V4 runs on 256-token blocks only")
-    if mtp and mtp_layout_problem(engine, layout):
-        raise Rejected(mtp_layout_problem(engine, layout) + "; MTP is not planned there")
+    if mtp and mtp_layout_problem(engine, layout, spec.drafter):
+        raise Rejected(mtp_layout_problem(engine, layout, spec.drafter) + "; MTP is not planned there")
     return (entry["backend"], "fp8_ds_mla", VLLM_BLOCK_TOKENS, f"{entry['backend']}: {entry['note']}",
             "256: the V4 indexer backend (vLLM) and SGLang's V4 pools take 256-token blocks only")
 

@@ -36,7 +36,8 @@ def chunk_reason(chunk: int, m: Metrics, workload: Workload, why: str) -> str:
     longest = f" (the p99 prompt's {m.ttft_longest_s * 1e3:,.0f} ms)" if m.ttft_longest_s > m.ttft_s else ""
     rule = m.memory.capacity_rule
     cost = (f"; vLLM reserves {rule['fixed_blocks_per_request']:,} blocks per request at admission for the windows "
-            f"and compressor states of 2 x this many tokens in flight, so its logged capacity falls as it grows"
+            f"and compressor states of {rule['in_flight_batches']} x this many tokens in flight, so its logged capacity "
+            "falls as it grows"
             if rule.get("fixed_blocks_per_request") else "")   # DeepSeek-V4 (engines/compressed_kv.py)
     return (f"{chunk:,}: TTFT {m.ttft_s * 1e3:,.0f} ms{longest} with mean TPOT {m.tpot_s * 1e3:.1f} ms at "
             f"{m.concurrency_per_dp_rank} running requests per DP rank (target {workload.tpot_ms:g} ms)"

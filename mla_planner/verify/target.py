@@ -162,9 +162,11 @@ def make_target(c: Chosen, ranks: RankInfo = RankInfo()) -> Target:
     context = c.context or c.workload.mean_decode_context
     block = max(c.knobs.block_size, 1)
     tokens = batch * ceil(context / block) * block      # each sequence holds whole blocks (metrics.tokens_per_request)
-    if tokens > report.kv_capacity_tokens:
+    fit = report.requests_fit(ceil(context / block) * block)     # DeepSeek-V4: by the engine's rule in blocks
+    if batch > fit:
+        held = f"{report.kv_capacity_tokens:,}" if not report.capacity_rule else f"{fit:,} such sequences"
         notes.append(f"{batch:,} sequences of {context:,} tokens (in whole {block}-token blocks: "
-                     f"{tokens:,}) per DP rank are more than the KV pool holds ({report.kv_capacity_tokens:,}): "
+                     f"{tokens:,}) per DP rank are more than the KV pool holds ({held}): "
                      "the engine would never run this point; the checks still time it")
     step = decode_step(c.spec, c.topo, c.layout, replace(c.knobs, mtp=False), batch, context, c.calib)
     if c.knobs.mtp:
