@@ -50,3 +50,19 @@ def test_every_pricing_command_refuses_an_amd_gpu_in_one_line(cli, tmp_path, arg
     result = cli(args[0], "-m", "deepseek-r1", "-t", topology(tmp_path, MI300X), *args[1:])
     assert result.exit_code == 2, result.output
     assert "AMD Instinct GPU (gfx942, cdna3)" in result.stderr and result.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize("topology, arch", [("4xl4", "NVIDIA sm89, ada"), ("8xb300", "NVIDIA sm103, blackwell"),
+                                            ("8xmi300x", "AMD gfx942, cdna3"), ("8xmi355x", "AMD gfx950, cdna4")])
+def test_the_new_built_in_topologies_show_their_gpus(cli, topology, arch):
+    result = cli("show", "-t", topology)
+    assert result.exit_code == 0 and arch in result.stdout
+
+
+def test_amd_links_are_infinity_fabric_and_nvidia_links_are_not(cli, tmp_path):
+    data = json.loads(cli("show", "-t", "8xmi355x", "--json").stdout)
+    assert data["intra_node"]["kind"] == "xgmi" and data["intra_bytes_per_s"] == 537.6e9
+    nvidia = {"name": "X", "compute_capability": "9.0", "memory_bytes": 80 * 10 ** 9, "hbm_bytes_per_s": 3e12,
+              "bf16_flops_per_s": 1e15, "fp8_flops_per_s": 2e15, "nvlink_bytes_per_s": 4.5e11}
+    result = cli("show", "-t", topology(tmp_path, nvidia, kind="xgmi"))
+    assert result.exit_code == 2 and "xgmi does not go with an NVIDIA GPU" in result.stderr

@@ -46,6 +46,7 @@ class GPU(BaseModel):
     compute_capability: Optional[str] = Field(None, pattern=r"^\d+\.\d+$")   # NVIDIA: what CUDA reports
     gfx_arch: Optional[str] = Field(None, pattern=r"^gfx[0-9a-f]+$")           # AMD: the ROCm gfx target
     nvlink_bytes_per_s: NonNegativeFloat = 0.0
+    xgmi_bytes_per_s: NonNegativeFloat = 0.0   # AMD Infinity Fabric to its peers, per GPU per direction (all links)
     cuda_name: Optional[str] = None           # torch.cuda.get_device_name(): what tuned-kernel files are keyed on
     source: Optional[str] = None
 
@@ -194,10 +195,13 @@ class Topology(HashedByContent):
     def _fabric_when_multinode(self):
         if self.nodes > 1 and self.inter_node is None:
             raise ValueError("inter_node is required when nodes > 1")
-        if self.intra_node.kind != "pcie" and not self.intra_node.gbytes_per_s and not self.gpu.nvlink_bytes_per_s:
-            raise ValueError(f"intra_node.kind is {self.intra_node.kind} but GPU {self.gpu.name} has no "
-                             "nvlink_bytes_per_s: give the GPU's NVLink bandwidth per direction, or "
-                             "intra_node.gbytes_per_s")
+        link = "xgmi_bytes_per_s" if self.intra_node.kind == "xgmi" else "nvlink_bytes_per_s"
+        if self.intra_node.kind != "pcie" and not self.intra_node.gbytes_per_s and not getattr(self.gpu, link):
+            raise ValueError(f"intra_node.kind is {self.intra_node.kind} but GPU {self.gpu.name} has no {link}: give "
+                             "the GPU's link bandwidth per direction, or intra_node.gbytes_per_s")
+        if (self.intra_node.kind == "xgmi") != (self.gpu.vendor == "amd"):
+            raise ValueError(f"intra_node.kind {self.intra_node.kind} does not go with an {self.gpu.vendor.upper()} GPU "
+                             "(xgmi is AMD's Infinity Fabric; NVIDIA GPUs link by nvswitch, nvlink or pcie)")
         return self
 
     @property
@@ -207,9 +211,11 @@ class Topology(HashedByContent):
     @property
     def intra_bytes_per_s(self) -> float:
         """Per-GPU, per-direction bandwidth inside a node. PCIe default: Gen4 x16 ~25 GB/s achievable
-        per direction (32 GB/s line); NVLink default: the GPU table's figure."""
+        per direction (32 GB/s line); NVLink and AMD Infinity Fabric (xgmi) default: the GPU table's figure."""
         if self.intra_node.gbytes_per_s:
             return self.intra_node.gbytes_per_s * 1e9
+        if self.intra_node.kind == "xgmi" and self.gpu.xgmi_bytes_per_s:
+            return self.gpu.xgmi_bytes_per_s
         if self.intra_node.kind == "pcie" or not self.gpu.nvlink_bytes_per_s:
             return 25e9
         return self.gpu.nvlink_bytes_per_s
