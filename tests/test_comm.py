@@ -92,8 +92,8 @@ def test_time_grows_with_size_and_trivial_groups(h100):
 
 @pytest.mark.parametrize("call, message", [
     (lambda t, c: collective("broadcast", 8, 8, t, c), "unknown collective"),
-    (lambda t, c: collective("all_reduce", 8, 16, t, c), "one node"),
-    (lambda t, c: collective("all_reduce", 8, 8, t, c, spans_nodes=True), "one node"),
+    (lambda t, c: collective("all_reduce", 8, 16, t, c), "one NVLink domain"),
+    (lambda t, c: collective("all_reduce", 8, 8, t, c, spans_nodes=True), "one NVLink domain"),
     (lambda t, c: collective("all_reduce", 8, 8, t, c, algorithm="tree"), "not available"),
 ])
 def test_bad_requests_raise_plan_error(h100, call, message):

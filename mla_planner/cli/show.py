@@ -132,13 +132,16 @@ def _render_compressed(c: dict) -> None:
 def _show_topology(ref: str, as_json: bool) -> None:
     t = load_topology(ref)
     data = t.model_dump()
-    data.update(gpu_arch=t.gpu.arch, gpu_arch_id=t.gpu.arch_id, total_gpus=t.total_gpus, intra_bytes_per_s=t.intra_bytes_per_s,
+    data.update(gpu_arch=t.gpu.arch, gpu_arch_id=t.gpu.arch_id, total_gpus=t.total_gpus, domain_gpus=t.domain_gpus,
+                intra_bytes_per_s=t.intra_bytes_per_s,
                 nic_bytes_per_s_per_node=t.nic_bytes_per_s_per_node, nvls=t.uses_nvls)
     if as_json:
         return print_json(data)
     g = t.gpu
     table = Table("field", "value", title=f"{t.name}: {t.description}")
-    for key, val in [("nodes x GPUs", f"{t.nodes} x {t.gpus_per_node} = {t.total_gpus}"),
+    domain = [("NVLink domain", f"{t.nvlink_domain_nodes} hosts x {t.gpus_per_node} GPUs = {t.domain_gpus} GPUs "
+                                f"({t.domains} domain{'s' if t.domains > 1 else ''})")] if t.nvlink_domain_nodes > 1 else []
+    for key, val in [("nodes x GPUs", f"{t.nodes} x {t.gpus_per_node} = {t.total_gpus}"), *domain,
                      ("GPU", f"{g.name} ({g.vendor.upper() if g.vendor == 'amd' else 'NVIDIA'} {g.arch_id}, "
                              f"{g.arch})"), ("GPU memory", human_bytes(g.memory_bytes)),
                      ("HBM bandwidth", f"{g.hbm_bytes_per_s / 1e12:.2f} TB/s"),

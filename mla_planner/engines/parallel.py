@@ -48,7 +48,7 @@ def deepep_problem(engine: str, layout: Layout, topo) -> str:
     if intra_kind == "pcie" and engine == "sglang":
         return ("SGLang's DeepEP all-to-all (DP attention + EP) prefills with DeepEP's normal kernels, which need "
                 "NVLink between the GPUs; this node has PCIe only")
-    if layout.stage_gpus > topo.gpus_per_node and not rdma:
+    if layout.stage_gpus > topo.domain_gpus and not rdma:
         return ("DeepEP (the all-to-all of DP attention + EP) between nodes needs an RDMA fabric (InfiniBand or "
                 "RoCE); this cluster's nodes talk over " + (fabric or "nothing")
                 + NO_FALLBACK)

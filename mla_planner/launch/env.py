@@ -34,6 +34,15 @@ class NetworkEnv:
     notes: list[str] = field(default_factory=list)   # fixed text for the script's comments
 
 
+# Hosts that share an NVLink domain (GB200 / GB300 NVL72): NCCL reaches the other trays' GPUs over multi-node NVLink
+# (NCCL >= 2.25.2 for GB200, NVIDIA's multi-node NVLink tuning guide, "NVIDIA NCCL"); 1 rather than its automatic
+# default, so a missing IMEX channel fails loudly instead of quietly running the planned NVLink traffic over the NICs.
+MNNVL_ENV = {"NCCL_MNNVL_ENABLE": "1", "NCCL_CUMEM_ENABLE": "1"}
+MNNVL_NOTE = ("The hosts share an NVLink domain: the NVIDIA IMEX service must be running on every tray of it, with an "
+              "IMEX channel (/dev/nvidia-caps-imex-channels) visible to the engine, before the engines start (NVIDIA IMEX "
+              "Service for NVLink Networks guide); NCCL needs 2.25.2 or later for GB200 multi-node NVLink.")
+
+
 def network_env(topology: Topology, deepep: bool = False) -> NetworkEnv:
     """Variables for a node of a multi-node instance."""
     inter = topology.inter_node
@@ -88,5 +97,8 @@ def instance_env(engine: str, topology: Topology, multi_node: bool, visible_devi
         net = network_env(topology, deepep)
         env.update(net.env)
         notes += net.notes
+        if topology.nvlink_domain_nodes > 1:
+            env.update(MNNVL_ENV)
+            notes.append(MNNVL_NOTE)
     env.update(partition_env(engine, layers, pp, partition))
     return NetworkEnv(env, notes)

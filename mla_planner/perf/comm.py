@@ -77,17 +77,18 @@ def net_of(topo: Topology, calib: Calibration) -> Net:
 
 
 def placement(group_size: int, topo: Topology, spans_nodes: bool | None) -> tuple[int, int]:
-    """(nodes, GPUs per node) of a group placed compactly; `spans_nodes=True` forces it over >= 2 nodes."""
-    gpn = topo.gpus_per_node
+    """(nodes, GPUs per node) of a group placed compactly, a "node" being an NVLink domain (a host, or an NVL72 rack
+    of hosts: topo.domain_gpus); `spans_nodes=True` forces it over >= 2 of them."""
+    gpn = topo.domain_gpus
     if spans_nodes is None:
         spans_nodes = group_size > gpn
     if not spans_nodes:
         if group_size > gpn:
-            raise PlanError(f"a group of {group_size} GPUs cannot fit in one node of {gpn}")
+            raise PlanError(f"a group of {group_size} GPUs cannot fit in one NVLink domain of {gpn}")
         return 1, group_size
-    if topo.nodes < 2 or topo.inter_node is None:
-        raise PlanError(f"topology {topo.name} has one node; a group cannot span nodes")
-    nodes = min(max(2, ceil(group_size / gpn)), group_size, topo.nodes)
+    if topo.domains < 2 or topo.inter_node is None:
+        raise PlanError(f"topology {topo.name} has one NVLink domain; a group cannot span more")
+    nodes = min(max(2, ceil(group_size / gpn)), group_size, topo.domains)
     if group_size % nodes:
         raise PlanError(f"a group of {group_size} GPUs does not split evenly over {nodes} nodes")
     return nodes, group_size // nodes

@@ -36,7 +36,8 @@ from mla_planner.specs.topology import Topology
 
 
 def _spans(group: int, topo: Topology) -> bool:
-    return group > topo.gpus_per_node
+    """Whether a group of GPUs leaves its NVLink domain (a node, or an NVL72 rack of hosts)."""
+    return group > topo.domain_gpus
 
 
 def _ct(kind: str, nbytes: float, group: int, topo: Topology, calib: Calibration,
@@ -55,7 +56,7 @@ def dp_rank_blocks(layout: Layout, engine: str) -> bool:
 def stage_group_spans(layout: Layout, topo: Topology, engine: str) -> bool:
     """Whether the stage-wide group (DP-attention gather/scatter, EP all-to-all) crosses nodes."""
     gpus = layout.instance_gpus if dp_rank_blocks(layout, engine) else layout.stage_gpus
-    return gpus > topo.gpus_per_node
+    return gpus > topo.domain_gpus
 
 
 def attention_comm(spec: ModelSpec, layout: Layout, batch: Batch, topo: Topology,
@@ -106,10 +107,11 @@ def ffn_comm(spec: ModelSpec, layout: Layout, batch: Batch, topo: Topology, cali
 def stages_share_node(layout: Layout, stage: int, topo: Topology, engine: str = "sglang") -> bool:
     """Whether stage `stage` and the next one sit on the same node (stages packed in GPU order; under
     vLLM DP each DP rank's stages sit together, see `dp_rank_blocks`)."""
+    gpn = topo.domain_gpus       # "the same node" for the hand-off's link: the same NVLink domain
     if dp_rank_blocks(layout, engine):
-        return layout.tp * layout.pp <= topo.gpus_per_node
+        return layout.tp * layout.pp <= gpn
     first, nxt = stage * layout.stage_gpus, (stage + 1) * layout.stage_gpus
-    return first // topo.gpus_per_node == nxt // topo.gpus_per_node and layout.stage_gpus < topo.gpus_per_node
+    return first // gpn == nxt // gpn and layout.stage_gpus < gpn
 
 
 def pp_handoff_s(spec: ModelSpec, layout: Layout, batch: Batch, stage: int, topo: Topology,

@@ -63,7 +63,7 @@ def warnings_for(spec: ModelSpec, topo: Topology, layout: Layout, tuned: Tuned, 
 
 def cross_node_tp_note(layout: Layout, topo: Topology) -> str:
     """TP over nodes: what the model assumes of its all-reduces, and the evidence against it ('' otherwise)."""
-    if layout.tp <= topo.gpus_per_node:
+    if layout.tp <= topo.domain_gpus:      # inside an NVLink domain (a node, or an NVL72 rack of hosts)
         return ""
     return (f"tensor parallelism spans {layout.tp // topo.gpus_per_node} nodes: every layer's all-reduce crosses "
             "the inter-node fabric, priced at nccl-tests' speed; the one published in-engine TP16 run across two "

@@ -46,7 +46,7 @@ def _stage_shapes(spec: ModelSpec, topo: Topology) -> list[tuple[int, int, int]]
     it only doubled the candidates with ties; `compare -l tp=8,ep=8` and `plan -l` still take it."""
     shapes = []
     for size in _powers_of_two(topo.total_gpus):
-        if spec.num_attention_heads % size == 0 and size <= 2 * topo.gpus_per_node:
+        if spec.num_attention_heads % size == 0 and size <= max(2 * topo.gpus_per_node, topo.domain_gpus):
             shapes.append((size, 1, 1))
         if spec.is_moe and size > 1 and spec.n_routed_experts % size == 0:
             shapes.append((1, size, size))

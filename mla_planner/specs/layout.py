@@ -84,7 +84,7 @@ def deepep_runs(topo, stage_gpus: int) -> bool:
     """Whether both engines' DeepEP can carry a stage's all-to-all (engines.parallel.deepep_problem): NVLink inside
     a node and RDMA between nodes. Where it cannot, DP attention runs with the MoE tensor-parallel over the
     stage (ep=1: vLLM flattens TP across DP, fused_moe/config.py; SGLang --attn-dp-size without --ep-size)."""
-    return topo.intra_node.kind != "pcie" and (stage_gpus <= topo.gpus_per_node or rdma_between_nodes(topo))
+    return topo.intra_node.kind != "pcie" and (stage_gpus <= topo.domain_gpus or rdma_between_nodes(topo))
 
 
 def parse_layout(text: str, topo=None) -> Layout:

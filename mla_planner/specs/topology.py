@@ -166,8 +166,10 @@ class Topology(HashedByContent):
     model_config = Strict
     name: str
     description: str = ""
-    nodes: PosInt
+    nodes: PosInt                       # hosts (a GB200 NVL72 compute tray is one)
     gpus_per_node: PosInt
+    nvlink_domain_nodes: PosInt = 1     # hosts that share one NVLink domain: 18 for a GB200/GB300 NVL72 rack (18
+                                        # trays of 4 GPUs on its NVLink switch trays); 1 for an ordinary node
     gpu: GPU
     intra_node: IntraNode = IntraNode()
     inter_node: Optional[InterNode] = None
@@ -199,6 +201,13 @@ class Topology(HashedByContent):
         if self.intra_node.kind != "pcie" and not self.intra_node.gbytes_per_s and not getattr(self.gpu, link):
             raise ValueError(f"intra_node.kind is {self.intra_node.kind} but GPU {self.gpu.name} has no {link}: give "
                              "the GPU's link bandwidth per direction, or intra_node.gbytes_per_s")
+        if self.nvlink_domain_nodes > 1:
+            if self.intra_node.kind not in ("nvswitch", "nvlink"):
+                raise ValueError(f"nvlink_domain_nodes {self.nvlink_domain_nodes}: hosts share an NVLink domain only "
+                                 f"over NVLink switches; intra_node.kind is {self.intra_node.kind}")
+            if self.nodes % self.nvlink_domain_nodes:
+                raise ValueError(f"nodes {self.nodes} is not a whole number of NVLink domains of "
+                                 f"{self.nvlink_domain_nodes} hosts")
         if (self.intra_node.kind == "xgmi") != (self.gpu.vendor == "amd"):
             raise ValueError(f"intra_node.kind {self.intra_node.kind} does not go with an {self.gpu.vendor.upper()} GPU "
                              "(xgmi is AMD's Infinity Fabric; NVIDIA GPUs link by nvswitch, nvlink or pcie)")
@@ -207,6 +216,17 @@ class Topology(HashedByContent):
     @property
     def total_gpus(self) -> int:
         return self.nodes * self.gpus_per_node
+
+    @property
+    def domain_gpus(self) -> int:
+        """GPUs one NVLink domain holds: a node's, or a rack's where hosts share one (NVL72: 72). Collectives inside
+        it run over NVLink; launch scripts are still one per host (gpus_per_node)."""
+        return self.gpus_per_node * self.nvlink_domain_nodes
+
+    @property
+    def domains(self) -> int:
+        """NVLink domains in the cluster: what the fabric between nodes (inter_node) connects."""
+        return self.nodes // self.nvlink_domain_nodes
 
     @property
     def intra_bytes_per_s(self) -> float:
