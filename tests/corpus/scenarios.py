@@ -1,5 +1,6 @@
 """The behaviour corpus: command lines whose `--json` output (and the folders `emit` writes) were recorded
-before the package restructure (issue 17) and must stay identical after it, but for `schema_version`.
+before the package restructure (issue 17) and must stay identical after it, but for `schema_version` (the
+2026 MLA family and rack-scale NVLink scenarios, recorded after issues 18-20, guard those the same way).
 
 Each scenario is a name and the words after `mla-plan`. A `plan` scenario that finds a candidate is also
 emitted (candidate 1, and the extra emits listed with it), and its plan file feeds the `compare --plan`
@@ -46,6 +47,12 @@ PLANS: dict[str, tuple[list[str], list[list[str]]]] = {
     "plan-one-nic": (["-t", "2x8xh100-ib-1nic", "--ttft-ms", "1000"], []),
     "plan-tight-tpot-dcp": (["-m", "deepseek-r1", "-t", "2x8xh200-ib", "--tpot-ms", "25", "-e", "vllm"], []),
     "plan-none-fit": (["-m", "kimi-k2", "-t", "8xh100"], []),
+    # the 2026 MLA family, recorded after issues 18 and 19 (guards DSA and DeepSeek-V4 against unintended changes)
+    "plan-v32-h200": (["-m", "deepseek-v3.2", "-t", "8xh200"], []),
+    "plan-glm52-b200-sglang": (["-m", "glm-5.2", "-t", "8xb200", "-e", "sglang"], []),
+    "plan-v4pro-b200": (["-m", "tests/fixtures/hf/DeepSeek-V4-Pro", "-t", "8xb200"], [["--engine", "sglang"]]),
+    "plan-v4flash-dspark-h200": (["-m", "tests/fixtures/hf/DeepSeek-V4-Flash-0731", "-t", "8xh200", "--mtp"], []),
+    "plan-r1-nvl72": (["-m", "deepseek-r1", "-t", "gb200-nvl72", "--top", "3"], []),
 }
 
 # name -> words after `mla-plan`
@@ -79,6 +86,12 @@ COMMANDS: dict[str, list[str]] = {
     "show-awq": ["show", "-m", AWQ],
     "show-int8-channel": ["show", "-m", INT8_CHANNEL],
     "show-snapshot": ["show", "-m", V3_SNAPSHOT],
+    "memory-v4flash-vllm-h200": ["memory", "-m", "tests/fixtures/hf/DeepSeek-V4-Flash-0731", "-t", "8xh200", "--tp",
+                                 "8", "--max-model-len", "131072"],
+    "memory-v4pro-sglang-b200": ["memory", "-m", "tests/fixtures/hf/DeepSeek-V4-Pro", "-t", "8xb200", "--tp", "1",
+                                 "--dp", "8", "-e", "sglang"],
+    "show-v4flash": ["show", "-m", "tests/fixtures/hf/DeepSeek-V4-Flash-0731"],
+    "show-topology-gb200-nvl72": ["show", "-t", "gb200-nvl72"],
 }
 MODELS = ["deepseek-v3", "deepseek-r1", "deepseek-v2", "deepseek-v2-lite", "kimi-k2", "llama-3.1-70b"]
 TOPOLOGIES = ["2x8xh100-ib", "2x8xh100-ib-1nic", "2x8xh20-roce", "2x8xh200-ib", "2x8xl40s-eth", "4x8xa100-ib",
