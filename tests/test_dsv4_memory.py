@@ -81,3 +81,14 @@ def test_the_report_says_what_moves_the_capacity(cli):
     text = cli("memory", "-m", FLASH, "-t", "8xh200", "--tp", "8").stdout
     assert "concurrent requests of 1,048,576 tokens" in text and "6,682 whatever its length" in text
     assert "what moves it: --max-num-batched-tokens" in text
+
+
+def test_memory_sizes_the_fp4_index_keys_plan_runs_on_blackwell(cli):
+    """68-byte index keys: 917,568 B per block instead of 1,002,240 (docs/dsv4-engines.md), about 9 % more requests."""
+    fp4 = memory(cli, "-m", FLASH, "-t", "8xb200", "--tp", "8", "--max-model-len", "131072",
+                 "--indexer-kv-dtype", "mxfp4")
+    fp8 = memory(cli, "-m", FLASH, "-t", "8xb200", "--tp", "8", "--max-model-len", "131072")
+    assert (fp4["capacity_rule"]["bytes_per_block"], fp8["capacity_rule"]["bytes_per_block"]) == (917_568, 1_002_240)
+    assert 1.05 < fp4["capacity_rule"]["concurrent_requests"] / fp8["capacity_rule"]["concurrent_requests"] < 1.12
+    refused = cli("memory", "-m", FLASH, "-t", "8xh200", "--tp", "8", "--indexer-kv-dtype", "mxfp4")
+    assert refused.exit_code == 2 and "vLLM's, for DeepSeek-V4 on Blackwell" in refused.stderr

@@ -13,6 +13,7 @@ from mla_planner.cli.common import (DEFAULT_MODEL, DEFAULT_TOPOLOGY, GraphCapOpt
                                     TopologyOpt, check_mtp, guard, human_bytes, print_json, lower_case)
 from mla_planner.cli.console import console
 from mla_planner.cli.common import check_plannable
+from mla_planner.engines.compressed_pool import indexer_choice_flag
 from mla_planner.cli.options import (FRACTION_FLAG, KV_CAPACITY_LABEL, bounded, graph_cap_choice, knobs_from_flags,
                                      kv_knobs, partition_choice, positive)
 from mla_planner.core.errors import PlanError
@@ -79,6 +80,10 @@ def memory_cmd(
     dense_per_rank: Annotated[bool, Opt(
         "--dense-per-rank", help="SGLang under DP attention at tp=1: the dense MLP layers and lm_head whole on every "
         "rank (--moe-dense-tp-size 1 --enable-dp-lm-head), not split over the stage.")] = False,
+    indexer_kv_dtype: Annotated[str, Opt(
+        "--indexer-kv-dtype", help="DeepSeek-V4 with vLLM: the index-key cache, fp8 (132-byte keys, the engine's "
+        "default) or mxfp4 (68 bytes: --attention-config '{\"indexer_kv_dtype\":\"mxfp4\"}', what `plan` runs on "
+        "Blackwell).")] = "fp8",
     engine_version: Annotated[Optional[str], Opt(
         "--engine-version", help="Model an older release's accounting, e.g. 0.8.4 (vLLM < 0.10 charged the "
         "CUDA context and NCCL buffers to the budget and captured graphs after it).")] = None,
@@ -112,7 +117,8 @@ def memory_cmd(
                    dict(**cache, max_model_len=_model_len(spec, engine, max_model_len),
                         max_num_seqs=bounded("--max-num-seqs", max_num_seqs),
                         max_num_batched_tokens=bounded("--max-num-batched-tokens", max_num_batched_tokens),
-                        mtp=mtp, cuda_graphs=not enforce_eager,
+                        mtp=mtp, cuda_graphs=not enforce_eager, indexer_kv_dtype=indexer_choice_flag(
+                            spec, engine, topo.gpu, indexer_kv_dtype),
                         cuda_graph_max_bs=graph_cap_choice(cuda_graph_max_bs, enforce_eager),
                         pp_layer_partition=partition_choice(pp_layer_partition, spec, layout)))
     if dense_per_rank:

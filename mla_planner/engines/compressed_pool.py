@@ -28,6 +28,17 @@ INDEXER_REASON = ("mxfp4: the FP4 index-key cache vLLM offers on Blackwell (--at
                   "scan's reads; the indexer then scores FP4 keys, so check accuracy on your traffic")
 
 
+def indexer_choice_flag(spec, engine: str, gpu, value: str) -> str:
+    """`memory --indexer-kv-dtype`: fp8 (the engines' default) or mxfp4, which only vLLM offers for DeepSeek-V4, on
+    Blackwell (`indexer_choice`)."""
+    if value not in ("fp8", "mxfp4"):
+        raise PlanError(f"--indexer-kv-dtype must be fp8 or mxfp4, got '{value}'")
+    if value == "mxfp4" and indexer_choice(engine, spec, gpu) != "mxfp4":
+        raise PlanError(f"--indexer-kv-dtype mxfp4: an FP4 index-key cache is vLLM's, for DeepSeek-V4 on Blackwell; "
+                        f"not {engine} with {spec.name} on {gpu.name}")
+    return value
+
+
 def indexer_choice(engine: str, spec, gpu) -> str:
     """The index-key cache the plan runs DeepSeek-V4 with: mxfp4 with vLLM on Blackwell (its V4 indexer takes it
     there: v1/attention/backends/mla/indexer.py dsa_indexer_uses_fp4; the DeepSeek-V4 recipes turn the FP4
