@@ -78,3 +78,16 @@ def test_lint_holds_the_drafter_to_the_checkpoint(cli, words, finding):
     model = FLASH if FLASH in words else PRO
     r = cli("lint", "-m", model, "-t", "8xb200", "--json", "--", *words)
     assert any(finding in f["text"] and f["level"] == "error" for f in json.loads(r.stdout)["findings"]), r.stdout
+
+
+@pytest.mark.parametrize("flag", [["--attention_config.use_fp4_indexer_cache=True"],
+                                  ["--attention-config", '{"use_fp4_indexer_cache": true}']])
+def test_lint_flags_the_old_recipes_fp4_indexer_switch_vllm_no_longer_has(cli, flag):
+    """vLLM 0.33's AttentionConfig forbids unknown keys (vllm/config/utils.py @config); the switch is indexer_kv_dtype."""
+    r = cli("lint", "-m", PRO, "-t", "8xb200", "--json", "--", "vllm", "serve", PRO, "-tp", "8", "--block-size", "256",
+            *flag)
+    found = [f for f in json.loads(r.stdout)["findings"] if f["flag"] == "--attention-config"]
+    assert found and found[0]["level"] == "error" and "indexer_kv_dtype" in found[0]["text"]
+    ok = cli("lint", "-m", PRO, "-t", "8xb200", "--json", "--", "vllm", "serve", PRO, "-tp", "8", "--block-size", "256",
+             "--attention-config", '{"indexer_kv_dtype": "mxfp4"}')
+    assert not [f for f in json.loads(ok.stdout)["findings"] if f["flag"] == "--attention-config"]

@@ -47,7 +47,7 @@ FIELDS = {
              "--data-parallel-size": "dp", "-dp": "dp", "--decode-context-parallel-size": "dcp", "-dcp": "dcp",
              "--kv-cache-dtype": "kv", "--block-size": "block", "--attention-backend": "backend",
              "--max-model-len": "max_len", "--quantization": "quant", "-q": "quant", "--model": "model",
-             "--speculative-config": "spec"},
+             "--speculative-config": "spec", "--attention-config": "attention_config"},
     "sglang": {"--tp-size": "tp", "--tensor-parallel-size": "tp", "--tp": "tp", "--pp-size": "pp",
                "--pipeline-parallel-size": "pp", "--dp-size": "dp_size", "--data-parallel-size": "dp_size",
                "--dp": "dp_size", "--attn-dp-size": "dp", "--attention-data-parallel-size": "dp",

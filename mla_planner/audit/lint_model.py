@@ -1,8 +1,10 @@
 """Findings about how a command serves the checkpoint itself: a multimodal checkpoint's vision encoder
-(the plan serves it text-only) and Mistral's params.json format (SGLang reads it only when told or when the
-path names the model). (level, flag, text) tuples, as audit/lint.py makes findings of them."""
+(the plan serves it text-only), Mistral's params.json format (SGLang reads it only when told or when the
+path names the model), and vLLM attention-config keys the engine no longer has (recipes written for older releases). (level, flag, text) tuples, as audit/lint.py makes findings of them."""
 
 from __future__ import annotations
+
+import json
 
 from mla_planner.specs.model import ModelSpec
 
@@ -10,8 +12,35 @@ from mla_planner.specs.model import ModelSpec
 SGLANG_MISTRAL_NAMES = ("mistral-large-3", "mistral-small-4", "leanstral")
 
 
+# vLLM 0.33.0's AttentionConfig fields (vllm/config/attention.py); its @config dataclass forbids any other key
+VLLM_ATTENTION_CONFIG = ("backend", "minimax_m3_msa_decode_backend", "backend_per_kind", "flash_attn_version",
+                         "flash_attn_max_num_splits_for_cuda_graph", "tokenspeed_mla_min_split_kv",
+                         "tq_max_kv_splits_for_cuda_graph", "use_trtllm_attention", "disable_flashinfer_q_quantization",
+                         "mla_prefill_backend", "use_prefill_query_quantization", "trtllm_ragged_backend",
+                         "indexer_kv_dtype", "indexer_sparse_logits", "indexer_tp_shard_min_rows",
+                         "minimax_m3_indexer_cp", "hisparse_config", "use_non_causal", "sparse_mla_force_mqa",
+                         "sparse_mla_prefill_workspace_factor", "flex_attn_block_m", "flex_attn_block_n",
+                         "flex_attn_q_block_size", "flex_attn_kv_block_size")
+RENAMED = {"use_fp4_indexer_cache": 'the FP4 index-key cache is indexer_kv_dtype now: --attention-config '
+                                    '\'{"indexer_kv_dtype":"mxfp4"}\''}
+
+
+def attention_config_findings(flags: set, values: dict) -> list[tuple]:
+    """Keys of vLLM's --attention-config (JSON, or the dotted --attention-config.KEY form) it does not have: it refuses
+    to start. Older recipes name some (DeepSeek-V4's use_fp4_indexer_cache)."""
+    keys = [f.split(".", 1)[1].replace("-", "_") for f in flags if f.startswith("--attention-config.")]
+    try:
+        given = json.loads(values.get("attention_config") or "{}")
+    except ValueError:
+        given = {}
+    keys += list(given) if isinstance(given, dict) else []
+    return [("error", "--attention-config", f"{key}: vLLM 0.33's attention config has no such field (vllm/config/"
+             f"attention.py forbids unknown keys): it refuses to start" + (f"; {RENAMED[key]}" if key in RENAMED else ""))
+            for key in keys if key not in VLLM_ATTENTION_CONFIG]
+
+
 def model_findings(engine: str, flags: set, values: dict, model: str | None, spec: ModelSpec) -> list[tuple]:
-    out = []
+    out = attention_config_findings(flags, values) if engine == "vllm" else []
     if engine == "vllm" and spec.vision_params and "--language-model-only" not in flags:
         out.append(("warn", "--language-model-only", f"{spec.name} carries a vision encoder ({spec.vision_params / 1e6:,.0f}M "
                     "parameters, bf16): without --language-model-only vLLM builds it on every GPU and profiles "
