@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The one GPU check of mla-plan, sized for a borrowed single H200 (or H100): ~4 minutes, at most 375 s
+# The one GPU check of mla-plan, sized for a borrowed single H200 (or H100): ~4 minutes, at most 415 s
 # (each step has its own limit).
 #   1. nvidia-smi and the torch / Triton / FlashMLA versions
 #   2. pytest -m gpu tests/            the kernel's bf16 correctness and `verify --device cuda` at planned shapes
@@ -7,7 +7,8 @@
 #                                      target >= 80 % at B >= 64, context >= 4096, 16 heads, bf16
 #   4. mla-plan verify --device cuda   DeepSeek-V3 on topologies/8xh200.yaml (a `plan` candidate when the plan
 #                                      command exists, else --layout tp=8), writing a calibration file
-#   5. mla-plan verify --only attention on DeepSeek-V3.2 (the sparse decode microkernel, verify-dsa.json)
+#   5. mla-plan verify --only attention on DeepSeek-V3.2 (the sparse decode microkernel, verify-dsa.json) and on
+#      DeepSeek-V4-Flash (the compressed decode microkernel per layer kind, verify-v4.json)
 #   6. mla-plan compare without and with that calibration: what the measurements change
 # Output lands in $OUT (else ./out): gpu_check.log (everything), attention.json, verify.json, calibration.yaml,
 # plan.json (if made). Needs only the device image's python3 (torch with CUDA and Triton); pydantic and the
@@ -68,6 +69,9 @@ EOF
 # DeepSeek Sparse Attention: the sparse decode microkernel (indexer, top-k, attention) at V3.2's planned tp8 shape
 step verify-dsa 40 bash -c '"$PY" -m mla_planner.cli verify --device cuda --only attention --json \
   --model tests/fixtures/hf/DeepSeek-V3.2 --topology 8xh200 --layout tp=8 > "$OUT/verify-dsa.json"'
+# DeepSeek-V4: the compressed decode microkernel (window, CSA top-k with the indexer, HCA) at V4-Flash's tp8 shape
+step verify-v4 40 bash -c '"$PY" -m mla_planner.cli verify --device cuda --only attention --json \
+  --model tests/fixtures/hf/DeepSeek-V4-Flash-0731 --topology 8xh200 --layout tp=8 > "$OUT/verify-v4.json"'
 step compare-default 15 "$PY" -m mla_planner.cli compare --model deepseek-v3 --topology 8xh200 --layout tp=8
 if [ -f "$OUT/calibration.yaml" ]; then
   step compare-calibrated 15 "$PY" -m mla_planner.cli compare --model deepseek-v3 --topology 8xh200 --layout tp=8 \
