@@ -92,3 +92,15 @@ def test_memory_sizes_the_fp4_index_keys_plan_runs_on_blackwell(cli):
     assert 1.05 < fp4["capacity_rule"]["concurrent_requests"] / fp8["capacity_rule"]["concurrent_requests"] < 1.12
     refused = cli("memory", "-m", FLASH, "-t", "8xh200", "--tp", "8", "--indexer-kv-dtype", "mxfp4")
     assert refused.exit_code == 2 and "vLLM's, for DeepSeek-V4 on Blackwell" in refused.stderr
+
+
+def test_vllm_counts_v4s_model_buffers_with_the_weights(cli):
+    """models/deepseek_v4/nvidia/model.py: top-k indices [max-num-batched-tokens, index_topk] int32 on every rank; with
+    speculative decoding the drafter's hidden states [max-num-batched-tokens, hc_mult x hidden] bf16 on the last
+    stage (docs/dsv4-engines.md: 32 MiB and 448 MiB for V4-Pro at 8,192)."""
+    plain = memory(cli, "-m", PRO, "-t", "8xb200", "--tp", "8", "--max-num-batched-tokens", "8192")
+    drafting = memory(cli, "-m", PRO, "-t", "8xb200", "--tp", "8", "--max-num-batched-tokens", "8192", "--mtp")
+    assert plain["per_gpu"][0]["terms"]["model_buffers"] == 8192 * 1024 * 4 == 32 * 2 ** 20
+    assert drafting["per_gpu"][0]["terms"]["model_buffers"] == 32 * 2 ** 20 + 448 * 2 ** 20
+    sglang = memory(cli, "-m", PRO, "-t", "8xb200", "--tp", "8", "-e", "sglang")
+    assert "model_buffers" not in sglang["per_gpu"][0]["terms"]

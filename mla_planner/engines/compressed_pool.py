@@ -159,3 +159,13 @@ def running_requests(rule: dict, tokens: int) -> int:
     free = rule["num_blocks"] - 1 - rule["fixed_blocks_per_request"]
     return max(int(free // (-(-tokens // VLLM_BLOCK_TOKENS) + rule["decode_blocks_per_request"])), 0)
 
+
+def vllm_buffer_bytes(spec, max_num_batched_tokens: int, last_stage: bool, drafting: bool) -> float:
+    """Buffers vLLM 0.33.0's DeepSeek-V4 model allocates with its weights (models/deepseek_v4/nvidia/model.py): the
+    top-k indices all indexer layers share, max-num-batched-tokens x index_topk int32 (32 MiB for Pro at 8,192), and
+    on the last stage with speculative decoding the drafter's hidden states, max-num-batched-tokens x hc_mult x
+    hidden bf16 (448 MiB for Pro at 8,192)."""
+    topk = max_num_batched_tokens * (spec.index_topk or 0) * 4
+    hidden = max_num_batched_tokens * (spec.hc_mult or 1) * spec.hidden_size * 2 if last_stage and drafting else 0
+    return float(topk + hidden)
+

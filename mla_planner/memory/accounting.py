@@ -19,7 +19,7 @@ from mla_planner.core.reason import Reason
 from mla_planner.core.units import GiB
 from mla_planner.engines.backends import fp8_checkpoint, startup_problems
 from mla_planner.engines.compressed_kv import index_cache, is_compressed
-from mla_planner.engines.compressed_pool import CompressedPool
+from mla_planner.engines.compressed_pool import CompressedPool, vllm_buffer_bytes
 from mla_planner.engines.cuda_graphs import capture_plan
 from mla_planner.engines.parallel import deepep_dispatch_tokens, dense_tp
 from mla_planner.engines.profile import profile
@@ -93,6 +93,8 @@ def _stage(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, rules:
     fp8 = fp8_checkpoint(rules.engine, spec, topo.gpu)
     marlin = profile(rules.engine).fp8_marlin_fallback and bool(fp8 and fp8[0])   # weight-only FP8 Marlin
     weights = stage_weight_terms(spec, layout, rng, first, last, rules.engine, mtp, marlin, knobs.dense_per_rank)
+    if is_compressed(spec) and rules.engine == "vllm":      # allocated with the weights, charged like them
+        weights["model_buffers"] = vllm_buffer_bytes(spec, knobs.max_num_batched_tokens, last, knobs.mtp)
     mtp_layers = spec.draft_layers if mtp else 0
     kv_layers = len(rng) + mtp_layers
     tokens = activation_tokens(rules, knobs, layout)
