@@ -110,4 +110,6 @@ def test_dspark_commands_and_memory(cli, tmp_path, engine):
     plain = json.loads(cli("memory", "-m", FLASH, "-t", "8xh200", "--tp", "8", "--json").stdout)
     draft = mem["per_gpu"][0]["terms"].get("weights/dspark", 0)
     assert draft > 1e9 and "weights/mtp" not in mem["per_gpu"][0]["terms"]      # its experts split over the 8 GPUs
-    assert plain["per_gpu"][0]["weights_bytes"] + draft == pytest.approx(mem["per_gpu"][0]["weights_bytes"])
+    buffers = [m["per_gpu"][0]["terms"].get("model_buffers", 0) for m in (plain, mem)]   # vLLM's, drafting or not
+    assert plain["per_gpu"][0]["weights_bytes"] - buffers[0] + draft == \
+        pytest.approx(mem["per_gpu"][0]["weights_bytes"] - buffers[1])
