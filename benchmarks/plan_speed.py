@@ -32,7 +32,11 @@ CASES = [("deepseek-v3", "2x8xh200-ib", None, 0.3), ("deepseek-v3", "2x8xh100-ib
          (os.path.join(FIXTURES, "hf", "DeepSeek-V3.2"), "2x8xh200-ib", None, None),
          (os.path.join(FIXTURES, "hf", "GLM-5.2-FP8"), "2x8xh200-ib", None, None),
          (os.path.join(FIXTURES, "hf", "Kimi-K2.5"), "2x8xh200-ib", None, None),
-         (os.path.join(FIXTURES, "mistral", "Mistral-Large-3"), "2x8xh200-ib", None, None)]
+         (os.path.join(FIXTURES, "mistral", "Mistral-Large-3"), "2x8xh200-ib", None, None),
+         # DeepSeek-V4 (issue 19) on the same cluster, and a GB200 NVL72 rack (issue 20)
+         (os.path.join(FIXTURES, "hf", "DeepSeek-V4-Pro"), "2x8xh200-ib", None, None),
+         (os.path.join(FIXTURES, "hf", "DeepSeek-V4-Flash-0731"), "2x8xh200-ib", None, None),
+         ("deepseek-r1", "gb200-nvl72", None, None)]
 
 
 def clear_caches() -> None:
