@@ -186,3 +186,10 @@ def test_the_dspark_draft_is_counted_and_no_mtp_layer_where_it_ships_instead(pro
     assert sizing.mtp_params(flash) == 0 and not flash.has_mtp_head
     assert (sizing.weight_bytes_breakdown(flash)["total"] + nbytes) / 1e9 == pytest.approx(166.9, abs=0.05)
     assert sizing.draft_params_and_bytes(pro) == (0, 0) and pro.has_mtp_head
+
+
+@pytest.mark.parametrize("name, folder", [("deepseek-v4-pro", PRO), ("deepseek-v4-flash", FLASH)])
+def test_the_built_in_v4_specs_are_their_published_configs(name, folder):
+    from dataclasses import replace
+    builtin, read = load_model(name).spec, load_model(str(folder)).spec
+    assert replace(builtin, name=read.name, hf_id=read.hf_id) == read
