@@ -183,7 +183,8 @@ def _decode_core(spec: ModelSpec, layout: Layout, knobs: Knobs, batch: Batch) ->
 def _prefill_core(spec: ModelSpec, layout: Layout, knobs: Knobs, batch: Batch) -> Op:
     """A prefill chunk of `batch.prefill` tokens after `batch.prefix` cached ones, as the attention kind
     prices it (MLA: the naive form after up-projecting every cached latent; docs/step-model.md section 2)."""
-    c = attention_of(spec).prefill_core(spec, layout, knobs.kv_cache_dtype, batch.prefill, batch.prefix)
+    extra = {"index_cache": index_cache(knobs.indexer_kv_dtype)} if is_compressed(spec) else {}
+    c = attention_of(spec).prefill_core(spec, layout, knobs.kv_cache_dtype, batch.prefill, batch.prefix, **extra)
     return Op("attn.prefill", c.bytes, c.flops, "attention")
 
 

@@ -190,11 +190,12 @@ class CompressedHybrid(AttentionKind):
             flops += 2.0 * spec.index_n_heads * spec.index_head_dim * requests * keys * q_len
         return CoreCost(nbytes, flops)
 
-    def prefill_core(self, spec, layout, kv_dtype: str, chunk: int, prefix: int) -> CoreCost:
+    def prefill_core(self, spec, layout, kv_dtype: str, chunk: int, prefix: int, index_cache: str = "fp8") -> CoreCost:
         """A chunk of `chunk` tokens after `prefix` cached ones, per layer on average: each query token at position t
         attends to min(t, window) window rows plus, on a CSA layer, min(t // 4, top-k) compressed rows chosen by
         the indexer (which scores all t // 4), on an HCA layer all t // 128 (FLOPs as `layer_core`, unpadded: the
-        sparse prefill kernels take any head count); every row of the layer read once, the chunk's rows written."""
+        sparse prefill kernels take any head count); every row of the layer read once, the chunk's rows written;
+        `index_cache` as `layer_core`'s."""
         heads, d, w = spec.num_attention_heads // layout.tp, spec.head_dim, spec.sliding_window
         first, last = prefix + 1, prefix + chunk
         nbytes = flops = 0.0
@@ -208,7 +209,7 @@ class CompressedHybrid(AttentionKind):
             nbytes += rows * ROW_BYTES + 2 * chunk * heads * d * ACT_BYTES
             if ratio == 4:
                 flops += 2.0 * spec.index_n_heads * spec.index_head_dim * _sum_min(first, last, 4, None)
-                nbytes += (last // 4) * INDEX_KEY_BYTES["fp8"]
+                nbytes += (last // 4) * INDEX_KEY_BYTES[index_cache]
         n = spec.num_hidden_layers
         return CoreCost(nbytes / n, flops / n)
 
