@@ -65,7 +65,7 @@ def test_caches_per_layer_kind(flash):
     caches = {c.name: c for c in layer_caches(flash)}
     assert (caches["swa_kv"].row_bytes, caches["swa_kv"].window, len(caches["swa_kv"].layers)) == (584, 128, 43)
     assert (caches["csa_kv"].tokens_per_row, caches["hca_kv"].tokens_per_row) == (4, 128)
-    assert caches["csa_index_keys"].row_bytes == 132 and layer_caches(flash, "fp4")[2].row_bytes == 68
+    assert caches["csa_index_keys"].row_bytes == 132 and layer_caches(flash, "mxfp4")[2].row_bytes == 68
     assert (caches["csa_state"].row_bytes, caches["csa_state"].window) == (8192, 8)
     assert (caches["hca_state"].row_bytes, caches["hca_state"].window) == (4096, 128)
     # the unpadded per-token marginal: 21 x (584 + 132) / 4 + 20 x 584 / 128
@@ -82,7 +82,7 @@ def test_vllm_groups_and_bytes_per_block(model, per_block, fp4_block, swa_groups
     assert max(g.page_bytes for g in groups) == per_block
     assert tuple(g.page_bytes for g in groups if g.name.startswith("window")) == swa_groups
     if fp4_block:
-        assert max(g.page_bytes for g in ck.vllm_groups(spec, "fp4")) == fp4_block
+        assert max(g.page_bytes for g in ck.vllm_groups(spec, "mxfp4")) == fp4_block
 
 
 def test_vllm_blocks_per_request_depend_on_the_batched_tokens(flash):

@@ -138,13 +138,13 @@ def test_vllm_on_blackwell_runs_the_fp4_indexer_cache_and_says_so(plans):
         assert all(c.knobs.indexer_kv_dtype == "fp8" for c in read_plan(plans[(topo, engine)][1]).candidates)
     spec, layout = plan.spec, plan.candidates[0].layout
     kind = attention_of(spec)
-    fp8, fp4 = (kind.layer_core(spec, layout, 4, 8, 65536, 1, index_cache=c) for c in ("fp8", "fp4"))
+    fp8, fp4 = (kind.layer_core(spec, layout, 4, 8, 65536, 1, index_cache=c) for c in ("fp8", "mxfp4"))
     assert fp8.bytes - fp4.bytes == 8 * (65536 // 4) * (132 - 68)
 
 
 def test_prefill_reads_the_index_keys_in_the_cache_they_are_kept_in():
     spec = load_model(FLASH).spec
     kind, layout = attention_of(spec), Layout(tp=1)
-    fp8, fp4 = (kind.prefill_core(spec, layout, "fp8_ds_mla", 4096, 61440, index_cache=c) for c in ("fp8", "fp4"))
+    fp8, fp4 = (kind.prefill_core(spec, layout, "fp8_ds_mla", 4096, 61440, index_cache=c) for c in ("fp8", "mxfp4"))
     assert fp8.bytes - fp4.bytes == pytest.approx(21 / 43 * (65536 // 4) * (132 - 68))   # per layer, averaged
     assert fp8.flops == fp4.flops

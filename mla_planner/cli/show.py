@@ -43,11 +43,12 @@ def show_cmd(model: Annotated[Optional[str], Arg(help="Model: built-in name, YAM
 
 
 def model_facts(spec) -> dict:
+    draft_params, draft_bytes = sizing.draft_params_and_bytes(spec)
     return {"spec": spec.to_dict(),
             "params": dict(sizing.param_breakdown(spec)),
             "activated_params": dict(sizing.activated_param_breakdown(spec)),
             "mtp_params": sizing.mtp_params(spec),
-            "draft_params": sizing.draft_params_and_bytes(spec)[0], "draft_weight_bytes": sizing.draft_params_and_bytes(spec)[1],
+            "draft_params": draft_params, "draft_weight_bytes": draft_bytes,
             "weight_bytes": dict(sizing.weight_bytes_breakdown(spec)),
             "weight_bytes_with_mtp": sizing.weight_bytes_breakdown(spec, include_mtp=True)["total"],
             "vision_params": spec.vision_params, "vision_weight_bytes": sizing.vision_weight_bytes(spec),

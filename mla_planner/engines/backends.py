@@ -17,7 +17,7 @@ from typing import Optional
 from mla_planner.core.errors import PlanError, did_you_mean
 from mla_planner.core.files import parse_yaml
 from mla_planner.core.resources import data_dir
-from mla_planner.engines.sparse import compressed_backend
+from mla_planner.engines.sparse import compressed_gpu_problem
 from mla_planner.specs.attention.kinds import attention_of
 from mla_planner.specs.model import ModelSpec
 from mla_planner.specs.topology import GPU
@@ -210,10 +210,8 @@ def startup_problems(engine: str, spec: ModelSpec, gpu: GPU, knobs, dcp: int = 1
     if kind.backend_family == "mla" and not knobs.attention_backend:
         missing = no_backend_reason(engine, gpu, knobs.kv_cache_dtype, dcp)
         refusals += [f"{missing}: the engine refuses to start"] if missing else []
-    if kind.backend_family == "mla-compressed" and gpu.arch not in compressed_backend(engine)["archs"]:
-        entry = compressed_backend(engine)
-        refusals.append(f"{engine} runs DeepSeek-V4 on {entry['backend']}, which needs {' or '.join(entry['archs'])} "
-                        f"GPUs, not {gpu.arch}: the engine refuses to start")
+    if kind.backend_family == "mla-compressed" and compressed_gpu_problem(engine, gpu):
+        refusals.append(compressed_gpu_problem(engine, gpu) + ": the engine refuses to start")
     if knobs.kv_cache_dtype not in kind.kv_formats(spec):
         refusals.append(f"{knobs.kv_cache_dtype} is not a cache format of {spec.attention} attention "
                         f"({', '.join(kind.kv_formats(spec))}): the engine refuses to start")

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
+from functools import lru_cache
 
 from mla_planner.specs.attention.compressed import RATIOS, layer_caches, layer_ratios
 from mla_planner.specs.attention.kinds import attention_of
@@ -60,6 +61,7 @@ def approximate_gcd(values: list[int], lower_bound: int) -> int:
     return best
 
 
+@lru_cache(maxsize=1024)
 def vllm_groups(spec, index_cache: str = "fp8", window_layers: int = 0,
                 stage: range | None = None) -> tuple[BlockGroup, ...]:
     """The KV-cache groups vLLM 0.33.0 builds for a V4 model (`window_layers`: MTP or DSpark layers it runs, each a
@@ -89,10 +91,10 @@ def vllm_groups(spec, index_cache: str = "fp8", window_layers: int = 0,
     return tuple(out)
 
 
-def in_flight_tokens(max_num_batched_tokens: int, pp: int = 1, async_scheduling: bool = True) -> int:
+def in_flight_tokens(max_num_batched_tokens: int, pp: int = 1) -> int:
     """vLLM's `max_in_flight_tokens` (config/vllm.py): pp + 1 batches with async scheduling on the V2 model runner,
-    its default for V4 (`use_v2_model_runner`; 2 at pp 1), pp batches without async scheduling."""
-    return (pp + 1 if async_scheduling else pp) * max_num_batched_tokens
+    both its defaults for V4 (`use_v2_model_runner`; 2 batches at pp 1)."""
+    return (pp + 1) * max_num_batched_tokens
 
 
 def blocks_per_request(groups: tuple[BlockGroup, ...], max_model_len: int, max_num_batched_tokens: int,
@@ -173,12 +175,6 @@ def sglang_capacity(spec, kv_bytes: float, max_running_requests: int = SGLANG_MA
     return SglangCapacity(per_full, fixed, full, int(full * SGLANG_SWA_RATIO) // page * page)
 
 
-def index_cache(indexer_kv_dtype: str) -> str:
-    """The index-key row (compressed.INDEX_KEY_BYTES) an --attention-config indexer_kv_dtype gives: mxfp4 the 68-byte
-    FP4 keys, else the 132-byte fp8 ones."""
-    return "fp4" if indexer_kv_dtype == "mxfp4" else "fp8"
-
-
 def is_compressed(spec) -> bool:
     """Whether the spec's attention is DeepSeek-V4's compressed hybrid (capacity by these rules, not per token)."""
     return attention_of(spec).backend_family == "mla-compressed"
@@ -196,7 +192,7 @@ def cache_facts(spec, lengths: tuple[int, ...] = (131072, 1048576), budgets: tup
         "caches": [{"name": c.name, "kind": c.kind, "layers": len(c.layers), "row_bytes": c.row_bytes,
                     "tokens_per_row": c.tokens_per_row, "window_tokens": c.window} for c in layer_caches(spec)],
         "vllm": {"block_tokens": VLLM_BLOCK_TOKENS, "bytes_per_block": per_block,
-                 "bytes_per_block_fp4_indexer": max(g.page_bytes for g in vllm_groups(spec, "fp4")),
+                 "bytes_per_block_fp4_indexer": max(g.page_bytes for g in vllm_groups(spec, "mxfp4")),
                  "marginal_bytes_per_token": per_block / VLLM_BLOCK_TOKENS,
                  "groups": [{"name": g.name, "page_bytes": g.page_bytes, "block_tokens": g.block_tokens,
                              "window_tokens": g.window} for g in groups],

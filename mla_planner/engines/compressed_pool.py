@@ -75,7 +75,7 @@ class CompressedPool:
     pp: int = 1
     draft_layers: int = 0           # the drafter's window-only layers (MTP 1, DSpark 3); > 0: speculative decoding
                                     # (SGLang's larger rings)
-    index_cache: str = "fp8"        # the index keys' row: fp8, or fp4 (vLLM's MXFP4 indexer cache)
+    index_cache: str = "fp8"        # the index keys' row, as indexer_kv_dtype: fp8, or mxfp4 (vLLM's FP4 cache)
     query_len: int = 1              # tokens a decoding request runs per step (1 + drafted ones)
 
     def _vllm(self, kv_bytes: float) -> VllmCapacity:

@@ -37,8 +37,12 @@ class SparseChoice:
 
 
 @lru_cache(maxsize=1)
+def _backends_yaml() -> dict:
+    return parse_yaml(data_dir("backends.yaml").read_text())
+
+
 def _table() -> dict:
-    return parse_yaml(data_dir("backends.yaml").read_text())["sparse"]
+    return _backends_yaml()["sparse"]
 
 
 def is_sparse(spec: ModelSpec) -> bool:
@@ -141,11 +145,18 @@ def padded_heads(engine: str, backend: str, heads_per_rank: int) -> int:
     return next((size for size in sizes if heads_per_rank <= size), heads_per_rank)
 
 
-@lru_cache(maxsize=2)
 def compressed_backend(engine: str) -> dict:
     """The attention backend ENGINE runs DeepSeek-V4's compressed attention on (data/backends.yaml `compressed`):
     its name, GPU architectures, head padding and a note."""
-    return parse_yaml(data_dir("backends.yaml").read_text())["compressed"][engine]
+    return _backends_yaml()["compressed"][engine]
+
+
+def compressed_gpu_problem(engine: str, gpu: GPU) -> str:
+    """Why ENGINE's DeepSeek-V4 backend does not run on `gpu` ('' when it does)."""
+    entry = compressed_backend(engine)
+    if gpu.arch in entry["archs"]:
+        return ""
+    return f"{engine} runs DeepSeek-V4 on {entry['backend']}, which needs {' or '.join(entry['archs'])} GPUs, not {gpu.arch}"
 
 
 def own_rows(spec: ModelSpec) -> bool:

@@ -24,7 +24,7 @@ from functools import lru_cache
 
 from mla_planner.core.units import ACT_BYTES
 from mla_planner.engines.parallel import dense_tp
-from mla_planner.engines.compressed_kv import index_cache, is_compressed
+from mla_planner.engines.compressed_kv import is_compressed
 from mla_planner.engines.sparse import is_sparse, padded_heads
 from mla_planner.specs.attention.kinds import attention_of
 from mla_planner.specs.knobs import Knobs
@@ -175,7 +175,7 @@ def _decode_core(spec: ModelSpec, layout: Layout, knobs: Knobs, batch: Batch) ->
         extra["padded_heads"] = padded_heads(knobs.engine, knobs.attention_backend,   # DCP gathers every rank's
                                              spec.num_attention_heads // layout.tp * layout.dcp)
     if is_compressed(spec):
-        extra["index_cache"] = index_cache(knobs.indexer_kv_dtype)
+        extra["index_cache"] = knobs.indexer_kv_dtype
     c = kind.decode_core(spec, layout, knobs.kv_cache_dtype, batch.decode, batch.context, batch.q_len, **extra)
     return Op("attn.core", c.bytes, c.flops, "attention")
 
@@ -183,7 +183,7 @@ def _decode_core(spec: ModelSpec, layout: Layout, knobs: Knobs, batch: Batch) ->
 def _prefill_core(spec: ModelSpec, layout: Layout, knobs: Knobs, batch: Batch) -> Op:
     """A prefill chunk of `batch.prefill` tokens after `batch.prefix` cached ones, as the attention kind
     prices it (MLA: the naive form after up-projecting every cached latent; docs/step-model.md section 2)."""
-    extra = {"index_cache": index_cache(knobs.indexer_kv_dtype)} if is_compressed(spec) else {}
+    extra = {"index_cache": knobs.indexer_kv_dtype} if is_compressed(spec) else {}
     c = attention_of(spec).prefill_core(spec, layout, knobs.kv_cache_dtype, batch.prefill, batch.prefix, **extra)
     return Op("attn.prefill", c.bytes, c.flops, "attention")
 

@@ -11,7 +11,7 @@ from mla_planner.engines.backends import (choose_block_size, mtp_verify_problem,
 from mla_planner.engines.layouts import mtp_layout_problem
 from mla_planner.engines.profile import profile
 from mla_planner.engines.compressed_kv import VLLM_BLOCK_TOKENS
-from mla_planner.engines.sparse import compressed_backend, sparse_choice
+from mla_planner.engines.sparse import compressed_backend, compressed_gpu_problem, sparse_choice
 from mla_planner.specs.attention.kinds import attention_of
 from mla_planner.specs.layout import Layout
 from mla_planner.specs.model import ModelSpec
@@ -89,9 +89,8 @@ def _compressed(spec: ModelSpec, engine: str, gpu, layout: Layout, pinned_block:
     """DeepSeek-V4: the engine's V4 FlashMLA backend, the 584-byte fp8 rows, 256-token blocks (engines/sparse.py
     `compressed_backend`, engines/compressed_pool.py)."""
     entry = compressed_backend(engine)
-    if gpu.arch not in entry["archs"]:
-        raise Rejected(f"{engine} runs DeepSeek-V4 on {entry['backend']}, which needs {' or '.join(entry['archs'])} "
-                       f"GPUs, not {gpu.arch}")
+    if compressed_gpu_problem(engine, gpu):
+        raise Rejected(compressed_gpu_problem(engine, gpu))
     if pinned_block not in (None, VLLM_BLOCK_TOKENS):
         raise Rejected(f"block size {pinned_block}: DeepSeek-V4 runs on 256-token blocks only")
     if mtp and mtp_layout_problem(engine, layout, spec.drafter):

@@ -28,7 +28,7 @@ from mla_planner.specs.attention.base import AttentionKind, CoreCost, KVGroup, P
 
 RATIOS = {0: "swa", 4: "csa", 128: "hca"}        # the compression ratios the engines implement
 ROW_BYTES = 584            # FlashMLA V4 fp8 row: 448 fp8 NoPE + 64 bf16 RoPE + 7 ue8m0 scales + 1 pad
-INDEX_KEY_BYTES = {"fp8": 132, "fp4": 68}        # 128 fp8 (or 64 B of fp4) + one fp32 scale
+INDEX_KEY_BYTES = {"fp8": 132, "mxfp4": 68}      # by indexer_kv_dtype: 128 fp8 (or 64 B of fp4) + an fp32 scale
 STATE_BYTES = 4            # compressor states are fp32
 KV_FORMATS = ("fp8_ds_mla",)                     # the 584-byte row; bf16 rows (FlashInfer) are not modelled
 V4_FIELDS = ("compress_ratios", "sliding_window", "o_groups", "o_lora_rank", "hc_mult", "num_hash_layers")
@@ -108,8 +108,6 @@ class CompressedHybrid(AttentionKind):
     backend_family = "mla-compressed"
     extra_fields = V4_FIELDS + INDEX_FIELDS
     verify_kernel = True         # verify/compressed_kernel.py, timed by verify/compressed_bench.py
-    not_modelled_in = ()
-    not_planned = ""
 
     def check(self, spec) -> str:
         for key in ("compress_ratios", "sliding_window", "head_dim", "qk_rope_head_dim", "q_lora_rank", "o_groups",
@@ -177,7 +175,7 @@ class CompressedHybrid(AttentionKind):
         absorbed-core formulas with the row as key and value; `padded_heads`: the heads the FlashMLA kernel computes
         for them, 64 or 128), the queries and outputs, the new token's window row written; on a CSA layer the
         indexer reads and scores every compressed index key (2 x index_n_heads x index_head_dim FLOPs each, FP8;
-        `index_cache` "fp4": the 68-byte keys of vLLM's MXFP4 indexer cache).
+        `index_cache` mxfp4: the 68-byte keys of vLLM's FP4 indexer cache, its indexer_kv_dtype).
         `verify` times this for one layer kind."""
         heads, d = spec.num_attention_heads // layout.tp, spec.head_dim
         rows, win, keys = rows_read(context, ratio, spec.sliding_window, spec.index_topk)
