@@ -72,7 +72,7 @@ def test_golden_commands_pass_the_engine_check(name):
     case = SCENARIOS[name]
     plan = _plan(case)
     commands = build(launch_inputs(plan, plan.candidates[0], case.get("mode", "native")), case["engine"])
-    arch = f"sm{plan.topology.gpu.sm}"
+    arch = plan.topology.gpu.arch_id
     engine_cmds = [c for c in commands if c.runs_engine]
     assert len(engine_cmds) == (1 if case.get("mode") == "ray" else 2)
     for c in engine_cmds:

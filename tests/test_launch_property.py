@@ -87,7 +87,7 @@ def test_random_plans_give_commands_the_engines_accept(case, mode, workload):
     assert sum(c.gpus for c in commands) == layout.total_gpus
     for c in commands:
         if c.runs_engine:
-            assert check_command(c.engine_args, engine, f"sm{topo.gpu.sm}",
+            assert check_command(c.engine_args, engine, topo.gpu.arch_id,
                                  model_max_len=spec.max_position_embeddings) == [], c.argv
     with tempfile.TemporaryDirectory() as tmp:
         emit_plan(plan, 1, engine, Path(tmp) / "out", mode=mode)

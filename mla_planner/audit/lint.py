@@ -218,7 +218,7 @@ def lint(cmd: Command, spec: ModelSpec, topo: Topology, calib: Calibration) -> l
     out += [Finding(*f) for f in quantization_findings(cmd.engine, cmd.values.get("quant"), spec, topo.gpu)]
     out += ([Finding(*f) for f in sparse_findings(engine, cmd.values, spec, topo.gpu, layout.dcp,
                                                   spec.num_attention_heads // layout.tp)] if own_rows(spec)
-            else _kv_and_backend(cmd, topo, layout))
+            else _kv_and_backend(cmd, topo, layout, spec.num_attention_heads // layout.tp * layout.dcp))
     out += [Finding(*f) for f in model_findings(engine, cmd.flags, cmd.values, cmd.model, spec)]
     max_len = _tokens(cmd.values.get("max_len"))
     if max_len and max_len > spec.max_position_embeddings:
@@ -259,7 +259,7 @@ def _eager_flag(cmd: Command) -> str:
     return "--cuda-graph-backend-decode" if cmd.values.get("graph_decode") == "disabled" else ""
 
 
-def _kv_and_backend(cmd: Command, topo: Topology, layout: Layout) -> list[Finding]:
+def _kv_and_backend(cmd: Command, topo: Topology, layout: Layout, heads: int) -> list[Finding]:
     out, raw = [], cmd.values.get("kv", "auto")
     if raw == "fp8_e5m2":
         out.append(Finding("error", "--kv-cache-dtype", "fp8_e5m2: the MLA backends' FP8 cache is e4m3; use "
@@ -275,7 +275,7 @@ def _kv_and_backend(cmd: Command, topo: Topology, layout: Layout) -> list[Findin
             b = backend(cmd.engine, name.upper() if cmd.engine == "vllm" else name)
         except PlanError as exc:
             return out + [Finding("error", "--attention-backend", str(exc))]
-        out += [Finding("error", "--attention-backend", p) for p in backend_problems(b, topo.gpu, kv, layout.dcp)]
+        out += [Finding("error", "--attention-backend", p) for p in backend_problems(b, topo.gpu, kv, layout.dcp, heads=heads)]
         if block and not b.accepts_block(block):
             # SGLang resets the page size its fixed-page backends need, with a warning (server_args overrides)
             level = "warn" if cmd.engine == "sglang" and b.block_sizes else "error"
@@ -284,7 +284,7 @@ def _kv_and_backend(cmd: Command, topo: Topology, layout: Layout) -> list[Findin
                                                     f"({b.legal_block_sizes()}): {fix}"))
         return out
     try:      # the engine's own pick, as the plan makes it (tuning.backend_and_block)
-        why = backend_and_block(cmd.engine, topo.gpu, kv, layout.dcp, block)[2]
+        why = backend_and_block(cmd.engine, topo.gpu, kv, layout.dcp, block, heads)[2]
     except Rejected as exc:
         return out + [Finding("error", "block size" if block else "--kv-cache-dtype", str(exc))]
     return out + ([Finding("warn", "block size", f"block size {why}")] if "runs instead" in why else [])

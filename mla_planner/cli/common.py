@@ -101,9 +101,9 @@ def check_context(spec, workload) -> None:
 
 
 def check_plannable(spec, command: str = "plan", gpu=None) -> None:
-    """A model whose attention the planner reads but COMMAND cannot price yet, or a GPU whose engine backends it
-    does not model (AMD Instinct), is refused in one line."""
-    problem = planning_problem(spec, command) or (gpu_problem(gpu) if gpu is not None else "")
+    """A model whose attention the planner reads but COMMAND cannot price yet, or a GPU whose engine paths it does
+    not model for it (engines/backends.gpu_problem), is refused in one line."""
+    problem = planning_problem(spec, command) or (gpu_problem(gpu, spec, command) if gpu is not None else "")
     if problem:
         raise PlanError(problem)
 

@@ -92,7 +92,8 @@ def _mtp_verify_note(spec: ModelSpec, topo, layout: Layout, knobs: Knobs) -> str
     there; backends.mtp_verify_problem), say that the priced decode is not what runs."""
     if attention_of(spec).backend_family != "mla":
         return ""
-    found = [b for b in usable_backends(knobs.engine, topo.gpu, knobs.kv_cache_dtype, layout.dcp)
+    heads = spec.num_attention_heads // layout.tp * layout.dcp
+    found = [b for b in usable_backends(knobs.engine, topo.gpu, knobs.kv_cache_dtype, layout.dcp, heads)
              if b.accepts_block(knobs.block_size)]
     problem = mtp_verify_problem(found[0], layout.dcp) if found else ""
     return f"slower than priced here: {problem}" if problem else ""

@@ -37,6 +37,25 @@ class Backend:
     note: str
     multi_token_decode: bool = True     # verifies MTP's 1 + k tokens on the decode path (data/backends.yaml)
     dcp_varlen: bool = False            # ... and still under DCP
+    pad_heads_multiple: int = 1         # the decode kernel computes the per-rank query heads rounded up to this
+    max_padded_heads: int | None = None     # a head count that is not such a multiple must be at most this
+    head_counts: tuple[int, ...] = ()   # the only per-rank head counts the kernel takes (empty: any)
+
+    def padded_heads(self, heads: int) -> int:
+        """The query heads the decode kernel computes for `heads` real ones per rank (AITER MLA: the next multiple
+        of 16, vllm rocm_aiter_mla.py / sglang aiter_backend.py)."""
+        m = self.pad_heads_multiple
+        return -(-heads // m) * m
+
+    def heads_problem(self, heads: int) -> str:
+        """Why the kernel refuses `heads` query heads per rank ('' when it takes them)."""
+        if self.head_counts and heads not in self.head_counts:
+            return (f"{self.name} takes {', '.join(map(str, self.head_counts))} query heads per rank, not {heads}; "
+                    "change the tensor-parallel size")
+        if self.max_padded_heads and heads % self.pad_heads_multiple and heads > self.max_padded_heads:
+            return (f"{self.name} takes a multiple of {self.pad_heads_multiple} query heads per rank, or at most "
+                    f"{self.max_padded_heads}, not {heads}; change the tensor-parallel size")
+        return ""
 
     def accepts_block(self, block_size: int) -> bool:
         return block_size in self.block_sizes or bool(self.multiple_of and block_size % self.multiple_of == 0)
@@ -61,7 +80,8 @@ def backend(engine: str, name: str) -> Backend:
                         f"choices: {', '.join(entries)}")
     e = entries[name]
     return Backend(engine, name, tuple(e["archs"]), tuple(e.get("block_sizes", ())), e.get("multiple_of"),
-                   e["fp8_kv"], e["dcp"], e["note"], e.get("multi_token_decode", True), e.get("dcp_varlen", False))
+                   e["fp8_kv"], e["dcp"], e["note"], e.get("multi_token_decode", True), e.get("dcp_varlen", False),
+                   e.get("pad_heads_multiple", 1), e.get("max_padded_heads"), tuple(e.get("head_counts", ())))
 
 
 def mtp_verify_problem(b: Backend, dcp: int) -> str:
@@ -79,37 +99,44 @@ def mtp_verify_problem(b: Backend, dcp: int) -> str:
     return ""
 
 
-def backend_problems(b: Backend, gpu: GPU, kv_dtype: str, dcp: int, block_size: int | None = None) -> list[str]:
-    """Why backend `b` cannot run this configuration (empty when it can)."""
+def backend_problems(b: Backend, gpu: GPU, kv_dtype: str, dcp: int, block_size: int | None = None,
+                     heads: int | None = None) -> list[str]:
+    """Why backend `b` cannot run this configuration (empty when it can); `heads`: the query heads of one rank
+    (num_attention_heads / tp x dcp: DCP gathers the group's), checked where given."""
     out = []
     if gpu.arch not in b.archs:
-        out.append(f"{b.name} does not run on {gpu.arch} (sm{gpu.sm}); it needs {'/'.join(b.archs)}")
+        out.append(f"{b.name} does not run on {gpu.arch} ({gpu.arch_id}); it needs {'/'.join(b.archs)}")
     if kv_dtype == "fp8_ds_mla":   # FlashMLA's sparse-attention format (DeepSeek-V3.2): no dense MLA backend
         out.append(f"{b.name} has no fp8_ds_mla cache (vLLM 0.33's dense MLA backends list auto, bfloat16, fp8 "
                    "and fp8_e4m3 in supported_kv_cache_dtypes; SGLang 0.5.23's --kv-cache-dtype has no such choice)")
     elif kv_dtype != "bf16" and not b.fp8_kv:
         out.append(f"{b.name} has no FP8 KV cache support")
     if kv_dtype != "bf16" and not gpu.has_fp8:
-        out.append(f"{gpu.name} has no FP8 support (sm{gpu.sm})")
+        out.append(f"{gpu.name} has no FP8 support ({gpu.arch_id})")
     if dcp > 1 and not b.dcp:
         out.append(f"{b.name} does not support decode context parallelism")
     if block_size is not None and not b.accepts_block(block_size):
         out.append(f"{b.name} does not accept block size {block_size} (legal: {b.legal_block_sizes()})")
+    if heads is not None and b.heads_problem(heads):
+        out.append(b.heads_problem(heads))
     return out
 
 
-def no_backend_reason(engine: str, gpu: GPU, kv_dtype: str, dcp: int = 1) -> str:
+def no_backend_reason(engine: str, gpu: GPU, kv_dtype: str, dcp: int = 1, heads: int | None = None) -> str:
     """Why the engine cannot start this KV cache here ("" when some MLA backend can)."""
-    if usable_backends(engine, gpu, kv_dtype, dcp):
+    if usable_backends(engine, gpu, kv_dtype, dcp, heads):
         return ""
-    return (f"no {engine} MLA backend runs a {kv_dtype} KV cache on {gpu.name} (sm{gpu.sm})"
-            + (f" with dcp={dcp}" if dcp > 1 else ""))
+    by_heads = heads is not None and usable_backends(engine, gpu, kv_dtype, dcp)   # heads are what rules them out
+    return (f"no {engine} MLA backend runs a {kv_dtype} KV cache on {gpu.name} ({gpu.arch_id})"
+            + (f" with dcp={dcp}" if dcp > 1 else "") + (f" at {heads} query heads per rank" if by_heads else ""))
 
 
-def usable_backends(engine: str, gpu: GPU, kv_dtype: str, dcp: int = 1) -> list[Backend]:
-    """Backends the engine would accept here, in the engine's own auto-selection order."""
+def usable_backends(engine: str, gpu: GPU, kv_dtype: str, dcp: int = 1, heads: int | None = None) -> list[Backend]:
+    """Backends the engine would accept here, in the engine's own auto-selection order (on AMD: with the AITER
+    switch the planner's commands export, data/rocm.yaml); `heads` per rank checked where given."""
     order = _table()[engine]["auto_priority"].get(gpu.arch, [])
-    return [backend(engine, n) for n in order if not backend_problems(backend(engine, n), gpu, kv_dtype, dcp)]
+    return [backend(engine, n) for n in order
+            if not backend_problems(backend(engine, n), gpu, kv_dtype, dcp, heads=heads)]
 
 
 def choose_block_size(b: Backend, prefix_caching: bool) -> tuple[int, str]:
@@ -181,7 +208,7 @@ def int8_checkpoint_problem(engine: str, spec: ModelSpec, gpu: GPU) -> str:
                 "vllm-project/vllm#16827): serve them with SGLang")
     need = 80 if spec.int8_block else 75
     return (f"SGLang's {'blockwise_int8' if spec.int8_block else 'w8a8_int8'} needs compute capability "
-            f"{need // 10}.{need % 10}, and {gpu.name} is sm{gpu.sm}") if gpu.sm < need else ""
+            f"{need // 10}.{need % 10}, and {gpu.name} is {gpu.arch_id}") if gpu.sm < need else ""
 
 
 def default_engine(spec: ModelSpec, gpu: GPU) -> str:
@@ -190,14 +217,22 @@ def default_engine(spec: ModelSpec, gpu: GPU) -> str:
     return "sglang" if int8_checkpoint_problem("vllm", spec, gpu) else "vllm"
 
 
-def gpu_problem(gpu: GPU) -> str:
-    """Why the planner cannot price ENGINE work on `gpu` yet ('' when it can): an AMD Instinct GPU runs the engines'
-    ROCm paths (vLLM's ROCM_AITER_MLA backends and AITER switches, SGLang's aiter backend, e4m3fnuz FP8 on MI300,
-    RCCL), none of which is modelled yet; pricing it with the CUDA backends would mis-model it."""
+def gpu_problem(gpu: GPU, spec: Optional[ModelSpec] = None, command: str = "plan") -> str:
+    """Why COMMAND cannot price or run SPEC on `gpu` yet ('' when it can). On AMD Instinct the engines' ROCm paths
+    for dense MLA are modelled (the AITER and Triton MLA backends, data/backends.yaml; the ROCm environment,
+    data/rocm.yaml); their sparse (DeepSeek-V3.2, GLM-5: vLLM ROCM_AITER_MLA_SPARSE, SGLang's HIP DSA backends) and
+    DeepSeek-V4 paths (ROCM_FLASHMLA_SPARSE_DSV4, SGLang's HIP dsv4 backend) are not, and `verify` has never been run
+    on ROCm, so those are refused rather than priced with the CUDA backends."""
     if gpu.vendor != "amd":
         return ""
-    return (f"{gpu.name} is an AMD Instinct GPU ({gpu.arch_id}, {gpu.arch}): the engines' ROCm backends, FP8 format "
-            "and RCCL are not modelled yet, so the planner refuses it rather than price it with CUDA backends")
+    where = f"{gpu.name} is an AMD Instinct GPU ({gpu.arch_id}, {gpu.arch})"
+    if command == "verify":
+        return f"{where}: verify's kernels and checks have not been run on ROCm yet, so it refuses rather than guess"
+    family = attention_of(spec).backend_family if spec is not None else "mla"
+    if family in ("mla-sparse", "mla-compressed"):
+        return (f"{where}: the engines' ROCm backends for {spec.name}'s {spec.attention} attention are not modelled "
+                "yet (only dense MLA is), so the planner refuses it rather than price it with the CUDA backends")
+    return ""
 
 
 def startup_problems(engine: str, spec: ModelSpec, gpu: GPU, knobs, dcp: int = 1) -> tuple[list[str], list[str]]:

@@ -43,6 +43,9 @@ def deepep_problem(engine: str, layout: Layout, topo) -> str:
     the low-latency ones only."""
     if not uses_deepep(layout):
         return ""
+    if topo.gpu.vendor == "amd":    # vLLM 0.33 all2all.py: MoRI only on ROCm; SGLang 0.5.23: mori, or a ROCm DeepEP build
+        return ("DeepEP is CUDA's all-to-all (DP attention + EP): on AMD the engines run MoRI instead (vLLM "
+                "--all2all-backend mori_*, SGLang --moe-a2a-backend mori), which the planner does not model yet")
     rdma, intra_kind = rdma_between_nodes(topo), topo.intra_node.kind
     fabric = topo.inter_node.fabric if topo.inter_node else None
     if intra_kind == "pcie" and engine == "sglang":

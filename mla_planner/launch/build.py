@@ -48,7 +48,7 @@ def _check_backend(inp: LaunchInputs, engine: str) -> None:
                             f"{choice.backend} with {choice.kv_cache_dtype} here; plan again")
         return
     problems = backend_problems(backend(engine, k.attention_backend), inp.topology.gpu, k.kv_cache_dtype,
-                                inp.layout.dcp, k.block_size)
+                                inp.layout.dcp, k.block_size, inp.spec.num_attention_heads // inp.layout.tp * inp.layout.dcp)
     if problems:
         raise PlanError(f"attention backend {k.attention_backend}: " + "; ".join(problems))
 

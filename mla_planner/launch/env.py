@@ -1,5 +1,5 @@
-"""The environment a node needs: the network variables from the topology (sgl-project/sglang#3226, #7888)
-and the pipeline layer split.
+"""The environment a node needs: the network variables from the topology (sgl-project/sglang#3226, #7888),
+the ROCm switches on an AMD GPU (data/rocm.yaml) and the pipeline layer split.
 
 Network (multi-node instances only; inside a node NCCL uses NVLink/PCIe):
   NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME  the routable interface (else NCCL gets the exclusion list
@@ -18,9 +18,12 @@ own default split, unless the candidate's memory carries `pp_layer_partition`) i
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Optional
 
 from mla_planner.core.errors import PlanError
+from mla_planner.core.files import parse_yaml
+from mla_planner.core.resources import data_dir
 from mla_planner.memory.pp_split import partition_env_name, stage_layers
 from mla_planner.specs.topology import Topology
 
@@ -74,6 +77,24 @@ def network_env(topology: Topology, deepep: bool = False) -> NetworkEnv:
     return NetworkEnv(env, notes)
 
 
+@lru_cache(maxsize=1)
+def _rocm() -> dict:
+    return parse_yaml(data_dir("rocm.yaml").read_text(encoding="utf-8"))
+
+
+def rocm_env(engine: str, topology: Topology) -> NetworkEnv:
+    """On an AMD GPU, what the engine's command exports so the kernels the plan priced run (AITER's MLA and MoE),
+    the fraction it sizes is kept, and RCCL runs as AMD recommends (data/rocm.yaml, each with its source); empty on
+    NVIDIA."""
+    gpu = topology.gpu
+    if gpu.vendor != "amd":
+        return NetworkEnv({})
+    table = _rocm()
+    entries = {**table[engine], **table["common"]}
+    env = {name: e["value"] for name, e in entries.items() if gpu.gfx_arch in e.get("archs", [gpu.gfx_arch])}
+    return NetworkEnv(env, list(table["notes"]))
+
+
 def partition_env(engine: str, layers: int, pp: int, partition: Optional[tuple[int, ...]]) -> dict[str, str]:
     """`{ENGINE_PP_LAYER_PARTITION: "31,30"}` when the split is uneven (or the plan gives one), else {}."""
     if pp == 1:
@@ -91,8 +112,11 @@ def instance_env(engine: str, topology: Topology, multi_node: bool, visible_devi
     """Everything one command of an instance exports: GPUs, network (multi-node), layer split."""
     env: dict[str, str] = {}
     notes: list[str] = []
-    if visible_devices is not None:
+    if visible_devices is not None:     # ROCm builds of both engines read this one too (data/rocm.yaml notes)
         env["CUDA_VISIBLE_DEVICES"] = visible_devices
+    rocm = rocm_env(engine, topology)
+    env.update(rocm.env)
+    notes += rocm.notes
     if multi_node:
         net = network_env(topology, deepep)
         env.update(net.env)

@@ -47,6 +47,7 @@ class Net:
     nvls: bool
     ll128: bool             # NCCL enables LL128 by default only where the GPUs of a node share NVLink
     sm: int                 # compute capability x 10 (NCCL's ring plateau factor depends on it)
+    xgmi: bool = False      # AMD Infinity Fabric inside the node: RCCL's measured efficiency for every collective
 
 
 @dataclass(frozen=True)
@@ -73,7 +74,8 @@ def net_of(topo: Topology, calib: Calibration) -> Net:
                first_hop_s=topo.intra_node.latency_us * 1e-6, step_s=calib.nvlink_step_latency_s,
                net_hop_s=(inter.latency_us if inter else 0.0) * 1e-6, base_s=calib.nccl_base_latency_s,
                internode_s=calib.internode_latency_s, nvls=topo.uses_nvls,
-               ll128=topo.intra_node.kind != "pcie" and bool(topo.gpu.nvlink_bytes_per_s), sm=topo.gpu.sm)
+               ll128=topo.intra_node.kind != "pcie" and bool(topo.gpu.nvlink_bytes_per_s), sm=topo.gpu.sm,
+               xgmi=topo.intra_node.kind == "xgmi")
 
 
 def placement(group_size: int, topo: Topology, spans_nodes: bool | None) -> tuple[int, int]:
@@ -105,18 +107,19 @@ def bus_factor(kind: str, p: int) -> float:
 
 def _intra(kind: str, S: float, p: int, net: Net, calib: Calibration) -> list[tuple[str, float, float]]:
     B = net.nvlink_bytes_per_s
+    eff = (lambda name: calib.xgmi_ring_efficiency) if net.xgmi else (lambda name: getattr(calib, name))
     if kind == "all_reduce":
         out = [("ring", net.first_hop_s + (2 * (p - 1) - 1) * net.step_s,
-                2 * (p - 1) / p * S / (B * calib.nvlink_ring_efficiency))]
+                2 * (p - 1) / p * S / (B * eff("nvlink_ring_efficiency")))]
         if net.nvls and p > 2:
             out.append(("nvls", 2 * net.first_hop_s, S / (B * calib.nvls_allreduce_efficiency)))
         return out
     if kind in ("all_gather", "reduce_scatter"):
         return [("ring", net.first_hop_s + (p - 2) * net.step_s,
-                 (p - 1) / p * S / (B * calib.nvlink_allgather_efficiency))]
+                 (p - 1) / p * S / (B * eff("nvlink_allgather_efficiency")))]
     if kind == "all_to_all":
-        return [("direct", net.first_hop_s, (p - 1) / p * S / (B * calib.nvlink_all_to_all_efficiency))]
-    return [("p2p", net.first_hop_s, S / (B * calib.nvlink_p2p_efficiency))]
+        return [("direct", net.first_hop_s, (p - 1) / p * S / (B * eff("nvlink_all_to_all_efficiency")))]
+    return [("p2p", net.first_hop_s, S / (B * eff("nvlink_p2p_efficiency")))]
 
 
 # ---- spanning n nodes with g GPUs each ----

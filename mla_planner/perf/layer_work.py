@@ -25,6 +25,7 @@ from functools import lru_cache
 from mla_planner.core.units import ACT_BYTES
 from mla_planner.engines.parallel import dense_tp
 from mla_planner.engines.compressed_kv import is_compressed
+from mla_planner.engines.backends import backend
 from mla_planner.engines.sparse import is_sparse, padded_heads
 from mla_planner.specs.attention.kinds import attention_of
 from mla_planner.specs.knobs import Knobs
@@ -171,9 +172,11 @@ def _decode_core(spec: ModelSpec, layout: Layout, knobs: Knobs, batch: Batch) ->
     """The attention kind's decode core (specs/attention: MLA's absorbed form over the latent, GQA's per-head
     K/V over the rank's KV heads, DSA's top-k and index scan with the heads its sparse kernel pads to)."""
     kind, extra = attention_of(spec), {}
+    heads = spec.num_attention_heads // layout.tp * layout.dcp     # DCP gathers every rank's
     if (is_sparse(spec) or is_compressed(spec)) and knobs.attention_backend:
-        extra["padded_heads"] = padded_heads(knobs.engine, knobs.attention_backend,   # DCP gathers every rank's
-                                             spec.num_attention_heads // layout.tp * layout.dcp)
+        extra["padded_heads"] = padded_heads(knobs.engine, knobs.attention_backend, heads)
+    elif kind.backend_family == "mla" and knobs.attention_backend:
+        extra["padded_heads"] = backend(knobs.engine, knobs.attention_backend).padded_heads(heads)
     if is_compressed(spec):
         extra["index_cache"] = knobs.indexer_kv_dtype
     c = kind.decode_core(spec, layout, knobs.kv_cache_dtype, batch.decode, batch.context, batch.q_len, **extra)

@@ -28,7 +28,8 @@ def attention_choice(spec: ModelSpec, gpu, layout: Layout, engine: str, kv_dtype
     """(backend name or None, stored KV dtype, block size, why the backend, why the block)."""
     family = attention_of(spec).backend_family
     if family == "mla":
-        backend, block, why_block = backend_and_block(engine, gpu, kv_dtype, layout.dcp, pinned_block)
+        heads = spec.num_attention_heads // layout.tp * layout.dcp
+        backend, block, why_block = backend_and_block(engine, gpu, kv_dtype, layout.dcp, pinned_block, heads)
         if mtp and mtp_layout_problem(engine, layout, spec.drafter):
             raise Rejected(mtp_layout_problem(engine, layout, spec.drafter) + "; MTP is not planned there")
         verify_problem = mtp_verify_problem(backend, layout.dcp) if mtp else ""
@@ -51,12 +52,13 @@ def attention_choice(spec: ModelSpec, gpu, layout: Layout, engine: str, kv_dtype
             f"{block}: {engine}'s default for a non-MLA attention backend")
 
 
-def backend_and_block(engine: str, gpu, kv_dtype: str, dcp: int, pinned: int | None) -> tuple:
-    """(backend, block size, why): the engine's first usable MLA backend, or with a pinned block size the first
-    that takes it ("... runs instead" when that is not the first choice); Rejected when none can."""
-    found = usable_backends(engine, gpu, kv_dtype, dcp)
+def backend_and_block(engine: str, gpu, kv_dtype: str, dcp: int, pinned: int | None, heads: int | None = None) -> tuple:
+    """(backend, block size, why): the engine's first usable MLA backend for `heads` query heads per rank, or with a
+    pinned block size the first that takes it ("... runs instead" when that is not the first choice); Rejected
+    when none can."""
+    found = usable_backends(engine, gpu, kv_dtype, dcp, heads)
     if not found:
-        raise Rejected(no_backend_reason(engine, gpu, kv_dtype, dcp))
+        raise Rejected(no_backend_reason(engine, gpu, kv_dtype, dcp, heads))
     if pinned is None:
         return (found[0], *choose_block_size(found[0], prefix_caching=True))
     fitting = [b for b in found if b.accepts_block(pinned)]

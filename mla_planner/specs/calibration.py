@@ -50,6 +50,8 @@ class Calibration:
     nvls_allreduce_efficiency: float
     nvlink_all_to_all_efficiency: float
     nvlink_p2p_efficiency: float
+    # AMD Infinity Fabric (every collective inside an xgmi node)
+    xgmi_ring_efficiency: float
     # between nodes
     nic_efficiency: float
     rdma_all_to_all_efficiency: float

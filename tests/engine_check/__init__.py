@@ -27,7 +27,7 @@ from __future__ import annotations
 
 # _convert, _parse, _vllm_preprocess and _ParseError are also used by tests/test_engine_check.py, which
 # rebuilds the parser with the standard library's argparse and compares the two
-from .fixtures import _ENGINE_ALIASES, FIXTURE_FILES, _gpu_major, load_fixture
+from .fixtures import _ENGINE_ALIASES, FIXTURE_FILES, _gpu_major, _is_rocm, load_fixture
 from .parsing import _parse
 from .preprocess import _vllm_preprocess
 from .sglang_rules import _sglang_rules
@@ -55,7 +55,8 @@ def check_command(
         for SGLang everything after ``python -m sglang.launch_server``.
     engine: ``"vllm"`` or ``"sglang"``.
     gpu_arch: ``"sm90"`` (Hopper), ``"sm100"`` (Blackwell), ``"sm80"``,
-        ``"sm89"``, ... or None to skip compute-capability checks.
+        ``"sm89"``, ..., an AMD Instinct ``"gfx942"`` / ``"gfx950"`` (ROCm: only the
+        engines' ROCm-capable attention backends), or None to skip these checks.
     model_max_len: the model's maximum context (e.g. 163840 for DeepSeek-V3);
         enables the vLLM ``--max-model-len`` / chunked-prefill checks that
         need it.
@@ -76,7 +77,7 @@ def check_command(
     if key is None:
         raise ValueError(f"unknown engine {engine!r}; expected 'vllm' or 'sglang'")
     argv = [str(a) for a in argv]
-    major = _gpu_major(gpu_arch)
+    major, rocm = _gpu_major(gpu_arch), _is_rocm(gpu_arch)
     fx = load_fixture(key)
     problems: list[str] = []
     if key == "vllm":
@@ -89,8 +90,8 @@ def check_command(
     if key == "vllm":
         problems += _vllm_rules(
             fx, values, given, positionals, major, model_max_len, allow_long_max_model_len, sparse_attention,
-            gpus_per_node, model_backend,
+            gpus_per_node, model_backend, rocm,
         )
     else:
-        problems += _sglang_rules(fx, values, given, major, include_overrides)
+        problems += _sglang_rules(fx, values, given, major, include_overrides, rocm)
     return problems

@@ -44,9 +44,18 @@ def _option_table(engine: str) -> dict[str, tuple[str, bool]]:
     return table
 
 
+ROCM_CAPABILITY_MAJOR = 9   # torch on ROCm reports gfx942 as 9.4 and gfx950 as 9.5 (vllm/platforms/rocm.py)
+
+
+def _is_rocm(gpu_arch: str | None) -> bool:
+    return gpu_arch is not None and bool(re.fullmatch(r"(?i)gfx9[0-9a-f]+", gpu_arch.strip()))
+
+
 def _gpu_major(gpu_arch: str | None) -> int | None:
     if gpu_arch is None:
         return None
+    if _is_rocm(gpu_arch):
+        return ROCM_CAPABILITY_MAJOR
     m = re.fullmatch(r"(?i)sm_?(\d+)[a-z]?", gpu_arch.strip())
     if not m:
         raise ValueError(f"unrecognised gpu_arch {gpu_arch!r}; expected e.g. 'sm90', 'sm100'")

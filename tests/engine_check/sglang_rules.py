@@ -6,9 +6,15 @@ from __future__ import annotations
 from typing import Any
 
 
-def _sglang_rules(fx: dict, values: dict, given: set[str], major: int | None, include_overrides: bool) -> list[str]:
+def _sglang_rules(fx: dict, values: dict, given: set[str], major: int | None, include_overrides: bool,
+                  rocm: bool = False) -> list[str]:
     rules = fx["rules"]
     out: list[str] = []
+    if rocm:     # the choices' "NVIDIA specific" group does not run on a HIP build
+        choices = rules["attention_backend_choices"]
+        for flag in ("--attention-backend", "--decode-attention-backend", "--prefill-attention-backend"):
+            if flag in given and values[flag] in choices["by_platform"]["nvidia"]:
+                out.append(f"{flag} {values[flag]}: an NVIDIA-specific backend on a ROCm GPU [{choices['source']}]")
 
     def get(key: str, default: Any = None) -> Any:
         return values[key] if key in given else default

@@ -21,6 +21,7 @@ def _vllm_rules(
     sparse_attention: bool | None,
     gpus_per_node: int | None,
     model_backend: str | None = None,
+    rocm: bool = False,
 ) -> list[str]:
     rules = fx["rules"]
     out: list[str] = []
@@ -67,21 +68,21 @@ def _vllm_rules(
                 f"Reason: ['MLA not supported'] (not an MLA backend) [{abr['source']}]"
             )
         else:
-            reasons = _vllm_backend_reasons(rules, name, major, block, kv, sparse_attention)
+            reasons = _vllm_backend_reasons(rules, name, major, block, kv, sparse_attention, rocm)
             if reasons:
                 out.append(
                     f"--attention-backend {name}: Selected backend is not valid for this configuration. "
                     f"Reason: {reasons} [{abr['backends'][name]['source']}]"
                 )
     elif major is not None and (block is not None or kv != "auto"):
-        prio = rules["attention_backend_auto_priority_mla"]
-        cands = prio.get(f"sm{major}x", prio["other"])
+        prio = rules["attention_backend_auto_priority_mla_rocm" if rocm else "attention_backend_auto_priority_mla"]
+        cands = prio["aiter"] if rocm else prio.get(f"sm{major}x", prio["other"])
         ok = [
             b for b in cands
             if b in abr["backends"]
             and (sparse_attention is None or abr["backends"][b]["sparse"] == sparse_attention)
             and (sparse_attention is not None or not abr["backends"][b]["sparse"])
-            and not _vllm_backend_reasons(rules, b, major, block, kv, sparse_attention)
+            and not _vllm_backend_reasons(rules, b, major, block, kv, sparse_attention, rocm)
         ]
         if not ok:
             out.append(
@@ -221,6 +222,7 @@ def _vllm_backend_reasons(
     block: int | None,
     kv: str,
     sparse_attention: bool | None,
+    rocm: bool = False,
 ) -> list[str]:
     info = rules["attention_backends"]["backends"][name]
     reasons: list[str] = []
@@ -231,7 +233,11 @@ def _vllm_backend_reasons(
         reasons.append("block_size not supported")
     if sparse_attention is not None and bool(info.get("sparse")) != sparse_attention:
         reasons.append("sparse not supported" if sparse_attention else "non-sparse not supported")
-    if major is not None:
+    if rocm:     # ROCm selects from its own platform list (vllm/platforms/rocm.py _get_backend_priorities)
+        rp = rules["attention_backend_auto_priority_mla_rocm"]
+        if name not in rp["aiter"] + rp["no_aiter"] + rp["sparse"]:
+            reasons.append("not a ROCm backend (absent from the ROCm platform's MLA backend list)")
+    elif major is not None:
         cc = info.get("compute_capability_majors")
         if isinstance(cc, list) and major not in cc:
             reasons.append("compute capability not supported")

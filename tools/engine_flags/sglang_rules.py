@@ -39,7 +39,8 @@ PARALLEL_NEEDLES = (
 def sglang_rules(idx: SourceIndex) -> dict:
     rules: dict[str, Any] = {}
     abc = evaluate(idx, ast.Name(id="ATTENTION_BACKEND_CHOICES"), CHOICES)
-    rules["attention_backend_choices"] = {"source": idx.source_of(CHOICES), "values": abc}
+    rules["attention_backend_choices"] = {"source": idx.source_of(CHOICES), "values": abc,
+                                          "by_platform": choices_by_platform(idx, abc)}
     blackwell, sm100 = platform_majors(idx)
     rules["mla_backends"] = mla_backend_rules(idx, blackwell, sm100)
     rules["platform_majors"] = {
@@ -51,6 +52,27 @@ def sglang_rules(idx: SourceIndex) -> dict:
     rules["attention_backend_aliases"] = alias_rule(idx)
     rules["parallel"] = parallel_rule(idx)
     return rules
+
+
+def choices_by_platform(idx: SourceIndex, values: list[str]) -> dict[str, list[str]]:
+    """ATTENTION_BACKEND_CHOICES split by the comment headers of its literal ("# Common", "# NVIDIA specific",
+    "# AMD specific", "# Other platforms"): which backends run on an AMD GPU (common + AMD) and which only on
+    NVIDIA's."""
+    text = idx.source_text(CHOICES)
+    start = text.index("ATTENTION_BACKEND_CHOICES = [")
+    body = text[start:text.index("]", start)]
+    groups: dict[str, list[str]] = {}
+    current = None
+    for line in body.splitlines()[1:]:
+        line = line.strip()
+        if line.startswith("#"):
+            current = line.lstrip("# ").split(" ")[0].lower()
+            groups[current] = []
+        elif line.startswith('"') and current is not None:
+            groups[current].append(line.split('"')[1])
+    if sorted(sum(groups.values(), [])) != sorted(values) or not {"common", "nvidia", "amd"} <= set(groups):
+        raise SystemExit("SGLang attention-backend choices: the platform headers changed")
+    return groups
 
 
 def platform_majors(idx: SourceIndex) -> tuple[list[int], list[int]]:

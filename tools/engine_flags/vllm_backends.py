@@ -241,3 +241,21 @@ def auto_priority(idx: SourceIndex) -> dict:
             out["other"] = _names_in_return(node.orelse)
             node = None
     return out
+
+
+def rocm_auto_priority(idx: SourceIndex) -> dict:
+    """MLA backends in selection order on ROCm (vllm/platforms/rocm.py ``_get_backend_priorities``): the sparse
+    list, and the dense list with AITER's MLA switched on (VLLM_ROCM_USE_AITER=1) and off. Only these names are
+    candidates on an AMD GPU; the CUDA-built backends (FlashMLA, FlashInfer, CUTLASS, FlashAttention MLA) are not."""
+    mod = "vllm.platforms.rocm"
+    fn = idx.find_function(mod, "_get_backend_priorities")
+    out: dict[str, Any] = {"source": idx.source_of(mod)}
+    sparse = next(n for n in fn.body if isinstance(n, ast.If) and dotted(n.test) == "use_sparse")
+    out["sparse"] = _names_in_return(sparse.body)
+    use_mla = next(n for n in fn.body if isinstance(n, ast.If) and dotted(n.test) == "use_mla")
+    aiter = use_mla.body[0]
+    if not (isinstance(aiter, ast.If) and "is_mla_enabled" in ast.unparse(aiter.test)):
+        raise SystemExit("ROCm MLA priority: the AITER branch changed")
+    out["aiter"] = _names_in_return(aiter.body)
+    out["no_aiter"] = _names_in_return(aiter.orelse)
+    return out

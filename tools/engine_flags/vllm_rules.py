@@ -15,7 +15,7 @@ from typing import Any
 from .evaluate import evaluate
 from .symbols import SourceIndex
 from .type_atoms import TypeAnalyzer
-from .vllm_backends import attention_backend_rules, auto_priority
+from .vllm_backends import attention_backend_rules, auto_priority, rocm_auto_priority
 from .vllm_kwargs import ARG_UTILS, dataclass_fields
 
 CACHE = "vllm.config.cache"
@@ -45,6 +45,7 @@ def vllm_rules(idx: SourceIndex, ta: TypeAnalyzer) -> dict:
     rules: dict[str, Any] = {}
     rules["attention_backends"] = attention_backend_rules(idx)
     rules["attention_backend_auto_priority_mla"] = auto_priority(idx)
+    rules["attention_backend_auto_priority_mla_rocm"] = rocm_auto_priority(idx)
     rules.update(cache_rules(idx, ta))
     psrc = idx.source_text(PARALLEL)
     _require(psrc, ("must be divisible by dcp_size", "tp % dcp != 0"), "tp/dcp check changed")

@@ -83,17 +83,19 @@ class MLA(AttentionKind):
             return [f"latent-sharded KV needs tp>1 dividing kv_lora_rank={spec.kv_lora_rank}"]
         return []
 
-    def decode_core(self, spec, layout, kv_dtype: str, requests: int, context: int, q_len: int) -> CoreCost:
+    def decode_core(self, spec, layout, kv_dtype: str, requests: int, context: int, q_len: int,
+                    padded_heads: int | None = None) -> CoreCost:
         """Absorbed core (cost.absorbed_core_*). replicated: H/tp heads over every cached token; dcp: q heads
         all-gathered over the DCP group, so H/tp x dcp heads over 1/dcp of the tokens; latent-sharded: all H
-        heads over a 1/tp slice of the latent (kv_lora_rank/tp and rope/tp)."""
+        heads over a 1/tp slice of the latent (kv_lora_rank/tp and rope/tp). `padded_heads`: the heads the
+        backend's kernel computes for those (AITER MLA rounds them up to a multiple of 16; Backend.padded_heads)."""
         kv_b = self.latent_bytes(spec, kv_dtype)
         H, tp, b = spec.num_attention_heads, layout.tp, requests
         dc, dr = spec.kv_lora_rank, spec.qk_rope_head_dim
         if layout.kv_layout == "latent-sharded":
             heads, total, dc, dr, kv_b = H, b * context, dc // tp, dr // tp, kv_b / tp
         else:
-            heads, total = H // tp * layout.dcp, ceil(b * context / layout.dcp)
+            heads, total = max(H // tp * layout.dcp, padded_heads or 0), ceil(b * context / layout.dcp)
         return CoreCost(cost.absorbed_core_bytes(b, heads, total, kv_b, dc, dr, q_len, ACT_BYTES),
                         cost.absorbed_core_flops(heads, total, dc, dr, q_len))
 

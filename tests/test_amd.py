@@ -1,0 +1,91 @@
+"""AMD Instinct on both engines (issue 20): plans and launch scripts for dense MLA models on ROCm carry the engines'
+ROCm attention backends (vLLM ROCM_AITER_MLA / TRITON_MLA, SGLang aiter / triton) and the AITER switches the plan
+priced, never a CUDA-only backend or DeepEP; lint flags a CUDA-only backend on an AMD GPU; AITER's head padding is
+priced. Commands are checked against the flags and ROCm backend lists read from the engines' wheels."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from engine_check import check_command
+
+from mla_planner.engines.backends import backend
+from mla_planner.launch.build import build, launch_inputs
+from mla_planner.search.planfile import read_plan
+from mla_planner.specs.attention.kinds import attention_of
+from mla_planner.specs.catalogue import load_model
+from mla_planner.specs.layout import Layout
+
+ROCM_BACKENDS = {"vllm": {"ROCM_AITER_MLA", "TRITON_MLA", "ROCM_AITER_TRITON_MLA"}, "sglang": {"aiter", "triton"}}
+AITER_SWITCH = {"vllm": "VLLM_ROCM_USE_AITER", "sglang": "SGLANG_USE_AITER"}
+CUDA_ONLY = ("FLASHMLA", "FLASH_ATTN_MLA", "FLASHINFER_MLA", "CUTLASS_MLA", "fa3", "flashmla", "flashinfer",
+             "trtllm_mla", "deepep", "DEEP_GEMM")
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+@pytest.mark.parametrize("model", ["deepseek-r1", "kimi-k2"])
+def test_mi355x_plans_and_scripts_use_rocm_backends_only(cli, tmp_path, engine, model):
+    r = cli("plan", "-m", model, "-t", "8xmi355x", "-e", engine, "--json")
+    assert r.exit_code in (0, 1), r.output
+    plan = json.loads(r.stdout)
+    assert plan["candidates"]
+    for c in plan["candidates"]:
+        assert c["knobs"]["attention_backend"] in ROCM_BACKENDS[engine], c["knobs"]
+    path = tmp_path / "plan.json"
+    path.write_text(r.stdout)
+    out = tmp_path / "out"
+    assert cli("emit", "-p", str(path), "-o", str(out)).exit_code == 0
+    script = (out / "node-0.sh").read_text()
+    assert f"export {AITER_SWITCH[engine]}=1" in script
+    assert not any(word in script for word in CUDA_ONLY), script
+    saved = read_plan(path)
+    for c in build(launch_inputs(saved, saved.candidates[0], "native"), engine):
+        if c.runs_engine:
+            assert c.env[AITER_SWITCH[engine]] == "1"
+            assert check_command(c.engine_args, engine, "gfx950",
+                                 model_max_len=saved.spec.max_position_embeddings) == [], c.argv
+
+
+@pytest.mark.parametrize("engine, argv, words", [
+    ("vllm", ["vllm", "serve", "deepseek-ai/DeepSeek-R1", "-tp", "8", "--attention-backend", "FLASHMLA"],
+     "FLASHMLA does not run on cdna4 (gfx950)"),
+    ("sglang", ["python", "-m", "sglang.launch_server", "--model-path", "deepseek-ai/DeepSeek-R1", "--tp", "8",
+                "--attention-backend", "fa3"], "fa3 does not run on cdna4 (gfx950)"),
+])
+def test_lint_flags_a_cuda_only_backend_on_an_amd_gpu(cli, engine, argv, words):
+    r = cli("lint", "-m", "deepseek-r1", "-t", "8xmi355x", "--json", "--", *argv)
+    findings = json.loads(r.stdout)["findings"]
+    assert r.exit_code == 1 and any(f["level"] == "error" and words in f["text"] for f in findings), findings
+
+
+def test_the_rocm_command_lints_clean(cli):
+    r = cli("lint", "-m", "deepseek-r1", "-t", "8xmi355x", "--", "vllm", "serve", "deepseek-ai/DeepSeek-R1", "-tp",
+            "8", "--attention-backend", "ROCM_AITER_MLA", "--block-size", "64")
+    assert r.exit_code == 0, r.output
+
+
+def test_aiter_head_rules():
+    """vLLM's AITER MLA pads the per-rank query heads to a multiple of 16 and takes a count that is not one only up
+    to 128 (rocm_aiter_mla.py); SGLang's aiter backend takes 4, 8, 12 or a multiple of 16 up to 128 (aiter_backend.py)."""
+    vllm, sglang = backend("vllm", "ROCM_AITER_MLA"), backend("sglang", "aiter")
+    assert [vllm.padded_heads(h) for h in (8, 16, 24, 128)] == [16, 16, 32, 128]
+    assert not vllm.heads_problem(8) and "at most 128" in vllm.heads_problem(136) and not vllm.heads_problem(144)
+    assert not sglang.heads_problem(8) and "not 24" in sglang.heads_problem(24) and "not 256" in sglang.heads_problem(256)
+    assert not backend("vllm", "TRITON_MLA").heads_problem(24) and backend("vllm", "TRITON_MLA").padded_heads(8) == 8
+
+
+def test_padded_heads_are_priced():
+    """Kimi-K2 at TP8 keeps 8 query heads per rank, which AITER computes as 16: the absorbed core's FLOPs double."""
+    spec = load_model("kimi-k2").spec
+    kind, layout = attention_of(spec), Layout(tp=8)
+    plain = kind.decode_core(spec, layout, "fp8", 32, 4096, 1)
+    padded = kind.decode_core(spec, layout, "fp8", 32, 4096, 1, padded_heads=16)
+    assert padded.flops == pytest.approx(2 * plain.flops)
+    assert padded.bytes > plain.bytes
+
+
+def test_dp_attention_with_ep_is_refused_on_amd(cli):
+    """DeepEP is CUDA's; the engines' ROCm all-to-all (MoRI) is not modelled, so the layout is not planned."""
+    r = cli("memory", "-m", "kimi-k2", "-t", "8xmi355x", "--tp", "1", "--dp", "8", "--ep", "8")
+    assert r.exit_code == 2 and "MoRI" in r.stderr and r.stderr.count("\n") == 1
