@@ -25,8 +25,11 @@ from mla_planner.specs.topology import load_topology
 def test_engine_rules_by_version():
     assert engine_rules("vllm") == engine_rules("vllm", "0.33.0")
     new, old = engine_rules("vllm"), engine_rules("vllm", "0.8.4")
-    assert new.graphs_in_budget and new.baseline_outside_budget
-    assert not old.graphs_in_budget and not old.baseline_outside_budget
+    assert new.graphs_in_budget and new.context_outside_budget and new.comms_outside_budget
+    assert not old.graphs_in_budget and not old.context_outside_budget and not old.comms_outside_budget
+    # 0.9.2 / 0.10.2 snapshot memory after the context, before NCCL init (their v1/worker/gpu_worker.py)
+    mid = engine_rules("vllm", "0.9.2")
+    assert mid.context_outside_budget and not mid.comms_outside_budget
 
 
 def test_default_fractions_match_engines_md():
@@ -102,7 +105,7 @@ def test_engine_version_must_be_a_release_number():
         engine_rules("vllm", "abc")
     with pytest.raises(PlanError, match="--engine-version"):
         engine_rules("sglang", "latest")
-    assert engine_rules("vllm", "0.10.1.post1").baseline_outside_budget
+    assert engine_rules("vllm", "0.10.1.post1").context_outside_budget
     assert engine_rules("vllm", "1.0").graphs_in_budget  # a 1.x release is newer than 0.21, not older
 
 

@@ -7,10 +7,13 @@ vLLM (`vllm/v1/worker/gpu_worker.py` determine_available_memory, `vllm/v1/core/k
     available = total x gpu_memory_utilization - (weights + peak activation + non-torch [+ CUDA graphs])
     num_blocks = available // page_size // num_layers,  page_size = block_size x bytes/token/layer
     "GPU KV cache size" = num_blocks x block_size (x dcp), the minimum over workers and PP stages
-  >= 0.10: the worker snapshots memory after CUDA/NCCL init, so the context and NCCL buffers are not
-  charged (they live in the 1 - utilization margin); >= 0.21: the CUDA-graph estimate is charged
-  (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS default on). 0.8.x charged all non-torch memory and
-  captured graphs after sizing the pool.
+  Where the GPU context and the communicators' buffers (memory.terms, data/platform_memory.yaml) land, read in the
+  wheels' v1/worker/gpu_worker.py: 0.8.5 charges all non-torch memory (total - free - torch's), the context too;
+  0.9.2 and 0.10.2 snapshot memory after the context but BEFORE init_worker_distributed_environment, so NCCL and
+  custom all-reduce are charged and the context lives in the 1 - utilization margin; 0.11.0 and 0.33.0 snapshot
+  after NCCL init ("Initialize the distributed environment BEFORE taking memory snapshot", vllm-project/vllm#25359),
+  so both live in the margin. >= 0.21: the CUDA-graph estimate is charged (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS
+  default on); before, graphs were captured after sizing the pool.
 SGLang (`kv_cache_configurator._profile_available_bytes`, `pool_configurator.calculate_pool_sizes`):
     rest = available_after_weights - pre_load_free x (1 - mem_fraction_static)
     max_total_num_tokens = rest // cell_size // page_size x page_size, cell = (d_c + d_r) x layers x bytes
@@ -45,7 +48,8 @@ class EngineRules:
     engine: str
     version: str
     graphs_in_budget: bool          # the CUDA-graph estimate is taken out of the KV budget
-    baseline_outside_budget: bool   # CUDA context + NCCL buffers are measured before the budget starts
+    context_outside_budget: bool    # the GPU context is measured before the budget starts (in the margin)
+    comms_outside_budget: bool      # ... and the communicators' buffers too
 
 
 def engine_rules(engine: str, version: Optional[str] = None) -> EngineRules:
@@ -53,11 +57,12 @@ def engine_rules(engine: str, version: Optional[str] = None) -> EngineRules:
     if engine == "sglang":
         version = version or engine_version("sglang")
         parse_version(version)
-        return EngineRules("sglang", version, graphs_in_budget=False, baseline_outside_budget=True)
+        return EngineRules("sglang", version, graphs_in_budget=False, context_outside_budget=True,
+                           comms_outside_budget=True)
     version = version or engine_version("vllm")
     release = parse_version(version)
-    return EngineRules("vllm", version, graphs_in_budget=release >= (0, 21),
-                       baseline_outside_budget=release >= (0, 10))
+    return EngineRules("vllm", version, graphs_in_budget=release >= (0, 21), context_outside_budget=release >= (0, 9),
+                       comms_outside_budget=release >= (0, 11))
 
 
 def parse_version(version: str) -> tuple[int, int]:
@@ -107,7 +112,8 @@ def kv_budget_bytes(rules: EngineRules, knobs: Knobs, total_bytes: float, c: Sta
         return sglang_rest_bytes(knobs, total_bytes, c) if rest_bytes is None else rest_bytes
     charged = c.weights_bytes + c.a2a_bytes + c.activation_bytes
     charged += c.cuda_graph_bytes if rules.graphs_in_budget and knobs.cuda_graphs else 0.0
-    charged += 0.0 if rules.baseline_outside_budget else c.runtime_bytes + c.nccl_bytes
+    charged += (0.0 if rules.context_outside_budget else c.runtime_bytes) + \
+        (0.0 if rules.comms_outside_budget else c.nccl_bytes)
     return total_bytes * knobs.memory_fraction - charged
 
 

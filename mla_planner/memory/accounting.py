@@ -108,8 +108,8 @@ def _stage(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, rules:
         weights_bytes=sum(weights.values()),
         activation_bytes=mt.activation_peak_bytes(spec, layout, tokens, min(knobs.max_num_seqs, tokens), last, ffn_tp),
         cuda_graph_bytes=mt.cuda_graph_bytes(spec, layout, sizes, modes, last, ffn_tp),
-        nccl_bytes=mt.nccl_buffer_bytes(layout),
-        runtime_bytes=mt.runtime_overhead_bytes(),
+        nccl_bytes=mt.nccl_buffer_bytes(layout, topo),
+        runtime_bytes=mt.runtime_overhead_bytes(topo.gpu),
         slot_bytes=pool.marginal_bytes_per_token() if pool else kv_slot_bytes(spec, layout, rng, knobs.kv_cache_dtype,
                                                                               mtp_layers),
         pool=pool,
@@ -231,8 +231,9 @@ def _stage_fraction_bytes(s: _Stage, knobs: Knobs, rules: EngineRules, total: fl
             total - c.runtime_bytes - c.nccl_bytes
     charged = c.weights_bytes + c.a2a_bytes + c.activation_bytes + block
     outside = ALLOCATOR_MARGIN_BYTES
-    baseline = c.runtime_bytes + c.nccl_bytes
-    charged, outside = (charged, outside + baseline) if rules.baseline_outside_budget else (charged + baseline, outside)
+    for term, outside_budget in ((c.runtime_bytes, rules.context_outside_budget),
+                                 (c.nccl_bytes, rules.comms_outside_budget)):
+        charged, outside = (charged, outside + term) if outside_budget else (charged + term, outside)
     graphs = c.cuda_graph_bytes if knobs.cuda_graphs else 0.0
     charged, outside = (charged + graphs, outside) if rules.graphs_in_budget else (charged, outside + graphs)
     return charged, outside, total

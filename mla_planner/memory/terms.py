@@ -1,4 +1,4 @@
-"""The non-weight, non-KV memory of one GPU: activation peak, CUDA graphs, NCCL buffers, runtime.
+"""The non-weight, non-KV memory of one GPU: activation peak, CUDA graphs, communicator buffers, GPU context.
 
 Engine-neutral physics; `engines.memory_rules` decides which of these each engine charges to its KV budget.
 Every constant is named with its source or the reasoning behind it. Sizes are bytes on one GPU.
@@ -12,13 +12,17 @@ sum, is what the allocator peaks at.
 
 from __future__ import annotations
 
+from functools import lru_cache
 from math import ceil
 
+from mla_planner.core.files import parse_yaml
+from mla_planner.core.resources import data_dir
 from mla_planner.core.units import ACT_BYTES, GiB, MiB
 from mla_planner.engines.parallel import uses_deepep
 from mla_planner.specs.attention.kinds import attention_of
 from mla_planner.specs.layout import Layout
 from mla_planner.specs.model import ModelSpec
+from mla_planner.specs.topology import GPU, Topology
 
 RESIDUAL_STREAM_COPIES = 3     # hidden_states, residual, and the layer output being formed (vLLM
                                # DeepseekV2DecoderLayer: residual add + RMSNorm keep two, the MLP output a third)
@@ -26,32 +30,50 @@ MOE_CHUNK_TOKENS = 32768       # vLLM fused_experts processes at most VLLM_FUSED
                                # (default 32768, vllm/envs.py 0.8.4); the workspace is sized for one chunk
 LOGITS_BYTES_PER_VOCAB_ENTRY = 10  # per sampled row: bf16 gathered logits (2) + fp32 copy (4) + fp32 probs for
                                    # top-p/top-k (4); vLLM v1 Sampler (logits.to(float32), softmax)
-CUDA_RUNTIME_BYTES = 1.79 * GiB    # non-torch memory of one process with no peers: CUDA context, kernel images,
-                                   # library handles. vLLM PR #10511: Llama-3-8B, H100, TP1 non_torch_memory 1.79 GiB
-NCCL_GROUP_BYTES = 1.79 * GiB      # device buffers of one communicating group (NCCL communicator + custom
-                                   # all-reduce IPC buffers). vLLM PR #10511: TP2 non_torch 3.58 GiB = TP1 + 1.79 GiB
 GRAPH_BYTES_PER_CAPTURE = 16 * MiB  # executable-graph overhead per captured batch size: vLLM counts >= 1 MiB per
                                     # graph (gpu_model_runner.profile_cudagraph_memory); a piecewise capture of a
                                     # 61-layer model is ~62 graph pieces, so we take 16 MiB per size (estimate)
 
 
-def runtime_overhead_bytes() -> float:
-    """CUDA context, loaded kernel images and library handles of one engine process (non-torch).
-    Constant per process; source: CUDA_RUNTIME_BYTES."""
-    return CUDA_RUNTIME_BYTES
+@lru_cache(maxsize=1)
+def _platform() -> dict:
+    return parse_yaml(data_dir("platform_memory.yaml").read_text(encoding="utf-8"))
 
 
-def nccl_groups(layout: Layout) -> int:
-    """Communicating groups one GPU belongs to: attention TP (tp > 1), pipeline send/recv (pp > 1),
-    the MoE/expert group when it is wider than the TP group (DP attention: EP all-to-all / all-gather
-    over tp x dp), and the decode-context-parallel group (dcp > 1)."""
-    return sum((layout.tp > 1, layout.pp > 1, layout.dp > 1, layout.dcp > 1))
+def runtime_overhead_bytes(gpu: GPU) -> float:
+    """The GPU context of one engine process: CUDA/HIP context with lazy module loading, the kernels loaded at
+    start, cuBLAS handles (data/platform_memory.yaml `context`, by vendor and architecture, with sources)."""
+    table = _platform()["context"]
+    key = "amd" if gpu.vendor == "amd" else gpu.arch
+    return table.get(key, table["default"]) * GiB
 
 
-def nccl_buffer_bytes(layout: Layout) -> float:
-    """NCCL + custom all-reduce buffers: nccl_groups x NCCL_GROUP_BYTES (vLLM PR #10511 measurement).
+def comm_groups(layout: Layout) -> list[tuple[str, int, int]]:
+    """(name, size, GPUs it spans) of the communicating groups one GPU belongs to: attention TP (tp > 1), pipeline
+    send/recv (pp > 1: the stages' GPUs, tp x pp), the MoE/expert group when it is wider than the TP group (DP
+    attention: EP all-to-all / all-gather over tp x dp), and the decode-context-parallel group (dcp > 1, inside TP)."""
+    groups = [("tp", layout.tp, layout.tp), ("pp", layout.pp, layout.tp * layout.pp),
+              ("dp", layout.tp * layout.dp, layout.tp * layout.dp), ("dcp", layout.dcp, layout.tp)]
+    return [(name, size, span) for name, size, span in groups if (layout.dp if name == "dp" else size) > 1]
+
+
+def group_link(topo: Topology, span_gpus: int) -> str:
+    """The link class a group of `span_gpus` consecutive GPUs talks over (data/platform_memory.yaml `group`): between
+    NVLink domains when it spans more than one, else the node's link (NVLink by GPU generation, Infinity Fabric, PCIe)."""
+    if span_gpus > topo.domain_gpus:
+        return "across_nodes"
+    kind = topo.intra_node.kind
+    if kind in ("pcie", "xgmi"):
+        return kind
+    return "nvlink_ampere" if topo.gpu.arch == "ampere" else "nvlink"
+
+
+def nccl_buffer_bytes(layout: Layout, topo: Topology) -> float:
+    """NCCL / RCCL communicators + custom all-reduce buffers on one GPU: each of its groups (`comm_groups`) priced by
+    the link it talks over (`group_link`; the per-group figures and their evidence: data/platform_memory.yaml).
     Outside torch's allocator; vLLM's worker comment: 'NCCL operations ... can use a few GB'."""
-    return nccl_groups(layout) * NCCL_GROUP_BYTES
+    table = _platform()["group"]
+    return sum(table[group_link(topo, span)] for _, _, span in comm_groups(layout)) * GiB
 
 
 def attention_working_bytes(spec: ModelSpec, layout: Layout, tokens: int) -> float:
