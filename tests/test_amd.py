@@ -89,3 +89,14 @@ def test_dp_attention_with_ep_is_refused_on_amd(cli):
     """DeepEP is CUDA's; the engines' ROCm all-to-all (MoRI) is not modelled, so the layout is not planned."""
     r = cli("memory", "-m", "kimi-k2", "-t", "8xmi355x", "--tp", "1", "--dp", "8", "--ep", "8")
     assert r.exit_code == 2 and "MoRI" in r.stderr and r.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_no_triton_moe_table_advice_on_amd(engine):
+    """With AITER switched on (the scripts export it) both engines run AITER's fused MoE, so no tuned Triton table is
+    looked up and no tuning advice naming one is given; on an H200 the same split reads one."""
+    from mla_planner.engines.moe_configs import moe_kernel_config
+    from mla_planner.specs.topology import load_topology
+    spec = load_model("deepseek-v2-lite").spec     # bf16 experts: Triton on every NVIDIA GPU but Blackwell
+    assert moe_kernel_config(spec, load_topology("8xmi355x").gpu, Layout(tp=8), engine) is None
+    assert moe_kernel_config(spec, load_topology("8xh200").gpu, Layout(tp=8), engine) is not None

@@ -10,6 +10,11 @@ When the kernel runs (read from the wheels' backend selection):
   SGLang 0.5.23 Triton unless DeepEP (then DeepGEMM for FP8; BF16 under DeepEP is left out here), and unless a
                 DeepSeek-V3-family model runs FP8 or BF16 on Blackwell without an all-to-all backend
                 (arg_groups/overrides.py: flashinfer_trtllm).
+  AMD           neither: the planner's scripts export VLLM_ROCM_USE_AITER=1 / SGLANG_USE_AITER=1 (data/rocm.yaml), under
+                which vLLM runs AITER's fused MoE (fused_moe/experts/rocm_aiter_moe.py: is_fused_moe_enabled) and
+                SGLang's `auto` MoE runner becomes AITER (layers/quantization/fp8.py:2962-2972). Without them the
+                Triton tables would be read; the wheels ship DeepSeek-shaped AMD ones for MI300X / MI325X only
+                (E=256,N=256,...,dtype=fp8_w8a8,block_shape=[128,128]), none for MI355X.
 The file name (vLLM fused_moe.py get_config_file_name; SGLang triton_utils/fused_moe_triton_config.py):
   E = the experts on one GPU (routed / ep; SGLang adds the shared expert it fuses in for DeepSeek-V3/R1 at
   ep = 1, models/deepseek_v2.py), N = moe_intermediate_size / moe_tp, device_name = the CUDA device name with
@@ -86,6 +91,8 @@ FOUR_BIT = ("int4", "nvfp4", "mxfp4")
 def runs_triton_moe(spec: ModelSpec, gpu: GPU, layout: Layout, engine: str) -> bool:
     """Whether `engine` runs its Triton fused-MoE kernel (and so reads a tuned config) here (module docstring)."""
     if not spec.is_moe or spec.expert_dtype in FOUR_BIT:     # Marlin / FlashInfer / CUTLASS MoE kernels
+        return False
+    if gpu.vendor == "amd":     # the scripts switch AITER on (data/rocm.yaml): AITER's fused MoE runs, no Triton table
         return False
     fp8, deepep = spec.expert_dtype == "fp8", uses_deepep(layout)
     if engine == "vllm":
