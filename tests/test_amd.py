@@ -67,11 +67,13 @@ def test_the_rocm_command_lints_clean(cli):
 
 def test_aiter_head_rules():
     """vLLM's AITER MLA pads the per-rank query heads to a multiple of 16 and takes a count that is not one only up
-    to 128 (rocm_aiter_mla.py); SGLang's aiter backend takes 4, 8, 12 or a multiple of 16 up to 128 (aiter_backend.py)."""
+    to 128 (rocm_aiter_mla.py); SGLang's aiter backend takes 1-15 (padded to 16) or a multiple of 16 up to 128
+    (aiter_backend.py:578-605)."""
     vllm, sglang = backend("vllm", "ROCM_AITER_MLA"), backend("sglang", "aiter")
     assert [vllm.padded_heads(h) for h in (8, 16, 24, 128)] == [16, 16, 32, 128]
     assert not vllm.heads_problem(8) and "at most 128" in vllm.heads_problem(136) and not vllm.heads_problem(144)
-    assert not sglang.heads_problem(8) and "not 24" in sglang.heads_problem(24) and "not 256" in sglang.heads_problem(256)
+    assert not sglang.heads_problem(2) and not sglang.heads_problem(8) and sglang.padded_heads(2) == 16
+    assert "not 24" in sglang.heads_problem(24) and "not 256" in sglang.heads_problem(256)
     assert not backend("vllm", "TRITON_MLA").heads_problem(24) and backend("vllm", "TRITON_MLA").padded_heads(8) == 8
 
 
@@ -100,3 +102,40 @@ def test_no_triton_moe_table_advice_on_amd(engine):
     spec = load_model("deepseek-v2-lite").spec     # bf16 experts: Triton on every NVIDIA GPU but Blackwell
     assert moe_kernel_config(spec, load_topology("8xmi355x").gpu, Layout(tp=8), engine) is None
     assert moe_kernel_config(spec, load_topology("8xh200").gpu, Layout(tp=8), engine) is not None
+
+
+@pytest.mark.parametrize("argv, level, words", [
+    (["vllm", "serve", "deepseek-ai/DeepSeek-R1", "-tp", "8", "--block-size", "8"], "warn",
+     "--block-size 8 would not start"),
+    (["python", "-m", "sglang.launch_server", "--model-path", "deepseek-ai/DeepSeek-R1", "--tp", "4"], "warn",
+     "runs triton at 32"),
+    (["python", "-m", "sglang.launch_server", "--model-path", "deepseek-ai/DeepSeek-R1", "--tp", "8",
+      "--moe-a2a-backend", "deepep"], "error", "DeepEP is CUDA's all-to-all"),
+])
+def test_lint_says_what_a_hand_written_rocm_command_lacks(cli, argv, level, words):
+    """Without the AITER switch vLLM has TRITON_MLA only (multiples of 16) and SGLang picks aiter only at 16 or 128
+    heads per rank; DeepEP does not run on ROCm."""
+    findings = json.loads(cli("lint", "-m", "deepseek-r1", "-t", "8xmi355x", "--json", "--", *argv).stdout)["findings"]
+    assert any(f["level"] == level and words in f["text"] for f in findings), findings
+    switched = json.loads(cli("lint", "-m", "deepseek-r1", "-t", "8xmi355x", "--json", "--",
+                              "VLLM_ROCM_USE_AITER=1", *argv).stdout)["findings"]
+    if argv[0] == "vllm":
+        assert not switched
+
+
+def test_int8_and_older_instinct_are_refused_in_one_line(cli, tmp_path):
+    """SGLang's INT8 W8A8 kernels on ROCm and MI200-class (cdna2) GPUs are not modelled: one line, not 'no layout'."""
+    from mla_planner.engines.backends import int8_checkpoint_problem
+    from mla_planner.specs.topology import load_topology
+    from dataclasses import replace
+    int8 = replace(load_model("deepseek-r1").spec, weight_dtype="int8")
+    assert int8.expert_dtype == "int8"
+    assert "not modelled" in int8_checkpoint_problem("sglang", int8, load_topology("8xmi300x").gpu)
+    import yaml
+    gpu = {"name": "MI250X", "vendor": "amd", "gfx_arch": "gfx90a", "memory_bytes": 68702699520,
+           "hbm_bytes_per_s": 3.2e12, "bf16_flops_per_s": 383e12}
+    path = tmp_path / "t.yaml"
+    path.write_text(yaml.safe_dump({"name": "t", "nodes": 1, "gpus_per_node": 8, "gpu": gpu,
+                                    "intra_node": {"kind": "xgmi", "gbytes_per_s": 50}}))
+    r = cli("plan", "-m", "deepseek-v2-lite", "-t", str(path))
+    assert r.exit_code == 2 and "cdna2 are not modelled" in r.stderr and r.stderr.count("\n") == 1

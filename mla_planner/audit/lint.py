@@ -13,6 +13,7 @@ with its source, and what to do instead:
   backend x block size  backends.backend_problems / the engine's auto order (data/backends.yaml)
   layout                layout.layout_problems and engines.layouts.engine_layout_problem
   context length        --max-model-len / --context-length above the model's max_position_embeddings
+  AMD GPU               audit.lint_rocm: the AITER switches, SGLang's own backend pick, DeepEP on ROCm
 Flags this module does not know are left alone: the engines' own parsers judge them.
 """
 
@@ -25,6 +26,7 @@ from pydantic import ValidationError
 
 from mla_planner.audit.lint_model import model_findings
 from mla_planner.audit.lint_quant import quantization_findings
+from mla_planner.audit.lint_rocm import rocm_findings
 from mla_planner.audit.lint_sparse import sparse_findings
 from mla_planner.core.errors import PlanError
 from mla_planner.engines.backends import backend, backend_problems
@@ -47,7 +49,7 @@ FIELDS = {
              "--data-parallel-size": "dp", "-dp": "dp", "--decode-context-parallel-size": "dcp", "-dcp": "dcp",
              "--kv-cache-dtype": "kv", "--block-size": "block", "--attention-backend": "backend",
              "--max-model-len": "max_len", "--quantization": "quant", "-q": "quant", "--model": "model",
-             "--speculative-config": "spec", "--attention-config": "attention_config"},
+             "--speculative-config": "spec", "--attention-config": "attention_config", "--all2all-backend": "a2a"},
     "sglang": {"--tp-size": "tp", "--tensor-parallel-size": "tp", "--tp": "tp", "--pp-size": "pp",
                "--pipeline-parallel-size": "pp", "--dp-size": "dp_size", "--data-parallel-size": "dp_size",
                "--dp": "dp_size", "--attn-dp-size": "dp", "--attention-data-parallel-size": "dp",
@@ -155,18 +157,6 @@ def _int(cmd: Command, key: str, default: int = 1) -> int:
         raise PlanError(f"lint: {key} is {cmd.values[key]!r}, not a whole number") from None
 
 
-def _tokens(text: str | None) -> int | None:
-    """A context length as the engines read it: 4096, 128k (x 1000), 128K (x 1024), 1m / 1M; None for
-    auto, -1 or nothing (the model's own)."""
-    if text is None or text in ("auto", "-1"):
-        return None
-    scale = {"k": 1000, "K": 1024, "m": 10**6, "M": 2**20}.get(text[-1:], 1)
-    try:
-        return int(float(text[:-1] if scale > 1 else text) * scale)
-    except ValueError:
-        raise PlanError(f"lint: context length {text!r} is not a token count") from None
-
-
 def layout_of(cmd: Command, spec: ModelSpec) -> Layout:
     """The layout the flags ask for. vLLM: --data-parallel-size is DP attention for an MoE model, and its EP
     group, when enabled, is tp*dp. SGLang (launch/sglang.py): --tp-size is the whole group, tp*dp, and DP
@@ -215,15 +205,12 @@ def lint(cmd: Command, spec: ModelSpec, topo: Topology, calib: Calibration) -> l
     deepep = cmd.values.get("a2a") == "deepep" if engine == "sglang" else None
     if not problems and (problem := engine_layout_problem(spec, topo, layout, engine, per_rank, deepep)):
         out.append(Finding("error", "layout", problem))
-    out += [Finding(*f) for f in quantization_findings(cmd.engine, cmd.values.get("quant"), spec, topo.gpu)]
+    out += [Finding(*f) for f in quantization_findings(cmd.engine, cmd.values.get("quant"), spec, topo.gpu)
+            + rocm_findings(engine, cmd.env, cmd.values, spec, topo.gpu, layout)]
     out += ([Finding(*f) for f in sparse_findings(engine, cmd.values, spec, topo.gpu, layout.dcp,
                                                   spec.num_attention_heads // layout.tp)] if own_rows(spec)
             else _kv_and_backend(cmd, topo, layout, spec.num_attention_heads // layout.tp * layout.dcp))
     out += [Finding(*f) for f in model_findings(engine, cmd.flags, cmd.values, cmd.model, spec)]
-    max_len = _tokens(cmd.values.get("max_len"))
-    if max_len and max_len > spec.max_position_embeddings:
-        out.append(Finding("error", "max_len", f"{max_len:,} tokens is above {spec.name}'s "
-                                               f"max_position_embeddings ({spec.max_position_embeddings:,})"))
     if _eager_flag(cmd) and not problems:
         out.append(_eager(cmd, spec, topo, layout, calib))
     if not problems:

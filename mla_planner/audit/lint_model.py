@@ -1,11 +1,13 @@
 """Findings about how a command serves the checkpoint itself: a multimodal checkpoint's vision encoder
 (the plan serves it text-only), Mistral's params.json format (SGLang reads it only when told or when the
-path names the model), and vLLM attention-config keys the engine no longer has (recipes written for older releases). (level, flag, text) tuples, as audit/lint.py makes findings of them."""
+path names the model), vLLM attention-config keys the engine no longer has (recipes written for older releases),
+and a context length above the model's. (level, flag, text) tuples, as audit/lint.py makes findings of them."""
 
 from __future__ import annotations
 
 import json
 
+from mla_planner.core.errors import PlanError
 from mla_planner.specs.model import ModelSpec
 
 # SGLang 0.5.23 utils/hf_transformers/mistral_utils.py is_mistral_model: the names its `auto` parser knows
@@ -39,8 +41,24 @@ def attention_config_findings(flags: set, values: dict) -> list[tuple]:
             for key in keys if key not in VLLM_ATTENTION_CONFIG]
 
 
+def _tokens(text: str | None) -> int | None:
+    """A context length as the engines read it: 4096, 128k (x 1000), 128K (x 1024), 1m / 1M; None for
+    auto, -1 or nothing (the model's own)."""
+    if text is None or text in ("auto", "-1"):
+        return None
+    scale = {"k": 1000, "K": 1024, "m": 10**6, "M": 2**20}.get(text[-1:], 1)
+    try:
+        return int(float(text[:-1] if scale > 1 else text) * scale)
+    except ValueError:
+        raise PlanError(f"lint: context length {text!r} is not a token count") from None
+
+
 def model_findings(engine: str, flags: set, values: dict, model: str | None, spec: ModelSpec) -> list[tuple]:
     out = attention_config_findings(flags, values) if engine == "vllm" else []
+    max_len = _tokens(values.get("max_len"))
+    if max_len and max_len > spec.max_position_embeddings:
+        out.append(("error", "max_len", f"{max_len:,} tokens is above {spec.name}'s max_position_embeddings "
+                                        f"({spec.max_position_embeddings:,})"))
     if engine == "vllm" and spec.vision_params and "--language-model-only" not in flags:
         out.append(("warn", "--language-model-only", f"{spec.name} carries a vision encoder ({spec.vision_params / 1e6:,.0f}M "
                     "parameters, bf16): without --language-model-only vLLM builds it on every GPU and profiles "

@@ -50,7 +50,7 @@ class Backend:
     def heads_problem(self, heads: int) -> str:
         """Why the kernel refuses `heads` query heads per rank ('' when it takes them)."""
         if self.head_counts and heads not in self.head_counts:
-            return (f"{self.name} takes {', '.join(map(str, self.head_counts))} query heads per rank, not {heads}; "
+            return (f"{self.name} takes {_runs(self.head_counts)} query heads per rank, not {heads}; "
                     "change the tensor-parallel size")
         if self.max_padded_heads and heads % self.pad_heads_multiple and heads > self.max_padded_heads:
             return (f"{self.name} takes a multiple of {self.pad_heads_multiple} query heads per rank, or at most "
@@ -62,6 +62,17 @@ class Backend:
 
     def legal_block_sizes(self) -> list[int]:
         return [b for b in BLOCK_SIZE_CANDIDATES if self.accepts_block(b)]
+
+
+def _runs(values: tuple[int, ...]) -> str:
+    """1, 2, 3, 4, 16, 32 -> '1-4, 16, 32'."""
+    out, start = [], 0
+    for i in range(1, len(values) + 1):
+        if i == len(values) or values[i] != values[i - 1] + 1:
+            run = values[start:i]
+            out.append(f"{run[0]}-{run[-1]}" if len(run) > 2 else ", ".join(map(str, run)))
+            start = i
+    return ", ".join(out)
 
 
 @lru_cache(maxsize=1)
@@ -206,6 +217,8 @@ def int8_checkpoint_problem(engine: str, spec: ModelSpec, gpu: GPU) -> str:
     if engine == "vllm":
         return ("vLLM 0.33 has no loader for these INT8 W8A8 checkpoints (no w8a8_int8 / blockwise_int8 method; "
                 "vllm-project/vllm#16827): serve them with SGLang")
+    if gpu.vendor == "amd":
+        return f"SGLang's INT8 W8A8 kernels on ROCm ({gpu.arch_id}) are not modelled yet"
     need = 80 if spec.int8_block else 75
     return (f"SGLang's {'blockwise_int8' if spec.int8_block else 'w8a8_int8'} needs compute capability "
             f"{need // 10}.{need % 10}, and {gpu.name} is {gpu.arch_id}") if gpu.sm < need else ""
@@ -226,6 +239,8 @@ def gpu_problem(gpu: GPU, spec: Optional[ModelSpec] = None, command: str = "plan
     if gpu.vendor != "amd":
         return ""
     where = f"{gpu.name} is an AMD Instinct GPU ({gpu.arch_id}, {gpu.arch})"
+    if gpu.arch not in _table()["vllm"]["auto_priority"]:
+        return f"{where}: the engines' MLA backends on {gpu.arch} are not modelled (only cdna3 and cdna4 are)"
     if command == "verify":
         return f"{where}: verify's kernels and checks have not been run on ROCm yet, so it refuses rather than guess"
     family = attention_of(spec).backend_family if spec is not None else "mla"
