@@ -34,7 +34,8 @@ def commands(plan: Path, tmp: Path) -> dict[str, list[str]]:
             "emit": ["emit", "--plan", str(plan), "--out", str(tmp / "out")],
             "verify": ["verify", *VERIFY],
             "check-log": ["check-log", str(log), "--plan", str(plan)],
-            "lint": ["lint", "--", "vllm", "serve", "deepseek-ai/DeepSeek-V3", "-tp", "8"]}
+            "lint": ["lint", "--", "vllm", "serve", "deepseek-ai/DeepSeek-V3", "-tp", "8"],
+            "validate": ["validate", "--category", "kv_capacity"]}
 
 
 def test_every_command_is_tried():

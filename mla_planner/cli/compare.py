@@ -20,13 +20,11 @@ from mla_planner.cli.options import (bounded, fraction_from_flags, graph_cap_cho
 from mla_planner.cli.options import parse_length
 from mla_planner.engines.layouts import engine_layout_problem, mtp_layout_problem
 from mla_planner.search.candidate_warnings import ttft_headroom_note
-from mla_planner.engines.memory_rules import (SGLANG_SPECULATIVE_MAX_RUNNING, default_memory_fraction,
-                                              engine_default_knobs)
+from mla_planner.engines.memory_rules import SGLANG_SPECULATIVE_MAX_RUNNING, engine_default_knobs
 from mla_planner.cli.common import check_plannable
 from mla_planner.core.errors import PlanError
 from mla_planner.engines.parallel import uses_deepep, dense_per_rank_applies
-from mla_planner.memory.accounting import evaluate as memory_evaluate
-from mla_planner.memory.ways_out import split_note
+from mla_planner.memory.ways_out import fraction_knobs, split_note
 from mla_planner.perf.metrics import Metrics, evaluate
 from mla_planner.perf.step import step_breakdown_s
 from mla_planner.search.planfile import pick, read_plan
@@ -71,20 +69,6 @@ def detail(m: Metrics) -> dict:
     return {"micro_batch": d.micro_batch, "micro_batches": d.micro_batches, "context_len": d.context_len,
             "stages": [asdict(s) for s in d.stages], "layers": {k: asdict(v) for k, v in d.layers.items()},
             "prefill": asdict(m.prefill), "layout_fields": asdict(m.layout)}
-
-
-def knobs_for(spec: ModelSpec, topo, layout: Layout, base: Knobs, fraction: float | None) -> tuple[Knobs, str]:
-    """The knobs one layout runs with: the given memory fraction, else the engine's default for the layout,
-    lowered to the memory model's safe fraction when the default would run out of memory (with a note)."""
-    if fraction is not None:
-        return replace(base, memory_fraction=fraction), ""
-    default = default_memory_fraction(base.engine, spec, topo, layout, base)
-    knobs = replace(base, memory_fraction=default)
-    report = memory_evaluate(spec, topo, layout, knobs)
-    if report.fits or not report.per_gpu or not 0 < report.safe_fraction < default:
-        return knobs, ""
-    return (replace(knobs, memory_fraction=report.safe_fraction),
-            f"memory fraction {report.safe_fraction:.3f} used: the engine default {default:g} runs out of memory")
 
 
 def _mtp_verify_note(spec: ModelSpec, topo, layout: Layout, knobs: Knobs) -> str:
@@ -226,7 +210,7 @@ def compare_cmd(layouts: Annotated[Optional[list[str]], Opt(
                                     pp_layer_partition=partition_choice(pp_layer_partition, spec, layout)
                                     if layout.pp == stages else None)
         per_rank = dense_per_rank and dense_per_rank_applies(layout, engine)
-        knobs, note = knobs_for(spec, topo, layout, replace(base, dense_per_rank=per_rank), fraction)
+        knobs, note = fraction_knobs(spec, topo, layout, replace(base, dense_per_rank=per_rank), fraction)
         m = evaluate(spec, topo, layout, knobs, workload, calib)
         results.append((m, knobs))
         split = split_note(spec, topo, layout, knobs, m.memory) if m.memory.fits else ""   # `plan` may adopt it

@@ -12,6 +12,7 @@ from dataclasses import replace
 from typing import Iterator, Optional
 
 from mla_planner.core.errors import PlanError
+from mla_planner.engines.memory_rules import default_memory_fraction
 from mla_planner.engines.profile import profile
 from mla_planner.engines.layouts import engine_layout_problem
 from mla_planner.engines.moe_configs import FOUR_BIT
@@ -177,3 +178,19 @@ def _more_nodes(topo: Topology) -> Topology:
         update["inter_node"] = InterNode(fabric="infiniband", nics_per_node=topo.gpus_per_node, nic_gbit_per_s=400)
     return topo.model_copy(update=update)
 
+
+
+def fraction_knobs(spec: ModelSpec, topo: Topology, layout: Layout, base: Knobs,
+                   fraction: Optional[float]) -> tuple[Knobs, str]:
+    """The knobs one layout runs with (`compare`, `validate`): the given memory fraction, else the engine's default
+    for the layout, lowered to the memory model's safe fraction when the default would run out of memory (with a
+    note)."""
+    if fraction is not None:
+        return replace(base, memory_fraction=fraction), ""
+    default = default_memory_fraction(base.engine, spec, topo, layout, base)
+    knobs = replace(base, memory_fraction=default)
+    report = evaluate(spec, topo, layout, knobs)
+    if report.fits or not report.per_gpu or not 0 < report.safe_fraction < default:
+        return knobs, ""
+    return (replace(knobs, memory_fraction=report.safe_fraction),
+            f"memory fraction {report.safe_fraction:.3f} used: the engine default {default:g} runs out of memory")

@@ -1,0 +1,166 @@
+"""Published measurements run through the planner's own code: predicted vs published, per point, category and role.
+
+The points (mla_planner/data/validation.yaml) say what was measured and how; each is predicted with the functions
+the commands use: `memory.report.memory_report` (KV capacity, as `memory` prints it), `perf.comm.collective` (busbw
+or time, as the step model prices a collective), `perf.metrics.evaluate` at the point's concurrency (mean TPOT, as
+`compare` prints it) and `perf.step.decode_step` (wide-EP decode). A point whose role is `fit: FACTOR` set that
+factor of data/efficiency.yaml, so its error says nothing about the model; the `held_out` points are the honest
+figure, and the summary keeps the two apart.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from functools import lru_cache
+from statistics import median
+from typing import Literal, Optional
+
+from pydantic import BaseModel, ConfigDict
+
+from mla_planner.core.errors import PlanError
+from mla_planner.core.files import read_mapping, user_path
+from mla_planner.core.resources import data_dir
+from mla_planner.core.validation import validate as validated
+from mla_planner.engines.memory_rules import engine_default_knobs
+from mla_planner.engines.parallel import uses_deepep
+from mla_planner.memory.report import memory_report
+from mla_planner.memory.ways_out import fraction_knobs
+from mla_planner.perf.comm import collective
+from mla_planner.perf.metrics import evaluate
+from mla_planner.perf.step import decode_step
+from mla_planner.specs.calibration import load_calibration
+from mla_planner.specs.catalogue import load_model
+from mla_planner.specs.knobs import Workload
+from mla_planner.specs.layout import Layout, parse_layout
+from mla_planner.specs.topology import Topology, load_topology
+
+CATEGORIES = ("kv_capacity", "collective", "decode_tpot", "decode_throughput")
+
+
+class Point(BaseModel):
+    """One published measurement (data/validation.yaml)."""
+    model_config = ConfigDict(extra="forbid")
+    id: str
+    category: Literal["kv_capacity", "collective", "decode_tpot", "decode_throughput"]
+    role: str                 # "held_out" or "fit: <efficiency factor>"
+    regime: str
+    source: str
+    quote: str
+    published: float
+    unit: str
+    run: dict
+    note: Optional[str] = None
+
+    @property
+    def held_out(self) -> bool:
+        return self.role == "held_out"
+
+
+class PointsFile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    points: list[Point]
+
+
+@dataclass(frozen=True)
+class Result:
+    point: Point
+    predicted: float
+
+    @property
+    def error(self) -> float:
+        """Signed relative error, (predicted - published) / published."""
+        return self.predicted / self.point.published - 1
+
+
+@dataclass(frozen=True)
+class Summary:
+    category: str
+    role: str                 # "held_out" | "fit"
+    points: int
+    median_abs_error: float
+    max_abs_error: float
+    median_error: float       # the bias: negative = the model is below the published values
+
+
+@lru_cache(maxsize=4)
+def load_points(path: str | None = None) -> tuple[Point, ...]:
+    """The repository's points, or those of a file in the same format."""
+    where = user_path(path) if path else data_dir("validation.yaml")
+    return tuple(validated(PointsFile, read_mapping(where), str(where)).points)
+
+
+def _kv_capacity(run: dict) -> float:
+    spec, topo = load_model(run["model"]).spec, load_topology(run["topology"])
+    knobs = engine_default_knobs(run["engine"], spec, topo, **run.get("knobs", {}))
+    layout = parse_layout(run["layout"], topo)
+    return float(memory_report(spec, topo, layout, knobs, engine_version=run.get("engine_version")).kv_capacity_tokens)
+
+
+def _collective(run: dict) -> float:
+    topo = load_topology(run["topology"])
+    cost = collective(run["kind"], run["bytes"], run["gpus"], topo, load_calibration(None, topo),
+                      algorithm=run.get("algorithm"))
+    return cost.busbw_bytes_per_s / 1e9 if run["what"] == "busbw" else cost.time_s * 1e6
+
+
+def _mean_tpot(run: dict) -> float:
+    """Mean TPOT in ms at `concurrency` requests in flight, as `compare -l LAYOUT --max-num-seqs N` prices it: the
+    engine's defaults, bf16 KV unless told, its default memory fraction (lowered to the safe one where it would run
+    out), targets loose enough not to bind."""
+    spec, topo = load_model(run["model"]).spec, load_topology(run["topology"])
+    layout = parse_layout(run["layout"], topo)
+    workload = Workload(input_len=run["input_len"], output_len=run["output_len"], tpot_ms=1000.0)
+    base = engine_default_knobs(run["engine"], spec, topo, layout.dp, uses_deepep(layout),
+                                kv_cache_dtype=run.get("kv_cache_dtype", "bf16"), max_num_seqs=run["concurrency"],
+                                max_model_len=workload.max_context_len)
+    knobs, _ = fraction_knobs(spec, topo, layout, base, None)
+    return evaluate(spec, topo, layout, knobs, workload, load_calibration(None, topo)).tpot_s * 1e3
+
+
+def _wide_ep_tokens_per_node(run: dict) -> float:
+    """Output tokens/s per 8-GPU node of a DP-attention + EP decode over every GPU of the cluster, the dense parts
+    on each rank's own tokens as the published recipes run them (SGLang --moe-dense-tp-size 1
+    --enable-dp-lm-head, sgl-project/sglang#6017), at the published batch per GPU and context."""
+    spec = load_model(run["model"]).spec
+    topo = Topology(name=f"{run['nodes']}x8", nodes=run["nodes"], gpus_per_node=8, gpu=run["gpu"],
+                    inter_node={"fabric": "infiniband", "nics_per_node": 8, "nic_gbit_per_s": 400})
+    gpus = run["nodes"] * 8
+    knobs = replace(engine_default_knobs("sglang", spec, topo), dense_per_rank=True)
+    step = decode_step(spec, topo, Layout(tp=1, dp=gpus, ep=gpus), knobs, run["batch"], run["context"],
+                       load_calibration(None, topo))
+    return run["batch"] / step.tpot_s * 8
+
+
+PREDICT = {"kv_capacity": _kv_capacity, "busbw": _collective, "time_us": _collective, "mean_tpot": _mean_tpot,
+           "wide_ep_tokens_per_node": _wide_ep_tokens_per_node}
+
+
+def run_points(path: str | None = None, category: str | None = None) -> list[Result]:
+    """Predict every point of the repository's file (or of `path`; those of `category`) with the commands' code."""
+    chosen = [p for p in load_points(path) if category in (None, p.category)]
+    return [Result(p, _predict(p, path)) for p in chosen]
+
+
+def _predict(p: Point, path: str | None) -> float:
+    what = p.run.get("what", p.category)
+    where = f"{path or 'validation.yaml'}: point {p.id}"
+    if what not in PREDICT:
+        raise PlanError(f"{where}: run.what must be one of {', '.join(PREDICT)}, got {what!r}")
+    try:
+        return PREDICT[what](p.run)
+    except KeyError as exc:
+        raise PlanError(f"{where}: run needs {exc.args[0]!r} for {what}") from None
+    except (TypeError, ValueError) as exc:
+        raise PlanError(f"{where}: run is not a valid {what} configuration ({exc})") from None
+
+
+def summarise(results: list[Result]) -> list[Summary]:
+    """Per category, the held-out points and the fit points apart."""
+    out = []
+    for category in CATEGORIES:
+        for role in ("held_out", "fit"):
+            errors = [r.error for r in results if r.point.category == category and r.point.held_out == (role == "held_out")]
+            if errors:
+                out.append(Summary(category, role, len(errors), median(abs(e) for e in errors),
+                                   max(abs(e) for e in errors), median(errors)))
+    return out

@@ -1,0 +1,83 @@
+"""`mla-plan validate`: every published measurement of data/validation.yaml through the planner's own code."""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import click
+
+from mla_planner.audit.validate import CATEGORIES, Result, Summary, run_points, summarise
+from mla_planner.cli.common import JsonOpt, columns, guard, print_json
+from mla_planner.cli.params import Opt
+from mla_planner.core.errors import PlanError
+
+TITLES = {"kv_capacity": "KV capacity (tokens the engine logs)", "collective": "Collectives (nccl-tests / rccl-tests)",
+          "decode_tpot": "Decode TPOT (mean ms per output token)",
+          "decode_throughput": "Wide-EP decode throughput (tokens/s per node)"}
+
+
+def _value(x: float) -> str:
+    return f"{x:,.0f}" if abs(x) >= 1000 else f"{x:,.1f}"
+
+
+def _rows(results: list[Result]) -> list[list[str]]:
+    return [[r.point.id, r.point.regime, _value(r.point.published), _value(r.predicted), f"{r.error:+.1%}",
+             "held out" if r.point.held_out else r.point.role] for r in results]
+
+
+def _summary_rows(summary: list[Summary]) -> list[list[str]]:
+    return [[s.category, "held out" if s.role == "held_out" else "fit", str(s.points), f"{s.median_abs_error:.1%}",
+             f"{s.max_abs_error:.1%}", f"{s.median_error:+.1%}"] for s in summary]
+
+
+def markdown(results: list[Result], summary: list[Summary]) -> str:
+    """The README's validation tables: the summary, then every point."""
+    lines = ["| category | points | n | median abs error | max abs error | median error |", "|---|---|---|---|---|---|"]
+    lines += ["| " + " | ".join(row) + " |" for row in _summary_rows(summary)]
+    lines += ["", "| point | regime | published | mla-plan | error | role |", "|---|---|---|---|---|---|"]
+    lines += [f"| [{row[0]}]({r.point.source}) | " + " | ".join(row[1:]) + " |"
+              for r, row in zip(results, _rows(results))]
+    return "\n".join(lines)
+
+
+@guard
+def validate_cmd(category: Annotated[Optional[str], Opt(
+                     "--category", help=f"Only one category: {', '.join(CATEGORIES)}.")] = None,
+                 points: Annotated[Optional[str], Opt(
+                     "--points", help="A points file in the format of mla_planner/data/validation.yaml (default: the "
+                     "repository's own).")] = None,
+                 as_markdown: Annotated[bool, Opt("--markdown", help="Print the README's tables (Markdown).")] = False,
+                 as_json: JsonOpt = False) -> None:
+    """Run every published measurement the project holds through the planner's own code: predicted vs published.
+
+    Each point (mla_planner/data/validation.yaml) has its source, configuration and role: `fit: FACTOR` points
+    set that efficiency factor, so they validate nothing; `held out` points were never used to set anything and
+    are the honest figure. The summary keeps the two apart, per category.
+
+    Exit status: 0 (the errors are reported, not judged); 2 bad input.
+
+    Examples:
+
+      mla-plan validate
+
+      mla-plan validate --category decode_tpot --json
+    """
+    if category is not None and category not in CATEGORIES:
+        raise PlanError(f"--category must be one of {', '.join(CATEGORIES)}, got '{category}'")
+    results = run_points(points, category)
+    summary = summarise(results)
+    if as_json:
+        return print_json({"points": [{"id": r.point.id, "category": r.point.category, "role": r.point.role,
+                                       "regime": r.point.regime, "source": r.point.source, "unit": r.point.unit,
+                                       "published": r.point.published, "predicted": r.predicted, "error": r.error}
+                                      for r in results],
+                           "summary": [vars(s) for s in summary]})
+    if as_markdown:
+        return click.echo(markdown(results, summary))
+    header = ["point", "regime", "published", "mla-plan", "error", "role"]
+    for cat in CATEGORIES:
+        chosen = [r for r in results if r.point.category == cat]
+        if chosen:
+            click.echo(columns(header, _rows(chosen), title=f"{TITLES[cat]}:\n") + "\n")
+    click.echo(columns(["category", "points", "n", "median |error|", "max |error|", "median error"],
+                       _summary_rows(summary), title="Summary (held-out points are the honest figure):\n"))

@@ -1,0 +1,55 @@
+"""`mla-plan validate` (issue 22): every published measurement of mla_planner/data/validation.yaml through the
+commands' own code, fit and held-out points apart; the README's validation tables are its output."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import yaml
+
+from mla_planner.audit.validate import load_points
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+EFFICIENCY = Path(__file__).resolve().parents[1] / "mla_planner" / "data" / "efficiency.yaml"
+
+
+def test_the_readme_tables_are_validates_output(cli):
+    r = cli("validate", "--markdown")
+    assert r.exit_code == 0
+    section = re.search(r"<!-- validate:begin -->\n(.*?)\n<!-- validate:end -->", README.read_text(), re.S).group(1)
+    assert section == r.stdout.strip()
+
+
+def test_fit_and_held_out_points_are_kept_apart(cli):
+    data = json.loads(cli("validate", "--json").stdout)
+    roles = {(s["category"], s["role"]) for s in data["summary"]}
+    assert ("collective", "fit") in roles and ("decode_tpot", "held_out") in roles and ("kv_capacity", "held_out") in roles
+    factors = yaml.safe_load(EFFICIENCY.read_text())
+    for p in load_points():
+        assert p.role == "held_out" or p.role.removeprefix("fit: ") in factors, p.id
+        assert p.source.startswith("https://") and p.quote, p.id
+    held = [p for p in data["points"] if p["role"] == "held_out"]
+    assert len(held) > 40 and all(p["predicted"] > 0 for p in data["points"])
+
+
+def test_a_point_is_predicted_as_compare_prices_it(cli):
+    """The same number `compare` prints for the same configuration: validate calls the commands' code."""
+    point = next(p for p in json.loads(cli("validate", "--category", "decode_tpot", "--json").stdout)["points"]
+                 if p["id"] == "tpot-sglang0512-r1-h200-8k1k-c16")
+    row = json.loads(cli("compare", "-m", "deepseek-r1", "-t", "8xh200", "-e", "sglang", "-l", "tp=8", "--input-len",
+                         "8192", "--output-len", "1024", "--tpot-ms", "1000", "--max-num-seqs", "16",
+                         "--json").stdout)["layouts"][0]
+    assert point["predicted"] == row["tpot_s"] * 1e3
+
+
+def test_bad_points_files_are_one_line(cli, tmp_path):
+    bad = tmp_path / "p.yaml"
+    bad.write_text("points:\n  - {id: x, category: collective, role: held_out, regime: r, source: s, quote: q, "
+                   "published: 1, unit: us, run: {what: time_us, topology: 8xh100, kind: all_reduce, gpus: 8}}\n")
+    for args, words in ((["--points", str(bad)], "run needs 'bytes' for time_us"),
+                        (["--points", str(tmp_path / "none.yaml")], "no such file"),
+                        (["--category", "latency"], "--category must be one of")):
+        r = cli("validate", *args)
+        assert r.exit_code == 2 and words in r.stderr and r.stderr.count("\n") == 1, r.stderr
