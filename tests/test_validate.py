@@ -53,3 +53,31 @@ def test_bad_points_files_are_one_line(cli, tmp_path):
                         (["--category", "latency"], "--category must be one of")):
         r = cli("validate", *args)
         assert r.exit_code == 2 and words in r.stderr and r.stderr.count("\n") == 1, r.stderr
+
+
+def test_the_plans_bands_come_from_the_held_out_residuals(cli):
+    """data/bands.yaml is validate's --bands output: the plan's bands are the held-out points' error ranges."""
+    r = cli("validate", "--bands")
+    assert r.exit_code == 0
+    assert r.stdout == (Path(__file__).resolve().parents[1] / "mla_planner" / "data" / "bands.yaml").read_text()
+
+
+def test_a_band_is_what_a_deployment_would_measure():
+    """The model is optimistic on TPOT (every held-out single-node point measured slower), so the band of a predicted
+    TPOT lies above it and the band of a predicted throughput below it; a TP group spanning NVLink domains has one
+    published point, so its band is its category's whole range."""
+    from mla_planner.perf.bands import band, error_range
+    lo, hi = error_range("decode_tpot", "tp_in_domain")
+    assert lo < hi < 0
+    tpot_low, tpot_high = band(0.050, (lo, hi))
+    assert 0.050 < tpot_low < tpot_high
+    tput_low, tput_high = band(1000.0, (lo, hi), inverse=True)
+    assert tput_low < tput_high < 1000.0
+    wide = error_range("decode_tpot", "tp_across_domains")
+    assert wide[0] < lo and wide[1] == hi
+
+
+def test_band_coverage_is_reported_leave_one_out(cli):
+    data = json.loads(cli("validate", "--json").stdout)
+    tpot = data["band_coverage"]["decode_tpot"]
+    assert tpot["points"] == 22 and tpot["covered"] / tpot["points"] >= 0.8

@@ -164,3 +164,36 @@ def summarise(results: list[Result]) -> list[Summary]:
                 out.append(Summary(category, role, len(errors), median(abs(e) for e in errors),
                                    max(abs(e) for e in errors), median(errors)))
     return out
+
+
+def band_regime(p: Point) -> str:
+    """Which band a held-out point informs (perf/bands.py uses the same keys): decode TPOT by whether its TP group
+    spans NVLink domains; the other categories have one band each."""
+    if p.category != "decode_tpot":
+        return "all"
+    topo = load_topology(p.run["topology"])
+    return "tp_across_domains" if parse_layout(p.run["layout"], topo).tp > topo.domain_gpus else "tp_in_domain"
+
+
+def bands(results: list[Result]) -> dict:
+    """{category: {regime: {error_low, error_high, points}}} from the held-out residuals (data/bands.yaml)."""
+    out: dict = {}
+    for r in results:
+        if r.point.held_out and r.point.category in ("kv_capacity", "decode_tpot"):
+            out.setdefault(r.point.category, {}).setdefault(band_regime(r.point), []).append(r.error)
+    return {cat: {reg: {"error_low": round(min(e), 4), "error_high": round(max(e), 4), "points": len(e)}
+                  for reg, e in sorted(regimes.items())} for cat, regimes in sorted(out.items())}
+
+
+def loo_coverage(results: list[Result]) -> dict:
+    """{category: (covered, points)}: each held-out point against the band built from the OTHER held-out points of
+    its category and regime (its category's others where its regime has no other), the honest test of a band."""
+    out: dict = {}
+    held = [r for r in results if r.point.held_out and r.point.category in ("kv_capacity", "decode_tpot")]
+    for r in held:
+        same = [o.error for o in held if o is not r and o.point.category == r.point.category
+                and band_regime(o.point) == band_regime(r.point)]
+        others = same or [o.error for o in held if o is not r and o.point.category == r.point.category]
+        covered, n = out.get(r.point.category, (0, 0))
+        out[r.point.category] = (covered + (min(others) <= r.error <= max(others) if others else 0), n + 1)
+    return out

@@ -32,18 +32,20 @@ def candidates_table(plan: Plan, top: int, rank_by: str = "per-gpu") -> Table:
     total = rank_by == "total"
     w = plan.workload
     p99 = bool(w.input_len_max and w.input_len_max != w.input_len)     # the target holds for the longest prompt
-    heads = ["tok/s\nin all" if total else "tok/s\nper GPU", "tok/s\nper user", "requests\nin flight", "step\nms",
-             "net\nwait", "mem\nutil", "TTFT ms\np50 / p99" if p99 else "TTFT\nms", "ok"]
+    heads = ["tok/s\nin all" if total else "tok/s\nper GPU", "band\nlow-high", "tok/s\nper user", "requests\nin flight",
+             "step\nms", "net\nwait", "mem\nutil", "TTFT ms\np50 / p99" if p99 else "TTFT\nms", "ok"]
     unit = "output tokens/s in all (the cluster's GPUs in use)" if total else "output tokens/s per GPU"
     title = (f"Best candidates: {unit}, those meeting the targets first" if meets_targets(plan)
              else f"Closest candidates (none meets the targets): {unit}")
     t = Table("#", Column("layout", no_wrap=True), Column("engine", no_wrap=True), "KV",
               *(Column(h, justify="right") for h in heads), title=title)
+    key = "throughput_tokens_per_s" if total else "throughput_tokens_per_s_per_gpu"
     for i, c in enumerate(plan.candidates[:top], 1):
         p, k = c.performance, c.knobs
-        tput = p.throughput_tokens_per_s if total else p.throughput_tokens_per_s_per_gpu
+        tput, low, high = (getattr(p, key + end) for end in ("", "_low", "_high"))
         label = c.layout.label + (" dense/rank" if k.dense_per_rank else "")   # SGLang's dense parts per DP rank
-        t.add_row(str(i), label, k.engine, k.kv_cache_dtype, f"{tput:,.0f}",
+        t.add_row(f"{i}~" if p.tie_group else str(i), label, k.engine, k.kv_cache_dtype, f"{tput:,.0f}",
+                  f"{low:,.0f}-{high:,.0f}" if low is not None and high is not None else "-",
                   f"{p.tokens_per_s_per_user:.1f}", f"{p.concurrency:,}", f"{p.step_s * 1e3:.1f}",
                   f"{p.network_wait_share:.0%}", f"{p.memory_utilization:.0%}",
                   f"{p.ttft_s * 1e3:,.0f}" + (f" / {p.ttft_longest_s * 1e3:,.0f}" if p99 else ""),
@@ -123,21 +125,16 @@ def _pareto(plan: Plan, result: SearchResult, rank_by: str = "per-gpu") -> None:
                   f"{p.tokens_per_s_per_user:.1f} tok/s/user", markup=False)
 
 
-def _tie(plan: Plan, rank_by: str = "per-gpu", within: float = 0.005) -> str:
-    """Say so when candidates behind #1 predict the same ranked tokens/s (within 0.5 %) and meet the
-    targets as #1 does: the order between them is not a recommendation (the model prices vLLM and SGLang
-    alike where their kernels and collectives are)."""
-    key = "throughput_tokens_per_s" if rank_by == "total" else "throughput_tokens_per_s_per_gpu"
-    first = plan.candidates[0].performance
-    same = [i + 1 for i, c in enumerate(plan.candidates[1:], 1)
-            if getattr(first, key) and abs(getattr(c.performance, key) / getattr(first, key) - 1) <= within
-            and c.performance.meets_targets == first.meets_targets]
-    if not same:
+def _tie(plan: Plan, rank_by: str = "per-gpu") -> str:
+    """Say which candidates #1 is tied with: their throughput bands overlap (search.ranking), so the order among
+    them is the lower risk first, not a predicted win."""
+    tied = [i for i, c in enumerate(plan.candidates, 1) if c.performance.tie_group == 1]
+    if len(tied) < 2:
         return ""
-    others = ", ".join(f"#{i} ({plan.candidates[i - 1].layout.label}, {plan.candidates[i - 1].knobs.engine})"
-                       for i in same[:4]) + (", ..." if len(same) > 4 else "")
-    return (f"Tie: {others} predict the same tokens/s as #1 within {within:.1%}; the order among them is not a "
-            "recommendation (choose by the engine you run, or what else differs).")
+    unit = "tokens/s in all" if rank_by == "total" else "tokens/s per GPU"
+    return (f"Tie (~): #{', #'.join(map(str, tied[:8]))}{', ...' if len(tied) > 8 else ''} lie within each other's "
+            f"band of {unit} (the range the model's errors on published runs allow, `mla-plan validate`); they are "
+            "ordered by the pessimistic end of the band, and the order among them is not a predicted win.")
 
 
 def _warnings(plan: Plan, top: int) -> None:

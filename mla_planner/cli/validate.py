@@ -5,12 +5,17 @@ from __future__ import annotations
 from typing import Annotated, Optional
 
 import click
+import yaml
 
-from mla_planner.audit.validate import CATEGORIES, Result, Summary, run_points, summarise
+from mla_planner.audit.validate import CATEGORIES, Result, Summary, bands, loo_coverage, run_points, summarise
 from mla_planner.cli.common import JsonOpt, columns, guard, print_json
 from mla_planner.cli.params import Opt
 from mla_planner.core.errors import PlanError
 
+BANDS_HEADER = ("# How far the planner's predictions fall from published measurements, per category and regime: the range "
+                "of\n# (predicted - published) / published over the HELD-OUT points of mla_planner/data/validation.yaml. "
+                "Written by\n# `mla-plan validate --bands` (tests/test_validate.py holds this file equal to its output); "
+                "read by perf/bands.py.\n")
 TITLES = {"kv_capacity": "KV capacity (tokens the engine logs)", "collective": "Collectives (nccl-tests / rccl-tests)",
           "decode_tpot": "Decode TPOT (mean ms per output token)",
           "decode_throughput": "Wide-EP decode throughput (tokens/s per node)"}
@@ -34,6 +39,7 @@ def markdown(results: list[Result], summary: list[Summary]) -> str:
     """The README's validation tables: the summary, then every point."""
     lines = ["| category | points | n | median abs error | max abs error | median error |", "|---|---|---|---|---|---|"]
     lines += ["| " + " | ".join(row) + " |" for row in _summary_rows(summary)]
+    lines += ["", _coverage_line(loo_coverage(results)) + "."]
     lines += ["", "| point | regime | published | mla-plan | error | role |", "|---|---|---|---|---|---|"]
     lines += [f"| [{row[0]}]({r.point.source}) | " + " | ".join(row[1:]) + " |"
               for r, row in zip(results, _rows(results))]
@@ -47,6 +53,8 @@ def validate_cmd(category: Annotated[Optional[str], Opt(
                      "--points", help="A points file in the format of mla_planner/data/validation.yaml (default: the "
                      "repository's own).")] = None,
                  as_markdown: Annotated[bool, Opt("--markdown", help="Print the README's tables (Markdown).")] = False,
+                 as_bands: Annotated[bool, Opt("--bands", help="Print mla_planner/data/bands.yaml: the held-out "
+                                               "residual ranges the plan's bands come from.")] = False,
                  as_json: JsonOpt = False) -> None:
     """Run every published measurement the project holds through the planner's own code: predicted vs published.
 
@@ -66,12 +74,16 @@ def validate_cmd(category: Annotated[Optional[str], Opt(
         raise PlanError(f"--category must be one of {', '.join(CATEGORIES)}, got '{category}'")
     results = run_points(points, category)
     summary = summarise(results)
+    if as_bands:
+        return click.echo(BANDS_HEADER + yaml.safe_dump(bands(results), sort_keys=True), nl=False)
+    coverage = loo_coverage(results)
     if as_json:
         return print_json({"points": [{"id": r.point.id, "category": r.point.category, "role": r.point.role,
                                        "regime": r.point.regime, "source": r.point.source, "unit": r.point.unit,
                                        "published": r.point.published, "predicted": r.predicted, "error": r.error}
                                       for r in results],
-                           "summary": [vars(s) for s in summary]})
+                           "summary": [vars(s) for s in summary],
+                           "band_coverage": {c: {"covered": k, "points": n} for c, (k, n) in coverage.items()}})
     if as_markdown:
         return click.echo(markdown(results, summary))
     header = ["point", "regime", "published", "mla-plan", "error", "role"]
@@ -81,3 +93,9 @@ def validate_cmd(category: Annotated[Optional[str], Opt(
             click.echo(columns(header, _rows(chosen), title=f"{TITLES[cat]}:\n") + "\n")
     click.echo(columns(["category", "points", "n", "median |error|", "max |error|", "median error"],
                        _summary_rows(summary), title="Summary (held-out points are the honest figure):\n"))
+    click.echo("\n" + _coverage_line(coverage))
+
+
+def _coverage_line(coverage: dict) -> str:
+    return ("Bands (plan's low-high, data/bands.yaml), each held-out point against the band of the others "
+            "(leave-one-out): " + "; ".join(f"{c} {k}/{n} ({k / n:.0%})" for c, (k, n) in coverage.items()))

@@ -9,6 +9,7 @@ from dataclasses import dataclass, fields
 from typing import Optional
 
 from mla_planner.memory.results import MemoryReport
+from mla_planner.perf.bands import kv_band
 from mla_planner.perf.metrics import Metrics
 
 
@@ -29,6 +30,8 @@ class StageMemory:
 class CandidateMemory:
     """The memory model's answer for the candidate's knobs (memory.results.MemoryReport, as the plan records it)."""
     kv_capacity_tokens: Optional[int] = None         # tokens per engine instance / DP rank, as the engine logs them
+    kv_capacity_tokens_low: Optional[int] = None     # what the engine would log if the model errs as on held-out
+    kv_capacity_tokens_high: Optional[int] = None    # published logs (perf/bands.kv_band)
     kv_tokens_per_replica: Optional[int] = None
     fits: Optional[bool] = None
     binding_stage: Optional[int] = None
@@ -38,7 +41,8 @@ class CandidateMemory:
 
     @classmethod
     def of(cls, mem: MemoryReport, kv_holding: str, partition: list[int]) -> "CandidateMemory":
-        return cls(mem.kv_capacity_tokens, mem.kv_tokens_per_replica, mem.fits, mem.binding_stage, kv_holding,
+        return cls(mem.kv_capacity_tokens, *kv_band(mem.kv_capacity_tokens), mem.kv_tokens_per_replica, mem.fits,
+                   mem.binding_stage, kv_holding,
                    partition, [StageMemory(g.pp_stage, g.layers, g.total_bytes, g.weights_bytes, g.kv_pool_bytes,
                                            g.kv_bytes_per_token, g.kv_tokens, dict(g.terms)) for g in mem.per_gpu])
 
@@ -59,20 +63,30 @@ class Performance:
     capacity_per_dp_rank: Optional[int] = None
     concurrency_limit: Optional[str] = None
     throughput_tokens_per_s: Optional[float] = None
+    throughput_tokens_per_s_low: Optional[float] = None     # each band: what a deployment would measure if the
+    throughput_tokens_per_s_high: Optional[float] = None    # prediction errs as on held-out published runs (perf/bands)
     throughput_tokens_per_s_per_gpu: Optional[float] = None
+    throughput_tokens_per_s_per_gpu_low: Optional[float] = None
+    throughput_tokens_per_s_per_gpu_high: Optional[float] = None
     step_s: Optional[float] = None
     tpot_s: Optional[float] = None
+    tpot_s_low: Optional[float] = None
+    tpot_s_high: Optional[float] = None
     tokens_per_s_per_user: Optional[float] = None
+    tokens_per_s_per_user_low: Optional[float] = None
+    tokens_per_s_per_user_high: Optional[float] = None
     network_wait_share: Optional[float] = None
     decode_network_wait_share: Optional[float] = None
     memory_utilization: Optional[float] = None
     ttft_s: Optional[float] = None
     ttft_longest_s: Optional[float] = None
     meets_targets: Optional[bool] = None
+    tie_group: Optional[int] = None    # the rank of the first candidate it is tied with (bands overlap); 0 alone
 
     @classmethod
-    def of(cls, m: Metrics) -> "Performance":
-        return cls(**{f.name: getattr(m, f.name) for f in fields(cls)})
+    def of(cls, m: Metrics, bands: Optional[dict] = None, tie_group: int = 0) -> "Performance":
+        return cls(**{f.name: getattr(m, f.name) for f in fields(cls) if hasattr(m, f.name)}, **(bands or {}),
+                   tie_group=tie_group)
 
     @classmethod
     def from_file(cls, data: dict) -> Optional["Performance"]:

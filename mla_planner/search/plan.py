@@ -24,7 +24,7 @@ def to_plan(spec: ModelSpec, model_path: str, topo: Topology, workload: Workload
     cands = [Candidate(o.layout, o.tuned.knobs,
                        CandidateMemory.of(o.tuned.metrics.memory, attention_of(spec).holding(spec, o.layout),
                                           layer_split(spec, o.layout, o.tuned.knobs)),
-                       Performance.of(o.tuned.metrics), o.warnings,
+                       Performance.of(o.tuned.metrics, o.bands, o.tie_group), o.warnings,
                        [f"{k}: {v}" for k, v in o.tuned.reasons.items()]) for o in options]
     return Plan(spec, model_path, topo, workload, cands, result.rejected)
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field, replace
 
 from mla_planner.engines.layouts import launch_problem
 from mla_planner.engines.parallel import dense_per_rank_applies
+from mla_planner.search.ranking import rank
 from mla_planner.engines.compressed_kv import is_compressed
 from mla_planner.search.attention_backend import Rejected
 from mla_planner.search.bounds import screen, target_bound
@@ -48,6 +49,8 @@ class Option:
     tuned: Tuned
     warnings: list = field(default_factory=list)
     shortfall: float = 0.0     # 0 when it meets the targets, else how far it misses (see `shortfall`)
+    bands: dict = field(default_factory=dict)   # name_low / name_high of its decode figures (search.ranking)
+    tie_group: int = 0         # the rank of the first candidate it is tied with (bands overlap); 0 when not tied
 
     @property
     def key(self) -> tuple:
@@ -173,8 +176,7 @@ def search(spec: ModelSpec, topo: Topology, workload: Workload, calib: Calibrati
             except Rejected as exc:   # got furthest: listed first, as the most telling reasons
                 reject(layout, engine, kv, per_rank, str(exc), first=True)
     rejected += [Rejection(lay.label, "any", "any", why) for lay, why in illegal]
-    options = _one_dense_variant(options, rank_by, not_tuned)
-    options.sort(key=lambda o: o.key_for(rank_by))
+    options = rank(_one_dense_variant(options, rank_by, not_tuned), rank_by, topo, workload)
     points = [p for i, o in enumerate(options[:CURVES_FOR])
               for p in tradeoff_curve(spec, topo, i, o, workload, calib)]
     front = pareto_front([(p.throughput(rank_by), p.tokens_per_s_per_user) for p in points])

@@ -1,0 +1,66 @@
+"""How sure a prediction is: the low/high band around a predicted figure, from the validation residuals.
+
+data/bands.yaml holds, per category and regime, the range [e_low, e_high] of (predicted - published) / published
+over the held-out published measurements (`mla-plan validate`). If a new prediction errs as those did, the value
+a deployment would measure lies in [predicted / (1 + e_high), predicted / (1 + e_low)]; a figure that varies as
+the inverse (throughput, tokens/s per user, at the same batch) lies in [predicted (1 + e_low), predicted (1 + e_high)].
+A regime with fewer than MIN_POINTS points is widened to its whole category's range: one point gives no spread.
+TTFT has no band: no held-out TTFT measurement is held yet (the README's validation: the model's TTFT is a floor).
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from mla_planner.core.files import parse_yaml
+from mla_planner.core.resources import data_dir
+from mla_planner.specs.layout import Layout
+from mla_planner.specs.topology import Topology
+
+MIN_POINTS = 3
+
+
+@lru_cache(maxsize=1)
+def _table() -> dict:
+    return parse_yaml(data_dir("bands.yaml").read_text(encoding="utf-8"))
+
+
+def error_range(category: str, regime: str = "all") -> tuple[float, float]:
+    """(e_low, e_high) of the held-out residuals of `category` in `regime`, widened to the category's whole range
+    where the regime has fewer than MIN_POINTS points."""
+    regimes = _table()[category]
+    entry = regimes.get(regime)
+    if entry and entry["points"] >= MIN_POINTS:
+        return entry["error_low"], entry["error_high"]
+    return (min(e["error_low"] for e in regimes.values()), max(e["error_high"] for e in regimes.values()))
+
+
+def tpot_regime(layout: Layout, topo: Topology) -> str:
+    """Decode TPOT's regime: whether the TP group spans NVLink domains (its all-reduces cross the NICs)."""
+    return "tp_across_domains" if layout.tp > topo.domain_gpus else "tp_in_domain"
+
+
+def band(value: float, errors: tuple[float, float], inverse: bool = False) -> tuple[float, float]:
+    """(low, high) of what would be measured for a predicted `value` (module docstring)."""
+    low, high = errors
+    if inverse:
+        return value * (1 + low), value * (1 + high)
+    return value / (1 + high), value / (1 + low)
+
+
+def performance_bands(tpot_s: float, tokens_per_s: float, tokens_per_s_per_gpu: float, tokens_per_s_per_user: float,
+                      layout: Layout, topo: Topology) -> dict[str, float]:
+    """`name_low` / `name_high` of every decode figure a candidate carries (search.candidate.Performance)."""
+    errors = error_range("decode_tpot", tpot_regime(layout, topo))
+    out = {}
+    for name, value, inverse in (("tpot_s", tpot_s, False), ("throughput_tokens_per_s", tokens_per_s, True),
+                                 ("throughput_tokens_per_s_per_gpu", tokens_per_s_per_gpu, True),
+                                 ("tokens_per_s_per_user", tokens_per_s_per_user, True)):
+        out[f"{name}_low"], out[f"{name}_high"] = band(value, errors, inverse)
+    return out
+
+
+def kv_band(tokens: int) -> tuple[int, int]:
+    """(low, high) KV capacity the engine would log for a predicted `tokens`."""
+    low, high = band(tokens, error_range("kv_capacity"))
+    return int(low), int(high)

@@ -1,0 +1,56 @@
+"""The ranking of tuned candidates, with how sure each figure is (perf/bands.py).
+
+Candidates are first ordered as before (`Option.key_for`: those meeting the targets first, by output tokens/s per
+GPU or in all). A lead smaller than the predictions' error is no win: among the candidates meeting the targets, one
+whose throughput band overlaps the band of the first of a group (its optimistic end reaches the leader's
+pessimistic end) joins that group as a tie, and a tie is ordered by the lower risk: the higher pessimistic end of
+its band (a narrower, or more pessimistic, band first). A candidate that meets the TPOT target only at the
+optimistic end of its band says so.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from mla_planner.perf.bands import performance_bands
+from mla_planner.specs.knobs import Workload
+from mla_planner.specs.topology import Topology
+
+
+def _throughput_key(rank_by: str) -> str:
+    return "throughput_tokens_per_s" if rank_by == "total" else "throughput_tokens_per_s_per_gpu"
+
+
+def with_bands(option, topo: Topology, workload: Workload):
+    """The option with its bands, and the warning when its TPOT target holds only inside the band."""
+    m = option.tuned.metrics
+    bands = performance_bands(m.tpot_s, m.throughput_tokens_per_s, m.throughput_tokens_per_s_per_gpu,
+                              m.tokens_per_s_per_user, option.layout, topo)
+    warnings = list(option.warnings)
+    target = workload.tpot_ms / 1e3
+    if m.meets_targets and workload.tpot_applies and bands["tpot_s_high"] > target:
+        firm = workload.tpot_ms * m.tpot_s / bands["tpot_s_high"]
+        warnings.append(f"meets the {workload.tpot_ms:g} ms TPOT target only at the optimistic end of its band: the "
+                        f"predictions erred by up to {bands['tpot_s_high'] / m.tpot_s - 1:.0%} on published runs "
+                        f"like it, so it may measure up to {bands['tpot_s_high'] * 1e3:,.1f} ms (mla-plan validate); "
+                        f"for a firm target plan with --tpot-ms {firm:.0f}")
+    return replace(option, bands=bands, warnings=warnings)
+
+
+def rank(options: list, rank_by: str, topo: Topology, workload: Workload) -> list:
+    """Options best first, ties marked (`tie_group`: the rank of the group's first, 0 when alone)."""
+    key = _throughput_key(rank_by)
+    ordered = [with_bands(o, topo, workload) for o in sorted(options, key=lambda o: o.key_for(rank_by))]
+    meeting = [o for o in ordered if o.tuned.metrics.meets_targets]
+    groups: list[list] = []
+    for o in meeting:
+        if groups and o.bands[f"{key}_high"] >= groups[-1][0].bands[f"{key}_low"]:
+            groups[-1].append(o)
+        else:
+            groups.append([o])
+    out = []
+    for group in groups:
+        group.sort(key=lambda o: -o.bands[f"{key}_low"])
+        first = len(out) + 1
+        out += [replace(o, tie_group=first if len(group) > 1 else 0) for o in group]
+    return out + ordered[len(meeting):]
