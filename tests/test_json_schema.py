@@ -35,7 +35,27 @@ def commands(plan: Path, tmp: Path) -> dict[str, list[str]]:
             "verify": ["verify", *VERIFY],
             "check-log": ["check-log", str(log), "--plan", str(plan)],
             "lint": ["lint", "--", "vllm", "serve", "deepseek-ai/DeepSeek-V3", "-tp", "8"],
-            "validate": ["validate", "--category", "kv_capacity"]}
+            "validate": ["validate", "--category", "kv_capacity"],
+            "calibrate": ["calibrate", "--plan", str(plan), *_bench_files(plan, tmp)]}
+
+
+def _bench_files(plan: Path, tmp: Path) -> list[str]:
+    """Two bench.sh results for the plan's first candidate, in its engine's result format."""
+    if not plan.exists():
+        return []
+    from mla_planner.search.planfile import read_plan
+    loaded = read_plan(plan)
+    files = []
+    vllm, gpu = loaded.candidates[0].knobs.engine == "vllm", loaded.topology.gpu.name
+    for c, ms in ((4, 12.0), (32, 30.0)):
+        path = tmp / f"bench-c{c}.json{'' if vllm else 'l'}"
+        record = {"max_concurrency": c, "completed": 4 * c, "total_input_tokens": 8192 * c,
+                  "total_output_tokens": 2048 * c, "mean_tpot_ms": ms}
+        record |= ({"endpoint_type": "openai", "model_id": loaded.model_path, "mla_plan_gpu": gpu} if vllm else
+                   {"backend": "sglang", "tag": f"mla_plan_gpu={gpu}", "server_info": {"model_path": loaded.model_path}})
+        path.write_text(json.dumps(record))
+        files.append(str(path))
+    return files
 
 
 def test_every_command_is_tried():

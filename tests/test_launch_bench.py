@@ -42,13 +42,15 @@ BENCH = {
         # vllm/benchmarks/datasets/datasets.py (--random-range-ratio is type=str there: a float or a JSON dict)
         "--dataset-name": (str, VLLM_DATASETS), "--num-prompts": (int, None), "--trust-remote-code": (None, None),
         "--random-input-len": (int, None), "--random-output-len": (int, None), "--random-range-ratio": (str, None),
-        "--seed": (int, None)}),
+        "--seed": (int, None), "--save-result": (None, None), "--result-filename": (str, None),
+        "--metadata": (str, None)}),
     "sglang": (["python3", "-m", "sglang.benchmark.serving"], {
         # sglang/benchmark/serving.py (it ignores EOS by default: --disable-ignore-eos turns that off)
         "--backend": (str, SGLANG_BACKENDS), "--host": (str, None), "--port": (int, None), "--model": (str, None),
         "--dataset-name": (str, SGLANG_DATASETS), "--num-prompts": (int, None), "--random-input-len": (int, None),
         "--random-output-len": (int, None), "--random-range-ratio": (float, None),
-        "--max-concurrency": (int, None), "--request-rate": (float, None), "--seed": (int, None)}),
+        "--max-concurrency": (int, None), "--request-rate": (float, None), "--seed": (int, None),
+        "--output-file": (str, None), "--tag": (str, None)}),
 }
 # Every variable a launch folder sets or reads, and who defines it.
 ENV_SOURCES = {
@@ -66,7 +68,8 @@ ENV_SOURCES = {
     "SGLANG_PP_LAYER_PARTITION": "sglang/srt/distributed/utils.py in the SGLang 0.5.23 wheel",
     "SGLANG_DEEPEP_NUM_MAX_DISPATCH_TOKENS_PER_RANK": "sglang/srt/environ.py in the SGLang 0.5.23 wheel",
     "HEAD_IP": "the scripts' own: the instance head's cluster IP",
-    "BENCH_HOST": "bench.sh's own", "BENCH_PORT": "bench.sh's own",
+    "BENCH_HOST": "bench.sh's own", "BENCH_PORT": "bench.sh's own", "CONCURRENCY": "bench.sh's own",
+    "RESULT": "bench.sh's own",
 }
 # Named in the README only to say they are gone.
 MENTIONED_AS_REMOVED = {"VLLM_ATTENTION_BACKEND": "absent from vllm/envs.py in the 0.33.0 wheel (--attention-backend)"}
@@ -146,7 +149,8 @@ def test_emitted_benchmark_flags_exist(tmp_path, topology, layout, knobs, mode):
     value = dict(zip(words, words[1:]))
     per_endpoint = str(-(-96 // layout.replicas))    # bench.sh loads one replica's endpoint: its share
     assert (value["--random-input-len"], value["--random-output-len"], value["--max-concurrency"]) == (
-        "3000", "700", per_endpoint)
+        "3000", "700", "${CONCURRENCY}")
+    assert f'CONCURRENCY="${{CONCURRENCY:-{per_endpoint}}}"' in (tmp_path / "out" / "bench.sh").read_text()
 
 
 def _variables(text: str) -> set[str]:

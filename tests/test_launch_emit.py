@@ -29,7 +29,7 @@ def test_emit_cli(cli, tmp_path):
     result = cli("emit", "--plan", str(plan_file), "--out", str(out))
     assert result.exit_code == 0, result.output
     assert "--attn-dp-size 16" in (out / "node-1.sh").read_text().replace(" \\\n    ", " ")
-    assert "--max-concurrency 64" in (out / "bench.sh").read_text()
+    assert 'CONCURRENCY="${CONCURRENCY:-64}"' in (out / "bench.sh").read_text()
     again = cli("emit", "--plan", str(plan_file), "--out", str(out))
     assert again.exit_code == 2 and "--force" in again.output
     assert cli("emit", "--plan", str(plan_file), "--out", str(out), "--force").exit_code == 0

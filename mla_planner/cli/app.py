@@ -36,6 +36,8 @@ COMMANDS = {
                   "Hold an engine's log and bench.sh's output against the plan candidate that was launched."),
     "lint": ("mla_planner.cli.lint", "lint_cmd",
              "Check your own vLLM or SGLang launch command against the model, the cluster and the engines' rules."),
+    "calibrate": ("mla_planner.cli.calibrate", "calibrate_cmd",
+                  "Fit the planner to bench.sh's results at two or more concurrencies and write a calibration file."),
     "validate": ("mla_planner.cli.validate", "validate_cmd",
                  "Run every published measurement the project holds through the planner's own code: predicted vs "
                  "published."),

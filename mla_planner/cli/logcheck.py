@@ -12,7 +12,7 @@ from mla_planner.cli.params import Opt, Arg
 from mla_planner.cli.common import JsonOpt, guard, print_json
 from mla_planner.cli.console import console
 from mla_planner.core.errors import InputError
-from mla_planner.core.files import path_kind, user_path
+from mla_planner.core.files import read_text_file
 from mla_planner.search.planfile import engine_candidate, pick, read_plan
 
 MARK = {"ok": "ok", "warn": "WARN", "fail": "FAIL", "absent": "-"}
@@ -48,7 +48,7 @@ def check_log_cmd(logs: Annotated[list[str], Arg(help="The engine's log file(s):
     loaded = read_plan(plan)
     number = engine_candidate(loaded, candidate, None, "check-log")
     cand = pick(loaded, number, "check-log")
-    files = {name: _read(name) for name in logs}
+    files = {name: read_text_file(name) for name in logs}
     text = "\n".join(files.values())
     if not recognised(text) and not nccl_rows(text):
         raise InputError(", ".join(logs), "no vLLM, SGLang, NCCL, nccl-tests or bench.sh line this command reads: "
@@ -67,14 +67,3 @@ def check_log_cmd(logs: Annotated[list[str], Arg(help="The engine's log file(s):
         for c in checks:
             out.print(f"  {MARK[c.status]:<4} {c.name}: {c.text}", markup=False)
     raise SystemExit(1 if failed else 0)
-
-
-def _read(name: str) -> str:
-    path = user_path(name)
-    kind = path_kind(path)
-    if kind != "file":
-        raise InputError(name, "is a folder, not a log file" if kind == "dir" else "no such file")
-    try:
-        return path.read_text(encoding="utf-8", errors="replace")
-    except OSError as exc:
-        raise InputError(name, f"cannot be read ({exc.strerror or exc})") from None

@@ -89,3 +89,16 @@ def read_mapping(path: Path) -> dict:
     if not isinstance(data, dict):
         raise InputError(where, f"expected a mapping of fields, found {type(data).__name__}")
     return data
+
+
+def read_text_file(name: str) -> str:
+    """A text file the user named (a log, a benchmark result): one clear error for a missing file, a folder, or
+    one that cannot be read; undecodable bytes replaced."""
+    path = user_path(name)
+    kind = path_kind(path)
+    if kind != "file":
+        raise InputError(name, "is a folder, not a file" if kind == "dir" else "no such file")
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        raise InputError(name, f"cannot be read ({exc.strerror or exc})") from None

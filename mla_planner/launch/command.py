@@ -23,6 +23,9 @@ MODES = ("native", "ray")
 FlagValue = Union[None, bool, int, float, str]
 
 
+GPU_TAG = "mla_plan_gpu"    # bench.sh records the GPU in its result file (audit/calibrate.py refuses another GPU's)
+
+
 class ShellRef(str):
     """An argv word `${VAR}suffix`: a variable the node script sets, plus a literal suffix (`:5000`)."""
 

@@ -28,6 +28,7 @@ from mla_planner.engines.layouts import PP_SPEC_ENV
 from mla_planner.engines.sparse import is_sparse, kv_flag, own_rows
 from mla_planner.launch import a2a
 from mla_planner.launch.command import (
+    GPU_TAG,
     LaunchInputs,
     NodeCommand,
     ShellRef,
@@ -154,11 +155,14 @@ def _command(inp: LaunchInputs, inst: InstancePlacement, i: int) -> NodeCommand:
 
 def bench_argv(inp: LaunchInputs, concurrency: int, rate: Optional[float] = None) -> list[str]:
     """`python3 -m sglang.benchmark.serving` (0.5.23 deprecates the old `sglang.bench_serving` path) with
-    the workload's fixed lengths: --random-range-ratio 1 (SGLang's default 0 samples lengths in [1, len])."""
+    the workload's fixed lengths: --random-range-ratio 1 (SGLang's default 0 samples lengths in [1, len]), at
+    bench.sh's ${CONCURRENCY}, its result appended to ${RESULT}.jsonl with the GPU in its tag
+    (sglang/benchmark/serving.py --output-file, --tag) for `mla-plan calibrate`."""
     w = inp.workload
     return ["python3", "-m", "sglang.benchmark.serving"] + flag_words([
         ("--backend", "sglang"), ("--host", ShellRef("BENCH_HOST")), ("--port", ShellRef("BENCH_PORT")),
         ("--model", inp.model_path), ("--dataset-name", "random"), ("--random-input-len", w.input_len),
         ("--random-output-len", w.output_len), ("--random-range-ratio", 1.0),
-        ("--max-concurrency", concurrency), ("--request-rate", rate),
-        ("--num-prompts", 4 * concurrency)])
+        ("--max-concurrency", ShellRef("CONCURRENCY")), ("--request-rate", rate),
+        ("--num-prompts", 4 * concurrency),
+        ("--output-file", ShellRef("RESULT", ".jsonl")), ("--tag", f"{GPU_TAG}={inp.topology.gpu.name}")])

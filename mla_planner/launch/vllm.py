@@ -28,6 +28,7 @@ from mla_planner.engines.compressed_kv import is_compressed
 from mla_planner.engines.sparse import kv_flag, own_rows
 from mla_planner.launch import a2a
 from mla_planner.launch.command import (
+    GPU_TAG,
     LaunchInputs,
     NodeCommand,
     ShellRef,
@@ -168,11 +169,15 @@ def _ray(inp: LaunchInputs, inst: InstancePlacement) -> list[NodeCommand]:
 
 def bench_argv(inp: LaunchInputs, concurrency: int, rate: Optional[float] = None) -> list[str]:
     """`vllm bench serve` with the workload's fixed lengths (random dataset, range ratio 0 by default;
-    --ignore-eos so every request decodes its full output)."""
+    --ignore-eos so every request decodes its full output), at bench.sh's ${CONCURRENCY} (the plan's unless set),
+    its result saved as ${RESULT}.json with the GPU it ran on (vllm/benchmarks/serve.py --save-result,
+    --result-filename, --metadata KEY=VALUE) for `mla-plan calibrate`."""
     w = inp.workload
     return ["vllm", "bench", "serve"] + flag_words([
         ("--model", inp.model_path), ("--host", ShellRef("BENCH_HOST")), ("--port", ShellRef("BENCH_PORT")),
         ("--dataset-name", "random"), ("--random-input-len", w.input_len), ("--random-output-len", w.output_len),
-        ("--max-concurrency", concurrency), ("--request-rate", rate),
+        ("--max-concurrency", ShellRef("CONCURRENCY")), ("--request-rate", rate),
         ("--num-prompts", 4 * concurrency), ("--ignore-eos", True),
+        ("--save-result", True), ("--result-filename", ShellRef("RESULT", ".json")),
+        ("--metadata", f"{GPU_TAG}={inp.topology.gpu.name}"),
         ("--trust-remote-code", True)])

@@ -6,6 +6,10 @@
 set -euo pipefail
 BENCH_HOST="${BENCH_HOST:-127.0.0.1}"
 BENCH_PORT="${BENCH_PORT:-8000}"
+# Requests in flight: the plan's 128; for `mla-plan calibrate` run it at two or more, e.g.
+# CONCURRENCY=8 ./bench.sh, then CONCURRENCY=128 ./bench.sh (each run writes bench-c<N>.json).
+CONCURRENCY="${CONCURRENCY:-128}"
+RESULT="bench-c${CONCURRENCY}"
 curl -sf "http://${BENCH_HOST}:${BENCH_PORT}/health" >/dev/null \
   || { echo "no healthy server at ${BENCH_HOST}:${BENCH_PORT}" >&2; exit 1; }
 
@@ -16,7 +20,10 @@ exec vllm bench serve \
     --dataset-name random \
     --random-input-len 2048 \
     --random-output-len 512 \
-    --max-concurrency 128 \
+    --max-concurrency "${CONCURRENCY}" \
     --num-prompts 512 \
     --ignore-eos \
+    --save-result \
+    --result-filename "${RESULT}".json \
+    --metadata mla_plan_gpu=H100-SXM-80G \
     --trust-remote-code

@@ -1,0 +1,173 @@
+"""Calibration from what users measure: bench.sh's results at two or more concurrencies, fitted to the step model.
+
+bench.sh (launch/vllm.py, launch/sglang.py `bench_argv`) saves each run: vLLM's `vllm bench serve --save-result`
+JSON (vllm/benchmarks/serve.py: `model_id`, `max_concurrency`, `mean_tpot_ms`, `completed`, `total_input_tokens`,
+`total_output_tokens`, the --metadata it was given, and `endpoint_type`, which only vLLM's writes) and SGLang's
+`sglang.benchmark.serving --output-file` JSONL (sglang/benchmark/serving.py: `backend` "sglang", `max_concurrency`,
+`mean_tpot_ms`, ..., `tag`, `server_info` with the server's `model_path`). Each names the GPU bench.sh ran on
+(`mla_plan_gpu=NAME`); a file from another model, GPU or engine than the plan's candidate is refused.
+
+Two factors explain how mean TPOT moves with the batch and are fitted: a per-step fixed cost (the kernel launch
+gap under CUDA graphs, `graph_kernel_overhead_s`, or `eager_kernel_launch_s` without them: it stands in for the
+engine's host overhead, which costs the same per step) and the routed experts' weight streaming
+(`moe_hbm_efficiency`, whose cost grows with the experts a batch touches). Each is searched in log space within
+its bounds, by the Nelder-Mead simplex on the mean squared log error of the predicted TPOT; the fitted error is
+reported with the factors.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, replace
+from math import exp, log, sqrt
+
+from mla_planner.core.errors import PlanError
+from mla_planner.launch.command import GPU_TAG
+from mla_planner.memory.ways_out import fraction_knobs
+from mla_planner.perf.metrics import evaluate
+from mla_planner.search.planfile import Candidate, Plan
+from mla_planner.specs.calibration import Calibration
+from mla_planner.specs.knobs import Workload
+
+BOUNDS = {"moe_hbm_efficiency": (0.1, 1.0), "graph_kernel_overhead_s": (0.2e-6, 200e-6),
+          "eager_kernel_launch_s": (1e-6, 500e-6)}
+STEP = 0.3              # the starting simplex: each factor 35 % above its current value (log space)
+TOLERANCE = 1e-5        # stop when the simplex is this small (log space: 0.001 % of each factor)
+MAX_ITERATIONS = 300
+
+
+@dataclass(frozen=True)
+class BenchRun:
+    path: str
+    engine: str
+    model: str | None
+    gpu: str | None
+    concurrency: int
+    input_len: int
+    output_len: int
+    mean_tpot_s: float
+
+
+@dataclass(frozen=True)
+class Fit:
+    factors: dict[str, float]
+    runs: list[BenchRun]
+    before_s: list[float]       # predicted mean TPOT per run with the factors the plan used
+    after_s: list[float]        # ... and with the fitted ones
+    rms_log_error: float        # of the fit (exp(x) - 1 ~ the typical relative error)
+    notes: list[str]
+
+
+def read_bench(path: str, text: str) -> BenchRun:
+    """One bench.sh result, `text` read from `path` (the last record of a JSONL file)."""
+    text = text.strip()
+    try:
+        data = json.loads(text.splitlines()[-1] if path.endswith(".jsonl") else text)
+    except (json.JSONDecodeError, IndexError):
+        raise PlanError(f"{path}: not a vLLM or SGLang benchmark result (JSON)") from None
+    if not isinstance(data, dict):
+        raise PlanError(f"{path}: not a vLLM or SGLang benchmark result (JSON object)")
+    if "endpoint_type" in data:
+        engine, model, gpu = "vllm", data.get("model_id"), data.get(GPU_TAG)
+    elif str(data.get("backend", "")).startswith("sglang"):
+        info = data.get("server_info") if isinstance(data.get("server_info"), dict) else {}
+        tag = str(data.get("tag") or "")
+        engine, model = "sglang", info.get("model_path")
+        gpu = tag.split("=", 1)[1] if tag.startswith(GPU_TAG + "=") else None
+    else:
+        raise PlanError(f"{path}: neither vLLM's `vllm bench serve --save-result` JSON nor SGLang's "
+                        "`sglang.benchmark.serving --output-file` JSONL")
+    try:
+        done = int(data["completed"])
+        return BenchRun(path, engine, model, gpu, int(data["max_concurrency"]),
+                        round(int(data["total_input_tokens"]) / done), round(int(data["total_output_tokens"]) / done),
+                        float(data["mean_tpot_ms"]) / 1e3)
+    except (KeyError, TypeError, ValueError, ZeroDivisionError) as exc:
+        raise PlanError(f"{path}: benchmark result without a usable {exc.args[0] if exc.args else 'field'} "
+                        "(max_concurrency, completed, total_input_tokens, total_output_tokens, mean_tpot_ms)") from None
+
+
+def check_runs(runs: list[BenchRun], plan: Plan, cand: Candidate) -> list[str]:
+    """Refuse results from another engine, model or GPU; notes for what a result does not say."""
+    notes = []
+    for r in runs:
+        if r.engine != cand.knobs.engine:
+            raise PlanError(f"{r.path}: a {r.engine} benchmark, but the candidate runs {cand.knobs.engine}")
+        if r.model is not None and r.model.rstrip("/").lower() != plan.model_path.rstrip("/").lower():
+            raise PlanError(f"{r.path}: benchmarks {r.model}, but the plan serves {plan.model_path}")
+        if r.gpu is not None and r.gpu != plan.topology.gpu.name:
+            raise PlanError(f"{r.path}: measured on {r.gpu}, but the plan's GPU is {plan.topology.gpu.name}")
+        if r.gpu is None:
+            notes.append(f"{r.path} does not name its GPU (bench.sh of an older mla-plan?): taken as "
+                         f"{plan.topology.gpu.name}")
+    if len({r.concurrency for r in runs}) < 2:
+        raise PlanError("calibrate needs results at two or more concurrencies (CONCURRENCY=N ./bench.sh)")
+    return notes
+
+
+def predicted_tpot_s(plan: Plan, cand: Candidate, run: BenchRun, calib: Calibration) -> float:
+    """Mean TPOT of one replica serving `run.concurrency` requests of the run's lengths, the candidate's knobs."""
+    layout = replace(cand.layout, replicas=1)
+    workload = Workload(input_len=run.input_len, output_len=run.output_len, tpot_ms=1e6, ttft_ms=1e9)
+    knobs = replace(cand.knobs, max_num_seqs=run.concurrency,
+                    max_num_batched_tokens=max(cand.knobs.max_num_batched_tokens, run.concurrency),
+                    max_model_len=max(cand.knobs.max_model_len, workload.max_context_len))
+    knobs, _ = fraction_knobs(plan.spec, plan.topology, layout, knobs, knobs.memory_fraction)
+    return evaluate(plan.spec, plan.topology, layout, knobs, workload, calib).tpot_s
+
+
+def _loss(plan, cand, runs, calib) -> float:
+    errors = [log(predicted_tpot_s(plan, cand, r, calib) / r.mean_tpot_s) for r in runs]
+    return sum(e * e for e in errors) / len(errors)
+
+
+def _nelder_mead(f, start: list[float], lows: list[float], highs: list[float]) -> list[float]:
+    """The minimiser of f over the box [lows, highs] (log space), by the Nelder-Mead simplex (reflection 1,
+    expansion 2, contraction and shrink 1/2), each trial point clipped into the box."""
+    clip = (lambda x: [min(max(v, lo), hi) for v, lo, hi in zip(x, lows, highs)])
+    simplex = [start] + [clip([v + (STEP if i == j else 0.0) for j, v in enumerate(start)]) for i in range(len(start))]
+    values = [f(x) for x in simplex]
+    for _ in range(MAX_ITERATIONS):
+        order = sorted(range(len(simplex)), key=values.__getitem__)
+        simplex, values = [simplex[i] for i in order], [values[i] for i in order]
+        if max(abs(a - b) for x in simplex[1:] for a, b in zip(x, simplex[0])) < TOLERANCE:
+            break
+        centre = [sum(x[j] for x in simplex[:-1]) / (len(simplex) - 1) for j in range(len(start))]
+        worst = simplex[-1]
+        trial = (lambda t: clip([c + t * (c - w) for c, w in zip(centre, worst)]))
+        reflected = trial(1.0)
+        fr = f(reflected)
+        if fr < values[0]:
+            expanded = trial(2.0)
+            fe = f(expanded)
+            simplex[-1], values[-1] = (expanded, fe) if fe < fr else (reflected, fr)
+        elif fr < values[-2]:
+            simplex[-1], values[-1] = reflected, fr
+        else:
+            contracted = trial(-0.5)
+            fc = f(contracted)
+            if fc < values[-1]:
+                simplex[-1], values[-1] = contracted, fc
+            else:
+                simplex = [simplex[0]] + [[(a + b) / 2 for a, b in zip(simplex[0], x)] for x in simplex[1:]]
+                values = [values[0]] + [f(x) for x in simplex[1:]]
+    return simplex[min(range(len(simplex)), key=values.__getitem__)]
+
+
+def fit(plan: Plan, cand: Candidate, runs: list[BenchRun], calib: Calibration) -> Fit:
+    notes = check_runs(runs, plan, cand)
+    step = "graph_kernel_overhead_s" if cand.knobs.cuda_graphs else "eager_kernel_launch_s"
+    names = (step, "moe_hbm_efficiency") if plan.spec.is_moe else (step,)
+    start = [log(min(max(getattr(calib, n), BOUNDS[n][0]), BOUNDS[n][1])) for n in names]
+    best = _nelder_mead(lambda x: _loss(plan, cand, runs, replace(calib, **{n: exp(v) for n, v in zip(names, x)})),
+                        start, [log(BOUNDS[n][0]) for n in names], [log(BOUNDS[n][1]) for n in names])
+    current = {n: exp(v) for n, v in zip(names, best)}
+    fitted = replace(calib, **current)
+    before = [predicted_tpot_s(plan, cand, r, calib) for r in runs]
+    after = [predicted_tpot_s(plan, cand, r, fitted) for r in runs]
+    rms = sqrt(sum(log(a / r.mean_tpot_s) ** 2 for a, r in zip(after, runs)) / len(runs))
+    for name, value in current.items():
+        if min(abs(log(value / b)) for b in BOUNDS[name]) < 0.01:
+            notes.append(f"{name} ended at its bound {value:.3g}: the results are not explained within the "
+                         "factors' physical range (another cause: network, scheduler, a different engine build?)")
+    return Fit(dict(current), runs, before, after, rms, notes)

@@ -1,0 +1,69 @@
+"""`mla-plan calibrate`: bench.sh's results fitted to the step model, written as a calibration file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import click
+
+from mla_planner.audit.calibrate import fit, read_bench
+from mla_planner.cli.common import JsonOpt, check_output_file, columns, guard, print_json
+from mla_planner.cli.params import Arg, Opt
+from mla_planner.core.files import read_text_file
+from mla_planner.specs.calibration import dump_calibration, load_calibration
+from mla_planner.search.planfile import pick, read_plan
+
+
+@guard
+def calibrate_cmd(results: Annotated[list[str], Arg(help="bench.sh's result files (bench-c<N>.json / .jsonl), two "
+                                                         "or more concurrencies.")],
+                  plan: Annotated[Path, Opt("--plan", "-p", help="The plan file the deployment was launched from.")],
+                  candidate: Annotated[int, Opt("--candidate", "-c", help="The candidate that was launched.")] = 1,
+                  output: Annotated[Optional[Path], Opt(
+                      "--output", "-o", help="Write the calibration file here (for `plan --calibration`).")] = None,
+                  as_json: JsonOpt = False) -> None:
+    """Fit the planner to bench.sh's results at two or more concurrencies and write a calibration file.
+
+    The two factors that set how mean TPOT grows with the batch are fitted to the measured TPOTs: the per-step
+    fixed cost (the kernel launch gap, standing in for the engine's host overhead) and the routed experts'
+    weight streaming (moe_hbm_efficiency), each within its physical bounds; the fitted error is reported. Results
+    from another model, GPU or engine than the candidate's are refused.
+
+    Exit status: 0 fitted; 2 bad input.
+
+    Examples:
+
+      CONCURRENCY=8 ./bench.sh; ./bench.sh;  mla-plan calibrate --plan plan.json bench-c*.json -o calibration.yaml
+
+      mla-plan plan --calibration calibration.yaml
+    """
+    if output is not None:
+        check_output_file(output, "--output")
+    loaded = read_plan(plan)
+    cand = pick(loaded, candidate, "calibrate")
+    runs = sorted((read_bench(name, read_text_file(name)) for name in results), key=lambda r: r.concurrency)
+    calib = load_calibration(None, loaded.topology)
+    result = fit(loaded, cand, runs, calib)
+    text = dump_calibration(result.factors, gpu=loaded.topology.gpu.name, topology=loaded.topology.name,
+                            tool="mla-plan calibrate",
+                            measurements={r.path: {"concurrency": r.concurrency, "measured_tpot_s": r.mean_tpot_s,
+                                                   "predicted_tpot_s": a} for r, a in zip(result.runs, result.after_s)})
+    if output is not None:
+        output.write_text(text)
+    if as_json:
+        return print_json({"factors": result.factors, "rms_log_error": result.rms_log_error, "notes": result.notes,
+                           "runs": [{"file": r.path, "concurrency": r.concurrency, "measured_tpot_s": r.mean_tpot_s,
+                                     "predicted_before_s": b, "predicted_after_s": a}
+                                    for r, b, a in zip(result.runs, result.before_s, result.after_s)],
+                           "output": str(output) if output else None})
+    rows = [[r.path, str(r.concurrency), f"{r.mean_tpot_s * 1e3:.2f}", f"{b * 1e3:.2f}", f"{a * 1e3:.2f}"]
+            for r, b, a in zip(result.runs, result.before_s, result.after_s)]
+    click.echo(columns(["result", "in flight", "measured ms", "planned ms", "fitted ms"], rows,
+                       title=f"Mean TPOT of candidate {candidate} ({cand.layout.label}, {cand.knobs.engine}):\n"))
+    click.echo("\nfitted: " + ", ".join(f"{n} = {v:.4g} (was {getattr(calib, n):.4g})" for n, v in result.factors.items())
+               + f"; typical error after the fit {result.rms_log_error:.1%}")
+    for note in result.notes:
+        click.echo(f"note: {note}")
+    click.echo(f"written: {output} (plan with --calibration {output})" if output else
+               "not written: give -o FILE to keep it\n" + text)

@@ -1,0 +1,102 @@
+"""`mla-plan calibrate` (issue 22): bench.sh's results at two or more concurrencies, fitted to the step model,
+written as a calibration file; results from another model, GPU or engine refused."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+
+from mla_planner.audit.calibrate import BenchRun, predicted_tpot_s
+from mla_planner.search.planfile import pick, read_plan
+from mla_planner.specs.calibration import load_calibration
+
+TRUE = {"moe_hbm_efficiency": 0.6, "graph_kernel_overhead_s": 4e-6}
+CONCURRENCIES = (4, 16, 64)
+
+
+@pytest.fixture(scope="module")
+def plan_path(tmp_path_factory):
+    from click.testing import CliRunner
+
+    from mla_planner.cli.app import app
+    path = tmp_path_factory.mktemp("cal") / "plan.json"
+    path.write_text(CliRunner().invoke(app, ["plan", "-m", "deepseek-v2-lite", "-t", "8xh100", "-e", "vllm",
+                                             "--json"]).stdout)
+    return path
+
+
+def synthetic(plan_path, folder, engine="vllm", model=None, gpu=None, concurrencies=CONCURRENCIES) -> list[str]:
+    """Benchmark results the model itself predicts with the TRUE factors, in the engine's own result format."""
+    plan = read_plan(plan_path)
+    cand = pick(plan, 1, "test")
+    true = replace(load_calibration(None, plan.topology), **TRUE)
+    files = []
+    for c in concurrencies:
+        run = BenchRun("x", engine, plan.model_path, plan.topology.gpu.name, c, 2048, 512, 0.0)
+        record = {"max_concurrency": c, "completed": 4 * c, "total_input_tokens": 4 * c * 2048,
+                  "total_output_tokens": 4 * c * 512, "mean_tpot_ms": predicted_tpot_s(plan, cand, run, true) * 1e3}
+        if engine == "vllm":
+            record |= {"endpoint_type": "openai", "backend": "openai", "model_id": model or plan.model_path,
+                       "mla_plan_gpu": gpu or plan.topology.gpu.name}
+            name = folder / f"bench-c{c}.json"
+            name.write_text(json.dumps(record))
+        else:
+            record |= {"backend": "sglang", "tag": f"mla_plan_gpu={gpu or plan.topology.gpu.name}",
+                       "server_info": {"model_path": model or plan.model_path}}
+            name = folder / f"bench-c{c}.jsonl"
+            name.write_text(json.dumps({"backend": "sglang", "old": 1}) + "\n" + json.dumps(record) + "\n")
+        files.append(str(name))
+    return files
+
+
+def test_calibrate_recovers_known_factors_and_the_plan_applies_them(cli, plan_path, tmp_path):
+    files = synthetic(plan_path, tmp_path)
+    out = tmp_path / "calibration.yaml"
+    r = cli("calibrate", "--plan", str(plan_path), *files, "-o", str(out), "--json")
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.stdout)
+    for name, value in TRUE.items():
+        assert data["factors"][name] == pytest.approx(value, rel=0.05)
+    assert data["rms_log_error"] < 0.01
+    assert all(abs(run["predicted_after_s"] / run["measured_tpot_s"] - 1) < 0.01 for run in data["runs"])
+    plan = read_plan(plan_path)
+    applied = load_calibration(str(out), plan.topology)
+    assert applied.moe_hbm_efficiency == pytest.approx(TRUE["moe_hbm_efficiency"], rel=0.05) and not applied.notes
+    assert cli("plan", "-m", "deepseek-v2-lite", "-t", "8xh100", "--calibration", str(out)).exit_code in (0, 1)
+
+
+@pytest.mark.parametrize("kind, words", [
+    ({"engine": "sglang"}, "a sglang benchmark, but the candidate runs vllm"),
+    ({"model": "deepseek-ai/DeepSeek-R1"}, "benchmarks deepseek-ai/DeepSeek-R1, but the plan serves"),
+    ({"gpu": "H200-SXM-141G"}, "measured on H200-SXM-141G, but the plan's GPU is H100-SXM-80G"),
+    ({"concurrencies": (16, 16)}, "two or more concurrencies"),
+])
+def test_calibrate_refuses_another_model_gpu_or_engine(cli, plan_path, tmp_path, kind, words):
+    files = synthetic(plan_path, tmp_path, **kind)
+    r = cli("calibrate", "--plan", str(plan_path), *files)
+    assert r.exit_code == 2 and words in r.stderr and r.stderr.count("\n") == 1, r.stderr
+
+
+def test_bad_result_files_are_one_line(cli, plan_path, tmp_path):
+    bad = tmp_path / "bench.json"
+    for text, words in (("not json", "not a vLLM or SGLang benchmark result"),
+                        ('{"endpoint_type": "openai", "max_concurrency": 4}', "without a usable"),
+                        ('{"backend": "trt"}', "neither vLLM's")):
+        bad.write_text(text)
+        r = cli("calibrate", "--plan", str(plan_path), str(bad), str(bad))
+        assert r.exit_code == 2 and words in r.stderr and r.stderr.count("\n") == 1, r.stderr
+    r = cli("calibrate", "--plan", str(plan_path), str(tmp_path / "none.json"))
+    assert r.exit_code == 2 and "no such file" in r.stderr
+
+
+def test_bench_sh_saves_what_calibrate_reads(cli, plan_path, tmp_path):
+    """bench.sh runs at ${CONCURRENCY} (the plan's by default), saves bench-c<N>.json with its GPU, and the README
+    says how to calibrate from two runs."""
+    out = tmp_path / "launch"
+    assert cli("emit", "--plan", str(plan_path), "--out", str(out)).exit_code == 0
+    bench, readme = (out / "bench.sh").read_text(), (out / "README.md").read_text()
+    assert "--save-result" in bench and "\"${RESULT}\".json" in bench and "mla_plan_gpu=H100-SXM-80G" in bench
+    assert "--max-concurrency \"${CONCURRENCY}\"" in bench or "--max-concurrency ${CONCURRENCY}" in bench
+    assert "mla-plan calibrate --plan plan.json bench-c*.json" in readme
