@@ -189,3 +189,13 @@ def test_fp8_marlin_group_scales_on_gpus_without_fp8():
     # a 16th of the model's, a little more: the replicated q/kv down-projections are whole on every rank
     assert extra / 16 < a100.per_gpu[0].terms["weights/fp8_marlin_scales"] < 1.05 * extra / 16
     assert "weights/fp8_marlin_scales" not in h100.per_gpu[0].terms
+
+
+def test_the_planner_never_proposes_more_than_published_vllm_deployments_use(cli):
+    """The memory model alone would allow ~0.98 on an MI355X; published vLLM deployments use at most 0.95, and the
+    plan says why it stops there."""
+    import json
+    plan = json.loads(cli("plan", "-m", "deepseek-r1", "-t", "8xmi355x", "-e", "vllm", "--json").stdout)
+    best = plan["candidates"][0]
+    assert best["knobs"]["memory_fraction"] == 0.95
+    assert any(r.startswith("memory_fraction: 0.95: the highest --gpu-memory-utilization published") for r in best["reasons"])

@@ -25,6 +25,7 @@ from mla_planner.cli.common import check_plannable
 from mla_planner.core.errors import PlanError
 from mla_planner.engines.parallel import uses_deepep, dense_per_rank_applies
 from mla_planner.memory.ways_out import fraction_knobs, split_note
+from mla_planner.perf.bands import beside, kv_band, performance_bands
 from mla_planner.perf.metrics import Metrics, evaluate
 from mla_planner.perf.step import step_breakdown_s
 from mla_planner.search.planfile import pick, read_plan
@@ -38,8 +39,18 @@ SERVING_ONLY = {"step_s", "tpot_s", "network_wait_share", "decode_network_wait_s
                 "alone_tpot_s"}
 
 
-def summary(m: Metrics) -> dict:
-    """The flat numbers of one layout (what the table and --json show), named as `plan`'s JSON names them."""
+def summary(m: Metrics, topo) -> dict:
+    """The flat numbers of one layout (what the table and --json show), named as `plan`'s JSON names them, each
+    decode figure and the KV capacity with its band beside it (perf/bands.py) where the layout serves."""
+    bands = {}
+    if m.concurrency:
+        bands = performance_bands(m.tpot_s, m.throughput_tokens_per_s, m.throughput_tokens_per_s_per_gpu,
+                                  m.tokens_per_s_per_user, m.layout, topo)
+        bands["kv_capacity_tokens_low"], bands["kv_capacity_tokens_high"] = kv_band(m.memory.kv_capacity_tokens)
+    return beside(_summary(m), bands)
+
+
+def _summary(m: Metrics) -> dict:
     return {"layout": m.layout.label, "gpus": m.layout.total_gpus, "concurrency": m.concurrency,
             "concurrency_per_dp_rank": m.concurrency_per_dp_rank, "concurrency_limit": m.concurrency_limit,
             "throughput_tokens_per_s": m.throughput_tokens_per_s,
@@ -226,7 +237,7 @@ def compare_cmd(layouts: Annotated[Optional[list[str]], Opt(
         label = layout.label + (" (dense per rank)" if knobs.dense_per_rank else "")
         ttft = ttft_headroom_note(m.ttft_longest_s, m.meets_targets, workload)
         notes = cache_notes + [n for n in (start, verify, note, split, capped, moot, ttft) if n] + list(m.notes)
-        rows.append(summary(m) | {"layout": label, "memory_fraction": knobs.memory_fraction, "notes": notes})
+        rows.append(summary(m, topo) | {"layout": label, "memory_fraction": knobs.memory_fraction, "notes": notes})
     _show(rows, results, {"model": spec.name, "topology": topo.name, "engine": engine, "workload": asdict(workload)},
           f"{spec.name} on {topo.name} ({engine}), {input_len} in / {output_len} out, TPOT target {tpot_ms:g} ms, "
           f"TTFT target {workload.ttft_ms:g} ms" + (f", MTP at {mtp_acceptance:.0%} acceptance" if mtp else ""),
@@ -252,7 +263,7 @@ def _compare_plan(path: Path, numbers: Optional[list[int]], calibration: Optiona
         m = evaluate(p.spec, p.topology, cand.layout, cand.knobs, p.workload, calib)
         results.append((m, cand.knobs))
         ttft = ttft_headroom_note(m.ttft_longest_s, m.meets_targets, p.workload)
-        rows.append(summary(m) | {"layout": f"#{n} {cand.layout.label} {cand.knobs.engine} {cand.knobs.kv_cache_dtype}",
+        rows.append(summary(m, p.topology) | {"layout": f"#{n} {cand.layout.label} {cand.knobs.engine} {cand.knobs.kv_cache_dtype}",
                                   "memory_fraction": cand.knobs.memory_fraction,
                                   "notes": ([ttft] if ttft else []) + list(m.notes)})
     w = p.workload

@@ -26,6 +26,10 @@ ROWS = [("GPUs", "gpus", 1, "{:,.0f}"),
         ("TPOT, one request alone (ms)", "alone_tpot_s", 1e3, "{:,.2f}"),
         (KV_CAPACITY_LABEL, "kv_capacity_tokens", 1, "{:,.0f}"),
         ("memory fraction (the engine's flag)", "memory_fraction", 1, "{:.3f}")]
+# the bands (low-high) of the figures whose predictions the validation points judge (perf/bands.py)
+BANDS = [("band: throughput per GPU (tok/s)", "throughput_tokens_per_s_per_gpu", 1, "{:,.0f}"),
+         ("band: time per output token (ms)", "tpot_s", 1e3, "{:,.1f}"),
+         ("band: KV capacity (tokens)", "kv_capacity_tokens", 1, "{:,.0f}")]
 
 
 
@@ -92,6 +96,9 @@ def render(rows: list[dict], title: str) -> None:
     table.add_row("step split: attention / kernels / comm / launch (ms)",
                   *[" / ".join(f"{v * 1e3:,.1f}" for v in r["step_breakdown_s"].values())
                     if r["step_breakdown_s"] else "-" for r in rows])
+    for label, key, scale, fmt in BANDS:   # what a deployment would measure, from the validation residuals
+        table.add_row(label, *[f"{fmt.format(r[key + '_low'] * scale)}-{fmt.format(r[key + '_high'] * scale)}"
+                               if r.get(key + "_low") is not None else "-" for r in rows])
     table.add_row("limited by", *[r["concurrency_limit"] for r in rows])
     table.add_row("meets targets", *["yes" if r["meets_targets"] else "NO" for r in rows])
     out = console()

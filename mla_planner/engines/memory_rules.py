@@ -155,9 +155,15 @@ def sglang_fraction_ceiling(gpu: GPU) -> float:
     return round((mib - SGLANG_RESERVE_FLOOR_MIB) / mib, 3) if mib > SGLANG_FLOOR_ABOVE_MIB else 1.0
 
 
+VLLM_PUBLISHED_CEILING = 0.95   # the highest --gpu-memory-utilization published DeepSeek-class vLLM deployments use:
+                                # vLLM's DeepSeek recipe on 8 x H200 ("0.95 to maximize KVCache") and on MI300X,
+                                # InferenceX's Kimi-K2.5 on H200; none above it (docs/memory.md, Safe fraction)
+
+
 def fraction_ceiling(engine: str, gpu: GPU) -> float:
-    """A memory fraction the engine's own defaults never exceed (SGLang's reserve floor), else 1.0."""
-    return sglang_fraction_ceiling(gpu) if engine == "sglang" else 1.0
+    """The highest memory fraction the planner proposes: SGLang's own (its reserve floor), vLLM's published one
+    (VLLM_PUBLISHED_CEILING: the headroom published deployments keep, beyond what the memory model prices)."""
+    return sglang_fraction_ceiling(gpu) if engine == "sglang" else VLLM_PUBLISHED_CEILING
 
 
 def sglang_chunked_prefill(gpu: GPU) -> int:

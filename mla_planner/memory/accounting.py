@@ -253,6 +253,10 @@ def _safe_fraction(stages: list[_Stage], knobs: Knobs, rules: EngineRules, total
         if s.costs.weights_bytes >= total:
             return safe, (f"no fraction fits: the weights alone ({s.costs.weights_bytes / gib:,.1f} GiB per GPU on "
                          f"stage {s.index}) exceed the GPU's {total / gib:,.1f} GiB")
+        if inside > safe * base and ceiling_binds and rules.engine == "vllm":   # only the published ceiling
+            return safe, (f"no fraction up to {safe:.3f}, the highest published vLLM deployments use, fits: on stage "
+                          f"{s.index} the weights and one KV block need {inside / gib:,.1f} GiB of the budget; a "
+                          "higher --gpu-memory-utilization may start, with less headroom than they keep")
         if inside > safe * base and ceiling_binds:   # only SGLang's own ceiling stands in the way
             return safe, (f"no fraction up to SGLang's own ceiling {safe:.3f} fits: on stage {s.index} the weights "
                           f"({s.costs.weights_bytes / gib:,.1f} GiB per GPU) and one KV block"

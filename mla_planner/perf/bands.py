@@ -64,3 +64,12 @@ def kv_band(tokens: int) -> tuple[int, int]:
     """(low, high) KV capacity the engine would log for a predicted `tokens`."""
     low, high = band(tokens, error_range("kv_capacity"))
     return int(low), int(high)
+
+
+def beside(figures: dict, bands: dict) -> dict:
+    """`figures` with each `name_low` / `name_high` of `bands` placed right after `name` (the JSON convention)."""
+    out = {}
+    for name, value in figures.items():
+        out[name] = value
+        out.update({k: bands[k] for k in (f"{name}_low", f"{name}_high") if k in bands})
+    return out

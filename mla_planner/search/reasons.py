@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from math import ceil
 
-from mla_planner.engines.memory_rules import sglang_fraction_ceiling
+from mla_planner.engines.memory_rules import VLLM_PUBLISHED_CEILING, sglang_fraction_ceiling
 from mla_planner.engines.parallel import DEEPEP_SGLANG_DISPATCH_MAX
 from mla_planner.engines.profile import profile
 from mla_planner.memory.accounting import stage_ranges
@@ -27,6 +27,10 @@ def fraction_reason(engine: str, gpu, fraction: float) -> str:
                 "SGLang itself always keeps outside the static pool on this GPU when it sizes the pool (its decode "
                 "CUDA graphs alone have taken 5-6 GB, sglang#16143); SGLang accepts a higher --mem-fraction-static, "
                 "at that risk (mla-plan memory prices any fraction)")
+    if engine == "vllm" and fraction == VLLM_PUBLISHED_CEILING:
+        return (f"{fraction}: the highest --gpu-memory-utilization published DeepSeek-class vLLM deployments use "
+                "(vLLM's own recipes on H200 and MI300X), below what the memory model alone allows: the headroom they "
+                "keep covers what it does not price (allocator fragmentation, transient workspaces)")
     return (f"{fraction}: the highest fraction that leaves the activations, CUDA graphs, NCCL buffers and runtime "
             "the memory model predicts, plus a 2 GiB margin")
 
