@@ -34,14 +34,15 @@ from mla_planner.specs.knobs import Workload
 from mla_planner.specs.layout import Layout, parse_layout
 from mla_planner.specs.topology import Topology, load_topology
 
-CATEGORIES = ("kv_capacity", "collective", "decode_tpot", "decode_throughput")
+BANDED = ("kv_capacity", "decode_tpot", "ttft")     # the categories the plan's bands come from (perf/bands.py)
+CATEGORIES = ("kv_capacity", "collective", "decode_tpot", "ttft", "decode_throughput")
 
 
 class Point(BaseModel):
     """One published measurement (data/validation.yaml)."""
     model_config = ConfigDict(extra="forbid")
     id: str
-    category: Literal["kv_capacity", "collective", "decode_tpot", "decode_throughput"]
+    category: Literal["kv_capacity", "collective", "decode_tpot", "ttft", "decode_throughput"]
     role: str                 # "held_out" or "fit: <efficiency factor>"
     regime: str
     source: str
@@ -107,6 +108,16 @@ def _mean_tpot(run: dict) -> float:
     """Mean TPOT in ms at `concurrency` requests in flight, as `compare -l LAYOUT --max-num-seqs N` prices it: the
     engine's defaults, bf16 KV unless told, its default memory fraction (lowered to the safe one where it would run
     out), targets loose enough not to bind."""
+    return _metrics(run).tpot_s * 1e3
+
+
+def _mean_ttft(run: dict) -> float:
+    """Mean TTFT in ms of the same evaluation as `_mean_tpot` (the prefill forward, the decode steps it waits for
+    and its queue; not the server's tokenizing, scheduling and streaming around it)."""
+    return _metrics(run).ttft_s * 1e3
+
+
+def _metrics(run: dict):
     spec, topo = load_model(run["model"]).spec, load_topology(run["topology"])
     layout = parse_layout(run["layout"], topo)
     workload = Workload(input_len=run["input_len"], output_len=run["output_len"], tpot_ms=1000.0)
@@ -114,7 +125,7 @@ def _mean_tpot(run: dict) -> float:
                                 kv_cache_dtype=run.get("kv_cache_dtype", "bf16"), max_num_seqs=run["concurrency"],
                                 max_model_len=workload.max_context_len)
     knobs, _ = fraction_knobs(spec, topo, layout, base, None)
-    return evaluate(spec, topo, layout, knobs, workload, load_calibration(None, topo)).tpot_s * 1e3
+    return evaluate(spec, topo, layout, knobs, workload, load_calibration(None, topo))
 
 
 def _wide_ep_tokens_per_node(run: dict) -> float:
@@ -132,6 +143,7 @@ def _wide_ep_tokens_per_node(run: dict) -> float:
 
 
 PREDICT = {"kv_capacity": _kv_capacity, "busbw": _collective, "time_us": _collective, "mean_tpot": _mean_tpot,
+           "mean_ttft": _mean_ttft,
            "wide_ep_tokens_per_node": _wide_ep_tokens_per_node}
 
 
@@ -179,7 +191,7 @@ def bands(results: list[Result]) -> dict:
     """{category: {regime: {error_low, error_high, points}}} from the held-out residuals (data/bands.yaml)."""
     out: dict = {}
     for r in results:
-        if r.point.held_out and r.point.category in ("kv_capacity", "decode_tpot"):
+        if r.point.held_out and r.point.category in BANDED:
             out.setdefault(r.point.category, {}).setdefault(band_regime(r.point), []).append(r.error)
     return {cat: {reg: {"error_low": round(min(e), 4), "error_high": round(max(e), 4), "points": len(e)}
                   for reg, e in sorted(regimes.items())} for cat, regimes in sorted(out.items())}
@@ -189,7 +201,7 @@ def loo_coverage(results: list[Result]) -> dict:
     """{category: (covered, points)}: each held-out point against the band built from the OTHER held-out points of
     its category and regime (its category's others where its regime has no other), the honest test of a band."""
     out: dict = {}
-    held = [r for r in results if r.point.held_out and r.point.category in ("kv_capacity", "decode_tpot")]
+    held = [r for r in results if r.point.held_out and r.point.category in BANDED]
     for r in held:
         same = [o.error for o in held if o is not r and o.point.category == r.point.category
                 and band_regime(o.point) == band_regime(r.point)]

@@ -17,7 +17,7 @@ BANDS_HEADER = ("# How far the planner's predictions fall from published measure
                 "Written by\n# `mla-plan validate --bands` (tests/test_validate.py holds this file equal to its output); "
                 "read by perf/bands.py.\n")
 TITLES = {"kv_capacity": "KV capacity (tokens the engine logs)", "collective": "Collectives (nccl-tests / rccl-tests)",
-          "decode_tpot": "Decode TPOT (mean ms per output token)",
+          "decode_tpot": "Decode TPOT (mean ms per output token)", "ttft": "Time to first token (mean ms)",
           "decode_throughput": "Wide-EP decode throughput (tokens/s per node)"}
 
 

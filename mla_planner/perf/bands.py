@@ -5,7 +5,8 @@ over the held-out published measurements (`mla-plan validate`). If a new predict
 a deployment would measure lies in [predicted / (1 + e_high), predicted / (1 + e_low)]; a figure that varies as
 the inverse (throughput, tokens/s per user, at the same batch) lies in [predicted (1 + e_low), predicted (1 + e_high)].
 A regime with fewer than MIN_POINTS points is widened to its whole category's range: one point gives no spread.
-TTFT has no band: no held-out TTFT measurement is held yet (the README's validation: the model's TTFT is a floor).
+TTFT's band is wide: the model prices the prefill forward, the decode steps it waits for and its queue, not the
+server's tokenizing, scheduling and streaming around them, and published mean TTFTs are 4-50x its figure.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ def band(value: float, errors: tuple[float, float], inverse: bool = False) -> tu
 
 
 def performance_bands(tpot_s: float, tokens_per_s: float, tokens_per_s_per_gpu: float, tokens_per_s_per_user: float,
-                      layout: Layout, topo: Topology) -> dict[str, float]:
+                      layout: Layout, topo: Topology, ttft_s: float = 0.0, ttft_longest_s: float = 0.0) -> dict[str, float]:
     """`name_low` / `name_high` of every decode figure a candidate carries (search.candidate.Performance)."""
     errors = error_range("decode_tpot", tpot_regime(layout, topo))
     out = {}
@@ -57,6 +58,8 @@ def performance_bands(tpot_s: float, tokens_per_s: float, tokens_per_s_per_gpu: 
                                  ("throughput_tokens_per_s_per_gpu", tokens_per_s_per_gpu, True),
                                  ("tokens_per_s_per_user", tokens_per_s_per_user, True)):
         out[f"{name}_low"], out[f"{name}_high"] = band(value, errors, inverse)
+    for name, value in (("ttft_s", ttft_s), ("ttft_longest_s", ttft_longest_s)):
+        out[f"{name}_low"], out[f"{name}_high"] = band(value, error_range("ttft"))
     return out
 
 

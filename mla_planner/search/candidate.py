@@ -79,7 +79,11 @@ class Performance:
     decode_network_wait_share: Optional[float] = None
     memory_utilization: Optional[float] = None
     ttft_s: Optional[float] = None
+    ttft_s_low: Optional[float] = None
+    ttft_s_high: Optional[float] = None
     ttft_longest_s: Optional[float] = None
+    ttft_longest_s_low: Optional[float] = None
+    ttft_longest_s_high: Optional[float] = None
     meets_targets: Optional[bool] = None
     tie_group: Optional[int] = None    # the rank of the first candidate it is tied with (bands overlap); 0 alone
 

@@ -25,7 +25,7 @@ def with_bands(option, topo: Topology, workload: Workload):
     """The option with its bands, and the warning when its TPOT target holds only inside the band."""
     m = option.tuned.metrics
     bands = performance_bands(m.tpot_s, m.throughput_tokens_per_s, m.throughput_tokens_per_s_per_gpu,
-                              m.tokens_per_s_per_user, option.layout, topo)
+                              m.tokens_per_s_per_user, option.layout, topo, m.ttft_s, m.ttft_longest_s)
     warnings = list(option.warnings)
     target = workload.tpot_ms / 1e3
     if m.meets_targets and workload.tpot_applies and bands["tpot_s_high"] > target:
@@ -34,6 +34,11 @@ def with_bands(option, topo: Topology, workload: Workload):
                         f"predictions erred by up to {bands['tpot_s_high'] / m.tpot_s - 1:.0%} on published runs "
                         f"like it, so it may measure up to {bands['tpot_s_high'] * 1e3:,.1f} ms (mla-plan validate); "
                         f"for a firm target plan with --tpot-ms {firm:.0f}")
+    if m.meets_targets and bands["ttft_longest_s_high"] > workload.ttft_ms / 1e3:
+        warnings.append(f"meets the {workload.ttft_ms:g} ms TTFT target only at the optimistic end of its band: "
+                        f"published mean TTFTs were up to {bands['ttft_longest_s_high'] / max(m.ttft_longest_s, 1e-9):.0f}x "
+                        f"the model's (it leaves out the server's tokenizing, scheduling and streaming), so it may "
+                        f"measure up to {bands['ttft_longest_s_high'] * 1e3:,.0f} ms (mla-plan validate)")
     return replace(option, bands=bands, warnings=warnings)
 
 
