@@ -50,11 +50,14 @@ def band(value: float, errors: tuple[float, float], inverse: bool = False) -> tu
 
 
 def performance_bands(tpot_s: float, tokens_per_s: float, tokens_per_s_per_gpu: float, tokens_per_s_per_user: float,
-                      layout: Layout, topo: Topology, ttft_s: float = 0.0, ttft_longest_s: float = 0.0) -> dict[str, float]:
-    """`name_low` / `name_high` of every decode figure a candidate carries (search.candidate.Performance)."""
+                      layout: Layout, topo: Topology, ttft_s: float = 0.0, ttft_longest_s: float = 0.0,
+                      step_s: float = 0.0) -> dict[str, float]:
+    """`name_low` / `name_high` of every decode figure a candidate carries (search.candidate.Performance); the step
+    errs as the TPOT it sets does."""
     errors = error_range("decode_tpot", tpot_regime(layout, topo))
     out = {}
-    for name, value, inverse in (("tpot_s", tpot_s, False), ("throughput_tokens_per_s", tokens_per_s, True),
+    for name, value, inverse in (("tpot_s", tpot_s, False), ("step_s", step_s, False),
+                                 ("throughput_tokens_per_s", tokens_per_s, True),
                                  ("throughput_tokens_per_s_per_gpu", tokens_per_s_per_gpu, True),
                                  ("tokens_per_s_per_user", tokens_per_s_per_user, True)):
         out[f"{name}_low"], out[f"{name}_high"] = band(value, errors, inverse)

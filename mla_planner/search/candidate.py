@@ -69,6 +69,8 @@ class Performance:
     throughput_tokens_per_s_per_gpu_low: Optional[float] = None
     throughput_tokens_per_s_per_gpu_high: Optional[float] = None
     step_s: Optional[float] = None
+    step_s_low: Optional[float] = None
+    step_s_high: Optional[float] = None
     tpot_s: Optional[float] = None
     tpot_s_low: Optional[float] = None
     tpot_s_high: Optional[float] = None
