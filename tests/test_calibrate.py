@@ -46,7 +46,7 @@ def synthetic(plan_path, folder, engine="vllm", model=None, gpu=None, concurrenc
             record |= {"backend": "sglang", "tag": f"mla_plan_gpu={gpu or plan.topology.gpu.name}",
                        "server_info": {"model_path": model or plan.model_path}}
             name = folder / f"bench-c{c}.jsonl"
-            name.write_text(json.dumps({"backend": "sglang", "old": 1}) + "\n" + json.dumps(record) + "\n")
+            name.write_text(json.dumps(record) + "\n")
         files.append(str(name))
     return files
 
@@ -81,8 +81,13 @@ def test_calibrate_refuses_another_model_gpu_or_engine(cli, plan_path, tmp_path,
 
 def test_bad_result_files_are_one_line(cli, plan_path, tmp_path):
     bad = tmp_path / "bench.json"
+    base = '"endpoint_type": "openai", "completed": 16, "total_input_tokens": 160, "total_output_tokens": 160'
     for text, words in (("not json", "not a vLLM or SGLang benchmark result"),
-                        ('{"endpoint_type": "openai", "max_concurrency": 4}', "without a usable"),
+                        ('{"endpoint_type": "openai", "max_concurrency": 4}', "completed is None"),
+                        ('{%s, "max_concurrency": 4, "mean_tpot_ms": 0}' % base, "mean_tpot_ms is 0"),
+                        ('{%s, "max_concurrency": 4, "mean_tpot_ms": NaN}' % base, "mean_tpot_ms is nan"),
+                        ('{%s, "max_concurrency": 0, "mean_tpot_ms": 9}' % base, "max_concurrency is 0"),
+                        ('{%s, "max_concurrency": 4, "mean_tpot_ms": 9, "model_id": 5}' % base, "expected a string"),
                         ('{"backend": "trt"}', "neither vLLM's")):
         bad.write_text(text)
         r = cli("calibrate", "--plan", str(plan_path), str(bad), str(bad))
@@ -100,3 +105,23 @@ def test_bench_sh_saves_what_calibrate_reads(cli, plan_path, tmp_path):
     assert "--save-result" in bench and "\"${RESULT}\".json" in bench and "mla_plan_gpu=H100-SXM-80G" in bench
     assert "--max-concurrency \"${CONCURRENCY}\"" in bench or "--max-concurrency ${CONCURRENCY}" in bench
     assert "mla-plan calibrate --plan plan.json bench-c*.json" in readme
+
+
+@pytest.mark.parametrize("model, topology, engine, layouts", [
+    ("deepseek-v3", "2x8xh200-ib", "sglang", ["-l", "tp=1,dp=16,ep=16", "-l", "tp=2,dp=8,ep=16"]),
+    ("deepseek-v2-lite", "8xh100", "vllm", ["-l", "tp=1,dp=8,ep=8"]),
+    ("deepseek-v2-lite", "8xh100", "vllm", [])])
+def test_a_run_is_priced_as_the_server_runs_it(cli, tmp_path, model, topology, engine, layouts):
+    """bench.sh keeps the plan's concurrency (one replica's share) in flight against the server, which spreads it over
+    its DP ranks: priced that way, the run at the plan's own concurrency is the plan's own TPOT, whatever the layout."""
+    from mla_planner.launch.folder import bench_concurrency
+    from mla_planner.launch.build import launch_inputs
+    path = tmp_path / "plan.json"
+    path.write_text(cli("plan", "-m", model, "-t", topology, "-e", engine, *layouts, "--json").stdout)
+    plan = read_plan(path)
+    for number, cand in enumerate(plan.candidates[:4], 1):
+        concurrency = bench_concurrency(launch_inputs(plan, cand, "native"))
+        run = BenchRun("x", engine, plan.model_path, plan.topology.gpu.name, concurrency, plan.workload.input_len,
+                       plan.workload.output_len, 0.0)
+        predicted = predicted_tpot_s(plan, cand, run, load_calibration(None, plan.topology))
+        assert predicted == pytest.approx(cand.performance.tpot_s, rel=0.02), (number, cand.layout.label)

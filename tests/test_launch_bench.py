@@ -69,7 +69,7 @@ ENV_SOURCES = {
     "SGLANG_DEEPEP_NUM_MAX_DISPATCH_TOKENS_PER_RANK": "sglang/srt/environ.py in the SGLang 0.5.23 wheel",
     "HEAD_IP": "the scripts' own: the instance head's cluster IP",
     "BENCH_HOST": "bench.sh's own", "BENCH_PORT": "bench.sh's own", "CONCURRENCY": "bench.sh's own",
-    "RESULT": "bench.sh's own",
+    "RESULT": "bench.sh's own", "PROMPTS": "bench.sh's own",
 }
 # Named in the README only to say they are gone.
 MENTIONED_AS_REMOVED = {"VLLM_ATTENTION_BACKEND": "absent from vllm/envs.py in the 0.33.0 wheel (--attention-backend)"}

@@ -5,7 +5,9 @@ JSON (vllm/benchmarks/serve.py: `model_id`, `max_concurrency`, `mean_tpot_ms`, `
 `total_output_tokens`, the --metadata it was given, and `endpoint_type`, which only vLLM's writes) and SGLang's
 `sglang.benchmark.serving --output-file` JSONL (sglang/benchmark/serving.py: `backend` "sglang", `max_concurrency`,
 `mean_tpot_ms`, ..., `tag`, `server_info` with the server's `model_path`). Each names the GPU bench.sh ran on
-(`mla_plan_gpu=NAME`); a file from another model, GPU or engine than the plan's candidate is refused.
+(`mla_plan_gpu=NAME`); a file from another model, GPU or engine than the plan's candidate is refused. Each
+run is priced as the server runs it: bench.sh's in-flight requests spread over the DP ranks, at most the launched
+max_num_seqs on each.
 
 Two factors explain how mean TPOT moves with the batch and are fitted: a per-step fixed cost (the kernel launch
 gap under CUDA graphs, `graph_kernel_overhead_s`, or `eager_kernel_launch_s` without them: it stands in for the
@@ -19,7 +21,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, replace
-from math import exp, log, sqrt
+from math import ceil, exp, isfinite, log, sqrt
 
 from mla_planner.core.errors import PlanError
 from mla_planner.launch.command import GPU_TAG
@@ -34,6 +36,7 @@ BOUNDS = {"moe_hbm_efficiency": (0.1, 1.0), "graph_kernel_overhead_s": (0.2e-6, 
 STEP = 0.3              # the starting simplex: each factor 35 % above its current value (log space)
 TOLERANCE = 1e-5        # stop when the simplex is this small (log space: 0.001 % of each factor)
 MAX_ITERATIONS = 300
+MAX_CONCURRENCY = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -58,15 +61,19 @@ class Fit:
     notes: list[str]
 
 
-def read_bench(path: str, text: str) -> BenchRun:
-    """One bench.sh result, `text` read from `path` (the last record of a JSONL file)."""
-    text = text.strip()
+def read_bench(path: str, text: str) -> list[BenchRun]:
+    """The bench.sh results `text` (read from `path`) holds: one JSON object, or one per line of a JSONL file."""
+    lines = [line for line in text.strip().splitlines() if line.strip()] if path.endswith(".jsonl") else [text]
     try:
-        data = json.loads(text.splitlines()[-1] if path.endswith(".jsonl") else text)
-    except (json.JSONDecodeError, IndexError):
+        records = [json.loads(line) for line in lines]
+    except json.JSONDecodeError:
         raise PlanError(f"{path}: not a vLLM or SGLang benchmark result (JSON)") from None
-    if not isinstance(data, dict):
+    if not records or not all(isinstance(r, dict) for r in records):
         raise PlanError(f"{path}: not a vLLM or SGLang benchmark result (JSON object)")
+    return [_run(path, r) for r in records]
+
+
+def _run(path: str, data: dict) -> BenchRun:
     if "endpoint_type" in data:
         engine, model, gpu = "vllm", data.get("model_id"), data.get(GPU_TAG)
     elif str(data.get("backend", "")).startswith("sglang"):
@@ -77,14 +84,23 @@ def read_bench(path: str, text: str) -> BenchRun:
     else:
         raise PlanError(f"{path}: neither vLLM's `vllm bench serve --save-result` JSON nor SGLang's "
                         "`sglang.benchmark.serving --output-file` JSONL")
-    try:
-        done = int(data["completed"])
-        return BenchRun(path, engine, model, gpu, int(data["max_concurrency"]),
-                        round(int(data["total_input_tokens"]) / done), round(int(data["total_output_tokens"]) / done),
-                        float(data["mean_tpot_ms"]) / 1e3)
-    except (KeyError, TypeError, ValueError, ZeroDivisionError) as exc:
-        raise PlanError(f"{path}: benchmark result without a usable {exc.args[0] if exc.args else 'field'} "
-                        "(max_concurrency, completed, total_input_tokens, total_output_tokens, mean_tpot_ms)") from None
+    fields = {}
+    for name in ("max_concurrency", "completed", "total_input_tokens", "total_output_tokens", "mean_tpot_ms"):
+        value = data.get(name)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not isfinite(value) or value <= 0 or \
+                (name != "mean_tpot_ms" and value != int(value)):
+            raise PlanError(f"{path}: {name} is {value!r}, expected a positive "
+                            + ("number of milliseconds" if name == "mean_tpot_ms" else "whole number"))
+        fields[name] = value
+    if fields["max_concurrency"] > MAX_CONCURRENCY:
+        raise PlanError(f"{path}: max_concurrency {fields['max_concurrency']} is not a benchmark bench.sh runs")
+    for name, value in (("model", model), ("GPU", gpu)):
+        if value is not None and not isinstance(value, str):
+            raise PlanError(f"{path}: the {name} it names is {value!r}, expected a string")
+    done = int(fields["completed"])
+    return BenchRun(path, engine, model, gpu, int(fields["max_concurrency"]),
+                    round(fields["total_input_tokens"] / done), round(fields["total_output_tokens"] / done),
+                    fields["mean_tpot_ms"] / 1e3)
 
 
 def check_runs(runs: list[BenchRun], plan: Plan, cand: Candidate) -> list[str]:
@@ -100,17 +116,28 @@ def check_runs(runs: list[BenchRun], plan: Plan, cand: Candidate) -> list[str]:
         if r.gpu is None:
             notes.append(f"{r.path} does not name its GPU (bench.sh of an older mla-plan?): taken as "
                          f"{plan.topology.gpu.name}")
-    if len({r.concurrency for r in runs}) < 2:
-        raise PlanError("calibrate needs results at two or more concurrencies (CONCURRENCY=N ./bench.sh)")
+    if len({running_per_dp_rank(cand, r.concurrency) for r in runs}) < 2:
+        raise PlanError("calibrate needs results at two or more concurrencies (CONCURRENCY=N ./bench.sh) that run "
+                        "different batches on the server (not both above its max_num_seqs)")
+    if len(runs) == 2:
+        notes.append("two results fix two factors exactly: the fitted error says nothing until a third is added")
     return notes
 
 
+def running_per_dp_rank(cand: Candidate, concurrency: int) -> int:
+    """Requests one DP rank runs when bench.sh keeps `concurrency` in flight against the server (one replica): the
+    server spreads them over its DP ranks and runs at most the launched max_num_seqs on each (the rest queue)."""
+    return min(ceil(concurrency / cand.layout.dp), cand.knobs.max_num_seqs)
+
+
 def predicted_tpot_s(plan: Plan, cand: Candidate, run: BenchRun, calib: Calibration) -> float:
-    """Mean TPOT of one replica serving `run.concurrency` requests of the run's lengths, the candidate's knobs."""
+    """Mean TPOT of one replica with `run.concurrency` requests of the run's lengths in flight, the candidate's knobs
+    and the plan's MTP acceptance."""
     layout = replace(cand.layout, replicas=1)
-    workload = Workload(input_len=run.input_len, output_len=run.output_len, tpot_ms=1e6, ttft_ms=1e9)
-    knobs = replace(cand.knobs, max_num_seqs=run.concurrency,
-                    max_num_batched_tokens=max(cand.knobs.max_num_batched_tokens, run.concurrency),
+    workload = Workload(input_len=run.input_len, output_len=run.output_len, tpot_ms=1e6, ttft_ms=1e9,
+                        mtp_acceptance=plan.workload.mtp_acceptance)
+    knobs = replace(cand.knobs, max_num_seqs=running_per_dp_rank(cand, run.concurrency),
+                    max_num_batched_tokens=max(cand.knobs.max_num_batched_tokens, cand.knobs.max_num_seqs),
                     max_model_len=max(cand.knobs.max_model_len, workload.max_context_len))
     knobs, _ = fraction_knobs(plan.spec, plan.topology, layout, knobs, knobs.memory_fraction)
     return evaluate(plan.spec, plan.topology, layout, knobs, workload, calib).tpot_s
@@ -156,8 +183,14 @@ def _nelder_mead(f, start: list[float], lows: list[float], highs: list[float]) -
 
 def fit(plan: Plan, cand: Candidate, runs: list[BenchRun], calib: Calibration) -> Fit:
     notes = check_runs(runs, plan, cand)
-    step = "graph_kernel_overhead_s" if cand.knobs.cuda_graphs else "eager_kernel_launch_s"
-    names = (step, "moe_hbm_efficiency") if plan.spec.is_moe else (step,)
+    names = (("graph_kernel_overhead_s",) if cand.knobs.cuda_graphs else ()) + \
+        (("moe_hbm_efficiency",) if plan.spec.is_moe else ())
+    if not names:
+        raise PlanError("calibrate: an eager (--enforce-eager) dense model has no factor the step model fits here; "
+                        "its step is the CPU's kernel launches (verify measures them)")
+    if not cand.knobs.cuda_graphs:
+        notes.append("an eager candidate: its per-step cost is the CPU's kernel launches, not fitted; only the MoE "
+                     "weight streaming is")
     start = [log(min(max(getattr(calib, n), BOUNDS[n][0]), BOUNDS[n][1])) for n in names]
     best = _nelder_mead(lambda x: _loss(plan, cand, runs, replace(calib, **{n: exp(v) for n, v in zip(names, x)})),
                         start, [log(BOUNDS[n][0]) for n in names], [log(BOUNDS[n][1]) for n in names])

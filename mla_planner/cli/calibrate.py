@@ -42,7 +42,8 @@ def calibrate_cmd(results: Annotated[list[str], Arg(help="bench.sh's result file
         check_output_file(output, "--output")
     loaded = read_plan(plan)
     cand = pick(loaded, candidate, "calibrate")
-    runs = sorted((read_bench(name, read_text_file(name)) for name in results), key=lambda r: r.concurrency)
+    runs = sorted((run for name in results for run in read_bench(name, read_text_file(name))),
+                  key=lambda r: r.concurrency)
     calib = load_calibration(None, loaded.topology)
     result = fit(loaded, cand, runs, calib)
     text = dump_calibration(result.factors, gpu=loaded.topology.gpu.name, topology=loaded.topology.name,

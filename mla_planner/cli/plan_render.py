@@ -132,9 +132,10 @@ def _tie(plan: Plan, rank_by: str = "per-gpu") -> str:
     if len(tied) < 2:
         return ""
     unit = "tokens/s in all" if rank_by == "total" else "tokens/s per GPU"
-    return (f"Tie (~): #{', #'.join(map(str, tied[:8]))}{', ...' if len(tied) > 8 else ''} lie within each other's "
-            f"band of {unit} (the range the model's errors on published runs allow, `mla-plan validate`); they are "
-            "ordered by the pessimistic end of the band, and the order among them is not a predicted win.")
+    return (f"Tie (~): #{', #'.join(map(str, tied[:8]))}{', ...' if len(tied) > 8 else ''} each reach into the band of "
+            f"{unit} of the best prediction among them (the range the model's errors on published runs allow, "
+            "`mla-plan validate`); they are ordered by the pessimistic end of the band, and the order among them is "
+            "not a predicted win.")
 
 
 def _warnings(plan: Plan, top: int) -> None:

@@ -164,5 +164,5 @@ def bench_argv(inp: LaunchInputs, concurrency: int, rate: Optional[float] = None
         ("--model", inp.model_path), ("--dataset-name", "random"), ("--random-input-len", w.input_len),
         ("--random-output-len", w.output_len), ("--random-range-ratio", 1.0),
         ("--max-concurrency", ShellRef("CONCURRENCY")), ("--request-rate", rate),
-        ("--num-prompts", 4 * concurrency),
+        ("--num-prompts", ShellRef("PROMPTS")),
         ("--output-file", ShellRef("RESULT", ".jsonl")), ("--tag", f"{GPU_TAG}={inp.topology.gpu.name}")])

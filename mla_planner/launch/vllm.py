@@ -177,7 +177,7 @@ def bench_argv(inp: LaunchInputs, concurrency: int, rate: Optional[float] = None
         ("--model", inp.model_path), ("--host", ShellRef("BENCH_HOST")), ("--port", ShellRef("BENCH_PORT")),
         ("--dataset-name", "random"), ("--random-input-len", w.input_len), ("--random-output-len", w.output_len),
         ("--max-concurrency", ShellRef("CONCURRENCY")), ("--request-rate", rate),
-        ("--num-prompts", 4 * concurrency), ("--ignore-eos", True),
+        ("--num-prompts", ShellRef("PROMPTS")), ("--ignore-eos", True),
         ("--save-result", True), ("--result-filename", ShellRef("RESULT", ".json")),
         ("--metadata", f"{GPU_TAG}={inp.topology.gpu.name}"),
         ("--trust-remote-code", True)])

@@ -2,10 +2,10 @@
 
 Candidates are first ordered as before (`Option.key_for`: those meeting the targets first, by output tokens/s per
 GPU or in all). A lead smaller than the predictions' error is no win: among the candidates meeting the targets, one
-whose throughput band overlaps the band of the first of a group (its optimistic end reaches the leader's
-pessimistic end) joins that group as a tie, and a tie is ordered by the lower risk: the higher pessimistic end of
-its band (a narrower, or more pessimistic, band first). A candidate that meets the TPOT target only at the
-optimistic end of its band says so.
+whose throughput band overlaps the band of the group's best prediction (its optimistic end reaches that one's
+pessimistic end) joins the group as a tie, and a tie is ordered by the lower risk: the higher pessimistic end of
+its band (a narrower, or more pessimistic, band first). Two members of a group need not overlap each other. A
+candidate whose TPOT or TTFT band reaches past its target says so.
 """
 
 from __future__ import annotations
@@ -30,12 +30,13 @@ def with_bands(option, topo: Topology, workload: Workload):
     target = workload.tpot_ms / 1e3
     if m.meets_targets and workload.tpot_applies and bands["tpot_s_high"] > target:
         firm = workload.tpot_ms * m.tpot_s / bands["tpot_s_high"]
-        warnings.append(f"meets the {workload.tpot_ms:g} ms TPOT target only at the optimistic end of its band: the "
-                        f"predictions erred by up to {bands['tpot_s_high'] / m.tpot_s - 1:.0%} on published runs "
-                        f"like it, so it may measure up to {bands['tpot_s_high'] * 1e3:,.1f} ms (mla-plan validate); "
-                        f"for a firm target plan with --tpot-ms {firm:.0f}")
+        where = ("even the optimistic end of its band" if bands["tpot_s_low"] > target else "its band")
+        warnings.append(f"predicted to meet the {workload.tpot_ms:g} ms TPOT target, but {where} reaches "
+                        f"{bands['tpot_s_high'] * 1e3:,.1f} ms: the engines measured up to "
+                        f"{bands['tpot_s_high'] / m.tpot_s - 1:.0%} slower than the model on published runs like it "
+                        f"(mla-plan validate); to have {workload.tpot_ms:g} ms measured, plan with --tpot-ms {firm:.0f}")
     if m.meets_targets and bands["ttft_longest_s_high"] > workload.ttft_ms / 1e3:
-        warnings.append(f"meets the {workload.ttft_ms:g} ms TTFT target only at the optimistic end of its band: "
+        warnings.append(f"predicted to meet the {workload.ttft_ms:g} ms TTFT target, but its band reaches past it: "
                         f"published mean TTFTs were up to {bands['ttft_longest_s_high'] / max(m.ttft_longest_s, 1e-9):.0f}x "
                         f"the model's (it leaves out the server's tokenizing, scheduling and streaming), so it may "
                         f"measure up to {bands['ttft_longest_s_high'] * 1e3:,.0f} ms (mla-plan validate)")

@@ -9,6 +9,7 @@ BENCH_PORT="${BENCH_PORT:-30000}"
 # Requests in flight: the plan's 2048; for `mla-plan calibrate` run it at two or more, e.g.
 # CONCURRENCY=8 ./bench.sh, then CONCURRENCY=2048 ./bench.sh (each run writes bench-c<N>.jsonl).
 CONCURRENCY="${CONCURRENCY:-2048}"
+PROMPTS=$((4 * CONCURRENCY))
 RESULT="bench-c${CONCURRENCY}"
 curl -sf "http://${BENCH_HOST}:${BENCH_PORT}/health" >/dev/null \
   || { echo "no healthy server at ${BENCH_HOST}:${BENCH_PORT}" >&2; exit 1; }
@@ -23,6 +24,6 @@ exec python3 -m sglang.benchmark.serving \
     --random-output-len 1024 \
     --random-range-ratio 1.0 \
     --max-concurrency "${CONCURRENCY}" \
-    --num-prompts 8192 \
+    --num-prompts "${PROMPTS}" \
     --output-file "${RESULT}".jsonl \
     --tag mla_plan_gpu=H200-SXM-141G

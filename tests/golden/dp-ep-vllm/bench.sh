@@ -9,6 +9,7 @@ BENCH_PORT="${BENCH_PORT:-8000}"
 # Requests in flight: the plan's 2048; for `mla-plan calibrate` run it at two or more, e.g.
 # CONCURRENCY=8 ./bench.sh, then CONCURRENCY=2048 ./bench.sh (each run writes bench-c<N>.json).
 CONCURRENCY="${CONCURRENCY:-2048}"
+PROMPTS=$((4 * CONCURRENCY))
 RESULT="bench-c${CONCURRENCY}"
 curl -sf "http://${BENCH_HOST}:${BENCH_PORT}/health" >/dev/null \
   || { echo "no healthy server at ${BENCH_HOST}:${BENCH_PORT}" >&2; exit 1; }
@@ -21,7 +22,7 @@ exec vllm bench serve \
     --random-input-len 1024 \
     --random-output-len 1024 \
     --max-concurrency "${CONCURRENCY}" \
-    --num-prompts 8192 \
+    --num-prompts "${PROMPTS}" \
     --ignore-eos \
     --save-result \
     --result-filename "${RESULT}".json \
