@@ -30,9 +30,10 @@ def with_bands(option, topo: Topology, workload: Workload):
     target = workload.tpot_ms / 1e3
     if m.meets_targets and workload.tpot_applies and bands["tpot_s_high"] > target:
         firm = workload.tpot_ms * m.tpot_s / bands["tpot_s_high"]
-        where = ("even the optimistic end of its band" if bands["tpot_s_low"] > target else "its band")
-        warnings.append(f"predicted to meet the {workload.tpot_ms:g} ms TPOT target, but {where} reaches "
-                        f"{bands['tpot_s_high'] * 1e3:,.1f} ms: the engines measured up to "
+        where = "lies above it" if bands["tpot_s_low"] > target else "reaches past it"
+        warnings.append(f"predicted to meet the {workload.tpot_ms:g} ms TPOT target, but its band "
+                        f"({bands['tpot_s_low'] * 1e3:,.1f}-{bands['tpot_s_high'] * 1e3:,.1f} ms) {where}: the engines "
+                        "measured up to "
                         f"{bands['tpot_s_high'] / m.tpot_s - 1:.0%} slower than the model on published runs like it "
                         f"(mla-plan validate); to have {workload.tpot_ms:g} ms measured, plan with --tpot-ms {firm:.0f}")
     if m.meets_targets and bands["ttft_longest_s_high"] > workload.ttft_ms / 1e3:
