@@ -169,11 +169,11 @@ def test_vllm_never_runs_more_requests_than_its_token_budget():
 def test_running_requests_stay_in_the_cuda_graph_capture_range():
     """The step model prices graph replay, so a DP rank's decode micro-batch stays within what the engine
     captures (vLLM 512, SGLang by GPU and TP, unless the plan raises it); beyond it decode runs eagerly
-    (vllm-project/vllm#16886). Short prompts on 8 H200 once planned 535 running requests under a 512 range."""
+    (vllm-project/vllm#16886). Short prompts (512 in) on 8 H200 once planned 535 running requests under a 512 range."""
     from mla_planner.engines.cuda_graphs import graph_batch_cap
     from mla_planner.memory.accounting import evaluate
     spec, topo, calib = setup("deepseek-v3", "8xh200")
-    result = search(spec, topo, Workload(input_len=1024), calib)
+    result = search(spec, topo, Workload(input_len=512), calib)
     for o in result.options:
         assert o.tuned.knobs.max_num_seqs <= graph_batch_cap(o.engine, topo.gpu, o.layout, o.tuned.knobs) * o.layout.pp
     raised = [o for o in result.options if o.tuned.knobs.cuda_graph_max_bs]

@@ -64,16 +64,16 @@ def test_the_plans_bands_come_from_the_held_out_residuals(cli):
 
 
 def test_a_band_is_what_a_deployment_would_measure():
-    """The model is optimistic on TPOT (every held-out single-node point measured slower), so the band of a predicted
-    TPOT lies above it and the band of a predicted throughput below it; a TP group spanning NVLink domains has one
-    published point, so its band is its category's whole range."""
+    """The model is optimistic on TPOT (nearly every held-out single-node point measured slower), so the band of a
+    predicted TPOT reaches well above it and the band of a predicted throughput well below it; a TP group spanning
+    NVLink domains has one published point, so its band is its category's whole range."""
     from mla_planner.perf.bands import band, error_range
     lo, hi = error_range("decode_tpot", "tp_in_domain")
-    assert lo < hi < 0
+    assert lo < 0 and lo < hi < 0.01
     tpot_low, tpot_high = band(0.050, (lo, hi))
-    assert 0.050 < tpot_low < tpot_high
+    assert tpot_low < tpot_high and tpot_high > 0.060
     tput_low, tput_high = band(1000.0, (lo, hi), inverse=True)
-    assert tput_low < tput_high < 1000.0
+    assert tput_low < tput_high and tput_low < 850.0
     wide = error_range("decode_tpot", "tp_across_domains")
     assert wide[0] < lo and wide[1] == hi
 
@@ -81,5 +81,5 @@ def test_a_band_is_what_a_deployment_would_measure():
 def test_band_coverage_is_reported_leave_one_out(cli):
     data = json.loads(cli("validate", "--json").stdout)
     tpot, ttft = data["band_coverage"]["decode_tpot"], data["band_coverage"]["ttft"]
-    assert tpot["points"] == 22 and tpot["covered"] / tpot["points"] >= 0.8
+    assert tpot["points"] == 17 and tpot["covered"] / tpot["points"] >= 0.8
     assert ttft["points"] == 21 and ttft["covered"] / ttft["points"] >= 0.8
