@@ -57,23 +57,28 @@ def comm_groups(layout: Layout) -> list[tuple[str, int, int]]:
     return [(name, size, span) for name, size, span in groups if (layout.dp if name == "dp" else size) > 1]
 
 
-def group_link(topo: Topology, span_gpus: int) -> str:
-    """The link class a group of `span_gpus` consecutive GPUs talks over (data/platform_memory.yaml `group`): between
-    NVLink domains when it spans more than one, else the node's link (NVLink by GPU generation, Infinity Fabric, PCIe)."""
-    if span_gpus > topo.domain_gpus:
-        return "across_nodes"
+def node_link(topo: Topology) -> str:
+    """The link class inside one NVLink domain (data/platform_memory.yaml `group`): NVLink by GPU generation,
+    Infinity Fabric or PCIe."""
     kind = topo.intra_node.kind
     if kind in ("pcie", "xgmi"):
         return kind
     return "nvlink_ampere" if topo.gpu.arch == "ampere" else "nvlink"
 
 
+def group_bytes(topo: Topology, span_gpus: int) -> float:
+    """One communicating group of `span_gpus` consecutive GPUs: the node's link figure, and for a group spanning NVLink
+    domains the across-nodes figure where it is smaller (the NICs bound its channels: NVIDIA/nccl#986)."""
+    table = _platform()["group"]
+    inside = table[node_link(topo)]
+    return min(inside, table["across_nodes"]) if span_gpus > topo.domain_gpus else inside
+
+
 def nccl_buffer_bytes(layout: Layout, topo: Topology) -> float:
     """NCCL / RCCL communicators + custom all-reduce buffers on one GPU: each of its groups (`comm_groups`) priced by
-    the link it talks over (`group_link`; the per-group figures and their evidence: data/platform_memory.yaml).
+    the link it talks over (`group_bytes`; the per-group figures and their evidence: data/platform_memory.yaml).
     Outside torch's allocator; vLLM's worker comment: 'NCCL operations ... can use a few GB'."""
-    table = _platform()["group"]
-    return sum(table[group_link(topo, span)] for _, _, span in comm_groups(layout)) * GiB
+    return sum(group_bytes(topo, span) for _, _, span in comm_groups(layout)) * GiB
 
 
 def attention_working_bytes(spec: ModelSpec, layout: Layout, tokens: int) -> float:
