@@ -198,13 +198,15 @@ def test_why_it_does_not_fit_comes_before_the_risks(cli):
     """A missing backend blocks; a thin margin is a risk either way: the verdict says which is which (the
     search quotes the first reason when it rejects a layout)."""
     import json
-    r = cli("memory", "--tp", "8", "--pp", "2", "--kv-cache-dtype", "fp8_ds_mla", "--gpu-memory-utilization", "0.94",
-            "--json")
+    args = ("memory", "--tp", "8", "--pp", "2", "--kv-cache-dtype", "fp8_ds_mla")
+    safe = json.loads(cli(*args, "--json").stdout)["safe_memory_fraction"]
+    thin = f"{safe + 0.01:.3f}"     # above the safe fraction, but not out of memory: under the 2 GiB margin
+    r = cli(*args, "--gpu-memory-utilization", thin, "--json")
     d = json.loads(r.stdout)
     assert r.exit_code == 1 and not d["fits"]
     assert d["blocking_reasons"] == d["reasons"][:1] and "fp8_ds_mla" in d["blocking_reasons"][0]
     assert any("left free" in x for x in d["reasons"][1:])
-    text = cli("memory", "--tp", "8", "--pp", "2", "--kv-cache-dtype", "fp8_ds_mla", "--gpu-memory-utilization", "0.94").stdout
+    text = cli(*args, "--gpu-memory-utilization", thin).stdout
     assert "why: no vllm MLA backend" in text and "risk: stage 0: only" in text and "why: stage" not in text
 
 

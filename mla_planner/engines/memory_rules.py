@@ -50,6 +50,8 @@ class EngineRules:
     graphs_in_budget: bool          # the CUDA-graph estimate is taken out of the KV budget
     context_outside_budget: bool    # the GPU context is measured before the budget starts (in the margin)
     comms_outside_budget: bool      # ... and the communicators' buffers too
+    expert_group: bool = False      # an MoE model gets an expert-parallel communicator of its own (vLLM >= 0.11:
+                                    # distributed/parallel_state.py builds _EP for every MoE model; 0.10.2 did not)
 
 
 def engine_rules(engine: str, version: Optional[str] = None) -> EngineRules:
@@ -62,7 +64,7 @@ def engine_rules(engine: str, version: Optional[str] = None) -> EngineRules:
     version = version or engine_version("vllm")
     release = parse_version(version)
     return EngineRules("vllm", version, graphs_in_budget=release >= (0, 21), context_outside_budget=release >= (0, 9),
-                       comms_outside_budget=release >= (0, 11))
+                       comms_outside_budget=release >= (0, 11), expert_group=release >= (0, 11))
 
 
 def parse_version(version: str) -> tuple[int, int]:

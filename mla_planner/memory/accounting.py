@@ -108,7 +108,7 @@ def _stage(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, rules:
         weights_bytes=sum(weights.values()),
         activation_bytes=mt.activation_peak_bytes(spec, layout, tokens, min(knobs.max_num_seqs, tokens), last, ffn_tp),
         cuda_graph_bytes=mt.cuda_graph_bytes(spec, layout, sizes, modes, last, ffn_tp),
-        nccl_bytes=mt.nccl_buffer_bytes(layout, topo),
+        nccl_bytes=mt.nccl_buffer_bytes(layout, topo, rules.engine, spec.is_moe and rules.expert_group),
         runtime_bytes=mt.runtime_overhead_bytes(topo.gpu),
         slot_bytes=pool.marginal_bytes_per_token() if pool else kv_slot_bytes(spec, layout, rng, knobs.kv_cache_dtype,
                                                                               mtp_layers),

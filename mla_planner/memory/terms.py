@@ -48,13 +48,21 @@ def runtime_overhead_bytes(gpu: GPU) -> float:
     return table.get(key, table["default"]) * GiB
 
 
-def comm_groups(layout: Layout) -> list[tuple[str, int, int]]:
-    """(name, size, GPUs it spans) of the communicating groups one GPU belongs to: attention TP (tp > 1), pipeline
-    send/recv (pp > 1: the stages' GPUs, tp x pp), the MoE/expert group when it is wider than the TP group (DP
-    attention: EP all-to-all / all-gather over tp x dp), and the decode-context-parallel group (dcp > 1, inside TP)."""
-    groups = [("tp", layout.tp, layout.tp), ("pp", layout.pp, layout.tp * layout.pp),
-              ("dp", layout.tp * layout.dp, layout.tp * layout.dp), ("dcp", layout.dcp, layout.tp)]
-    return [(name, size, span) for name, size, span in groups if (layout.dp if name == "dp" else size) > 1]
+def comm_groups(layout: Layout, engine: str = "vllm", moe_group: bool = False) -> list[tuple[str, int, int]]:
+    """(name, size, GPUs it spans) of the communicating groups with their own NCCL communicator that one GPU belongs to
+    (each warmed up with an all-reduce when it is created: vLLM 0.33 and SGLang 0.5.23 pynccl.py).
+    vLLM: attention TP (tp > 1), pipeline (pp > 1: the stages' GPUs, tp x pp), DCP (inside TP), the DP group (dp > 1)
+    and, for an MoE model (`moe_group`: vLLM >= 0.11), the expert group over tp x dp, which vLLM builds for every MoE
+    model (distributed/parallel_state.py: _EP, a communicator for each group larger than one GPU,
+    device_communicators/cuda_communicator.py). SGLang: one TP group over tp x dp (under DP attention the
+    attention-TP subgroups have no communicator of their own), pipeline and DCP."""
+    stage = layout.tp * layout.dp
+    if engine == "sglang":
+        groups = [("tp", stage, stage), ("pp", layout.pp, stage * layout.pp), ("dcp", layout.dcp, layout.tp)]
+    else:
+        groups = [("tp", layout.tp, layout.tp), ("pp", layout.pp, layout.tp * layout.pp), ("dcp", layout.dcp, layout.tp),
+                  ("dp", layout.dp, stage), ("ep", stage if moe_group else 1, stage)]
+    return [(name, size, span) for name, size, span in groups if size > 1]
 
 
 def node_link(topo: Topology) -> str:
@@ -74,11 +82,11 @@ def group_bytes(topo: Topology, span_gpus: int) -> float:
     return min(inside, table["across_nodes"]) if span_gpus > topo.domain_gpus else inside
 
 
-def nccl_buffer_bytes(layout: Layout, topo: Topology) -> float:
+def nccl_buffer_bytes(layout: Layout, topo: Topology, engine: str = "vllm", moe_group: bool = False) -> float:
     """NCCL / RCCL communicators + custom all-reduce buffers on one GPU: each of its groups (`comm_groups`) priced by
     the link it talks over (`group_bytes`; the per-group figures and their evidence: data/platform_memory.yaml).
     Outside torch's allocator; vLLM's worker comment: 'NCCL operations ... can use a few GB'."""
-    return sum(group_bytes(topo, span) for _, _, span in comm_groups(layout)) * GiB
+    return sum(group_bytes(topo, span) for _, _, span in comm_groups(layout, engine, moe_group)) * GiB
 
 
 def attention_working_bytes(spec: ModelSpec, layout: Layout, tokens: int) -> float:
