@@ -199,3 +199,15 @@ def test_the_planner_never_proposes_more_than_published_vllm_deployments_use(cli
     best = plan["candidates"][0]
     assert best["knobs"]["memory_fraction"] == 0.95
     assert any(r.startswith("memory_fraction: 0.95: the highest --gpu-memory-utilization published") for r in best["reasons"])
+
+
+def test_the_published_ceiling_gives_way_where_the_workload_needs_more(cli):
+    """At 0.95 Kimi-K2 with bf16 KV on 8 x H200 holds no 128k request; the memory model's own limit does: the plan
+    goes above 0.95 there and says why (it once rejected the layout without a word about the ceiling)."""
+    import json
+    plan = json.loads(cli("plan", "-m", "kimi-k2", "-t", "8xh200", "-e", "vllm", "--kv-cache-dtype", "bf16",
+                          "--input-len", "120000", "--output-len", "8000", "-l", "tp=8", "--json").stdout)
+    best = plan["candidates"][0]
+    assert best["knobs"]["memory_fraction"] > 0.95 and best["memory"]["kv_capacity_tokens"] >= 128000
+    assert any(r.startswith(f"memory_fraction: {best['knobs']['memory_fraction']}: above the 0.95 published")
+               for r in best["reasons"])

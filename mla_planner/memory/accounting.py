@@ -206,16 +206,18 @@ def _compressed_capacity(stage: _Stage, knobs: Knobs, rules: EngineRules, total:
 
 @lru_cache(maxsize=8192)
 def safe_memory_fraction(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs,
-                         engine_version: Optional[str] = None) -> float:
+                         engine_version: Optional[str] = None, published_ceiling: bool = True) -> float:
     """The highest memory fraction that leaves room for every term the engine does not charge to its
     KV budget, plus ALLOCATOR_MARGIN_BYTES (see `_safe_fraction`); 0.0 for a layout that cannot exist.
     A ceiling for sizing knobs: where even it leaves no room for a KV block, `memory_report`'s
-    `safe_fraction` is 0.0 and its `no_safe_fraction` says why, but this still returns the ceiling."""
+    `safe_fraction` is 0.0 and its `no_safe_fraction` says why, but this still returns the ceiling.
+    `published_ceiling` False: vLLM's published 0.95 (fraction_ceiling) is lifted, the model's own limit kept."""
     if layout_problems(layout, spec, topo.gpus_per_node, topo.total_gpus) or split_problem(spec, layout, knobs):
         return 0.0
     rules = engine_rules(knobs.engine, engine_version)
+    ceiling = fraction_ceiling(rules.engine, topo.gpu) if published_ceiling or rules.engine == "sglang" else 1.0
     return _safe_fraction(_stages(spec, topo, layout, knobs, rules), knobs, rules, float(topo.gpu.memory_bytes),
-                          fraction_ceiling(rules.engine, topo.gpu))[0]
+                          ceiling)[0]
 
 
 def _stage_fraction_bytes(s: _Stage, knobs: Knobs, rules: EngineRules, total: float) -> tuple[float, float, float]:

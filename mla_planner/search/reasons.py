@@ -27,6 +27,10 @@ def fraction_reason(engine: str, gpu, fraction: float) -> str:
                 "SGLang itself always keeps outside the static pool on this GPU when it sizes the pool (its decode "
                 "CUDA graphs alone have taken 5-6 GB, sglang#16143); SGLang accepts a higher --mem-fraction-static, "
                 "at that risk (mla-plan memory prices any fraction)")
+    if engine == "vllm" and fraction > VLLM_PUBLISHED_CEILING:
+        return (f"{fraction}: above the {VLLM_PUBLISHED_CEILING} published vLLM deployments use, because under it the "
+                "workload's longest request does not fit; it keeps the margin the memory model prices, not the "
+                "published headroom (check it with a first run)")
     if engine == "vllm" and fraction == VLLM_PUBLISHED_CEILING:
         return (f"{fraction}: the highest --gpu-memory-utilization published DeepSeek-class vLLM deployments use "
                 "(vLLM's own recipes on H200 and MI300X), below what the memory model alone allows: the headroom they "

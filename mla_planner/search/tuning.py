@@ -104,6 +104,11 @@ def _draft_knobs(spec: ModelSpec, topo: Topology, layout: Layout, engine: str, k
         fraction = safe_memory_fraction(spec, topo, layout, replace(knobs, max_num_batched_tokens=worst))
         if worst == chunks[0] or memory_evaluate(spec, topo, layout, replace(knobs, memory_fraction=fraction)).fits:
             break
+    if engine == "vllm" and not memory_evaluate(spec, topo, layout, replace(knobs, memory_fraction=fraction)).fits:
+        own = safe_memory_fraction(spec, topo, layout, replace(knobs, max_num_batched_tokens=worst),
+                                   published_ceiling=False)     # vLLM's published 0.95 lifted where nothing fits under it
+        if own > fraction and memory_evaluate(spec, topo, layout, replace(knobs, memory_fraction=own)).fits:
+            fraction = own
     knobs = replace(knobs, memory_fraction=fraction)  # already floored to 0.001
     knobs, why_split = fit_by_split(spec, topo, layout, knobs, worst)
     kind = attention_of(spec)
