@@ -44,8 +44,7 @@ def summary(m: Metrics, topo) -> dict:
     decode figure and the KV capacity with its band beside it (perf/bands.py) where the layout serves."""
     bands = {}
     if m.concurrency:
-        bands = performance_bands(m.tpot_s, m.throughput_tokens_per_s, m.throughput_tokens_per_s_per_gpu,
-                                  m.tokens_per_s_per_user, m.layout, topo, m.ttft_s, m.ttft_longest_s, m.step_s)
+        bands = performance_bands(m, topo)
         bands["kv_capacity_tokens_low"], bands["kv_capacity_tokens_high"] = kv_band(m.memory.kv_capacity_tokens)
     return beside(_summary(m), bands)
 

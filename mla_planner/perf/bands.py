@@ -51,20 +51,16 @@ def band(value: float, errors: tuple[float, float], inverse: bool = False) -> tu
     return value / (1 + high), value / (1 + low)
 
 
-def performance_bands(tpot_s: float, tokens_per_s: float, tokens_per_s_per_gpu: float, tokens_per_s_per_user: float,
-                      layout: Layout, topo: Topology, ttft_s: float = 0.0, ttft_longest_s: float = 0.0,
-                      step_s: float = 0.0) -> dict[str, float]:
-    """`name_low` / `name_high` of every decode figure a candidate carries (search.candidate.Performance); the step
-    errs as the TPOT it sets does."""
-    errors = error_range("decode_tpot", tpot_regime(layout, topo))
+def performance_bands(m, topo: Topology) -> dict[str, float]:
+    """`name_low` / `name_high` of every decode figure of the metrics `m` (perf.metrics.Metrics) that a candidate or a
+    compared layout carries; the step errs as the TPOT it sets does."""
+    errors = error_range("decode_tpot", tpot_regime(m.layout, topo))
     out = {}
-    for name, value, inverse in (("tpot_s", tpot_s, False), ("step_s", step_s, False),
-                                 ("throughput_tokens_per_s", tokens_per_s, True),
-                                 ("throughput_tokens_per_s_per_gpu", tokens_per_s_per_gpu, True),
-                                 ("tokens_per_s_per_user", tokens_per_s_per_user, True)):
-        out[f"{name}_low"], out[f"{name}_high"] = band(value, errors, inverse)
-    for name, value in (("ttft_s", ttft_s), ("ttft_longest_s", ttft_longest_s)):
-        out[f"{name}_low"], out[f"{name}_high"] = band(value, error_range("ttft"))
+    for name, inverse in (("tpot_s", False), ("step_s", False), ("throughput_tokens_per_s", True),
+                          ("throughput_tokens_per_s_per_gpu", True), ("tokens_per_s_per_user", True)):
+        out[f"{name}_low"], out[f"{name}_high"] = band(getattr(m, name), errors, inverse)
+    for name in ("ttft_s", "ttft_longest_s"):
+        out[f"{name}_low"], out[f"{name}_high"] = band(getattr(m, name), error_range("ttft"))
     return out
 
 

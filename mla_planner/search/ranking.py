@@ -24,8 +24,7 @@ def _throughput_key(rank_by: str) -> str:
 def with_bands(option, topo: Topology, workload: Workload):
     """The option with its bands, and the warning when its TPOT target holds only inside the band."""
     m = option.tuned.metrics
-    bands = performance_bands(m.tpot_s, m.throughput_tokens_per_s, m.throughput_tokens_per_s_per_gpu,
-                              m.tokens_per_s_per_user, option.layout, topo, m.ttft_s, m.ttft_longest_s, m.step_s)
+    bands = performance_bands(m, topo)
     warnings = list(option.warnings)
     target = workload.tpot_ms / 1e3
     if m.meets_targets and workload.tpot_applies and bands["tpot_s_high"] > target:
