@@ -25,6 +25,7 @@ from mla_planner.engines.memory_rules import engine_default_knobs
 from mla_planner.engines.parallel import uses_deepep
 from mla_planner.memory.report import memory_report
 from mla_planner.memory.ways_out import fraction_knobs
+from mla_planner.perf.bands import tpot_regime
 from mla_planner.perf.comm import collective
 from mla_planner.perf.metrics import evaluate
 from mla_planner.perf.step import decode_step
@@ -184,7 +185,7 @@ def band_regime(p: Point) -> str:
     if p.category != "decode_tpot":
         return "all"
     topo = load_topology(p.run["topology"])
-    return "tp_across_domains" if parse_layout(p.run["layout"], topo).tp > topo.domain_gpus else "tp_in_domain"
+    return tpot_regime(parse_layout(p.run["layout"], topo), topo)
 
 
 def bands(results: list[Result]) -> dict:
@@ -202,9 +203,10 @@ def loo_coverage(results: list[Result]) -> dict:
     its category and regime (its category's others where its regime has no other), the honest test of a band."""
     out: dict = {}
     held = [r for r in results if r.point.held_out and r.point.category in BANDED]
+    regime = {r.point.id: band_regime(r.point) for r in held}
     for r in held:
         same = [o.error for o in held if o is not r and o.point.category == r.point.category
-                and band_regime(o.point) == band_regime(r.point)]
+                and regime[o.point.id] == regime[r.point.id]]
         others = same or [o.error for o in held if o is not r and o.point.category == r.point.category]
         covered, n = out.get(r.point.category, (0, 0))
         out[r.point.category] = (covered + (min(others) <= r.error <= max(others) if others else 0), n + 1)
