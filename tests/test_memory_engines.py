@@ -56,7 +56,9 @@ def test_safe_fraction_leaves_the_margin(engine):
     r = memory_report(V3, topo, layout, replace(knobs, memory_fraction=safe))
     assert min(g.terms["free"] for g in r.per_gpu) >= ALLOCATOR_MARGIN_BYTES * 0.95
     over = memory_report(V3, topo, layout, replace(knobs, memory_fraction=0.99))
-    assert any("above the safe" in n for n in over.notes)
+    assert any(("above the safe" in n) or ("above the 0.95 published vLLM deployments use" in n) for n in over.notes)
+    # past the model's own margin too: the risk that says so comes with it
+    assert engine == "sglang" or any("left free" in x or "short" in x for x in over.reasons)
 
 
 def test_a_context_longer_than_the_pool_in_each_engines_words():

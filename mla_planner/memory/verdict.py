@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from mla_planner.core.reason import Reason
 from mla_planner.core.units import GiB, MiB
+from mla_planner.engines.memory_rules import VLLM_PUBLISHED_CEILING
 from mla_planner.engines.profile import profile
 from mla_planner.memory.results import RankMemory
 from mla_planner.specs.knobs import Knobs
@@ -62,5 +63,8 @@ def verdict(ranks: list[RankMemory], knobs: Knobs, layout: Layout, capacity: int
     if layout.kv_layout == "latent-sharded":
         notes.append("latent-sharded KV (the seed's Route B) is not implemented by vLLM or SGLang; a planning figure")
     if 0 < safe < knobs.memory_fraction:
-        notes.append(f"memory fraction {knobs.memory_fraction:g} is above the safe {safe:.3f} predicted here")
+        published = knobs.engine == "vllm" and safe == VLLM_PUBLISHED_CEILING   # the ceiling, not the model, binds
+        notes.append(f"memory fraction {knobs.memory_fraction:g} is above " + (
+            f"the {safe:.2f} published vLLM deployments use (the memory model's own margin may still hold: the plan "
+            "goes above it only where a request needs it)" if published else f"the safe {safe:.3f} predicted here"))
     return reasons, notes
