@@ -13,6 +13,7 @@ from mla_planner.launch.build import single_node_command
 from mla_planner.search.candidate import Rejection
 from mla_planner.search.pareto import ascii_scatter
 from mla_planner.search.planfile import Plan, meets_targets
+from mla_planner.search.ranking import throughput_key
 from mla_planner.search.run import SearchResult
 
 
@@ -39,7 +40,7 @@ def candidates_table(plan: Plan, top: int, rank_by: str = "per-gpu") -> Table:
              else f"Closest candidates (none meets the targets): {unit}")
     t = Table("#", Column("layout", no_wrap=True), Column("engine", no_wrap=True), "KV",
               *(Column(h, justify="right") for h in heads), title=title)
-    key = "throughput_tokens_per_s" if total else "throughput_tokens_per_s_per_gpu"
+    key = throughput_key(rank_by)
     for i, c in enumerate(plan.candidates[:top], 1):
         p, k = c.performance, c.knobs
         tput, low, high = (getattr(p, key + end) for end in ("", "_low", "_high"))

@@ -17,7 +17,8 @@ from mla_planner.specs.knobs import Workload
 from mla_planner.specs.topology import Topology
 
 
-def _throughput_key(rank_by: str) -> str:
+def throughput_key(rank_by: str) -> str:
+    """The figure the ranking orders by: output tokens/s per GPU, or in all."""
     return "throughput_tokens_per_s" if rank_by == "total" else "throughput_tokens_per_s_per_gpu"
 
 
@@ -45,7 +46,7 @@ def with_bands(option, topo: Topology, workload: Workload):
 
 def rank(options: list, rank_by: str, topo: Topology, workload: Workload) -> list:
     """Options best first, ties marked (`tie_group`: the rank of the group's first, 0 when alone)."""
-    key = _throughput_key(rank_by)
+    key = throughput_key(rank_by)
     ordered = [with_bands(o, topo, workload) for o in sorted(options, key=lambda o: o.key_for(rank_by))]
     meeting = [o for o in ordered if o.tuned.metrics.meets_targets]
     groups: list[list] = []
