@@ -61,7 +61,7 @@ def test_the_final_knobs_stay_within_their_own_safe_fraction(model, topo_name, e
     assert any(o.tuned.knobs.cuda_graph_max_bs or o.tuned.knobs.pp_layer_partition for o in result.options)
     for o in result.options:
         k = o.tuned.knobs
-        assert k.memory_fraction <= safe_memory_fraction(spec, topo, o.layout, k) + 1e-9, (o.layout.label, k)
+        assert k.memory_fraction <= safe_memory_fraction(spec, topo, o.layout, k, published_ceiling=False) + 1e-9, k
         assert not [w for w in o.warnings if "margin" in w]
         assert o.tuned.reasons["memory_fraction"].startswith(f"{k.memory_fraction}:")
 
