@@ -38,7 +38,7 @@ from mla_planner.search.candidate_warnings import cross_node_tp_note, shared_nic
 from mla_planner.search.attention_backend import Rejected, backend_and_block
 from mla_planner.specs.calibration import Calibration
 from mla_planner.specs.knobs import KV_DTYPE_CHOICES, Knobs
-from mla_planner.specs.layout import Layout, layout_problems
+from mla_planner.specs.layout import Layout, layout_problems, query_heads_per_rank
 from mla_planner.specs.model import ModelSpec
 from mla_planner.specs.topology import InterNode, Topology
 
@@ -209,7 +209,7 @@ def lint(cmd: Command, spec: ModelSpec, topo: Topology, calib: Calibration) -> l
             + rocm_findings(engine, cmd.env, cmd.values, spec, topo.gpu, layout)]
     out += ([Finding(*f) for f in sparse_findings(engine, cmd.values, spec, topo.gpu, layout.dcp,
                                                   spec.num_attention_heads // layout.tp)] if own_rows(spec)
-            else _kv_and_backend(cmd, topo, layout, spec.num_attention_heads // layout.tp * layout.dcp))
+            else _kv_and_backend(cmd, topo, layout, query_heads_per_rank(spec, layout)))
     out += [Finding(*f) for f in model_findings(engine, cmd.flags, cmd.values, cmd.model, spec)]
     if _eager_flag(cmd) and not problems:
         out.append(_eager(cmd, spec, topo, layout, calib))

@@ -31,7 +31,7 @@ from mla_planner.perf.step import step_breakdown_s
 from mla_planner.search.planfile import pick, read_plan
 from mla_planner.specs.catalogue import load_model
 from mla_planner.specs.knobs import ENGINES, MTP_ACCEPTANCE, Knobs, Workload
-from mla_planner.specs.layout import Layout, parse_layout
+from mla_planner.specs.layout import Layout, parse_layout, query_heads_per_rank
 from mla_planner.specs.model import ModelSpec
 from mla_planner.specs.topology import load_topology
 
@@ -86,7 +86,7 @@ def _mtp_verify_note(spec: ModelSpec, topo, layout: Layout, knobs: Knobs) -> str
     there; backends.mtp_verify_problem), say that the priced decode is not what runs."""
     if attention_of(spec).backend_family != "mla":
         return ""
-    heads = spec.num_attention_heads // layout.tp * layout.dcp
+    heads = query_heads_per_rank(spec, layout)
     found = [b for b in usable_backends(knobs.engine, topo.gpu, knobs.kv_cache_dtype, layout.dcp, heads)
              if b.accepts_block(knobs.block_size)]
     problem = mtp_verify_problem(found[0], layout.dcp) if found else ""

@@ -17,6 +17,7 @@ from mla_planner.launch.placement import place
 from mla_planner.launch.shell import one_line
 from mla_planner.search.planfile import Candidate, Plan, pick
 from mla_planner.specs.knobs import ENGINES
+from mla_planner.specs.layout import query_heads_per_rank
 
 
 def launch_inputs(plan: Plan, cand: Candidate, mode: str = "native", model_path: Optional[str] = None) -> LaunchInputs:
@@ -48,7 +49,7 @@ def _check_backend(inp: LaunchInputs, engine: str) -> None:
                             f"{choice.backend} with {choice.kv_cache_dtype} here; plan again")
         return
     problems = backend_problems(backend(engine, k.attention_backend), inp.topology.gpu, k.kv_cache_dtype,
-                                inp.layout.dcp, k.block_size, inp.spec.num_attention_heads // inp.layout.tp * inp.layout.dcp)
+                                inp.layout.dcp, k.block_size, query_heads_per_rank(inp.spec, inp.layout))
     if problems:
         raise PlanError(f"attention backend {k.attention_backend}: " + "; ".join(problems))
 

@@ -29,7 +29,7 @@ from mla_planner.engines.backends import backend
 from mla_planner.engines.sparse import is_sparse, padded_heads
 from mla_planner.specs.attention.kinds import attention_of
 from mla_planner.specs.knobs import Knobs
-from mla_planner.specs.layout import Layout, weight_key
+from mla_planner.specs.layout import Layout, weight_key, query_heads_per_rank
 from mla_planner.specs.model import ModelSpec
 from mla_planner.specs.weights import Tensor, draft_inventory, inventory, stored_bytes
 
@@ -172,7 +172,7 @@ def _decode_core(spec: ModelSpec, layout: Layout, knobs: Knobs, batch: Batch) ->
     """The attention kind's decode core (specs/attention: MLA's absorbed form over the latent, GQA's per-head
     K/V over the rank's KV heads, DSA's top-k and index scan with the heads its sparse kernel pads to)."""
     kind, extra = attention_of(spec), {}
-    heads = spec.num_attention_heads // layout.tp * layout.dcp     # DCP gathers every rank's
+    heads = query_heads_per_rank(spec, layout)
     if (is_sparse(spec) or is_compressed(spec)) and knobs.attention_backend:
         extra["padded_heads"] = padded_heads(knobs.engine, knobs.attention_backend, heads)
     elif kind.backend_family == "mla" and knobs.attention_backend:

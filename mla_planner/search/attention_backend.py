@@ -13,7 +13,7 @@ from mla_planner.engines.profile import profile
 from mla_planner.engines.compressed_kv import VLLM_BLOCK_TOKENS
 from mla_planner.engines.sparse import compressed_backend, compressed_gpu_problem, sparse_choice
 from mla_planner.specs.attention.kinds import attention_of
-from mla_planner.specs.layout import Layout
+from mla_planner.specs.layout import Layout, query_heads_per_rank
 from mla_planner.specs.model import ModelSpec
 
 GQA_DEFAULT_BLOCK = {"vllm": 16, "sglang": 1}   # vLLM CacheConfig.DEFAULT_BLOCK_SIZE; SGLang page size 1
@@ -28,7 +28,7 @@ def attention_choice(spec: ModelSpec, gpu, layout: Layout, engine: str, kv_dtype
     """(backend name or None, stored KV dtype, block size, why the backend, why the block)."""
     family = attention_of(spec).backend_family
     if family == "mla":
-        heads = spec.num_attention_heads // layout.tp * layout.dcp
+        heads = query_heads_per_rank(spec, layout)
         backend, block, why_block = backend_and_block(engine, gpu, kv_dtype, layout.dcp, pinned_block, heads)
         if mtp and mtp_layout_problem(engine, layout, spec.drafter):
             raise Rejected(mtp_layout_problem(engine, layout, spec.drafter) + "; MTP is not planned there")

@@ -129,6 +129,11 @@ def _from_label(text: str) -> str:
     return ",".join(parts + ([f"replicas={replicas}"] if replicas else []))
 
 
+def query_heads_per_rank(spec: ModelSpec, layout: Layout) -> int:
+    """The query heads one rank's attention kernel computes: H / tp, times dcp (DCP all-gathers its group's heads)."""
+    return spec.num_attention_heads // layout.tp * layout.dcp
+
+
 def layout_problems(layout: Layout, spec: ModelSpec, gpus_per_node: int, total_gpus: int) -> list[str]:
     """Why `layout` cannot exist for this model on this cluster (empty when it can)."""
     out = []

@@ -27,7 +27,7 @@ from mla_planner.perf.step import DecodeStep, decode_step
 from mla_planner.specs.attention.kinds import attention_of
 from mla_planner.specs.calibration import Calibration
 from mla_planner.specs.knobs import Knobs, Workload
-from mla_planner.specs.layout import Layout
+from mla_planner.specs.layout import Layout, query_heads_per_rank
 from mla_planner.specs.model import ModelSpec
 from mla_planner.specs.topology import Topology
 
@@ -110,7 +110,7 @@ class Target:
         """Query heads the attention kernel of one rank runs: H / tp, x dcp (queries all-gathered
         over the DCP group, perf.layer_work._decode_core)."""
         layout = self.chosen.layout
-        return self.chosen.spec.num_attention_heads // layout.tp * layout.dcp
+        return query_heads_per_rank(self.chosen.spec, layout)
 
     @property
     def attention_context(self) -> int:
