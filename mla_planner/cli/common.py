@@ -14,8 +14,6 @@ from mla_planner.cli.params import Opt
 from mla_planner.core.errors import PlanError
 from mla_planner.core.files import path_kind
 from mla_planner.core.jsonout import dumps
-from mla_planner.engines.backends import gpu_problem
-from mla_planner.specs.attention.kinds import planning_problem
 
 DEFAULT_MODEL = "deepseek-v3"
 DEFAULT_TOPOLOGY = "2x8xh100-ib"
@@ -98,14 +96,6 @@ def check_context(spec, workload) -> None:
     if workload.max_context_len > spec.max_position_embeddings:
         raise PlanError(f"--input-len + --output-len = {workload.max_context_len:,} tokens exceeds {spec.name}'s "
                         f"max_position_embeddings {spec.max_position_embeddings:,}")
-
-
-def check_plannable(spec, command: str = "plan", gpu=None) -> None:
-    """A model whose attention the planner reads but COMMAND cannot price yet, or a GPU whose engine paths it does
-    not model for it (engines/backends.gpu_problem), is refused in one line."""
-    problem = planning_problem(spec, command) or (gpu_problem(gpu, spec, command) if gpu is not None else "")
-    if problem:
-        raise PlanError(problem)
 
 
 def check_mtp(spec, mtp: bool) -> None:

@@ -21,7 +21,7 @@ from mla_planner.cli.options import parse_length
 from mla_planner.engines.layouts import engine_layout_problem, mtp_layout_problem
 from mla_planner.search.candidate_warnings import ttft_headroom_note
 from mla_planner.engines.memory_rules import SGLANG_SPECULATIVE_MAX_RUNNING, engine_default_knobs
-from mla_planner.cli.common import check_plannable
+from mla_planner.cli.plannable import check_plannable
 from mla_planner.core.errors import PlanError
 from mla_planner.engines.parallel import uses_deepep, dense_per_rank_applies
 from mla_planner.memory.ways_out import fraction_knobs, split_note

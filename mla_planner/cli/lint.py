@@ -8,7 +8,8 @@ import click
 
 from mla_planner.audit.lint import lint, parse_command
 from mla_planner.cli.params import Opt
-from mla_planner.cli.common import DEFAULT_TOPOLOGY, JsonOpt, TopologyOpt, guard, print_json, check_plannable
+from mla_planner.cli.common import DEFAULT_TOPOLOGY, JsonOpt, TopologyOpt, guard, print_json
+from mla_planner.cli.plannable import check_plannable
 from mla_planner.cli.console import console
 from mla_planner.core.errors import PlanError
 from mla_planner.core.files import path_kind, user_path

@@ -12,7 +12,7 @@ from mla_planner.cli.params import Opt
 from mla_planner.cli.common import (DEFAULT_MODEL, DEFAULT_TOPOLOGY, GraphCapOpt, JsonOpt, ModelOpt, PpPartitionOpt,
                                     TopologyOpt, check_mtp, guard, human_bytes, print_json, lower_case)
 from mla_planner.cli.console import console
-from mla_planner.cli.common import check_plannable
+from mla_planner.cli.plannable import check_plannable
 from mla_planner.engines.compressed_pool import indexer_choice_flag
 from mla_planner.cli.options import (FRACTION_FLAG, KV_CAPACITY_LABEL, bounded, graph_cap_choice, knobs_from_flags,
                                      kv_knobs, partition_choice, positive)

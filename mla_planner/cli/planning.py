@@ -6,7 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-from mla_planner.cli.common import check_context, check_mtp, check_plannable
+from mla_planner.cli.common import check_context, check_mtp
+from mla_planner.cli.plannable import check_plannable
 from mla_planner.core.errors import PlanError
 from mla_planner.search.mtp import MtpHint, mtp_hint
 from mla_planner.search.plan import to_plan

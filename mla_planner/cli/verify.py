@@ -18,7 +18,7 @@ from mla_planner.cli.params import Opt
 from mla_planner.cli.common import (DEFAULT_MODEL, DEFAULT_TOPOLOGY, JsonOpt, ModelOpt, TopologyOpt, check_context,
                                     check_mtp, check_output_file, guard, print_json, lower_case)
 from mla_planner.cli.console import console
-from mla_planner.cli.common import check_plannable
+from mla_planner.cli.plannable import check_plannable
 from mla_planner.cli.options import workload_from, knobs_from_flags as memory_knobs, kv_dtype_choice, kv_knobs, positive
 from mla_planner.cli.planning import run_plan
 from mla_planner.core.errors import PlanError
