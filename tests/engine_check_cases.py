@@ -1,11 +1,11 @@
-"""What the tests of tests/engine_check/ share: the model, its context length, a head address, and
+"""What the tests of mla_planner/engines/parser/ share: the model, its context length, a head address, and
 `ok` / `bad` (the command is accepted / rejected, with a message matching a pattern)."""
 
 from __future__ import annotations
 
 import re
 
-from engine_check import check_command
+from mla_planner.engines.parser.check import check_command
 
 M = "deepseek-ai/DeepSeek-V3"
 DSV3_MAX_LEN = 163840

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from engine_check import check_command
+from mla_planner.engines.parser.check import check_command
 
 from mla_planner.engines.backends import backend
 from mla_planner.launch.build import build, launch_inputs

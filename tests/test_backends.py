@@ -7,8 +7,8 @@ import pytest
 from mla_planner.engines import backends
 from mla_planner.specs.topology import gpu_table
 
-VLLM = json.load(open("tests/fixtures/engines/vllm-0.33.0.json"))["rules"]["attention_backends"]
-SGLANG = json.load(open("tests/fixtures/engines/sglang-0.5.23.json"))["rules"]["mla_backends"]
+VLLM = json.load(open("mla_planner/data/engines/vllm-0.33.0.json"))["rules"]["attention_backends"]
+SGLANG = json.load(open("mla_planner/data/engines/sglang-0.5.23.json"))["rules"]["mla_backends"]
 ARCH_MAJOR = {"ampere": 8, "ada": 8, "hopper": 9, "blackwell": 10}
 
 

@@ -13,7 +13,7 @@ import json
 from dataclasses import replace
 
 import pytest
-from engine_check import check_command
+from mla_planner.engines.parser.check import check_command
 from launch_cases import make_plan
 
 from mla_planner.engines.memory_rules import engine_default_knobs

@@ -1,13 +1,13 @@
 """`plan` for DeepSeek Sparse Attention models (DeepSeek-V3.2, GLM-5.2) on 8 x H200 and 8 x B200 with both
 engines: each candidate runs the sparse backend its engine selects for its KV dtype on that GPU (engines/sparse.py),
 its decode core pays the heads that backend pads to, and its per-node commands pass the engines' own flag
-definitions (tests/fixtures/engines, with their sparse-attention backend rules)."""
+definitions (mla_planner/data/engines, with their sparse-attention backend rules)."""
 
 import json
 
 import pytest
 from click.testing import CliRunner
-from engine_check import check_command
+from mla_planner.engines.parser.check import check_command
 
 from mla_planner.cli.app import app
 from mla_planner.engines.sparse import kv_flag, sparse_choice

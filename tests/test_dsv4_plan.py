@@ -1,7 +1,7 @@
 """`plan`, `emit` and `lint` for DeepSeek-V4 (issue 19): V4-Pro on 8 x B200 and 2 x 8 H200 with both engines ranks
 DP-attention + EP and TP layouts side by side, each with its reasons; every candidate runs the engine's V4 FlashMLA
 backend on 584-byte fp8 rows and 256-token blocks; the step pays the heads FlashMLA pads to; the commands pass the
-engines' flag definitions (tests/fixtures/engines). vLLM's V4 attention selects its own backend (FLASHMLA_SPARSE_DSV4),
+engines' flag definitions (mla_planner/data/engines). vLLM's V4 attention selects its own backend (FLASHMLA_SPARSE_DSV4),
 which the extracted MLA backend table does not hold: the checker is told so (`model_backend`) and skips the MLA
 backend rules; the flags themselves are checked exactly."""
 
@@ -11,7 +11,7 @@ import json
 
 import pytest
 from click.testing import CliRunner
-from engine_check import check_command
+from mla_planner.engines.parser.check import check_command
 
 from mla_planner.cli.app import app
 from mla_planner.launch.build import build, launch_inputs

@@ -1,4 +1,4 @@
-"""Tests of tests/engine_check/ (check_command) against vLLM 0.33.0 and SGLang 0.5.23: the fixtures, the
+"""Tests of mla_planner/engines/parser/ (check_command) against vLLM 0.33.0 and SGLang 0.5.23: the fixtures, the
 checker's own arguments, vLLM's parser behaviour, and the argparse emulation against the standard library's.
 
 Known-good commands are the engines' multi-node recipes and flag defaults (vllm/engine/arg_utils.py,
@@ -17,7 +17,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from engine_check import FIXTURE_FILES, check_command, load_fixture  # noqa: E402
+from mla_planner.engines.parser.check import check_command  # noqa: E402
+from mla_planner.engines.parser.tables import TABLE_FILES, load_table  # noqa: E402
 from engine_check_cases import M, bad, ok  # noqa: E402
 
 
@@ -28,12 +29,12 @@ from engine_check_cases import M, bad, ok  # noqa: E402
 
 @pytest.mark.parametrize("engine,version", [("vllm", "0.33.0"), ("sglang", "0.5.23")])
 def test_fixture_metadata(engine, version):
-    fx = load_fixture(engine)
+    fx = load_table(engine)
     assert fx["engine"] == engine
     assert fx["version"] == version
     assert fx["wheel"].startswith(f"{engine}-{version}-") and fx["wheel"].endswith(".whl")
     assert re.fullmatch(r"[0-9a-f]{64}", fx["wheel_sha256"])
-    assert FIXTURE_FILES[engine].name == f"{engine}-{version}.json"
+    assert TABLE_FILES[engine].name == f"{engine}-{version}.json"
     assert len(fx["flags"]) > 200
     for key, spec in fx["flags"].items():
         assert key.startswith("-")
@@ -44,7 +45,7 @@ def test_fixture_metadata(engine, version):
 
 
 def test_fixture_contents_spot_checks():
-    v = load_fixture("vllm")["flags"]
+    v = load_table("vllm")["flags"]
     assert v["--tensor-parallel-size"]["aliases"] == ["-tp"]
     assert v["--tensor-parallel-size"]["type"] == "int"
     assert "--disable-prefix-caching" in v["--enable-prefix-caching"]["negated"]
@@ -53,13 +54,13 @@ def test_fixture_contents_spot_checks():
     assert v["--max-model-len"]["type"] == "human_int_or_auto"
     assert "choices" not in v["--kv-cache-dtype"]  # validated by CacheConfig, not argparse
     assert "choices" not in v["--block-size"]
-    s = load_fixture("sglang")["flags"]
+    s = load_table("sglang")["flags"]
     assert "cutlass_mla" not in s["--attention-backend"]["choices"]
     assert {"trtllm_mla", "cutedsl_mla", "fa3", "flashmla"} <= set(s["--attention-backend"]["choices"])
     assert "--cuda-graph-max-bs" not in s
     assert s["--ep-size"]["aliases"] == ["--expert-parallel-size", "--ep"]
     assert s["--model-path"]["required"] is True
-    r = load_fixture("vllm")["rules"]["attention_backends"]["backends"]
+    r = load_table("vllm")["rules"]["attention_backends"]["backends"]
     assert r["FLASHMLA"]["block_size_bases"] == [64]
     assert r["FLASH_ATTN_MLA"]["block_size_bases"] == [16]
     assert r["FLASH_ATTN_MLA"]["compute_capability_majors"] == [9]
@@ -135,13 +136,13 @@ def test_vllm_prefix_abbreviation():
 def _stdlib_parser(engine):
     import argparse
 
-    import engine_check as ec
+    from mla_planner.engines.parser import parsing, preprocess, values as conversion
 
     class P(argparse.ArgumentParser):
         def error(self, message):
             raise ValueError(message)
 
-    fx = load_fixture(engine)
+    fx = load_table(engine)
     p = P(prog=fx["program"], add_help=False)
     for pos in fx["positionals"]:
         p.add_argument(pos["name"], nargs=pos["nargs"])
@@ -156,8 +157,8 @@ def _stdlib_parser(engine):
 
         def conv(raw, spec=spec, key=key):
             try:
-                return ec._convert(spec, key, raw)
-            except ec._ParseError as e:
+                return conversion.convert(spec, key, raw)
+            except conversion.ParseError as e:
                 raise argparse.ArgumentTypeError(str(e))
 
         kw = {"dest": dest, "type": conv}
@@ -203,24 +204,24 @@ _PARSER_CASES = {
 @pytest.mark.skipif(sys.version_info[:2] != (3, 11), reason="argparse abbreviation rules differ between versions")
 @pytest.mark.parametrize("engine", ["vllm", "sglang"])
 def test_parser_agrees_with_stdlib_argparse(engine):
-    import engine_check as ec
+    from mla_planner.engines.parser import parsing, preprocess, values as conversion
 
     parser = _stdlib_parser(engine)
     for argv in _PARSER_CASES[engine]:
-        args = ec._vllm_preprocess(argv, []) if engine == "vllm" else list(argv)
+        args = preprocess.vllm_preprocess(argv, []) if engine == "vllm" else list(argv)
         try:
             ns = parser.parse_args(args)
             std_error = None
         except ValueError as e:
             std_error = str(e)
         try:
-            values, given, positionals, _ = ec._parse(args, engine)
+            values, given, positionals, _ = parsing.parse_args(args, engine)
             our_error = None
-        except ec._ParseError as e:
+        except conversion.ParseError as e:
             our_error = str(e)
         assert (std_error is None) == (our_error is None), (argv, std_error, our_error)
         if std_error is None:
-            fx = load_fixture(engine)
+            fx = load_table(engine)
             for key in given:
                 dest = fx["flags"][key].get("dest", key.lstrip("-").replace("-", "_"))
                 assert getattr(ns, dest) == values[key], (argv, key)

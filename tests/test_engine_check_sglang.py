@@ -1,4 +1,4 @@
-"""Tests of tests/engine_check/ (check_command) against SGLang 0.5.23: known-good commands (the engine's
+"""Tests of mla_planner/engines/parser/ (check_command) against SGLang 0.5.23: known-good commands (the engine's
 recipes and flag defaults, sglang/srt/server_args.py), its verified rejections with SGLang's own messages,
 and the other rules and parser behaviour. Every rejection the real parser and config code of that release
 produce for the commands below must be reported.

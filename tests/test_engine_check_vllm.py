@@ -1,4 +1,4 @@
-"""Tests of tests/engine_check/ (check_command) against vLLM 0.33.0: known-good commands (the engine's
+"""Tests of mla_planner/engines/parser/ (check_command) against vLLM 0.33.0: known-good commands (the engine's
 multi-node recipes and flag defaults, vllm/engine/arg_utils.py), its verified rejections with vLLM's own
 messages, and the other cross-flag rules. Every rejection the real parser and config code of that release
 produce for the commands below must be reported.

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from engine_check import check_command
+from mla_planner.engines.parser.check import check_command
 
 from mla_planner.core.errors import InputError
 from mla_planner.engines.memory_rules import sglang_vlm_factor
@@ -74,7 +74,7 @@ def test_the_vllm_command_serves_it_text_only(cli, tmp_path):
 @pytest.mark.parametrize("engine", ["vllm", "sglang"])
 def test_its_planned_commands_pass_the_engines_parsers(cli, tmp_path, engine):
     """The best candidate's per-node commands, held to the flag definitions extracted from the vLLM 0.33.0 and
-    SGLang 0.5.23 wheels (tests/fixtures/engines)."""
+    SGLang 0.5.23 wheels (mla_planner/data/engines)."""
     (tmp_path / "plan.json").write_text(cli("plan", "-m", str(K25), "-t", "8xh200", "-e", engine, "--json").stdout)
     plan = read_plan(tmp_path / "plan.json")
     for c in build(launch_inputs(plan, plan.candidates[0], "native"), engine):

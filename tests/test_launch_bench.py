@@ -1,7 +1,7 @@
 """bench.sh's command and every environment variable the launch folder uses, checked against what the
 target versions define.
 
-The engine fixtures (tests/fixtures/engines/) record only `vllm serve` and `sglang.launch_server`, not the
+The engine fixtures (mla_planner/data/engines/) record only `vllm serve` and `sglang.launch_server`, not the
 benchmark subcommands, so the benchmark flags are checked against the small explicit tables below, read
 out of the same wheels (vllm-0.33.0-cp38-abi3-manylinux_2_28_x86_64.whl, sglang-0.5.23-cp311-cp311-
 manylinux_2_34_x86_64.whl; sha256 in the fixtures' README):
@@ -20,7 +20,7 @@ import shlex
 from pathlib import Path
 
 import pytest
-from engine_check import load_fixture
+from mla_planner.engines.parser.tables import load_table
 from launch_cases import make_plan
 
 from mla_planner.core.resources import data_dir
@@ -126,8 +126,8 @@ def check_bench(words: list[str], engine: str) -> list[str]:
 
 def test_the_fixtures_do_not_record_the_benchmark_flags():
     """If a fixture ever records the benchmark subcommand, check against it instead of BENCH."""
-    assert "--dataset-name" not in load_fixture("vllm")["flags"]
-    assert "--dataset-name" not in load_fixture("sglang")["flags"]
+    assert "--dataset-name" not in load_table("vllm")["flags"]
+    assert "--dataset-name" not in load_table("sglang")["flags"]
 
 
 def test_check_bench_catches_a_wrong_flag():

@@ -12,7 +12,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from engine_check import check_command
+from mla_planner.engines.parser.check import check_command
 from launch_cases import bash_syntax_ok, make_plan, scripts
 
 from mla_planner.launch.build import build, launch_inputs

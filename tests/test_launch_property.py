@@ -2,7 +2,7 @@
 
 1. Random legal plans (layouts over every shipped topology, MLA models, random knobs the backend table
    allows) give engine commands that the real vLLM 0.33.0 / SGLang 0.5.23 option tables accept
-   (tests/engine_check/), benchmark commands whose flags those versions define (test_launch_bench.py),
+   (mla_planner/engines/parser/), benchmark commands whose flags those versions define (test_launch_bench.py),
    and scripts bash can parse.
 2. Hostile strings in every user-supplied field (model path, interface name, HCA list, head address)
    never escape quoting: the scripts are run against stub programs that record their argv and
@@ -15,7 +15,7 @@ import tempfile
 from dataclasses import replace
 from pathlib import Path
 
-from engine_check import check_command
+from mla_planner.engines.parser.check import check_command
 from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 from launch_cases import STUB_HOST_IP, bash_syntax_ok, expand, install_stubs, make_plan, run_script, scripts

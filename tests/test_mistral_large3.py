@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
-from engine_check import check_command
+from mla_planner.engines.parser.check import check_command
 
 from mla_planner.core.errors import InputError
 from mla_planner.launch.build import build, launch_inputs

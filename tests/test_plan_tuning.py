@@ -181,7 +181,7 @@ def test_without_deepep_dp_attention_runs_a_tensor_parallel_moe(tmp_path):
     over the stage and its tokens gathered and scattered (vLLM flattens TP across DP without
     --enable-expert-parallel, fused_moe/config.py; SGLang's --attn-dp-size without --ep-size); on an
     NVLink + InfiniBand cluster DP attention keeps EP over DeepEP only."""
-    from engine_check import check_command
+    from mla_planner.engines.parser.check import check_command
     from mla_planner.launch.build import build, launch_inputs
     from mla_planner.search.plan import to_plan
     path = tmp_path / "pcie.yaml"

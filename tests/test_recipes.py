@@ -8,7 +8,7 @@ import pytest
 from mla_planner.launch.recipes import recipe_flags, recipe_key
 from mla_planner.specs.catalogue import load_model
 
-FIXTURES = {e: json.load(open(f"tests/fixtures/engines/{n}.json"))["flags"]
+FIXTURES = {e: json.load(open(f"mla_planner/data/engines/{n}.json"))["flags"]
             for e, n in (("vllm", "vllm-0.33.0"), ("sglang", "sglang-0.5.23"))}
 MODELS = {"deepseek_v32": "tests/fixtures/hf/DeepSeek-V3.2", "glm_moe_dsa": "tests/fixtures/hf/GLM-5.2-FP8",
           "kimi_k25": "tests/fixtures/hf/Kimi-K2.5", "mistral_large_3": "tests/fixtures/mistral/Mistral-Large-3"}

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from engine_check import check_command
+from mla_planner.engines.parser.check import check_command
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

@@ -42,7 +42,7 @@ from mla_planner.specs.layout import Layout, layout_problems, query_heads_per_ra
 from mla_planner.specs.model import ModelSpec
 from mla_planner.specs.topology import InterNode, Topology
 
-# flag -> the field it sets, per engine, with the aliases the engines define (tests/fixtures/engines/*.json, read
+# flag -> the field it sets, per engine, with the aliases the engines define (mla_planner/data/engines/*.json, read
 # from vllm/engine/arg_utils.py and SGLang's arg_groups/fields): -tp, --tensor-parallel-size, ...
 FIELDS = {
     "vllm": {"--tensor-parallel-size": "tp", "-tp": "tp", "--pipeline-parallel-size": "pp", "-pp": "pp",

@@ -97,7 +97,7 @@ class NodeCommand:
 
     @property
     def engine_args(self) -> list[str]:
-        """The arguments the engine's parser sees (what tests/engine_check/ checks)."""
+        """The arguments the engine's parser sees (what mla_planner/engines/parser/ checks)."""
         return self.argv[self.program_len:]
 
     @property

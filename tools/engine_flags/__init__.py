@@ -3,10 +3,10 @@
 The wheels are read as zip files and their Python source is analysed with
 ``ast`` only: nothing from vLLM or SGLang is imported or executed, and none of
 their source is copied.  The output is two JSON fixtures used by
-``tests/engine_check/``:
+``mla_planner/engines/parser/``:
 
-    tests/fixtures/engines/vllm-<version>.json
-    tests/fixtures/engines/sglang-<version>.json
+    mla_planner/data/engines/vllm-<version>.json
+    mla_planner/data/engines/sglang-<version>.json
 
 Usage (from the repository root)::
 
@@ -14,7 +14,7 @@ Usage (from the repository root)::
     python -m tools.engine_flags \\
         --vllm-wheel /tmp/wheels/vllm-0.33.0-cp38-abi3-manylinux_2_28_x86_64.whl \\
         --sglang-wheel /tmp/wheels/sglang-0.5.23-cp311-cp311-manylinux_2_34_x86_64.whl \\
-        --out-dir tests/fixtures/engines
+        --out-dir mla_planner/data/engines
 
 What is extracted
 -----------------
@@ -71,6 +71,7 @@ vllm_rules         the other vLLM cross-flag rules
 sglang_fields      SGLang A[T, Arg(...)] fields -> flags
 sglang_cli         the SGLang server flags
 sglang_rules       SGLang cross-flag rules
+environment        the environment variables each engine reads
 fixtures           the fixture documents and JSON writing
 __main__           the command line
 """

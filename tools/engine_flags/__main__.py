@@ -1,7 +1,7 @@
 """Command line: ``python -m tools.engine_flags`` (run from the repository root).
 
     python -m tools.engine_flags --vllm-wheel VLLM.whl --sglang-wheel SGLANG.whl \
-        [--out-dir tests/fixtures/engines]
+        [--out-dir mla_planner/data/engines]
 
 Writes ``<out-dir>/vllm-<version>.json`` and/or ``<out-dir>/sglang-<version>.json``
 (the version comes from the wheel's METADATA) and prints the flag count of each.
@@ -22,7 +22,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m tools.engine_flags", description=DESCRIPTION)
     ap.add_argument("--vllm-wheel", type=Path)
     ap.add_argument("--sglang-wheel", type=Path)
-    ap.add_argument("--out-dir", type=Path, default=Path("tests/fixtures/engines"))
+    ap.add_argument("--out-dir", type=Path, default=Path("mla_planner/data/engines"))
     args = ap.parse_args(argv)
     if not args.vllm_wheel and not args.sglang_wheel:
         ap.error("give --vllm-wheel and/or --sglang-wheel")

@@ -10,6 +10,7 @@ import json
 import re
 from pathlib import Path
 
+from .environment import sglang_environment, vllm_environment
 from .flag import flags_to_json
 from .sglang_cli import SglangExtractor
 from .sglang_fields import SERVER_ARGS
@@ -45,6 +46,7 @@ def build_vllm(wheel: Path) -> dict:
         "positionals": ex.positionals,
         "flags": flags,
         "rules": vllm_rules(idx, ex.ta),
+        "environment": vllm_environment(idx),
     }
 
 
@@ -70,6 +72,7 @@ def build_sglang(wheel: Path) -> dict:
         "positionals": [],
         "flags": flags,
         "rules": sglang_rules(idx),
+        "environment": sglang_environment(idx),
     }
 
 

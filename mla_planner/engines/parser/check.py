@@ -1,40 +1,14 @@
-"""Offline checker for vLLM / SGLang launch commands.
-
-``check_command(argv, engine, gpu_arch)`` parses ``argv`` the way the engine's
-argparse parser would (using the flag tables extracted from the published
-wheels, see ``tests/fixtures/engines/README.md``) and then applies the
-cross-flag rules recorded under ``rules`` in the same fixtures.  It returns a
-list of human-readable problems; an empty list means the command is accepted.
-
-Only the standard library is used; nothing from vLLM or SGLang is imported.
-
-Parsing follows CPython 3.11 argparse (allow_abbrev=True for both engines):
-exact option strings, ``--opt=value``, unique-prefix abbreviations of long
-options (an ambiguous prefix is an error), ``-xVALUE`` for one-letter short
-options, negative numbers as values, nargs None/?/*/+/N.  vLLM's
-FlexibleArgumentParser pre-processing is reproduced as well: ``--model X`` is
-moved to the positional model, underscores in option names become dashes,
-``-O3`` means ``--optimization-level 3`` and dotted JSON options
-(``--compilation-config.cudagraph_mode FULL``) are merged into their JSON
-option.
-
-The package: ``fixtures`` (the flag tables and rules, ``load_fixture``), ``values`` (value conversion),
-``preprocess`` (vLLM's pre-processing), ``parsing`` (the argparse emulation), ``vllm_rules`` and
-``sglang_rules`` (the cross-flag rules); this module holds the entry point, ``check_command``.
-"""
+"""The entry point of the engines' command-line check: a vLLM / SGLang argv parsed as the engine parses it,
+then held to the cross-flag rules the engine enforces at start-up (mla_planner/engines/parser/__init__.py)."""
 
 from __future__ import annotations
 
-# _convert, _parse, _vllm_preprocess and _ParseError are also used by tests/test_engine_check.py, which
-# rebuilds the parser with the standard library's argparse and compares the two
-from .fixtures import _ENGINE_ALIASES, FIXTURE_FILES, _gpu_major, _is_rocm, load_fixture
-from .parsing import _parse
-from .preprocess import _vllm_preprocess
-from .sglang_rules import _sglang_rules
-from .values import _convert, _ParseError  # noqa: F401
-from .vllm_rules import _vllm_rules
-
-__all__ = ["check_command", "load_fixture", "FIXTURE_FILES"]
+from mla_planner.engines.parser.tables import ENGINE_ALIASES, TABLE_FILES, gpu_major, is_rocm, load_table
+from mla_planner.engines.parser.parsing import parse_args
+from mla_planner.engines.parser.preprocess import vllm_preprocess
+from mla_planner.engines.parser.sglang_rules import sglang_rules
+from mla_planner.engines.parser.values import ParseError
+from mla_planner.engines.parser.vllm_rules import vllm_rules
 
 
 def check_command(
@@ -73,25 +47,25 @@ def check_command(
         (SGLang page sizes forced by MLA backends); those messages start
         with ``[override]``.
     """
-    key = _ENGINE_ALIASES.get(engine.lower())
+    key = ENGINE_ALIASES.get(engine.lower())
     if key is None:
         raise ValueError(f"unknown engine {engine!r}; expected 'vllm' or 'sglang'")
     argv = [str(a) for a in argv]
-    major, rocm = _gpu_major(gpu_arch), _is_rocm(gpu_arch)
-    fx = load_fixture(key)
+    major, rocm = gpu_major(gpu_arch), is_rocm(gpu_arch)
+    fx = load_table(key)
     problems: list[str] = []
     if key == "vllm":
-        argv = _vllm_preprocess(argv, problems)
+        argv = vllm_preprocess(argv, problems)
     try:
-        values, given, positionals, parse_problems = _parse(argv, key)
-    except _ParseError as e:
+        values, given, positionals, parse_problems = parse_args(argv, key)
+    except ParseError as e:
         return problems + [f"{fx['program']}: error: {e}"]
     problems += parse_problems
     if key == "vllm":
-        problems += _vllm_rules(
+        problems += vllm_rules(
             fx, values, given, positionals, major, model_max_len, allow_long_max_model_len, sparse_attention,
             gpus_per_node, model_backend, rocm,
         )
     else:
-        problems += _sglang_rules(fx, values, given, major, include_overrides, rocm)
+        problems += sglang_rules(fx, values, given, major, include_overrides, rocm)
     return problems

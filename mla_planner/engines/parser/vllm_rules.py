@@ -10,7 +10,7 @@ def _json_obj(v: Any) -> dict:
     return v if isinstance(v, dict) else {}
 
 
-def _vllm_rules(
+def vllm_rules(
     fx: dict,
     values: dict,
     given: set[str],

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import json
 import re
+from decimal import Decimal
 from typing import Any
 
 
-class _ParseError(Exception):
+class ParseError(Exception):
     pass
 
 
-def _vllm_human_int(value: str) -> int:
+def vllm_human_int(value: str) -> int:
     value = value.strip()
     m = re.fullmatch(r"(\d+(?:\.\d+)?)([kKmMgGtT])", value)
     if m:
@@ -28,12 +29,10 @@ def _vllm_human_int_or_auto(value: str) -> int:
     v = value.strip()
     if v == "-1" or v.lower() == "auto":
         return -1
-    return _vllm_human_int(v)
+    return vllm_human_int(v)
 
 
 def _sglang_si_iec_int(value: str) -> int:
-    from decimal import Decimal
-
     value = value.strip()
     m = re.fullmatch(r"(\d+(?:\.\d+)?)(Ki|Mi|Gi|Ti|k|M|G|T)", value)
     if m:
@@ -59,7 +58,7 @@ _CONVERTERS = {
     "str": str,
     "json": json.loads,
     "json_or_str": _json_or_str,
-    "human_int": _vllm_human_int,
+    "human_int": vllm_human_int,
     "human_int_or_auto": _vllm_human_int_or_auto,
     "si_iec_int": _sglang_si_iec_int,
 }
@@ -75,7 +74,7 @@ _TYPE_WORDS = {
 }
 
 
-def _convert(spec: dict, opt: str, raw: str) -> Any:
+def convert(spec: dict, opt: str, raw: str) -> Any:
     if spec.get("none_allowed") and raw in ("", "None"):
         return None
     typ = spec.get("type", "str")
@@ -83,7 +82,7 @@ def _convert(spec: dict, opt: str, raw: str) -> Any:
     try:
         value = conv(raw)
     except (ValueError, TypeError, ArithmeticError):
-        raise _ParseError(f"argument {opt}: invalid {_TYPE_WORDS.get(typ, typ)} value: {raw!r}")
+        raise ParseError(f"argument {opt}: invalid {_TYPE_WORDS.get(typ, typ)} value: {raw!r}")
     choices = spec.get("choices")
     if choices is not None:
         probe = value
@@ -91,5 +90,5 @@ def _convert(spec: dict, opt: str, raw: str) -> Any:
             probe = probe.lower().replace("-", "_")
         if probe not in choices:
             shown = ", ".join(repr(c) for c in choices if c is not None)
-            raise _ParseError(f"argument {opt}: invalid choice: {raw!r} (choose from {shown})")
+            raise ParseError(f"argument {opt}: invalid choice: {raw!r} (choose from {shown})")
     return value

@@ -7,10 +7,10 @@ import json
 import re
 from typing import Any
 
-from .values import _vllm_human_int
+from mla_planner.engines.parser.values import vllm_human_int
 
 
-def _vllm_preprocess(args: list[str], problems: list[str]) -> list[str]:
+def vllm_preprocess(args: list[str], problems: list[str]) -> list[str]:
     """FlexibleArgumentParser.parse_args pre-processing."""
     args = list(args)
     # `--model X` is moved to the positional model
@@ -82,7 +82,7 @@ def _vllm_preprocess(args: list[str], problems: list[str]) -> list[str]:
                 value: Any = json.loads(value_str)
             except json.JSONDecodeError:
                 try:
-                    value = _vllm_human_int(value_str)
+                    value = vllm_human_int(value_str)
                 except ValueError:
                     value = value_str
             nested: Any = value

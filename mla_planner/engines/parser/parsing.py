@@ -7,8 +7,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from .fixtures import _option_table, load_fixture
-from .values import _convert, _ParseError
+from mla_planner.engines.parser.tables import load_table, option_table
+from mla_planner.engines.parser.values import convert, ParseError
 
 _NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")
 
@@ -48,7 +48,7 @@ def _classify(arg: str, table: dict) -> tuple[str, str | None] | None | str:
     tuples = _option_tuples(arg, table)
     if len(tuples) > 1:
         opts = ", ".join(t[0] for t in tuples)
-        raise _ParseError(f"ambiguous option: {arg.split('=', 1)[0]} could match {opts}")
+        raise ParseError(f"ambiguous option: {arg.split('=', 1)[0]} could match {opts}")
     if len(tuples) == 1:
         return tuples[0]
     if _NEGATIVE_NUMBER.match(arg):
@@ -58,12 +58,12 @@ def _classify(arg: str, table: dict) -> tuple[str, str | None] | None | str:
     return arg
 
 
-def _parse(argv: list[str], engine: str) -> tuple[dict[str, Any], set[str], list[str], list[str]]:
+def parse_args(argv: list[str], engine: str) -> tuple[dict[str, Any], set[str], list[str], list[str]]:
     """Returns (values by flag key, keys given explicitly, positionals, problems).
-    Raises _ParseError for the first fatal argparse error."""
-    fx = load_fixture(engine)
+    Raises ParseError for the first fatal argparse error."""
+    fx = load_table(engine)
     flags = fx["flags"]
-    table = _option_table(engine)
+    table = option_table(engine)
     problems: list[str] = []
 
     kinds: list[Any] = []
@@ -102,14 +102,14 @@ def _parse(argv: list[str], engine: str) -> tuple[dict[str, Any], set[str], list
         i += 1
         if not spec.get("takes_value", True):
             if explicit is not None:
-                raise _ParseError(f"argument {opt}: ignored explicit argument {explicit!r}")
+                raise ParseError(f"argument {opt}: ignored explicit argument {explicit!r}")
             values[key] = not negated
             given.add(key)
             continue
         nargs = spec.get("nargs")
         if explicit is not None:
             if nargs not in (None, "?", "*", "+", 1):
-                raise _ParseError(f"argument {opt}: expected {nargs} arguments")
+                raise ParseError(f"argument {opt}: expected {nargs} arguments")
             raw = [explicit]
         else:
             j = i
@@ -118,7 +118,7 @@ def _parse(argv: list[str], engine: str) -> tuple[dict[str, Any], set[str], list
             avail = argv[i:j]
             if nargs is None:
                 if not avail:
-                    raise _ParseError(f"argument {opt}: expected one argument")
+                    raise ParseError(f"argument {opt}: expected one argument")
                 raw = avail[:1]
             elif nargs == "?":
                 raw = avail[:1]
@@ -126,19 +126,19 @@ def _parse(argv: list[str], engine: str) -> tuple[dict[str, Any], set[str], list
                 raw = avail
             elif nargs == "+":
                 if not avail:
-                    raise _ParseError(f"argument {opt}: expected at least one argument")
+                    raise ParseError(f"argument {opt}: expected at least one argument")
                 raw = avail
             else:
                 if len(avail) < int(nargs):
-                    raise _ParseError(f"argument {opt}: expected {nargs} arguments")
+                    raise ParseError(f"argument {opt}: expected {nargs} arguments")
                 raw = avail[: int(nargs)]
             i += len(raw)
         if nargs == "?" and not raw:
             value: Any = True  # const
         elif nargs in (None, "?"):
-            value = _convert(spec, opt, raw[0])
+            value = convert(spec, opt, raw[0])
         else:
-            value = [_convert(spec, opt, r) for r in raw]
+            value = [convert(spec, opt, r) for r in raw]
         if spec.get("action") == "append":
             values.setdefault(key, []).append(value)
         else:
@@ -149,14 +149,14 @@ def _parse(argv: list[str], engine: str) -> tuple[dict[str, Any], set[str], list
     extras = unknown + positionals[max_pos:]
     positionals = positionals[:max_pos]
     if extras:
-        raise _ParseError("unrecognized arguments: " + " ".join(extras))
+        raise ParseError("unrecognized arguments: " + " ".join(extras))
     missing = [
         "/".join([key, *spec.get("aliases", [])])
         for key, spec in flags.items()
         if spec.get("required") and key not in given
     ]
     if missing:
-        raise _ParseError("the following arguments are required: " + ", ".join(missing))
+        raise ParseError("the following arguments are required: " + ", ".join(missing))
 
     # bounds from the config dataclasses (pydantic Field(gt=/ge=/lt=/le=))
     for key in sorted(given):

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 
-def _sglang_rules(fx: dict, values: dict, given: set[str], major: int | None, include_overrides: bool,
+def sglang_rules(fx: dict, values: dict, given: set[str], major: int | None, include_overrides: bool,
                   rocm: bool = False) -> list[str]:
     rules = fx["rules"]
     out: list[str] = []
