@@ -97,14 +97,16 @@ def test_lint_knows_what_each_engine_needs(cli, tmp_path):
         r = cli("lint", "-t", "4x8xa100-ib", "--json", "--", *words)
         found = [(f["level"], f["flag"]) for f in json.loads(r.stdout)["findings"]]
         return r.exit_code, [f for f in found if f != ("warn", "layout")]     # tp16 spans two nodes: warned
-    base = ("python", "-m", "sglang.launch_server", "--tp", "16")
+    base = ("python", "-m", "sglang.launch_server", "--tp", "16", "--nnodes", "2", "--node-rank", "0",
+            "--dist-init-addr", "10.0.0.1:5000")     # two 8-GPU nodes, as SGLang starts a TP16 group
     assert lint(*base, "--model-path", str(channel)) == (1, [("error", "--quantization")])
     assert lint(*base, "--model-path", str(channel), "--quantization", "w8a8_int8") == (0, [])
     assert lint(*base, "--model-path", str(block)) == (0, [])
     assert lint(*base, "--model-path", str(block), "--quantization", "w8a8_int8") == (1, [("error", "--quantization")])
     r = cli("lint", "-t", "4x8xa100-ib", "--", *base, "--model-path", str(block), "--quantization", "w8a8_int8")
     assert "stored as int8 (blockwise_int8): drop it" in r.output
-    assert lint("vllm", "serve", str(block), "-tp", "16")[1][0] == ("error", "checkpoint")
+    assert lint("vllm", "serve", str(block), "-tp", "16", "--nnodes", "2", "--node-rank", "0", "--master-addr",
+                "10.0.0.1")[1][0] == ("error", "checkpoint")
 
 
 def test_int8_gemms_run_on_int8_tensor_cores():

@@ -4,7 +4,13 @@ import json
 
 import pytest
 
-from mla_planner.audit.lint import parse_command
+from mla_planner.audit.lint_command import parse_command
+
+
+# a two-node group as the engines start it, node 0 (vLLM refuses a world size above the node's GPUs without
+# --nnodes: vllm/config/parallel.py; SGLang would ask for GPU ids the node lacks: audit/lint_nodes.py)
+NODE0 = ("--nnodes", "2", "--node-rank", "0", "--master-addr", "10.0.0.1")
+SGLANG_NODE0 = ("--nnodes", "2", "--node-rank", "0", "--dist-init-addr", "10.0.0.1:5000")
 
 
 def lint(cli, *words, topology="8xh200", model=None):
@@ -41,7 +47,8 @@ def test_eager_mode_is_priced_not_refused(cli):
 def test_flags_that_break_an_fp8_deepseek(cli):
     """sgl-project/sglang#3283's command: --quantization fp8 on the block-FP8 checkpoint, an e5m2 KV cache."""
     code, out = lint(cli, "python", "-m", "sglang.launch_server", "--model-path", "deepseek-ai/DeepSeek-R1",
-                     "--tp", "16", "--quantization", "fp8", "--kv-cache-dtype", "fp8_e5m2", topology="2x8xh100-ib")
+                     "--tp", "16", "--quantization", "fp8", "--kv-cache-dtype", "fp8_e5m2", *SGLANG_NODE0,
+                     topology="2x8xh100-ib")
     assert code == 1 and not out["ok"]
     flags = {f["flag"]: f for f in out["findings"]}
     assert flags["--quantization"]["level"] == "warn" and "redundant" in flags["--quantization"]["text"]
@@ -57,7 +64,9 @@ def test_backend_block_size_and_layout(cli):
     assert code == 0 and "so TRITON_MLA runs instead" in out["findings"][0]["text"]    # it starts, on a slower kernel
     code, out = lint(cli, "vllm", "serve", "deepseek-ai/DeepSeek-V3", "-tp", "8", "-dp", "2",
                      "--enable-expert-parallel", "--max-model-len", "300000", topology="2x8xh100-ib")
-    assert code == 1 and [f["flag"] for f in out["findings"]] == ["max_len"]      # tp8 x dp2 with EP16 is legal
+    # tp8 x dp2 with EP16 is legal; vLLM's own rule refuses the length (the engine check, lint_engine)
+    assert code == 1 and [f["flag"] for f in out["findings"]] == ["engine"]
+    assert "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1" in out["findings"][0]["text"]
     code, out = lint(cli, "vllm", "serve", "deepseek-ai/DeepSeek-V3", "-tp", "6")
     assert code == 1 and any("not divisible by tp=6" in f["text"] for f in out["findings"])
     code, clean = lint(cli, "vllm", "serve", "deepseek-ai/DeepSeek-V3", "-tp", "8", "--kv-cache-dtype", "fp8")
@@ -97,7 +106,8 @@ def test_reasonable_commands_are_not_refused(cli):
     per rank), aliases and spellings the engines accept, and a fixed-page backend SGLang adjusts itself."""
     code, out = lint(cli, "python", "-m", "sglang.launch_server", "--model-path", "deepseek-ai/DeepSeek-V3", "--tp",
                      "32", "--dp", "32", "--enable-dp-attention", "--moe-dense-tp-size", "1", "--enable-dp-lm-head",
-                     "--moe-a2a-backend", "deepep", "--mem-fraction-static", "0.85", topology="4x8xh800-roce")
+                     "--moe-a2a-backend", "deepep", "--mem-fraction-static", "0.85", "--nnodes", "4", "--node-rank", "0",
+                     "--dist-init-addr", "10.0.0.1:5000", topology="4x8xh800-roce")
     assert code == 0 and not [f for f in out["findings"] if f["level"] == "error"], out
     code, out = lint(cli, "vllm", "serve", "deepseek-ai/DeepSeek-V3", "--enable-chunked-prefill", "-tp", "6")
     assert code == 1 and any("tp=6" in f["text"] for f in out["findings"])        # -tp not swallowed
@@ -115,14 +125,15 @@ def test_engine_from_the_program_not_from_paths(cli):
     assert cmd.engine == "sglang" and cmd.model == "/models/vllm-dsv3"
     code, out = lint(cli, "python", "-m", "sglang.launch_server", "--model-path", "deepseek-ai/DeepSeek-V3",
                      "--tp-size", "16", "--attn-dp-size", "16", "--dp-size", "2", topology="2x8xh200-ib")
-    assert code == 1 and "not both" in out["findings"][0]["text"]
+    assert code == 1 and "data-parallel replicas combined with attention data parallelism are not supported" \
+        in out["findings"][0]["text"]         # SGLang's own rule (arg_groups/parallel_hook.py), by the engine check
     code, out = lint(cli, "python", "-m", "sglang.launch_server", "--model-path", "deepseek-ai/DeepSeek-V3",
                      "--tp-size", "12", "--attn-dp-size", "8", topology="2x8xh200-ib")
-    assert code == 1 and "multiple of the 8 DP-attention ranks" in out["findings"][0]["text"]
+    assert code == 1 and "tp_size 12 must be divisible by attn_dp_size 8" in out["findings"][0]["text"]
 
 
 def test_tp_across_nodes_is_warned_as_plan_warns(cli):
-    code, out = lint(cli, "vllm", "serve", "deepseek-ai/DeepSeek-V3", "-tp", "16", topology="2x8xh100-ib")
+    code, out = lint(cli, "vllm", "serve", "deepseek-ai/DeepSeek-V3", "-tp", "16", *NODE0, topology="2x8xh100-ib")
     assert code == 0 and out["findings"][0]["level"] == "warn" and "spans 2 nodes" in out["findings"][0]["text"]
 
 
@@ -136,12 +147,12 @@ def test_environment_before_the_program_is_read(cli):
         cmd = parse_command(prefix + ["vllm", "serve", "m", "-tp", "8"])
         assert (cmd.engine, cmd.model, cmd.env) == ("vllm", "m", {"A": "1"})
     code, out = lint(cli, "NCCL_IB_HCA=mlx5_0,mlx5_1", "vllm", "serve", "deepseek-ai/DeepSeek-V3", "-tp", "8", "-pp",
-                     "2", topology="2x8xh100-ib-1nic")
-    assert code == 0 and [f["flag"] for f in out["findings"]] == ["NCCL_IB_HCA"]
+                     "2", *NODE0, topology="2x8xh100-ib-1nic")
+    assert code == 0 and [f["flag"] for f in out["findings"] if f["flag"] != "memory"] == ["NCCL_IB_HCA"]
     assert "names 2 HCA(s)" in out["findings"][0]["text"] and "priced with 1 per node" in out["findings"][0]["text"]
     code, out = lint(cli, "env", "NCCL_IB_HCA=mlx5_0", "vllm", "serve", "deepseek-ai/DeepSeek-V3", "-tp", "8", "-pp",
-                     "2", topology="2x8xh100-ib-1nic")
-    assert code == 0 and out["findings"] == []
+                     "2", *NODE0, topology="2x8xh100-ib-1nic")
+    assert code == 0 and [f for f in out["findings"] if f["flag"] != "memory"] == []
     code, out = lint(cli, "NCCL_IB_HCA=mlx5_3", "vllm", "serve", "deepseek-ai/DeepSeek-V3", "-tp", "8",
                      topology="2x8xh200-ib")
     assert code == 0 and out["findings"] == []           # one node: no NIC carries its collectives
@@ -149,8 +160,11 @@ def test_environment_before_the_program_is_read(cli):
 
 def test_deepep_over_shared_nics_is_warned_as_plan_warns(cli):
     code, out = lint(cli, "python", "-m", "sglang.launch_server", "--model-path", "deepseek-ai/DeepSeek-V3", "--tp",
-                     "16", "--attn-dp-size", "16", "--moe-a2a-backend", "deepep", topology="2x8xh100-ib-1nic")
-    assert code == 0 and any("sharing 1 RDMA NIC per node" in f["text"] for f in out["findings"]), out
+                     "16", "--attn-dp-size", "16", "--moe-a2a-backend", "deepep", *SGLANG_NODE0,
+                     topology="2x8xh100-ib-1nic")
+    assert any("sharing 1 RDMA NIC per node" in f["text"] for f in out["findings"]), out
+    # and at SGLang's own fraction for DP16 (0.335) V3's 55 GiB of weights per GPU leave no KV: `memory` says so too
+    assert code == 1 and [f["flag"] for f in out["findings"] if f["level"] == "error"] == ["memory"]
     code, out = lint(cli, "python", "-m", "sglang.launch_server", "--model-path", "deepseek-ai/DeepSeek-V3", "--tp",
-                     "16", "--attn-dp-size", "16", "--moe-a2a-backend", "deepep", topology="2x8xh100-ib")
+                     "16", "--attn-dp-size", "16", "--moe-a2a-backend", "deepep", *SGLANG_NODE0, topology="2x8xh100-ib")
     assert not any("RDMA NIC" in f["text"] for f in out["findings"])

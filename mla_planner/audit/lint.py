@@ -14,17 +14,20 @@ with its source, and what to do instead:
   layout                layout.layout_problems and engines.layouts.engine_layout_problem
   context length        --max-model-len / --context-length above the model's max_position_embeddings
   AMD GPU               audit.lint_rocm: the AITER switches, SGLang's own backend pick, DeepEP on ROCm
-Flags this module does not know are left alone: the engines' own parsers judge them.
+  the engine's parser  audit.lint_engine: every flag and value held to the release's own parser and start-up
+                        rules (engines/parser), unknown flags with the nearest ones, variables it does not read
 """
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from pydantic import ValidationError
 
+from mla_planner.audit.lint_engine import engine_findings, env_findings
+from mla_planner.audit.lint_command import KV, Command
 from mla_planner.audit.lint_model import model_findings
+from mla_planner.audit.lint_nodes import sglang_node_findings
 from mla_planner.audit.lint_quant import quantization_findings
 from mla_planner.audit.lint_rocm import rocm_findings
 from mla_planner.audit.lint_sparse import sparse_findings
@@ -37,117 +40,16 @@ from mla_planner.perf.step import decode_step
 from mla_planner.search.candidate_warnings import cross_node_tp_note, shared_nic_deepep_note
 from mla_planner.search.attention_backend import Rejected, backend_and_block
 from mla_planner.specs.calibration import Calibration
-from mla_planner.specs.knobs import KV_DTYPE_CHOICES, Knobs
+from mla_planner.specs.knobs import Knobs
 from mla_planner.specs.layout import Layout, layout_problems, query_heads_per_rank
 from mla_planner.specs.model import ModelSpec
 from mla_planner.specs.topology import InterNode, Topology
-
-# flag -> the field it sets, per engine, with the aliases the engines define (mla_planner/data/engines/*.json, read
-# from vllm/engine/arg_utils.py and SGLang's arg_groups/fields): -tp, --tensor-parallel-size, ...
-FIELDS = {
-    "vllm": {"--tensor-parallel-size": "tp", "-tp": "tp", "--pipeline-parallel-size": "pp", "-pp": "pp",
-             "--data-parallel-size": "dp", "-dp": "dp", "--decode-context-parallel-size": "dcp", "-dcp": "dcp",
-             "--kv-cache-dtype": "kv", "--block-size": "block", "--attention-backend": "backend",
-             "--max-model-len": "max_len", "--quantization": "quant", "-q": "quant", "--model": "model",
-             "--speculative-config": "spec", "--attention-config": "attention_config", "--all2all-backend": "a2a"},
-    "sglang": {"--tp-size": "tp", "--tensor-parallel-size": "tp", "--tp": "tp", "--pp-size": "pp",
-               "--pipeline-parallel-size": "pp", "--dp-size": "dp_size", "--data-parallel-size": "dp_size",
-               "--dp": "dp_size", "--attn-dp-size": "dp", "--attention-data-parallel-size": "dp",
-               "--ep-size": "ep", "--expert-parallel-size": "ep", "--ep": "ep", "--dcp-size": "dcp",
-               "--decode-context-parallel-size": "dcp", "--kv-cache-dtype": "kv", "--page-size": "block",
-               "--attention-backend": "backend", "--context-length": "max_len", "--quantization": "quant",
-               "--model-path": "model", "--model": "model", "--moe-a2a-backend": "a2a",
-               "--moe-dense-tp-size": "dense_tp", "--cuda-graph-backend-decode": "graph_decode",
-               "--model-config-parser": "config_parser", "--speculative-algorithm": "spec"},
-}
-ALIASES = {"-ep": "--enable-expert-parallel"}
-BOOLEAN = {"--language-model-only", "--enforce-eager", "--disable-cuda-graph", "--disable-decode-cuda-graph", "--enable-expert-parallel",
-           "--enable-dp-attention", "--trust-remote-code", "--enable-prefix-caching", "--headless",
-           "--enable-dp-lm-head", "--enable-chunked-prefill", "--disable-radix-cache", "--enable-torch-compile"}
-KV = KV_DTYPE_CHOICES | {"bfloat16": "bf16"}   # plus vLLM's spelling of bf16
-
 
 @dataclass(frozen=True)
 class Finding:
     level: str          # error (the engine refuses, or it is broken) | warn (it runs, worse than it could)
     flag: str
     text: str
-
-
-@dataclass
-class Command:
-    engine: str
-    model: str | None
-    values: dict = field(default_factory=dict)     # FIELDS' names -> the flag's value (str); the last one wins
-    flags: set = field(default_factory=set)         # every --flag given (a later --no-X removes X)
-    env: dict = field(default_factory=dict)         # VAR=value words before the program
-
-
-def _engine(words: list[str]) -> tuple[str | None, int]:
-    """The engine and where its arguments start, from the program (`vllm serve`, `sglang serve`) or the module
-    (`python -m vllm.entrypoints.openai.api_server`, `python -m sglang.launch_server`), not from paths."""
-    program = words[0].rsplit("/", 1)[-1] if words else ""
-    if program in ("vllm", "sglang"):
-        return program, (2 if len(words) > 1 and words[1] == "serve" else 1)
-    if "-m" in words:
-        i = words.index("-m")
-        module = words[i + 1] if i + 1 < len(words) else ""
-        for engine in ("vllm", "sglang"):
-            if module == engine or module.startswith(engine + "."):
-                return engine, i + 2
-    return None, 0
-
-
-def _prefix_env(words: list[str]) -> tuple[dict, list[str]]:
-    """The VAR=value words before the program, and the words from the program on: `A=1 vllm ...`,
-    `env [-i] [-u NAME] [-C DIR] A=1 vllm ...` (or /usr/bin/env), `sudo [-E] [-u USER] ...`, `nohup ...`."""
-    env, i, wrapper = {}, 0, False
-    while i < len(words):
-        word = words[i]
-        if re.fullmatch(r"[A-Za-z_]\w*=.*", word):
-            name, _, value = word.partition("=")
-            env[name] = value
-        elif word.rsplit("/", 1)[-1] in ("env", "sudo", "nohup"):
-            wrapper = True
-        elif not (wrapper and word.startswith("-")):
-            break
-        i += 2 if wrapper and word in ("-u", "--unset", "-C", "--chdir", "-g", "--group") else 1
-    return env, words[i:]
-
-
-def _looks_like_option(word: str) -> bool:
-    return len(word) > 1 and word[0] == "-" and (word[1].isalpha() or word[1] == "-")
-
-
-def parse_command(words: list[str]) -> Command:
-    """`vllm serve MODEL ...`, `python -m vllm.entrypoints.openai.api_server --model M ...`,
-    `python -m sglang.launch_server --model-path M ...` or `sglang serve ...`."""
-    env, words = _prefix_env(words)
-    engine, start = _engine(words)
-    if engine is None:
-        raise PlanError("lint: expected a vLLM or SGLang launch command after --, like "
-                        "`vllm serve deepseek-ai/DeepSeek-V3 --tensor-parallel-size 8 ...`")
-    cmd, rest, positional, i = Command(engine, None, env=env), words[start:], [], 0
-    while i < len(rest):
-        word = rest[i]
-        if not _looks_like_option(word):
-            positional.append(word)
-            i += 1
-            continue
-        flag, eq, value = word.partition("=")
-        flag = ALIASES.get(flag, flag[:2] + flag[2:].replace("_", "-") if flag.startswith("--") else flag)
-        if not eq and flag not in BOOLEAN and i + 1 < len(rest) and not _looks_like_option(rest[i + 1]) \
-                and (flag in FIELDS[engine] or not flag.startswith("--no-")):
-            value, i = rest[i + 1], i + 1
-        if flag.startswith("--no-"):
-            cmd.flags.discard("--" + flag[5:])
-        else:
-            cmd.flags.add(flag)
-        if flag in FIELDS[engine]:
-            cmd.values[FIELDS[engine][flag]] = value
-        i += 1
-    cmd.model = cmd.values.get("model") or (positional[0] if engine == "vllm" and positional else None)
-    return cmd
 
 
 def _int(cmd: Command, key: str, default: int = 1) -> int:
@@ -194,10 +96,15 @@ def _sglang_parallel(cmd: Command) -> list[Finding]:
 
 
 def lint(cmd: Command, spec: ModelSpec, topo: Topology, calib: Calibration) -> list[Finding]:
+    """The engine's own parser and start-up rules and its environment first (audit/lint_engine), then what the
+    planner knows that the engine does not check up front."""
     engine = cmd.engine
-    out = _sglang_parallel(cmd) if engine == "sglang" else []
-    if out:
-        return out
+    own = [Finding(*f) for f in engine_findings(engine, cmd.args, cmd.env, spec, topo) + env_findings(engine, cmd.env)]
+    out = _sglang_parallel(cmd) + [Finding(*f) for f in sglang_node_findings(cmd.values, topo.gpus_per_node)] \
+        if engine == "sglang" else []
+    if out:          # no layout to build; the engine's own parallel rules have said the same where they apply
+        return own if any(f.level == "error" for f in own) else own + out
+    out = own
     layout = layout_of(cmd, spec)
     problems = layout_problems(layout, spec, topo.gpus_per_node, topo.total_gpus)
     out += [Finding("error", "layout", f"{layout.label}: {p}") for p in problems]
@@ -211,7 +118,7 @@ def lint(cmd: Command, spec: ModelSpec, topo: Topology, calib: Calibration) -> l
                                                   spec.num_attention_heads // layout.tp)] if own_rows(spec)
             else _kv_and_backend(cmd, topo, layout, query_heads_per_rank(spec, layout)))
     out += [Finding(*f) for f in model_findings(engine, cmd.flags, cmd.values, cmd.model, spec)]
-    if _eager_flag(cmd) and not problems:
+    if eager_flag(cmd) and not problems:
         out.append(_eager(cmd, spec, topo, layout, calib))
     if not problems:
         deepep_used = deepep if deepep is not None else uses_deepep(layout)
@@ -235,7 +142,7 @@ def _ib_hca(cmd: Command, topo: Topology, layout: Layout) -> list[Finding]:
     return []
 
 
-def _eager_flag(cmd: Command) -> str:
+def eager_flag(cmd: Command) -> str:
     """The flag that turns decode CUDA graphs off ('' when none does): vLLM --enforce-eager; SGLang
     --disable-cuda-graph (deprecated), --disable-decode-cuda-graph, --cuda-graph-backend-decode disabled."""
     if cmd.engine == "vllm":
@@ -282,6 +189,6 @@ def _eager(cmd: Command, spec: ModelSpec, topo: Topology, layout: Layout, calib:
     kv = KV.get(cmd.values.get("kv", "auto"), "bf16")
     steps = [decode_step(spec, topo, layout, Knobs(engine=cmd.engine, kv_cache_dtype=kv, cuda_graphs=graphs),
                          1, 2048, calib).tpot_s * 1e3 for graphs in (True, False)]
-    return Finding("warn", _eager_flag(cmd), f"no CUDA graphs: one request decodes at {steps[1]:.1f} ms per token "
+    return Finding("warn", eager_flag(cmd), f"no CUDA graphs: one request decodes at {steps[1]:.1f} ms per token "
                                               f"instead of {steps[0]:.1f} (the step model); keep graphs on in "
                                               "production (ai-dynamo/dynamo#2109, sgl-project/sglang#2794)")

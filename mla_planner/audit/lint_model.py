@@ -56,7 +56,7 @@ def _tokens(text: str | None) -> int | None:
 def model_findings(engine: str, flags: set, values: dict, model: str | None, spec: ModelSpec) -> list[tuple]:
     out = attention_config_findings(flags, values) if engine == "vllm" else []
     max_len = _tokens(values.get("max_len"))
-    if max_len and max_len > spec.max_position_embeddings:
+    if engine == "sglang" and max_len and max_len > spec.max_position_embeddings:   # vLLM: its own rule (lint_engine)
         out.append(("error", "max_len", f"{max_len:,} tokens is above {spec.name}'s max_position_embeddings "
                                         f"({spec.max_position_embeddings:,})"))
     if engine == "vllm" and spec.vision_params and "--language-model-only" not in flags:

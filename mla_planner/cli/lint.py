@@ -6,7 +6,10 @@ from typing import Annotated, Optional
 
 import click
 
-from mla_planner.audit.lint import lint, parse_command
+from mla_planner.audit.lint import Finding, eager_flag, layout_of, lint
+from mla_planner.audit.lint_command import Command, parse_command
+from mla_planner.audit.lint_memory import memory_findings
+from mla_planner.cli.options import knobs_from_flags, kv_knobs
 from mla_planner.cli.params import Opt
 from mla_planner.cli.common import DEFAULT_TOPOLOGY, JsonOpt, TopologyOpt, guard, print_json
 from mla_planner.cli.plannable import check_plannable
@@ -30,13 +33,17 @@ def lint_cmd(ctx: click.Context, model: LintModelOpt = None, topology: TopologyO
 
     The command goes after `--`, as you would run it: mla-plan lint [OPTIONS] -- vllm serve MODEL [FLAGS...]
 
-    Flags: eager mode (priced), --quantization on an already-quantized checkpoint, an fp8_e5m2 KV cache, an
+    Every word goes through the engine's own parser and start-up rules (vLLM 0.33.0 / SGLang 0.5.23, read out
+    of their wheels): unknown or misspelled flags (with the nearest ones), bad values, a world size above the
+    node's GPUs without --nnodes, a --node-rank outside --nnodes, a batch budget below --max-num-seqs, and
+    VLLM_* / SGLANG_* variables the release does not read (VLLM_ATTENTION_BACKEND). Then what the planner knows:
+    whether the command's own settings fit (weights, KV for one --max-model-len request, at its memory
+    fraction), eager mode (priced), --quantization on an already-quantized checkpoint, an fp8_e5m2 KV cache, an
     attention backend or block size the GPU or KV dtype rules out (or that makes the engine pick a slower
     backend), a layout that cannot exist or that the engine cannot start, a context longer than the model's.
-    Flags it does not know are left to the engine's own parser.
 
-    Exit status: 0 nothing refused (warnings allowed); 1 an error the engine would refuse or break on;
-    2 bad input.
+    Exit status: 0 nothing wrong (warnings, listed apart, allowed); 1 something the engine would refuse, that
+    would not fit, or that would not take effect; 2 bad input.
 
     Examples:
 
@@ -55,6 +62,9 @@ def lint_cmd(ctx: click.Context, model: LintModelOpt = None, topology: TopologyO
     loaded, topo = load_model(ref), load_topology(topology)
     check_plannable(loaded.spec, "lint", topo.gpu)
     findings = lint(cmd, loaded.spec, topo, load_calibration(None, topo))
+    if not any(f.level == "error" for f in findings):     # the memory model judges a command the engine takes
+        findings += _memory(cmd, loaded.spec, topo)
+    findings = sorted(findings, key=lambda f: f.level != "error")       # errors first, then the warnings
     errors = [f for f in findings if f.level == "error"]
     if as_json:
         print_json({"engine": cmd.engine, "model": loaded.spec.name, "topology": topo.name, "ok": not errors,
@@ -66,6 +76,36 @@ def lint_cmd(ctx: click.Context, model: LintModelOpt = None, topology: TopologyO
         for f in findings:
             out.print(f"  {f.level.upper():<5} {f.flag}: {f.text}", markup=False, soft_wrap=True)
     raise SystemExit(1 if errors else 0)
+
+
+def _memory(cmd: Command, spec, topo) -> list[Finding]:
+    """The memory verdict for the command's own settings (audit/lint_memory), its flags read into knobs the way
+    `mla-plan memory` reads its own (cli/options). SGLang's --chunked-prefill-size is the whole server's: per
+    DP-attention rank it is divided by the ranks, as the planner's knob is."""
+    layout, v = layout_of(cmd, spec), cmd.values
+    fraction = _number(v.get("fraction"), float)
+    try:
+        cache, _ = kv_knobs(spec, topo, layout, cmd.engine, v.get("kv", "auto").lower(), _number(v.get("block")))
+        batched = _number(v.get("batched"))
+        knobs = knobs_from_flags(
+            spec, topo, layout, cmd.engine, fraction if cmd.engine == "vllm" else None,
+            fraction if cmd.engine == "sglang" else None,
+            dict(**cache, max_model_len=_number(v.get("max_len")), max_num_seqs=_number(v.get("max_seqs")),
+                 max_num_batched_tokens=None if batched is None else max(batched // (
+                     layout.dp if cmd.engine == "sglang" else 1), 1),
+                 cuda_graphs=not eager_flag(cmd), cuda_graph_max_bs=_number(v.get("graph_max_bs"))))
+    except PlanError:       # a value the planner does not model: the engine's own checks have judged it
+        return []
+    return [Finding(*f) for f in memory_findings(spec, topo, layout, knobs, fraction is not None)]
+
+
+def _number(text: Optional[str], kind=int):
+    """A flag's value as a number, None when absent or not one (the engine's parser reports that)."""
+    try:
+        value = kind(text) if text is not None else None
+    except ValueError:
+        return None
+    return value if value is None or value > 0 else None
 
 
 def _builtin_for(served: Optional[str]) -> Optional[str]:

@@ -3,7 +3,7 @@ then held to the cross-flag rules the engine enforces at start-up (mla_planner/e
 
 from __future__ import annotations
 
-from mla_planner.engines.parser.tables import ENGINE_ALIASES, TABLE_FILES, gpu_major, is_rocm, load_table
+from mla_planner.engines.parser.tables import ENGINE_ALIASES, gpu_major, is_rocm, load_table
 from mla_planner.engines.parser.parsing import parse_args
 from mla_planner.engines.parser.preprocess import vllm_preprocess
 from mla_planner.engines.parser.sglang_rules import sglang_rules
@@ -22,6 +22,7 @@ def check_command(
     model_backend: str | None = None,
     gpus_per_node: int | None = None,
     include_overrides: bool = True,
+    attention_rules: bool = True,
 ) -> list[str]:
     """Check an engine command line; return a list of problems (empty = accepted).
 
@@ -46,6 +47,9 @@ def check_command(
     include_overrides: also report settings the engine silently replaces
         (SGLang page sizes forced by MLA backends); those messages start
         with ``[override]``.
+    attention_rules: apply the attention-backend rules (backend, KV dtype
+        and block size per backend); `lint` turns them off and uses the
+        planner's own backend checks, which say more (data/backends.yaml).
     """
     key = ENGINE_ALIASES.get(engine.lower())
     if key is None:
@@ -64,8 +68,8 @@ def check_command(
     if key == "vllm":
         problems += vllm_rules(
             fx, values, given, positionals, major, model_max_len, allow_long_max_model_len, sparse_attention,
-            gpus_per_node, model_backend, rocm,
+            gpus_per_node, model_backend, rocm, attention_rules,
         )
     else:
-        problems += sglang_rules(fx, values, given, major, include_overrides, rocm)
+        problems += sglang_rules(fx, values, given, major, include_overrides, rocm, attention_rules)
     return problems

@@ -7,8 +7,17 @@ from typing import Any
 
 
 def sglang_rules(fx: dict, values: dict, given: set[str], major: int | None, include_overrides: bool,
-                  rocm: bool = False) -> list[str]:
+                  rocm: bool = False, attention_rules: bool = True) -> list[str]:
     rules = fx["rules"]
+    out: list[str] = _attention_backends(rules, values, given, major, include_overrides, rocm) \
+        if attention_rules else []
+    return out + _parallel(rules, values, given)
+
+
+def _attention_backends(rules: dict, values: dict, given: set[str], major: int | None, include_overrides: bool,
+                        rocm: bool) -> list[str]:
+    """The attention backend flags against the backend groups, aliases and MLA backend rules, with the page
+    sizes SGLang silently replaces ([override])."""
     out: list[str] = []
     if rocm:     # the choices' "NVIDIA specific" group does not run on a HIP build
         choices = rules["attention_backend_choices"]
@@ -87,8 +96,16 @@ def sglang_rules(fx: dict, values: dict, given: set[str], major: int | None, inc
     eff = {dec or attn, pre or attn}
     if "fa3" in eff and major is not None and major not in r["compute_capability_majors"]:
         out.append(f"fa3 on sm{major}x: {r['message']} [{r['source']}]")
+    return out
 
-    # parallelism
+
+def _parallel(rules: dict, values: dict, given: set[str]) -> list[str]:
+    """--tp-size, --dp-size, --attn-dp-size and --attn-cp-size as parallel_hook.py checks them."""
+    out: list[str] = []
+
+    def get(key: str, default: Any = None) -> Any:
+        return values[key] if key in given else default
+
     r = rules["parallel"]
     tp = get("--tp-size", 1)
     dp = get("--dp-size", 1)

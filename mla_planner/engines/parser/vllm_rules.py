@@ -22,6 +22,7 @@ def vllm_rules(
     gpus_per_node: int | None,
     model_backend: str | None = None,
     rocm: bool = False,
+    attention_rules: bool = True,
 ) -> list[str]:
     rules = fx["rules"]
     out: list[str] = []
@@ -46,49 +47,8 @@ def vllm_rules(
     if kv not in kvr["valid"]:
         out.append(f"--kv-cache-dtype {kv}: Invalid kv_cache_dtype: {kv!r}. Valid values are: {kvr['valid']} [{kvr['source']}]")
 
-    # attention backend
-    abr = rules["attention_backends"]
-    backend = get("--attention-backend")
-    if backend is None:
-        backend = ac.get("backend")
-    block = get("--block-size")
-    if model_backend is not None:
-        if backend is not None and str(backend).upper() != model_backend:
-            out.append(f"--attention-backend {backend}: this model selects {model_backend} itself")
-    elif backend is not None and str(backend).lower() != "auto":
-        name = str(backend).upper()
-        if name not in abr["names"]:
-            out.append(
-                f"--attention-backend {backend}: unknown attention backend; valid names: "
-                f"{', '.join(abr['names'])} [{abr['source']}]"
-            )
-        elif name not in abr["backends"]:
-            out.append(
-                f"--attention-backend {name}: Selected backend is not valid for this configuration. "
-                f"Reason: ['MLA not supported'] (not an MLA backend) [{abr['source']}]"
-            )
-        else:
-            reasons = _vllm_backend_reasons(rules, name, major, block, kv, sparse_attention, rocm)
-            if reasons:
-                out.append(
-                    f"--attention-backend {name}: Selected backend is not valid for this configuration. "
-                    f"Reason: {reasons} [{abr['backends'][name]['source']}]"
-                )
-    elif major is not None and (block is not None or kv != "auto"):
-        prio = rules["attention_backend_auto_priority_mla_rocm" if rocm else "attention_backend_auto_priority_mla"]
-        cands = prio["aiter"] if rocm else prio.get(f"sm{major}x", prio["other"])
-        ok = [
-            b for b in cands
-            if b in abr["backends"]
-            and (sparse_attention is None or abr["backends"][b]["sparse"] == sparse_attention)
-            and (sparse_attention is not None or not abr["backends"][b]["sparse"])
-            and not _vllm_backend_reasons(rules, b, major, block, kv, sparse_attention, rocm)
-        ]
-        if not ok:
-            out.append(
-                f"no valid MLA attention backend for sm{major}x with block_size={block}, "
-                f"kv_cache_dtype={kv} (auto-selection candidates: {', '.join(cands)}) [{prio['source']}]"
-            )
+    if attention_rules:
+        out += _attention_backend(rules, get, ac, model_backend, kv, major, sparse_attention, rocm)
 
     # block size > 0 is covered by the flag bounds
 
@@ -255,3 +215,53 @@ def _vllm_backend_reasons(
                 or f"device family not supported (only sm{'/sm'.join(str(f) + '0' for f in fam)})"
             )
     return reasons
+
+
+def _attention_backend(rules: dict, get, ac: dict, model_backend: str | None, kv: str, major: int | None,
+                       sparse_attention: bool | None, rocm: bool) -> list[str]:
+    """--attention-backend (or --attention-config backend) against the backend table, or the auto order's
+    candidates for the block size and KV dtype given."""
+    out: list[str] = []
+    abr = rules["attention_backends"]
+    backend = get("--attention-backend")
+    if backend is None:
+        backend = ac.get("backend")
+    block = get("--block-size")
+    if model_backend is not None:
+        if backend is not None and str(backend).upper() != model_backend:
+            out.append(f"--attention-backend {backend}: this model selects {model_backend} itself")
+    elif backend is not None and str(backend).lower() != "auto":
+        name = str(backend).upper()
+        if name not in abr["names"]:
+            out.append(
+                f"--attention-backend {backend}: unknown attention backend; valid names: "
+                f"{', '.join(abr['names'])} [{abr['source']}]"
+            )
+        elif name not in abr["backends"]:
+            out.append(
+                f"--attention-backend {name}: Selected backend is not valid for this configuration. "
+                f"Reason: ['MLA not supported'] (not an MLA backend) [{abr['source']}]"
+            )
+        else:
+            reasons = _vllm_backend_reasons(rules, name, major, block, kv, sparse_attention, rocm)
+            if reasons:
+                out.append(
+                    f"--attention-backend {name}: Selected backend is not valid for this configuration. "
+                    f"Reason: {reasons} [{abr['backends'][name]['source']}]"
+                )
+    elif major is not None and (block is not None or kv != "auto"):
+        prio = rules["attention_backend_auto_priority_mla_rocm" if rocm else "attention_backend_auto_priority_mla"]
+        cands = prio["aiter"] if rocm else prio.get(f"sm{major}x", prio["other"])
+        ok = [
+            b for b in cands
+            if b in abr["backends"]
+            and (sparse_attention is None or abr["backends"][b]["sparse"] == sparse_attention)
+            and (sparse_attention is not None or not abr["backends"][b]["sparse"])
+            and not _vllm_backend_reasons(rules, b, major, block, kv, sparse_attention, rocm)
+        ]
+        if not ok:
+            out.append(
+                f"no valid MLA attention backend for sm{major}x with block_size={block}, "
+                f"kv_cache_dtype={kv} (auto-selection candidates: {', '.join(cands)}) [{prio['source']}]"
+            )
+    return out

@@ -1,0 +1,32 @@
+"""Will the command's own settings start? Weights, the engine's other terms and the KV pool at the command's
+memory fraction, KV dtype, block size and --max-model-len, by the memory model `mla-plan memory` uses
+(memory/accounting.evaluate): a layout whose weights exceed the GPU, or whose pool cannot hold one request of
+--max-model-len, is refused by the engine at start-up (vLLM: "To serve at least one request with the models's
+max seq len ... increase gpu_memory_utilization or decrease max_model_len", v1/core/kv_cache_utils.py; SGLang:
+"Not enough memory", model_executor/pool_configurator.py). A fraction above the model's safe one is a risk,
+not a refusal: a warning."""
+
+from __future__ import annotations
+
+from mla_planner.memory.accounting import evaluate
+from mla_planner.specs.knobs import Knobs
+from mla_planner.specs.layout import Layout
+from mla_planner.specs.model import ModelSpec
+from mla_planner.specs.topology import Topology
+
+FRACTION_WORD = {"vllm": "--gpu-memory-utilization", "sglang": "--mem-fraction-static"}
+
+
+def memory_findings(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, fraction_given: bool) -> list[tuple]:
+    """(level, flag, text): each reason the memory model says the command does not fit (error), then its
+    risks (warn), led by the command's fraction and capacity so the line can be checked against `memory`."""
+    report = evaluate(spec, topo, layout, knobs)
+    if not report.per_gpu:       # the layout cannot exist: lint's layout findings say why
+        return []
+    where = (f"{FRACTION_WORD[knobs.engine]} {knobs.memory_fraction:.3f}"
+             + ("" if fraction_given else " (the engine's default)")
+             + f", {knobs.kv_cache_dtype} KV, --max-model-len {knobs.max_model_len:,}")
+    if not report.fits:
+        return [("error", "memory", f"does not fit at {where}: {r.text}") for r in report.findings if r.blocks]
+    risks = [r.text for r in report.findings if not r.blocks]
+    return [("warn", "memory", f"at {where}: {t}") for t in risks]
