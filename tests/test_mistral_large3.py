@@ -2,7 +2,7 @@
 config.json): the keys renamed as vLLM 0.33.0 and SGLang 0.5.23 rename them into a DeepSeek-V3 config
 (specs/mistral.py), its FP8 blocks from the compressed-tensors quantization_config, the Pixtral vision
 encoder counted when params.json has one, and the commands that tell each engine the format. The fixture is
-the published params.json less its vision_encoder block, as public code quotes it (tests/fixtures/hf/README.md)."""
+the published params.json, its vision_encoder block included (tests/fixtures/hf/README.md)."""
 
 import json
 from pathlib import Path
@@ -36,7 +36,9 @@ def test_its_fp8_blocks_leave_the_ignored_projections_bf16():
     spec = load_model(str(ML3)).spec
     d = {t.name: t.dtype for t in inventory(spec)}
     assert (d["attn.wq_a"], d["attn.wkv_a"], d["attn.wq_b"], d["routed_experts.w1"]) == ("bf16", "bf16", "fp8", "fp8")
-    assert param_breakdown(spec)["total"] == pytest.approx(673.4e9, rel=1e-3)   # 675B with the vision encoder
+    assert param_breakdown(spec)["total"] == pytest.approx(673.4e9, rel=1e-3)   # 675B with the vision encoder:
+    assert spec.vision_params + param_breakdown(spec)["total"] == pytest.approx(675e9, rel=2e-3)   # the published
+    # params.json's Pixtral encoder (48 layers of 1,664, image 1,540 px) is 2.57B
 
 
 def test_the_pixtral_encoder_is_counted_as_vllm_builds_it(tmp_path):
@@ -77,7 +79,9 @@ def test_its_commands_name_the_format_and_pass_the_engines_parsers(cli, tmp_path
     ("/models/ml3", ["--model-config-parser", "mistral"], False),
     ("mistralai/Mistral-Large-3-675B-Instruct-2512", [], False)])     # the name SGLang recognises
 def test_lint_says_when_sglang_would_not_read_params_json(cli, path, extra, refused):
+    # a context the KV pool holds (with the published params.json's Pixtral encoder SGLang lowers its default
+    # fraction, and the pool no longer holds one request of the model's full 294,912 tokens: lint_memory says so)
     r = cli("lint", "-m", str(ML3), "-t", "8xh200", "--json", "--", "python", "-m", "sglang.launch_server",
-            "--model-path", path, "--tp", "8", *extra)
+            "--model-path", path, "--tp", "8", "--context-length", "65536", *extra)
     flags = {f["flag"] for f in json.loads(r.stdout)["findings"]}
     assert ("--model-config-parser" in flags) == refused and r.exit_code == (1 if refused else 0)
