@@ -58,8 +58,8 @@ def test_calibration_file_round_trip_and_gpu_mismatch_note(tmp_path):
     ({"format": "mla-plan-calibration/1", "efficiency": {}, "measurement": {}}, "did you mean 'measurements'"),
     ({"format": "mla-plan-calibration/2", "efficiency": {}}, "format"),
     ({"format": "mla-plan-calibration/1", "efficiency": {"hbm_efficiency": 1.5}}, "(0, 1]"),
-    ({"format": "mla-plan-calibration/1", "efficiency": {"kernels_per_layer": 2.5}}, "positive integer"),
-    ({"format": "mla-plan-calibration/1", "efficiency": {"nccl_base_latency_s": -1}}, "> 0"),
+    ({"format": "mla-plan-calibration/1", "efficiency": {"kernels_per_layer": 2.5}}, "whole number in [1, 10,000]"),
+    ({"format": "mla-plan-calibration/1", "efficiency": {"nccl_base_latency_s": -1}}, "in seconds: between"),
 ])
 def test_bad_calibration_files_are_one_line_errors(tmp_path, body, expect):
     path = tmp_path / "bad.yaml"

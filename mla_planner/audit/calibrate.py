@@ -19,11 +19,11 @@ reported with the factors.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, replace
 from math import ceil, exp, isfinite, log, sqrt
 
-from mla_planner.core.errors import PlanError
+from mla_planner.core.errors import InputError, PlanError
+from mla_planner.core.files import parse_user_data
 from mla_planner.launch.command import GPU_TAG
 from mla_planner.memory.ways_out import fraction_knobs
 from mla_planner.perf.metrics import evaluate
@@ -61,13 +61,16 @@ class Fit:
     notes: list[str]
 
 
+MAX_COUNT = 10**15      # above any benchmark's token total or TPOT in ms; a bigger number is not a measurement
+
+
 def read_bench(path: str, text: str) -> list[BenchRun]:
     """The bench.sh results `text` (read from `path`) holds: one JSON object, or one per line of a JSONL file."""
     lines = [line for line in text.strip().splitlines() if line.strip()] if path.endswith(".jsonl") else [text]
     try:
-        records = [json.loads(line) for line in lines]
-    except json.JSONDecodeError:
-        raise PlanError(f"{path}: not a vLLM or SGLang benchmark result (JSON)") from None
+        records = [parse_user_data(line, path, as_json=True) for line in lines]
+    except InputError as exc:
+        raise PlanError(f"{path}: not a vLLM or SGLang benchmark result ({exc.message})") from None
     if not records or not all(isinstance(r, dict) for r in records):
         raise PlanError(f"{path}: not a vLLM or SGLang benchmark result (JSON object)")
     return [_run(path, r) for r in records]
@@ -87,8 +90,8 @@ def _run(path: str, data: dict) -> BenchRun:
     fields = {}
     for name in ("max_concurrency", "completed", "total_input_tokens", "total_output_tokens", "mean_tpot_ms"):
         value = data.get(name)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not isfinite(value) or value <= 0 or \
-                (name != "mean_tpot_ms" and value != int(value)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= MAX_COUNT or \
+                not isfinite(value) or (name != "mean_tpot_ms" and value != int(value)):
             raise PlanError(f"{path}: {name} is {value!r}, expected a positive "
                             + ("number of milliseconds" if name == "mean_tpot_ms" else "whole number"))
         fields[name] = value

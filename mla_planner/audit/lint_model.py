@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 
-from mla_planner.core.errors import PlanError
 from mla_planner.specs.model import ModelSpec
 
 # SGLang 0.5.23 utils/hf_transformers/mistral_utils.py is_mistral_model: the names its `auto` parser knows
@@ -43,14 +42,15 @@ def attention_config_findings(flags: set, values: dict) -> list[tuple]:
 
 def _tokens(text: str | None) -> int | None:
     """A context length as the engines read it: 4096, 128k (x 1000), 128K (x 1024), 1m / 1M; None for
-    auto, -1 or nothing (the model's own)."""
+    auto, -1 or nothing (the model's own), and for a value that is not a token count (the engine's own parser
+    reports it: audit/lint_engine)."""
     if text is None or text in ("auto", "-1"):
         return None
     scale = {"k": 1000, "K": 1024, "m": 10**6, "M": 2**20}.get(text[-1:], 1)
     try:
-        return int(float(text[:-1] if scale > 1 else text) * scale)
-    except ValueError:
-        raise PlanError(f"lint: context length {text!r} is not a token count") from None
+        return int(text) if scale == 1 else int(float(text[:-1]) * scale)
+    except (ValueError, OverflowError):
+        return None
 
 
 def model_findings(engine: str, flags: set, values: dict, model: str | None, spec: ModelSpec) -> list[tuple]:

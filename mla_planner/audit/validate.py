@@ -13,9 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from statistics import median
-from typing import Literal, Optional
+from typing import Annotated, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from mla_planner.core.errors import PlanError
 from mla_planner.core.files import read_mapping, user_path
@@ -48,7 +48,7 @@ class Point(BaseModel):
     regime: str
     source: str
     quote: str
-    published: float
+    published: Annotated[float, Field(gt=0, allow_inf_nan=False)]
     unit: str
     run: dict
     note: Optional[str] = None
@@ -157,14 +157,14 @@ def run_points(path: str | None = None, category: str | None = None) -> list[Res
 def _predict(p: Point, path: str | None) -> float:
     what = p.run.get("what", p.category)
     where = f"{path or 'validation.yaml'}: point {p.id}"
-    if what not in PREDICT:
+    if not isinstance(what, str) or what not in PREDICT:
         raise PlanError(f"{where}: run.what must be one of {', '.join(PREDICT)}, got {what!r}")
     try:
         return PREDICT[what](p.run)
     except KeyError as exc:
         raise PlanError(f"{where}: run needs {exc.args[0]!r} for {what}") from None
-    except (TypeError, ValueError) as exc:
-        raise PlanError(f"{where}: run is not a valid {what} configuration ({exc})") from None
+    except (TypeError, ValueError, AttributeError, ArithmeticError) as exc:   # `run` is a free-form mapping
+        raise PlanError(f"{where}: run is not a valid {what} configuration ({str(exc)[:120]})") from None
 
 
 def summarise(results: list[Result]) -> list[Summary]:

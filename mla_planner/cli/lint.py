@@ -15,7 +15,7 @@ from mla_planner.cli.common import DEFAULT_TOPOLOGY, JsonOpt, TopologyOpt, guard
 from mla_planner.cli.plannable import check_plannable
 from mla_planner.cli.console import console
 from mla_planner.core.errors import PlanError
-from mla_planner.core.files import path_kind, user_path
+from mla_planner.core.files import MAX_COUNT, path_kind, user_path
 from mla_planner.specs.calibration import load_calibration
 from mla_planner.specs.builtin import builtin_names
 from mla_planner.specs.catalogue import load_model
@@ -100,12 +100,13 @@ def _memory(cmd: Command, spec, topo) -> list[Finding]:
 
 
 def _number(text: Optional[str], kind=int):
-    """A flag's value as a number, None when absent or not one (the engine's parser reports that)."""
+    """A flag's value as a number, None when absent or not a plausible one (the engine's parser, or the planner's
+    own checks, report that)."""
     try:
         value = kind(text) if text is not None else None
     except ValueError:
         return None
-    return value if value is None or value > 0 else None
+    return value if value is None or 0 < value <= MAX_COUNT else None
 
 
 def _builtin_for(served: Optional[str]) -> Optional[str]:

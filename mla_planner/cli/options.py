@@ -142,8 +142,8 @@ def workload_from(input_len: str, output_len: str, concurrency: Optional[int], r
                   mtp_acceptance: float = MTP_ACCEPTANCE) -> Workload:
     inp, inp_max = parse_length(input_len, "--input-len")
     out, out_max = parse_length(output_len, "--output-len")
-    if concurrency is not None and concurrency < 1:
-        raise PlanError("--concurrency must be a positive number of requests")
+    if concurrency is not None and not 1 <= concurrency < 1e9:
+        raise PlanError("--concurrency must be a positive number of requests, below a billion")
     if not (0 < ttft_ms < inf and 0 < tpot_ms < inf):
         raise PlanError("--ttft-ms and --tpot-ms must be positive, finite milliseconds")
     if concurrency is not None and request_rate is not None:

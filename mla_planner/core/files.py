@@ -30,9 +30,12 @@ class Checked:
 
 
 # Counts and flags in user files are checked by type, not coerced: `true` is not 1 and "512" is not 512
-# (pydantic's lax mode would take both). Floats stay lax, as PyYAML reads `3e12` as the string "3e12".
-PosInt = Annotated[int, Checked(strict=True, gt=0)]
-NonNegInt = Annotated[int, Checked(strict=True, ge=0)]
+# (pydantic's lax mode would take both). Floats stay lax, as PyYAML reads `3e12` as the string "3e12". A count
+# is at most 2**31 (vocabularies, context lengths and dimensions are far below): a 400-digit one is not a count,
+# and overflowed the float arithmetic it reached.
+MAX_COUNT = 2**31
+PosInt = Annotated[int, Checked(strict=True, gt=0, le=MAX_COUNT)]
+NonNegInt = Annotated[int, Checked(strict=True, ge=0, le=MAX_COUNT)]
 Flag = Annotated[bool, Checked(strict=True)]
 
 # libyaml's parser, where PyYAML was built with it: the same data as yaml.safe_load, ~10x faster (the built-in
@@ -42,11 +45,61 @@ _FAST_SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 def parse_yaml(text: str):
     """yaml.safe_load(TEXT), parsed by libyaml when it can; a text libyaml refuses is parsed again by
-    safe_load, so an error (and the line it names) is exactly safe_load's."""
+    safe_load, so an error (and the line it names) is exactly safe_load's. For the built-in data files; a
+    user's file goes through `parse_user_data`."""
     try:
         return yaml.load(text, Loader=_FAST_SAFE_LOADER)
     except yaml.YAMLError:
         return yaml.safe_load(text)
+
+
+class _NoAliasLoader(yaml.SafeLoader):
+    """safe_load that refuses YAML aliases (`*name`): a 1 KB file of nested aliases expands to gigabytes of
+    repeated values (the "billion laughs"), and no planner file needs one."""
+
+    def compose_node(self, parent, index):
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise yaml.composer.ComposerError(None, None, "YAML aliases (*name) are not accepted: write the "
+                                                          "value out", event.start_mark)
+        return super().compose_node(parent, index)
+
+
+def parse_user_data(text: str, where: str, as_json: bool):
+    """A user's file parsed: JSON (json.loads) or YAML (safe_load without aliases). One InputError for text
+    that does not parse, for nesting deeper than Python can walk, and for an alias."""
+    kind = "JSON" if as_json else "YAML"
+    try:
+        return _text_only(json.loads(text) if as_json else yaml.load(text, Loader=_NoAliasLoader), where)
+    except RecursionError:
+        raise InputError(where, f"is not usable {kind}: nested too deeply") from None
+    except yaml.composer.ComposerError as exc:
+        if "aliases" in str(exc.problem):
+            raise InputError(where, f"{exc.problem} (line {exc.problem_mark.line + 1})") from None
+        raise InputError(where, f"is not valid {kind}{_line(exc)}") from None
+    except (yaml.YAMLError, ValueError) as exc:
+        raise InputError(where, f"is not valid {kind}{_line(exc)}") from None
+
+
+def _text_only(data, where: str):
+    """DATA, once no string in it holds a lone surrogate: JSON's "\\udcff" and YAML's "\\uDCFF" escapes parse to
+    one, which is not text (it cannot be printed or written back as UTF-8)."""
+    stack = [data]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            stack += [*node.keys(), *node.values()]
+        elif isinstance(node, list):
+            stack += node
+        elif isinstance(node, str) and any("\ud800" <= c <= "\udfff" for c in node):
+            raise InputError(where, f"holds \"{node.encode('utf-8', 'backslashreplace').decode()[:40]}\": a lone "
+                                    "surrogate escape is not text")
+    return data
+
+
+def _line(exc: Exception) -> str:
+    line = getattr(getattr(exc, "problem_mark", None), "line", None)
+    return f" at line {line + 1}" if line is not None else ""
 
 
 def user_path(text: str) -> Path:
@@ -58,47 +111,52 @@ def user_path(text: str) -> Path:
 
 
 def path_kind(path: Path) -> str:
-    """'file', 'dir' or 'missing' - and a path the OS refuses (too long, bad bytes) is one clear error."""
+    """'file' (a regular file), 'dir', 'other' (a FIFO, device or socket: reading one blocks or never ends)
+    or 'missing' - and a path the OS refuses (too long, bad bytes) is one clear error."""
     try:
-        return "dir" if path.is_dir() else "file" if path.exists() else "missing"
+        if path.is_dir():
+            return "dir"
+        return "file" if path.is_file() else "other" if path.exists() else "missing"
     except (OSError, ValueError) as exc:
         raise InputError(str(path)[:200], f"not a usable path ({getattr(exc, 'strerror', None) or exc})") from None
+
+
+# The largest file a reader takes: far above any config.json, topology, plan or calibration file (a plan of
+# every candidate is well under 1 MiB), and above any engine log or benchmark result a user would check.
+MAX_DATA_BYTES = 64 * 2**20
+MAX_TEXT_BYTES = 512 * 2**20
+
+
+def read_user_text(path: Path, where: str, limit: int, errors: str = "strict") -> str:
+    """The text of a regular file the user named, at most LIMIT bytes; one InputError for a missing file, a
+    folder, a FIFO or device, a file too large, or bytes that are not UTF-8 (unless ERRORS replaces them)."""
+    kind = path_kind(path)
+    if kind != "file":
+        raise InputError(where, {"missing": "no such file", "dir": "is a folder, expected a file",
+                                 "other": "is not a regular file (a FIFO, device or socket)"}[kind])
+    try:
+        size = path.stat().st_size
+        if size > limit:
+            raise InputError(where, f"is {size / 2**20:,.0f} MiB, more than the {limit / 2**20:,.0f} MiB a "
+                                    "reader takes")
+        return path.read_text(encoding="utf-8", errors=errors)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(where, f"cannot be read as UTF-8 text ({exc.__class__.__name__})") from None
 
 
 def read_mapping(path: Path) -> dict:
     """Parse a YAML (or JSON, a YAML subset) file that must hold a mapping."""
     where = str(path)
-    kind = path_kind(path)
-    if kind == "missing":
-        raise InputError(where, "no such file")
-    if kind == "dir":
-        raise InputError(where, "is a folder, expected a file")
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(where, f"cannot be read as UTF-8 text ({exc.__class__.__name__})") from None
+    text = read_user_text(path, where, MAX_DATA_BYTES)
     if not text.strip():
         raise InputError(where, "is empty, expected a mapping of fields")
-    try:
-        data = json.loads(text) if path.suffix == ".json" else parse_yaml(text)
-    except (yaml.YAMLError, ValueError) as exc:
-        kind = "JSON" if path.suffix == ".json" else "YAML"
-        line = getattr(getattr(exc, "problem_mark", None), "line", None)
-        at = f" at line {line + 1}" if line is not None else ""
-        raise InputError(where, f"is not valid {kind}{at}") from None
+    data = parse_user_data(text, where, path.suffix == ".json")
     if not isinstance(data, dict):
         raise InputError(where, f"expected a mapping of fields, found {type(data).__name__}")
     return data
 
 
 def read_text_file(name: str) -> str:
-    """A text file the user named (a log, a benchmark result): one clear error for a missing file, a folder, or
-    one that cannot be read; undecodable bytes replaced."""
-    path = user_path(name)
-    kind = path_kind(path)
-    if kind != "file":
-        raise InputError(name, "is a folder, not a file" if kind == "dir" else "no such file")
-    try:
-        return path.read_text(encoding="utf-8", errors="replace")
-    except OSError as exc:
-        raise InputError(name, f"cannot be read ({exc.strerror or exc})") from None
+    """A text file the user named (a log, a benchmark result): one clear error for a missing file, a folder, a
+    FIFO or device, one too large, or one that cannot be read; undecodable bytes replaced."""
+    return read_user_text(user_path(name), name, MAX_TEXT_BYTES, errors="replace")

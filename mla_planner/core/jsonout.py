@@ -8,6 +8,8 @@ import json
 from dataclasses import asdict
 from typing import Any
 
+from mla_planner.core.errors import PlanError
+
 SCHEMA_VERSION = 1
 
 
@@ -17,8 +19,14 @@ def versioned(data: dict) -> dict:
 
 
 def dumps(data: dict, indent: int = 2) -> str:
-    """DATA as versioned JSON text; dataclasses and pydantic models inside are written as their fields."""
-    return json.dumps(versioned(data), indent=indent, sort_keys=False, default=_jsonable)
+    """DATA as versioned JSON text; dataclasses and pydantic models inside are written as their fields. Strict JSON:
+    a NaN or infinity (which json.dumps would write as the non-JSON `NaN` / `Infinity`) is refused, one line,
+    rather than written for a strict parser to choke on; the readers refuse what would produce one."""
+    try:
+        return json.dumps(versioned(data), indent=indent, sort_keys=False, default=_jsonable, allow_nan=False)
+    except ValueError as exc:
+        raise PlanError(f"a figure of this result is not a finite number, so it has no JSON form ({exc}); "
+                        "please report the command that gave it") from None
 
 
 def _jsonable(obj: Any):

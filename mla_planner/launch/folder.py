@@ -149,9 +149,12 @@ KV_LOG = {"vllm": "vLLM logs it as `GPU KV cache size: N tokens` (v1/core/kv_cac
 
 def _predicted(inp: LaunchInputs, engine: str, cand: Candidate) -> Optional[dict]:
     """The plan's figures one replica should show: KV tokens as the engine logs them, tokens/s, TPOT and TTFT
-    at the planned concurrency; None without them (a hand-built plan) or when the candidate serves nothing."""
+    at the planned concurrency; None without them (a hand-built plan, or one that gives only some of them) or when
+    the candidate serves nothing."""
     perf, mem = cand.performance, cand.memory
     if not (perf and perf.concurrency and mem and mem.kv_capacity_tokens):
+        return None
+    if None in (perf.throughput_tokens_per_s, perf.tpot_s, perf.ttft_s):
         return None
     k = inp.knobs
     return dict(kv_tokens=f"{mem.kv_capacity_tokens:,}", dp=inp.layout.dp, kv_log=KV_LOG[engine],

@@ -11,7 +11,7 @@ written by another major.minor version of mla-plan is refused (its fields may me
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Annotated, Literal, Optional
 
@@ -106,18 +106,14 @@ class _WorkloadIn(BaseModel):
     mtp_acceptance: Annotated[float, Field(ge=0, le=1)] = MTP_ACCEPTANCE   # absent in plans written before it
 
 
-class _MemoryIn(BaseModel):
-    """The one memory field launch reads back: the engine's layer split per PP stage."""
-    model_config = ConfigDict(extra="allow", strict=True)
-    pp_layer_partition: Optional[list[PositiveInt]] = None
-
-
 class _CandidateIn(BaseModel):
+    """A candidate as read back: its predicted figures typed (search/candidate.py: whole counts, finite
+    quantities), since emit writes them into the README and check-log compares logs with them."""
     model_config = Loose
     layout: _LayoutIn
     knobs: _KnobsIn
-    memory: _MemoryIn = _MemoryIn()
-    performance: dict = {}
+    memory: CandidateMemory = CandidateMemory()
+    performance: Performance = Performance()
     warnings: list[str] = []
     reasons: list[str] = []
 
@@ -188,13 +184,17 @@ def read_plan(path: str | Path) -> Plan:
             raise InputError(where, f"{c.knobs.max_model_len} exceeds the model's max_position_embeddings "
                              f"({limit})", f"candidates.{i}.knobs.max_model_len")
     cands = [Candidate(Layout(**c.layout.model_dump()), _knobs(c.knobs, raw.model.spec, c.layout, where, i),
-                       CandidateMemory.from_file(c.memory.model_dump(exclude_none=True)),
-                       Performance.from_file(c.performance),
+                       _given(c.memory), _given(c.performance),
                        c.warnings, c.reasons) for i, c in enumerate(raw.candidates)]
     versions = data.get("engine_versions")
     versions = {k: v for k, v in versions.items() if isinstance(v, str)} if isinstance(versions, dict) else {}
     return Plan(raw.model.spec, raw.model.model_path, raw.topology, Workload(**raw.workload.model_dump()), cands,
                 [Rejection.from_file(r) for r in raw.rejected], versions)
+
+
+def _given(record):
+    """RECORD, or None where the file gives none of its figures (a plan built by hand)."""
+    return record if any(getattr(record, f.name) is not None for f in fields(record)) else None
 
 
 def _knobs(raw: _KnobsIn, spec: ModelSpec, layout: _LayoutIn, where: str, i: int) -> Knobs:

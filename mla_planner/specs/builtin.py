@@ -7,7 +7,7 @@ here. Building them directly keeps pydantic's import (about 0.1 s) off `mla-plan
 
 from __future__ import annotations
 
-from mla_planner.core.files import read_mapping
+from mla_planner.core.files import parse_yaml
 from mla_planner.core.resources import data_dir
 from mla_planner.specs.model import ModelSpec
 
@@ -17,8 +17,9 @@ def builtin_names() -> list[str]:
 
 
 def builtin_fields(name: str) -> dict:
-    """The built-in spec NAME's fields as its file gives them."""
-    return read_mapping(data_dir("models") / f"{name}.yaml")
+    """The built-in spec NAME's fields as its file gives them (package data, parsed as the other built-in data
+    files are: libyaml where PyYAML has it)."""
+    return parse_yaml((data_dir("models") / f"{name}.yaml").read_text(encoding="utf-8"))
 
 
 def builtin_spec(name: str) -> ModelSpec:

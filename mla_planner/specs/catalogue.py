@@ -7,7 +7,6 @@ R1 failed when looked up by name although it shares V3's architecture).
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,7 +14,7 @@ from mla_planner.core.errors import InputError, PlanError, did_you_mean
 from mla_planner.core.files import path_kind, read_mapping, user_path
 from mla_planner.core.validation import validate
 from mla_planner.specs.builtin import builtin_names, builtin_spec
-from mla_planner.specs.model import ModelSpec
+from mla_planner.specs.model import MAX_LAYERS, ModelSpec
 from mla_planner.specs.quantization import quantization_of, v4_expert_fields, weight_fields
 from mla_planner.specs.mistral import hf_config_from_params, pixtral
 from mla_planner.specs.vision import moonvit
@@ -68,6 +67,8 @@ def load_model(ref: str) -> LoadedModel:
     kind = path_kind(path)
     if kind != "missing":
         path = path.resolve()   # scripts run on other nodes and in other folders: never a relative path
+    if kind == "other":
+        raise InputError(ref, "is not a regular file (a FIFO, device or socket)")
     if ref.lower() in builtin_names() and kind == "missing":
         spec = builtin_spec(ref.lower())
         return LoadedModel(spec, spec.hf_id or spec.name, "built-in")
@@ -107,6 +108,9 @@ def spec_from_hf_config(path: Path) -> ModelSpec:
 def spec_from_config(cfg: dict, path: Path, where: str, config_format: str = "hf") -> ModelSpec:
     """The spec of config CFG read from PATH: its architecture and model_type checked, its keys taken by name."""
     archs = cfg.get("architectures") or []
+    if not isinstance(archs, list) or not all(isinstance(a, str) for a in archs):
+        raise InputError(where, f"expected a list of architecture names like [\"DeepseekV3ForCausalLM\"], got "
+                         f"{str(archs)[:80]}", "architectures")
     arch = next((a for a in archs if a in ARCHITECTURES), None)
     refused = next((a for a in archs if a in NOT_MODELLED), None)
     if arch is None and refused:
@@ -116,6 +120,11 @@ def spec_from_config(cfg: dict, path: Path, where: str, config_format: str = "hf
         raise InputError(where, f"unsupported architecture {archs or 'none given'}; supported: {supported}",
                          "architectures")
     kind, model_types = ARCHITECTURES[arch]
+    for key, value in (("model_type", cfg.get("model_type")),
+                       ("text_config.model_type", (cfg.get("text_config") or {}).get("model_type")
+                        if isinstance(cfg.get("text_config"), dict) else None)):
+        if value is not None and not isinstance(value, str):
+            raise InputError(where, f"expected a name like \"deepseek_v3\", got {str(value)[:60]}", key)
     if cfg.get("model_type") and model_types and cfg["model_type"] not in model_types:
         raise InputError(where, f"model_type {cfg['model_type']!r} does not go with {arch} (expected "
                          f"{' or '.join(sorted(model_types))}): an edited config?", "model_type")
@@ -128,13 +137,21 @@ def spec_from_config(cfg: dict, path: Path, where: str, config_format: str = "hf
     if arch == "Qwen2ForCausalLM":
         fields["attention_bias"] = True  # Qwen2 always has q/k/v biases
     quant = quantization_of(cfg, path.parent, text)
-    fields.update(weight_fields(quant, where, text.get("num_hidden_layers") or 1,
-                                text.get("first_k_dense_replace") or 0 if text.get("n_routed_experts") else None))
+    # the weight formats walk the layers: counts that are not counts are left to the spec's validation to refuse
+    fields.update(weight_fields(quant, where, _count(text, "num_hidden_layers", 1),
+                                _count(text, "first_k_dense_replace", 0) if text.get("n_routed_experts") else None))
     if kind == "csa-hca":
         fields.update(v4_expert_fields(text, quant, where))
     if not quant and _channel_int8_index(path.parent):
         fields["weight_dtype"] = "int8"
     return validate(ModelSpec, fields, where)
+
+
+def _count(cfg: dict, key: str, default: int) -> int:
+    """CFG[KEY] where it is a plausible count (a whole number in [0, MAX_LAYERS]), else DEFAULT."""
+    value = cfg.get(key)
+    ok = isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_LAYERS
+    return value if ok else default
 
 
 def _text_and_vision(cfg: dict, arch: str, where: str) -> tuple[dict, dict]:
@@ -165,10 +182,7 @@ def _channel_int8_index(folder: Path) -> bool:
     index = folder / "model.safetensors.index.json"
     if not index.is_file() or (folder / "hf_quant_config.json").is_file():   # ModelOpt (FP8/FP4) keeps its own
         return False
-    try:
-        names = json.loads(index.read_text()).get("weight_map")
-    except (OSError, ValueError, AttributeError):
-        names = None
+    names = read_mapping(index).get("weight_map")
     if not isinstance(names, dict):      # read to tell INT8 from BF16: a broken one would price it at 2x
         raise InputError(str(index), "expected a safetensors index, a JSON object with a weight_map of tensor names",
                          "weight_map")

@@ -4,8 +4,8 @@ published sources (`mla_planner/data/efficiency.yaml`), and the check every over
 
 from __future__ import annotations
 
+import math
 from functools import lru_cache
-
 
 from mla_planner.core.errors import InputError, did_you_mean
 from mla_planner.core.files import parse_yaml
@@ -46,16 +46,28 @@ def check_overrides(values: dict, where: str, section: str = "efficiency") -> di
     return out
 
 
+# Bounds for the values that are not fractions: a latency or per-kernel cost between 1 ns and 1 s, a count of
+# kernels per layer up to 10,000 - far outside any measured figure, so only a value that is not one is refused
+# (NaN, .inf, 1e-300 s reached the batch search as NaN and crashed it).
+SECONDS_RANGE = (1e-9, 1.0)
+MAX_KERNELS_PER_LAYER = 10_000
+
+
 def _checked(name: str, value, where: str, section: str):
     loc = f"{section}.{name}"
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise InputError(where, f"must be a number, got {value!r}", loc)
+    if not math.isfinite(value):
+        raise InputError(where, f"must be a finite number, got {value!r}", loc)
     if name == "kernels_per_layer":
-        if int(value) != value or value < 1:
-            raise InputError(where, f"must be a positive integer, got {value}", loc)
+        if int(value) != value or not 1 <= value <= MAX_KERNELS_PER_LAYER:
+            raise InputError(where, f"must be a whole number in [1, {MAX_KERNELS_PER_LAYER:,}], got {value}", loc)
         return int(value)
     if name.endswith("_efficiency") and not 0 < value <= 1:
         raise InputError(where, f"must be a fraction in (0, 1], got {value}", loc)
+    if name.endswith("_s") and not SECONDS_RANGE[0] <= value <= SECONDS_RANGE[1]:
+        raise InputError(where, f"is in seconds: between {SECONDS_RANGE[0]:g} and {SECONDS_RANGE[1]:g}, got {value}",
+                         loc)
     if value <= 0:
         raise InputError(where, f"must be > 0, got {value}", loc)
     return float(value)

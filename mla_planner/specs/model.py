@@ -12,6 +12,7 @@ holds every built-in equal to its validated self). Either way `__post_init__` ch
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import asdict, dataclass, fields
 from functools import cached_property
@@ -20,6 +21,12 @@ from typing import Annotated, Literal, Optional
 from mla_planner.core.files import Checked, Flag, NonNegInt, PosInt
 from mla_planner.specs.attention.kinds import KINDS, foreign_field, kind_named
 
+# Plausible sizes (far above any model: DeepSeek-V3 hidden 7,168, 256 experts, 128 heads): a larger one is not a
+# model, and is refused before its parameters are counted.
+Dim = Annotated[int, Checked(strict=True, gt=0, le=2**20)]
+Width = Annotated[int, Checked(strict=True, gt=0, le=2**16)]          # heads, experts, groups
+Width0 = Annotated[int, Checked(strict=True, ge=0, le=2**16)]
+MAX_LAYERS = 4096     # far above any model (GLM-5: 78); the planner walks every layer, so 1e9 would never end
 DSPARK_LAYERS = 3     # DSpark draft decoder layers when the config names none (vLLM 0.33.0 deepseek_v4/nvidia/dspark.py)
 WeightDtype = Literal["bf16", "fp8", "int4", "int8", "nvfp4", "mxfp4"]
 # What pydantic's validation makes of a file's values, done for a spec built directly (specs/builtin.py):
@@ -39,23 +46,23 @@ class ModelSpec:
     config_format: Literal["hf", "mistral"] = "hf"   # a Hugging Face config.json, or Mistral's params.json
     attention: str = "mla"                        # an attention kind (specs/attention/kinds.py)
     # trunk
-    hidden_size: PosInt
-    num_hidden_layers: PosInt
-    num_attention_heads: PosInt
-    num_key_value_heads: Optional[PosInt] = None
-    vocab_size: PosInt
+    hidden_size: Dim
+    num_hidden_layers: Annotated[int, Checked(strict=True, gt=0, le=MAX_LAYERS)]
+    num_attention_heads: Width
+    num_key_value_heads: Optional[Width] = None
+    vocab_size: Annotated[int, Checked(strict=True, gt=0, le=2**25)]
     tie_word_embeddings: Flag = False
     max_position_embeddings: PosInt
-    rms_norm_eps: Annotated[float, Checked(gt=0)] = 1e-6
+    rms_norm_eps: Annotated[float, Checked(gt=0, allow_inf_nan=False)] = 1e-6
     # mla
-    q_lora_rank: Optional[PosInt] = None
-    kv_lora_rank: Optional[PosInt] = None
-    qk_nope_head_dim: Optional[PosInt] = None
-    qk_rope_head_dim: Optional[PosInt] = None
-    v_head_dim: Optional[PosInt] = None
+    q_lora_rank: Optional[Dim] = None
+    kv_lora_rank: Optional[Dim] = None
+    qk_nope_head_dim: Optional[Dim] = None
+    qk_rope_head_dim: Optional[Dim] = None
+    v_head_dim: Optional[Dim] = None
     # DeepSeek Sparse Attention's lightning indexer (attention: mla-dsa; DeepSeek-V3.2 config.json)
-    index_n_heads: Optional[PosInt] = None
-    index_head_dim: Optional[PosInt] = None
+    index_n_heads: Optional[Width] = None
+    index_head_dim: Optional[Dim] = None
     index_topk: Optional[PosInt] = None
     index_topk_freq: Optional[PosInt] = None         # GLM-5.2 IndexCache: an indexer every index_topk_freq layers,
     index_skip_topk_offset: Optional[PosInt] = None  # counted from this offset; the others reuse the top-k
@@ -66,20 +73,20 @@ class ModelSpec:
     # first layers routed by a token-id table instead of a gate
     compress_ratios: Optional[tuple[NonNegInt, ...]] = None
     sliding_window: Optional[PosInt] = None
-    o_groups: Optional[PosInt] = None
-    o_lora_rank: Optional[PosInt] = None
-    hc_mult: Optional[PosInt] = None
+    o_groups: Optional[Width] = None
+    o_lora_rank: Optional[Dim] = None
+    hc_mult: Optional[Width] = None
     num_hash_layers: Optional[NonNegInt] = None
     # gqa (and the KV row width of csa-hca)
-    head_dim: Optional[PosInt] = None
+    head_dim: Optional[Dim] = None
     attention_bias: Flag = False
     # ffn / moe
-    intermediate_size: Optional[PosInt] = None    # the dense FFN's; none in a model without dense layers (V4)
+    intermediate_size: Optional[Dim] = None    # the dense FFN's; none in a model without dense layers (V4)
     first_k_dense_replace: NonNegInt = 0
-    moe_intermediate_size: Optional[PosInt] = None
-    n_routed_experts: NonNegInt = 0
-    n_shared_experts: NonNegInt = 0
-    num_experts_per_tok: NonNegInt = 0
+    moe_intermediate_size: Optional[Dim] = None
+    n_routed_experts: Width0 = 0
+    n_shared_experts: Width0 = 0
+    num_experts_per_tok: Width0 = 0
     topk_method: Optional[str] = None
     # mtp
     num_nextn_predict_layers: NonNegInt = 0
@@ -89,12 +96,12 @@ class ModelSpec:
     dspark_target_layer_ids: Optional[tuple[NonNegInt, ...]] = None
     dspark_markov_rank: Optional[PosInt] = None
     # a vision encoder beside the text model (multimodal checkpoints: Kimi-K2.5), bf16 (specs/vision.py)
-    vision_params: NonNegInt = 0
+    vision_params: Annotated[int, Checked(strict=True, ge=0, le=10**13)] = 0     # parameters, not a small count
     vision_layers: Optional[PosInt] = None
-    vision_hidden_size: Optional[PosInt] = None
+    vision_hidden_size: Optional[Dim] = None
     # rope
-    rope_theta: Annotated[float, Checked(gt=0)] = 10000.0
-    rope_scaling: Optional[dict] = None
+    rope_theta: Annotated[float, Checked(gt=0, allow_inf_nan=False)] = 10000.0
+    rope_scaling: Optional[dict] = None   # a flat mapping of the config's scalars (yarn's factor, ...): rope_problem
     # weights as stored in the checkpoint
     weight_dtype: WeightDtype = "bf16"
     expert_weight_dtype: Optional[WeightDtype] = None
@@ -116,7 +123,7 @@ class ModelSpec:
         if self.attention not in KINDS:   # a kind specs.attention knows (mla, gqa, or one registered there)
             names = [repr(k) for k in KINDS]
             raise ValueError(f"attention: Input should be {', '.join(names[:-1])} or {names[-1]}")
-        problem = foreign_field(self) or kind_named(self.attention).check(self)
+        problem = rope_problem(self.rope_scaling) or foreign_field(self) or kind_named(self.attention).check(self)
         if problem:
             raise ValueError(problem)
         for pattern in self.unquantized_modules:
@@ -231,3 +238,15 @@ class ModelSpec:
     def has_gate_bias(self) -> bool:
         """noaux_tc routing keeps a per-expert score-correction bias (DeepSeek-V3 e_score_correction_bias)."""
         return self.topk_method == "noaux_tc"
+
+
+def rope_problem(scaling: Optional[dict]) -> str:
+    """rope_scaling holds names and scalars, or lists of numbers (a config's yarn / longrope fields): a NaN, an
+    infinity or a nested mapping is not a RoPE setting ('' when it is fine)."""
+    def finite(v) -> bool:
+        return not isinstance(v, float) or math.isfinite(v)
+    for key, value in (scaling or {}).items():
+        scalars = value if isinstance(value, (list, tuple)) else [value]
+        if not all(isinstance(v, (bool, int, float, str, type(None))) and finite(v) for v in scalars):
+            return f"rope_scaling.{key}: expected a finite number, a name or a list of numbers, got {str(value)[:60]}"
+    return ""

@@ -19,11 +19,11 @@ Anything else is refused in one line, never priced as another format.
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
 from mla_planner.core.errors import InputError
+from mla_planner.core.files import read_mapping
 from mla_planner.specs.weights import module_skipped
 
 
@@ -38,12 +38,7 @@ def quantization_of(cfg: dict, folder: Path, text: dict | None = None) -> dict |
     side = folder / "hf_quant_config.json"
     if not side.is_file():
         return None
-    try:
-        data = json.loads(side.read_text())
-    except (OSError, ValueError):
-        raise InputError(str(side), "is not valid JSON") from None
-    if not isinstance(data, dict):
-        raise InputError(str(side), "expected a mapping with a `quantization` entry")
+    data = read_mapping(side)
     quant = data.get("quantization")
     if quant is None:                  # nothing quantized
         return None

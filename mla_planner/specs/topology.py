@@ -10,18 +10,31 @@ import re
 
 from functools import cached_property, lru_cache
 from pathlib import Path
-from typing import Literal, Optional
+from typing import Annotated, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, PositiveFloat, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from mla_planner.core.errors import InputError, PlanError, did_you_mean
-from mla_planner.core.files import parse_yaml, Flag, NonNegInt, PosInt, path_kind, read_mapping, user_path
+from mla_planner.core.files import Checked, parse_yaml, Flag, NonNegInt, path_kind, read_mapping, user_path
 from mla_planner.core.validation import validate
 from mla_planner.core.hashing import HashedByContent
 from mla_planner.core.resources import data_dir
 from mla_planner.specs.efficiency import check_overrides
 
 Strict = ConfigDict(frozen=True, extra="forbid")
+
+# Plausible ranges (units in the names), spanning every GPU and link sold with margin on both sides: they refuse
+# what is not a measurement (NaN, .inf, 1e-300 B/s, 1e30 B of memory: priced, it gave 5.6e25 KV tokens) before
+# it reaches the model. Memory up to 4 TiB per GPU; HBM 10 GB/s - 1 PB/s; dense tensor rates 1 TFLOP/s -
+# 1 EFLOP/s (0: no such tensor cores); links up to 100 TB/s; latencies up to one second.
+MemoryBytes = Annotated[int, Checked(strict=True, ge=2**28, le=2**42)]
+HbmRate = Annotated[float, Checked(allow_inf_nan=False, ge=1e10, le=1e15)]
+FlopRate = Annotated[float, Checked(allow_inf_nan=False, ge=1e12, le=1e18)]
+OptionalFlopRate = Annotated[float, Checked(allow_inf_nan=False, ge=0, le=1e18)]
+LinkRate = Annotated[float, Checked(allow_inf_nan=False, ge=0, le=1e14)]
+LinkGBps = Annotated[float, Checked(allow_inf_nan=False, ge=0.1, le=1e5)]
+LatencyUs = Annotated[float, Checked(allow_inf_nan=False, ge=1e-3, le=1e6)]
+Count = Annotated[int, Checked(strict=True, gt=0, le=1_000_000)]
 
 
 # The NVIDIA architectures by compute capability (CUDA C Programming Guide, "Compute Capabilities"), and AMD's by gfx
@@ -36,17 +49,17 @@ class GPU(BaseModel):
     model_config = Strict
     name: str
     vendor: Literal["nvidia", "amd"] = "nvidia"
-    memory_bytes: PosInt
-    nvidia_smi_mib: Optional[PosInt] = None   # total as nvidia-smi prints it (SGLang sizes defaults by it)
-    hbm_bytes_per_s: PositiveFloat
-    bf16_flops_per_s: PositiveFloat
-    fp8_flops_per_s: NonNegativeFloat = 0.0
-    int8_ops_per_s: NonNegativeFloat = 0.0    # dense INT8 tensor-core rate (W8A8 GEMMs); 0: they run at bf16's
-    fp4_flops_per_s: NonNegativeFloat = 0.0   # dense FP4 tensor-core rate (NVFP4 W4A4); 0: none (Marlin, bf16 math)
+    memory_bytes: MemoryBytes
+    nvidia_smi_mib: Optional[Count] = None   # total as nvidia-smi prints it (SGLang sizes defaults by it)
+    hbm_bytes_per_s: HbmRate
+    bf16_flops_per_s: FlopRate
+    fp8_flops_per_s: OptionalFlopRate = 0.0
+    int8_ops_per_s: OptionalFlopRate = 0.0    # dense INT8 tensor-core rate (W8A8 GEMMs); 0: they run at bf16's
+    fp4_flops_per_s: OptionalFlopRate = 0.0   # dense FP4 tensor-core rate (NVFP4 W4A4); 0: none (Marlin, bf16 math)
     compute_capability: Optional[str] = Field(None, pattern=r"^\d+\.\d+$")   # NVIDIA: what CUDA reports
     gfx_arch: Optional[str] = Field(None, pattern=r"^gfx[0-9a-f]+$")           # AMD: the ROCm gfx target
-    nvlink_bytes_per_s: NonNegativeFloat = 0.0
-    xgmi_bytes_per_s: NonNegativeFloat = 0.0   # AMD Infinity Fabric to its peers, per GPU per direction (all links)
+    nvlink_bytes_per_s: LinkRate = 0.0
+    xgmi_bytes_per_s: LinkRate = 0.0   # AMD Infinity Fabric to its peers, per GPU per direction (all links)
     cuda_name: Optional[str] = None           # torch.cuda.get_device_name(): what tuned-kernel files are keyed on
     source: Optional[str] = None
 
@@ -117,8 +130,8 @@ class GPU(BaseModel):
 class IntraNode(BaseModel):
     model_config = Strict
     kind: Literal["nvswitch", "nvlink", "xgmi", "pcie"] = "nvswitch"   # xgmi: AMD Infinity Fabric, a full mesh
-    gbytes_per_s: Optional[PositiveFloat] = None   # per GPU, per direction; default: the GPU's NVLink or PCIe
-    latency_us: PositiveFloat = 3.0
+    gbytes_per_s: Optional[LinkGBps] = None   # per GPU, per direction; default: the GPU's NVLink or PCIe
+    latency_us: LatencyUs = 3.0
     nvls: Optional[Flag] = None                    # NVLink SHARP all-reduce; default on for NVSwitch, SM90+
 
 
@@ -128,9 +141,9 @@ MAX_NIC_GBIT_PER_S = 3200   # above any NIC sold (ConnectX-8: 800 Gb/s); catches
 class InterNode(BaseModel):
     model_config = Strict
     fabric: Literal["infiniband", "roce", "ethernet"]
-    nics_per_node: PosInt
-    nic_gbit_per_s: PositiveFloat
-    latency_us: PositiveFloat = 5.0
+    nics_per_node: Annotated[int, Checked(strict=True, gt=0, le=64)]
+    nic_gbit_per_s: Annotated[float, Checked(allow_inf_nan=False, gt=0)]   # the ceiling below names a unit mistake
+    latency_us: LatencyUs = 5.0
     socket_ifname: Optional[str] = None   # NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME
     ib_hca: Optional[str] = None          # NCCL_IB_HCA, e.g. "mlx5_0,mlx5_1"
     ib_gid_index: Optional[NonNegInt] = None  # NCCL_IB_GID_INDEX (RoCE v2: usually 3)
@@ -166,9 +179,9 @@ class Topology(HashedByContent):
     model_config = Strict
     name: str
     description: str = ""
-    nodes: PosInt                       # hosts (a GB200 NVL72 compute tray is one)
-    gpus_per_node: PosInt
-    nvlink_domain_nodes: PosInt = 1     # hosts that share one NVLink domain: 18 for a GB200/GB300 NVL72 rack (18
+    nodes: Annotated[int, Checked(strict=True, gt=0, le=65_536)]   # hosts (a GB200 NVL72 compute tray is one)
+    gpus_per_node: Annotated[int, Checked(strict=True, gt=0, le=1_024)]
+    nvlink_domain_nodes: Annotated[int, Checked(strict=True, gt=0, le=1_024)] = 1     # hosts that share one NVLink domain: 18 for a GB200/GB300 NVL72 rack (18
                                         # trays of 4 GPUs on its NVLink switch trays); 1 for an ordinary node
     gpu: GPU
     intra_node: IntraNode = IntraNode()
