@@ -63,7 +63,7 @@ def model_findings(engine: str, flags: set, values: dict, model: str | None, spe
         out.append(("warn", "--language-model-only", f"{spec.name} carries a vision encoder ({spec.vision_params / 1e6:,.0f}M "
                     "parameters, bf16): without --language-model-only vLLM builds it on every GPU and profiles "
                     "image inputs out of the KV budget (config/multimodal.py, v1/worker/gpu_model_runner.py "
-                    "profile_run); the plan serves it text-only"))
+                    "profile_run); add it to serve text only (`plan --images` plans it with images)"))
     if engine == "sglang" and spec.config_format == "mistral" and values.get("config_parser") != "mistral" and \
             not any(name in (model or "").lower() for name in SGLANG_MISTRAL_NAMES):
         out.append(("error", "--model-config-parser", f"{spec.name} is a params.json checkpoint and the path "

@@ -14,6 +14,7 @@ from mla_planner.cli.params import Opt
 from mla_planner.core.errors import PlanError
 from mla_planner.core.files import path_kind
 from mla_planner.core.jsonout import dumps
+from mla_planner.specs.vision import images_problem
 
 DEFAULT_MODEL = "deepseek-v3"
 DEFAULT_TOPOLOGY = "2x8xh100-ib"
@@ -35,6 +36,10 @@ MtpOpt = Annotated[bool, Opt("--mtp", help=(
     "Plan every layout with speculative decoding by the model's own MTP layer (DeepSeek-V3/R1: one drafted "
     "token per step). Without it, a note says what the best candidate would serve with it, and with it, "
     "what it serves without."))]
+ImagesOpt = Annotated[bool, Opt("--images", help=(
+    "Serve a multimodal checkpoint (Kimi-K2.5) with image inputs; without it, text-only. vLLM then builds the "
+    "vision encoder whole on every GPU (--mm-encoder-tp-mode data, its recipe's; no --language-model-only) and its "
+    "memory profile holds the encoder's outputs; SGLang builds the encoder either way."))]
 MtpDraftOpt = Annotated[Optional[int], Opt("--mtp-draft-tokens", help=(
     "With --mtp: tokens drafted per step (vLLM num_speculative_tokens; SGLang --speculative-num-steps, or "
     "--speculative-dspark-block-size for a DSpark draft): the MTP layer drafts them one after another (the recipes "
@@ -96,6 +101,12 @@ def check_context(spec, workload) -> None:
     if workload.max_context_len > spec.max_position_embeddings:
         raise PlanError(f"--input-len + --output-len = {workload.max_context_len:,} tokens exceeds {spec.name}'s "
                         f"max_position_embeddings {spec.max_position_embeddings:,}")
+
+
+def check_images(spec, images: bool) -> None:
+    """--images needs a multimodal checkpoint whose image serving is modelled (specs/vision.images_problem)."""
+    if images and (problem := images_problem(spec)):
+        raise PlanError(f"--images: {problem}")
 
 
 def check_mtp(spec, mtp: bool) -> None:

@@ -11,9 +11,9 @@ from mla_planner.engines.backends import default_engine, int8_checkpoint_problem
 from mla_planner.specs.attention.kinds import attention_of
 from mla_planner.specs.calibration import load_calibration
 from mla_planner.cli.params import Opt
-from mla_planner.cli.common import (DEFAULT_MODEL, DEFAULT_TOPOLOGY, GraphCapOpt, JsonOpt, ModelOpt, MtpAcceptanceOpt,
-                                    PpPartitionOpt, TopologyOpt, check_acceptance, check_context, check_mtp, guard,
-                                    print_json, lower_case)
+from mla_planner.cli.common import (DEFAULT_MODEL, DEFAULT_TOPOLOGY, GraphCapOpt, ImagesOpt, JsonOpt, ModelOpt,
+                                    MtpAcceptanceOpt, PpPartitionOpt, TopologyOpt, check_acceptance, check_context,
+                                    check_images, check_mtp, guard, print_json, lower_case)
 from mla_planner.cli.compare_render import render, verdict
 from mla_planner.cli.options import (bounded, fraction_from_flags, graph_cap_choice, kv_dtype_choice, kv_knobs,
                                      partition_choice)
@@ -129,6 +129,7 @@ def compare_cmd(layouts: Annotated[Optional[list[str]], Opt(
                                                   "token per step (speculative decoding; SGLang then defaults "
                                                   "to 48 running requests).")] = False,
                 mtp_acceptance: MtpAcceptanceOpt = MTP_ACCEPTANCE,
+                images: ImagesOpt = False,
                 dense_per_rank: Annotated[bool, Opt(
                     "--dense-per-rank", help="SGLang under DP attention at tp=1: the dense MLP layers and lm_head on "
                     "each rank's own tokens (--moe-dense-tp-size 1 --enable-dp-lm-head), not split over the stage "
@@ -200,6 +201,7 @@ def compare_cmd(layouts: Annotated[Optional[list[str]], Opt(
                         tpot_ms=tpot_ms, ttft_ms=ttft_ms, mtp_acceptance=mtp_acceptance)
     check_context(spec, workload)
     check_mtp(spec, mtp)
+    check_images(spec, images)
     if dense_per_rank and engine != "sglang":
         raise PlanError("--dense-per-rank is SGLang's choice: vLLM always runs the dense parts on each DP rank's "
                         "own tokens")
@@ -216,7 +218,7 @@ def compare_cmd(layouts: Annotated[Optional[list[str]], Opt(
         base = engine_default_knobs(engine, spec, topo, layout.dp, uses_deepep(layout), **cache,
                                     cuda_graphs=not enforce_eager, max_num_seqs=seqs,
                                     max_num_batched_tokens=chunk, cuda_graph_max_bs=graphs,
-                                    max_model_len=workload.max_context_len, mtp=mtp,
+                                    max_model_len=workload.max_context_len, mtp=mtp, images=images,
                                     pp_layer_partition=partition_choice(pp_layer_partition, spec, layout)
                                     if layout.pp == stages else None)
         per_rank = dense_per_rank and dense_per_rank_applies(layout, engine)

@@ -93,7 +93,9 @@ def _memory(cmd: Command, spec, topo) -> list[Finding]:
             dict(**cache, max_model_len=_number(v.get("max_len")), max_num_seqs=_number(v.get("max_seqs")),
                  max_num_batched_tokens=None if batched is None else max(batched // (
                      layout.dp if cmd.engine == "sglang" else 1), 1),
-                 cuda_graphs=not eager_flag(cmd), cuda_graph_max_bs=_number(v.get("graph_max_bs"))))
+                 cuda_graphs=not eager_flag(cmd), cuda_graph_max_bs=_number(v.get("graph_max_bs")),
+                 images=cmd.engine == "vllm" and bool(spec.vision_patch_size)     # vLLM serves images unless told
+                 and "--language-model-only" not in cmd.flags))
     except PlanError:       # a value the planner does not model: the engine's own checks have judged it
         return []
     return [Finding(*f) for f in memory_findings(spec, topo, layout, knobs, fraction is not None)]

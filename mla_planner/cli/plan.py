@@ -10,8 +10,8 @@ import yaml
 
 from mla_planner.engines.backends import default_engine
 from mla_planner.cli.params import Opt
-from mla_planner.cli.common import (DEFAULT_MODEL, DEFAULT_TOPOLOGY, JsonOpt, MtpAcceptanceOpt, MtpDraftOpt, MtpOpt,
-                                    check_draft_tokens, check_output_file, guard, print_json,
+from mla_planner.cli.common import (DEFAULT_MODEL, DEFAULT_TOPOLOGY, ImagesOpt, JsonOpt, MtpAcceptanceOpt,
+                                    MtpDraftOpt, MtpOpt, check_draft_tokens, check_output_file, guard, print_json,
                                     lower_case)
 from mla_planner.cli.common import warn_weightless
 from mla_planner.cli.options import workload_from
@@ -65,6 +65,7 @@ def plan_cmd(
     mtp: MtpOpt = False,
     mtp_draft_tokens: MtpDraftOpt = None,
     mtp_acceptance: MtpAcceptanceOpt = MTP_ACCEPTANCE,
+    images: ImagesOpt = False,
     top: Annotated[int, Opt("--top", help="Candidates to show.")] = 5,
     explain: Annotated[bool, Opt("--explain", help="Also list rejected layouts with one-line reasons.")] = False,
     as_json: JsonOpt = False,
@@ -106,7 +107,8 @@ def plan_cmd(
     workload = workload_from(input_len, output_len, concurrency, request_rate, ttft_ms, tpot_ms, prefix_hit_rate,
                              mtp_acceptance)
     check_draft_tokens(mtp_draft_tokens, mtp)
-    pinned = Overrides(block_size=block_size, cuda_graphs=not enforce_eager, mtp=mtp, mtp_draft_tokens=mtp_draft_tokens)
+    pinned = Overrides(block_size=block_size, cuda_graphs=not enforce_eager, mtp=mtp, mtp_draft_tokens=mtp_draft_tokens,
+                       images=images)
     plan, result, notes, hint = run_plan(model, topology, workload, engine, kv_cache_dtype, layout, calibration,
                                          pinned, rank_by)
     data = plan_to_dict(plan)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-from mla_planner.cli.common import check_context, check_mtp
+from mla_planner.cli.common import check_context, check_images, check_mtp
 from mla_planner.cli.plannable import check_plannable
 from mla_planner.core.errors import PlanError
 from mla_planner.search.mtp import MtpHint, mtp_hint
@@ -45,6 +45,7 @@ def run_plan(model: str, topology: str, workload: Workload, engine: Optional[str
     if pinned.block_size is not None and pinned.block_size < 1:
         raise PlanError("--block-size must be a positive number of tokens")
     check_mtp(loaded.spec, pinned.mtp)
+    check_images(loaded.spec, pinned.images)
     if rank_by not in RANK_BY:
         raise PlanError(f"--rank-by must be one of {', '.join(RANK_BY)}, got '{rank_by}'")
     result = search(loaded.spec, topo, workload, calib, (engine,) if engine else ENGINES, kv, chosen, pinned=pinned,

@@ -89,7 +89,8 @@ def sizing_flags(inp: LaunchInputs) -> list[str]:
         ("--enforce-eager", not k.cuda_graphs),
         ("--max-cudagraph-capture-size", k.cuda_graph_max_bs if k.cuda_graphs else None),
         ("--speculative-config", MTP_CONFIG % (inp.spec.drafter, k.mtp_draft_tokens) if k.mtp else None),
-        ("--language-model-only", bool(inp.spec.vision_params)),   # text-only: the vision tower stays off the GPUs
+        ("--language-model-only", bool(inp.spec.vision_params) and not k.images),   # text-only: no vision tower
+        ("--mm-encoder-tp-mode", "data" if k.images else None),     # the encoder whole per GPU (the K2.5 recipe's)
         *MISTRAL_FORMAT.get(inp.spec.config_format, ()),
         *recipe_flags(inp.spec, "vllm"),
         ("--trust-remote-code", True),

@@ -36,6 +36,7 @@ from mla_planner.specs.knobs import Knobs, decode_query_len
 from mla_planner.specs.layout import Layout, layout_problems
 from mla_planner.specs.model import ModelSpec
 from mla_planner.specs.topology import Topology
+from mla_planner.specs.vision import vit_rope_bytes, vllm_profile_output_bytes
 
 
 
@@ -92,7 +93,13 @@ def _stage(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, rules:
     mtp = knobs.mtp and last
     fp8 = fp8_checkpoint(rules.engine, spec, topo.gpu)
     marlin = profile(rules.engine).fp8_marlin_fallback and bool(fp8 and fp8[0])   # weight-only FP8 Marlin
-    weights = stage_weight_terms(spec, layout, rng, first, last, rules.engine, mtp, marlin, knobs.dense_per_rank)
+    weights = stage_weight_terms(spec, layout, rng, first, last, rules.engine, mtp, marlin, knobs.dense_per_rank,
+                                 knobs.images)
+    profiled_images = 0.0
+    if knobs.images and first and spec.vision_patch_size and not profile(rules.engine).text_only_keeps_vision:
+        weights["vision_rope_table"] = vit_rope_bytes(spec.vision_hidden_size, spec.vision_heads)
+        profiled_images = vllm_profile_output_bytes(spec.vision_patch_size, spec.vision_merge,
+                                                    knobs.max_num_batched_tokens, spec.hidden_size)
     if is_compressed(spec) and rules.engine == "vllm":      # allocated with the weights, charged like them
         weights["model_buffers"] = vllm_buffer_bytes(spec, knobs.max_num_batched_tokens, last, knobs.mtp)
     mtp_layers = spec.draft_layers if mtp else 0
@@ -106,7 +113,8 @@ def _stage(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, rules:
         if is_compressed(spec) else None
     costs = StageCosts(
         weights_bytes=sum(weights.values()),
-        activation_bytes=mt.activation_peak_bytes(spec, layout, tokens, min(knobs.max_num_seqs, tokens), last, ffn_tp),
+        activation_bytes=mt.activation_peak_bytes(spec, layout, tokens, min(knobs.max_num_seqs, tokens), last, ffn_tp)
+        + profiled_images,
         cuda_graph_bytes=mt.cuda_graph_bytes(spec, layout, sizes, modes, last, ffn_tp),
         nccl_bytes=mt.nccl_buffer_bytes(layout, topo, rules.engine, spec.is_moe and rules.expert_group),
         runtime_bytes=mt.runtime_overhead_bytes(topo.gpu),

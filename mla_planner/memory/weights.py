@@ -32,7 +32,7 @@ DENSE_GROUPS = ("dense_ffn",)                              # tensors present onc
 
 def stage_weight_terms(spec: ModelSpec, layout: Layout, layers: range, first: bool, last: bool,
                        engine: str = "vllm", mtp: bool = False, fp8_marlin: bool = False,
-                       dense_per_rank: bool = False) -> "OrderedDict[str, float]":
+                       dense_per_rank: bool = False, images: bool = False) -> "OrderedDict[str, float]":
     """Bytes of weights one GPU of the stage holds, per group (see `_stage_weight_terms`).
 
     Memoised: the plan search asks for the same stage under many knob settings and layer splits, and only
@@ -41,7 +41,7 @@ def stage_weight_terms(spec: ModelSpec, layout: Layout, layers: range, first: bo
     layers only (GLM-5.2's indexers): then the stage's layers themselves."""
     counts = (len(layers), spec.dense_layers_in(layers), layers if _weights_on_some_layers(spec) else None)
     return OrderedDict(_stage_weight_terms(spec, weight_key(layout), counts, first, last, engine, mtp, fp8_marlin,
-                                           dense_per_rank))
+                                           dense_per_rank, images))
 
 
 @lru_cache(maxsize=64)
@@ -64,19 +64,22 @@ def marlin_scale_bytes(t: Tensor, block: tuple[int, int]) -> float:
 
 @lru_cache(maxsize=4096)
 def _stage_weight_terms(spec: ModelSpec, layout: Layout, counts: tuple, first: bool, last: bool,
-                        engine: str, mtp: bool, fp8_marlin: bool = False, dense_per_rank: bool = False) -> tuple:
+                        engine: str, mtp: bool, fp8_marlin: bool = False, dense_per_rank: bool = False,
+                        images: bool = False) -> tuple:
     """Bytes of weights one GPU of the stage owning `counts` = (decoder layers, dense-FFN layers among them)
     holds, per reporting group.
 
     Walks `inventory(spec)` (+ `draft_inventory` on the last stage when `mtp`, vLLM/SGLang run the
-    drafter, MTP layer or DSpark draft, beside the last stage's layers) and adds `mla_absorb`, the bf16 W_UK/W_UV copies
+    drafter, MTP layer or DSpark draft, beside the last stage's layers; + `vision_inventory` where the engine builds
+    the encoder: SGLang always, vLLM when served with `images` (whole on every GPU: its K2.5 recipe runs
+    --mm-encoder-tp-mode data)) and adds `mla_absorb`, the bf16 W_UK/W_UV copies
     both engines derive from a quantized `wkv_b` (see `mla_absorb_bytes`), and with `fp8_marlin` the
     group scales FP8 Marlin builds (`marlin_scale_bytes`). Groups are keyed `weights/<group>`.
     """
     out: OrderedDict[str, float] = OrderedDict()
     marlin = 0.0
     tensors = inventory(spec) + (draft_inventory(spec) if mtp and last else []) + \
-        (vision_inventory(spec) if profile(engine).text_only_keeps_vision else [])
+        (vision_inventory(spec) if profile(engine).text_only_keeps_vision or images else [])
     for t in tensors:
         count = _stage_count(spec, t, counts, first, last)
         if count:

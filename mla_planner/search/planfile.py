@@ -30,6 +30,7 @@ from mla_planner.specs.knobs import ENGINES, KV_DTYPES, MTP_ACCEPTANCE, Knobs, W
 from mla_planner.specs.layout import KV_LAYOUTS, Layout
 from mla_planner.specs.model import ModelSpec
 from mla_planner.specs.topology import Topology
+from mla_planner.specs.vision import images_problem
 
 Loose = ConfigDict(extra="ignore")
 Strict = ConfigDict(extra="forbid", strict=True)
@@ -89,6 +90,7 @@ class _KnobsIn(BaseModel):
     cuda_graph_max_bs: Optional[PositiveInt] = None          # the same
     dense_per_rank: bool = False                             # the same
     indexer_kv_dtype: Literal["fp8", "mxfp4"] = "fp8"         # the same
+    images: bool = False                                     # the same
 
 
 class _WorkloadIn(BaseModel):
@@ -206,6 +208,8 @@ def _knobs(raw: _KnobsIn, spec: ModelSpec, layout: _LayoutIn, where: str, i: int
     problem = split_problem(spec, lay, knobs)
     if problem:
         raise InputError(where, problem, f"candidates.{i}.knobs.pp_layer_partition")
+    if knobs.images and (problem := images_problem(spec)):
+        raise InputError(where, problem, f"candidates.{i}.knobs.images")
     if knobs.dense_per_rank and not dense_per_rank_applies(lay, knobs.engine):
         raise InputError(where, "true only for SGLang under DP attention at tp=1 (--moe-dense-tp-size 1 "
                          f"--enable-dp-lm-head), not {knobs.engine} on {lay.label}",

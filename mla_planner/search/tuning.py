@@ -13,6 +13,7 @@ from functools import lru_cache
 from math import ceil
 
 from mla_planner.engines.layouts import engine_layout_problem
+from mla_planner.engines.multimodal import images_reason
 from mla_planner.engines.profile import profile
 from mla_planner.specs.attention.kinds import attention_of
 from mla_planner.engines.backends import fp8_checkpoint
@@ -52,6 +53,7 @@ class Overrides:
     cuda_graphs: bool = True
     mtp: bool = False             # speculative decoding with the model's MTP layer (--mtp; search.mtp.mtp_hint)
     mtp_draft_tokens: int | None = None   # tokens it drafts per step (--mtp-draft-tokens; None: the drafter's own)
+    images: bool = False          # serve image inputs on a multimodal checkpoint (--images; else text-only)
 
 
 def dense_variants(layout: Layout, engine: str) -> tuple[bool, ...]:
@@ -96,7 +98,7 @@ def _draft_knobs(spec: ModelSpec, topo: Topology, layout: Layout, engine: str, k
                   attention_backend=backend_name, prefix_caching=True, cuda_graphs=pinned.cuda_graphs,
                   mtp=bool(pinned.mtp), mtp_draft_tokens=pinned.mtp_draft_tokens or spec.default_draft_tokens,
                   dense_per_rank=dense_per_rank,
-                  indexer_kv_dtype=indexer_choice(engine, spec, topo.gpu))
+                  indexer_kv_dtype=indexer_choice(engine, spec, topo.gpu), images=pinned.images)
     # the fraction is sized for the largest chunk and sequence cap tried, so the final (smaller) knobs stay safe;
     # where that leaves no KV room, for the largest chunk that does (choose_chunk then stays at or below it)
     chunks = chunk_candidates(engine, layout)
@@ -133,6 +135,8 @@ def _draft_knobs(spec: ModelSpec, topo: Topology, layout: Layout, engine: str, k
                        if pinned.cuda_graphs else "off, as pinned by --enforce-eager: every decode kernel is "
                                                   "launched from the CPU",
     }
+    if knobs.images:
+        reasons["images"] = images_reason(engine, spec, knobs.max_num_batched_tokens)
     if why_split:
         reasons["pp_layer_partition"] = why_split
     if dense_per_rank_applies(layout, engine):

@@ -169,8 +169,10 @@ def _text_and_vision(cfg: dict, arch: str, where: str) -> tuple[dict, dict]:
     if arch not in VISION or not isinstance(vision, dict):
         return text, {}
     tower = VISION[arch](vision, text.get("hidden_size"), where)
+    geometry = {"vision_patch_size": tower.patch_size, "vision_merge": tower.merge, "vision_heads": tower.heads} \
+        if tower.patch_size else {}
     return text, {"vision_params": tower.params, "vision_layers": tower.layers,
-                  "vision_hidden_size": tower.hidden_size}
+                  "vision_hidden_size": tower.hidden_size, **geometry}
 
 
 def _channel_int8_index(folder: Path) -> bool:

@@ -55,6 +55,8 @@ class Knobs:
     cuda_graph_max_bs: Optional[int] = None
     dense_per_rank: bool = False
     indexer_kv_dtype: str = "fp8"       # DeepSeek-V4's index-key cache: fp8 (132 B) or mxfp4 (68 B, vLLM on Blackwell)
+    images: bool = False                # a multimodal checkpoint served with image inputs (else text-only): its
+                                        # vision encoder on the GPUs and, for vLLM, the encoder's profiled memory
 
 
 @dataclass(frozen=True)

@@ -99,6 +99,9 @@ class ModelSpec:
     vision_params: Annotated[int, Checked(strict=True, ge=0, le=10**13)] = 0     # parameters, not a small count
     vision_layers: Optional[PosInt] = None
     vision_hidden_size: Optional[Dim] = None
+    vision_patch_size: Optional[Width] = None      # MoonViT's image geometry (served with images: specs/vision.py)
+    vision_merge: Optional[Width] = None
+    vision_heads: Optional[Width] = None
     # rope
     rope_theta: Annotated[float, Checked(gt=0, allow_inf_nan=False)] = 10000.0
     rope_scaling: Optional[dict] = None   # a flat mapping of the config's scalars (yarn's factor, ...): rope_problem
