@@ -3,24 +3,22 @@ eager mode and the KV cache dtype it ran, the engine release, and bench.sh's tok
 (sgl-project/sglang#3226 and #4161, vllm-project/vllm#30832, #51041 and #54677: users cannot tell whether
 what they got is what they should have got).
 
-The lines each engine prints (read from the wheels):
-  vLLM 0.33.0    "GPU KV cache size: 1,616,640 tokens, Maximum concurrency for ..." (v1/core/kv_cache_utils.py;
-                 older releases print the size alone, vllm-project/vllm#16692), once per engine
-                 core; "Initializing a V1 LLM engine (v0.33.0) with config: ... enforce_eager=False, ..."
-                 (v1/engine/core.py, config/vllm.py); "Using default MoE config" (fused_moe/fused_moe.py)
-  SGLang 0.5.23  "max_total_num_tokens=712400, ..." once per DP rank (managers/scheduler.py); "server_args={...,
-                 'kv_cache_dtype': 'fp8_e4m3', ...}" (entrypoints/engine.py); "Using default MoE kernel config"
-                 (moe_runner/triton_utils/fused_moe_triton_config.py)
-  NCCL           "NET/IB" or "NET/Socket" with NCCL_DEBUG=INFO (the transport between nodes)
-  bench.sh       both engines' serving benchmarks print "Output token throughput (tok/s):" and "Mean TPOT (ms):"
-                 (vllm/benchmarks/serve.py, sglang/benchmark/serving.py)
+The lines are read once, by logcheck_read.read_log, which names each engine's format and the function of the
+engine's source that prints it (vLLM 0.33.0: "GPU KV cache size: 1,616,640 tokens, Maximum concurrency for ..."
+from v1/core/kv_cache_utils.py:update_kv_cache_capacity, older releases print the size alone, vllm-project/vllm
+#16692, once per engine core; "Initializing a V1 LLM engine (v0.33.0) with config: ... enforce_eager=False, ..."
+from v1/engine/core.py:EngineCore.__init__. SGLang 0.5.23: "max_total_num_tokens=712400, ..." once per DP rank
+from managers/scheduler.py; "server_args={..., 'kv_cache_dtype': 'fp8_e4m3', ...}" from entrypoints/engine.py.
+NCCL: "NET/IB" or "NET/Socket" with NCCL_DEBUG=INFO. bench.sh: "Output token throughput (tok/s):" and "Mean
+TPOT (ms):" from vllm/benchmarks/serve.py and sglang/bench_serving.py), and a number that does not parse is a
+note there, never a traceback here.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
+from mla_planner.audit.logcheck_read import LogFacts, nccl_network
 from mla_planner.engines.backends import engine_version
 from mla_planner.engines.moe_configs import TUNE_SCRIPT, UNTUNED_LOG, moe_kernel_config
 from mla_planner.launch.sglang import KV_CACHE_DTYPES as SGLANG_KV_CACHE_DTYPES
@@ -28,20 +26,7 @@ from mla_planner.launch.vllm import KV_CACHE_DTYPES as VLLM_KV_CACHE_DTYPES
 from mla_planner.search.planfile import Candidate, Plan
 
 KV_TOLERANCE = 0.05        # the memory model's tested band against logged pools (docs/memory.md)
-KV_LINES = {"vllm": re.compile(r"\bKV cache size: ([\d,]+) tokens"),
-            "sglang": re.compile(r"\bmax_total_num_tokens=(\d+)")}
-DEFAULT_MOE = re.compile(r"Using default MoE (kernel )?config")
-VLLM_VERSION = re.compile(r"Initializing a V1 LLM engine \(v([^)\s]+)\)")
-VLLM_EAGER = re.compile(r"\benforce_eager=(True|False)\b")
-VLLM_KV_DTYPE = re.compile(r"\bkv_cache_dtype=([\w]+)")
-NCCL_NETWORK = re.compile(r"Using network (IB|Socket)")
-# "NET/IB : Using [0]mlx5_0:1/IB ...", "NET/IBext_v8 : Using ...", a channel "... via NET/IB/0/GDRDMA"
-NCCL_IB_USED = re.compile(r"NET/IB\w*\s*:\s*Using\b|via NET/IB")
-NCCL_SOCKET_USED = re.compile(r"NET/Socket\s*:\s*Using\b|via NET/Socket")   # "NET/Socket : Using ...", a channel
-SGLANG_KV_DTYPE = re.compile(r"'kv_cache_dtype': '([\w]+)'")
 FABRIC = {"infiniband": "an InfiniBand", "roce": "a RoCE", "ethernet": "an Ethernet"}
-BENCH_TOK_S = re.compile(r"Output token throughput \(tok/s\):\s+([\d.]+)")
-BENCH_TPOT = re.compile(r"Mean TPOT \(ms\):\s+([\d.]+)")
 BENCH_LOW = 0.7            # the step model has been up to 23 % optimistic (README, Validation): below 0.7x, look
 
 
@@ -52,33 +37,25 @@ class LogCheck:
     text: str
 
 
-READ = (*KV_LINES.values(), VLLM_VERSION, VLLM_EAGER, SGLANG_KV_DTYPE, DEFAULT_MOE, BENCH_TOK_S, NCCL_NETWORK,
-        re.compile(r"NET/(IB|Socket)"))
-
-
-def recognised(text: str) -> bool:
-    """Whether `text` holds any line this module reads (else it is not an engine, NCCL or bench.sh log)."""
-    return any(p.search(text) for p in READ)
-
-
-def check_log(text: str, plan: Plan, cand: Candidate, files: dict[str, str] | None = None) -> list[LogCheck]:
+def check_log(facts: LogFacts, plan: Plan, cand: Candidate, files: dict[str, str]) -> list[LogCheck]:
     """Every check, in a fixed order; one the log has no line for is 'absent' and says which line to look for.
-    `files` (name -> text): NCCL's transport is judged per file, as each node logs its own."""
+    FACTS: what logcheck_read.read_log found in all the files together; FILES (name -> text): NCCL's transport
+    is judged per file, as each node logs its own."""
     engine = cand.knobs.engine
-    checks = [_kv(text, engine, cand), _network_per_file(files or {"": text}, plan, cand), _moe(text, plan, cand)]
+    checks = [_kv(facts, engine, cand), _network_per_file(files, plan, cand), _moe(facts, plan, cand)]
     if engine == "vllm":
-        checks += [_vllm_config(text, cand), _version(text, plan)]
+        checks += [_vllm_config(facts, cand), _version(facts, plan)]
     else:
-        checks.append(_sglang_config(text, cand))
-    return checks + [_bench(text, cand, plan)]
+        checks.append(_sglang_config(facts, cand))
+    return checks + [_bench(facts, cand, plan)]
 
 
-def _kv(text: str, engine: str, cand: Candidate) -> LogCheck:
+def _kv(facts: LogFacts, engine: str, cand: Candidate) -> LogCheck:
     planned = cand.memory.kv_capacity_tokens if cand.memory else None
-    logged = [int(m.group(1).replace(",", "")) for m in KV_LINES[engine].finditer(text)]
+    logged = facts.kv(engine)
     line = "'GPU KV cache size: N tokens'" if engine == "vllm" else "'max_total_num_tokens=N'"
     other = "sglang" if engine == "vllm" else "vllm"
-    if not logged and KV_LINES[other].search(text):
+    if not logged and facts.kv(other):
         return LogCheck("kv_cache", "fail", f"this is {other}'s log, but the candidate runs {engine}: check "
                                             "--candidate (or --engine when emitting)")
     if not logged:
@@ -115,11 +92,7 @@ def _network(text: str, plan: Plan, cand: Candidate) -> LogCheck:
     inter = plan.topology.inter_node
     if cand.layout.instance_gpus <= plan.topology.gpus_per_node or inter is None:
         return LogCheck("network", "ok", "one node per engine instance: no traffic between nodes")
-    chosen = {m.group(1) for m in NCCL_NETWORK.finditer(text)}   # NCCL's own verdict, where logged
-    # otherwise the plugin that says "Using" devices ("NET/IB : No device found." is IB missing, not IB used)
-    ib = NCCL_IB_USED.search(text) is not None
-    socket = "Socket" in chosen if chosen else NCCL_SOCKET_USED.search(text) is not None and not ib
-    fast = "IB" in chosen if chosen else ib
+    fast, socket = nccl_network(text)
     if socket and inter.fabric != "ethernet":
         return LogCheck("network", "fail", f"NCCL fell back to TCP sockets (NET/Socket) on {FABRIC[inter.fabric]} "
                                            "fabric: 4-20x slower collectives; check NCCL_IB_HCA, /dev/infiniband in "
@@ -131,11 +104,11 @@ def _network(text: str, plan: Plan, cand: Candidate) -> LogCheck:
                                          "which transport NCCL chose between nodes")
 
 
-def _moe(text: str, plan: Plan, cand: Candidate) -> LogCheck:
+def _moe(facts: LogFacts, plan: Plan, cand: Candidate) -> LogCheck:
     engine = cand.knobs.engine
     said = UNTUNED_LOG[engine]
-    if not DEFAULT_MOE.search(text):
-        if not KV_LINES[engine].search(text):   # not a log of a started engine: its silence says nothing
+    if not facts.untuned_moe:
+        if not facts.kv(engine):   # not a log of a started engine: its silence says nothing
             return LogCheck("moe_kernels", "absent", f"no engine start-up lines to look for '{said}' in")
         return LogCheck("moe_kernels", "ok", f"no '{said}' warning")
     kernel = moe_kernel_config(plan.spec, plan.topology.gpu, cand.layout, engine)
@@ -145,64 +118,64 @@ def _moe(text: str, plan: Plan, cand: Candidate) -> LogCheck:
     return LogCheck("moe_kernels", "warn", f"the engine runs untuned fused-MoE kernels ('{said}'): " + advice)
 
 
-def _vllm_config(text: str, cand: Candidate) -> LogCheck:
-    """vLLM's engine config line: eager mode and the KV cache dtype against the plan's knobs."""
-    eager, kv = VLLM_EAGER.search(text), VLLM_KV_DTYPE.search(text)
-    if not eager:
+def _vllm_config(facts: LogFacts, cand: Candidate) -> LogCheck:
+    """vLLM's engine config line (or its non-default args): eager mode and the KV cache dtype against the plan's
+    knobs."""
+    logged = facts.settings if facts.engine == "vllm" else {}
+    if "cuda_graphs" not in logged:
         return LogCheck("engine_config", "absent", "no 'Initializing a V1 LLM engine ... with config' line")
+    eager, kv = not logged["cuda_graphs"], logged.get("kv_cache_dtype")
     wrong = []
-    if (eager.group(1) == "True") == cand.knobs.cuda_graphs:
-        wrong.append(f"enforce_eager={eager.group(1)} where the plan has CUDA graphs "
-                     + ("on" if cand.knobs.cuda_graphs else "off"))
+    if eager == cand.knobs.cuda_graphs:
+        wrong.append(f"enforce_eager={eager} where the plan has CUDA graphs " + ("on" if cand.knobs.cuda_graphs else
+                                                                                  "off"))
     planned_kv = VLLM_KV_CACHE_DTYPES[cand.knobs.kv_cache_dtype]
-    if kv and kv.group(1) != planned_kv:
-        wrong.append(f"kv_cache_dtype={kv.group(1)} where the plan has {planned_kv}: another KV pool, another "
-                     "candidate")
+    if kv and kv != planned_kv:
+        wrong.append(f"kv_cache_dtype={kv} where the plan has {planned_kv}: another KV pool, another candidate")
     if wrong:
         return LogCheck("engine_config", "fail", "; ".join(wrong))
-    return LogCheck("engine_config", "ok", f"enforce_eager={eager.group(1)}"
-                    + (f", kv_cache_dtype={kv.group(1)}" if kv else "") + ", as planned")
+    return LogCheck("engine_config", "ok", f"enforce_eager={eager}" + (f", kv_cache_dtype={kv}" if kv else "")
+                    + ", as planned")
 
 
-def _sglang_config(text: str, cand: Candidate) -> LogCheck:
+def _sglang_config(facts: LogFacts, cand: Candidate) -> LogCheck:
     """SGLang's 'server_args={...}' start-up line (entrypoints/engine.py): the KV cache dtype against the plan's
     (CUDA-graph settings fold into a nested record there and are not read)."""
-    kv = SGLANG_KV_DTYPE.search(text)
+    kv = facts.settings.get("kv_cache_dtype") if facts.engine == "sglang" else None
     if not kv:
         return LogCheck("engine_config", "absent", "no \"server_args={...'kv_cache_dtype': ...}\" line")
     planned = SGLANG_KV_CACHE_DTYPES[cand.knobs.kv_cache_dtype]
-    if kv.group(1) != planned:
-        return LogCheck("engine_config", "fail", f"kv_cache_dtype={kv.group(1)} where the plan has {planned}: another "
+    if kv != planned:
+        return LogCheck("engine_config", "fail", f"kv_cache_dtype={kv} where the plan has {planned}: another "
                                                  "KV pool, another candidate")
-    return LogCheck("engine_config", "ok", f"kv_cache_dtype={kv.group(1)}, as planned (CUDA-graph settings not read)")
+    return LogCheck("engine_config", "ok", f"kv_cache_dtype={kv}, as planned (CUDA-graph settings not read)")
 
 
-def _version(text: str, plan: Plan) -> LogCheck:
-    found, want = VLLM_VERSION.search(text), plan.engine_versions.get("vllm") or engine_version("vllm")
-    if not found:
+def _version(facts: LogFacts, plan: Plan) -> LogCheck:
+    want = plan.engine_versions.get("vllm") or engine_version("vllm")
+    got = facts.version if facts.engine == "vllm" else None
+    if not got:
         return LogCheck("engine_version", "absent", "no 'Initializing a V1 LLM engine (vX)' line")
-    got = found.group(1)
     if got.split(".")[:2] != want.split(".")[:2]:
         return LogCheck("engine_version", "warn", f"vLLM {got} runs; the plan models {want}, whose flags, defaults "
                                                   "and memory accounting may differ")
     return LogCheck("engine_version", "ok", f"vLLM {got}")
 
 
-def _bench(text: str, cand: Candidate, plan: Plan) -> LogCheck:
+def _bench(facts: LogFacts, cand: Candidate, plan: Plan) -> LogCheck:
     """bench.sh's result against the plan's figures for one replica at the planned concurrency: below 0.7x
     the tokens/s, or a mean TPOT over the workload's target, contradicts the plan."""
-    tok_s, tpot = BENCH_TOK_S.findall(text), BENCH_TPOT.findall(text)
+    got, tpot = facts.bench.get("tok_s"), facts.bench.get("tpot_ms")
     perf = cand.performance
-    if not tok_s or not (perf and perf.throughput_tokens_per_s):
+    if got is None or not (perf and perf.throughput_tokens_per_s):
         return LogCheck("benchmark", "absent", "no benchmark result ('Output token throughput (tok/s):'): add "
                                                "bench.sh's output to compare its tok/s and TPOT with the plan")
     planned = perf.throughput_tokens_per_s / cand.layout.replicas
-    got = float(tok_s[-1])
     words = f"bench.sh: {got:,.0f} output tok/s against the plan's {planned:,.0f} ({got / planned:.2f}x)"
-    if tpot and perf.tpot_s:
-        words += f", mean TPOT {float(tpot[-1]):.1f} ms against {perf.tpot_s * 1e3:.1f} ms"
+    if tpot is not None and perf.tpot_s:
+        words += f", mean TPOT {tpot:.1f} ms against {perf.tpot_s * 1e3:.1f} ms"
     limit_ms = max(plan.workload.tpot_ms, (perf.tpot_s or 0.0) * 1e3)   # a shortfall candidate's own TPOT
-    over = bool(tpot) and float(tpot[-1]) > limit_ms
+    over = tpot is not None and tpot > limit_ms
     if got < BENCH_LOW * planned or over:
         why = f"mean TPOT over the plan's {limit_ms:g} ms" if over else "well below the plan (it has been up to " \
             "23 % optimistic)"

@@ -21,9 +21,11 @@ from mla_planner.perf.comm import collective
 from mla_planner.search.planfile import Candidate, Plan
 from mla_planner.specs.calibration import load_calibration
 
-# a row, after any `mpirun --tag-output` prefix ("[1,0]<stdout>:"): size, count, type, redop, root?, time ...
-ROW = re.compile(r"^(?:\[[\d,]+\]<stdout>:)?\s*(\d+)\s+\d+\s+[a-z]\w*\s+(?:sum|prod|max|min|avg)\s+(?:-?\d+\s+)?"
-                 r"([\d.]+)\s+[\d.]+\s+[\d.]+", re.M)
+# a row, after any `mpirun --tag-output` prefix ("[1,0]<stdout>:"): size, count, type, redop, root?, time ...; every
+# field bounded and on one line, the size and time only as int() / float() read them (a row that is not is skipped)
+ROW = re.compile(r"^(?:\[[\d,]{1,20}\]<stdout>:)?[ \t]{0,40}(\d{1,15})[ \t]{1,40}\d{1,15}[ \t]{1,40}[a-z]\w{0,20}"
+                 r"[ \t]{1,40}(?:sum|prod|max|min|avg)[ \t]{1,40}(?:-?\d{1,6}[ \t]{1,40})?(\d{1,12}(?:\.\d{1,12})?)"
+                 r"[ \t]{1,40}[\d.]{1,20}[ \t]{1,40}[\d.]{1,20}(?![\d.])", re.M)
 HEADER = re.compile(r"#\s+size\s+count\s+type\s+redop")
 TEST_NAME = re.compile(r"Collective test starting:\s*(\w+)")
 RANKS = re.compile(r"#\s+Rank\s+\d+\s+Group\s+\d+\s+Pid")
@@ -35,6 +37,17 @@ NEAR = 2.0          # the row used must be within this factor of the planned siz
 def rows(text: str) -> dict[int, float]:
     """{message bytes: out-of-place time in seconds} of every all_reduce_perf row in `text` (the last wins)."""
     return {int(size): float(us) * 1e-6 for size, us in ROW.findall(text)} if HEADER.search(text) else {}
+
+
+def table_summary(text: str) -> Optional[LogCheck]:
+    """Without a plan: the table's span and its largest message's time, nothing to hold them against."""
+    table = rows(text)
+    if not table:
+        return None
+    top = max(table)
+    return LogCheck("nccl_tests", "absent", f"an all_reduce_perf table of {len(table)} size(s), {min(table):,} B to "
+                                            f"{top:,} B ({table[top] * 1e6:,.1f} us at {top:,} B); with --plan it is "
+                                            "held against the cross-node all-reduce the plan prices")
 
 
 def nccl_tests_check(text: str, plan: Plan, cand: Candidate) -> Optional[LogCheck]:

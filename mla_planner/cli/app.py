@@ -33,7 +33,7 @@ COMMANDS = {
                "torchrun)\ncollectives, each measured against the planner's prediction, with --write-calibration "
                "to feed it back."),
     "check-log": ("mla_planner.cli.logcheck", "check_log_cmd",
-                  "Hold an engine's log and bench.sh's output against the plan candidate that was launched."),
+                  "Read an engine's log: what it runs and sized; with --plan, held against the launched candidate."),
     "lint": ("mla_planner.cli.lint", "lint_cmd",
              "Check your own vLLM or SGLang launch command against the model, the cluster and the engines' rules."),
     "calibrate": ("mla_planner.cli.calibrate", "calibrate_cmd",

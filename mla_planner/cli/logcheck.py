@@ -1,4 +1,5 @@
-"""`mla-plan check-log`: an engine's start-up log held against a plan candidate (logcheck.py)."""
+"""`mla-plan check-log`: an engine's log read by itself (audit/logcheck_read.py, logcheck_alone.py), or held
+against a plan candidate (audit/logcheck.py)."""
 
 from __future__ import annotations
 
@@ -6,8 +7,10 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 
-from mla_planner.audit.logcheck import check_log, recognised
-from mla_planner.audit.logcheck_nccl import nccl_tests_check, rows as nccl_rows
+from mla_planner.audit.logcheck import LogCheck, check_log
+from mla_planner.audit.logcheck_alone import alone_checks, facts_dict, startup_check
+from mla_planner.audit.logcheck_nccl import nccl_tests_check, rows as nccl_rows, table_summary
+from mla_planner.audit.logcheck_read import LogFacts, read_log
 from mla_planner.cli.params import Opt, Arg
 from mla_planner.cli.common import JsonOpt, guard, print_json
 from mla_planner.cli.console import console
@@ -21,21 +24,24 @@ MARK = {"ok": "ok", "warn": "WARN", "fail": "FAIL", "absent": "-"}
 @guard
 def check_log_cmd(logs: Annotated[list[str], Arg(help="The engine's log file(s): every node's, or the "
                                                              "head's (stdout and stderr as the node scripts ran).")],
-                  plan: Annotated[Path, Opt("--plan", "-p", help="Plan file written by "
-                                                     "`mla-plan plan --json`.")],
+                  plan: Annotated[Optional[Path], Opt("--plan", "-p", help="Plan file written by `mla-plan plan "
+                                                      "--json`. Without it, the log is read by itself: what "
+                                                      "the engine says it runs, nothing held against a plan.")] = None,
                   candidate: Annotated[Optional[int], Opt("--candidate", "-c", help="The candidate that "
-                                                                   "was launched (default: 1).")] = None,
+                                                                   "was launched (default: 1; needs --plan).")] = None,
                   as_json: JsonOpt = False) -> None:
-    """Hold an engine's log and bench.sh's output against the plan candidate that was launched.
+    """Read an engine's log: what it runs and sized; with --plan, held against the launched candidate.
 
-    Checked: the KV pool the engine sized (within 5 % of the plan), the network NCCL chose between nodes (start
-    with NCCL_DEBUG=INFO), untuned fused-MoE kernels, eager mode and the KV cache dtype, the vLLM release, and
-    bench.sh's output tok/s and TPOT (pass its output too) against the prediction; and nccl-tests'
-    all_reduce_perf output (the command the emitted README gives for TP across nodes) against the all-reduce
-    the plan prices.
+    Without --plan (a server you launched yourself) it reports what the log shows: the engine and its release,
+    the KV pool it sized, the settings it logged (tp/pp/dp, max_model_len, KV dtype, block size, memory
+    fraction, attention backend), untuned fused-MoE kernels, the transports NCCL chose (start with
+    NCCL_DEBUG=INFO), a start-up refusal, and bench.sh's tok/s and TPOT. With --plan, also: the KV pool
+    within 5 % of the plan's, NCCL on IB where the plan needs it, eager mode and the KV dtype as planned, the
+    vLLM release, bench.sh's result against the prediction, and nccl-tests' all_reduce_perf output against
+    the all-reduce the plan prices. A line whose number does not parse is ignored with a note.
 
-    Exit status: 0 nothing contradicts the plan (warnings and absent lines included); 1 a check failed;
-    2 bad input.
+    Exit status: 0 nothing wrong found (warnings, notes and absent lines included); 1 a check failed: the log
+    contradicts the plan, or the engine refused to start (the one failure without --plan); 2 bad input.
 
     Examples:
 
@@ -44,26 +50,47 @@ def check_log_cmd(logs: Annotated[list[str], Arg(help="The engine's log file(s):
       ./bench.sh | tee bench.log;  mla-plan check-log node-0.log bench.log --plan plan.json
 
       mla-plan check-log node-*.log --plan plan.json --candidate 2 --json
+
+      vllm serve deepseek-ai/DeepSeek-V3 -tp 8 2>&1 | tee server.log;  mla-plan check-log server.log
     """
-    loaded = read_plan(plan)
-    number = engine_candidate(loaded, candidate, None, "check-log")
-    cand = pick(loaded, number, "check-log")
+    if plan is None and candidate is not None:
+        raise InputError("--candidate", "names a candidate of a plan: give --plan too")
+    loaded = read_plan(plan) if plan is not None else None
+    number = engine_candidate(loaded, candidate, None, "check-log") if loaded is not None else None
+    cand = pick(loaded, number, "check-log") if loaded is not None else None
     files = {name: read_text_file(name) for name in logs}
     text = "\n".join(files.values())
-    if not recognised(text) and not nccl_rows(text):
+    facts = read_log(text)
+    if not facts.recognised and not nccl_rows(text):
         raise InputError(", ".join(logs), "no vLLM, SGLang, NCCL, nccl-tests or bench.sh line this command reads: "
                          "pass the engine's own output (`./node-0.sh 2>&1 | tee node-0.log`) or bench.sh's")
-    nccl = nccl_tests_check(text, loaded, cand)
-    checks = ([nccl] if nccl else []) + (check_log(text, loaded, cand, files) if recognised(text) else [])
-    failed = any(c.status == "fail" for c in checks)
-    who = f"candidate {number} ({cand.layout.label}, {cand.knobs.engine}, KV {cand.knobs.kv_cache_dtype})"
-    if as_json:
-        print_json({"candidate": number, "layout": cand.layout.label, "engine": cand.knobs.engine,
-                    "kv_cache_dtype": cand.knobs.kv_cache_dtype, "ok": not failed,
-                    "checks": [{"name": c.name, "status": c.status, "text": c.text} for c in checks]})
+    if cand is None:
+        table = table_summary(text)
+        checks = ([table] if table else []) + (alone_checks(facts) if facts.recognised else [])
     else:
-        out = console()
-        out.print(f"{who}: {len(logs)} log file(s)", markup=False)
-        for c in checks:
-            out.print(f"  {MARK[c.status]:<4} {c.name}: {c.text}", markup=False)
+        nccl, start = nccl_tests_check(text, loaded, cand), startup_check(facts)
+        checks = ([nccl] if nccl else []) + (check_log(facts, loaded, cand, files) if facts.recognised else []) \
+            + ([start] if start.status in ("fail", "warn") else [])   # else the kv_cache check says as much
+    failed = any(c.status == "fail" for c in checks)
+    if as_json:
+        head = ({"candidate": number, "layout": cand.layout.label, "engine": cand.knobs.engine,
+                 "kv_cache_dtype": cand.knobs.kv_cache_dtype} if cand is not None else {})
+        print_json({**head, "against_plan": cand is not None, "ok": not failed,
+                    "checks": [{"name": c.name, "status": c.status, "text": c.text} for c in checks],
+                    "facts": facts_dict(facts), "notes": facts.notes})
+    else:
+        _print(logs, facts, checks, f"candidate {number} ({cand.layout.label}, {cand.knobs.engine}, KV "
+                                    f"{cand.knobs.kv_cache_dtype})" if cand is not None else None)
     raise SystemExit(1 if failed else 0)
+
+
+def _print(logs: list[str], facts: LogFacts, checks: list[LogCheck], who: Optional[str]) -> None:
+    out = console()
+    engine = {"vllm": "vLLM", "sglang": "SGLang"}.get(facts.engine or "", "")
+    read = f"{engine} {facts.version or ''}".strip() + " log" if engine else "log"
+    out.print(f"{who}: {len(logs)} log file(s)" if who else
+              f"{read}, read by itself (no --plan: nothing held against a plan): {len(logs)} file(s)", markup=False)
+    for c in checks:
+        out.print(f"  {MARK[c.status]:<4} {c.name}: {c.text}", markup=False)
+    for n in facts.notes:
+        out.print(f"  note {n}", markup=False)
