@@ -2,6 +2,7 @@
 sizes, the pool in each engine's words, and what reviewers found (embeddings under DP attention, DeepEP
 buffers, token budgets, SGLang's reserve, FP8 Marlin scales)."""
 
+import json
 from dataclasses import replace
 
 import pytest
@@ -213,3 +214,11 @@ def test_the_published_ceiling_gives_way_where_the_workload_needs_more(cli):
     assert best["knobs"]["memory_fraction"] > 0.95 and best["memory"]["kv_capacity_tokens"] >= 128000
     assert any(r.startswith(f"memory_fraction: {best['knobs']['memory_fraction']}: above the 0.95 published")
                for r in best["reasons"])
+
+
+@pytest.mark.parametrize("version, fraction", [("0.8.5", 0.9), ("0.19.1", 0.9), ("0.20.0", 0.92), (None, 0.92)])
+def test_vllms_default_fraction_by_release(cli, version, fraction):
+    """vLLM's --gpu-memory-utilization default is 0.9 up to 0.19.1 and 0.92 from 0.20.0 (vllm/config/cache.py in
+    each wheel, read with `pip download`): `memory --engine-version` prices the release's own default."""
+    args = ["memory", "-m", "deepseek-v3", "-t", "8xh200", "--json"] + (["--engine-version", version] if version else [])
+    assert json.loads(cli(*args).stdout)["knobs"]["memory_fraction"] == fraction

@@ -55,7 +55,7 @@ def memory_cmd(
                                              "SGLang for a checkpoint only SGLang loads.")] = None,
     gpu_memory_utilization: Annotated[Optional[float], Opt(
         "--gpu-memory-utilization", help="vLLM's --gpu-memory-utilization: share of total GPU memory for "
-        "weights + activations + KV (+ CUDA graphs). Default 0.92.")] = None,
+        "weights + activations + KV (+ CUDA graphs). Default 0.92 (0.9 before vLLM 0.20).")] = None,
     mem_fraction_static: Annotated[Optional[float], Opt(
         "--mem-fraction-static", help="SGLang's --mem-fraction-static: share of pre-load free memory for "
         "weights + KV pool. Default: SGLang's computed value for this GPU and layout.")] = None,
@@ -123,7 +123,7 @@ def memory_cmd(
                         mtp=mtp, images=images, cuda_graphs=not enforce_eager, indexer_kv_dtype=indexer_choice_flag(
                             spec, engine, topo.gpu, indexer_kv_dtype),
                         cuda_graph_max_bs=graph_cap_choice(cuda_graph_max_bs, enforce_eager),
-                        pp_layer_partition=partition_choice(pp_layer_partition, spec, layout)))
+                        pp_layer_partition=partition_choice(pp_layer_partition, spec, layout)), engine_version)
     if dense_per_rank:
         if not dense_per_rank_applies(layout, engine):
             raise PlanError(f"--dense-per-rank applies to SGLang under DP attention at tp=1 only, not {engine} on "

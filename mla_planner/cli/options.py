@@ -104,12 +104,13 @@ def fraction_from_flags(engine: str, util: Optional[float], static: Optional[flo
 
 
 def knobs_from_flags(spec, topo, layout: Layout, engine: str, util: Optional[float], static: Optional[float],
-           given: dict) -> Knobs:
-    """Engine defaults, the user's flags over them, then the memory fraction (given or the engine's)."""
+           given: dict, engine_version: Optional[str] = None) -> Knobs:
+    """Engine defaults, the user's flags over them, then the memory fraction (given or the engine's, at the
+    release modelled)."""
     fraction = fraction_from_flags(engine, util, static)
     knobs = engine_default_knobs(engine, spec, topo, layout.dp, uses_deepep(layout), **given)
     if fraction is None:
-        fraction = default_memory_fraction(engine, spec, topo, layout, knobs)
+        fraction = default_memory_fraction(engine, spec, topo, layout, knobs, engine_version)
     return Knobs(**{**asdict(knobs), "memory_fraction": fraction})
 
 

@@ -39,7 +39,8 @@ from mla_planner.specs.topology import GPU, Topology
 
 DRIVER_RESERVE_BYTES = 560 * MiB   # nvidia-smi total minus what torch sees (H100: 81,559 MiB vs 79.10 GiB),
                                    # for a GPU whose gpus.yaml entry lacks nvidia_smi_mib
-VLLM_DEFAULT_UTILIZATION = 0.92    # vLLM 0.33 --gpu-memory-utilization default (vllm/config/cache.py; 0.9 before)
+VLLM_DEFAULT_UTILIZATION = 0.92    # vLLM's --gpu-memory-utilization default (vllm/config/cache.py): 0.92 in the
+                                   # 0.20.0-0.33.0 wheels, 0.9 in 0.8.5-0.19.1
 REQ_TO_TOKEN_EXTRA_LEN = 4         # SGLang req_to_token row headroom (get_req_to_token_extra_context_len)
 
 
@@ -205,11 +206,12 @@ def sglang_default_fraction(gpu: GPU, layout: Layout, knobs: Knobs) -> float:
 
 
 def default_memory_fraction(engine: str, spec: ModelSpec, topo: Topology, layout: Layout,
-                            knobs: Optional[Knobs] = None) -> float:
-    """The engine's own default: vLLM --gpu-memory-utilization 0.92 (0.33.0); SGLang's computed
-    --mem-fraction-static (`sglang_default_fraction`) for its default chunked prefill and graphs."""
+                            knobs: Optional[Knobs] = None, version: Optional[str] = None) -> float:
+    """The engine's own default: vLLM --gpu-memory-utilization 0.92 from 0.20.0, 0.9 before (VERSION: the release
+    modelled); SGLang's computed --mem-fraction-static (`sglang_default_fraction`) for its default chunked
+    prefill and graphs."""
     if engine == "vllm":
-        return VLLM_DEFAULT_UTILIZATION
+        return VLLM_DEFAULT_UTILIZATION if parse_version(version or engine_version("vllm")) >= (0, 20) else 0.9
     knobs = knobs or engine_default_knobs("sglang", spec, topo, layout.dp)
     return sglang_default_fraction(topo.gpu, layout, knobs) * sglang_vlm_factor(spec)
 
