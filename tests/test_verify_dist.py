@@ -1,17 +1,19 @@
 """A real two-process gloo run of verify's collective checks, started the way a user starts it: torchrun
 (`python -m torch.distributed.run`) on `-m mla_planner.cli verify`. Rank 0 gathers both ranks' results
-into one JSON document; each collective's busbw follows nccl-tests' definition from its own timing."""
+into one JSON document; each collective's busbw follows nccl-tests' definition from its own timing. The layout,
+tp2·pp2·dp2 (EP over the stage: the step model prices DeepEP's all-to-all there, not with dp = 1), is rehearsed on
+two processes: every kind over groups of two."""
 
 from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from ports import free_port
 
 pytest.importorskip("torch")
 
@@ -20,16 +22,11 @@ from mla_planner.perf.comm import bus_factor
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 def test_two_rank_gloo_collectives():
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(free_port()),
            "-m", "mla_planner.cli", "verify", "--device", "cpu", "--only", "collectives", "--json", "--quick",
-           "--model", "deepseek-v2-lite", "--topology", "8xh200", "--layout", "tp=2,pp=2,ep=2", "--timeout", "30"]
+           "--model", "deepseek-v2-lite", "--topology", "8xh200", "--layout", "tp=2,pp=2,dp=2", "--timeout", "30"]
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
     out = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-3000:]

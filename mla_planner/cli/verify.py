@@ -1,11 +1,13 @@
 """`mla-plan verify`: check a plan candidate on the GPUs it is meant for. Parse, call, render.
 
 torch is imported inside the command only (the planner never needs it); without it the command ends
-with one line. Exit status: 0 every judged check passed, 1 a check failed or could not run, 2 bad input.
+with one line. Exit status: 0 every judged check passed and nothing the plan depends on is missing (or a
+rehearsal), 1 a check failed or could not run or the plan is not verified, 2 bad input.
 """
 
 from __future__ import annotations
 
+from importlib.util import find_spec
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -31,14 +33,16 @@ from mla_planner.specs.catalogue import load_model
 from mla_planner.specs.knobs import Workload
 from mla_planner.specs.layout import layout_problems, parse_layout
 from mla_planner.specs.topology import load_topology
+from mla_planner.verify.as_planned import as_planned
 from mla_planner.verify.calibrate import write_calibration
 from mla_planner.verify.check import Options
-from mla_planner.verify.report import progress, render, report_dict, verdict
+from mla_planner.verify.report import progress, rank_line, render, report_dict, verdict_of
 from mla_planner.verify.target import Chosen, make_target, rank_info_from_env
 from mla_planner.verify.torchrun import launch_lines
 
 SECTIONS = ("env", "fit", "attention", "gemms", "collectives")
 LAUNCH_ONLY = {"print_launch", "head", "port"}
+PINNABLE = ("block_size", "max_model_len", "max_num_seqs", "max_num_batched_tokens")   # else as `plan` sets them
 IntOpt = Optional[int]
 
 
@@ -80,8 +84,12 @@ def candidate_from_options(plan: Optional[str], candidate: int, model: str, topo
     knobs = memory_knobs(spec, topo, lay, engine, util, static, given)
     if problem := engine_layout_problem(spec, topo, lay, engine, knobs.dense_per_rank):
         raise PlanError(f"layout {lay.label} cannot start on {engine}: {problem}")
-    return Chosen(spec, topo, lay, knobs, workload, load_calibration(calibration, topo), f"--layout {layout}",
-                  batch, context)
+    calib = load_calibration(calibration, topo)
+    pinned = {k: knob_args[k] for k in PINNABLE if knob_args.get(k) is not None}   # what the user gave
+    if util is not None or static is not None:
+        pinned["memory_fraction"] = knobs.memory_fraction
+    knobs, notes = as_planned(spec, topo, lay, knobs, workload, calib, pinned)
+    return Chosen(spec, topo, lay, knobs, workload, calib, f"--layout {layout}", batch, context, notes)
 
 
 def _knob_args(engine: str, util: Optional[float], static: Optional[float], kv_cache_dtype: str, block_size: IntOpt,
@@ -139,15 +147,13 @@ def _need_torch(distributed: bool = False) -> None:
     """torch, and under torchrun numpy too: torch.distributed's object collectives, which gather every rank's
     results to rank 0, need it ("Numpy is not available" otherwise, after minutes of checks)."""
     try:
-        import torch  # noqa: F401
+        import torch
     except ImportError:
         raise PlanError("verify needs torch: pip install 'mla-plan[verify]'") from None
-    if distributed:
-        try:
-            import numpy  # noqa: F401
-        except ImportError:
-            raise PlanError("verify under torchrun needs numpy (torch.distributed gathers the ranks' results with "
-                            "it): pip install 'mla-plan[verify]'") from None
+    del torch                     # only whether it imports matters here
+    if distributed and find_spec("numpy") is None:
+        raise PlanError("verify under torchrun needs numpy (torch.distributed gathers the ranks' results with it): "
+                        "pip install 'mla-plan[verify]'")
 
 
 def _calibrate(path: str, checks: list, dev, chosen: Chosen) -> tuple[dict, int]:
@@ -158,8 +164,8 @@ def _calibrate(path: str, checks: list, dev, chosen: Chosen) -> tuple[dict, int]
     try:
         info = write_calibration(path, checks, gpu, chosen.topo.name, describe(dev))
     except PlanError as exc:
-        errored = any(c.error for c in checks)
-        return {"path": path, "written": False, "reason": str(exc)}, 1 if errored else 2
+        failed = any(c.status in ("error", "fail") for c in checks)    # a check's fault, not the input's
+        return {"path": path, "written": False, "reason": str(exc)}, 1 if failed else 2
     return info | {"written": True}, 0
 
 
@@ -219,8 +225,9 @@ def verify_cmd(
     """Check a plan on the real GPUs: environment, memory fit, MLA attention, dense GEMMs and (under torchrun)
     collectives, each measured against the planner's prediction, with --write-calibration to feed it back.
 
-    Exit status: 0 every judged check passed; 1 a check failed or could not run; 2 bad input (also --device cuda
-    where torch sees no GPU).
+    Exit status: 0 every judged check passed and attention and the layout's collectives were measured (or a CPU
+    rehearsal, which judges nothing); 1 a check failed or could not run, or NOT VERIFIED (something the plan
+    depends on was not measured); 2 bad input (also --device cuda where torch sees no GPU).
 
     Examples:
 
@@ -255,22 +262,26 @@ def verify_cmd(
     target = make_target(chosen, ranks)
     _need_torch(ranks.distributed)
     from mla_planner.verify.checks import run_checks
-    from mla_planner.verify.collectives import share_results
+    from mla_planner.verify.collectives import leave_gathered_rank, share_results
 
     limit = int(memory_limit_gib * 2**30) if memory_limit_gib else None
     with progress(enabled=not as_json and ranks.rank == 0) as step:
         dev, own = run_checks(target, Options(device, quick, sections, timeout_s, limit), step)
-    checks = share_results(own, ranks.rank, timeout_s)
-    if checks is None:   # a non-zero rank whose results went to rank 0
-        raise SystemExit(verdict(own)[1])
-    raise SystemExit(_report(target, dev, checks, write_cal if ranks.rank == 0 else None, as_json))
+    checks = share_results(own, ranks.rank, ranks.world, timeout_s)
+    if checks is None:   # a non-zero rank whose results went to rank 0, which reports and carries the verdict
+        leave_gathered_rank()
+    if ranks.rank != 0:  # results not gathered (a collective or the gather failed): one line, rank 0 reports its own
+        text, status = rank_line(ranks.rank, ranks.world, checks)
+        Console(stderr=True, highlight=False).print(escape(text), soft_wrap=True)
+        raise SystemExit(status)
+    raise SystemExit(_report(target, dev, checks, write_cal, as_json))
 
 
 def _report(target, dev, checks: list, write_cal: Optional[str], as_json: bool) -> int:
     """Write the calibration (if asked), print the report; the exit status."""
     from mla_planner.verify.env import describe
 
-    status, calib = verdict(checks)[1], None
+    status, calib = verdict_of(target, checks)[1], None
     if write_cal:
         calib, floor = _calibrate(write_cal, checks, dev, target.chosen)
         status = max(status, floor)

@@ -1,6 +1,6 @@
 """What every `verify` check returns (`Check`), the tolerance bands it is judged by, and the helpers the
 checks share to time, compare and word their results. The checks themselves: env.py, fit.py,
-checks.py (attention), gemms.py, collectives.py; checks.run_checks runs them in order."""
+attention.py, gemms.py, collectives.py; checks.run_checks runs them in order."""
 
 from __future__ import annotations
 

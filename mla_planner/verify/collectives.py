@@ -1,15 +1,12 @@
 """The planned collectives, measured under `torchrun` (NCCL on GPUs, gloo on CPUs) against comm.py.
 
-Messages are the step model's (perf.layer_comm), for the micro-batch of n rows one stage runs:
-  all_reduce   over the TP group after wo: n x d x 2 B (attn.tp_all_reduce)
-  all_gather   over the TP group, the vocab-parallel logits: n x V x 2 B gathered (logits_comm)
-  all_to_all   over the EP group (the stage), MoE dispatch: n / tp x k x d x (1 + 4/128) B sent per rank
-               with fp8 dispatch, 2 B otherwise (moe.dispatch)
-  p2p          between consecutive pipeline stages: 2 n d 2 B / tp per TP rank (pp_handoff_s)
-Ranks sit in GPU order, TP innermost, stages contiguous (perf.layer_comm.stages_share_node). A job smaller
-than the planned group (a rehearsal) runs each collective over min(group, world) ranks and predicts for
-that group. busbw is nccl-tests' (PERFORMANCE.md): algbw = S / t, x 2(p-1)/p for all-reduce, x (p-1)/p
-for all-gather and all-to-all, x 1 for p2p (comm.bus_factor); predicted busbw is comm.collective's.
+Which ones, over which ranks and with what messages: verify/groups.py (every collective the step model prices for
+the layout - the TP all-reduce and the logits all-gather, DCP's all-gather and reduce-scatter, the EP all-to-all,
+DP attention's all-gather and reduce-scatter, the pipeline hand-off - each with the step model's message for the
+micro-batch of n rows one stage runs). Every rank creates every group of a kind, in the same order, then times the
+groups it belongs to. busbw is nccl-tests' (PERFORMANCE.md): algbw = S / t, x 2(p-1)/p for all-reduce, x (p-1)/p
+for all-gather, reduce-scatter and all-to-all, x 1 for p2p (comm.bus_factor); predicted busbw is
+comm.collective's.
 
 A collective that does not finish is a failed check, never a hang: the process group gets the
 timeout (datetime.timedelta; gloo raises on it), and a watchdog thread ends the process with a
@@ -22,7 +19,7 @@ import os
 import sys
 import threading
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import timedelta
 from typing import Optional
 
@@ -30,11 +27,10 @@ import torch
 import torch.distributed as dist
 
 from mla_planner.core.errors import PlanError
-from mla_planner.core.units import ACT_BYTES
 from mla_planner.perf.comm import bus_factor, collective, net_of
-from mla_planner.perf.layer_comm import dp_rank_blocks
 from mla_planner.verify.check import COLLECTIVE_BAND, Check, Timing, errored, one_line, ratio_check, skipped
 from mla_planner.verify.env import DeviceInfo
+from mla_planner.verify.groups import Planned, planned as groups_planned
 from mla_planner.verify.in_step import NOISE_FLOOR_S, exposed_all_reduce_s, mean_s
 from mla_planner.verify.target import Caps, Target
 
@@ -42,17 +38,9 @@ WATCHDOG_GRACE_S = 30.0
 FACTOR = {("all_reduce", "ring"): "nvlink_ring_efficiency",      # intra-node: the one efficiency factor
           ("all_reduce", "nvls"): "nvls_allreduce_efficiency",    # that sets each algorithm's bandwidth term
           ("all_gather", "ring"): "nvlink_allgather_efficiency",
+          ("reduce_scatter", "ring"): "nvlink_allgather_efficiency",
           ("all_to_all", "direct"): "nvlink_all_to_all_efficiency",
           ("p2p", "p2p"): "nvlink_p2p_efficiency"}
-
-
-@dataclass(frozen=True)
-class Planned:
-    kind: str
-    label: str
-    nbytes: int
-    groups: list          # every group of this kind, as lists of global ranks (all ranks create all)
-    planned_size: int
 
 
 @contextmanager
@@ -72,50 +60,9 @@ def watchdog(seconds: float, what: str):
         timer.cancel()
 
 
-def blocks(size: int, world: int) -> list[list[int]]:
-    """Contiguous groups of min(size, world) ranks covering the world (a trailing remainder sits out)."""
-    g = min(size, world)
-    return [list(range(i, i + g)) for i in range(0, world - g + 1, g)] if g > 1 else []
-
-
-def pipeline_pairs(t: Target) -> list[list[int]]:
-    """(stage s rank, same TP position in stage s+1); in a rehearsal, ranks (2i, 2i + 1)."""
-    layout, world = t.chosen.layout, t.ranks.world
-    if world >= layout.instance_gpus:
-        if dp_rank_blocks(layout, t.chosen.knobs.engine):   # each DP rank's stages sit together (vLLM)
-            return [[r, r + layout.tp] for r in range(layout.instance_gpus)
-                    if (r % (layout.tp * layout.pp)) // layout.tp < layout.pp - 1]
-        stage = layout.stage_gpus
-        return [[r, r + stage] for r in range(stage * (layout.pp - 1))]
-    return [[i, i + 1] for i in range(0, world - 1, 2)]
-
-
-def _split_evenly(nbytes: float, size: int, world: int) -> int:
-    """nbytes rounded up to a multiple of the group actually used (an even share per rank)."""
-    g = max(min(size, world), 1)
-    return int(-(-int(nbytes) // g) * g)
-
-
 def planned(t: Target, caps: Optional[Caps]) -> list[Planned]:
-    c = t.chosen
-    s, layout, world = c.spec, c.layout, t.ranks.world
-    n = min(t.micro_batch, caps.rows) if caps else t.micro_batch
-    out = []
-    if layout.tp > 1:
-        out.append(Planned("all_reduce", "TP all-reduce after wo", n * s.hidden_size * ACT_BYTES,
-                           blocks(layout.tp, world), layout.tp))
-        out.append(Planned("all_gather", "TP all-gather of the logits",
-                           _split_evenly(n * s.vocab_size * ACT_BYTES, layout.tp, world),
-                           blocks(layout.tp, world), layout.tp))
-    if layout.ep > 1:
-        per_token = 1 + 4 / 128 if c.topo.gpu.has_fp8 else ACT_BYTES
-        sent = int(max(n / layout.tp, 1) * s.num_experts_per_tok * s.hidden_size * per_token)
-        out.append(Planned("all_to_all", "EP all-to-all, MoE dispatch", _split_evenly(sent, layout.stage_gpus, world),
-                           blocks(layout.stage_gpus, world), layout.stage_gpus))
-    if layout.pp > 1:
-        out.append(Planned("p2p", "pipeline send/recv", 2 * n * s.hidden_size * ACT_BYTES // layout.tp,
-                           pipeline_pairs(t), 2))
-    return out
+    """The required collectives at the checked micro-batch, each with every group of it (groups.planned)."""
+    return groups_planned(t, min(t.micro_batch, caps.rows) if caps else t.micro_batch)
 
 
 def _op(kind: str, nbytes: int, group, members: list[int], me: int, device: torch.device):
@@ -132,6 +79,10 @@ def _op(kind: str, nbytes: int, group, members: list[int], me: int, device: torc
     if kind == "all_to_all":
         out = torch.empty_like(buf)
         return lambda: dist.all_to_all_single(out, buf, group=group)
+    if kind == "reduce_scatter":
+        part = torch.empty(nbytes // g, dtype=torch.uint8, device=device)
+        scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+        return lambda: scatter(part, buf, group=group)
     peer = members[1] if me == members[0] else members[0]
     return (lambda: dist.send(buf, peer)) if me == members[0] else (lambda: dist.recv(buf, peer))
 
@@ -144,7 +95,7 @@ def _time(fn, group, device: torch.device, timing: Timing) -> float:
 def _prediction(t: Target, p: Planned, members: list[int]):
     nodes = len({r // t.ranks.local_world for r in members})
     try:
-        return collective(p.kind, p.nbytes, len(members), t.chosen.topo, t.chosen.calib, spans_nodes=nodes > 1), nodes
+        return collective(p.op, p.nbytes, len(members), t.chosen.topo, t.chosen.calib, spans_nodes=nodes > 1), nodes
     except PlanError as exc:
         return exc, nodes
 
@@ -183,12 +134,15 @@ def _check(t: Target, p: Planned, members: list[int], measured_s: float, judged:
            in_step: Optional[tuple[float, int]] = None) -> Check:
     """`in_step`: (the filler's seconds, its matmul edge) when `measured_s` was timed after it (in_step.py)."""
     g = len(members)
-    busbw = p.nbytes / measured_s * bus_factor(p.kind, max(g, 2))
+    busbw = p.nbytes / measured_s * bus_factor(p.op, max(g, 2))
     cost, nodes = _prediction(t, p, members)
     where = f"{p.nbytes:,} B over {g} ranks on {nodes} node(s)" + (
         f" (rehearsal: {g} of the planned {p.planned_size})" if g < p.planned_size else "")
     extra = {"time_s": measured_s, "message_bytes": p.nbytes, "group_size": g, "nodes": nodes,
-             "algbw_bytes_per_s": p.nbytes / measured_s}
+             "algbw_bytes_per_s": p.nbytes / measured_s, "members": list(members),
+             "planned_group_size": p.planned_size}
+    if p.kind == "p2p":
+        where = f"ranks {members[0]} -> {members[1]}, " + where
     if isinstance(cost, Exception):
         return Check(f"collective.{p.kind}", None, busbw, "B/s", None, "not predicted", None,
                      f"{p.label}: {where}; {measured_s * 1e6:,.1f} us; no prediction: {cost}", extra=extra)
@@ -206,16 +160,24 @@ def _check(t: Target, p: Planned, members: list[int], measured_s: float, judged:
     return ratio_check(name, cost.busbw_bytes_per_s, busbw, "B/s", COLLECTIVE_BAND, judged, detail, extra)
 
 
+GATHER: list = []    # the gloo group the ranks' results are gathered over, once the collectives' group is up
+
+
 def _start(dev: DeviceInfo, timeout_s: float) -> None:
+    """The process group (NCCL on GPUs, gloo on CPUs), and beside an NCCL one a gloo group for gathering the
+    results (objects gathered on the CPU; created now, while every rank is here)."""
     backend = "nccl" if dev.type == "cuda" else "gloo"
     pg_timeout = timeout_s + (2 * WATCHDOG_GRACE_S if backend == "nccl" else 0)  # our watchdog speaks first
     with watchdog(timeout_s + WATCHDOG_GRACE_S, f"torch.distributed ({backend}) start-up"):
         dist.init_process_group(backend, timeout=timedelta(seconds=pg_timeout))
+        GATHER[:] = [dist.new_group(backend="gloo", timeout=timedelta(seconds=timeout_s))
+                     if backend != "gloo" else None]
 
 
 def collective_checks(t: Target, dev: DeviceInfo, timing: Timing, caps: Optional[Caps],
                       timeout_s: float) -> list[Check]:
-    """Every planned collective this rank takes part in; started only under torchrun (WORLD_SIZE > 1)."""
+    """Every planned collective this rank takes part in, every group of it (a middle pipeline stage's rank: both
+    of its pairs, in groups.pipeline_pairs' order); started only under torchrun (WORLD_SIZE > 1)."""
     if not t.ranks.distributed:
         return [skipped("collectives", "not started under torchrun: see `mla-plan verify --print-launch`")]
     try:
@@ -228,19 +190,23 @@ def collective_checks(t: Target, dev: DeviceInfo, timing: Timing, caps: Optional
         try:
             with watchdog(timeout_s + WATCHDOG_GRACE_S, f"collective {p.kind}"):
                 handles = [(members, dist.new_group(members)) for members in p.groups]
-                mine = next(((m, h) for m, h in handles if me in m), None)
-                if mine is None:
-                    continue
-                fn = _op(p.kind, p.nbytes, mine[1], mine[0], me, dev.torch_device)
-                measured_s = _time(fn, mine[1], dev.torch_device, timing)
-                stepped = (exposed_all_reduce_s(fn, mine[1], dev.torch_device, _half_layer_s(t), timing.warmup,
-                                                timing.repeats) if p.kind == "all_reduce" else None)
-        except Exception as exc:  # noqa: BLE001 - a timed-out or broken collective ends the section
-            return out + [errored(f"collective.{p.kind}", one_line(exc))]
-        out.append(_check(t, p, mine[0], measured_s, dev.type == "cuda"))
-        if stepped:
-            out.append(_check(t, p, mine[0], stepped[0], dev.type == "cuda" and stepped[0] > NOISE_FLOOR_S,
-                              in_step=stepped[1:]))
+        except Exception as exc:  # noqa: BLE001 - a group that cannot form ends the section
+            return out + [errored(f"collective.{p.kind}", f"rank {me}: {one_line(exc)}")]
+        for members, group in handles:
+            if me not in members:
+                continue
+            try:
+                with watchdog(timeout_s + WATCHDOG_GRACE_S, f"collective {p.kind} over ranks {members}"):
+                    fn = _op(p.op, p.nbytes, group, members, me, dev.torch_device)
+                    measured_s = _time(fn, group, dev.torch_device, timing)
+                    stepped = (exposed_all_reduce_s(fn, group, dev.torch_device, _half_layer_s(t), timing.warmup,
+                                                    timing.repeats) if p.kind == "all_reduce" else None)
+            except Exception as exc:  # noqa: BLE001 - a timed-out or broken collective ends the section
+                return out + [errored(f"collective.{p.kind}", f"rank {me}, ranks {members}: {one_line(exc)}")]
+            out.append(_check(t, p, members, measured_s, dev.type == "cuda"))
+            if stepped:
+                out.append(_check(t, p, members, stepped[0], dev.type == "cuda" and stepped[0] > NOISE_FLOOR_S,
+                                  in_step=stepped[1:]))
     return out
 
 
@@ -256,22 +222,36 @@ def _close() -> None:
         pass
 
 
-def share_results(checks: list[Check], rank: int, timeout_s: float) -> Optional[list[Check]]:
-    """Tag this rank's checks, gather every rank's on rank 0 (None elsewhere), close the process group.
-    Without a working process group (one process, it never formed, or a collective failed), this
-    rank's checks alone."""
+def share_results(checks: list[Check], rank: int, world: int, timeout_s: float) -> Optional[list[Check]]:
+    """Tag this rank's checks, gather every rank's on rank 0 (None elsewhere), close the process group. Under
+    torchrun the results are gathered whatever ran: where no collective did (`--only attention`), over a gloo
+    group formed for it. This rank's checks alone: one process, or a collective of this rank that failed (its
+    groups may be broken; it reports in one line), or a gather that failed (named as a check)."""
     mine = [replace(c, rank=rank) for c in checks]
-    if not (dist.is_available() and dist.is_initialized()):
+    if world == 1:
         return mine
     if any(c.error for c in mine if c.name.startswith("collective")):
         _close()
         return mine
-    gathered: Optional[list] = [None] * dist.get_world_size() if rank == 0 else None
+    gathered: Optional[list] = [None] * world if rank == 0 else None
     try:
         with watchdog(timeout_s + WATCHDOG_GRACE_S, "gathering the ranks' results"):
-            dist.gather_object(mine, gathered, dst=0)
+            if not dist.is_initialized():      # no collective ran: a gloo group only to gather the results
+                dist.init_process_group("gloo", timeout=timedelta(seconds=timeout_s))
+                GATHER[:] = [None]
+            dist.gather_object(mine, gathered, dst=0, group=GATHER[0] if GATHER else None)
     except Exception as exc:  # noqa: BLE001
         return mine + [errored("collectives.gather", one_line(exc))]
     finally:
         _close()
     return [c for part in gathered for c in part] if gathered is not None else None
+
+
+def leave_gathered_rank() -> None:
+    """End a non-zero rank whose results rank 0 gathered: status 0 (rank 0 carries the verdict), at once. torchrun
+    stops every rank still running once one exits with a failure: a failed status here had it SIGTERM rank 0
+    mid-report, and a slow exit (interpreter teardown with torch loaded) had it SIGTERM this rank once rank 0 exited
+    with the verdict's status."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)

@@ -13,8 +13,10 @@ FlashMLA kernel pads them to 64 or 128 (the step model's `padded_heads`), the to
 Caches as vLLM 0.33.0 pages them (engines/compressed_kv.py): window rows on 64-token pages, compressed rows and
 index keys on 256-token pages (256 / ratio rows each), block ids shuffled (as bench.random_decode_inputs); only
 the window's pages are allocated (the engines free the pages a sliding window has left behind), the block-table
-entries before it point at block 0 and are never dereferenced. Values randn / 10 clipped to [-1, 1]; the
-attention sink randn (the model keeps an fp32 sink per head); softmax scale head_dim^-1/2 (DeepSeek-V4
+entries before it point at block 0 and are never dereferenced. Cached values randn / 10 clipped to [-1, 1]; the
+query drawn so that its scores spread by bench.SCORE_STD (a kernel that gets the scores wrong moves the output);
+the attention sink (the model keeps an fp32 sink per head) randn plus the scores' typical log-sum-exp over the
+window, so that it takes a real share of the softmax; softmax scale head_dim^-1/2 (DeepSeek-V4
 `inference/model.py`).
 
 Bytes at the timed dtype: the kernel keeps its 512-wide rows, queries and outputs, and index_head_dim-wide index
@@ -27,6 +29,7 @@ sparse_bench scales its bf16 latent and activations). FLOPs are `layer_core`'s u
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from functools import partial
 
@@ -39,9 +42,11 @@ from mla_planner.specs.attention.compressed import INDEX_KEY_BYTES, RATIOS, ROW_
 from mla_planner.specs.attention.kinds import attention_of
 from mla_planner.specs.layout import Layout
 from mla_planner.specs.model import ModelSpec
-from mla_planner.verify.bench import time_fn
+from mla_planner.verify.bench import SCORE_STD, query_std, time_fn
 from mla_planner.verify.compressed_kernel import CompressedLayerCache, compressed_decode, rows_gathered, uses_indexer
 from mla_planner.verify.kernel import PagedLatentCache
+from mla_planner.verify.kv_storage import StoredKV
+from mla_planner.verify import reference
 
 WINDOW_BLOCK = VLLM_SLIDING_BLOCK["swa_kv"]      # tokens per window page (64)
 
@@ -57,6 +62,40 @@ def timed_layer_cost(spec: ModelSpec, layout: Layout, ratio: int, batch: int, co
     activations = core.bytes - slots * ROW_BYTES - scanned * INDEX_KEY_BYTES["fp8"]
     moved = activations * elem / ACT_BYTES + slots * spec.head_dim * elem + scanned * spec.index_head_dim * elem
     return CoreCost(moved, core.flops)
+
+
+def _check(q, cache: CompressedLayerCache, ratio: int, sink, scale: float, window: int, topk: int, q_index,
+           weights, result) -> reference.OutputCheck:
+    """One layer kind's output on the first sequences against the naive fp64 reference (module docstring)."""
+    n = min(reference.SLICE_SEQUENCES, q.shape[0])
+    precision = reference.precision_of(result.out)
+    rounding = {"fp32": 1e-5, "bf16": 2.0 ** -7}[precision]
+    problems, outs, lses = [], [], []
+    for b in range(n):
+        T = int(cache.swa.seqlens[b])
+        win = torch.arange(max(T - window, 0), T)
+        got_win = result.window_pos[b][result.window_pos[b] >= 0].cpu()
+        if not torch.equal(got_win.sort().values, win):
+            problems.append(f"sequence {b}: read window positions {got_win.tolist()[:4]}..., not {T - window}..{T - 1}")
+        entries = T // ratio if ratio > 1 else 0
+        comp = result.compressed_pos[b][result.compressed_pos[b] >= 0].cpu()
+        if uses_indexer(ratio):
+            keys = reference.rows_of(StoredKV("bf16", cache.index_keys), cache.compressed_table[b],
+                                     torch.arange(entries))
+            scores = reference.index_scores(q_index[b], weights[b], keys)
+            limit = rounding * float(scores.abs().max()) if entries else 0.0
+            if why := reference.choice_problem(result.compressed_pos[b], scores, topk, limit):
+                problems.append(f"sequence {b}: the CSA indexer {why}")
+        elif not torch.equal(comp.sort().values, torch.arange(entries)):
+            problems.append(f"sequence {b}: read {comp.numel()} compressed rows, not the {entries} complete ones")
+        rows = [reference.rows_of(StoredKV("bf16", cache.swa.kv), cache.swa.block_table[b], win)]
+        if comp.numel():
+            rows.insert(0, reference.rows_of(StoredKV("bf16", cache.compressed), cache.compressed_table[b], comp))
+        o, lse = reference.attend(q[b], torch.cat(rows), scale, q.shape[-1], sink)
+        outs.append(o)
+        lses.append(lse)
+    return reference.check_output(f"{RATIOS[ratio]} attention", result.out[:n], result.lse[:n], torch.stack(outs),
+                                  torch.stack(lses), precision, tuple(problems))
 
 
 def _rand(gen: torch.Generator, shape: tuple, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
@@ -98,42 +137,53 @@ def compressed_attention_benchmark(spec: ModelSpec, layout: Layout, batch: int, 
     """Time one decode step of one layer of each compression ratio the model has, for `batch` sequences of
     `context` tokens on one rank of `layout` (V4 has no DCP), and report each (`kinds`: its layers, seconds,
     bytes, FLOPs and the rows one sequence gathered) and their average over the decoder layers (time_s, bytes,
-    flops, the achieved rates), the figure the step model's per-layer attention core stands for."""
+    flops, the achieved rates), the figure the step model's per-layer attention core stands for. Each kind's output
+    is checked first (`output_check`: the first failing kind's, else the last); a kind that fails is not timed and
+    the average's `time_s` is None."""
     device = torch.device(device)
     heads = spec.num_attention_heads // layout.tp
     gen = torch.Generator(device).manual_seed(1)
-    q = _rand(gen, (batch, heads, spec.head_dim), dtype, device)
-    sink = torch.randn(heads, generator=gen, device=device)
+    scale = spec.head_dim ** -0.5
+    q = (torch.randn(batch, heads, spec.head_dim, generator=gen, device=device)
+         * query_std(scale, spec.head_dim)).to(dtype)                        # scores spread (bench.SCORE_STD)
+    # the sink near the scores' log-sum-exp over the window, so that it takes a real share of the softmax
+    sink = torch.randn(heads, generator=gen, device=device) + math.log(spec.sliding_window) + SCORE_STD ** 2 / 2
     index = None
     if 4 in layer_ratios(spec):
         index = (_rand(gen, (batch, spec.index_n_heads, spec.index_head_dim), dtype, device),
                  torch.rand(batch, spec.index_n_heads, generator=gen, device=device).to(dtype))
-    elem, scale = q.element_size(), spec.head_dim ** -0.5
+    elem = q.element_size()
     layers = Counter(layer_ratios(spec))
-    kinds = {}
+    kinds, checked = {}, None
     for ratio in sorted(layers):
         cache = random_layer_cache(spec, ratio, batch, context, dtype, device)
         q_index, weights = index if uses_indexer(ratio) else (None, None)
         step = partial(compressed_decode, q, cache, ratio, sink, scale, spec.sliding_window, spec.index_topk or 0,
                        q_index, weights)
-        gathered = rows_gathered(step())[0]
+        result = step()
+        gathered = rows_gathered(result)[0]
+        kind_check = _check(q, cache, ratio, sink, scale, spec.sliding_window, spec.index_topk or 0, q_index,
+                            weights, result)
+        checked = kind_check if checked is None or checked.ok else checked
         cost = timed_layer_cost(spec, layout, ratio, batch, context, elem)
         kinds[RATIOS[ratio]] = {"ratio": ratio, "layers": layers[ratio], "rows": list(gathered),
-                                "time_s": time_fn(step, device, warmup, repeats), "bytes": cost.bytes,
-                                "flops": cost.flops}
+                                "time_s": time_fn(step, device, warmup, repeats) if kind_check.ok else None,
+                                "bytes": cost.bytes, "flops": cost.flops, "output_check": kind_check.text}
     n = sum(layers.values())
-    time_s, moved, flops = (sum(k[key] * k["layers"] for k in kinds.values()) / n
-                            for key in ("time_s", "bytes", "flops"))
+    moved, flops = (sum(k[key] * k["layers"] for k in kinds.values()) / n for key in ("bytes", "flops"))
+    time_s = sum(k["time_s"] * k["layers"] for k in kinds.values()) / n if checked.ok else None
+    rates = ({"achieved_gb_per_s": moved / time_s / 1e9, "achieved_tflop_per_s": flops / time_s / 1e12}
+             if time_s else {"achieved_gb_per_s": None, "achieved_tflop_per_s": None})
     return {"impl": "compressed", "path": "torch-compressed", "batch": batch, "context": context, "heads": heads,
             "top_k": spec.index_topk, "window": spec.sliding_window, "block_size": VLLM_BLOCK_TOKENS,
-            "dtype": str(dtype).removeprefix("torch."), "time_s": time_s, "bytes": moved, "flops": flops,
-            "achieved_gb_per_s": moved / time_s / 1e9, "achieved_tflop_per_s": flops / time_s / 1e12,
-            "kinds": kinds}
+            "dtype": str(dtype).removeprefix("torch."), "kv": f"{str(dtype).removeprefix('torch.')} rows",
+            "time_s": time_s, "bytes": moved, "flops": flops, "output_check": checked, **rates, "kinds": kinds}
 
 
 def kinds_text(r: dict, predict) -> str:
     """'swa 2 x 12.3 us (pred 4.5), csa 21 x ..., averaged over 43 layers': each layer kind's measured seconds and
     `predict(bytes, flops)`'s, for the attention check's detail."""
     parts = [f"{name} {k['layers']} x {k['time_s'] * 1e6:,.1f} us (pred {predict(k['bytes'], k['flops']) * 1e6:,.1f})"
+             if k["time_s"] is not None else f"{name} {k['layers']} x not timed (output mismatch)"
              for name, k in r["kinds"].items()]
     return f"{', '.join(parts)}, averaged over {sum(k['layers'] for k in r['kinds'].values())} layers"

@@ -1,5 +1,6 @@
 """GPU fast path for the absorbed MLA attention core: a split-K (flash-decoding) Triton kernel
-that reads the paged latent cache in place, plus an optional FlashMLA wrapper.
+that reads the paged latent cache in place, plus FlashMLA's dense decode behind the same contract
+(`flash_mla_core`, the one wrapper of that call: the engine adapter and the benchmarks use it).
 
 Same contract as `kernel.absorbed_core`: q_mqa [B, H, d_c + d_r], cache [num_blocks, bs,
 d_c + d_r], int32 block_table [B, max_blocks] and seqlens [B] -> o_lat [B, H, d_c] in q's
@@ -260,22 +261,30 @@ def flash_mla_available() -> bool:
     return importlib.util.find_spec("flash_mla") is not None
 
 
-def make_flash_mla_core(seqlens: Tensor, heads: int) -> Callable[..., tuple[Tensor, Tensor]]:
-    """FlashMLA dense decode behind the `absorbed_core` signature (bf16, page size 64, SM90).
+def flash_mla_core(ops, seqlens: Tensor, heads: int) -> Callable[..., tuple[Tensor, Tensor]]:
+    """FlashMLA's dense bf16 decode behind the `absorbed_core` signature (page size 64, SM90), called through `ops`
+    as the engines call it: any build with FlashMLA's interface (the upstream `flash_mla` package, vLLM's
+    `vllm.v1.attention.ops.flashmla`, SGLang's `flash_mla_interface` wrapper or `sgl_kernel.flash_mla`).
 
-    Scheduling metadata is built once here, outside any timed region; the explicit model
-    softmax scale is always passed (FlashMLA's default is 1/sqrt(576), flash_mla_interface.py).
-    Works with both the old (tile metadata, num_splits) and the new (sched_meta, None) API.
+    Scheduling metadata is built once here, outside any timed region; the model's softmax scale is always passed
+    (FlashMLA's default is 1/sqrt(576), flash_mla_interface.py) and causal=True, as vLLM's FLASHMLA
+    (`_forward_decode`) and SGLang's flashmla backend pass it (one query token: nothing is masked). Works with both
+    the old (tile metadata, num_splits) and the new (sched_meta, None) API. verify/engine_flashmla.py builds on it.
     """
-    import flash_mla
-
-    meta, splits = flash_mla.get_mla_metadata(seqlens, heads, 1)
+    meta, splits = ops.get_mla_metadata(seqlens, heads, 1)
 
     def core(q_mqa: Tensor, cache: Tensor, block_table: Tensor, seqlens: Tensor, scale: float,
              head_dim_v: int = 512) -> tuple[Tensor, Tensor]:
         k_cache = cache if cache.dim() == 4 else cache.unsqueeze(2)           # [blocks, 64, 1, 576]
-        out, lse = flash_mla.flash_mla_with_kvcache(q_mqa.unsqueeze(1), k_cache, block_table, seqlens,
-                                                    head_dim_v, meta, splits, softmax_scale=scale, causal=False)
+        out, lse = ops.flash_mla_with_kvcache(q_mqa.unsqueeze(1), k_cache, block_table, seqlens,
+                                              head_dim_v, meta, splits, softmax_scale=scale, causal=True)
         return out.squeeze(1), lse.squeeze(-1)                                # [B, H, 512], [B, H]
 
     return core
+
+
+def make_flash_mla_core(seqlens: Tensor, heads: int) -> Callable[..., tuple[Tensor, Tensor]]:
+    """`flash_mla_core` through the upstream `flash_mla` package (benchmarks/attention_bench.py's `flash_mla`)."""
+    import flash_mla
+
+    return flash_mla_core(flash_mla, seqlens, heads)

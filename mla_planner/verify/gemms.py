@@ -14,6 +14,10 @@ Bytes count the weights only, as the step model does (perf.layer_work: an op's b
 so the efficiency a measurement implies is the one the model applies. bf16 on the GPU (fp32 on a CPU);
 when the checkpoint is fp8 and the GPU has fp8 tensor cores, the 2-D GEMMs run again through
 torch._scaled_mm (per-tensor scales), which is what the step model prices.
+
+Before an op is timed, each of its GEMMs' outputs is checked on a slice (the first SLICE_ROWS rows, SLICE_COLS
+columns, the first matrix of a bmm) against the fp64 product of the same inputs; a mismatch fails the op with
+the max error, and nothing is timed (GEMM_TOLERANCE: the output's rounding, and the accumulation's over k).
 """
 
 from __future__ import annotations
@@ -29,8 +33,14 @@ from mla_planner.perf.layer_work import Op, experts_hit, ffn_rows
 from mla_planner.specs.attention.kinds import attention_of
 from mla_planner.verify.bench import time_fn
 from mla_planner.verify.check import GEMM_BAND, Check, Timing, one_line, rates, ratio_check, roofline, skipped
+from mla_planner.verify.compare import Comparison, compare
 from mla_planner.verify.env import DeviceInfo
 from mla_planner.verify.target import Caps, Target
+
+
+SLICE_ROWS, SLICE_COLS = 4, 64
+GEMM_TOLERANCE = {torch.float32: 1e-5, torch.bfloat16: 2.0 ** -7}   # rel; abs = rel x sqrt(k); cos_diff below
+Runner = tuple[Callable[[], torch.Tensor], Callable[[torch.Tensor], Comparison]]   # (the call, its output's check)
 
 
 @dataclass(frozen=True)
@@ -110,38 +120,61 @@ def layer_gemms(t: Target, caps: Optional[Caps]) -> dict[str, list[Gemm]]:
     return ops
 
 
-def _runner(g: Gemm, dtype: torch.dtype, device: torch.device) -> Callable[[], torch.Tensor]:
-    """x [m, k] @ W^T with W [n, k] (nn.Linear), or a bmm [b, m, k] x [b, k, n]."""
+def _checker(g: Gemm, x: torch.Tensor, w: torch.Tensor, out_dtype: torch.dtype) -> Callable:
+    """The output check of x @ W^T (W [n, k]) or of a bmm x [b, m, k] x w [b, k, n] on the slice."""
+    r, c = min(g.m, SLICE_ROWS), min(g.n, SLICE_COLS)
+    if g.batch == 1:
+        ref = x[:r].double() @ w[:c].double().T
+    else:
+        ref = x[0, :r].double() @ w[0, :, :c].double()
+    rel = GEMM_TOLERANCE[torch.float32 if out_dtype == torch.float32 else torch.bfloat16]
+    cos = 1e-10 if out_dtype == torch.float32 else 1e-5
+
+    def check(out: torch.Tensor) -> Comparison:
+        part = out[:r, :c] if g.batch == 1 else out[0, :r, :c]
+        return compare(g.name, part, ref, rel * g.k ** 0.5, rel, cos)
+    return check
+
+
+def _runner(g: Gemm, dtype: torch.dtype, device: torch.device) -> Runner:
+    """x [m, k] @ W^T with W [n, k] (nn.Linear), or a bmm [b, m, k] x [b, k, n]; and its output check."""
     gen = torch.Generator(device).manual_seed(0)
     if g.batch == 1:
         x = torch.randn(g.m, g.k, generator=gen, device=device).to(dtype)
         w = torch.randn(g.n, g.k, generator=gen, device=device).to(dtype)
-        return lambda: torch.nn.functional.linear(x, w)
+        return (lambda: torch.nn.functional.linear(x, w)), _checker(g, x, w, dtype)
     x = torch.randn(g.batch, g.m, g.k, generator=gen, device=device).to(dtype)
     w = torch.randn(g.batch, g.k, g.n, generator=gen, device=device).to(dtype)
-    return lambda: torch.bmm(x, w)
+    return (lambda: torch.bmm(x, w)), _checker(g, x, w, dtype)
 
 
-def fp8_runner(g: Gemm, device: torch.device) -> Callable[[], torch.Tensor]:
+def fp8_runner(g: Gemm, device: torch.device) -> Runner:
     """torch._scaled_mm of e4m3 x [m, k] and W^T (W [n, k], so column-major as cuBLASLt wants) with
-    per-tensor scales, bf16 out; rows padded to 16 (the fp8 GEMM's alignment)."""
+    per-tensor scales, bf16 out; rows padded to 16 (the fp8 GEMM's alignment); and its output check."""
     if g.batch != 1:
         raise ValueError("fp8 runner takes plain matrix products")
     fp8 = torch.float8_e4m3fn
     x = torch.randn(ceil(g.m / 16) * 16, g.k, device=device).to(fp8)
     w = torch.randn(g.n, g.k, device=device).to(fp8)
     one = torch.ones((), device=device)
-    return lambda: torch._scaled_mm(x, w.t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+    return ((lambda: torch._scaled_mm(x, w.t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16)),
+            _checker(g, x, w, torch.bfloat16))
 
 
-def _time_op(gemms: list[Gemm], make: Callable, dev: DeviceInfo, timing: Timing) -> tuple[float, dict]:
-    """Sum of the median times of each GEMM (each timed alone, L2 flushed between runs on CUDA)."""
-    times = {}
+def _time_op(gemms: list[Gemm], make: Callable, dev: DeviceInfo, timing: Timing
+             ) -> tuple[Optional[float], dict, list[Comparison]]:
+    """Each GEMM's output checked on its slice, then (all matching) the sum of the median times of each GEMM
+    (each timed alone, L2 flushed between runs on CUDA); (None, {}, the mismatches) when one does not match."""
+    times, bad = {}, []
     for g in gemms:
-        fn = make(g)
+        fn, check = make(g)
+        checked = check(fn())
+        if not checked.ok:
+            bad.append(checked)
+            continue
         times[g.name] = time_fn(fn, dev.torch_device, timing.warmup, timing.repeats)
         del fn
-    return sum(times.values()), times
+    return (None, {}, bad) if bad else (sum(times.values()), times, [])
 
 
 def _op_check(t: Target, name: str, gemms: list[Gemm], dev: DeviceInfo, timing: Timing, fp8: bool) -> Check:
@@ -151,16 +184,21 @@ def _op_check(t: Target, name: str, gemms: list[Gemm], dev: DeviceInfo, timing: 
             "fp8" if fp8 else "bf16")
     dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
     make = (lambda g: fp8_runner(g, dev.torch_device)) if fp8 else (lambda g: _runner(g, dtype, dev.torch_device))
-    measured_s, per_gemm = _time_op(gemms, make, dev, timing)
+    measured_s, per_gemm, bad = _time_op(gemms, make, dev, timing)
     predicted_s, evidence = roofline(op, t)
     planned = t.step.layers[t.layer_kind if name != "ffn.dense" else "dense"].terms_s.get(name)
     shapes = ", ".join(f"{g.name} {'%dx' % g.batch if g.batch > 1 else ''}[{g.m}x{g.k}x{g.n}]" for g in gemms)
     detail = (f"{'fp8 _scaled_mm' if fp8 else str(dtype).removeprefix('torch.')}: {shapes}; {evidence['bound']}-bound"
               + (f"; step model {planned * 1e6:,.1f} us for the planned weights" if planned else ""))
+    label = f"gemm.{name}" + ("[fp8]" if fp8 else "")
+    if measured_s is None:
+        wrong = "; ".join(f"{c.name}: max abs error {c.max_abs_err:.3g}, cos_diff {c.cos_diff:.3g}" for c in bad)
+        return Check(label, predicted_s, None, "s", None, "output = fp64 product", False,
+                     f"{detail}; output does NOT match the fp64 product on a slice ({wrong}); not timed")
     extra = rates(op, predicted_s, measured_s) | {"evidence": evidence | {"seconds": measured_s},
                                                   "per_gemm_s": per_gemm}
-    label = f"gemm.{name}" + ("[fp8]" if fp8 else "")
-    return ratio_check(label, predicted_s, measured_s, "s", GEMM_BAND, dev.type == "cuda", detail, extra)
+    return ratio_check(label, predicted_s, measured_s, "s", GEMM_BAND, dev.type == "cuda",
+                       f"{detail}; each output checked against the fp64 product on a slice", extra)
 
 
 def _fp8_wanted(t: Target, dev: DeviceInfo, name: str) -> bool:

@@ -14,21 +14,47 @@ from dataclasses import asdict
 from typing import Optional
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
+
+from mla_planner.verify.coverage import missing as missing_checks
 
 STYLE = {"pass": "green", "fail": "bold red", "error": "bold red", "info": "cyan", "skip": "dim"}
 
 
-def verdict(checks: list) -> tuple[str, int]:
-    """("error" | "fail" | "pass" | "rehearsal", exit status): "rehearsal" when no check was judged (a CPU
-    run, or a GPU other than the plan's), so a script cannot read it as the plan holding."""
+def verdict(checks: list, missing: tuple | list) -> tuple[str, int]:
+    """("error" | "fail" | "not_verified" | "pass" | "rehearsal", exit status). "rehearsal" (exit 0) when no check
+    was judged (a CPU run, or a GPU other than the plan's), so a script cannot read it as the plan holding;
+    "not_verified" (exit 1) when every judged check passed but something the plan depends on was not measured
+    (`missing`, from coverage.missing; required, so that no caller forgets it): an env-only run is never PLAN
+    HOLDS. A rank's own verdict under torchrun (its share of the plan) passes () and is no more than that."""
     statuses = {c.status for c in checks}
     if "error" in statuses:
         return "error", 1
     if "fail" in statuses:
         return "fail", 1
-    return ("pass", 0) if "pass" in statuses else ("rehearsal", 0)
+    if "pass" not in statuses:
+        return "rehearsal", 0
+    return ("not_verified", 1) if missing else ("pass", 0)
+
+
+def verdict_of(target, checks: list) -> tuple[str, int]:
+    """`verdict` with what the plan still needs measured (coverage.missing)."""
+    return verdict(checks, missing_checks(target, checks))
+
+
+def rank_line(rank: int, world: int, checks: list) -> tuple[str, int]:
+    """(one stderr line, exit status) for a non-zero torchrun rank whose checks rank 0 could not gather (a
+    collective or the gather failed): the rank's first error, or that its checks were not gathered, and the
+    names of its failed checks (rank 0's report does not show them)."""
+    status = verdict(checks, ())[1]
+    errors = [f"{c.name}: {c.error}" for c in checks if c.error]
+    failed = [c.name for c in checks if c.status == "fail"]
+    what = errors[0] if errors else f"{len(checks)} check(s), not gathered by rank 0"
+    if failed:
+        what += f"; failed: {', '.join(failed)}"
+    return ("error: " if status else "") + f"rank {rank} of {world}: {what}", status
 
 
 def fmt(value: Optional[float], unit: str) -> str:
@@ -64,8 +90,9 @@ def check_dict(c) -> dict:
 def report_dict(target, dev, checks: list, calibration: Optional[dict] = None) -> dict:
     """The JSON document: verdict, device, what was checked, every rank's checks, calibration written."""
     c = target.chosen
-    name, status = verdict(checks)
-    return {"verdict": name, "exit_status": status,
+    gaps = missing_checks(target, checks)
+    name, status = verdict(checks, gaps)
+    return {"verdict": name, "exit_status": status, "missing": gaps,
             "device": asdict(dev) if dev is not None else None,
             "target": {"source": c.source, "model": c.spec.name, "topology": c.topo.name, "gpu": c.topo.gpu.name,
                        "layout": c.layout.label, "layout_fields": asdict(c.layout), "knobs": asdict(c.knobs),
@@ -99,20 +126,33 @@ def render(target, dev_text: str, checks: list, calibration: Optional[dict], out
     for note in target.notes:
         out.print(f"  note: {note}", soft_wrap=True, markup=False)
     if calibration:
-        out.print(f"calibration written to {calibration['path']}: "
-                  + ", ".join(f"{k} {v:.3g}" for k, v in calibration["efficiency"].items()), soft_wrap=True)
-    out.print(headline(checks))
+        out.print(calibration_text(calibration), soft_wrap=True, markup=False)
+    out.print(headline(checks, missing_checks(target, checks)))
 
 
-def headline(checks: list) -> str:
+def calibration_text(calibration: dict) -> str:
+    """What --write-calibration wrote, each clipped factor with its measured value, and what it left out."""
+    lines = [f"calibration written to {calibration['path']}: "
+             + ", ".join(f"{k} {v:.3g}" for k, v in calibration["efficiency"].items())]
+    for name, raw in calibration.get("clipped", {}).items():
+        lines.append(f"  {name}: measured {raw:.3g}, written as 1 (the format's limit: a datasheet rate below what "
+                     "the chip does)")
+    lines += [f"  not used: {why}" for why in calibration.get("left_out", [])]
+    return "\n".join(lines)
+
+
+def headline(checks: list, missing: tuple | list) -> str:
     """The last line: the verdict in words (a CPU rehearsal judges nothing, and says so)."""
-    name, _ = verdict(checks)
+    name, _ = verdict(checks, missing)
     if name == "error":
         return "[bold red]CHECKS ERRORED[/bold red]: some checks could not run (see above)"
     if name == "fail":
         return "[bold red]CHECKS FAILED[/bold red]: the plan does not hold on this hardware (see above)"
     if name == "rehearsal":
         return "[bold cyan]REHEARSAL RAN[/bold cyan]: nothing judged (the topology's GPU is not here)"
+    if name == "not_verified":
+        return ("[bold yellow]NOT VERIFIED[/bold yellow]: every judged check passed, but not measured: "
+                + escape("; ".join(missing)))
     return "[bold green]PLAN HOLDS[/bold green]: every judged check is within its tolerance"
 
 

@@ -44,6 +44,7 @@ class Chosen:
     source: str                       # e.g. "plan.json candidate 1" or "--layout tp=8"
     batch: Optional[int] = None       # decode sequences per DP rank, when the plan or a flag says so
     context: Optional[int] = None     # tokens per sequence at the checked point
+    notes: tuple = ()                 # how the candidate's knobs were completed (verify/as_planned.py)
 
 
 @dataclass(frozen=True)
@@ -157,6 +158,7 @@ def make_target(c: Chosen, ranks: RankInfo = RankInfo()) -> Target:
     if not report.per_gpu:
         raise PlanError(f"layout {c.layout.label} cannot exist on {c.topo.name}: {'; '.join(report.reasons)}")
     batch, notes = _planned_batch(c)
+    notes = list(c.notes) + notes
     if not report.fits:
         notes += [f"memory: {r}" for r in report.reasons]
     context = c.context or c.workload.mean_decode_context
