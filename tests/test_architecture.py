@@ -89,26 +89,25 @@ def test_the_command_list_shows_each_commands_own_summary():
         assert summary == doc.split("\n\n")[0], name
 
 
-def test_help_imports_no_command():
-    """The listing and `--version` load the CLI's frame only: no command module, no search, no engine."""
+def loaded_after(command: str) -> list[str]:
+    """The modules a fresh process has imported once `mla-plan COMMAND` ran (a subprocess: this one has them all)."""
     import subprocess
 
-    code = ("import sys; from mla_planner.cli.app import main; sys.argv = ['mla-plan', '--help']\n"
-            "try:\n    main()\nexcept SystemExit:\n    pass\n"
-            "loaded = sorted(m for m in sys.modules if m.startswith('mla_planner.') and m != 'mla_planner.cli.app'"
-            " and m not in ('mla_planner.cli', 'mla_planner.cli.params'))\nprint(loaded, file=sys.stderr)")
+    code = (f"import sys; from mla_planner.cli.app import main; sys.argv = ['mla-plan', '{command}']\n"
+            "try:\n    main()\nexcept SystemExit:\n    pass\nprint(sorted(sys.modules), file=sys.stderr)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
-    assert out.returncode == 0 and ast.literal_eval(out.stderr.strip().splitlines()[-1]) == []
+    assert out.returncode == 0, out.stderr[-500:]
+    return ast.literal_eval(out.stderr.strip().splitlines()[-1])
+
+
+def test_help_imports_no_command():
+    """The listing and `--version` load the CLI's frame only: no command module, no search, no engine."""
+    frame = ("mla_planner.cli", "mla_planner.cli.app", "mla_planner.cli.params")
+    assert [m for m in loaded_after("--help") if m.startswith("mla_planner.") and m not in frame] == []
 
 
 def test_listings_start_without_the_schema_or_engine_tables():
     """`mla-plan models` (a target of the fast start) imports neither pydantic, rich, nor the engine tables:
     a helper added to cli/common that pulls engines/backends brought all three back once (0.1 s -> 0.3 s)."""
-    import subprocess
-
-    code = ("import sys; from mla_planner.cli.app import main; sys.argv = ['mla-plan', 'models']\n"
-            "try:\n    main()\nexcept SystemExit:\n    pass\n"
-            "heavy = sorted(m for m in ('pydantic', 'rich', 'jinja2', 'mla_planner.engines.backends',"
-            " 'mla_planner.specs.topology') if m in sys.modules)\nprint(heavy, file=sys.stderr)")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
-    assert out.returncode == 0 and ast.literal_eval(out.stderr.strip().splitlines()[-1]) == []
+    heavy = ("pydantic", "rich", "jinja2", "mla_planner.engines.backends", "mla_planner.specs.topology")
+    assert [m for m in loaded_after("models") if m in heavy] == []
