@@ -16,6 +16,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from mla_planner.launch.build import build, launch_inputs  # noqa: E402
+from mla_planner.search.planfile import read_plan  # noqa: E402
 from test_launch_golden import SCENARIOS, _plan  # noqa: E402
 
 R1_VLLM = ("vllm", "serve", "deepseek-ai/DeepSeek-R1", "-tp", "8")
@@ -82,3 +83,36 @@ def test_the_golden_plans_commands_lint_clean(cli, name):
         words = [f"{k}={v}" for k, v in c.env.items()] + [str(w) for w in c.argv]
         code, out = lint(cli, case["topology"], words, model="deepseek-v3")
         assert (code, out["findings"]) == (0, []), words
+
+
+@pytest.mark.parametrize("images", [False, True])
+def test_the_kimi_k25_commands_lint_clean_text_only_and_with_images(cli, tmp_path, images):
+    r = cli("plan", "-m", "kimi-k2.5", "-t", "8xh200", "-e", "vllm", "--json", "--top", "1", *(["--images"] * images))
+    (tmp_path / "plan.json").write_text(r.stdout)
+    plan = read_plan(tmp_path / "plan.json")
+    for c in build(launch_inputs(plan, plan.candidates[0], "native"), "vllm"):
+        if c.runs_engine:
+            code, out = lint(cli, "8xh200", [f"{k}={v}" for k, v in c.env.items()] + [str(w) for w in c.argv])
+            assert (code, out["findings"]) == (0, []), c.argv
+
+
+def test_a_switch_before_the_model_leaves_the_model_in_place(cli):
+    """Which flags take a value is the engine's own table's answer: `--async-scheduling` is a switch, so the word
+    after it is vLLM's positional model (a hand-kept list took it as the flag's value)."""
+    for switch in ("--async-scheduling", "--enable-auto-tool-choice"):
+        code, out = lint(cli, "8xh200", ["vllm", "serve", switch, "deepseek-ai/DeepSeek-R1", "-tp", "8"])
+        assert code == 0 and out["model"] == "deepseek-r1"
+    code, out = lint(cli, "8xh200", ["vllm", "serve", "deepseek-ai/DeepSeek-R1", "--cudagraph-capture-sizes", "1",
+                                     "2", "4", "-tp", "8"])
+    assert code == 0 and out["findings"] == []
+
+
+def test_a_pixtral_encoder_vllm_builds_is_priced_and_the_hint_fits_the_model(cli):
+    """Mistral Large 3's encoder (2.57B bf16) is on every GPU unless --language-model-only: lint's memory check
+    counts it, and does not suggest `plan --images`, which does not model Pixtral's image path."""
+    words = ["vllm", "serve", "mistralai/Mistral-Large-3-675B-Instruct-2512", "-tp", "8", "--max-model-len", "32768",
+             "--tokenizer-mode", "mistral", "--config-format", "mistral", "--load-format", "mistral"]
+    _, with_encoder = lint(cli, "8xh200", words + ["--gpu-memory-utilization", "0.85"])
+    warn = next(f for f in with_encoder["findings"] if f["flag"] == "--language-model-only")
+    assert "plan --images" not in warn["text"] and "priced above" in warn["text"]
+    assert lint(cli, "8xh200", words + ["--language-model-only", "--gpu-memory-utilization", "0.85"])[1]["findings"] == []

@@ -215,3 +215,26 @@ def test_with_a_plan_the_same_facts_beside_the_checks(cli, tmp_path, vllm_plan):
                               "memory for the cache blocks. Try increasing `gpu_memory_utilization`"]
     code, data, checks = _run(cli, _log(tmp_path, refused), "--plan", str(vllm_plan))
     assert code == 1 and data["checks"][-1]["name"] == "startup" and data["checks"][-1]["status"] == "fail"
+
+
+@pytest.mark.parametrize("release, default", [("0.33.0", "0.92"), ("0.19.1", "0.9")])
+def test_an_unlogged_fraction_is_the_releases_default(cli, tmp_path, release, default):
+    """vLLM logs gpu_memory_utilization only when set; its default is 0.9 up to 0.19.1 and 0.92 from 0.20.0
+    (engines/memory_rules.default_memory_fraction), so the note names the logged release's."""
+    lines = [VLLM_033[0].replace("0.33.0", release),
+             VLLM_033[1].replace(", 'gpu_memory_utilization': 0.92", "").replace(", 'block_size': 64", "")]
+    (tmp_path / "server.log").write_text("\n".join(lines) + "\n")
+    r = cli("check-log", str(tmp_path / "server.log"), "--json")
+    check = next(c for c in json.loads(r.stdout)["checks"] if c["name"] == "engine_config")
+    assert f"the defaults are {default} and the backend's" in check["text"]
+
+
+def test_a_start_up_refusal_is_quoted_from_its_message(cli, tmp_path):
+    """The quote starts where the engine's message does, so it keeps the figures that say what to change."""
+    (tmp_path / "server.log").write_text(VLLM_033[0] + "\n(EngineCore_DP0 pid=4200) ERROR 12-01 10:02:00 [core.py:700] "
+                                         "ValueError: To serve at least one request with the models's max seq len "
+                                         "(163840), (10.72 GiB KV cache is needed, which is larger than the available "
+                                         "KV cache memory (3.10 GiB).\n")
+    r = cli("check-log", str(tmp_path / "server.log"), "--json")
+    startup = next(c for c in json.loads(r.stdout)["checks"] if c["name"] == "startup")
+    assert r.exit_code == 1 and "max seq len (163840), (10.72 GiB KV cache is needed" in startup["text"]

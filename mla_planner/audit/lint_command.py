@@ -9,6 +9,7 @@ import re
 from dataclasses import dataclass, field
 
 from mla_planner.core.errors import PlanError
+from mla_planner.engines.parser.tables import load_table, option_table
 from mla_planner.specs.knobs import KV_DTYPE_CHOICES
 
 # flag -> the field it sets, per engine, with the aliases the engines define (mla_planner/data/engines/*.json, read
@@ -87,6 +88,20 @@ def _looks_like_option(word: str) -> bool:
     return len(word) > 1 and word[0] == "-" and (word[1].isalpha() or word[1] == "-")
 
 
+def _arity(engine: str, flag: str):
+    """How many words FLAG takes, from the engine's own flag table (engines/parser): None (a switch), "one" or
+    "many" (nargs + or *); for a flag the table does not define (the engine's parser reports it), a guess: a
+    value unless it is a known switch or a --no- form."""
+    hit = option_table(engine).get(flag)
+    if hit is None:
+        return None if flag in BOOLEAN or (flag.startswith("--no-") and flag not in FIELDS[engine]) else "one"
+    key, negated = hit
+    spec = load_table(engine)["flags"][key]
+    if negated or not spec.get("takes_value", True):
+        return None
+    return "many" if spec.get("nargs") in ("+", "*") else "one"
+
+
 def parse_command(words: list[str]) -> Command:
     """`vllm serve MODEL ...`, `python -m vllm.entrypoints.openai.api_server --model M ...`,
     `python -m sglang.launch_server --model-path M ...` or `sglang serve ...`."""
@@ -104,9 +119,11 @@ def parse_command(words: list[str]) -> Command:
             continue
         flag, eq, value = word.partition("=")
         flag = ALIASES.get(flag, flag[:2] + flag[2:].replace("_", "-") if flag.startswith("--") else flag)
-        if not eq and flag not in BOOLEAN and i + 1 < len(rest) and not _looks_like_option(rest[i + 1]) \
-                and (flag in FIELDS[engine] or not flag.startswith("--no-")):
+        arity = _arity(engine, flag)
+        if not eq and arity and i + 1 < len(rest) and not _looks_like_option(rest[i + 1]):
             value, i = rest[i + 1], i + 1
+            while arity == "many" and i + 1 < len(rest) and not _looks_like_option(rest[i + 1]):
+                i += 1                                    # nargs + / *: the values after the first are no model
         if flag.startswith("--no-"):
             cmd.flags.discard("--" + flag[5:])
         else:

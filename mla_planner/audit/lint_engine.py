@@ -17,10 +17,8 @@ from __future__ import annotations
 import difflib
 import re
 
-from mla_planner.engines.compressed_kv import is_compressed
 from mla_planner.engines.parser.check import check_command
 from mla_planner.engines.parser.tables import load_table, option_table
-from mla_planner.engines.sparse import compressed_backend
 from mla_planner.specs.model import ModelSpec
 from mla_planner.specs.topology import Topology
 
@@ -33,20 +31,14 @@ TRUE_WORDS = ("1", "true", "True", "TRUE")
 
 def engine_findings(engine: str, args: list[str], env: dict, spec: ModelSpec, topo: Topology) -> list[tuple]:
     """(level, flag, text) for everything the engine's parser or start-up rules refuse in ARGS (the words
-    after `vllm serve` / `python -m sglang.launch_server`); an override the engine makes silently is a warn.
-    The attention-backend rules are left to the planner's own backend checks (audit/lint.py), which read the
-    same wheels and say why and what runs instead."""
+    after `vllm serve` / `python -m sglang.launch_server`). The attention-backend rules (and the page sizes SGLang
+    replaces for a backend) are left to the planner's own backend checks (audit/lint.py), which read the same
+    wheels and say why and what runs instead."""
     problems = check_command(
         args, engine, topo.gpu.arch_id, model_max_len=spec.max_position_embeddings,
         allow_long_max_model_len=env.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN") in TRUE_WORDS,
-        model_backend=_own_backend(engine, spec), gpus_per_node=topo.gpus_per_node, attention_rules=False)
-    out = []
-    for p in problems:
-        if p.startswith("[override]"):
-            out.append(("warn", "override", p.removeprefix("[override]").strip()))
-        else:
-            out.append(("error", "engine", p + _suggestions(engine, p)))
-    return out
+        gpus_per_node=topo.gpus_per_node, attention_rules=False)
+    return [("error", "engine", p + _suggestions(engine, p)) for p in problems]
 
 
 def env_findings(engine: str, env: dict) -> list[tuple]:
@@ -86,8 +78,3 @@ def _suggestions(engine: str, problem: str) -> str:
         if near:
             hints.append(f"{word.split('=', 1)[0]} -> did you mean {' or '.join(near)}?")
     return ("; " + "; ".join(hints)) if hints else ""
-
-
-def _own_backend(engine: str, spec: ModelSpec):
-    """The backend a model's own code selects (vLLM's DeepSeek-V4 attention: FLASHMLA_SPARSE_DSV4)."""
-    return compressed_backend(engine)["backend"] if is_compressed(spec) and engine == "vllm" else None

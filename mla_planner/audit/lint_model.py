@@ -59,11 +59,13 @@ def model_findings(engine: str, flags: set, values: dict, model: str | None, spe
     if engine == "sglang" and max_len and max_len > spec.max_position_embeddings:   # vLLM: its own rule (lint_engine)
         out.append(("error", "max_len", f"{max_len:,} tokens is above {spec.name}'s max_position_embeddings "
                                         f"({spec.max_position_embeddings:,})"))
-    if engine == "vllm" and spec.vision_params and "--language-model-only" not in flags:
+    multimodal = {"--language-model-only", "--mm-encoder-tp-mode", "--limit-mm-per-prompt"}   # told either way
+    if engine == "vllm" and spec.vision_params and not multimodal & flags:
         out.append(("warn", "--language-model-only", f"{spec.name} carries a vision encoder ({spec.vision_params / 1e6:,.0f}M "
                     "parameters, bf16): without --language-model-only vLLM builds it on every GPU and profiles "
                     "image inputs out of the KV budget (config/multimodal.py, v1/worker/gpu_model_runner.py "
-                    "profile_run); add it to serve text only (`plan --images` plans it with images)"))
+                    "profile_run), priced above with its weights whole per GPU; add it to serve text only"
+                    + (" (`plan --images` plans it with images)" if spec.vision_patch_size else "")))
     if engine == "sglang" and spec.config_format == "mistral" and values.get("config_parser") != "mistral" and \
             not any(name in (model or "").lower() for name in SGLANG_MISTRAL_NAMES):
         out.append(("error", "--model-config-parser", f"{spec.name} is a params.json checkpoint and the path "

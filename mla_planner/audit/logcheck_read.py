@@ -128,6 +128,15 @@ class LogFacts:
                     or self.bench or self.refused or self.notes)
 
 
+def _message_start(text: str, at: int) -> int:
+    """Where the message holding AT starts: after the log prefix ("ERROR ... ] ", "ValueError: ") on its line, so
+    a quoted refusal keeps its figures (vLLM: "To serve at least one request with the models's max seq len
+    (163840), (10.72 GiB KV cache is needed, ...")."""
+    line = text.rfind("\n", 0, at) + 1
+    ends = [i + len(mark) for mark in ("] ", "Error: ") if (i := text.rfind(mark, line, at)) >= 0]
+    return max(ends, default=line)
+
+
 def excerpt(text: str, start: int, width: int = 80) -> str:
     """The line from START, at most WIDTH characters, printable."""
     end = text.find("\n", start, start + width)
@@ -189,7 +198,7 @@ def read_log(text: str) -> LogFacts:
     facts.untuned_moe = sum(1 for _ in DEFAULT_MOE.finditer(text))
     facts.moe_files = sorted({m.group(0) for m in MOE_FILE.finditer(text)})[:20] if facts.untuned_moe else []
     _nccl(text, facts)
-    facts.refused = [excerpt(text, m.start(), 160) for _, m in zip(range(5), REFUSED.finditer(text))]
+    facts.refused = [excerpt(text, _message_start(text, m.start()), 240) for _, m in zip(range(5), REFUSED.finditer(text))]
     short = SHORT_POOL.search(text)
     facts.short_pool = (int(short.group(1)), int(short.group(2))) if short else None
     return facts

@@ -94,7 +94,7 @@ def _memory(cmd: Command, spec, topo) -> list[Finding]:
                  max_num_batched_tokens=None if batched is None else max(batched // (
                      layout.dp if cmd.engine == "sglang" else 1), 1),
                  cuda_graphs=not eager_flag(cmd), cuda_graph_max_bs=_number(v.get("graph_max_bs")),
-                 images=cmd.engine == "vllm" and bool(spec.vision_patch_size)     # vLLM serves images unless told
+                 images=cmd.engine == "vllm" and bool(spec.vision_params)     # vLLM builds the encoder unless told
                  and "--language-model-only" not in cmd.flags))
     except PlanError:       # a value the planner does not model: the engine's own checks have judged it
         return []
