@@ -16,6 +16,9 @@ from mla_planner.search.planfile import read_plan
 from mla_planner.specs.attention.kinds import attention_of
 from mla_planner.specs.catalogue import load_model
 from mla_planner.specs.layout import Layout
+from mla_planner.specs.topology import load_topology
+from mla_planner.memory.accounting import evaluate
+from mla_planner.specs.knobs import Knobs
 
 ROCM_BACKENDS = {"vllm": {"ROCM_AITER_MLA", "TRITON_MLA", "ROCM_AITER_TRITON_MLA"}, "sglang": {"aiter", "triton"}}
 AITER_SWITCH = {"vllm": "VLLM_ROCM_USE_AITER", "sglang": "SGLANG_USE_AITER"}
@@ -139,3 +142,20 @@ def test_int8_and_older_instinct_are_refused_in_one_line(cli, tmp_path):
                                     "intra_node": {"kind": "xgmi", "gbytes_per_s": 50}}))
     r = cli("plan", "-m", "deepseek-v2-lite", "-t", str(path))
     assert r.exit_code == 2 and "cdna2 are not modelled" in r.stderr and r.stderr.count("\n") == 1
+
+
+def test_vllm_pads_dense_fp8_rows_on_rocm():
+    """VLLM_ROCM_FP8_PADDING (on by default): vLLM on ROCm adds 256 B to each row of a dense FP8 linear weight whose
+    rows are a multiple of 512 B (fp8_utils.py `_maybe_pad_fp8_weight`), not to the fused-MoE experts; SGLang and
+    CUDA GPUs do not. For R1 at TP8 that is wq_a 1,536 + wkv_a 576 + wq_b 3,072 + wkv_b 4,096 + wo 7,168 rows per
+    MoE layer, + the shared experts' 512 gate/up rows (their down projection's 256-B rows are not padded)."""
+    r1 = load_model("deepseek-r1").spec
+
+    def padding(topo, engine):
+        report = evaluate(r1, load_topology(topo), Layout(tp=8), Knobs(engine=engine, memory_fraction=0.9,
+                                                                       max_model_len=32768))
+        return report.per_gpu[0].terms.get("weights/rocm_fp8_padding", 0.0)
+    moe_rows = 1536 + 576 + 3072 + 4096 + 7168 + 2 * 2048 // 8
+    dense_rows = 1536 + 576 + 3072 + 4096 + 7168 + 2 * 18432 // 8     # the three dense layers' FFN, down unpadded
+    assert padding("8xmi355x", "vllm") == 256 * (58 * moe_rows + 3 * dense_rows)
+    assert padding("8xmi355x", "sglang") == padding("8xh200", "vllm") == 0.0

@@ -94,7 +94,7 @@ def _stage(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, rules:
     fp8 = fp8_checkpoint(rules.engine, spec, topo.gpu)
     marlin = profile(rules.engine).fp8_marlin_fallback and bool(fp8 and fp8[0])   # weight-only FP8 Marlin
     weights = stage_weight_terms(spec, layout, rng, first, last, rules.engine, mtp, marlin, knobs.dense_per_rank,
-                                 knobs.images)
+                                 knobs.images, rocm_fp8_pad=rules.engine == "vllm" and topo.gpu.vendor == "amd")
     profiled_images = 0.0
     if knobs.images and first and spec.vision_patch_size and not profile(rules.engine).text_only_keeps_vision:
         weights["vision_rope_table"] = vit_rope_bytes(spec.vision_hidden_size, spec.vision_heads)

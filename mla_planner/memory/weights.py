@@ -32,7 +32,8 @@ DENSE_GROUPS = ("dense_ffn",)                              # tensors present onc
 
 def stage_weight_terms(spec: ModelSpec, layout: Layout, layers: range, first: bool, last: bool,
                        engine: str = "vllm", mtp: bool = False, fp8_marlin: bool = False,
-                       dense_per_rank: bool = False, images: bool = False) -> "OrderedDict[str, float]":
+                       dense_per_rank: bool = False, images: bool = False,
+                       rocm_fp8_pad: bool = False) -> "OrderedDict[str, float]":
     """Bytes of weights one GPU of the stage holds, per group (see `_stage_weight_terms`).
 
     Memoised: the plan search asks for the same stage under many knob settings and layer splits, and only
@@ -41,7 +42,7 @@ def stage_weight_terms(spec: ModelSpec, layout: Layout, layers: range, first: bo
     layers only (GLM-5.2's indexers): then the stage's layers themselves."""
     counts = (len(layers), spec.dense_layers_in(layers), layers if _weights_on_some_layers(spec) else None)
     return OrderedDict(_stage_weight_terms(spec, weight_key(layout), counts, first, last, engine, mtp, fp8_marlin,
-                                           dense_per_rank, images))
+                                           dense_per_rank, images, rocm_fp8_pad))
 
 
 @lru_cache(maxsize=64)
@@ -65,7 +66,7 @@ def marlin_scale_bytes(t: Tensor, block: tuple[int, int]) -> float:
 @lru_cache(maxsize=4096)
 def _stage_weight_terms(spec: ModelSpec, layout: Layout, counts: tuple, first: bool, last: bool,
                         engine: str, mtp: bool, fp8_marlin: bool = False, dense_per_rank: bool = False,
-                        images: bool = False) -> tuple:
+                        images: bool = False, rocm_fp8_pad: bool = False) -> tuple:
     """Bytes of weights one GPU of the stage owning `counts` = (decoder layers, dense-FFN layers among them)
     holds, per reporting group.
 
@@ -77,7 +78,7 @@ def _stage_weight_terms(spec: ModelSpec, layout: Layout, counts: tuple, first: b
     group scales FP8 Marlin builds (`marlin_scale_bytes`). Groups are keyed `weights/<group>`.
     """
     out: OrderedDict[str, float] = OrderedDict()
-    marlin = 0.0
+    marlin = padding = 0.0
     tensors = inventory(spec) + (draft_inventory(spec) if mtp and last else []) + \
         (vision_inventory(spec) if profile(engine).text_only_keeps_vision or images else [])
     for t in tensors:
@@ -87,12 +88,26 @@ def _stage_weight_terms(spec: ModelSpec, layout: Layout, counts: tuple, first: b
             key = f"weights/{t.group}"
             out[key] = out.get(key, 0.0) + stored_bytes(shard, spec)
             marlin += marlin_scale_bytes(shard, spec.weight_block_size) if fp8_marlin else 0.0
+            padding += rocm_fp8_padding_bytes(shard) if rocm_fp8_pad else 0.0
     absorb = mla_absorb_bytes(spec, layout, counts[0] + (spec.num_nextn_predict_layers if mtp and last else 0))
     if absorb:
         out["weights/mla_absorb"] = absorb
     if marlin:
         out["weights/fp8_marlin_scales"] = marlin
+    if padding:
+        out["weights/rocm_fp8_padding"] = padding
     return tuple(out.items())
+
+
+def rocm_fp8_padding_bytes(t: Tensor) -> float:
+    """What vLLM on ROCm adds to a dense FP8 linear weight [N, K] whose rows are a multiple of 512 bytes: 256 bytes a
+    row, so that tensors sit further apart in memory (VLLM_ROCM_FP8_PADDING, on by default; vLLM 0.33.0
+    model_executor/layers/quantization/utils/fp8_utils.py `_maybe_pad_fp8_weight`, called as the linear kernels
+    process their weights, not for the fused-MoE experts)."""
+    if t.dtype != "fp8" or len(t.shape) != 2 or t.split.startswith("expert"):
+        return 0.0
+    n, k = t.shape
+    return n * 256 * t.count if k % 512 == 0 else 0.0
 
 
 def mla_absorb_bytes(spec: ModelSpec, layout: Layout, layers: int) -> float:
