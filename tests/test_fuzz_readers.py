@@ -145,73 +145,36 @@ BENCH = {"endpoint_type": "openai", "model_id": "deepseek-ai/DeepSeek-V2-Lite", 
 POINTS = {"points": [yaml.safe_load((ROOT / "mla_planner/data/validation.yaml").read_text())["points"][0]]}
 
 
+# reader -> (the real document, where it is written in the scratch folder, the command that reads it: {path} the
+# written file, {folder} its folder, {tmp} the scratch folder, {plan} a real plan); None: the scratch plan itself
+READ = {
+    "model_yaml": (MODEL, "model.yaml", ["memory", "-m", "{path}", "-t", "8xh100", "--tp", "2", "--json"]),
+    "config_json_snapshot": (CONFIG, "snap/config.json", ["memory", "-m", "{folder}", "-t", "8xh100", "--tp", "2",
+                                                           "--json"]),
+    "mistral_params_json": (PARAMS, "snap/params.json", ["show", "{folder}", "--json"]),
+    "topology_yaml": (TOPOLOGY, "topo.yaml", ["memory", "-m", "deepseek-v2-lite", "-t", "{path}", "--tp", "2",
+                                              "--json"]),
+    "plan_file": (None, "plan.json", ["emit", "--plan", "{path}", "--out", "{tmp}/out", "--json"]),
+    "calibration_file": (CALIBRATION, "cal.yaml", ["compare", "-m", "deepseek-v2-lite", "-t", "8xh100", "--layout",
+                                                   "tp=2", "--calibration", "{path}", "--json"]),
+    "benchmark_results": (BENCH, "a.json", ["calibrate", "--plan", "{plan}", "{path}", "{tmp}/b.json", "--json"]),
+    "validation_points": (POINTS, "points.yaml", ["validate", "--points", "{path}", "--json"]),
+}
+
+
+@pytest.mark.parametrize("reader", sorted(READ))
 @READERS
 @given(data=st.data())
-def test_model_yaml(cli, tmp_path_factory, data):
-    tmp = tmp_path_factory.mktemp("m")
-    (tmp / "model.yaml").write_bytes(data.draw(contents(MODEL, as_json=False)))
-    run(cli, tmp, ["memory", "-m", str(tmp / "model.yaml"), "-t", "8xh100", "--tp", "2", "--json"])
-
-
-@READERS
-@given(data=st.data())
-def test_config_json_snapshot(cli, tmp_path_factory, data):
-    tmp = tmp_path_factory.mktemp("c")
-    (tmp / "snap").mkdir()
-    (tmp / "snap" / "config.json").write_bytes(data.draw(contents(CONFIG, as_json=True)))
-    run(cli, tmp, ["memory", "-m", str(tmp / "snap"), "-t", "8xh100", "--tp", "2", "--json"])
-
-
-@READERS
-@given(data=st.data())
-def test_mistral_params_json(cli, tmp_path_factory, data):
-    tmp = tmp_path_factory.mktemp("p")
-    (tmp / "snap").mkdir()
-    (tmp / "snap" / "params.json").write_bytes(data.draw(contents(PARAMS, as_json=True)))
-    run(cli, tmp, ["show", str(tmp / "snap"), "--json"])
-
-
-@READERS
-@given(data=st.data())
-def test_topology_yaml(cli, tmp_path_factory, data):
-    tmp = tmp_path_factory.mktemp("t")
-    (tmp / "topo.yaml").write_bytes(data.draw(contents(TOPOLOGY, as_json=False)))
-    run(cli, tmp, ["memory", "-m", "deepseek-v2-lite", "-t", str(tmp / "topo.yaml"), "--tp", "2", "--json"])
-
-
-@READERS
-@given(data=st.data())
-def test_plan_file(cli, scratch, tmp_path_factory, data):
-    tmp = tmp_path_factory.mktemp("pl")
-    (tmp / "plan.json").write_bytes(data.draw(contents(_load(scratch / "plan.json"), as_json=True)))
-    run(cli, tmp, ["emit", "--plan", str(tmp / "plan.json"), "--out", str(tmp / "out"), "--json"])
-
-
-@READERS
-@given(data=st.data())
-def test_calibration_file(cli, tmp_path_factory, data):
-    tmp = tmp_path_factory.mktemp("cal")
-    (tmp / "cal.yaml").write_bytes(data.draw(contents(CALIBRATION, as_json=False)))
-    run(cli, tmp, ["compare", "-m", "deepseek-v2-lite", "-t", "8xh100", "--layout", "tp=2",
-                   "--calibration", str(tmp / "cal.yaml"), "--json"])
-
-
-@READERS
-@given(data=st.data())
-def test_benchmark_results(cli, scratch, tmp_path_factory, data):
-    tmp = tmp_path_factory.mktemp("b")
-    (tmp / "a.json").write_bytes(data.draw(contents(BENCH, as_json=True)))
-    (tmp / "b.json").write_text(json.dumps(BENCH | {"max_concurrency": 16, "mean_tpot_ms": 12.0}))
-    run(cli, tmp, ["calibrate", "--plan", str(scratch / "plan.json"), str(tmp / "a.json"), str(tmp / "b.json"),
-                   "--json"])
-
-
-@READERS
-@given(data=st.data())
-def test_validation_points(cli, tmp_path_factory, data):
-    tmp = tmp_path_factory.mktemp("v")
-    (tmp / "points.yaml").write_bytes(data.draw(contents(POINTS, as_json=False)))
-    run(cli, tmp, ["validate", "--points", str(tmp / "points.yaml"), "--json"])
+def test_reader(cli, scratch, tmp_path_factory, reader, data):
+    doc, name, argv = READ[reader]
+    doc = _load(scratch / "plan.json") if doc is None else doc
+    tmp = tmp_path_factory.mktemp(reader)
+    path = tmp / name
+    path.parent.mkdir(exist_ok=True)
+    path.write_bytes(data.draw(contents(doc, as_json=path.suffix == ".json")))
+    (tmp / "b.json").write_text(json.dumps(BENCH | {"max_concurrency": 16, "mean_tpot_ms": 12.0}))  # calibrate's 2nd
+    where = {"path": str(path), "folder": str(path.parent), "tmp": str(tmp), "plan": str(scratch / "plan.json")}
+    run(cli, tmp, [word.format(**where) for word in argv])
 
 
 LINT_WORDS = st.sampled_from(["-tp", "8", "--tensor-parallel-size", "--gpu-memory-utilization", "0.9", "1e400",

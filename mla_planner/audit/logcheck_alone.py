@@ -15,7 +15,7 @@ from mla_planner.audit.logcheck import LogCheck
 from mla_planner.audit.logcheck_read import LogFacts
 from mla_planner.core.errors import PlanError
 from mla_planner.engines.backends import engine_version
-from mla_planner.engines.memory_rules import parse_version
+from mla_planner.engines.memory_rules import vllm_default_utilization
 from mla_planner.engines.moe_configs import TUNE_OUTPUT, TUNE_SCRIPT, UNTUNED_LOG
 
 NAME = {"vllm": "vLLM", "sglang": "SGLang"}
@@ -107,7 +107,7 @@ def _settings(facts: LogFacts) -> LogCheck:
         line = ("'non-default args: {...}' or 'Initializing a V1 LLM engine ... with config' line"
                 if facts.engine == "vllm" else "\"server_args={...}\" line")
         return LogCheck("engine_config", "absent", f"no {line}")
-    default = 0.92 if facts.version is None or _release(facts.version) >= (0, 20) else 0.9   # engines/memory_rules
+    default = _default_utilization(facts.version)
     unlogged = "" if facts.engine != "vllm" or "memory_fraction" in facts.settings else \
         (f" (vLLM logs gpu_memory_utilization and block_size only when set: the defaults are {default:g} and the "
          "backend's)")
@@ -170,10 +170,10 @@ def _bench(facts: LogFacts) -> LogCheck:
     return LogCheck("benchmark", "ok", words + " (with --plan, held against the plan's prediction)")
 
 
-def _release(version: str) -> tuple[int, int]:
-    """(major, minor) of a logged release; (0, 0) for one that does not parse (engines/memory_rules.parse_version
-    refuses those, and a log is not the user's input to refuse)."""
+def _default_utilization(version) -> float:
+    """vLLM's default fraction at the logged release (engines/memory_rules), or 0.33.0's where none was logged or it
+    does not parse (a log is not the user's input to refuse)."""
     try:
-        return parse_version(version)
+        return vllm_default_utilization(version)
     except PlanError:
-        return (0, 0)
+        return vllm_default_utilization()

@@ -32,6 +32,7 @@ from mla_planner.engines.backends import backend, engine_version, usable_backend
 from mla_planner.engines.compressed_kv import is_compressed
 from mla_planner.engines.compressed_pool import CompressedPool, engine_defaults
 from mla_planner.specs.attention.kinds import attention_of
+from mla_planner.engines.multimodal import sglang_vlm_factor
 from mla_planner.specs.knobs import Knobs
 from mla_planner.specs.layout import Layout
 from mla_planner.specs.model import ModelSpec
@@ -39,8 +40,7 @@ from mla_planner.specs.topology import GPU, Topology
 
 DRIVER_RESERVE_BYTES = 560 * MiB   # nvidia-smi total minus what torch sees (H100: 81,559 MiB vs 79.10 GiB),
                                    # for a GPU whose gpus.yaml entry lacks nvidia_smi_mib
-VLLM_DEFAULT_UTILIZATION = 0.92    # vLLM's --gpu-memory-utilization default (vllm/config/cache.py): 0.92 in the
-                                   # 0.20.0-0.33.0 wheels, 0.9 in 0.8.5-0.19.1
+VLLM_DEFAULT_UTILIZATION = 0.92    # vLLM's --gpu-memory-utilization default from 0.20.0 (vllm_default_utilization)
 REQ_TO_TOKEN_EXTRA_LEN = 4         # SGLang req_to_token row headroom (get_req_to_token_extra_context_len)
 
 
@@ -205,26 +205,19 @@ def sglang_default_fraction(gpu: GPU, layout: Layout, knobs: Knobs) -> float:
     return round((mib - reserved) / mib, 3)
 
 
+def vllm_default_utilization(version: Optional[str] = None) -> float:
+    """0.92 from vLLM 0.20.0, 0.9 up to 0.19.1 (vllm/config/cache.py in the 0.8.5-0.33.0 wheels); VERSION: 0.33.0."""
+    return VLLM_DEFAULT_UTILIZATION if parse_version(version or engine_version("vllm")) >= (0, 20) else 0.9
+
+
 def default_memory_fraction(engine: str, spec: ModelSpec, topo: Topology, layout: Layout,
                             knobs: Optional[Knobs] = None, version: Optional[str] = None) -> float:
-    """The engine's own default: vLLM --gpu-memory-utilization 0.92 from 0.20.0, 0.9 before (VERSION: the release
-    modelled); SGLang's computed --mem-fraction-static (`sglang_default_fraction`) for its default chunked
-    prefill and graphs."""
+    """The engine's own default: vLLM's --gpu-memory-utilization at VERSION; SGLang's computed
+    --mem-fraction-static (`sglang_default_fraction`) for its default chunked prefill and graphs."""
     if engine == "vllm":
-        return VLLM_DEFAULT_UTILIZATION if parse_version(version or engine_version("vllm")) >= (0, 20) else 0.9
+        return vllm_default_utilization(version)
     knobs = knobs or engine_default_knobs("sglang", spec, topo, layout.dp)
     return sglang_default_fraction(topo.gpu, layout, knobs) * sglang_vlm_factor(spec)
-
-
-def sglang_vlm_factor(spec: ModelSpec) -> float:
-    """What SGLang 0.5.23 multiplies its computed --mem-fraction-static by for a multimodal model served with its
-    vision encoder (arg_groups/memory_hook.py `adjust_mem_fraction_for_vlm`): 0.95 x (1 - 0.1 x (L x D^2 /
-    (24 x 1024^2) - 1)), the second factor kept in [0.8, 1.05], for an encoder of L blocks D wide (a ViT-L/14
-    is the baseline): 0.910 for Kimi-K2.5's 27 x 1152. 1 for a text-only model."""
-    if not spec.vision_params or not spec.vision_layers or not spec.vision_hidden_size:
-        return 1.0
-    ratio = spec.vision_layers * spec.vision_hidden_size ** 2 / (24 * 1024 ** 2)
-    return 0.95 * max(0.8, min(1.05, 1.0 - 0.1 * (ratio - 1.0)))
 
 
 SGLANG_SPECULATIVE_MAX_RUNNING = 48

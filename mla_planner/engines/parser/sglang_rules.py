@@ -55,38 +55,22 @@ def _attention_backends(rules: dict, values: dict, given: set[str], major: int |
         vals = {"--attention-backend": attn, "--decode-attention-backend": dec, "--prefill-attention-backend": pre}
         return any(vals[f] == backend for f in flags)
 
-    # trtllm_mla
-    r = mb["trtllm_mla"]
-    if uses("trtllm_mla"):
+    # trtllm_mla and cutedsl_mla: their GPUs, KV dtypes and the page sizes SGLang replaces
+    if uses("cutedsl_mla") and pre == "cutedsl_mla":
+        out.append("--prefill-attention-backend cutedsl_mla: CuteDSL MLA only supports decoding for now "
+                   f"[{mb['cutedsl_mla']['source']}]")
+    for name, label in (("trtllm_mla", "TensorRT-LLM MLA"), ("cutedsl_mla", "CuteDSL MLA")):
+        r = mb[name]
+        if not uses(name):
+            continue
         if major is not None and major not in r["compute_capability_majors"]:
-            out.append(f"trtllm_mla on sm{major}x: {r['message']} [{r['source']}]")
+            out.append(f"{name} on sm{major}x: {r['message']} [{r['source']}]")
         if kv not in r["kv_cache_dtypes"]:
-            out.append(
-                f"trtllm_mla with --kv-cache-dtype {kv}: TensorRT-LLM MLA backend only supports "
-                f"kv-cache-dtype of {', '.join(r['kv_cache_dtypes'])} [{r['source']}]"
-            )
+            out.append(f"{name} with --kv-cache-dtype {kv}: {label} backend only supports "
+                       f"kv-cache-dtype of {', '.join(r['kv_cache_dtypes'])} [{r['source']}]")
         if include_overrides and page is not None and page not in r["page_sizes"]:
-            out.append(
-                f"[override] trtllm_mla supports --page-size {r['page_sizes']}; {page} would be changed "
-                f"to {r['page_size_otherwise']} [{r['source']}]"
-            )
-    # cutedsl_mla
-    r = mb["cutedsl_mla"]
-    if uses("cutedsl_mla"):
-        if pre == "cutedsl_mla":
-            out.append(f"--prefill-attention-backend cutedsl_mla: CuteDSL MLA only supports decoding for now [{r['source']}]")
-        if major is not None and major not in r["compute_capability_majors"]:
-            out.append(f"cutedsl_mla on sm{major}x: {r['message']} [{r['source']}]")
-        if kv not in r["kv_cache_dtypes"]:
-            out.append(
-                f"cutedsl_mla with --kv-cache-dtype {kv}: CuteDSL MLA backend only supports "
-                f"kv-cache-dtype of {', '.join(r['kv_cache_dtypes'])} [{r['source']}]"
-            )
-        if include_overrides and page is not None and page not in r["page_sizes"]:
-            out.append(
-                f"[override] cutedsl_mla supports --page-size {r['page_sizes']}; {page} would be changed "
-                f"to {r['page_size_otherwise']} [{r['source']}]"
-            )
+            out.append(f"[override] {name} supports --page-size {r['page_sizes']}; {page} would be changed "
+                       f"to {r['page_size_otherwise']} [{r['source']}]")
     # flashmla
     r = mb["flashmla"]
     if uses("flashmla") and include_overrides and page is not None and page not in r["page_sizes"]:
