@@ -120,7 +120,9 @@ def test_percentile_lengths_size_max_model_len(cli):
 
 def test_emit_writes_scripts_for_the_best(cli, tmp_path):
     out = tmp_path / "launch"
-    r = cli("plan", "-m", "deepseek-v3", "-t", "2x8xh200-ib", "--engine", "vllm", "--emit", str(out))
+    # --no-disagg: on these two nodes the disaggregated D1 wins and --emit would write its folder instead
+    # (test_disagg_launch.py holds that)
+    r = cli("plan", "-m", "deepseek-v3", "-t", "2x8xh200-ib", "--engine", "vllm", "--no-disagg", "--emit", str(out))
     assert r.exit_code == 0, r.output
     assert (out / "node-0.sh").exists() and (out / "README.md").exists()
     assert str(out) in r.stdout

@@ -27,6 +27,7 @@ from mla_planner.memory.report import memory_report
 from mla_planner.memory.ways_out import fraction_knobs
 from mla_planner.perf.bands import tpot_regime
 from mla_planner.perf.comm import collective
+from mla_planner.perf.disagg import prefill_rate
 from mla_planner.perf.metrics import evaluate
 from mla_planner.perf.step import decode_step
 from mla_planner.specs.calibration import load_calibration
@@ -36,14 +37,14 @@ from mla_planner.specs.layout import Layout, parse_layout
 from mla_planner.specs.topology import Topology, load_topology
 
 BANDED = ("kv_capacity", "decode_tpot", "ttft")     # the categories the plan's bands come from (perf/bands.py)
-CATEGORIES = ("kv_capacity", "collective", "decode_tpot", "ttft", "decode_throughput")
+CATEGORIES = ("kv_capacity", "collective", "decode_tpot", "ttft", "decode_throughput", "prefill_throughput")
 
 
 class Point(BaseModel):
     """One published measurement (data/validation.yaml)."""
     model_config = ConfigDict(extra="forbid")
     id: str
-    category: Literal["kv_capacity", "collective", "decode_tpot", "ttft", "decode_throughput"]
+    category: Literal["kv_capacity", "collective", "decode_tpot", "ttft", "decode_throughput", "prefill_throughput"]
     role: str                 # "held_out" or "fit: <efficiency factor>"
     regime: str
     source: str
@@ -143,9 +144,25 @@ def _wide_ep_tokens_per_node(run: dict) -> float:
     return run["batch"] / step.tpot_s * 8
 
 
+def _wide_ep_prefill_tokens_per_node(run: dict) -> float:
+    """Prompt tokens/s per 8-GPU node of a disaggregated prefill instance: DP attention + EP over all its GPUs, the
+    dense parts per rank, `tokens_per_device` prompt tokens packed into each rank's forward (perf.disagg.prefill_rate),
+    as the published prefill profiles ran it."""
+    spec = load_model(run["model"]).spec
+    topo = Topology(name=f"{run['nodes']}x8", nodes=run["nodes"], gpus_per_node=8, gpu=run["gpu"],
+                    inter_node={"fabric": "infiniband", "nics_per_node": 8, "nic_gbit_per_s": 400})
+    gpus = run["nodes"] * 8
+    knobs = replace(engine_default_knobs("sglang", spec, topo), dense_per_rank=True,
+                    max_num_batched_tokens=run["tokens_per_device"], kv_cache_dtype="bf16")
+    rate = prefill_rate(spec, topo, Layout(tp=1, dp=gpus, ep=gpus), knobs,
+                        Workload(input_len=run["input_len"], output_len=1), load_calibration(None, topo))
+    return rate.tokens_per_s / run["nodes"]
+
+
 PREDICT = {"kv_capacity": _kv_capacity, "busbw": _collective, "time_us": _collective, "mean_tpot": _mean_tpot,
            "mean_ttft": _mean_ttft,
-           "wide_ep_tokens_per_node": _wide_ep_tokens_per_node}
+           "wide_ep_tokens_per_node": _wide_ep_tokens_per_node,
+           "wide_ep_prefill_tokens_per_node": _wide_ep_prefill_tokens_per_node}
 
 
 def run_points(path: str | None = None, category: str | None = None) -> list[Result]:

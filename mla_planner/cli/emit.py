@@ -1,4 +1,5 @@
-"""`mla-plan emit`: write the launch folder (node-K.sh per node, bench.sh, README.md) for a plan candidate."""
+"""`mla-plan emit`: write the launch folder (node-K.sh per node, bench.sh, README.md) for a plan candidate, or for
+a disaggregated deployment (its pools' node scripts, the router, the Kubernetes manifests)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from mla_planner.cli.params import Opt
 from mla_planner.cli.common import JsonOpt, guard, lower_case, print_json, warn_weightless
 from mla_planner.cli.console import console
 from mla_planner.core.errors import PlanError
+from mla_planner.launch.disagg_folder import emit_disaggregated
 from mla_planner.launch.emit import Emitted, emit
 from mla_planner.launch.outdir import FolderNotEmpty
 from mla_planner.launch.shell import one_line
@@ -37,9 +39,18 @@ def emit_cmd(plan: Annotated[Path, Opt("--plan", "-p", help="Plan file written b
                                                                  "of node 0 (else each script reads HEAD_IP).")] = None,
              force: Annotated[bool, Opt("--force", help="Replace the files of an earlier emit in --out.")]
              = False,
+             disaggregated: Annotated[Optional[int], Opt("--disaggregated", "-d", help=(
+                 "Disaggregated deployment number from the plan's table (D1 = 1): per-pool node scripts, "
+                 "router.sh, bench.sh and Kubernetes manifests (LeaderWorkerSet per pool)."))] = None,
+             image: Annotated[Optional[str], Opt("--image", help="Container image for the Kubernetes manifests "
+                                                 "(with --disaggregated; default: the engine release's).")] = None,
              as_json: JsonOpt = False,
              ) -> None:
     """Write ready-to-run launch scripts for one plan candidate.
+
+    A plan of 2+ nodes joined by RDMA also lists disaggregated deployments (D1, D2, ...): `--disaggregated 1`
+    writes D1's prefill and decode node scripts, its router and its Kubernetes manifests (for instance on a plan of
+    `mla-plan plan -t 4x8xh200-ib --json`).
 
     Exit status: 0 written (a warning on stderr when the candidate misses the plan's targets); 2 bad input.
 
@@ -54,6 +65,12 @@ def emit_cmd(plan: Annotated[Path, Opt("--plan", "-p", help="Plan file written b
     if not out.strip():
         raise PlanError("--out is empty; give the folder to write")
     loaded = read_plan(plan)
+    if disaggregated is not None:
+        _emit_disaggregated(loaded, disaggregated, out, model_path, image, force, as_json,
+                            candidate is not None or engine is not None or mode != "native" or head_address)
+        return
+    if image is not None:
+        raise PlanError("--image is for the Kubernetes manifests of --disaggregated")
     candidate = engine_candidate(loaded, candidate, engine, "emit")
     try:
         done = emit(loaded, candidate, engine, Path(out), mode=mode, model_path=model_path,
@@ -77,6 +94,30 @@ def emit_cmd(plan: Annotated[Path, Opt("--plan", "-p", help="Plan file written b
     for p in done.paths:
         con.print(f"  {p.name}", markup=False)
     con.print(f"next: read {Path(out) / 'README.md'} (what to run where, in which order, and the health checks)",
+              markup=False)
+
+
+def _emit_disaggregated(loaded, index: int, out: str, model_path, image, force: bool, as_json: bool,
+                        aggregated_options) -> None:
+    if aggregated_options:
+        raise PlanError("--candidate, --engine, --mode and --head-address are for aggregated candidates; a "
+                        "disaggregated deployment runs its pools' own engine and layouts (--disaggregated alone)")
+    if image is not None and not image.strip():
+        raise PlanError("--image is empty")
+    try:
+        paths = emit_disaggregated(loaded, index, Path(out), model_path, image, force)
+    except FolderNotEmpty as exc:
+        raise PlanError(f"--out {exc}, or pass --force to replace an earlier emit's files") from None
+    if model_path is None:
+        warn_weightless(loaded.model_path)
+    if as_json:
+        print_json({"out": out, "disaggregated": index, "files": [str(p) for p in paths]})
+        return
+    con = console()
+    con.print(f"wrote {len(paths)} files to {out}:", markup=False)
+    for p in paths:
+        con.print(f"  {p.name}", markup=False)
+    con.print(f"next: read {Path(out) / 'README.md'} (the pools, the router, the start order, Kubernetes)",
               markup=False)
 
 

@@ -19,6 +19,7 @@ from mla_planner.cli.plan_render import render_plan
 from mla_planner.cli.planning import run_plan
 from mla_planner.core.errors import PlanError
 from mla_planner.core.files import path_kind
+from mla_planner.launch.disagg_folder import emit_disaggregated
 from mla_planner.launch.emit import emit_plan
 from mla_planner.search.pareto import png_plot
 from mla_planner.search.plan import nothing_fits_advice
@@ -66,6 +67,9 @@ def plan_cmd(
     mtp_draft_tokens: MtpDraftOpt = None,
     mtp_acceptance: MtpAcceptanceOpt = MTP_ACCEPTANCE,
     images: ImagesOpt = False,
+    no_disagg: Annotated[bool, Opt("--no-disagg", help=(
+        "Skip the disaggregated search: prefill and decode pools of whole nodes, the KV cache sent between them "
+        "over RDMA (it runs on 2+ nodes joined by InfiniBand or RoCE, unless --layout pins the layouts)."))] = False,
     top: Annotated[int, Opt("--top", help="Candidates to show.")] = 5,
     explain: Annotated[bool, Opt("--explain", help="Also list rejected layouts with one-line reasons.")] = False,
     as_json: JsonOpt = False,
@@ -73,7 +77,8 @@ def plan_cmd(
     plot: Annotated[Optional[Path], Opt("--plot", help="Write the Pareto plot as PNG (needs the plot extra: "
                                         "pip install 'mla-plan[plot]').")]
     = None,
-    emit: Annotated[Optional[Path], Opt("--emit", help="Write launch scripts for the best candidate here.")] = None,
+    emit: Annotated[Optional[Path], Opt("--emit", help="Write launch scripts for the best candidate here (the "
+                                        "disaggregated D1 where it wins).")] = None,
     calibration: Annotated[Optional[Path], Opt("--calibration", help="Efficiency factors measured by "
                                                "`mla-plan verify --write-calibration`.")] = None,
 ) -> None:
@@ -81,7 +86,10 @@ def plan_cmd(
 
     With no arguments: DeepSeek-V3 on the seed article's 2 x 8 H100 InfiniBand cluster.
 
-    Exit status: 0 a candidate meets the targets; 1 none does (the closest are still shown, --emit writes nothing) or nothing fits; 2 bad input.
+    On 2 or more nodes joined by RDMA it also plans disaggregated serving (prefill and decode pools of whole nodes)
+    and says whether aggregated or disaggregated serving wins, and why.
+
+    Exit status: 0 a candidate (aggregated or disaggregated) meets the targets; 1 none does (the closest are still shown, --emit writes nothing) or nothing fits; 2 bad input.
 
     Examples:
 
@@ -110,7 +118,7 @@ def plan_cmd(
     pinned = Overrides(block_size=block_size, cuda_graphs=not enforce_eager, mtp=mtp, mtp_draft_tokens=mtp_draft_tokens,
                        images=images)
     plan, result, notes, hint = run_plan(model, topology, workload, engine, kv_cache_dtype, layout, calibration,
-                                         pinned, rank_by)
+                                         pinned, rank_by, not no_disagg)
     data = plan_to_dict(plan)
     data["notes"] = list(notes)
     if hint:
@@ -126,7 +134,15 @@ def plan_cmd(
         notes = (*notes, f"--plot: the Pareto plot is in {plot}")
         data["notes"] = list(notes)
     meets = meets_targets(plan)
-    if emit and meets:
+    disagg_meets = bool(plan.disaggregated and plan.disaggregated[0].performance.meets_targets)
+    disagg_wins = disagg_meets and (plan.choice or {}).get("winner") == "disaggregated"
+    if emit and disagg_wins:
+        emit_disaggregated(plan, 1, emit)
+        warn_weightless(plan.model_path)
+        notes = (*notes, f"--emit {emit}: the launch folder of D1, the disaggregated deployment that wins here "
+                         "(its README.md says what to start where; `mla-plan emit --plan` writes any other)")
+        data["notes"] = list(notes)
+    elif emit and meets:
         emit_plan(plan, 1, plan.candidates[0].knobs.engine, emit)
         warn_weightless(plan.model_path)
     elif emit:
@@ -136,13 +152,13 @@ def plan_cmd(
     if not plan.candidates:
         data["nothing_fits"] = nothing_fits_advice(plan.spec, plan.topology, workload,
                                                    engine or default_engine(plan.spec, plan.topology.gpu))
-    data["meets_targets"] = meets
+    data["meets_targets"] = meets or disagg_meets
     if as_json or as_yaml:
         print_json(data) if as_json else click.echo(yaml.safe_dump(data, sort_keys=False), nl=False)
     else:
         render_plan(plan, result, top, explain, is_default,
-                    emit if meets else None, notes, data.get("nothing_fits", []), rank_by)
-    if not meets:
+                    emit if meets and not disagg_wins else None, notes, data.get("nothing_fits", []), rank_by)
+    if not (meets or disagg_meets):
         raise SystemExit(1)
 
 

@@ -9,6 +9,7 @@ from rich.markup import escape
 from rich.table import Column, Table
 
 from mla_planner.cli.console import console
+from mla_planner.cli.disagg_render import render_disaggregated
 from mla_planner.launch.build import single_node_command
 from mla_planner.search.candidate import Rejection
 from mla_planner.search.pareto import ascii_scatter
@@ -76,6 +77,7 @@ def render_plan(plan: Plan, result: SearchResult, top: int, explain: bool, is_de
         for line in reasons_summary(plan.rejected, limit=5):
             out.print(f"  - {line}", markup=False)
         out.print("\n".join(f"  - {line}" for line in nothing_fits), markup=False)
+        render_disaggregated(plan, top, rank_by)
         if explain:
             _explain(plan)
         return
@@ -96,6 +98,7 @@ def render_plan(plan: Plan, result: SearchResult, top: int, explain: bool, is_de
     tie = _tie(plan, rank_by)
     if tie:
         out.print(tie, markup=False)
+    render_disaggregated(plan, top, rank_by)
     _warnings(plan, top)
     _launch_hint(plan, emitted, any(n.startswith("--emit") for n in notes))
     _pareto(plan, result, rank_by)

@@ -3,12 +3,14 @@ them, search, and word the notes. `plan` shows the result; `verify` takes a cand
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Optional
 
 from mla_planner.cli.common import check_context, check_images, check_mtp
 from mla_planner.cli.plannable import check_plannable
 from mla_planner.core.errors import PlanError
+from mla_planner.search.disagg import search_disaggregated
 from mla_planner.search.mtp import MtpHint, mtp_hint
 from mla_planner.search.plan import to_plan
 from mla_planner.search.planfile import Plan
@@ -26,8 +28,8 @@ RANK_BY = ("per-gpu", "total")
 
 def run_plan(model: str, topology: str, workload: Workload, engine: Optional[str], kv_cache_dtype: Optional[str],
              layouts: Optional[list[str]], calibration: Optional[Path],
-             pinned: Overrides = Overrides(),
-             rank_by: str = "per-gpu") -> tuple[Plan, SearchResult, tuple, MtpHint | None]:
+             pinned: Overrides = Overrides(), rank_by: str = "per-gpu",
+             disaggregate: bool = True) -> tuple[Plan, SearchResult, tuple, MtpHint | None]:
     loaded, topo = load_model(model), load_topology(topology)
     check_plannable(loaded.spec, "plan", topo.gpu)
     check_context(loaded.spec, workload)
@@ -51,6 +53,9 @@ def run_plan(model: str, topology: str, workload: Workload, engine: Optional[str
     result = search(loaded.spec, topo, workload, calib, (engine,) if engine else ENGINES, kv, chosen, pinned=pinned,
                     rank_by=rank_by, model_path=loaded.model_path or None)
     notes = tuple(calib.notes)
+    if disaggregate and not chosen:   # pinned layouts: the aggregated search of those alone
+        result = replace(result, disaggregated=search_disaggregated(
+            loaded.spec, topo, workload, calib, (engine,) if engine else ENGINES, kv, pinned, rank_by))
     hint = mtp_hint(loaded.spec, topo, result.options, workload, calib, pinned)
     notes += (hint.text,) if hint else ()
-    return to_plan(loaded.spec, loaded.model_path, topo, workload, result), result, notes, hint
+    return to_plan(loaded.spec, loaded.model_path, topo, workload, result, rank_by=rank_by), result, notes, hint

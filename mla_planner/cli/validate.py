@@ -18,7 +18,8 @@ BANDS_HEADER = ("# How far the planner's predictions fall from published measure
                 "read by perf/bands.py.\n")
 TITLES = {"kv_capacity": "KV capacity (tokens the engine logs)", "collective": "Collectives (nccl-tests / rccl-tests)",
           "decode_tpot": "Decode TPOT (mean ms per output token)", "ttft": "Time to first token (mean ms)",
-          "decode_throughput": "Wide-EP decode throughput (tokens/s per node)"}
+          "decode_throughput": "Wide-EP decode throughput (tokens/s per node)",
+          "prefill_throughput": "Disaggregated prefill throughput (prompt tokens/s per node)"}
 
 
 def _value(x: float) -> str:

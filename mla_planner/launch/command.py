@@ -27,17 +27,18 @@ GPU_TAG = "mla_plan_gpu"    # bench.sh records the GPU in its result file (audit
 
 
 class ShellRef(str):
-    """An argv word `${VAR}suffix`: a variable the node script sets, plus a literal suffix (`:5000`)."""
+    """An argv word `prefix${VAR}suffix`: a variable the node script sets, with a literal prefix (`http://`) and
+    suffix (`:5000`)."""
 
-    def __new__(cls, var: str, suffix: str = "") -> "ShellRef":
+    def __new__(cls, var: str, suffix: str = "", prefix: str = "") -> "ShellRef":
         if not re.fullmatch(r"[A-Z_][A-Z0-9_]*", var):
             raise ValueError(f"not a shell variable name: {var!r}")
-        word = super().__new__(cls, "${" + var + "}" + suffix)
-        word.var, word.suffix = var, suffix
+        word = super().__new__(cls, prefix + "${" + var + "}" + suffix)
+        word.var, word.suffix, word.prefix = var, suffix, prefix
         return word
 
     def __reduce__(self):
-        return ShellRef, (self.var, self.suffix)
+        return ShellRef, (self.var, self.suffix, self.prefix)
 
 
 @dataclass(frozen=True)

@@ -74,7 +74,7 @@ def _start_order(inp: LaunchInputs, engine: str, commands: list[NodeCommand]) ->
     return steps
 
 
-def _node_script(inp: LaunchInputs, engine: str, node: int, cmds: list[NodeCommand], heads: dict[int, int],
+def node_script(inp: LaunchInputs, engine: str, node: int, cmds: list[NodeCommand], heads: dict[int, int],
                  head_address: Optional[str], n_nodes: int) -> str:
     shared = {k: v for k, v in cmds[0].env.items() if all(c.env.get(k) == v for c in cmds)}
     notes = list(dict.fromkeys(n for c in cmds for n in c.notes))
@@ -125,7 +125,7 @@ def folder_files(inp: LaunchInputs, engine: str, commands: list[NodeCommand], ca
     predicted = _predicted(inp, engine, cand)
     heads = {p.replica: p.head for p in place(inp.layout, inp.topology)}
     nodes = sorted({c.node_rank for c in commands})
-    files = {f"node-{n}.sh": (_node_script(inp, engine, n, [c for c in commands if c.node_rank == n], heads,
+    files = {f"node-{n}.sh": (node_script(inp, engine, n, [c for c in commands if c.node_rank == n], heads,
                                            head_address, len(nodes)), True) for n in nodes}
     L, w = inp.layout, inp.workload
     common = dict(title=f"{engine_label(engine)} serving {inp.model_path} as {describe(L)} on {inp.topology.name}",
@@ -134,7 +134,7 @@ def folder_files(inp: LaunchInputs, engine: str, commands: list[NodeCommand], ca
                   output_len=w.output_len, concurrency=bench_concurrency(inp), replicas=L.replicas,
                   total_concurrency=total_concurrency(inp),
                   total_rate=f"{inp.workload.request_rate_per_s:g}" if inp.workload.request_rate_per_s else "")
-    files["bench.sh"] = (render("bench.sh.j2", argv=bench_argv(inp, engine),
+    files["bench.sh"] = (render("bench.sh.j2", argv=bench_argv(inp, engine), bench_where=f"node {heads[0]}",
                                 num_prompts=4 * common["concurrency"], **common), True)
     net = cross_node_all_reduce(inp, cand.performance)
     files["README.md"] = (_readme(inp, engine, commands, candidate, cand.warnings, head_address,

@@ -17,7 +17,8 @@ def quote_word(word: str) -> str:
     if "\x00" in str(word):
         raise PlanError(f"{str(word)!r} contains a NUL byte, which no shell word can hold")
     if isinstance(word, ShellRef):
-        return '"${' + word.var + '}"' + (shlex.quote(word.suffix) if word.suffix else "")
+        return ((shlex.quote(word.prefix) if word.prefix else "") + '"${' + word.var + '}"'
+                + (shlex.quote(word.suffix) if word.suffix else ""))
     return shlex.quote(str(word))
 
 

@@ -5,13 +5,15 @@ plan built by hand may give only some figures: the others are None, and are left
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Annotated, Optional
 
 from mla_planner.core.files import Checked
 from mla_planner.memory.results import MemoryReport
 from mla_planner.perf.bands import kv_band
 from mla_planner.perf.metrics import Metrics
+from mla_planner.specs.knobs import Knobs
+from mla_planner.specs.layout import Layout
 
 
 # A plan file's figures, as pydantic checks them when the file is read back (search/planfile.py): counts whole and
@@ -102,6 +104,80 @@ class Performance:
     def of(cls, m: Metrics, bands: Optional[dict] = None, tie_group: int = 0) -> "Performance":
         return cls(**{f.name: getattr(m, f.name) for f in fields(cls) if hasattr(m, f.name)}, **(bands or {}),
                    tie_group=tie_group)
+
+
+@dataclass(frozen=True)
+class Pool:
+    """One pool of a disaggregated deployment: `instances` copies of one layout, each over `nodes_per_instance`
+    whole nodes (search/disagg.py)."""
+    role: str                 # "prefill" or "decode"
+    layout: Layout            # one instance (replicas 1)
+    knobs: Knobs
+    instances: int
+    nodes_per_instance: int
+
+    @property
+    def gpus(self) -> int:
+        return self.instances * self.layout.instance_gpus
+
+    @property
+    def label(self) -> str:
+        return f"{self.instances}x({self.layout.label})" if self.instances > 1 else self.layout.label
+
+
+@dataclass(frozen=True)
+class DisaggPerformance:
+    """What the model predicts for a disaggregated deployment (perf/disagg.py), as the plan records it."""
+    __pydantic_config__ = READ_BACK
+    gpus: Count = None
+    requests_per_s: Figure = None
+    throughput_tokens_per_s: Figure = None
+    throughput_tokens_per_s_low: Figure = None
+    throughput_tokens_per_s_high: Figure = None
+    throughput_tokens_per_s_per_gpu: Figure = None
+    throughput_tokens_per_s_per_gpu_low: Figure = None
+    throughput_tokens_per_s_per_gpu_high: Figure = None
+    tpot_s: Figure = None
+    tpot_s_low: Figure = None
+    tpot_s_high: Figure = None
+    ttft_s: Figure = None
+    ttft_s_low: Figure = None
+    ttft_s_high: Figure = None
+    queue_s: Figure = None                    # TTFT's parts: the wait for a prefill instance,
+    prefill_s: Figure = None                  # the prompt's prefill,
+    transfer_s: Figure = None                 # the KV transfer TTFT waits for,
+    first_step_s: Figure = None               # and the decode instance's first step
+    transfer_bytes_per_request: Figure = None
+    prefill_tokens_per_s_per_instance: Figure = None
+    prefill_utilization: Figure = None
+    decode_utilization: Figure = None
+    decode_batch_per_dp_rank: Count = None
+    decode_limit: Word = None
+    decode_kv_capacity_tokens: Count = None
+    binding: Word = None                      # decode, prefill or offered: what sets the rate
+    meets_targets: Yes = None
+
+
+@dataclass(frozen=True)
+class DisaggCandidate:
+    """A disaggregated deployment as a plan holds it: its two pools (one engine, one KV dtype), the figures and
+    the reasons."""
+    prefill: Pool
+    decode: Pool
+    performance: Optional[DisaggPerformance] = None
+    reasons: list = field(default_factory=list)
+
+    @property
+    def engine(self) -> str:
+        return self.decode.knobs.engine
+
+    @property
+    def label(self) -> str:
+        return f"P {self.prefill.label} + D {self.decode.label}"
+
+    @property
+    def ratio(self) -> str:
+        return f"{self.prefill.instances}:{self.decode.instances}"
 
 
 @dataclass(frozen=True)

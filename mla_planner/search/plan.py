@@ -8,6 +8,7 @@ from mla_planner.memory.pp_split import layer_split
 from mla_planner.memory.report import memory_report
 from mla_planner.search.attention_backend import Rejected
 from mla_planner.search.candidate import CandidateMemory, Performance
+from mla_planner.search.deployment import choose, decode_twin, record, stall_share
 from mla_planner.search.planfile import Candidate, Plan
 from mla_planner.search.run import SearchResult
 from mla_planner.search.tuning import draft_knobs
@@ -19,14 +20,20 @@ from mla_planner.specs.topology import Topology
 
 
 def to_plan(spec: ModelSpec, model_path: str, topo: Topology, workload: Workload, result: SearchResult,
-            top: int | None = None) -> Plan:
+            top: int | None = None, rank_by: str = "per-gpu") -> Plan:
     options = result.options if top is None else result.options[:top]
     cands = [Candidate(o.layout, o.tuned.knobs,
                        CandidateMemory.of(o.tuned.metrics.memory, attention_of(spec).holding(spec, o.layout),
                                           layer_split(spec, o.layout, o.tuned.knobs)),
                        Performance.of(o.tuned.metrics, o.bands, o.tie_group), o.warnings,
                        [f"{k}: {v}" for k, v in o.tuned.reasons.items()]) for o in options]
-    return Plan(spec, model_path, topo, workload, cands, result.rejected)
+    disagg = [record(x, workload) for x in result.disaggregated]
+    choice = None
+    if disagg:
+        stall = stall_share(result.options[0].tuned.metrics) if result.options else 0.0
+        c = choose(cands[0] if cands else None, stall, disagg[0], rank_by, decode_twin(cands, disagg[0]))
+        choice = {"winner": c.winner, "tie": c.tie, "why": c.why}
+    return Plan(spec, model_path, topo, workload, cands, result.rejected, disaggregated=disagg, choice=choice)
 
 
 def nothing_fits_advice(spec: ModelSpec, topo: Topology, workload: Workload, engine: str = "vllm") -> list[str]:

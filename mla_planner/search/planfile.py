@@ -25,7 +25,8 @@ from mla_planner.core.jsonout import SCHEMA_VERSION, versioned
 from mla_planner.engines.backends import engine_version
 from mla_planner.engines.parallel import dense_per_rank_applies
 from mla_planner.memory.pp_split import split_problem
-from mla_planner.search.candidate import CandidateMemory, Performance, Rejection, written
+from mla_planner.search.candidate import (CandidateMemory, DisaggCandidate, DisaggPerformance, Performance, Pool,
+                                         Rejection, written)
 from mla_planner.specs.knobs import ENGINES, KV_DTYPES, MTP_ACCEPTANCE, Knobs, Workload
 from mla_planner.specs.layout import KV_LAYOUTS, Layout
 from mla_planner.specs.model import ModelSpec
@@ -57,6 +58,8 @@ class Plan:
     candidates: list[Candidate]
     rejected: list[Rejection] = field(default_factory=list)
     engine_versions: dict = field(default_factory=dict)   # the releases it was planned for (read back from a file)
+    disaggregated: list[DisaggCandidate] = field(default_factory=list)   # prefill/decode pools, best first
+    choice: Optional[dict] = None        # aggregated or disaggregated, and why (search.deployment.Choice's fields)
 
 
 class _LayoutIn(BaseModel):
@@ -120,6 +123,23 @@ class _CandidateIn(BaseModel):
     reasons: list[str] = []
 
 
+class _PoolIn(BaseModel):
+    """A disaggregated deployment's pool, as strictly as a candidate's layout and knobs (they become flags)."""
+    model_config = Loose
+    role: Literal["prefill", "decode"]
+    instances: PosInt
+    nodes_per_instance: PosInt
+    layout: _LayoutIn
+    knobs: _KnobsIn
+
+
+class _DisaggIn(BaseModel):
+    model_config = Loose
+    pools: Annotated[list[_PoolIn], Field(min_length=2, max_length=2)]
+    performance: DisaggPerformance = DisaggPerformance()
+    reasons: list[str] = []
+
+
 class _ModelIn(BaseModel):
     model_config = Loose
     model_path: str
@@ -133,6 +153,7 @@ class _PlanIn(BaseModel):
     workload: _WorkloadIn
     candidates: list[_CandidateIn]
     rejected: list[dict] = []
+    disaggregated: list[_DisaggIn] = []
 
 
 def meets_targets(plan: Plan) -> bool:
@@ -153,7 +174,14 @@ def plan_to_dict(plan: Plan) -> dict:
                             "performance": written(c.performance),
                             "warnings": c.warnings, "reasons": c.reasons}
                            for i, c in enumerate(plan.candidates)],
-            "rejected": [asdict(r) for r in plan.rejected]})
+            "rejected": [asdict(r) for r in plan.rejected],
+            "disaggregated": [{"rank": i + 1, "label": d.label, "engine": d.engine, "ratio": d.ratio,
+                               "pools": [{"role": p.role, "instances": p.instances,
+                                          "nodes_per_instance": p.nodes_per_instance, "layout": asdict(p.layout),
+                                          "knobs": asdict(p.knobs)} for p in (d.prefill, d.decode)],
+                               "performance": written(d.performance), "reasons": d.reasons}
+                              for i, d in enumerate(plan.disaggregated)],
+            "deployment": plan.choice or {}})
 
 
 def _check_version(data: dict, where: str) -> None:
@@ -191,7 +219,22 @@ def read_plan(path: str | Path) -> Plan:
     versions = data.get("engine_versions")
     versions = {k: v for k, v in versions.items() if isinstance(v, str)} if isinstance(versions, dict) else {}
     return Plan(raw.model.spec, raw.model.model_path, raw.topology, Workload(**raw.workload.model_dump()), cands,
-                [Rejection.from_file(r) for r in raw.rejected], versions)
+                [Rejection.from_file(r) for r in raw.rejected], versions,
+                [_disaggregated(d, raw.model.spec, where, i) for i, d in enumerate(raw.disaggregated)],
+                data.get("deployment") if isinstance(data.get("deployment"), dict) else None)
+
+
+def _disaggregated(raw: _DisaggIn, spec: ModelSpec, where: str, i: int) -> DisaggCandidate:
+    """A disaggregated deployment read back: a prefill pool then a decode pool, of one engine and KV dtype."""
+    pools = [Pool(p.role, Layout(**p.layout.model_dump()), _knobs(p.knobs, spec, p.layout, where, i,
+                                                                   f"disaggregated.{i}.pools.{j}"),
+                  p.instances, p.nodes_per_instance) for j, p in enumerate(raw.pools)]
+    if [p.role for p in pools] != ["prefill", "decode"]:
+        raise InputError(where, "expected a prefill pool then a decode pool", f"disaggregated.{i}.pools")
+    if len({(p.knobs.engine, p.knobs.kv_cache_dtype) for p in pools}) > 1:
+        raise InputError(where, "both pools must run one engine with one KV dtype (the cache moves between them "
+                         "as the engine lays it out)", f"disaggregated.{i}.pools")
+    return DisaggCandidate(pools[0], pools[1], _given(raw.performance), raw.reasons)
 
 
 def _given(record):
@@ -199,7 +242,7 @@ def _given(record):
     return record if any(getattr(record, f.name) is not None for f in fields(record)) else None
 
 
-def _knobs(raw: _KnobsIn, spec: ModelSpec, layout: _LayoutIn, where: str, i: int) -> Knobs:
+def _knobs(raw: _KnobsIn, spec: ModelSpec, layout: _LayoutIn, where: str, i: int, at: str = "") -> Knobs:
     fields = raw.model_dump()
     if fields["pp_layer_partition"] is not None:
         fields["pp_layer_partition"] = tuple(fields["pp_layer_partition"])
@@ -207,13 +250,13 @@ def _knobs(raw: _KnobsIn, spec: ModelSpec, layout: _LayoutIn, where: str, i: int
     lay = Layout(**layout.model_dump())
     problem = split_problem(spec, lay, knobs)
     if problem:
-        raise InputError(where, problem, f"candidates.{i}.knobs.pp_layer_partition")
+        raise InputError(where, problem, f"{at or f'candidates.{i}'}.knobs.pp_layer_partition")
     if knobs.images and (problem := images_problem(spec)):
-        raise InputError(where, problem, f"candidates.{i}.knobs.images")
+        raise InputError(where, problem, f"{at or f'candidates.{i}'}.knobs.images")
     if knobs.dense_per_rank and not dense_per_rank_applies(lay, knobs.engine):
         raise InputError(where, "true only for SGLang under DP attention at tp=1 (--moe-dense-tp-size 1 "
                          f"--enable-dp-lm-head), not {knobs.engine} on {lay.label}",
-                         f"candidates.{i}.knobs.dense_per_rank")
+                         f"{at or f'candidates.{i}'}.knobs.dense_per_rank")
     return knobs
 
 

@@ -84,6 +84,7 @@ class SearchResult:
     points: list                       # TradeoffPoint: each option's throughput/latency curve
     pareto: list                       # indices into points: the front of tokens/s per GPU vs per user
     screened: int
+    disaggregated: list = field(default_factory=list)   # search.disagg.Disaggregated, best first
 
 
 def kv_dtypes_for(topo: Topology, requested: str | None, spec: ModelSpec | None = None) -> list[str]:

@@ -56,6 +56,7 @@ class Calibration:
     nic_efficiency: float
     rdma_all_to_all_efficiency: float
     socket_efficiency: float
+    kv_transfer_efficiency: float     # prefill -> decode KV over RDMA (disaggregation)
     # latencies
     nccl_base_latency_s: float
     internode_latency_s: float

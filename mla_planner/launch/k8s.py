@@ -1,0 +1,156 @@
+"""Kubernetes manifests for a disaggregated deployment: a LeaderWorkerSet per pool (a group per engine instance: the
+leader runs the instance's first node, the workers the others), a Service per pool over the leaders, and the router
+as a Deployment with its Service.
+
+The pods follow the SGLang project's own PD manifests for DeepSeek on LeaderWorkerSet
+(sgl-project/sglang docs/references/multi_node_deployment/lws_pd/lws-examples): host networking (the engines and
+their RDMA transfer bind the node's NICs), /dev/infiniband from the host with IPC_LOCK for pinned memory, /dev/shm as
+a memory-backed emptyDir, the whole node's GPUs per pod. LeaderWorkerSet gives every container LWS_LEADER_ADDRESS
+and LWS_WORKER_INDEX (kubernetes-sigs/lws, docs "Labels, annotations and environment variables"): the leader's
+address replaces the scripts' HEAD_IP and the worker index their node rank; a leader pod is `<name>-<group>` behind
+the headless Service `<name>`, so the router names each instance as `<name>-<group>.<name>`.
+"""
+
+from __future__ import annotations
+
+import re
+
+from mla_planner.core.errors import PlanError
+from mla_planner.engines.disagg import ROUTER_PORT
+from mla_planner.launch.command import NodeCommand, ShellRef
+from mla_planner.launch.disagg import Node, router_argv, servers
+from mla_planner.launch.shell import quote_word
+from mla_planner.search.candidate import DisaggCandidate
+from mla_planner.search.planfile import Plan
+
+IMAGES = {"vllm": "vllm/vllm-openai:v0.33.0", "sglang": "lmsysorg/sglang:v0.5.23"}   # the releases' own images
+GPU_RESOURCE = {"nvidia": "nvidia.com/gpu", "amd": "amd.com/gpu"}
+LWS_API = "leaderworkerset.x-k8s.io/v1"
+LWS_NAME = "leaderworkerset.sigs.k8s.io/name"
+RANK_FLAGS = ("--node-rank", "--data-parallel-start-rank")
+
+
+def slug(text: str, limit: int = 40) -> str:
+    """A DNS-1035 label from `text` (a model name): lower case letters, digits and dashes, a letter first."""
+    word = re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+    word = word if word[:1].isalpha() else f"m-{word}"
+    return word[:limit].rstrip("-") or "mla-plan"
+
+
+def _script(c: NodeCommand, worker: bool) -> str:
+    """The container's shell line: HEAD_IP from LeaderWorkerSet, then the node's command with its rank words
+    computed from LWS_WORKER_INDEX on a worker (node rank i; vLLM's DP start rank i x local DP ranks)."""
+    words, out = list(c.argv), []
+    for i, word in enumerate(words):
+        flag = words[i - 1] if i else ""
+        if worker and flag == "--node-rank":
+            out.append('"${LWS_WORKER_INDEX}"')
+        elif worker and flag == "--data-parallel-start-rank":
+            out.append(f'"$((LWS_WORKER_INDEX * {int(word)}))"')
+        else:
+            out.append(quote_word(word))
+    head = 'HEAD_IP="${LWS_LEADER_ADDRESS}"; ' if "HEAD_IP" in c.needs else ""
+    return head + "exec " + " ".join(out)
+
+
+def _env(c: NodeCommand) -> list[dict]:
+    out = []
+    for name, value in c.env.items():
+        if isinstance(value, ShellRef) and value.var == "VLLM_HOST_IP":
+            out.append({"name": name, "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}})
+        else:
+            out.append({"name": name, "value": str(value)})
+    if "VLLM_HOST_IP" in c.needs:
+        out.append({"name": "VLLM_HOST_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}})
+    return out
+
+
+def _pod(plan: Plan, c: NodeCommand, worker: bool, image: str, component: str, model_path: str) -> dict:
+    vendor = plan.topology.gpu.vendor
+    container = {"name": "engine", "image": image, "command": ["/bin/bash", "-c", _script(c, worker)],
+                 "env": _env(c),
+                 "resources": {"limits": {GPU_RESOURCE[vendor]: c.gpus}},
+                 "securityContext": {"privileged": True, "capabilities": {"add": ["IPC_LOCK"]}},
+                 "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"},
+                                  {"name": "infiniband", "mountPath": "/dev/infiniband"},
+                                  {"name": "models", "mountPath": _model_dir(model_path)}]}
+    if c.port is not None:
+        container["ports"] = [{"name": "http", "containerPort": c.port}]
+        container["readinessProbe"] = {"httpGet": {"path": "/health", "port": c.port}, "periodSeconds": 10,
+                                       "failureThreshold": 3, "initialDelaySeconds": 300}
+    labels = {"app.kubernetes.io/name": "mla-plan", "app.kubernetes.io/component": component,
+              **({} if worker else {"role": "leader"})}
+    return {"metadata": {"labels": labels},
+            "spec": {"hostNetwork": True, "hostIPC": True, "dnsPolicy": "ClusterFirstWithHostNet",
+                     "containers": [container],
+                     "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory"}},
+                                 {"name": "infiniband", "hostPath": {"path": "/dev/infiniband"}},
+                                 {"name": "models", "hostPath": {"path": _model_dir(model_path),
+                                                                 "type": "DirectoryOrCreate"}}]}}
+
+
+def _model_dir(model_path: str) -> str:
+    """Where the pod finds the weights: a local checkpoint's own folder from the host, or the Hugging Face cache
+    the engine downloads a hub id into."""
+    return model_path if model_path.startswith("/") else "/root/.cache/huggingface"
+
+
+def pool_manifests(plan: Plan, base: str, role: str, nodes: list[Node], instances: int, size: int, image: str,
+                   model_path: str) -> list[dict]:
+    """The pool's LeaderWorkerSet and the Service over its leaders."""
+    mine = [n for n in nodes if n.role == role]
+    leader = next(n.command for n in mine if n.pool_node == 0)
+    name = f"{base}-{role}"
+    template = {"size": size, "restartPolicy": "RecreateGroupOnPodRestart"}
+    if size > 1:
+        worker = next(n.command for n in mine if n.pool_node == 1)
+        template["leaderTemplate"] = _pod(plan, leader, False, image, role, model_path)
+        template["workerTemplate"] = _pod(plan, worker, True, image, role, model_path)
+    else:
+        template["workerTemplate"] = _pod(plan, leader, False, image, role, model_path)
+    lws = {"apiVersion": LWS_API, "kind": "LeaderWorkerSet",
+           "metadata": {"name": name, "labels": {"app.kubernetes.io/name": "mla-plan",
+                                                 "app.kubernetes.io/component": role}},
+           "spec": {"replicas": instances, "leaderWorkerTemplate": template, "startupPolicy": "LeaderCreated",
+                    "networkConfig": {"subdomainPolicy": "Shared"}}}
+    service = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": f"{name}-http"},
+               "spec": {"selector": {LWS_NAME: name, "role": "leader"},
+                        "ports": [{"name": "http", "port": leader.port, "targetPort": leader.port}]}}
+    return [lws, service]
+
+
+def router_manifests(engine: str, base: str, nodes: list[Node], image: str) -> list[dict]:
+    """The router Deployment, every instance named by its leader pod's DNS name, and its Service."""
+    names = {}
+    for role in ("prefill", "decode"):
+        for g, _ in enumerate(servers(nodes, role)):
+            names[f"{role.upper()}_{g}"] = f"{base}-{role}-{g}.{base}-{role}"
+    argv = router_argv(engine, nodes)
+    line = " ".join((w.prefix + names[w.var] + w.suffix) if isinstance(w, ShellRef) else quote_word(w)
+                    for w in argv)
+    labels = {"app.kubernetes.io/name": "mla-plan", "app.kubernetes.io/component": "router"}
+    deployment = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": f"{base}-router"},
+                  "spec": {"replicas": 1, "selector": {"matchLabels": labels},
+                           "template": {"metadata": {"labels": labels},
+                                        "spec": {"containers": [{
+                                            "name": "router", "image": image,
+                                            "command": ["/bin/bash", "-c", "exec " + line],
+                                            "ports": [{"name": "http", "containerPort": ROUTER_PORT}]}]}}}}
+    service = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": f"{base}-router"},
+               "spec": {"selector": labels, "ports": [{"name": "http", "port": ROUTER_PORT,
+                                                       "targetPort": ROUTER_PORT}]}}
+    return [deployment, service]
+
+
+def manifests(plan: Plan, d: DisaggCandidate, nodes: list[Node], model_path: str,
+              image: str | None = None) -> dict[str, list[dict]]:
+    """{file name: objects}: the prefill pool, the decode pool, the router."""
+    if not model_path:
+        raise PlanError("the plan names no model path for the pods; give --model-path")
+    image = image or IMAGES[d.engine]
+    base = slug(plan.spec.name)
+    return {"k8s-prefill.yaml": pool_manifests(plan, base, "prefill", nodes, d.prefill.instances,
+                                               d.prefill.nodes_per_instance, image, model_path),
+            "k8s-decode.yaml": pool_manifests(plan, base, "decode", nodes, d.decode.instances,
+                                              d.decode.nodes_per_instance, image, model_path),
+            "k8s-router.yaml": router_manifests(d.engine, base, nodes, image)}

@@ -1,0 +1,215 @@
+"""Prefill/decode disaggregation: a prefill pool, a decode pool and the KV cache sent from one to the other.
+
+A disaggregated deployment runs every prompt on a prefill instance, ships the prompt's KV cache over RDMA to a
+decode instance, and decodes there (SGLang `--disaggregation-mode prefill|decode`, vLLM's NixlConnector; the
+SGLang large-scale EP blog, lmsys.org 2025-05-05; DeepSeek's inference system, deepseek-ai/open-infra-index
+"Day 6"). Each pool is a whole number of instances, each instance a layout over whole nodes.
+
+  prefill  an instance runs prompts alone, no decode in its steps: a forward packs up to its token budget
+           (max_num_batched_tokens) of prompts per DP rank. Its rate (prompt tokens/s) is the budget's prompts
+           over that forward's time; a lone prompt's latency is its chunks one after another (prefill.prefill).
+  transfer the prompt's KV bytes as the decode instance holds them (every decode GPU that keeps a copy receives
+           its own, in parallel over its share of the node's NICs) at kv_transfer_efficiency of line rate.
+  decode   an instance decodes with no prefill chunk in its steps, so its TPOT is the decode round alone
+           (step.decode_step): the batch is the largest within the TPOT target, the KV pool (prompt + output
+           per request) and the engine's caps (metrics.batch_limit).
+
+TTFT = queue on the prefill pool + the prompt's prefill + the exposed transfer + one decode step (the first token
+leaves the decode instance after its next step). The prefill queue is M/D/1 per instance (Poisson arrivals
+spread evenly, a deterministic service of one request's share of a packed forward): W = rho s / (2 (1 - rho))
+(Kleinrock, "Queueing Systems" vol. 1, the Pollaczek-Khinchine mean wait with a constant service time).
+Without a request rate the pools run at the most the TTFT target and the decode pool allow.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from math import ceil
+
+from mla_planner.memory.accounting import evaluate as memory_evaluate
+from mla_planner.perf.batch_search import largest_under
+from mla_planner.perf.layer_work import Batch
+from mla_planner.perf.metrics import batch_limit, tokens_per_request
+from mla_planner.perf.prefill import prefill
+from mla_planner.perf.request_times import prefill_tokens
+from mla_planner.perf.step import DecodeStep, decode_step, forward_stages
+from mla_planner.specs.attention.kinds import attention_of
+from mla_planner.specs.calibration import Calibration
+from mla_planner.specs.knobs import Knobs, Workload
+from mla_planner.specs.layout import Layout
+from mla_planner.specs.model import ModelSpec
+from mla_planner.specs.topology import Topology
+
+PREFILL_ATTENTION = "attn.prefill"   # the step model's prefill attention term (perf/layer_work.py)
+RHO_MAX = 0.95    # the busiest a prefill pool is run: at 1 the M/D/1 queue grows without bound
+
+
+@dataclass(frozen=True)
+class PrefillRate:
+    """One prefill instance at full load."""
+    prompt_tokens: int             # tokens a request prefills (its prompt less the expected prefix hits)
+    prompts_per_forward: int       # prompts one DP rank packs into a forward (1 when a prompt needs several)
+    forward_s: float               # a packed forward's time (or a lone long prompt's chunks)
+    tokens_per_s: float            # prompt tokens/s of the instance (every DP rank busy)
+    lone_s: float                  # one prompt alone: its latency when the instance is idle
+    kv_fits: bool                  # whether a DP rank's pool holds the packed prompts' KV until it is sent
+
+    @property
+    def service_s(self) -> float:
+        """The instance's time per request at full load (1 / requests per second)."""
+        return self.prompt_tokens / self.tokens_per_s
+
+
+@dataclass(frozen=True)
+class Transfer:
+    """One request's KV cache from the prefill instance to the decode instance."""
+    bytes_per_request: float       # what the decode instance receives, every copy it keeps counted
+    bytes_per_gpu: float           # what one receiving GPU gets
+    seconds: float                 # at its share of the NICs, kv_transfer_efficiency of line rate
+    exposed_s: float               # the part TTFT waits for (layer-wise or chunk-wise sends hide the rest)
+    instance_bytes_per_s: float    # what the decode instance's receiving GPUs take in at once
+
+
+@dataclass(frozen=True)
+class DecodeRate:
+    """One decode instance at its operating batch, no prefill in its steps."""
+    batch_per_dp_rank: int
+    limit: str                     # what caps the batch: tpot, kv, max_num_seqs, deepep_dispatch, cuda_graphs
+    step: DecodeStep
+    requests_per_s: float          # requests it completes per second (batch x dp / (output_len x TPOT))
+    kv_capacity_tokens: int
+
+
+@dataclass(frozen=True)
+class PoolSplit:
+    """The two pools' instances and what the deployment does with them."""
+    prefill_instances: int
+    decode_instances: int
+    requests_per_s: float          # what it serves (the offered rate, or the most both pools and the targets allow)
+    prefill_utilization: float
+    decode_utilization: float
+    queue_s: float
+    ttft_s: float
+    tpot_s: float
+    throughput_tokens_per_s: float
+    gpus: int
+    binding: str                   # "decode", "prefill" (its TTFT or its rate), or "offered" (the request rate)
+    overload: float                # offered / served where the rate is beyond both pools; 0 otherwise
+    meets_targets: bool
+
+    @property
+    def throughput_tokens_per_s_per_gpu(self) -> float:
+        return self.throughput_tokens_per_s / self.gpus
+
+
+def prefill_rate(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, workload: Workload,
+                 calib: Calibration) -> PrefillRate:
+    """A prefill instance's prompt rate. A DP rank packs k = budget // L prompts of L tokens into one forward
+    (SGLang's prefill batch, vLLM's token budget): its linear layers and collectives run on k x L tokens, its
+    attention on each prompt apart (a prompt's queries see only its own keys), so the forward is the k x L-token
+    pass with the prefill attention of one k x L-token sequence swapped for k L-token ones (the step model's
+    `attn.prefill` term of each layer kind). A prompt longer than the budget runs its chunks one after another
+    (prefill.prefill)."""
+    tokens = prefill_tokens(workload, knobs)
+    budget = knobs.max_num_batched_tokens
+    lone = prefill(spec, topo, layout, knobs, tokens, calib)
+    k = max(1, budget // max(tokens, 1))
+    if k == 1:
+        forward = lone.ttft_s
+    else:
+        lt_packed, packed = forward_stages(spec, topo, layout, knobs, Batch(0, 0, k * tokens, 0), calib)
+        lt_one, _ = forward_stages(spec, topo, layout, knobs, Batch(0, 0, tokens, 0), calib)
+        swap = {kind: lt_packed[kind].terms_s.get(PREFILL_ATTENTION, 0.0)
+                - k * lt_one[kind].terms_s.get(PREFILL_ATTENTION, 0.0) for kind in lt_packed}
+        forward = sum(s.total_s - s.dense_layers * swap["dense"] - s.moe_layers * swap.get("moe", 0.0)
+                      for s in packed)
+    mem = memory_evaluate(spec, topo, layout, knobs)
+    fits = mem.fits and mem.requests_fit(tokens_per_request(Workload(input_len=tokens, output_len=1),
+                                                            knobs.block_size)) >= k
+    return PrefillRate(tokens, k, forward, layout.dp * k * tokens / forward, lone.ttft_s, fits)
+
+
+def transfer(spec: ModelSpec, topo: Topology, prefill_layout: Layout, decode_layout: Layout, kv_dtype: str,
+             prompt_tokens: int, calib: Calibration, per_chunk: bool, chunk_tokens: int) -> Transfer:
+    """The prompt's KV as the decode instance holds it: each of its attention-TP ranks keeps its rank share of
+    every KV group (the MLA latent whole on every TP rank, attention_of(spec).kv_groups), and with DCP 1/dcp of
+    the tokens; a request lands on one DP rank. Each receiving GPU takes its bytes in over its share of the
+    node's NICs (nics_per_node / gpus_per_node of them) at kv_transfer_efficiency of line rate, all in parallel
+    (the prefill side's GPUs send from as many NICs). `per_chunk`: each prefill chunk's KV leaves once its forward
+    is done (SGLang), so TTFT waits only for the last chunk's (`chunk_tokens`) share; else for the whole transfer
+    (vLLM's NIXL reads after the prefill)."""
+    kind = attention_of(spec)
+    per_gpu_token = kind.gpu_bytes_per_token(spec, decode_layout, kv_dtype, range(spec.num_hidden_layers))
+    per_gpu = per_gpu_token * prompt_tokens / decode_layout.dcp
+    receivers = decode_layout.tp
+    inter = topo.inter_node
+    nic_bytes_per_s = (inter.nic_gbit_per_s * 1e9 / 8) * min(1.0, inter.nics_per_node / topo.gpus_per_node) \
+        if inter else 0.0
+    rate = nic_bytes_per_s * calib.kv_transfer_efficiency
+    seconds = per_gpu / rate if rate else float("inf")
+    last = min(1.0, chunk_tokens / max(prompt_tokens, 1)) if per_chunk else 1.0
+    return Transfer(per_gpu * receivers, per_gpu, seconds, seconds * last, rate * receivers)
+
+
+def decode_rate(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, workload: Workload,
+                calib: Calibration, cap_per_dp_rank: int = 0) -> DecodeRate:
+    """A decode instance's largest batch per DP rank within the TPOT target (no prefill stalls: its prompts were
+    prefilled elsewhere) under the KV pool and the engine's caps (metrics.batch_limit), and what it completes.
+    `cap_per_dp_rank`: at most this many (a closed loop's concurrency spread over the pool)."""
+    mem = memory_evaluate(spec, topo, layout, knobs)
+    cap, limit = batch_limit(layout, knobs, mem, workload, topo.gpu)
+    if cap_per_dp_rank and cap_per_dp_rank < cap:
+        cap, limit = cap_per_dp_rank, "concurrency"
+    ctx = workload.mean_decode_context
+
+    def tpot(b: int) -> float:
+        return decode_step(spec, topo, layout, knobs, b, ctx, calib, mtp_acceptance=workload.mtp_acceptance).tpot_s
+    batch = largest_under(tpot, workload.tpot_ms / 1e3, cap) if cap and workload.tpot_applies else cap
+    if cap and batch < cap:
+        limit = "tpot"
+    step = decode_step(spec, topo, layout, knobs, max(batch, 1), ctx, calib, mtp_acceptance=workload.mtp_acceptance)
+    served = batch * layout.dp / (workload.output_len * step.tpot_s) if batch else 0.0
+    return DecodeRate(batch, limit if cap else "kv", step, served, mem.kv_capacity_tokens if mem.fits else 0)
+
+
+def split(workload: Workload, p: PrefillRate, p_gpus: int, n_p: int, t: Transfer, d: DecodeRate, d_gpus: int,
+          n_d: int) -> PoolSplit:
+    """n_p prefill and n_d decode instances serving `workload`: the rate is the offered one, else the most the
+    decode pool completes and the prefill pool takes within the TTFT target (its M/D/1 queue, at most RHO_MAX
+    busy); TTFT and the pools' utilisation at that rate."""
+    s = p.service_s
+    fixed = p.lone_s + t.exposed_s + d.step.step_s
+    budget = workload.ttft_ms / 1e3 - fixed
+    rho_ttft = min(RHO_MAX, 2 * budget / (s + 2 * budget)) if budget > 0 else 0.0
+    prefill_max = n_p * rho_ttft / s
+    decode_max = n_d * d.requests_per_s
+    most = min(prefill_max, decode_max)
+    binding = "decode" if decode_max <= prefill_max else "prefill"
+    offered = workload.request_rate_per_s
+    overload = 0.0
+    if offered:
+        if offered > most:
+            overload = offered / most if most else float("inf")
+        else:
+            most, binding = offered, "offered"
+    rho = most * s / n_p
+    queue = rho * s / (2 * (1 - rho)) if rho < 1 else float("inf")
+    ttft = queue + fixed
+    gpus = n_p * p_gpus + n_d * d_gpus
+    meets = (p.kv_fits and d.batch_per_dp_rank > 0 and most > 0 and not overload
+             and ttft <= workload.ttft_ms / 1e3 + 1e-12)
+    return PoolSplit(n_p, n_d, most, rho, most / decode_max if decode_max else 0.0, queue, ttft, d.step.tpot_s,
+                     most * workload.output_len, gpus, binding, overload, meets)
+
+
+def prefill_knobs(knobs: Knobs, budget: int) -> Knobs:
+    """A prefill instance's knobs: its token budget, no decode batch to size (one request is prefilled at a time
+    per packed forward; the engine still needs a sequence cap)."""
+    return replace(knobs, max_num_batched_tokens=budget, max_num_seqs=max(1, min(knobs.max_num_seqs, budget)))
+
+
+def closed_loop_cap(workload: Workload, layout: Layout, instances: int) -> int:
+    """Per decode DP rank, the most requests a closed loop of `workload.concurrency` puts there (0: no cap)."""
+    if not workload.concurrency:
+        return 0
+    return max(1, ceil(workload.concurrency / (instances * layout.dp)))

@@ -1,0 +1,176 @@
+"""The disaggregated search: a prefill pool and a decode pool over whole nodes of the cluster, each with its own
+layout and knobs, priced by perf/disagg.py and ranked with the aggregated candidates' measure.
+
+1. Instance sizes: 1 .. nodes - 1 whole nodes (a pool is whole nodes, an instance one layout over them; inside a
+   rack-scale NVLink domain the instance keeps the NVLink between its hosts).
+2. Per engine, KV dtype and size, the best prefill layout (prompt tokens/s per GPU at full load) and the best
+   decode layout (requests/s per GPU within the TPOT target, no prefill stalls) whose knobs can hand the cache over
+   (engines/disagg.pools_mismatch: SGLang's page size, vLLM's attention backend), from the layouts the aggregated
+   search would try on those nodes (search/layouts.py), without pipeline stages, DCP or Route B (neither engine
+   pairs them with its disaggregation path here), through the same knob drafting (search/tuning.py).
+3. Every split of the nodes into n_p prefill and n_d decode instances (both at least one) is priced
+   (perf.disagg.split); the best splits are kept, those meeting the targets first, by output tokens/s per GPU.
+Both pools run one engine and one KV dtype: the KV cache moves between them as the engine lays it out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from mla_planner.engines.disagg import SENDS_PER_CHUNK, pool_layout_problem, pools_mismatch
+from mla_planner.engines.layouts import launch_problem
+from mla_planner.perf.bands import band, error_range, tpot_regime
+from mla_planner.perf.disagg import (DecodeRate, PoolSplit, PrefillRate, Transfer, closed_loop_cap, decode_rate,
+                                     prefill_knobs, prefill_rate, split, transfer)
+from mla_planner.search.attention_backend import Rejected
+from mla_planner.search.candidate import Pool
+from mla_planner.search.layouts import candidate_layouts
+from mla_planner.search.run import kv_dtypes_for
+from mla_planner.search.tuning import Overrides, dense_variants, draft_knobs, largest_safe_chunk
+from mla_planner.specs.calibration import Calibration
+from mla_planner.specs.knobs import ENGINES, Workload
+from mla_planner.specs.layout import Layout, rdma_between_nodes
+from mla_planner.specs.model import ModelSpec
+from mla_planner.specs.topology import Topology
+
+KEEP = 5     # disaggregated deployments a plan lists
+
+
+@dataclass(frozen=True)
+class Disaggregated:
+    """A prefill pool, a decode pool and what the model predicts for them."""
+    engine: str
+    kv_dtype: str
+    prefill: Pool
+    decode: Pool
+    prefill_rate: PrefillRate
+    transfer: Transfer
+    decode_rate: DecodeRate
+    split: PoolSplit
+    bands: dict = field(default_factory=dict)
+
+    @property
+    def ratio(self) -> str:
+        """Prefill : decode instances, and GPUs."""
+        return f"{self.prefill.instances}:{self.decode.instances}"
+
+    def key(self, rank_by: str = "per-gpu") -> tuple:
+        """Those meeting the targets first, then output tokens/s per GPU (or in all), then the labels."""
+        s = self.split
+        tput = s.throughput_tokens_per_s if rank_by == "total" else s.throughput_tokens_per_s_per_gpu
+        return (not s.meets_targets, -round(tput, 6), round(s.ttft_s, 6), self.prefill.label, self.decode.label,
+                self.engine, self.kv_dtype)
+
+
+def pool_topology(topo: Topology, nodes: int) -> Topology:
+    """The nodes one instance runs on: `nodes` hosts, inside one NVLink domain where the cluster's domain spans
+    hosts and holds them (an NVL72 tray group keeps its NVLink), else over the NICs."""
+    domain = topo.nvlink_domain_nodes
+    inside = domain if nodes % domain == 0 else (nodes if domain % nodes == 0 else 1)
+    return topo.model_copy(update={"nodes": nodes, "nvlink_domain_nodes": inside})
+
+
+def disaggregation_problem(topo: Topology) -> str:
+    """Why this cluster cannot be split into pools ('' when it can)."""
+    if topo.nodes < 2:
+        return "one node: a prefill and a decode pool need a whole node each"
+    if not rdma_between_nodes(topo):
+        return ("the nodes are not joined by RDMA (InfiniBand or RoCE): the engines' KV transfer (Mooncake, NIXL) "
+                "sends the prompt's cache over RDMA")
+    return ""
+
+
+def _pool_layouts(spec: ModelSpec, sub: Topology, engine: str) -> list[Layout]:
+    legal, _ = candidate_layouts(spec, sub)
+    return [lay for lay in legal if not pool_layout_problem(lay) and lay.kv_layout == "replicated"
+            and lay.instance_gpus == sub.total_gpus and not launch_problem(engine, lay, sub.gpus_per_node)]
+
+
+def _options(spec, sub, engine, kv, workload, calib, pinned, role: str) -> list[tuple]:
+    """(score, layout, knobs, rate) of every instance shape of `role` on `sub`, best first. Prefill: prompt tokens/s
+    per GPU at full load, at the largest token budget the memory fraction allows (a prefill instance has no decode
+    batch to stall); decode: requests/s per GPU within the TPOT target."""
+    out = []
+    for layout in _pool_layouts(spec, sub, engine):
+        for per_rank in dense_variants(layout, engine):
+            try:
+                knobs, _ = draft_knobs(spec, sub, layout, engine, kv, workload, pinned, per_rank)
+            except Rejected:
+                continue
+            if role == "prefill":
+                knobs = prefill_knobs(knobs, largest_safe_chunk(spec, sub, layout, knobs))
+                rate = prefill_rate(spec, sub, layout, knobs, workload, calib)
+                score, usable = rate.tokens_per_s, rate.kv_fits
+            else:
+                rate = decode_rate(spec, sub, layout, knobs, workload, calib)
+                score, usable = rate.requests_per_s, rate.batch_per_dp_rank > 0
+            if usable:
+                out.append((score / layout.instance_gpus, layout, knobs, rate))
+    return sorted(out, key=lambda o: (-o[0], o[1].label, o[2].dense_per_rank))
+
+
+def _best_pair(engine: str, prefills: list, decodes: list) -> tuple | None:
+    """The best prefill and decode shapes whose knobs can hand a cache over (engines/disagg.pools_mismatch): the
+    best decode shape (it sets the rate where the decode pool binds), with the best prefill shape that matches it,
+    else the next decode shape."""
+    for d in decodes:
+        for p in prefills:
+            if not pools_mismatch(engine, p[2], d[2]):
+                return p, d
+    return None
+
+
+def search_disaggregated(spec: ModelSpec, topo: Topology, workload: Workload, calib: Calibration,
+                         engines: tuple = ENGINES, kv_dtype: str | None = None,
+                         pinned: Overrides = Overrides(), rank_by: str = "per-gpu") -> list[Disaggregated]:
+    """The best disaggregated deployments of the cluster (at most KEEP), best first; [] where
+    `disaggregation_problem` says it cannot be split."""
+    if disaggregation_problem(topo):
+        return []
+    sizes = range(1, topo.nodes)
+    found = []
+    for engine in engines:
+        for kv in kv_dtypes_for(topo, kv_dtype, spec):
+            subs = {s: pool_topology(topo, s) for s in sizes}
+            prefills = {s: _options(spec, subs[s], engine, kv, workload, calib, pinned, "prefill") for s in sizes}
+            decodes = {s: _options(spec, subs[s], engine, kv, workload, calib, pinned, "decode") for s in sizes}
+            for sp in sizes:
+                for sd in sizes:
+                    pair = _best_pair(engine, prefills[sp], decodes[sd]) if sp + sd <= topo.nodes else None
+                    if pair:
+                        found += _splits(spec, topo, workload, calib, engine, kv, (sp, *pair[0][1:]),
+                                         (sd, *pair[1][1:]))
+    found.sort(key=lambda x: x.key(rank_by))
+    return [with_bands(x, topo) for x in found[:KEEP]]
+
+
+def _splits(spec, topo, workload, calib, engine, kv, p, d) -> list[Disaggregated]:
+    """Every n_p x n_d of these two instance shapes that fits the cluster's nodes."""
+    (sp, lay_p, knobs_p, rate_p), (sd, lay_d, knobs_d, rate_d) = p, d
+    sub_d = pool_topology(topo, sd)
+    t = transfer(spec, topo, lay_p, lay_d, knobs_d.kv_cache_dtype, rate_p.prompt_tokens, calib,
+                 SENDS_PER_CHUNK[engine], knobs_p.max_num_batched_tokens)
+    out = []
+    for n_p in range(1, (topo.nodes - sd) // sp + 1):
+        for n_d in range(1, (topo.nodes - n_p * sp) // sd + 1):
+            cap = closed_loop_cap(workload, lay_d, n_d)
+            dr = decode_rate(spec, sub_d, lay_d, knobs_d, workload, calib, cap) if cap else rate_d
+            s = split(workload, rate_p, lay_p.instance_gpus, n_p, t, dr, lay_d.instance_gpus, n_d)
+            decode_knobs = replace(knobs_d, max_num_seqs=max(dr.batch_per_dp_rank, 1))   # the batch planned
+            out.append(Disaggregated(engine, kv, Pool("prefill", lay_p, knobs_p, n_p, sp),
+                                     Pool("decode", lay_d, decode_knobs, n_d, sd), rate_p, t, dr, s))
+    return out
+
+
+def with_bands(x: Disaggregated, topo: Topology) -> Disaggregated:
+    """The deployment's low/high bands (perf/bands.py): throughput and TPOT as the decode step errs (its decode pool
+    sets them), TTFT as TTFT does."""
+    tpot_err = error_range("decode_tpot", tpot_regime(x.decode.layout, topo))
+    s = x.split
+    bands = {}
+    for name, value, inverse in (("tpot_s", s.tpot_s, False),
+                                 ("throughput_tokens_per_s", s.throughput_tokens_per_s, True),
+                                 ("throughput_tokens_per_s_per_gpu", s.throughput_tokens_per_s_per_gpu, True)):
+        bands[f"{name}_low"], bands[f"{name}_high"] = band(value, tpot_err, inverse)
+    bands["ttft_s_low"], bands["ttft_s_high"] = band(s.ttft_s, error_range("ttft"))
+    return replace(x, bands=bands)

@@ -1,0 +1,126 @@
+"""Launching a disaggregated deployment (issue 21's second acceptance item): `emit --disaggregated N` writes the
+pools' node scripts, the router and the Kubernetes manifests; the engine commands pass the engines' own flag
+definitions, the manifests the Kubernetes and LeaderWorkerSet schemas (tests/fixtures/k8s, offline)."""
+
+import json
+from copy import deepcopy
+from pathlib import Path
+
+import pytest
+import yaml
+from jsonschema import Draft202012Validator
+from referencing import Registry, Resource
+
+from mla_planner.engines.parser.check import check_command
+from mla_planner.launch.disagg import deployment_nodes
+from mla_planner.search.planfile import read_plan
+
+SCHEMAS = Path(__file__).parent / "fixtures" / "k8s"
+KINDS = {("apps/v1", "Deployment"): "deployment-apps-v1.json", ("v1", "Service"): "service-v1.json",
+         ("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet"): "leaderworkerset-v1.json"}
+ARGS = ("-m", "deepseek-v3", "-t", "4x8xh200-ib", "--input-len", "4096", "--output-len", "1024", "--tpot-ms", "30")
+
+
+def schema_errors(obj: dict) -> list[str]:
+    registry = Resource.from_contents(json.loads((SCHEMAS / "definitions.json").read_text())) @ Registry()
+    schema = json.loads((SCHEMAS / KINDS[obj["apiVersion"], obj["kind"]]).read_text())
+    return [f"{list(e.absolute_path)}: {e.message}"
+            for e in Draft202012Validator(schema, registry=registry).iter_errors(obj)]
+
+
+@pytest.fixture(scope="module", params=["sglang", "vllm"])
+def emitted(request, tmp_path_factory):
+    from click.testing import CliRunner
+
+    from mla_planner.cli.app import app
+    engine = request.param
+    root = tmp_path_factory.mktemp(engine)
+    r = CliRunner().invoke(app, ["plan", *ARGS, "-e", engine, "--json"])
+    assert r.exit_code == 0, r.output
+    (root / "plan.json").write_text(r.stdout)
+    out = root / "launch"
+    r = CliRunner().invoke(app, ["emit", "--plan", str(root / "plan.json"), "--disaggregated", "1", "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    return engine, read_plan(root / "plan.json"), out
+
+
+def test_the_folder_has_every_pool_node_the_router_and_the_manifests(emitted):
+    engine, plan, out = emitted
+    d = plan.disaggregated[0]
+    names = {p.name for p in out.iterdir()}
+    for pool in (d.prefill, d.decode):
+        for k in range(pool.instances * pool.nodes_per_instance):
+            assert f"{pool.role}-node-{k}.sh" in names
+    assert {"router.sh", "bench.sh", "README.md", "plan.json", "k8s-prefill.yaml", "k8s-decode.yaml",
+            "k8s-router.yaml"} <= names
+    router = (out / "router.sh").read_text().replace(" \\\n    ", " ")
+    assert ("sglang_router.launch_router --pd-disaggregation" if engine == "sglang" else
+            "vllm-router --vllm-pd-disaggregation") in router
+    assert router.count("--prefill") == d.prefill.instances and router.count("--decode") == d.decode.instances
+    assert 'BENCH_PORT="${BENCH_PORT:-8090}"' in (out / "bench.sh").read_text()     # against the router
+
+
+def test_every_engine_command_passes_the_engines_flag_definitions_with_its_role(emitted):
+    engine, plan, _ = emitted
+    d = plan.disaggregated[0]
+    nodes = deployment_nodes(plan, d)
+    assert len(nodes) == d.prefill.gpus // 8 + d.decode.gpus // 8
+    for n in nodes:
+        c = n.command
+        assert check_command(c.engine_args, engine, f"sm{plan.topology.gpu.sm}",
+                             model_max_len=plan.spec.max_position_embeddings) == [], c.argv
+        words = " ".join(c.argv)
+        if engine == "sglang":
+            assert f"--disaggregation-mode {n.role}" in words
+            assert ("--disaggregation-bootstrap-port" in words) == (n.role == "prefill")
+        else:
+            role = "kv_producer" if n.role == "prefill" else "kv_consumer"
+            assert json.loads(c.argv[c.argv.index("--kv-transfer-config") + 1])["kv_role"] == role
+            assert c.env["VLLM_NIXL_SIDE_CHANNEL_HOST"] == "${VLLM_HOST_IP}" and "VLLM_HOST_IP" in c.needs
+
+
+def test_the_manifests_pass_the_kubernetes_and_leaderworkerset_schemas(emitted):
+    engine, plan, out = emitted
+    d = plan.disaggregated[0]
+    kinds = []
+    for name in ("k8s-prefill.yaml", "k8s-decode.yaml", "k8s-router.yaml"):
+        for obj in yaml.safe_load_all((out / name).read_text()):
+            assert schema_errors(obj) == [], (name, obj["kind"])
+            kinds.append(obj["kind"])
+    assert kinds == ["LeaderWorkerSet", "Service", "LeaderWorkerSet", "Service", "Deployment", "Service"]
+    decode = next(yaml.safe_load_all((out / "k8s-decode.yaml").read_text()))
+    assert decode["spec"]["replicas"] == d.decode.instances
+    template = decode["spec"]["leaderWorkerTemplate"]
+    assert template["size"] == d.decode.nodes_per_instance
+    if template["size"] > 1:
+        worker = template["workerTemplate"]["spec"]["containers"][0]["command"][2]
+        assert 'HEAD_IP="${LWS_LEADER_ADDRESS}"' in worker and "LWS_WORKER_INDEX" in worker
+
+
+def test_the_schemas_refuse_a_broken_manifest(emitted):
+    """The check can fail: a wrong type, an unknown field and a missing worker template are each refused."""
+    _, _, out = emitted
+    lws = next(yaml.safe_load_all((out / "k8s-prefill.yaml").read_text()))
+    wrong = deepcopy(lws)
+    wrong["spec"]["replicas"] = "two"
+    unknown = deepcopy(lws)
+    unknown["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["containers"][0]["gpus"] = 8
+    missing = deepcopy(lws)
+    del missing["spec"]["leaderWorkerTemplate"]["workerTemplate"]
+    for bad in (wrong, unknown, missing):
+        assert schema_errors(bad)
+
+
+def test_emit_refuses_aggregated_options_with_a_disaggregated_deployment(cli, emitted, tmp_path):
+    _, _, out = emitted
+    r = cli("emit", "--plan", str(out / "plan.json"), "--disaggregated", "1", "--candidate", "1", "-o",
+            str(tmp_path / "x"))
+    assert r.exit_code == 2 and r.stderr.startswith("error: --candidate")
+    r = cli("emit", "--plan", str(out / "plan.json"), "--disaggregated", "7", "-o", str(tmp_path / "y"))
+    assert r.exit_code == 2 and "out of range" in r.stderr
+
+
+def test_plan_emit_writes_the_winning_disaggregated_deployment(cli, tmp_path):
+    r = cli("plan", *ARGS, "-e", "sglang", "--emit", str(tmp_path / "out"))
+    assert r.exit_code == 0, r.output
+    assert (tmp_path / "out" / "router.sh").exists() and (tmp_path / "out" / "k8s-decode.yaml").exists()
