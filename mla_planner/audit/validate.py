@@ -21,7 +21,7 @@ from mla_planner.core.errors import PlanError
 from mla_planner.core.files import read_mapping, user_path
 from mla_planner.core.resources import data_dir
 from mla_planner.core.validation import validate as validated
-from mla_planner.engines.memory_rules import engine_default_knobs
+from mla_planner.engines.memory_rules import default_memory_fraction, engine_default_knobs
 from mla_planner.engines.parallel import uses_deepep
 from mla_planner.memory.report import memory_report
 from mla_planner.memory.ways_out import fraction_knobs
@@ -93,9 +93,14 @@ def load_points(path: str | None = None) -> tuple[Point, ...]:
 
 
 def _kv_capacity(run: dict) -> float:
+    """KV tokens as `memory` prices the run: the engine's defaults under the given knobs, and where the run gives no
+    memory fraction the engine's own default at its release (SGLang computes one per GPU and layout)."""
     spec, topo = load_model(run["model"]).spec, load_topology(run["topology"])
-    knobs = engine_default_knobs(run["engine"], spec, topo, **run.get("knobs", {}))
     layout = parse_layout(run["layout"], topo)
+    knobs = engine_default_knobs(run["engine"], spec, topo, layout.dp, **run.get("knobs", {}))
+    if "memory_fraction" not in run.get("knobs", {}):
+        knobs = replace(knobs, memory_fraction=default_memory_fraction(run["engine"], spec, topo, layout, knobs,
+                                                                       run.get("engine_version")))
     return float(memory_report(spec, topo, layout, knobs, engine_version=run.get("engine_version")).kv_capacity_tokens)
 
 
