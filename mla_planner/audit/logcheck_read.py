@@ -96,7 +96,8 @@ KEYS = {"tensor_parallel_size": ("tp", "int"), "tp_size": ("tp", "int"), "pipeli
         "decode_attention_backend": ("attention_backend", "str"), "enforce_eager": ("cuda_graphs", "not"),
         "disable_cuda_graph": ("cuda_graphs", "not"), "enable_prefix_caching": ("prefix_caching", "bool"),
         "disable_radix_cache": ("prefix_caching", "not"), "quantization": ("quantization", "str"),
-        "max_num_seqs": ("max_num_seqs", "int"), "max_running_requests": ("max_num_seqs", "int")}
+        "max_num_seqs": ("max_num_seqs", "int"), "max_running_requests": ("max_num_seqs", "int"),
+        "disaggregation_mode": ("pd_role", "str"), "kv_role": ("pd_role", "str")}
 INT_LIMIT = {"max_model_len": 10**9, "block_size": 10**6, "max_num_seqs": 10**7}   # others (the parallel sizes): 10**5
 
 

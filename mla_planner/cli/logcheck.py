@@ -9,6 +9,7 @@ from typing import Annotated, Optional
 
 from mla_planner.audit.logcheck import LogCheck, check_log
 from mla_planner.audit.logcheck_alone import alone_checks, facts_dict, startup_check
+from mla_planner.audit.logcheck_disagg import pool_candidate, pool_of, role_check
 from mla_planner.audit.logcheck_nccl import nccl_tests_check, rows as nccl_rows, table_summary
 from mla_planner.audit.logcheck_read import LogFacts, read_log
 from mla_planner.cli.params import Opt, Arg
@@ -16,6 +17,7 @@ from mla_planner.cli.common import JsonOpt, guard, print_json
 from mla_planner.cli.console import console
 from mla_planner.core.errors import InputError
 from mla_planner.core.files import read_text_file
+from mla_planner.search.deployment import pick_disaggregated
 from mla_planner.search.planfile import engine_candidate, pick, read_plan
 
 MARK = {"ok": "ok", "warn": "WARN", "fail": "FAIL", "absent": "-"}
@@ -29,6 +31,11 @@ def check_log_cmd(logs: Annotated[list[str], Arg(help="The engine's log file(s):
                                                       "the engine says it runs, nothing held against a plan.")] = None,
                   candidate: Annotated[Optional[int], Opt("--candidate", "-c", help="The candidate that "
                                                                    "was launched (default: 1; needs --plan).")] = None,
+                  disaggregated: Annotated[Optional[int], Opt("--disaggregated", "-d", help=(
+                      "The disaggregated deployment that was launched (D1 = 1; needs --plan): a pool's logs held "
+                      "against that pool, bench.sh's behind the router against the deployment."))] = None,
+                  pool: Annotated[Optional[str], Opt("--pool", help="prefill or decode: the pool the logs come "
+                                                     "from (default: the role the engine logged).")] = None,
                   as_json: JsonOpt = False) -> None:
     """Read an engine's log: what it runs and sized; with --plan, held against the launched candidate.
 
@@ -51,14 +58,23 @@ def check_log_cmd(logs: Annotated[list[str], Arg(help="The engine's log file(s):
 
       mla-plan check-log node-*.log --plan plan.json --candidate 2 --json
 
+      mla-plan check-log decode-node-0.log --plan plan.json --disaggregated 1
+
       vllm serve deepseek-ai/DeepSeek-V3 -tp 8 2>&1 | tee server.log;  mla-plan check-log server.log
     """
-    if plan is None and candidate is not None:
-        raise InputError("--candidate", "names a candidate of a plan: give --plan too")
+    if plan is None and (candidate is not None or disaggregated is not None):
+        raise InputError("--candidate" if candidate is not None else "--disaggregated",
+                         "names a candidate of a plan: give --plan too")
+    if disaggregated is None and pool is not None:
+        raise InputError("--pool", "names a pool of a disaggregated deployment: give --disaggregated too")
+    if disaggregated is not None and candidate is not None:
+        raise InputError("--disaggregated", "give --candidate (an aggregated candidate) or --disaggregated, not both")
     loaded = read_plan(plan) if plan is not None else None
+    files = {name: read_text_file(name) for name in logs}
+    if disaggregated is not None:
+        _check_disaggregated(logs, files, loaded, disaggregated, pool, as_json)
     number = engine_candidate(loaded, candidate, None, "check-log") if loaded is not None else None
     cand = pick(loaded, number, "check-log") if loaded is not None else None
-    files = {name: read_text_file(name) for name in logs}
     text = "\n".join(files.values())
     facts = read_log(text)
     if not facts.recognised and not nccl_rows(text):
@@ -81,6 +97,33 @@ def check_log_cmd(logs: Annotated[list[str], Arg(help="The engine's log file(s):
     else:
         _print(logs, facts, checks, f"candidate {number} ({cand.layout.label}, {cand.knobs.engine}, KV "
                                     f"{cand.knobs.kv_cache_dtype})" if cand is not None else None)
+    raise SystemExit(1 if failed else 0)
+
+
+def _check_disaggregated(logs: list[str], files: dict, loaded, index: int, pool: Optional[str], as_json: bool) -> None:
+    """A pool's logs (or bench.sh's behind the router) against disaggregated deployment D`index`; exits."""
+    d = pick_disaggregated(loaded, index, "check-log")
+    text = "\n".join(files.values())
+    facts = read_log(text)
+    if not facts.recognised:
+        raise InputError(", ".join(logs), "no vLLM, SGLang or bench.sh line this command reads: pass a pool node's "
+                         "output (`./decode-node-0.sh 2>&1 | tee decode-node-0.log`) or bench.sh's")
+    role = pool_of(facts, pool)
+    cand = pool_candidate(d, role or "decode")
+    checks = check_log(facts, loaded, cand, files)
+    if role is not None and facts.engine:
+        checks.insert(0, role_check(facts, role))
+    else:   # bench.sh's output alone: only its result means anything here
+        checks = [c for c in checks if c.name == "benchmark"]
+    failed = any(c.status == "fail" for c in checks)
+    if as_json:
+        print_json({"disaggregated": index, "label": d.label, "engine": d.engine, "pool": role,
+                    "against_plan": True, "ok": not failed,
+                    "checks": [{"name": c.name, "status": c.status, "text": c.text} for c in checks],
+                    "facts": facts_dict(facts), "notes": facts.notes})
+    else:
+        _print(logs, facts, checks, f"disaggregated D{index} ({d.label}, {d.engine})"
+                                    + (f", {role} pool" if role else ", behind its router"))
     raise SystemExit(1 if failed else 0)
 
 

@@ -10,7 +10,6 @@ from typing import Optional
 import yaml
 
 from mla_planner import __version__
-from mla_planner.core.errors import PlanError
 from mla_planner.core.jsonout import dumps
 from mla_planner.core.units import GiB
 from mla_planner.engines.disagg import ROUTER_PORT
@@ -22,6 +21,7 @@ from mla_planner.launch.placement import place
 from mla_planner.launch.render import render
 from mla_planner.launch import sglang, vllm
 from mla_planner.search.candidate import DisaggCandidate
+from mla_planner.search.deployment import pick_disaggregated
 from mla_planner.search.planfile import Plan, plan_to_dict
 
 ROUTERS = {"sglang": "sglang-router", "vllm": "vllm-router"}
@@ -30,16 +30,6 @@ TRANSFER = {"sglang": ("Mooncake, SGLang's default transfer backend, chunk by ch
                        "disaggregation imports"),
             "vllm": ("NIXL over UCX, pulled by the decode instance once the prefill is done",
                      "NIXL too (`pip install nixl`), which vLLM's NixlConnector imports")}
-
-
-def pick_disaggregated(plan: Plan, index: int, where: str) -> DisaggCandidate:
-    """1-based, as the plan's table numbers them (D1, D2, ...)."""
-    if not plan.disaggregated:
-        raise PlanError(f"{where}: the plan has no disaggregated deployment (it needs 2+ nodes joined by RDMA; plan "
-                        "again without --no-disagg)")
-    if not 1 <= index <= len(plan.disaggregated):
-        raise PlanError(f"{where}: --disaggregated {index} is out of range 1..{len(plan.disaggregated)}")
-    return plan.disaggregated[index - 1]
 
 
 def _scripts(plan: Plan, d: DisaggCandidate, nodes: list[Node], model_path: str) -> dict:

@@ -53,6 +53,7 @@ class PrefillRate:
     tokens_per_s: float            # prompt tokens/s of the instance (every DP rank busy)
     lone_s: float                  # one prompt alone: its latency when the instance is idle
     kv_fits: bool                  # whether a DP rank's pool holds the packed prompts' KV until it is sent
+    kv_capacity_tokens: int = 0    # a DP rank's KV pool, as the engine logs it
 
     @property
     def service_s(self) -> float:
@@ -126,7 +127,8 @@ def prefill_rate(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, 
     mem = memory_evaluate(spec, topo, layout, knobs)
     fits = mem.fits and mem.requests_fit(tokens_per_request(Workload(input_len=tokens, output_len=1),
                                                             knobs.block_size)) >= k
-    return PrefillRate(tokens, k, forward, layout.dp * k * tokens / forward, lone.ttft_s, fits)
+    return PrefillRate(tokens, k, forward, layout.dp * k * tokens / forward, lone.ttft_s, fits,
+                       mem.kv_capacity_tokens if mem.fits else 0)
 
 
 def transfer(spec: ModelSpec, topo: Topology, prefill_layout: Layout, decode_layout: Layout, kv_dtype: str,

@@ -154,6 +154,7 @@ class DisaggPerformance:
     decode_batch_per_dp_rank: Count = None
     decode_limit: Word = None
     decode_kv_capacity_tokens: Count = None
+    prefill_kv_capacity_tokens: Count = None
     binding: Word = None                      # decode, prefill or offered: what sets the rate
     meets_targets: Yes = None
 

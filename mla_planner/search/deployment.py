@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from mla_planner.core.errors import PlanError
 from mla_planner.core.units import GiB
 from mla_planner.search.candidate import DisaggCandidate, DisaggPerformance
 from mla_planner.search.disagg import Disaggregated
@@ -31,7 +32,8 @@ def record(x: Disaggregated, workload: Workload) -> DisaggCandidate:
         transfer_bytes_per_request=t.bytes_per_request, prefill_tokens_per_s_per_instance=p.tokens_per_s,
         prefill_utilization=s.prefill_utilization, decode_utilization=s.decode_utilization,
         decode_batch_per_dp_rank=d.batch_per_dp_rank, decode_limit=d.limit,
-        decode_kv_capacity_tokens=d.kv_capacity_tokens, binding=s.binding, meets_targets=s.meets_targets,
+        decode_kv_capacity_tokens=d.kv_capacity_tokens, prefill_kv_capacity_tokens=p.kv_capacity_tokens,
+        binding=s.binding, meets_targets=s.meets_targets,
         **x.bands)
     return DisaggCandidate(x.prefill, x.decode, figures, reasons(x, workload))
 
@@ -143,3 +145,14 @@ def stall_share(metrics) -> float:
     if not metrics.tpot_s:
         return 0.0
     return max(0.0, 1.0 - metrics.decode.tpot_s / metrics.tpot_s)
+
+
+def pick_disaggregated(plan, index: int, where: str) -> DisaggCandidate:
+    """Disaggregated deployment `index` of a plan (search.planfile.Plan), 1-based as its table numbers them (D1, D2,
+    ...)."""
+    if not plan.disaggregated:
+        raise PlanError(f"{where}: the plan has no disaggregated deployment (it needs 2+ nodes joined by RDMA; plan "
+                        "again without --no-disagg)")
+    if not 1 <= index <= len(plan.disaggregated):
+        raise PlanError(f"{where}: --disaggregated {index} is out of range 1..{len(plan.disaggregated)}")
+    return plan.disaggregated[index - 1]
