@@ -65,6 +65,9 @@ def test_two_nodes_favour_aggregated_serving_and_four_disaggregated(plans):
     assert f"serves {twin['performance']['throughput_tokens_per_s_per_gpu']:,.0f}:" in four["deployment"]["why"]
     assert twin["performance"]["throughput_tokens_per_s_per_gpu"] < 0.2 * best_d
     assert best_d > best_a
+    # where the verdict turns with the node count (aggregated per GPU stays the same as replicas are added)
+    assert two["deployment"]["crossover_nodes"] > 2 and "overtakes from" in two["deployment"]["why"]
+    assert four["deployment"]["crossover_nodes"] <= 4 and "wins from" in four["deployment"]["why"]
 
 
 def test_the_table_shows_the_pools_and_the_verdict(cli):

@@ -10,7 +10,7 @@ from typing import Optional
 from mla_planner.cli.common import check_context, check_images, check_mtp
 from mla_planner.cli.plannable import check_plannable
 from mla_planner.core.errors import PlanError
-from mla_planner.search.disagg import search_disaggregated
+from mla_planner.search.disagg import crossover_nodes, search_disaggregated
 from mla_planner.search.mtp import MtpHint, mtp_hint
 from mla_planner.search.plan import to_plan
 from mla_planner.search.planfile import Plan
@@ -54,8 +54,13 @@ def run_plan(model: str, topology: str, workload: Workload, engine: Optional[str
                     rank_by=rank_by, model_path=loaded.model_path or None)
     notes = tuple(calib.notes)
     if disaggregate and not chosen:   # pinned layouts: the aggregated search of those alone
-        result = replace(result, disaggregated=search_disaggregated(
-            loaded.spec, topo, workload, calib, (engine,) if engine else ENGINES, kv, pinned, rank_by))
+        engines = (engine,) if engine else ENGINES
+        found = search_disaggregated(loaded.spec, topo, workload, calib, engines, kv, pinned, rank_by)
+        best = result.options[0].tuned.metrics if result.options else None
+        crossover = (crossover_nodes(loaded.spec, topo, workload, calib, best.throughput_tokens_per_s_per_gpu,
+                                     engines, kv, pinned)
+                     if found and best is not None and best.meets_targets and rank_by == "per-gpu" else None)
+        result = replace(result, disaggregated=found, crossover_nodes=crossover)
     hint = mtp_hint(loaded.spec, topo, result.options, workload, calib, pinned)
     notes += (hint.text,) if hint else ()
     return to_plan(loaded.spec, loaded.model_path, topo, workload, result, rank_by=rank_by), result, notes, hint

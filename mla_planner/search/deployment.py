@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from mla_planner.core.errors import PlanError
 from mla_planner.core.units import GiB
 from mla_planner.search.candidate import DisaggCandidate, DisaggPerformance
-from mla_planner.search.disagg import Disaggregated
+from mla_planner.search.disagg import CROSSOVER_NODES, Disaggregated
 from mla_planner.specs.knobs import Workload
 
 LIMITS = {"tpot": "the TPOT target", "kv": "its KV pool", "max_num_seqs": "max-num-seqs",
@@ -85,11 +85,13 @@ class Choice:
 
 
 def choose(best_aggregated, stall_share: float, best_disaggregated: DisaggCandidate | None,
-           rank_by: str = "per-gpu", twin: tuple | None = None) -> Choice:
+           rank_by: str = "per-gpu", twin: tuple | None = None, crossover: tuple | None = None) -> Choice:
     """Aggregated candidate #1 (a planfile.Candidate, or None) against disaggregated D1, by the ranking's
     measure; a lead inside the bands is a tie (module docstring). `stall_share`: the part of #1's mean time per
     output token spent on other requests' prefill chunks (`stall_share`). `twin`: (rank, candidate) of the aggregated
-    candidate that runs D1's decode layout (same engine, instance shape), to say what prefill stalls cost it."""
+    candidate that runs D1's decode layout (same engine, instance shape), to say what prefill stalls cost it.
+    `crossover`: (the fewest nodes on which disaggregated serving wins, or None; the cluster's nodes)
+    (search.disagg.crossover_nodes)."""
     key = "throughput_tokens_per_s" if rank_by == "total" else "throughput_tokens_per_s_per_gpu"
     unit = "output tokens/s in all" if rank_by == "total" else "output tokens/s per GPU"
     a = best_aggregated.performance if best_aggregated else None
@@ -123,9 +125,21 @@ def choose(best_aggregated, stall_share: float, best_disaggregated: DisaggCandid
                 f"{best_disaggregated.ratio}, D1's {d.binding} pool sets its rate while the other is busy only "
                 f"{min(d.prefill_utilization, d.decode_utilization):.0%}: the split cannot balance the pools at this "
                 "size (more nodes, longer prompts or a tighter TPOT favour disaggregation)")
+    if crossover and rank_by != "total":
+        why += "; " + _crossover_words(*crossover)
     if tie:
         why += "; the lead is inside the bands (a tie: `mla-plan validate` has the model's errors)"
     return Choice(winner, tie, why)
+
+
+def _crossover_words(nodes: int | None, here: int) -> str:
+    """Where the verdict turns with the node count (per GPU, aggregated serving scales by replicas)."""
+    if nodes is None:
+        return (f"with this cluster's instance shapes disaggregated serving does not overtake up to "
+                f"{CROSSOVER_NODES * here} nodes of this kind")
+    if nodes > here:
+        return f"with this cluster's instance shapes disaggregated serving overtakes from {nodes} nodes of this kind"
+    return f"with this cluster's instance shapes disaggregated serving wins from {nodes} nodes of this kind up"
 
 
 def decode_twin(candidates: list, d: DisaggCandidate) -> tuple | None:

@@ -16,6 +16,7 @@ Both pools run one engine and one KV dtype: the KV cache moves between them as t
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 
 from mla_planner.engines.disagg import SENDS_PER_CHUNK, pool_layout_problem, pools_mismatch
 from mla_planner.engines.layouts import launch_problem
@@ -33,7 +34,8 @@ from mla_planner.specs.layout import Layout, rdma_between_nodes
 from mla_planner.specs.model import ModelSpec
 from mla_planner.specs.topology import Topology
 
-KEEP = 5     # disaggregated deployments a plan lists
+KEEP = 5              # disaggregated deployments a plan lists
+CROSSOVER_NODES = 4   # how far past the cluster's node count `crossover_nodes` looks
 
 
 @dataclass(frozen=True)
@@ -127,8 +129,19 @@ def search_disaggregated(spec: ModelSpec, topo: Topology, workload: Workload, ca
     `disaggregation_problem` says it cannot be split."""
     if disaggregation_problem(topo):
         return []
+    found = [x for pair in _pairs(spec, topo, workload, calib, engines, kv_dtype, pinned)
+             for x in _splits(spec, topo, workload, calib, *pair)]
+    found.sort(key=lambda x: x.key(rank_by))
+    return [with_bands(x, topo) for x in found[:KEEP]]
+
+
+@lru_cache(maxsize=8)
+def _pairs(spec: ModelSpec, topo: Topology, workload: Workload, calib: Calibration, engines: tuple,
+           kv_dtype: str | None, pinned: Overrides) -> tuple:
+    """(engine, KV dtype, prefill shape, decode shape) for every pair of instance sizes that fits the cluster, each
+    shape (nodes, layout, knobs, rate) the best of its size whose knobs hand the cache over (`_best_pair`)."""
     sizes = range(1, topo.nodes)
-    found = []
+    out = []
     for engine in engines:
         for kv in kv_dtypes_for(topo, kv_dtype, spec):
             subs = {s: pool_topology(topo, s) for s in sizes}
@@ -138,10 +151,30 @@ def search_disaggregated(spec: ModelSpec, topo: Topology, workload: Workload, ca
                 for sd in sizes:
                     pair = _best_pair(engine, prefills[sp], decodes[sd]) if sp + sd <= topo.nodes else None
                     if pair:
-                        found += _splits(spec, topo, workload, calib, engine, kv, (sp, *pair[0][1:]),
-                                         (sd, *pair[1][1:]))
-    found.sort(key=lambda x: x.key(rank_by))
-    return [with_bands(x, topo) for x in found[:KEEP]]
+                        out.append((engine, kv, (sp, *pair[0][1:]), (sd, *pair[1][1:])))
+    return tuple(out)
+
+
+def crossover_nodes(spec: ModelSpec, topo: Topology, workload: Workload, calib: Calibration,
+                    aggregated_per_gpu: float, engines: tuple = ENGINES, kv_dtype: str | None = None,
+                    pinned: Overrides = Overrides()) -> int | None:
+    """The fewest nodes of this kind (2 .. CROSSOVER_NODES x the cluster's) on which the best disaggregated deployment
+    meeting the targets serves more output tokens/s per GPU than `aggregated_per_gpu` (the best aggregated candidate's,
+    which replicas keep the same on any number of nodes), with the instance shapes found on this cluster; None
+    when it never does in that range."""
+    if disaggregation_problem(topo):
+        return None
+    pairs = _pairs(spec, topo, workload, calib, engines, kv_dtype, pinned)
+    for nodes in range(2, CROSSOVER_NODES * topo.nodes + 1):
+        more = topo.model_copy(update={"nodes": nodes}) if nodes % topo.nvlink_domain_nodes == 0 else None
+        if more is None:
+            continue
+        for engine, kv, p, d in pairs:
+            if p[0] + d[0] <= nodes and any(x.split.meets_targets and x.split.throughput_tokens_per_s_per_gpu >
+                                            aggregated_per_gpu
+                                            for x in _splits(spec, more, workload, calib, engine, kv, p, d)):
+                return nodes
+    return None
 
 
 def _splits(spec, topo, workload, calib, engine, kv, p, d) -> list[Disaggregated]:

@@ -31,8 +31,9 @@ def to_plan(spec: ModelSpec, model_path: str, topo: Topology, workload: Workload
     choice = None
     if disagg:
         stall = stall_share(result.options[0].tuned.metrics) if result.options else 0.0
-        c = choose(cands[0] if cands else None, stall, disagg[0], rank_by, decode_twin(cands, disagg[0]))
-        choice = {"winner": c.winner, "tie": c.tie, "why": c.why}
+        c = choose(cands[0] if cands else None, stall, disagg[0], rank_by, decode_twin(cands, disagg[0]),
+                   (result.crossover_nodes, topo.nodes))
+        choice = {"winner": c.winner, "tie": c.tie, "why": c.why, "crossover_nodes": result.crossover_nodes}
     return Plan(spec, model_path, topo, workload, cands, result.rejected, disaggregated=disagg, choice=choice)
 
 

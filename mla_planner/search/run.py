@@ -19,6 +19,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import Optional
 
 from mla_planner.engines.layouts import launch_problem
 from mla_planner.engines.parallel import dense_per_rank_applies
@@ -85,6 +86,7 @@ class SearchResult:
     pareto: list                       # indices into points: the front of tokens/s per GPU vs per user
     screened: int
     disaggregated: list = field(default_factory=list)   # search.disagg.Disaggregated, best first
+    crossover_nodes: Optional[int] = None   # the fewest nodes on which disaggregated serving wins (search.disagg)
 
 
 def kv_dtypes_for(topo: Topology, requested: str | None, spec: ModelSpec | None = None) -> list[str]:
