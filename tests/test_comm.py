@@ -199,3 +199,30 @@ def test_infinity_fabric_all_reduce_against_published_rccl_tests():
     for S, published in {**MI300X_FIT, 2**30: 313.92, 268e6: 302.80}.items():
         assert busbw[S] == pytest.approx(published, rel=0.05), S
     assert 1.3 < busbw[16 * 2**20] / MI300X_HELD_OUT[16 * 2**20] < 1.8
+
+
+def test_deepep_normal_kernels_cross_rdma_once_per_other_node():
+    """DeepEP's normal kernels send a token once to each other node holding one of its experts (then NVLink): under
+    uniform routing of 8 of 256 experts over 4 nodes that is 3 x (1 - C(192, 8) / C(256, 8)) = 2.7 nodes, fewer than
+    the 6 expert copies (8 x 3/4) a per-expert all-to-all sends off the node; SGLang's prefill forward across nodes
+    is priced so, vLLM's (the low-latency kernels for every batch) as before."""
+    from math import comb
+
+    from mla_planner.perf.node_limited import nodes_touched
+    from mla_planner.perf.layer_comm import ffn_comm
+    from mla_planner.perf.layer_work import Batch
+    from mla_planner.specs.calibration import load_calibration
+    from mla_planner.specs.catalogue import load_model
+    from mla_planner.specs.layout import Layout
+    from mla_planner.specs.topology import load_topology
+    assert nodes_touched(256, 8, 4) == pytest.approx(3 * (1 - comb(192, 8) / comb(256, 8)))
+    assert nodes_touched(256, 8, 1) == 0 and nodes_touched(256, 1, 4) == pytest.approx(0.75)
+    spec, topo = load_model("deepseek-v3").spec, load_topology("4x8xh200-ib")
+    calib, layout = load_calibration(None, topo), Layout(tp=1, dp=32, ep=32)
+    prefill = Batch(0, 0, 16384, 0)
+    sglang = ffn_comm(spec, layout, prefill, topo, calib, True, True, "sglang")
+    vllm = ffn_comm(spec, layout, prefill, topo, calib, True, True, "vllm")
+    assert sglang["moe.dispatch"] < 0.6 * vllm["moe.dispatch"]
+    decode = Batch(64, 4096)
+    assert ffn_comm(spec, layout, decode, topo, calib, True, True, "sglang") == \
+        ffn_comm(spec, layout, decode, topo, calib, True, True, "vllm")

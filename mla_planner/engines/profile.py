@@ -35,6 +35,8 @@ class EngineProfile:
     deepep_buffer_by_budget: bool   # DeepEP's low-latency buffer is sized for the whole token budget (so the
                                     # budget is kept small under DP attention + EP); else for the decode batch
     deepep_decode_cap: Optional[int]  # tokens one DP rank's low-latency dispatch takes per step, at most
+    deepep_normal_for_prefill: bool   # a prefill batch runs DeepEP's normal (RDMA-once-per-node) kernels; else the
+                                      # low-latency ones for every batch, as the launch asks (launch/a2a.py)
     gqa_block_multiple: int       # the block size its non-MLA attention backends take multiples of
     text_only_keeps_vision: bool  # serving a multimodal checkpoint text-only still builds its vision encoder on
                                   # every GPU (else a flag keeps it off the GPUs: vLLM --language-model-only)
@@ -53,8 +55,10 @@ PROFILES = {
                           pp_remainder_last=False, graph_range_in_tokens=True, step_budget_caps_prompts=True,
                           pool_after_static_fraction=False, short_pool_refuses_start=True,
                           dp_rank_packs_stage=False, fp8_marlin_fallback=True, deepep_buffer_by_budget=True,
-                          deepep_decode_cap=None, gqa_block_multiple=16, text_only_keeps_vision=False),
-    # sglang/srt/server_args.py, layers/moe/token_dispatcher/deepep.py (at most 1,024 tokens per dispatch),
+                          deepep_decode_cap=None, deepep_normal_for_prefill=False, gqa_block_multiple=16,
+                          text_only_keeps_vision=False),
+    # sglang/srt/server_args.py (--deepep-mode auto: "low_latency for decode batch and normal for prefill batch"),
+    # layers/moe/token_dispatcher/deepep.py (at most 1,024 tokens per dispatch),
     # distributed/utils.py get_pp_indices, managers/scheduler.py (prefill and decode
     # batches apart), model_executor/model_runner.py profile_max_num_token, managers/tp_worker.py (max_req_len =
     # min(context_len - 1, pool - 1)), layers/quantization/fp8.py (no FP8 Marlin MoE, sgl-project/sglang#12887),
@@ -65,8 +69,8 @@ PROFILES = {
                             pp_remainder_last=True, graph_range_in_tokens=False, step_budget_caps_prompts=False,
                             pool_after_static_fraction=True, short_pool_refuses_start=False,
                             dp_rank_packs_stage=True, fp8_marlin_fallback=False, deepep_buffer_by_budget=False,
-                            deepep_decode_cap=DEEPEP_SGLANG_DISPATCH_MAX, gqa_block_multiple=1,
-                            text_only_keeps_vision=True),
+                            deepep_decode_cap=DEEPEP_SGLANG_DISPATCH_MAX, deepep_normal_for_prefill=True,
+                            gqa_block_multiple=1, text_only_keeps_vision=True),
 }
 
 

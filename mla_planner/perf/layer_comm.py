@@ -14,7 +14,9 @@ decoding query rows, sequences x q_len, q_len = 2 with MTP):
                           ranks' tokens are all-gathered before it and reduce-scattered after (none with
                           dense_per_rank, --moe-dense-tp-size 1: each rank runs the whole MLP on its tokens)
   moe.dispatch / moe.combine        DP attention + EP: all-to-all of tokens/tp x k x d, fp8 (1 B + 4 B per
-                          128 scale) to dispatch where the GPU has fp8, bf16 to combine (DeepEP)
+                          128 scale) to dispatch where the GPU has fp8, bf16 to combine (DeepEP); a prefill
+                          forward on an engine running DeepEP's normal kernels for it, across nodes: each token
+                          once per other node over RDMA, then over NVLink (node_limited.node_limited_all_to_all_s)
   moe.dp_gather / moe.dp_scatter    DP attention without EP: all-gather of dp x b x d x 2 B before the MoE,
                           reduce-scatter after (vLLM allgather_reducescatter backend)
 Pipeline hand-off: vLLM sends hidden state + residual (2 x b x d x 2 B) with each TP rank sending 1/tp of it
@@ -27,6 +29,7 @@ from mla_planner.core.units import ACT_BYTES
 from mla_planner.engines.parallel import uses_deepep, dense_tp
 from mla_planner.engines.profile import profile
 from mla_planner.perf.comm import collective_time_s
+from mla_planner.perf.node_limited import node_limited_all_to_all_s
 from mla_planner.perf.layer_work import Batch, ffn_rows
 from mla_planner.specs.attention.kinds import attention_of
 from mla_planner.specs.calibration import Calibration
@@ -97,6 +100,12 @@ def ffn_comm(spec: ModelSpec, layout: Layout, batch: Batch, topo: Topology, cali
         k = spec.num_experts_per_tok
         rows = n / layout.tp * k
         dispatch_b = (1 + 4 / 128) if fp8_dispatch else ACT_BYTES
+        if spans and batch.prefill and not batch.decode and profile(engine).deepep_normal_for_prefill:
+            tokens = n / layout.tp      # DeepEP's normal kernels: once per other node over RDMA, then NVLink
+            return {"moe.dispatch": node_limited_all_to_all_s(tokens, d * dispatch_b, k, spec.n_routed_experts,
+                                                              stage, topo, calib),
+                    "moe.combine": node_limited_all_to_all_s(tokens, d * ACT_BYTES, k, spec.n_routed_experts,
+                                                             stage, topo, calib)}
         return {"moe.dispatch": _ct("all_to_all", rows * d * dispatch_b, stage, topo, calib, spans),
                 "moe.combine": _ct("all_to_all", rows * d * ACT_BYTES, stage, topo, calib, spans)}
     total = layout.dp * n * d * ACT_BYTES
