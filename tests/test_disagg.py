@@ -65,6 +65,9 @@ def test_the_transfer_is_the_cache_each_receiving_gpu_holds_over_its_nic(h200):
     chunked = transfer(spec, topo, Layout(tp=8), Layout(tp=8), "fp8", 4096, calib, per_chunk=True,
                        chunk_tokens=1024)
     assert chunked.exposed_s == pytest.approx(t.seconds / 4)           # SGLang: only the last chunk's share waits
+    # one DP-attention prefill rank holds the request: it sends every decode TP rank its copy over its own NIC
+    fan = transfer(spec, topo, Layout(tp=1, dp=8, ep=8), Layout(tp=8), "fp8", 4096, calib, False, 4096)
+    assert fan.seconds == pytest.approx(8 * t.seconds)
 
 
 def test_the_decode_pool_runs_the_largest_batch_within_the_tpot_target(h200):
@@ -93,12 +96,13 @@ def _pools(h200):
 
 def test_the_split_serves_what_the_binding_pool_allows_with_an_md1_prefill_queue(h200):
     p, t, d = _pools(h200)
-    s = split(WORK, p, 8, 1, t, d, 8, 3)
+    s = split(WORK, p, Layout(tp=8), 1, t, d, Layout(tp=8), 3)
     assert s.binding == "decode"
     assert s.requests_per_s == pytest.approx(3 * d.requests_per_s)
-    rho = s.requests_per_s * p.service_s
+    per_prompt = p.forward_s / p.prompts_per_forward          # one TP8 rank group: one server
+    rho = s.requests_per_s * per_prompt
     assert s.prefill_utilization == pytest.approx(rho)
-    assert s.queue_s == pytest.approx(rho * p.service_s / (2 * (1 - rho)))
+    assert s.queue_s == pytest.approx(rho * per_prompt / (2 * (1 - rho)))
     assert s.ttft_s == pytest.approx(s.queue_s + p.lone_s + t.exposed_s + d.step.step_s)
     assert s.throughput_tokens_per_s_per_gpu == pytest.approx(s.requests_per_s * 1024 / 32)
     assert s.meets_targets
@@ -107,8 +111,8 @@ def test_the_split_serves_what_the_binding_pool_allows_with_an_md1_prefill_queue
 def test_a_tight_ttft_target_holds_the_prefill_pool_below_full_load(h200):
     p, t, d = _pools(h200)
     fixed = p.lone_s + t.exposed_s + d.step.step_s
-    tight = replace(WORK, ttft_ms=(fixed + 0.2 * p.service_s) * 1e3)
-    s = split(tight, p, 8, 1, t, d, 8, 8)
+    tight = replace(WORK, ttft_ms=(fixed + 0.2 * p.forward_s / p.prompts_per_forward) * 1e3)
+    s = split(tight, p, Layout(tp=8), 1, t, d, Layout(tp=8), 8)
     assert s.binding == "prefill"
     assert s.ttft_s == pytest.approx(tight.ttft_ms / 1e3)              # the queue takes what the target leaves
     assert s.meets_targets
@@ -116,8 +120,18 @@ def test_a_tight_ttft_target_holds_the_prefill_pool_below_full_load(h200):
 
 def test_an_offered_rate_beyond_both_pools_is_an_overload(h200):
     p, t, d = _pools(h200)
-    s = split(replace(WORK, request_rate_per_s=1000.0), p, 8, 1, t, d, 8, 1)
+    s = split(replace(WORK, request_rate_per_s=1000.0), p, Layout(tp=8), 1, t, d, Layout(tp=8), 1)
     assert s.overload > 1 and not s.meets_targets
+
+
+def test_a_closed_loop_beyond_what_the_decode_pool_holds_queues(h200):
+    """--concurrency C: the decode pool holds its batch on every DP rank; the rest wait, as for an aggregated
+    candidate, and miss the TTFT target."""
+    p, t, d = _pools(h200)
+    held = 2 * d.batch_per_dp_rank
+    s = split(replace(WORK, concurrency=held + 1), p, Layout(tp=8), 1, t, d, Layout(tp=8), 2)
+    assert s.overload == pytest.approx((held + 1) / held) and not s.meets_targets
+    assert split(replace(WORK, concurrency=held), p, Layout(tp=8), 1, t, d, Layout(tp=8), 2).meets_targets
 
 
 def test_pools_must_agree_on_what_the_engine_checks_at_the_handshake():

@@ -124,3 +124,29 @@ def test_plan_emit_writes_the_winning_disaggregated_deployment(cli, tmp_path):
     r = cli("plan", *ARGS, "-e", "sglang", "--emit", str(tmp_path / "out"))
     assert r.exit_code == 0, r.output
     assert (tmp_path / "out" / "router.sh").exists() and (tmp_path / "out" / "k8s-decode.yaml").exists()
+
+
+def test_every_group_of_a_pool_is_routed_to_the_port_its_pods_listen_on(cli, tmp_path):
+    """A pool of several instances: every LeaderWorkerSet group runs the pool's first instance's command, so the
+    router names each group's leader at that one port (the bare-metal scripts shift ports per instance)."""
+    r = cli("plan", "-m", "deepseek-v3", "-t", "gb200-nvl72", "--input-len", "4096", "--output-len", "1024",
+            "--tpot-ms", "30", "-e", "sglang", "--json")
+    assert r.exit_code == 0, r.output
+    (tmp_path / "plan.json").write_text(r.stdout)
+    plan = read_plan(tmp_path / "plan.json")
+    d = plan.disaggregated[0]
+    assert max(d.prefill.instances, d.decode.instances) > 1
+    out = tmp_path / "out"
+    assert cli("emit", "--plan", str(tmp_path / "plan.json"), "-d", "1", "-o", str(out)).exit_code == 0
+    docs = {name: list(yaml.safe_load_all((out / name).read_text()))
+            for name in ("k8s-prefill.yaml", "k8s-decode.yaml", "k8s-router.yaml")}
+    for objs in docs.values():
+        assert all(schema_errors(o) == [] for o in objs)
+    router = docs["k8s-router.yaml"][0]["spec"]["template"]["spec"]["containers"][0]["command"][2]
+    for role, pool in (("prefill", d.prefill), ("decode", d.decode)):
+        lws = docs[f"k8s-{role}.yaml"][0]
+        pod = lws["spec"]["leaderWorkerTemplate"].get("leaderTemplate") or \
+            lws["spec"]["leaderWorkerTemplate"]["workerTemplate"]
+        port = pod["spec"]["containers"][0]["ports"][0]["containerPort"]
+        for g in range(pool.instances):
+            assert f"http://deepseek-v3-{role}-{g}.deepseek-v3-{role}:{port}" in router

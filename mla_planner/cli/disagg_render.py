@@ -3,6 +3,7 @@ why D1, and whether aggregated or disaggregated serving wins here."""
 
 from __future__ import annotations
 
+from rich.markup import escape
 from rich.table import Column, Table
 
 from mla_planner.cli.console import console
@@ -43,6 +44,8 @@ def render_disaggregated(plan: Plan, top: int, rank_by: str = "per-gpu") -> None
               f"uses {best.performance.gpus:,} of the cluster's {plan.topology.total_gpus:,} GPUs")
     for reason in best.reasons:
         out.print(f"  - {reason}", markup=False)
+    for warning in best.warnings:
+        out.print(f"[yellow]warning[/yellow] D1: {escape(warning)}")
     choice = plan.choice or {}
     if choice.get("winner"):
         word = "Tie" if choice.get("tie") else f"{choice['winner'].capitalize()} wins"

@@ -80,19 +80,20 @@ def lint_cmd(ctx: click.Context, model: LintModelOpt = None, topology: TopologyO
 
 def _memory(cmd: Command, spec, topo) -> list[Finding]:
     """The memory verdict for the command's own settings (audit/lint_memory), its flags read into knobs the way
-    `mla-plan memory` reads its own (cli/options). SGLang's --chunked-prefill-size is the whole server's: per
-    DP-attention rank it is divided by the ranks, as the planner's knob is."""
+    `mla-plan memory` reads its own (cli/options). SGLang's --chunked-prefill-size and --max-running-requests are the
+    whole server's: per DP-attention rank they are divided by the ranks, as the planner's knobs are."""
     layout, v = layout_of(cmd, spec), cmd.values
     fraction = _number(v.get("fraction"), float)
     try:
         cache, _ = kv_knobs(spec, topo, layout, cmd.engine, v.get("kv", "auto").lower(), _number(v.get("block")))
-        batched = _number(v.get("batched"))
+        batched, seqs = _number(v.get("batched")), _number(v.get("max_seqs"))
+        per_rank = layout.dp if cmd.engine == "sglang" else 1
         knobs = knobs_from_flags(
             spec, topo, layout, cmd.engine, fraction if cmd.engine == "vllm" else None,
             fraction if cmd.engine == "sglang" else None,
-            dict(**cache, max_model_len=_number(v.get("max_len")), max_num_seqs=_number(v.get("max_seqs")),
-                 max_num_batched_tokens=None if batched is None else max(batched // (
-                     layout.dp if cmd.engine == "sglang" else 1), 1),
+            dict(**cache, max_model_len=_number(v.get("max_len")),
+                 max_num_seqs=None if seqs is None else max(seqs // per_rank, 1),
+                 max_num_batched_tokens=None if batched is None else max(batched // per_rank, 1),
                  cuda_graphs=not eager_flag(cmd), cuda_graph_max_bs=_number(v.get("graph_max_bs")),
                  images=cmd.engine == "vllm" and bool(spec.vision_params)     # vLLM builds the encoder unless told
                  and "--language-model-only" not in cmd.flags))

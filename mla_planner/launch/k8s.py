@@ -123,11 +123,11 @@ def router_manifests(engine: str, base: str, nodes: list[Node], image: str) -> l
     """The router Deployment, every instance named by its leader pod's DNS name, and its Service."""
     names = {}
     for role in ("prefill", "decode"):
-        for g, _ in enumerate(servers(nodes, role)):
-            names[f"{role.upper()}_{g}"] = f"{base}-{role}-{g}.{base}-{role}"
+        heads = servers(nodes, role)
+        for g, _ in enumerate(heads):    # every group runs the pool's first instance's command, so its port
+            names[f"{role.upper()}_{g}"] = f"{base}-{role}-{g}.{base}-{role}:{heads[0].command.port}"
     argv = router_argv(engine, nodes)
-    line = " ".join((w.prefix + names[w.var] + w.suffix) if isinstance(w, ShellRef) else quote_word(w)
-                    for w in argv)
+    line = " ".join((w.prefix + names[w.var]) if isinstance(w, ShellRef) else quote_word(w) for w in argv)
     labels = {"app.kubernetes.io/name": "mla-plan", "app.kubernetes.io/component": "router"}
     deployment = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": f"{base}-router"},
                   "spec": {"replicas": 1, "selector": {"matchLabels": labels},

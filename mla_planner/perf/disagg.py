@@ -15,8 +15,8 @@ SGLang large-scale EP blog, lmsys.org 2025-05-05; DeepSeek's inference system, d
            per request) and the engine's caps (metrics.batch_limit).
 
 TTFT = queue on the prefill pool + the prompt's prefill + the exposed transfer + one decode step (the first token
-leaves the decode instance after its next step). The prefill queue is M/D/1 per instance (Poisson arrivals
-spread evenly, a deterministic service of one request's share of a packed forward): W = rho s / (2 (1 - rho))
+leaves the decode instance after its next step). The prefill queue is M/D/1 per DP rank (Poisson arrivals spread
+evenly over the ranks, a deterministic service of one prompt's share of a forward): W = rho s / (2 (1 - rho))
 (Kleinrock, "Queueing Systems" vol. 1, the Pollaczek-Khinchine mean wait with a constant service time).
 Without a request rate the pools run at the most the TTFT target and the decode pool allow.
 """
@@ -133,22 +133,25 @@ def prefill_rate(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, 
 
 def transfer(spec: ModelSpec, topo: Topology, prefill_layout: Layout, decode_layout: Layout, kv_dtype: str,
              prompt_tokens: int, calib: Calibration, per_chunk: bool, chunk_tokens: int) -> Transfer:
-    """The prompt's KV as the decode instance holds it: each of its attention-TP ranks keeps its rank share of
-    every KV group (the MLA latent whole on every TP rank, attention_of(spec).kv_groups), and with DCP 1/dcp of
-    the tokens; a request lands on one DP rank. Each receiving GPU takes its bytes in over its share of the
-    node's NICs (nics_per_node / gpus_per_node of them) at kv_transfer_efficiency of line rate, all in parallel
-    (the prefill side's GPUs send from as many NICs). `per_chunk`: each prefill chunk's KV leaves once its forward
-    is done (SGLang), so TTFT waits only for the last chunk's (`chunk_tokens`) share; else for the whole transfer
-    (vLLM's NIXL reads after the prefill)."""
+    """The whole prompt's KV (prefix hits included: the decode instance holds all of it) as the decode instance
+    holds it: each of its attention-TP ranks keeps its rank share of every KV group (the MLA latent whole on every
+    TP rank, attention_of(spec).kv_groups), and with DCP 1/dcp of the tokens; a request lands on one DP rank. Each
+    receiving GPU takes its bytes in over its share of the node's NICs (nics_per_node / gpus_per_node of them), and
+    the prefill side sends them from the GPUs that hold the request (its attention-TP ranks: each keeps the whole
+    latent), all at kv_transfer_efficiency of line rate; the busier side sets the time. `per_chunk`: each prefill
+    chunk's KV leaves once its forward is done (SGLang), so TTFT waits only for the last chunk's (`chunk_tokens`)
+    share; else for the whole transfer (vLLM's NIXL reads after the prefill)."""
     kind = attention_of(spec)
     per_gpu_token = kind.gpu_bytes_per_token(spec, decode_layout, kv_dtype, range(spec.num_hidden_layers))
     per_gpu = per_gpu_token * prompt_tokens / decode_layout.dcp
     receivers = decode_layout.tp
+    senders = prefill_layout.tp
     inter = topo.inter_node
     nic_bytes_per_s = (inter.nic_gbit_per_s * 1e9 / 8) * min(1.0, inter.nics_per_node / topo.gpus_per_node) \
         if inter else 0.0
     rate = nic_bytes_per_s * calib.kv_transfer_efficiency
-    seconds = per_gpu / rate if rate else float("inf")
+    busiest = per_gpu * max(1.0, receivers / senders)     # the most one GPU of either side moves
+    seconds = busiest / rate if rate else float("inf")
     last = min(1.0, chunk_tokens / max(prompt_tokens, 1)) if per_chunk else 1.0
     return Transfer(per_gpu * receivers, per_gpu, seconds, seconds * last, rate * receivers)
 
@@ -174,16 +177,20 @@ def decode_rate(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, w
     return DecodeRate(batch, limit if cap else "kv", step, served, mem.kv_capacity_tokens if mem.fits else 0)
 
 
-def split(workload: Workload, p: PrefillRate, p_gpus: int, n_p: int, t: Transfer, d: DecodeRate, d_gpus: int,
-          n_d: int) -> PoolSplit:
+def split(workload: Workload, p: PrefillRate, p_layout: Layout, n_p: int, t: Transfer, d: DecodeRate,
+          d_layout: Layout, n_d: int) -> PoolSplit:
     """n_p prefill and n_d decode instances serving `workload`: the rate is the offered one, else the most the
-    decode pool completes and the prefill pool takes within the TTFT target (its M/D/1 queue, at most RHO_MAX
-    busy); TTFT and the pools' utilisation at that rate."""
-    s = p.service_s
+    decode pool completes and the prefill pool takes within the TTFT target; TTFT and the pools' utilisation at that
+    rate. Each prefill DP rank is its own server (requests spread evenly over the n_p x dp ranks), a prompt occupying
+    it for s = forward_s / prompts_per_forward (a lone prompt's time where one prompt fills a forward): an M/D/1 queue
+    per rank, W = rho s / (2 (1 - rho)), at most RHO_MAX busy. A closed loop's concurrency beyond what the decode
+    pool holds (its batch on every DP rank) queues, as for an aggregated candidate, and misses the TTFT target."""
+    ranks = n_p * p_layout.dp
+    s = p.forward_s / p.prompts_per_forward
     fixed = p.lone_s + t.exposed_s + d.step.step_s
     budget = workload.ttft_ms / 1e3 - fixed
     rho_ttft = min(RHO_MAX, 2 * budget / (s + 2 * budget)) if budget > 0 else 0.0
-    prefill_max = n_p * rho_ttft / s
+    prefill_max = ranks * rho_ttft / s
     decode_max = n_d * d.requests_per_s
     most = min(prefill_max, decode_max)
     binding = "decode" if decode_max <= prefill_max else "prefill"
@@ -194,20 +201,24 @@ def split(workload: Workload, p: PrefillRate, p_gpus: int, n_p: int, t: Transfer
             overload = offered / most if most else float("inf")
         else:
             most, binding = offered, "offered"
-    rho = most * s / n_p
+    held = n_d * d_layout.dp * d.batch_per_dp_rank
+    if workload.concurrency and held < workload.concurrency:
+        overload = max(overload, workload.concurrency / held if held else float("inf"))
+    rho = most * s / ranks
     queue = rho * s / (2 * (1 - rho)) if rho < 1 else float("inf")
     ttft = queue + fixed
-    gpus = n_p * p_gpus + n_d * d_gpus
+    gpus = n_p * p_layout.instance_gpus + n_d * d_layout.instance_gpus
     meets = (p.kv_fits and d.batch_per_dp_rank > 0 and most > 0 and not overload
              and ttft <= workload.ttft_ms / 1e3 + 1e-12)
     return PoolSplit(n_p, n_d, most, rho, most / decode_max if decode_max else 0.0, queue, ttft, d.step.tpot_s,
                      most * workload.output_len, gpus, binding, overload, meets)
 
 
-def prefill_knobs(knobs: Knobs, budget: int) -> Knobs:
-    """A prefill instance's knobs: its token budget, no decode batch to size (one request is prefilled at a time
-    per packed forward; the engine still needs a sequence cap)."""
-    return replace(knobs, max_num_batched_tokens=budget, max_num_seqs=max(1, min(knobs.max_num_seqs, budget)))
+def prefill_knobs(knobs: Knobs, budget: int, workload: Workload) -> Knobs:
+    """A prefill instance's knobs: its token budget, and room for twice the prompts a forward packs per DP rank (those
+    being prefilled and those whose KV is still being sent); no decode batch to size."""
+    prompts = ceil(budget / max(prefill_tokens(workload, knobs), 1))
+    return replace(knobs, max_num_batched_tokens=budget, max_num_seqs=max(1, min(knobs.max_num_seqs, 2 * prompts)))
 
 
 def closed_loop_cap(workload: Workload, layout: Layout, instances: int) -> int:

@@ -167,6 +167,7 @@ class DisaggCandidate:
     decode: Pool
     performance: Optional[DisaggPerformance] = None
     reasons: list = field(default_factory=list)
+    warnings: list = field(default_factory=list)
 
     @property
     def engine(self) -> str:

@@ -27,7 +27,7 @@ from mla_planner.search.attention_backend import Rejected
 from mla_planner.search.candidate import Pool
 from mla_planner.search.layouts import candidate_layouts
 from mla_planner.search.run import kv_dtypes_for
-from mla_planner.search.tuning import Overrides, dense_variants, draft_knobs, largest_safe_chunk
+from mla_planner.search.tuning import Overrides, chunk_candidates, dense_variants, draft_knobs, largest_safe_chunk
 from mla_planner.specs.calibration import Calibration
 from mla_planner.specs.knobs import ENGINES, Workload
 from mla_planner.specs.layout import Layout, rdma_between_nodes
@@ -66,9 +66,10 @@ class Disaggregated:
 
 def pool_topology(topo: Topology, nodes: int) -> Topology:
     """The nodes one instance runs on: `nodes` hosts, inside one NVLink domain where the cluster's domain spans
-    hosts and holds them (an NVL72 tray group keeps its NVLink), else over the NICs."""
+    hosts and holds them (any trays of an NVL72 rack share its NVLink switches), whole domains where it takes
+    several, else over the NICs."""
     domain = topo.nvlink_domain_nodes
-    inside = domain if nodes % domain == 0 else (nodes if domain % nodes == 0 else 1)
+    inside = domain if nodes % domain == 0 else (nodes if nodes < domain else 1)   # any trays of one rack: NVLink
     return topo.model_copy(update={"nodes": nodes, "nvlink_domain_nodes": inside})
 
 
@@ -90,8 +91,8 @@ def _pool_layouts(spec: ModelSpec, sub: Topology, engine: str) -> list[Layout]:
 
 def _options(spec, sub, engine, kv, workload, calib, pinned, role: str) -> list[tuple]:
     """(score, layout, knobs, rate) of every instance shape of `role` on `sub`, best first. Prefill: prompt tokens/s
-    per GPU at full load, at the largest token budget the memory fraction allows (a prefill instance has no decode
-    batch to stall); decode: requests/s per GPU within the TPOT target."""
+    per GPU at full load, at each token budget the memory fraction allows (the split weighs its TTFT); decode:
+    requests/s per GPU within the TPOT target."""
     out = []
     for layout in _pool_layouts(spec, sub, engine):
         for per_rank in dense_variants(layout, engine):
@@ -99,27 +100,29 @@ def _options(spec, sub, engine, kv, workload, calib, pinned, role: str) -> list[
                 knobs, _ = draft_knobs(spec, sub, layout, engine, kv, workload, pinned, per_rank)
             except Rejected:
                 continue
-            if role == "prefill":
-                knobs = prefill_knobs(knobs, largest_safe_chunk(spec, sub, layout, knobs))
-                rate = prefill_rate(spec, sub, layout, knobs, workload, calib)
-                score, usable = rate.tokens_per_s, rate.kv_fits
-            else:
-                rate = decode_rate(spec, sub, layout, knobs, workload, calib)
-                score, usable = rate.requests_per_s, rate.batch_per_dp_rank > 0
-            if usable:
-                out.append((score / layout.instance_gpus, layout, knobs, rate))
-    return sorted(out, key=lambda o: (-o[0], o[1].label, o[2].dense_per_rank))
+            if role == "prefill":     # every budget the memory fraction allows: a larger one packs more prompts
+                largest = largest_safe_chunk(spec, sub, layout, knobs)   # per forward, a smaller one cuts TTFT
+                for budget in [c for c in chunk_candidates(engine, layout) if c <= largest]:
+                    pk = prefill_knobs(knobs, budget, workload)
+                    rate = prefill_rate(spec, sub, layout, pk, workload, calib)
+                    if rate.kv_fits:
+                        out.append((rate.tokens_per_s / layout.instance_gpus, layout, pk, rate))
+                continue
+            rate = decode_rate(spec, sub, layout, knobs, workload, calib)
+            if rate.batch_per_dp_rank:
+                out.append((rate.requests_per_s / layout.instance_gpus, layout, knobs, rate))
+    return sorted(out, key=lambda o: (-o[0], o[1].label, o[2].dense_per_rank, o[2].max_num_batched_tokens))
 
 
-def _best_pair(engine: str, prefills: list, decodes: list) -> tuple | None:
-    """The best prefill and decode shapes whose knobs can hand a cache over (engines/disagg.pools_mismatch): the
-    best decode shape (it sets the rate where the decode pool binds), with the best prefill shape that matches it,
-    else the next decode shape."""
+def _pairs_of(engine: str, prefills: list, decodes: list) -> list[tuple]:
+    """The best decode shape that some prefill shape can hand a cache to (engines/disagg.pools_mismatch; it sets the
+    rate where the decode pool binds), with every prefill shape that can: the split weighs their rate against
+    their TTFT."""
     for d in decodes:
-        for p in prefills:
-            if not pools_mismatch(engine, p[2], d[2]):
-                return p, d
-    return None
+        matching = [p for p in prefills if not pools_mismatch(engine, p[2], d[2])]
+        if matching:
+            return [(p, d) for p in matching]
+    return []
 
 
 def search_disaggregated(spec: ModelSpec, topo: Topology, workload: Workload, calib: Calibration,
@@ -132,14 +135,22 @@ def search_disaggregated(spec: ModelSpec, topo: Topology, workload: Workload, ca
     found = [x for pair in _pairs(spec, topo, workload, calib, engines, kv_dtype, pinned)
              for x in _splits(spec, topo, workload, calib, *pair)]
     found.sort(key=lambda x: x.key(rank_by))
-    return [with_bands(x, topo) for x in found[:KEEP]]
+    best, seen = [], set()
+    for x in found:   # one per engine, KV dtype and pair of pools: their best token budget and dense-parts way
+        shape = (x.engine, x.kv_dtype, x.prefill.layout, x.prefill.instances, x.prefill.nodes_per_instance,
+                 x.decode.layout, x.decode.instances, x.decode.nodes_per_instance)
+        if shape not in seen:
+            seen.add(shape)
+            best.append(x)
+    return [with_bands(x, topo) for x in best[:KEEP]]
 
 
 @lru_cache(maxsize=8)
 def _pairs(spec: ModelSpec, topo: Topology, workload: Workload, calib: Calibration, engines: tuple,
            kv_dtype: str | None, pinned: Overrides) -> tuple:
     """(engine, KV dtype, prefill shape, decode shape) for every pair of instance sizes that fits the cluster, each
-    shape (nodes, layout, knobs, rate) the best of its size whose knobs hand the cache over (`_best_pair`)."""
+    shape (nodes, layout, knobs, rate): the best decode shape of its size, with each prefill shape that can hand it
+    the cache (`_pairs_of`)."""
     sizes = range(1, topo.nodes)
     out = []
     for engine in engines:
@@ -149,9 +160,9 @@ def _pairs(spec: ModelSpec, topo: Topology, workload: Workload, calib: Calibrati
             decodes = {s: _options(spec, subs[s], engine, kv, workload, calib, pinned, "decode") for s in sizes}
             for sp in sizes:
                 for sd in sizes:
-                    pair = _best_pair(engine, prefills[sp], decodes[sd]) if sp + sd <= topo.nodes else None
-                    if pair:
-                        out.append((engine, kv, (sp, *pair[0][1:]), (sd, *pair[1][1:])))
+                    if sp + sd <= topo.nodes:
+                        out += [(engine, kv, (sp, *p[1:]), (sd, *d[1:]))
+                                for p, d in _pairs_of(engine, prefills[sp], decodes[sd])]
     return tuple(out)
 
 
@@ -181,14 +192,14 @@ def _splits(spec, topo, workload, calib, engine, kv, p, d) -> list[Disaggregated
     """Every n_p x n_d of these two instance shapes that fits the cluster's nodes."""
     (sp, lay_p, knobs_p, rate_p), (sd, lay_d, knobs_d, rate_d) = p, d
     sub_d = pool_topology(topo, sd)
-    t = transfer(spec, topo, lay_p, lay_d, knobs_d.kv_cache_dtype, rate_p.prompt_tokens, calib,
+    t = transfer(spec, topo, lay_p, lay_d, knobs_d.kv_cache_dtype, workload.input_len, calib,
                  SENDS_PER_CHUNK[engine], knobs_p.max_num_batched_tokens)
     out = []
     for n_p in range(1, (topo.nodes - sd) // sp + 1):
         for n_d in range(1, (topo.nodes - n_p * sp) // sd + 1):
             cap = closed_loop_cap(workload, lay_d, n_d)
             dr = decode_rate(spec, sub_d, lay_d, knobs_d, workload, calib, cap) if cap else rate_d
-            s = split(workload, rate_p, lay_p.instance_gpus, n_p, t, dr, lay_d.instance_gpus, n_d)
+            s = split(workload, rate_p, lay_p, n_p, t, dr, lay_d, n_d)
             decode_knobs = replace(knobs_d, max_num_seqs=max(dr.batch_per_dp_rank, 1))   # the batch planned
             out.append(Disaggregated(engine, kv, Pool("prefill", lay_p, knobs_p, n_p, sp),
                                      Pool("decode", lay_d, decode_knobs, n_d, sd), rate_p, t, dr, s))

@@ -138,6 +138,7 @@ class _DisaggIn(BaseModel):
     pools: Annotated[list[_PoolIn], Field(min_length=2, max_length=2)]
     performance: DisaggPerformance = DisaggPerformance()
     reasons: list[str] = []
+    warnings: list[str] = []
 
 
 class _ModelIn(BaseModel):
@@ -179,7 +180,7 @@ def plan_to_dict(plan: Plan) -> dict:
                                "pools": [{"role": p.role, "instances": p.instances,
                                           "nodes_per_instance": p.nodes_per_instance, "layout": asdict(p.layout),
                                           "knobs": asdict(p.knobs)} for p in (d.prefill, d.decode)],
-                               "performance": written(d.performance), "reasons": d.reasons}
+                               "performance": written(d.performance), "reasons": d.reasons, "warnings": d.warnings}
                               for i, d in enumerate(plan.disaggregated)],
             "deployment": plan.choice or {}})
 
@@ -234,7 +235,7 @@ def _disaggregated(raw: _DisaggIn, spec: ModelSpec, where: str, i: int) -> Disag
     if len({(p.knobs.engine, p.knobs.kv_cache_dtype) for p in pools}) > 1:
         raise InputError(where, "both pools must run one engine with one KV dtype (the cache moves between them "
                          "as the engine lays it out)", f"disaggregated.{i}.pools")
-    return DisaggCandidate(pools[0], pools[1], _given(raw.performance), raw.reasons)
+    return DisaggCandidate(pools[0], pools[1], _given(raw.performance), raw.reasons, raw.warnings)
 
 
 def _given(record):
