@@ -164,3 +164,11 @@ def test_one_node_or_no_rdma_has_no_disaggregated_deployment():
     assert search_disaggregated(spec, topo, Workload(), calib) == []
     spec, topo, calib = setup("deepseek-v2-lite", "2x8xl40s-eth")
     assert search_disaggregated(spec, topo, Workload(), calib) == []
+
+
+def test_any_trays_of_an_nvl72_rack_form_one_nvlink_instance():
+    spec, topo, calib = setup("deepseek-v3", "gb200-nvl72")
+    for trays in (2, 4, 5, 8, 16):
+        sub = pool_topology(topo, trays)
+        assert sub.domain_gpus == trays * topo.gpus_per_node == sub.total_gpus
+    assert pool_topology(topo, 36).domain_gpus == 72        # two racks: NVLink inside each

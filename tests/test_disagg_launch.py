@@ -150,3 +150,19 @@ def test_every_group_of_a_pool_is_routed_to_the_port_its_pods_listen_on(cli, tmp
         port = pod["spec"]["containers"][0]["ports"][0]["containerPort"]
         for g in range(pool.instances):
             assert f"http://deepseek-v3-{role}-{g}.deepseek-v3-{role}:{port}" in router
+
+
+def test_mtp_plans_emit_and_the_planners_lint_accepts_the_pool_commands(cli, tmp_path):
+    """SGLang with MTP: the prefill pool's sequence cap stays within DeepEP's dispatch limit (a cap of 1,024 per rank
+    once made the emitted command fail its own checks); `lint` reads SGLang's totals per DP rank as the plan does."""
+    r = cli("plan", *ARGS, "-e", "sglang", "--mtp", "--json")
+    assert r.exit_code == 0, r.output
+    (tmp_path / "plan.json").write_text(r.stdout)
+    out = tmp_path / "out"
+    r = cli("emit", "--plan", str(tmp_path / "plan.json"), "-d", "1", "-o", str(out))
+    assert r.exit_code == 0, r.output
+    plan = read_plan(tmp_path / "plan.json")
+    for n in deployment_nodes(plan, plan.disaggregated[0]):
+        words = [w.replace("${HEAD_IP}", "10.0.0.1") for w in n.command.argv]
+        r = cli("lint", "-m", "deepseek-v3", "-t", "4x8xh200-ib", "--", *words)
+        assert r.exit_code == 0, (n.role, r.output)

@@ -104,3 +104,11 @@ def test_a_plan_file_with_pools_out_of_order_is_refused(plans, tmp_path):
 def test_the_published_large_scale_decode_point_is_still_reproduced():
     for r in run_points(category="decode_throughput"):
         assert abs(r.error) < 0.10, (r.point.id, r.error)
+
+
+def test_a_target_met_only_inside_the_bands_is_warned_about(plans):
+    four, _ = plans["4x8xh200-ib"]
+    d = four["disaggregated"][0]
+    p = d["performance"]
+    assert p["meets_targets"] and p["tpot_s_high"] > 0.030
+    assert any("TPOT target, but its band" in w for w in d["warnings"])
