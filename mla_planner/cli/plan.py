@@ -67,6 +67,11 @@ def plan_cmd(
     mtp_draft_tokens: MtpDraftOpt = None,
     mtp_acceptance: MtpAcceptanceOpt = MTP_ACCEPTANCE,
     images: ImagesOpt = False,
+    redundant_experts: Annotated[int, Opt("--redundant-experts", help=(
+        "EPLB: this many extra physical copies of routed experts per MoE layer on every layout with expert "
+        "parallelism (the large-scale EP recipes run 32), their weights counted and the engines' flags emitted "
+        "(SGLang --enable-eplb --ep-num-redundant-experts, vLLM --enable-eplb --eplb-config); the experts' load is "
+        "priced as balanced either way."))] = 0,
     no_disagg: Annotated[bool, Opt("--no-disagg", help=(
         "Skip the disaggregated search: prefill and decode pools of whole nodes, the KV cache sent between them "
         "over RDMA (it runs on 2+ nodes joined by InfiniBand or RoCE, unless --layout pins the layouts)."))] = False,
@@ -115,8 +120,10 @@ def plan_cmd(
     workload = workload_from(input_len, output_len, concurrency, request_rate, ttft_ms, tpot_ms, prefix_hit_rate,
                              mtp_acceptance)
     check_draft_tokens(mtp_draft_tokens, mtp)
+    if redundant_experts < 0:
+        raise PlanError(f"--redundant-experts must be 0 or more, got {redundant_experts}")
     pinned = Overrides(block_size=block_size, cuda_graphs=not enforce_eager, mtp=mtp, mtp_draft_tokens=mtp_draft_tokens,
-                       images=images)
+                       images=images, redundant_experts=redundant_experts)
     plan, result, notes, hint = run_plan(model, topology, workload, engine, kv_cache_dtype, layout, calibration,
                                          pinned, rank_by, not no_disagg)
     data = plan_to_dict(plan)

@@ -101,6 +101,8 @@ def sizing_flags(inp: LaunchInputs) -> list[str]:
         ("--ep-size", L.ep if L.ep > 1 else None),
         ("--moe-a2a-backend", a2a.sglang_backend(L)),
         ("--moe-dense-tp-size", 1 if k.dense_per_rank else None),
+        ("--enable-eplb", k.redundant_experts > 0),
+        ("--ep-num-redundant-experts", k.redundant_experts or None),
         ("--enable-dp-lm-head", k.dense_per_rank),
         ("--dcp-size", L.dcp if L.dcp > 1 else None),
         ("--page-size", k.block_size),

@@ -47,6 +47,7 @@ MISTRAL_FORMAT = {"mistral": (("--tokenizer-mode", "mistral"), ("--config-format
                               ("--load-format", "mistral"))}
 # "deepseek_mtp" is deprecated and rewritten to "mtp" with a warning (vllm/config/speculative.py)
 INDEXER_CONFIG = '{"indexer_kv_dtype":"%s"}'   # DeepSeek-V4's index-key cache (vllm/config/attention.py)
+EPLB_CONFIG = '{"num_redundant_experts":%d}'   # vllm/config/parallel.py EPLBConfig
 MTP_CONFIG = '{"method":"%s","num_speculative_tokens":%d}'   # the drafter (mtp, dspark), its tokens per step
 ENGINE_READY_TIMEOUT_S = 3600   # loads of a 671B checkpoint (+ DeepGEMM warm-up, graph capture) outlast the 600 s
                                 # default, on one node too (vllm-project/recipes#381)
@@ -75,6 +76,8 @@ def sizing_flags(inp: LaunchInputs) -> list[str]:
         ("--data-parallel-size", L.dp if L.dp > 1 else None),
         ("--enable-expert-parallel", L.ep > 1),
         ("--all2all-backend", a2a.vllm_backend(L)),
+        ("--enable-eplb", k.redundant_experts > 0),
+        ("--eplb-config", EPLB_CONFIG % k.redundant_experts if k.redundant_experts else None),
         ("--decode-context-parallel-size", L.dcp if L.dcp > 1 else None),
         ("--block-size", k.block_size),
         ("--kv-cache-dtype", kv_flag("vllm", k.kv_cache_dtype) if own_rows(inp.spec)

@@ -95,6 +95,10 @@ def _stage(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, rules:
     marlin = profile(rules.engine).fp8_marlin_fallback and bool(fp8 and fp8[0])   # weight-only FP8 Marlin
     weights = stage_weight_terms(spec, layout, rng, first, last, rules.engine, mtp, marlin, knobs.dense_per_rank,
                                  knobs.images, rocm_fp8_pad=rules.engine == "vllm" and topo.gpu.vendor == "amd")
+    if knobs.redundant_experts and layout.ep > 1:
+        # EPLB's copies: (E + R) / ep experts per EP rank where the checkpoint has E / ep
+        weights["weights/redundant_experts"] = (weights.get("weights/routed_experts", 0.0) * knobs.redundant_experts
+                                                / spec.n_routed_experts)
     profiled_images = 0.0
     if knobs.images and first and spec.vision_patch_size and not profile(rules.engine).text_only_keeps_vision:
         weights["vision_rope_table"] = vit_rope_bytes(spec.vision_hidden_size, spec.vision_heads)

@@ -33,8 +33,7 @@ from mla_planner.specs.model import ModelSpec
 from mla_planner.specs.topology import Topology
 from mla_planner.specs.vision import images_problem
 
-Loose = ConfigDict(extra="ignore")
-Strict = ConfigDict(extra="forbid", strict=True)
+Loose, Strict = ConfigDict(extra="ignore"), ConfigDict(extra="forbid", strict=True)
 PosInt = Annotated[int, Field(gt=0)]
 PosFloat = Annotated[float, Field(gt=0)]
 
@@ -94,6 +93,7 @@ class _KnobsIn(BaseModel):
     dense_per_rank: bool = False                             # the same
     indexer_kv_dtype: Literal["fp8", "mxfp4"] = "fp8"         # the same
     images: bool = False                                     # the same
+    redundant_experts: Annotated[int, Field(ge=0)] = 0       # the same
 
 
 class _WorkloadIn(BaseModel):

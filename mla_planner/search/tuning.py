@@ -54,6 +54,7 @@ class Overrides:
     mtp: bool = False             # speculative decoding with the model's MTP layer (--mtp; search.mtp.mtp_hint)
     mtp_draft_tokens: int | None = None   # tokens it drafts per step (--mtp-draft-tokens; None: the drafter's own)
     images: bool = False          # serve image inputs on a multimodal checkpoint (--images; else text-only)
+    redundant_experts: int = 0    # EPLB's redundant experts on layouts with EP (--redundant-experts)
 
 
 def dense_variants(layout: Layout, engine: str) -> tuple[bool, ...]:
@@ -92,13 +93,18 @@ def _draft_knobs(spec: ModelSpec, topo: Topology, layout: Layout, engine: str, k
     cap = _seq_cap(layout, workload)
     if pinned.mtp and spec.drafter is None:
         raise Rejected(f"{spec.name} has no MTP layer to draft tokens with{spec.no_mtp_head_why}")
+    redundant = pinned.redundant_experts if layout.ep > 1 else 0
+    if redundant and (spec.n_routed_experts + redundant) % layout.ep:
+        raise Rejected(f"{spec.n_routed_experts} experts + {redundant} redundant do not spread evenly over EP "
+                       f"{layout.ep} (the engines place the same number of physical experts on every EP rank)")
     knobs = Knobs(engine=engine, block_size=block, kv_cache_dtype=kv_dtype, memory_fraction=0.9,
                   max_num_seqs=cap, max_num_batched_tokens=chunk_candidates(engine, layout)[0],
                   max_model_len=min(max_len, spec.max_position_embeddings),
                   attention_backend=backend_name, prefix_caching=True, cuda_graphs=pinned.cuda_graphs,
                   mtp=bool(pinned.mtp), mtp_draft_tokens=pinned.mtp_draft_tokens or spec.default_draft_tokens,
                   dense_per_rank=dense_per_rank,
-                  indexer_kv_dtype=indexer_choice(engine, spec, topo.gpu), images=pinned.images)
+                  indexer_kv_dtype=indexer_choice(engine, spec, topo.gpu), images=pinned.images,
+                  redundant_experts=redundant)
     # the fraction is sized for the largest chunk and sequence cap tried, so the final (smaller) knobs stay safe;
     # where that leaves no KV room, for the largest chunk that does (choose_chunk then stays at or below it)
     chunks = chunk_candidates(engine, layout)
@@ -137,6 +143,12 @@ def _draft_knobs(spec: ModelSpec, topo: Topology, layout: Layout, engine: str, k
     }
     if knobs.images:
         reasons["images"] = images_reason(engine, spec, knobs.max_num_batched_tokens)
+    if redundant:
+        reasons["redundant_experts"] = (f"{redundant} per MoE layer, as asked by --redundant-experts: EPLB keeps "
+                                        f"{(spec.n_routed_experts + redundant) // layout.ep} experts on each EP rank "
+                                        f"where the checkpoint needs {spec.n_routed_experts // layout.ep}, and moves "
+                                        "them to balance the load (their weights are counted; the step model prices "
+                                        "the experts' load as balanced either way)")
     if why_split:
         reasons["pp_layer_partition"] = why_split
     if dense_per_rank_applies(layout, engine):

@@ -57,6 +57,8 @@ class Knobs:
     indexer_kv_dtype: str = "fp8"       # DeepSeek-V4's index-key cache: fp8 (132 B) or mxfp4 (68 B, vLLM on Blackwell)
     images: bool = False                # a multimodal checkpoint served with image inputs (else text-only): its
                                         # vision encoder on the GPUs and, for vLLM, the encoder's profiled memory
+    redundant_experts: int = 0          # EPLB's extra physical copies of routed experts per MoE layer, spread over
+                                        # the EP ranks (SGLang --ep-num-redundant-experts, vLLM --eplb-config)
 
 
 @dataclass(frozen=True)
