@@ -41,7 +41,8 @@ def _scripts(plan: Plan, d: DisaggCandidate, nodes: list[Node], model_path: str)
         count = len({n.pool_node for n in mine})
         for k in sorted({n.pool_node for n in mine}):
             cmds = [n.command for n in mine if n.pool_node == k]
-            files[f"{pool.role}-node-{k}.sh"] = (node_script(inp, d.engine, k, cmds, heads, None, count), True)
+            files[f"{pool.role}-node-{k}.sh"] = (node_script(inp, d.engine, k, cmds, heads, None, count,
+                                                             head_hint=False), True)
     return files
 
 

@@ -75,7 +75,7 @@ def _start_order(inp: LaunchInputs, engine: str, commands: list[NodeCommand]) ->
 
 
 def node_script(inp: LaunchInputs, engine: str, node: int, cmds: list[NodeCommand], heads: dict[int, int],
-                 head_address: Optional[str], n_nodes: int) -> str:
+                 head_address: Optional[str], n_nodes: int, head_hint: bool = True) -> str:
     shared = {k: v for k, v in cmds[0].env.items() if all(c.env.get(k) == v for c in cmds)}
     notes = list(dict.fromkeys(n for c in cmds for n in c.notes))
     roles = "; ".join(f"replica {c.replica}: {_role_text(c)}" for c in cmds)
@@ -86,7 +86,7 @@ def node_script(inp: LaunchInputs, engine: str, node: int, cmds: list[NodeComman
                series=".".join(engine_version(engine).split(".")[:2]),
                needs=sorted({n for c in cmds for n in c.needs}), head_ip=head_address,
                head_node=heads[cmds[0].replica], ifname=inter.socket_ifname if inter else None,
-               env=list(shared.items()))
+               env=list(shared.items()), head_hint=head_hint)
     head = next((c for c in cmds if c.role == "ray-head"), None)
     if head is not None:
         return render("ray-head.sh.j2", ray_start=head.before[0], serve=head.argv, cluster_gpus=head.cluster_gpus,
