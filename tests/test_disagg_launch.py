@@ -166,3 +166,17 @@ def test_mtp_plans_emit_and_the_planners_lint_accepts_the_pool_commands(cli, tmp
         words = [w.replace("${HEAD_IP}", "10.0.0.1") for w in n.command.argv]
         r = cli("lint", "-m", "deepseek-v3", "-t", "4x8xh200-ib", "--", *words)
         assert r.exit_code == 0, (n.role, r.output)
+
+
+def test_an_rdma_device_plugins_resource_is_requested_once_per_engine_pod(cli, emitted, tmp_path):
+    _, _, out = emitted
+    target = tmp_path / "rdma"
+    r = cli("emit", "--plan", str(out / "plan.json"), "-d", "1", "-o", str(target), "--rdma-resource", "rdma/ib")
+    assert r.exit_code == 0, r.output
+    lws = next(yaml.safe_load_all((target / "k8s-decode.yaml").read_text()))
+    assert schema_errors(lws) == []
+    pod = lws["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]
+    assert pod["containers"][0]["resources"]["limits"]["rdma/ib"] == 1
+    r = cli("emit", "--plan", str(out / "plan.json"), "-d", "1", "-o", str(tmp_path / "bad"), "--rdma-resource",
+            "rdma ib; rm -rf /")
+    assert r.exit_code == 2 and "expected an extended resource name" in r.stderr

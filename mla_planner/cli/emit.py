@@ -44,6 +44,10 @@ def emit_cmd(plan: Annotated[Path, Opt("--plan", "-p", help="Plan file written b
                  "router.sh, bench.sh and Kubernetes manifests (LeaderWorkerSet per pool)."))] = None,
              image: Annotated[Optional[str], Opt("--image", help="Container image for the Kubernetes manifests "
                                                  "(with --disaggregated; default: the engine release's).")] = None,
+             rdma_resource: Annotated[Optional[str], Opt("--rdma-resource", help=(
+                 "The RDMA device plugin's extended resource each engine pod requests once (e.g. rdma/ib, "
+                 "rdma/hca_shared_devices_a; with --disaggregated). Default: none, /dev/infiniband from the "
+                 "host as SGLang's own manifests do."))] = None,
              as_json: JsonOpt = False,
              ) -> None:
     """Write ready-to-run launch scripts for one plan candidate.
@@ -67,10 +71,11 @@ def emit_cmd(plan: Annotated[Path, Opt("--plan", "-p", help="Plan file written b
     loaded = read_plan(plan)
     if disaggregated is not None:
         _emit_disaggregated(loaded, disaggregated, out, model_path, image, force, as_json,
-                            candidate is not None or engine is not None or mode != "native" or head_address)
+                            candidate is not None or engine is not None or mode != "native" or head_address,
+                            rdma_resource)
         return
-    if image is not None:
-        raise PlanError("--image is for the Kubernetes manifests of --disaggregated")
+    if image is not None or rdma_resource is not None:
+        raise PlanError("--image and --rdma-resource are for the Kubernetes manifests of --disaggregated")
     candidate = engine_candidate(loaded, candidate, engine, "emit")
     try:
         done = emit(loaded, candidate, engine, Path(out), mode=mode, model_path=model_path,
@@ -98,14 +103,14 @@ def emit_cmd(plan: Annotated[Path, Opt("--plan", "-p", help="Plan file written b
 
 
 def _emit_disaggregated(loaded, index: int, out: str, model_path, image, force: bool, as_json: bool,
-                        aggregated_options) -> None:
+                        aggregated_options, rdma_resource=None) -> None:
     if aggregated_options:
         raise PlanError("--candidate, --engine, --mode and --head-address are for aggregated candidates; a "
                         "disaggregated deployment runs its pools' own engine and layouts (--disaggregated alone)")
     if image is not None and not image.strip():
         raise PlanError("--image is empty")
     try:
-        paths = emit_disaggregated(loaded, index, Path(out), model_path, image, force)
+        paths = emit_disaggregated(loaded, index, Path(out), model_path, image, force, rdma_resource)
     except FolderNotEmpty as exc:
         raise PlanError(f"--out {exc}, or pass --force to replace an earlier emit's files") from None
     if model_path is None:

@@ -73,7 +73,8 @@ def _predicted(d: DisaggCandidate) -> list[str]:
             f"prefill pool busy {p.prefill_utilization:.0%}, decode pool {p.decode_utilization:.0%}"]
 
 
-def folder_files(plan: Plan, d: DisaggCandidate, index: int, model_path: str, image: Optional[str]) -> dict:
+def folder_files(plan: Plan, d: DisaggCandidate, index: int, model_path: str, image: Optional[str],
+                 rdma_resource: Optional[str] = None) -> dict:
     nodes = deployment_nodes(plan, d, model_path)
     files = _scripts(plan, d, nodes, model_path)
     files["router.sh"] = (_router(d, nodes), True)
@@ -87,7 +88,7 @@ def folder_files(plan: Plan, d: DisaggCandidate, index: int, model_path: str, im
                                 input_len=plan.workload.input_len, output_len=plan.workload.output_len,
                                 concurrency=concurrency, replicas=1, total_concurrency=concurrency, total_rate=""),
                          True)
-    for name, objects in manifests(plan, d, nodes, model_path, image).items():
+    for name, objects in manifests(plan, d, nodes, model_path, image, rdma_resource).items():
         files[name] = (yaml.safe_dump_all(objects, sort_keys=False), False)
     inter = plan.topology.inter_node
     rows = [dict(node=n.node, script=f"{n.role}-node-{n.pool_node}.sh", gpus=n.command.gpus, pool=n.role,
@@ -117,8 +118,9 @@ def folder_files(plan: Plan, d: DisaggCandidate, index: int, model_path: str, im
 
 
 def emit_disaggregated(plan: Plan, index: int, out_dir: Path, model_path: Optional[str] = None,
-                       image: Optional[str] = None, force: bool = False) -> list[Path]:
+                       image: Optional[str] = None, force: bool = False,
+                       rdma_resource: Optional[str] = None) -> list[Path]:
     """Write the launch folder of disaggregated deployment D`index`; return the files written."""
     d = pick_disaggregated(plan, index, "emit")
     return write_folder(folder_files(plan, d, index, model_path if model_path is not None else plan.model_path,
-                                     image), Path(out_dir), force)
+                                     image, rdma_resource), Path(out_dir), force)

@@ -27,7 +27,7 @@ IMAGES = {"vllm": "vllm/vllm-openai:v0.33.0", "sglang": "lmsysorg/sglang:v0.5.23
 GPU_RESOURCE = {"nvidia": "nvidia.com/gpu", "amd": "amd.com/gpu"}
 LWS_API = "leaderworkerset.x-k8s.io/v1"
 LWS_NAME = "leaderworkerset.sigs.k8s.io/name"
-RANK_FLAGS = ("--node-rank", "--data-parallel-start-rank")
+RESOURCE_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
 
 
 def slug(text: str, limit: int = 40) -> str:
@@ -65,11 +65,13 @@ def _env(c: NodeCommand) -> list[dict]:
     return out
 
 
-def _pod(plan: Plan, c: NodeCommand, worker: bool, image: str, component: str, model_path: str) -> dict:
+def _pod(plan: Plan, c: NodeCommand, worker: bool, image: str, component: str, model_path: str,
+         rdma_resource: str | None = None) -> dict:
     vendor = plan.topology.gpu.vendor
+    limits = {GPU_RESOURCE[vendor]: c.gpus, **({rdma_resource: 1} if rdma_resource else {})}
     container = {"name": "engine", "image": image, "command": ["/bin/bash", "-c", _script(c, worker)],
                  "env": _env(c),
-                 "resources": {"limits": {GPU_RESOURCE[vendor]: c.gpus}},
+                 "resources": {"limits": limits},
                  "securityContext": {"privileged": True, "capabilities": {"add": ["IPC_LOCK"]}},
                  "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"},
                                   {"name": "infiniband", "mountPath": "/dev/infiniband"},
@@ -96,7 +98,7 @@ def _model_dir(model_path: str) -> str:
 
 
 def pool_manifests(plan: Plan, base: str, role: str, nodes: list[Node], instances: int, size: int, image: str,
-                   model_path: str) -> list[dict]:
+                   model_path: str, rdma_resource: str | None = None) -> list[dict]:
     """The pool's LeaderWorkerSet and the Service over its leaders."""
     mine = [n for n in nodes if n.role == role]
     leader = next(n.command for n in mine if n.pool_node == 0)
@@ -104,10 +106,10 @@ def pool_manifests(plan: Plan, base: str, role: str, nodes: list[Node], instance
     template = {"size": size, "restartPolicy": "RecreateGroupOnPodRestart"}
     if size > 1:
         worker = next(n.command for n in mine if n.pool_node == 1)
-        template["leaderTemplate"] = _pod(plan, leader, False, image, role, model_path)
-        template["workerTemplate"] = _pod(plan, worker, True, image, role, model_path)
+        template["leaderTemplate"] = _pod(plan, leader, False, image, role, model_path, rdma_resource)
+        template["workerTemplate"] = _pod(plan, worker, True, image, role, model_path, rdma_resource)
     else:
-        template["workerTemplate"] = _pod(plan, leader, False, image, role, model_path)
+        template["workerTemplate"] = _pod(plan, leader, False, image, role, model_path, rdma_resource)
     lws = {"apiVersion": LWS_API, "kind": "LeaderWorkerSet",
            "metadata": {"name": name, "labels": {"app.kubernetes.io/name": "mla-plan",
                                                  "app.kubernetes.io/component": role}},
@@ -143,14 +145,18 @@ def router_manifests(engine: str, base: str, nodes: list[Node], image: str) -> l
 
 
 def manifests(plan: Plan, d: DisaggCandidate, nodes: list[Node], model_path: str,
-              image: str | None = None) -> dict[str, list[dict]]:
-    """{file name: objects}: the prefill pool, the decode pool, the router."""
+              image: str | None = None, rdma_resource: str | None = None) -> dict[str, list[dict]]:
+    """{file name: objects}: the prefill pool, the decode pool, the router. `rdma_resource`: the extended resource an
+    RDMA device plugin advertises (e.g. rdma/ib, rdma/hca_shared_devices_a), requested once per engine pod."""
     if not model_path:
         raise PlanError("the plan names no model path for the pods; give --model-path")
+    if rdma_resource is not None and not RESOURCE_NAME.fullmatch(rdma_resource):
+        raise PlanError(f"--rdma-resource {rdma_resource!r}: expected an extended resource name like rdma/ib "
+                        "(a DNS subdomain, a slash, a name)")
     image = image or IMAGES[d.engine]
     base = slug(plan.spec.name)
     return {"k8s-prefill.yaml": pool_manifests(plan, base, "prefill", nodes, d.prefill.instances,
-                                               d.prefill.nodes_per_instance, image, model_path),
+                                               d.prefill.nodes_per_instance, image, model_path, rdma_resource),
             "k8s-decode.yaml": pool_manifests(plan, base, "decode", nodes, d.decode.instances,
-                                              d.decode.nodes_per_instance, image, model_path),
+                                              d.decode.nodes_per_instance, image, model_path, rdma_resource),
             "k8s-router.yaml": router_manifests(d.engine, base, nodes, image)}
