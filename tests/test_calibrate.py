@@ -9,7 +9,8 @@ from dataclasses import replace
 import pytest
 
 from mla_planner.audit.calibrate import BenchRun, predicted_tpot_s
-from mla_planner.search.planfile import pick, read_plan
+from mla_planner.search.planfile import read_plan
+from mla_planner.search.pick import pick
 from mla_planner.specs.calibration import load_calibration
 
 TRUE = {"moe_hbm_efficiency": 0.6, "graph_kernel_overhead_s": 4e-6}

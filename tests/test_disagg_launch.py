@@ -180,3 +180,37 @@ def test_an_rdma_device_plugins_resource_is_requested_once_per_engine_pod(cli, e
     r = cli("emit", "--plan", str(out / "plan.json"), "-d", "1", "-o", str(tmp_path / "bad"), "--rdma-resource",
             "rdma ib; rm -rf /")
     assert r.exit_code == 2 and "expected an extended resource name" in r.stderr
+
+
+@pytest.mark.parametrize("edit, words", [
+    (lambda d: d["pools"][0].update(nodes_per_instance=2), "not the 2 x 8 of its nodes"),
+    (lambda d: d["pools"][1]["layout"].update(pp=2), "pipeline stages are not planned"),
+    (lambda d: d["pools"][1].update(instances=9), "more than the topology's 4 nodes"),
+    (lambda d: d["pools"][1]["knobs"].update(redundant_experts=3), "do not spread evenly"),
+])
+def test_a_hand_edited_pool_is_refused_in_one_line(cli, emitted, tmp_path, edit, words):
+    _, _, out = emitted
+    data = json.loads((out / "plan.json").read_text())
+    edit(data["disaggregated"][0])
+    bad = tmp_path / "plan.json"
+    bad.write_text(json.dumps(data))
+    r = cli("emit", "--plan", str(bad), "-d", "1", "-o", str(tmp_path / "x"))
+    assert r.exit_code == 2 and r.stderr.count("\n") == 1 and words in r.stderr, r.output
+
+
+def test_a_deployment_with_some_figures_missing_still_emits(cli, emitted, tmp_path):
+    _, _, out = emitted
+    data = json.loads((out / "plan.json").read_text())
+    for name in ("queue_s", "throughput_tokens_per_s_per_gpu_low"):
+        data["disaggregated"][0]["performance"].pop(name)
+    (tmp_path / "plan.json").write_text(json.dumps(data))
+    r = cli("emit", "--plan", str(tmp_path / "plan.json"), "-d", "1", "-o", str(tmp_path / "x"))
+    assert r.exit_code == 0, r.output
+    assert "only some) figures" in (tmp_path / "x" / "README.md").read_text()
+
+
+def test_the_transfer_devices_come_from_the_topologys_hcas_without_ncclss_decorations():
+    from mla_planner.launch.disagg import transfer_devices
+    assert transfer_devices("mlx5_0,mlx5_1") == ["mlx5_0", "mlx5_1"]
+    assert transfer_devices("=mlx5_0:1,=mlx5_3:1") == ["mlx5_0", "mlx5_3"]
+    assert transfer_devices("^mlx5_8") == [] and transfer_devices(None) == []

@@ -112,3 +112,13 @@ def test_a_target_met_only_inside_the_bands_is_warned_about(plans):
     p = d["performance"]
     assert p["meets_targets"] and p["tpot_s_high"] > 0.030
     assert any("TPOT target, but its band" in w for w in d["warnings"])
+
+
+def test_the_p99_prompt_holds_a_disaggregated_deployment_to_the_ttft_target(cli):
+    """As an aggregated candidate's: the longest prompt's own prefill and transfer after the same queue."""
+    r = cli("plan", "-m", "deepseek-v3", "-t", "4x8xh200-ib", "--input-len", "p50=2048,p99=16384", "--output-len",
+            "1024", "--tpot-ms", "30", "--ttft-ms", "300", "-e", "sglang", "--json")
+    for d in json.loads(r.stdout)["disaggregated"]:
+        p = d["performance"]
+        assert p["ttft_longest_s"] > p["ttft_s"]
+        assert not p["meets_targets"] or p["ttft_longest_s"] <= 0.300

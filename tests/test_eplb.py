@@ -57,3 +57,17 @@ def test_the_engines_flags_are_emitted_and_accepted(cli, tmp_path, engine, flags
                              model_max_len=plan.spec.max_position_embeddings) == []
     r = cli("plan", "-m", "deepseek-v3", "-t", "8xh200", "--redundant-experts", "-1")
     assert r.exit_code == 2 and "--redundant-experts must be 0 or more" in r.stderr
+
+
+def test_lint_prices_the_redundant_experts_a_command_asks_for(cli):
+    """The same command fits without copies and not with 256 of them (64 experts per GPU instead of 32)."""
+    base = ["python3", "-m", "sglang.launch_server", "--model-path", "deepseek-ai/DeepSeek-V3", "--tp-size", "8",
+            "--attn-dp-size", "8", "--ep-size", "8", "--moe-a2a-backend", "deepep", "--mem-fraction-static", "0.9",
+            "--context-length", "8192"]
+    assert cli("lint", "-m", "deepseek-v3", "-t", "8xh200", "--", *base).exit_code == 0
+    r = cli("lint", "-m", "deepseek-v3", "-t", "8xh200", "--", *base, "--enable-eplb",
+            "--ep-num-redundant-experts", "256")
+    assert r.exit_code == 1 and "the weights alone" in r.stdout
+    vllm = ["vllm", "serve", "deepseek-ai/DeepSeek-V3", "-dp", "8", "--enable-expert-parallel", "--enable-eplb",
+            "--eplb-config", '{"num_redundant_experts":256}']
+    assert cli("lint", "-m", "deepseek-v3", "-t", "8xh200", "--", *vllm).exit_code == 1

@@ -21,7 +21,8 @@ FIELDS = {
              "--max-model-len": "max_len", "--quantization": "quant", "-q": "quant", "--model": "model",
              "--speculative-config": "spec", "--attention-config": "attention_config", "--all2all-backend": "a2a",
              "--gpu-memory-utilization": "fraction", "--max-num-seqs": "max_seqs",
-             "--max-num-batched-tokens": "batched", "--max-cudagraph-capture-size": "graph_max_bs"},
+             "--max-num-batched-tokens": "batched", "--max-cudagraph-capture-size": "graph_max_bs",
+             "--eplb-config": "eplb_config"},
     "sglang": {"--tp-size": "tp", "--tensor-parallel-size": "tp", "--tp": "tp", "--pp-size": "pp",
                "--pipeline-parallel-size": "pp", "--dp-size": "dp_size", "--data-parallel-size": "dp_size",
                "--dp": "dp_size", "--attn-dp-size": "dp", "--attention-data-parallel-size": "dp",
@@ -33,7 +34,8 @@ FIELDS = {
                "--model-config-parser": "config_parser", "--speculative-algorithm": "spec",
                "--mem-fraction-static": "fraction", "--max-running-requests": "max_seqs",
                "--chunked-prefill-size": "batched", "--cuda-graph-max-bs-decode": "graph_max_bs",
-               "--nnodes": "nnodes", "--node-rank": "node_rank", "--base-gpu-id": "base_gpu"},
+               "--nnodes": "nnodes", "--node-rank": "node_rank", "--base-gpu-id": "base_gpu",
+               "--ep-num-redundant-experts": "redundant"},
 }
 ALIASES = {"-ep": "--enable-expert-parallel"}
 BOOLEAN = {"--language-model-only", "--enforce-eager", "--disable-cuda-graph", "--disable-decode-cuda-graph", "--enable-expert-parallel",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from typing import Annotated, Optional
 
 import click
@@ -95,11 +97,25 @@ def _memory(cmd: Command, spec, topo) -> list[Finding]:
                  max_num_seqs=None if seqs is None else max(seqs // per_rank, 1),
                  max_num_batched_tokens=None if batched is None else max(batched // per_rank, 1),
                  cuda_graphs=not eager_flag(cmd), cuda_graph_max_bs=_number(v.get("graph_max_bs")),
+                 redundant_experts=_redundant(v) if layout.ep > 1 else 0,
                  images=cmd.engine == "vllm" and bool(spec.vision_params)     # vLLM builds the encoder unless told
                  and "--language-model-only" not in cmd.flags))
     except PlanError:       # a value the planner does not model: the engine's own checks have judged it
         return []
     return [Finding(*f) for f in memory_findings(spec, topo, layout, knobs, fraction is not None)]
+
+
+def _redundant(values: dict) -> int:
+    """EPLB's redundant experts the command asks for: SGLang's --ep-num-redundant-experts, vLLM's --eplb-config
+    num_redundant_experts (JSON); 0 when absent or not a count (the engine's parser reports that)."""
+    if "redundant" in values:
+        return max(_number(values["redundant"]) or 0, 0)
+    try:
+        config = json.loads(values.get("eplb_config") or "{}")
+    except ValueError:
+        return 0
+    count = config.get("num_redundant_experts", 0) if isinstance(config, dict) else 0
+    return count if isinstance(count, int) and not isinstance(count, bool) and count > 0 else 0
 
 
 def _number(text: Optional[str], kind=int):

@@ -45,6 +45,16 @@ def pools_mismatch(engine: str, prefill: Knobs, decode: Knobs) -> str:
     return ""
 
 
+def pool_shape_problem(layout: Layout, nodes_per_instance: int, gpus_per_node: int) -> str:
+    """Why a pool's instance shape cannot be launched as planned ('' when it can): `pool_layout_problem`, and an
+    instance that does not fill its whole nodes (each pool node runs one node's share of one instance)."""
+    problem = pool_layout_problem(layout)
+    if not problem and layout.instance_gpus != nodes_per_instance * gpus_per_node:
+        problem = (f"{layout.label} runs on {layout.instance_gpus} GPUs, not the {nodes_per_instance} x "
+                   f"{gpus_per_node} of its nodes")
+    return problem
+
+
 def pool_layout_problem(layout: Layout) -> str:
     """Why a layout is not offered as a pool instance ('' when it is)."""
     if layout.pp > 1:

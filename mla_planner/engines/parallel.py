@@ -35,6 +35,20 @@ NO_FALLBACK = ("; DP attention with ep=1 (the MoE tensor-parallel over the stage
                "reduce-scattered) runs without it")
 
 
+def redundant_experts_problem(spec, layout: Layout, redundant: int) -> str:
+    """Why EPLB's `redundant` extra experts per MoE layer cannot run on `layout` ('' when they can): they need
+    expert parallelism (SGLang asserts ep_size > 1 with EPLB, vLLM needs --enable-expert-parallel: config/parallel.py),
+    and the physical experts (the checkpoint's and the copies) are placed evenly over the EP ranks."""
+    if not redundant:
+        return ""
+    if layout.ep <= 1:
+        return f"{redundant} redundant experts need expert parallelism; {layout.label} has none"
+    if (spec.n_routed_experts + redundant) % layout.ep:
+        return (f"{spec.n_routed_experts} experts + {redundant} redundant do not spread evenly over EP {layout.ep} "
+                "(the engines place the same number of physical experts on every EP rank)")
+    return ""
+
+
 def deepep_problem(engine: str, layout: Layout, topo) -> str:
     """Why DeepEP cannot run this layout's all-to-all on this hardware ('' when it can). DeepEP's normal
     kernels need NVLink inside a node (deepseek-ai/DeepEP#216: PCIe L20 cannot use it),

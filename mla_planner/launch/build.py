@@ -15,7 +15,8 @@ from mla_planner.launch.claims import check_gpu_counts
 from mla_planner.launch.command import LaunchInputs, NodeCommand
 from mla_planner.launch.placement import place
 from mla_planner.launch.shell import one_line
-from mla_planner.search.planfile import Candidate, Plan, pick
+from mla_planner.search.planfile import Candidate, Plan
+from mla_planner.search.pick import pick
 from mla_planner.specs.knobs import ENGINES
 from mla_planner.specs.layout import query_heads_per_rank
 

@@ -46,10 +46,20 @@ def pool_inputs(plan: Plan, pool: Pool, model_path: str | None = None) -> Launch
                         model_path if model_path is not None else plan.model_path)
 
 
+def transfer_devices(ib_hca: str | None) -> list[str]:
+    """The HCAs the KV transfer may use, from the topology's NCCL_IB_HCA string: its device names without NCCL's
+    `=` (exact match) and `:port` decorations; none (the transfer engines pick their own) where it excludes devices
+    (`^...`), a form neither Mooncake's --disaggregation-ib-device nor UCX_NET_DEVICES has."""
+    if not ib_hca or ib_hca.startswith("^"):
+        return []
+    return [name.lstrip("=").split(":")[0] for name in ib_hca.split(",") if name.strip("=")]
+
+
 def role_flags(engine: str, role: str, inp: LaunchInputs) -> tuple[list[str], dict]:
     """(flags, env) a pool's engine command gains for its role."""
     inter = inp.topology.inter_node
-    hcas = inter.ib_hca if inter else None
+    devices = transfer_devices(inter.ib_hca if inter else None)
+    hcas = ",".join(devices) or None
     if engine == "sglang":
         deepep = a2a.sglang_backend(inp.layout) is not None
         return flag_words([("--disaggregation-mode", role),
@@ -61,8 +71,8 @@ def role_flags(engine: str, role: str, inp: LaunchInputs) -> tuple[list[str], di
     config = {"kv_connector": VLLM_CONNECTOR, "kv_role": "kv_producer" if role == "prefill" else "kv_consumer"}
     env = {"VLLM_NIXL_SIDE_CHANNEL_HOST": ShellRef("VLLM_HOST_IP"),
            "VLLM_NIXL_SIDE_CHANNEL_PORT": str(VLLM_NIXL_SIDE_CHANNEL_PORT)}
-    if hcas:
-        env["UCX_NET_DEVICES"] = ",".join(f"{h.lstrip('=').split(':')[0]}:1" for h in hcas.split(","))
+    if devices:
+        env["UCX_NET_DEVICES"] = ",".join(f"{name}:1" for name in devices)
     return flag_words([("--kv-transfer-config", json.dumps(config, separators=(",", ":")))]), env
 
 

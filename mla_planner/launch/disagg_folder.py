@@ -58,8 +58,12 @@ def _router(d: DisaggCandidate, nodes: list[Node]) -> str:
 
 def _predicted(d: DisaggCandidate) -> list[str]:
     p = d.performance
-    if p is None or p.requests_per_s is None:
-        return ["The plan file gives no figures for this deployment (built by hand)."]
+    needed = ("requests_per_s", "throughput_tokens_per_s", "throughput_tokens_per_s_per_gpu", "gpus",
+              "throughput_tokens_per_s_per_gpu_low", "throughput_tokens_per_s_per_gpu_high", "tpot_s",
+              "decode_batch_per_dp_rank", "ttft_s", "queue_s", "prefill_s", "transfer_s", "first_step_s",
+              "decode_kv_capacity_tokens", "transfer_bytes_per_request", "prefill_utilization", "decode_utilization")
+    if p is None or any(getattr(p, name) is None for name in needed):
+        return ["The plan file gives no (or only some) figures for this deployment: a plan built or edited by hand."]
     return [f"{p.requests_per_s:,.2f} requests/s, {p.throughput_tokens_per_s:,.0f} output tokens/s in all "
             f"({p.throughput_tokens_per_s_per_gpu:,.0f} per GPU over {p.gpus} GPUs; the model's errors on published "
             f"runs allow {p.throughput_tokens_per_s_per_gpu_low:,.0f}-{p.throughput_tokens_per_s_per_gpu_high:,.0f})",
@@ -112,7 +116,7 @@ def folder_files(plan: Plan, d: DisaggCandidate, index: int, model_path: str, im
         predicted=_predicted(d), order=order, gpus_per_node=plan.topology.gpus_per_node,
         image=image or IMAGES[d.engine], router_package=ROUTERS[d.engine], bench_tool=BENCH_TOOLS[d.engine],
         input_len=plan.workload.input_len, output_len=plan.workload.output_len, concurrency=concurrency,
-        warnings=[]), False)
+        warnings=d.warnings), False)
     files["plan.json"] = (dumps(plan_to_dict(plan), indent=1) + "\n", False)
     return files
 

@@ -16,7 +16,8 @@ from mla_planner.launch.build import build, launch_inputs
 from mla_planner.launch.command import NodeCommand
 from mla_planner.launch.folder import bench_argv, folder_files
 from mla_planner.launch.outdir import write_folder
-from mla_planner.search.planfile import Plan, pick_for_engine, plan_to_dict
+from mla_planner.search.planfile import Plan, plan_to_dict
+from mla_planner.search.pick import pick_for_engine
 
 
 @dataclass(frozen=True)

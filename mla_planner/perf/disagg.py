@@ -54,11 +54,7 @@ class PrefillRate:
     lone_s: float                  # one prompt alone: its latency when the instance is idle
     kv_fits: bool                  # whether a DP rank's pool holds the packed prompts' KV until it is sent
     kv_capacity_tokens: int = 0    # a DP rank's KV pool, as the engine logs it
-
-    @property
-    def service_s(self) -> float:
-        """The instance's time per request at full load (1 / requests per second)."""
-        return self.prompt_tokens / self.tokens_per_s
+    lone_longest_s: float = 0.0    # the longest (p99) prompt alone: the one held to the TTFT target
 
 
 @dataclass(frozen=True)
@@ -67,8 +63,8 @@ class Transfer:
     bytes_per_request: float       # what the decode instance receives, every copy it keeps counted
     bytes_per_gpu: float           # what one receiving GPU gets
     seconds: float                 # at its share of the NICs, kv_transfer_efficiency of line rate
-    exposed_s: float               # the part TTFT waits for (layer-wise or chunk-wise sends hide the rest)
-    instance_bytes_per_s: float    # what the decode instance's receiving GPUs take in at once
+    exposed_s: float               # the part TTFT waits for (chunk-wise sends hide the rest; prompts finishing
+                                   # in one forward queue on the NICs)
 
 
 @dataclass(frozen=True)
@@ -97,6 +93,7 @@ class PoolSplit:
     binding: str                   # "decode", "prefill" (its TTFT or its rate), or "offered" (the request rate)
     overload: float                # offered / served where the rate is beyond both pools; 0 otherwise
     meets_targets: bool
+    ttft_longest_s: float          # the longest (p99) prompt's TTFT, held to the target
 
     @property
     def throughput_tokens_per_s_per_gpu(self) -> float:
@@ -127,33 +124,35 @@ def prefill_rate(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, 
     mem = memory_evaluate(spec, topo, layout, knobs)
     fits = mem.fits and mem.requests_fit(tokens_per_request(Workload(input_len=tokens, output_len=1),
                                                             knobs.block_size)) >= k
+    longest = prefill_tokens(workload, knobs, workload.input_len_max or workload.input_len)
+    lone_longest = prefill(spec, topo, layout, knobs, longest, calib).ttft_s if longest > tokens else lone.ttft_s
     return PrefillRate(tokens, k, forward, layout.dp * k * tokens / forward, lone.ttft_s, fits,
-                       mem.kv_capacity_tokens if mem.fits else 0)
+                       mem.kv_capacity_tokens if mem.fits else 0, lone_longest)
 
 
 def transfer(spec: ModelSpec, topo: Topology, prefill_layout: Layout, decode_layout: Layout, kv_dtype: str,
-             prompt_tokens: int, calib: Calibration, per_chunk: bool, chunk_tokens: int) -> Transfer:
+             prompt_tokens: int, calib: Calibration, per_chunk: bool, chunk_tokens: int, packed: int = 1) -> Transfer:
     """The whole prompt's KV (prefix hits included: the decode instance holds all of it) as the decode instance
     holds it: each of its attention-TP ranks keeps its rank share of every KV group (the MLA latent whole on every
     TP rank, attention_of(spec).kv_groups), and with DCP 1/dcp of the tokens; a request lands on one DP rank. Each
-    receiving GPU takes its bytes in over its share of the node's NICs (nics_per_node / gpus_per_node of them), and
-    the prefill side sends them from the GPUs that hold the request (its attention-TP ranks: each keeps the whole
-    latent), all at kv_transfer_efficiency of line rate; the busier side sets the time. `per_chunk`: each prefill
-    chunk's KV leaves once its forward is done (SGLang), so TTFT waits only for the last chunk's (`chunk_tokens`)
-    share; else for the whole transfer (vLLM's NIXL reads after the prefill)."""
+    receiving GPU takes its bytes in over its share of the node's NICs (Topology.nic_gbit_per_s_per_gpu), and the
+    prefill side sends them from the GPUs that hold the request (its attention-TP ranks: each keeps the whole
+    latent), all at kv_transfer_efficiency of line rate; the busier side sets the time. TTFT waits for: with
+    `per_chunk` (SGLang: each chunk's KV leaves once its forward is done) and a prompt longer than the chunk, the last
+    chunk's share; else the prompt's, behind the others of its forward (`packed` prompts finish together and queue on
+    the NICs: (packed + 1) / 2 prompts' time on average; vLLM's NIXL reads after the prefill)."""
     kind = attention_of(spec)
     per_gpu_token = kind.gpu_bytes_per_token(spec, decode_layout, kv_dtype, range(spec.num_hidden_layers))
     per_gpu = per_gpu_token * prompt_tokens / decode_layout.dcp
-    receivers = decode_layout.tp
-    senders = prefill_layout.tp
-    inter = topo.inter_node
-    nic_bytes_per_s = (inter.nic_gbit_per_s * 1e9 / 8) * min(1.0, inter.nics_per_node / topo.gpus_per_node) \
-        if inter else 0.0
-    rate = nic_bytes_per_s * calib.kv_transfer_efficiency
+    receivers, senders = decode_layout.tp, prefill_layout.tp
+    rate = topo.nic_gbit_per_s_per_gpu * 1e9 / 8 * calib.kv_transfer_efficiency if topo.inter_node else 0.0
     busiest = per_gpu * max(1.0, receivers / senders)     # the most one GPU of either side moves
     seconds = busiest / rate if rate else float("inf")
-    last = min(1.0, chunk_tokens / max(prompt_tokens, 1)) if per_chunk else 1.0
-    return Transfer(per_gpu * receivers, per_gpu, seconds, seconds * last, rate * receivers)
+    if per_chunk and prompt_tokens > chunk_tokens:
+        exposed = seconds * chunk_tokens / prompt_tokens
+    else:
+        exposed = seconds * (max(packed, 1) + 1) / 2
+    return Transfer(per_gpu * receivers, per_gpu, seconds, exposed)
 
 
 def decode_rate(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, workload: Workload,
@@ -178,17 +177,21 @@ def decode_rate(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, w
 
 
 def split(workload: Workload, p: PrefillRate, p_layout: Layout, n_p: int, t: Transfer, d: DecodeRate,
-          d_layout: Layout, n_d: int) -> PoolSplit:
+          d_layout: Layout, n_d: int, t_longest: Transfer | None = None) -> PoolSplit:
     """n_p prefill and n_d decode instances serving `workload`: the rate is the offered one, else the most the
-    decode pool completes and the prefill pool takes within the TTFT target; TTFT and the pools' utilisation at that
-    rate. Each prefill DP rank is its own server (requests spread evenly over the n_p x dp ranks), a prompt occupying
-    it for s = forward_s / prompts_per_forward (a lone prompt's time where one prompt fills a forward): an M/D/1 queue
-    per rank, W = rho s / (2 (1 - rho)), at most RHO_MAX busy. A closed loop's concurrency beyond what the decode
-    pool holds (its batch on every DP rank) queues, as for an aggregated candidate, and misses the TTFT target."""
+    decode pool completes and the prefill pool takes within the TTFT target (held by the longest, p99, prompt with
+    its transfer `t_longest`); TTFT and the pools' utilisation at that rate. Each prefill DP rank is its own server
+    (requests spread evenly over the n_p x dp ranks), a prompt occupying it for s = forward_s / prompts_per_forward (a
+    lone prompt's time where one prompt fills a forward): an M/D/1 queue per rank, W = rho s / (2 (1 - rho)), at most
+    RHO_MAX busy. A closed loop of `workload.concurrency` requests runs at the rate Little's law gives with the model's
+    own times (concurrency / (TTFT + (output_len - 1) x TPOT)); what the decode pool cannot hold (its batch on every
+    DP rank) queues, as for an aggregated candidate, and misses the TTFT target."""
     ranks = n_p * p_layout.dp
     s = p.forward_s / p.prompts_per_forward
+    t_longest = t_longest or t
     fixed = p.lone_s + t.exposed_s + d.step.step_s
-    budget = workload.ttft_ms / 1e3 - fixed
+    fixed_longest = max(p.lone_longest_s, p.lone_s) + t_longest.exposed_s + d.step.step_s
+    budget = workload.ttft_ms / 1e3 - fixed_longest
     rho_ttft = min(RHO_MAX, 2 * budget / (s + 2 * budget)) if budget > 0 else 0.0
     prefill_max = ranks * rho_ttft / s
     decode_max = n_d * d.requests_per_s
@@ -201,17 +204,26 @@ def split(workload: Workload, p: PrefillRate, p_layout: Layout, n_p: int, t: Tra
             overload = offered / most if most else float("inf")
         else:
             most, binding = offered, "offered"
+
+    def wait(rate: float) -> float:
+        rho = rate * s / ranks
+        return rho * s / (2 * (1 - rho)) if rho < 1 else float("inf")
     held = n_d * d_layout.dp * d.batch_per_dp_rank
-    if workload.concurrency and held < workload.concurrency:
-        overload = max(overload, workload.concurrency / held if held else float("inf"))
+    if workload.concurrency:
+        if held < workload.concurrency:
+            overload = max(overload, workload.concurrency / held if held else float("inf"))
+        for _ in range(8):   # Little's law: the rate falls as the queue it causes grows, to the fixed point
+            closed = workload.concurrency / (fixed + wait(most) + (workload.output_len - 1) * d.step.tpot_s)
+            if closed >= most * (1 - 1e-9):
+                break
+            most, binding = closed, "concurrency"
     rho = most * s / ranks
-    queue = rho * s / (2 * (1 - rho)) if rho < 1 else float("inf")
-    ttft = queue + fixed
+    queue = wait(most)
     gpus = n_p * p_layout.instance_gpus + n_d * d_layout.instance_gpus
     meets = (p.kv_fits and d.batch_per_dp_rank > 0 and most > 0 and not overload
-             and ttft <= workload.ttft_ms / 1e3 + 1e-12)
-    return PoolSplit(n_p, n_d, most, rho, most / decode_max if decode_max else 0.0, queue, ttft, d.step.tpot_s,
-                     most * workload.output_len, gpus, binding, overload, meets)
+             and queue + fixed_longest <= workload.ttft_ms / 1e3 + 1e-12)
+    return PoolSplit(n_p, n_d, most, rho, most / decode_max if decode_max else 0.0, queue, queue + fixed,
+                     d.step.tpot_s, most * workload.output_len, gpus, binding, overload, meets, queue + fixed_longest)
 
 
 def prefill_knobs(knobs: Knobs, budget: int, workload: Workload) -> Knobs:

@@ -143,6 +143,7 @@ class DisaggPerformance:
     ttft_s: Figure = None
     ttft_s_low: Figure = None
     ttft_s_high: Figure = None
+    ttft_longest_s: Figure = None             # the longest (p99) prompt's TTFT, held to the target
     queue_s: Figure = None                    # TTFT's parts: the wait for a prefill instance,
     prefill_s: Figure = None                  # the prompt's prefill,
     transfer_s: Figure = None                 # the KV transfer TTFT waits for,

@@ -28,6 +28,7 @@ def record(x: Disaggregated, workload: Workload) -> DisaggCandidate:
         gpus=s.gpus, requests_per_s=s.requests_per_s,
         throughput_tokens_per_s=s.throughput_tokens_per_s,
         throughput_tokens_per_s_per_gpu=s.throughput_tokens_per_s_per_gpu, tpot_s=s.tpot_s, ttft_s=s.ttft_s,
+        ttft_longest_s=s.ttft_longest_s,
         queue_s=s.queue_s, prefill_s=p.lone_s, transfer_s=t.exposed_s, first_step_s=d.step.step_s,
         transfer_bytes_per_request=t.bytes_per_request, prefill_tokens_per_s_per_instance=p.tokens_per_s,
         prefill_utilization=s.prefill_utilization, decode_utilization=s.decode_utilization,
@@ -75,7 +76,9 @@ def reasons(x: Disaggregated, workload: Workload) -> list[str]:
            f"requests/s; the prefill pool is busy {s.prefill_utilization:.0%}, the decode pool "
            f"{s.decode_utilization:.0%}; " + _binding(x, workload),
            f"TTFT {s.ttft_s * 1e3:,.0f} ms = queue {s.queue_s * 1e3:,.0f} + prefill {p.lone_s * 1e3:,.0f} + transfer "
-           f"{t.exposed_s * 1e3:,.1f} + first decode step {d.step.step_s * 1e3:,.1f} ms"]
+           f"{t.exposed_s * 1e3:,.1f} + first decode step {d.step.step_s * 1e3:,.1f} ms"
+           + (f"; the p99 prompt's {s.ttft_longest_s * 1e3:,.0f} ms, held to the target"
+              if s.ttft_longest_s > s.ttft_s + 1e-9 else "")]
     return out
 
 
@@ -136,11 +139,15 @@ def choose(best_aggregated, stall_share: float, best_disaggregated: DisaggCandid
             why += (f"; aggregated, D1's decode layout (#{rank} {cand.layout.label}) serves "
                     f"{getattr(cand.performance, key):,.0f}: with DP attention every prompt chunk on one rank stalls "
                     "the ranks its MoE all-to-all couples")
-    else:
+    elif d.binding in ("decode", "prefill"):
+        other, busy = ("prefill", d.prefill_utilization) if d.binding == "decode" else ("decode", d.decode_utilization)
         why += (f": with {best_disaggregated.prefill.gpus + best_disaggregated.decode.gpus} GPUs split "
-                f"{best_disaggregated.ratio}, D1's {d.binding} pool sets its rate while the other is busy only "
-                f"{min(d.prefill_utilization, d.decode_utilization):.0%}: the split cannot balance the pools at this "
-                "size (more nodes, longer prompts or a tighter TPOT favour disaggregation)")
+                f"{best_disaggregated.ratio}, D1's {d.binding} pool sets its rate while its {other} pool is busy "
+                f"{busy:.0%}" + (": the split cannot balance the pools at this size (more nodes, longer prompts or "
+                                 "a tighter TPOT favour disaggregation)" if busy < 0.8 else
+                                 ": both pools are busy, and aggregated serving still does more per GPU here"))
+    else:
+        why += f": D1 serves what is offered ({d.binding}), aggregated serving does so on fewer GPUs' worth"
     if crossover and rank_by != "total":
         why += "; " + _crossover_words(*crossover)
     if tie:

@@ -192,14 +192,15 @@ def _splits(spec, topo, workload, calib, engine, kv, p, d) -> list[Disaggregated
     """Every n_p x n_d of these two instance shapes that fits the cluster's nodes."""
     (sp, lay_p, knobs_p, rate_p), (sd, lay_d, knobs_d, rate_d) = p, d
     sub_d = pool_topology(topo, sd)
-    t = transfer(spec, topo, lay_p, lay_d, knobs_d.kv_cache_dtype, workload.input_len, calib,
-                 SENDS_PER_CHUNK[engine], knobs_p.max_num_batched_tokens)
+    t, t_longest = (transfer(spec, topo, lay_p, lay_d, knobs_d.kv_cache_dtype, tokens, calib, SENDS_PER_CHUNK[engine],
+                             knobs_p.max_num_batched_tokens, rate_p.prompts_per_forward)
+                    for tokens in (workload.input_len, workload.input_len_max or workload.input_len))
     out = []
     for n_p in range(1, (topo.nodes - sd) // sp + 1):
         for n_d in range(1, (topo.nodes - n_p * sp) // sd + 1):
             cap = closed_loop_cap(workload, lay_d, n_d)
             dr = decode_rate(spec, sub_d, lay_d, knobs_d, workload, calib, cap) if cap else rate_d
-            s = split(workload, rate_p, lay_p, n_p, t, dr, lay_d, n_d)
+            s = split(workload, rate_p, lay_p, n_p, t, dr, lay_d, n_d, t_longest)
             decode_knobs = replace(knobs_d, max_num_seqs=max(dr.batch_per_dp_rank, 1))   # the batch planned
             out.append(Disaggregated(engine, kv, Pool("prefill", lay_p, knobs_p, n_p, sp),
                                      Pool("decode", lay_d, decode_knobs, n_d, sd), rate_p, t, dr, s))

@@ -18,12 +18,13 @@ from typing import Annotated, Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt
 
 from mla_planner import __version__
-from mla_planner.core.errors import InputError, PlanError
+from mla_planner.core.errors import InputError
 from mla_planner.core.files import read_mapping
 from mla_planner.core.validation import validate
 from mla_planner.core.jsonout import SCHEMA_VERSION, versioned
 from mla_planner.engines.backends import engine_version
-from mla_planner.engines.parallel import dense_per_rank_applies
+from mla_planner.engines.disagg import pool_shape_problem
+from mla_planner.engines.parallel import dense_per_rank_applies, redundant_experts_problem
 from mla_planner.memory.pp_split import split_problem
 from mla_planner.search.candidate import (CandidateMemory, DisaggCandidate, DisaggPerformance, Performance, Pool,
                                          Rejection, written)
@@ -221,12 +222,13 @@ def read_plan(path: str | Path) -> Plan:
     versions = {k: v for k, v in versions.items() if isinstance(v, str)} if isinstance(versions, dict) else {}
     return Plan(raw.model.spec, raw.model.model_path, raw.topology, Workload(**raw.workload.model_dump()), cands,
                 [Rejection.from_file(r) for r in raw.rejected], versions,
-                [_disaggregated(d, raw.model.spec, where, i) for i, d in enumerate(raw.disaggregated)],
+                [_disaggregated(d, raw.model.spec, raw.topology, where, i) for i, d in enumerate(raw.disaggregated)],
                 data.get("deployment") if isinstance(data.get("deployment"), dict) else None)
 
 
-def _disaggregated(raw: _DisaggIn, spec: ModelSpec, where: str, i: int) -> DisaggCandidate:
-    """A disaggregated deployment read back: a prefill pool then a decode pool, of one engine and KV dtype."""
+def _disaggregated(raw: _DisaggIn, spec: ModelSpec, topo: Topology, where: str, i: int) -> DisaggCandidate:
+    """A disaggregated deployment read back: a prefill pool then a decode pool, of one engine and KV dtype, each
+    instance a layout over its whole nodes, both pools within the cluster's nodes."""
     pools = [Pool(p.role, Layout(**p.layout.model_dump()), _knobs(p.knobs, spec, p.layout, where, i,
                                                                    f"disaggregated.{i}.pools.{j}"),
                   p.instances, p.nodes_per_instance) for j, p in enumerate(raw.pools)]
@@ -235,6 +237,11 @@ def _disaggregated(raw: _DisaggIn, spec: ModelSpec, where: str, i: int) -> Disag
     if len({(p.knobs.engine, p.knobs.kv_cache_dtype) for p in pools}) > 1:
         raise InputError(where, "both pools must run one engine with one KV dtype (the cache moves between them "
                          "as the engine lays it out)", f"disaggregated.{i}.pools")
+    for j, p in enumerate(pools):
+        if problem := pool_shape_problem(p.layout, p.nodes_per_instance, topo.gpus_per_node):
+            raise InputError(where, problem, f"disaggregated.{i}.pools.{j}")
+    if sum(p.instances * p.nodes_per_instance for p in pools) > topo.nodes:
+        raise InputError(where, f"the pools take more than the topology's {topo.nodes} nodes", f"disaggregated.{i}")
     return DisaggCandidate(pools[0], pools[1], _given(raw.performance), raw.reasons, raw.warnings)
 
 
@@ -254,47 +261,10 @@ def _knobs(raw: _KnobsIn, spec: ModelSpec, layout: _LayoutIn, where: str, i: int
         raise InputError(where, problem, f"{at or f'candidates.{i}'}.knobs.pp_layer_partition")
     if knobs.images and (problem := images_problem(spec)):
         raise InputError(where, problem, f"{at or f'candidates.{i}'}.knobs.images")
+    if problem := redundant_experts_problem(spec, lay, knobs.redundant_experts):
+        raise InputError(where, problem, f"{at or f'candidates.{i}'}.knobs.redundant_experts")
     if knobs.dense_per_rank and not dense_per_rank_applies(lay, knobs.engine):
         raise InputError(where, "true only for SGLang under DP attention at tp=1 (--moe-dense-tp-size 1 "
                          f"--enable-dp-lm-head), not {knobs.engine} on {lay.label}",
                          f"{at or f'candidates.{i}'}.knobs.dense_per_rank")
     return knobs
-
-
-def pick(plan: Plan, candidate: int, where: str) -> Candidate:
-    """1-based candidate index, as the plan table numbers them."""
-    if not plan.candidates:
-        first = plan.rejected[0].reason if plan.rejected else "nothing fits"
-        raise PlanError(f"{where}: the plan has no candidates (every layout was rejected; the first: {first}); "
-                        "see its 'rejected' list")
-    if not 1 <= candidate <= len(plan.candidates):
-        raise PlanError(f"{where}: --candidate {candidate} is out of range 1..{len(plan.candidates)}")
-    return plan.candidates[candidate - 1]
-
-
-def engine_candidate(plan: Plan, candidate: Optional[int], engine: Optional[str], where: str) -> int:
-    """The 1-based candidate to use: `candidate` when given, else the best planned for `engine`, else 1."""
-    if engine is not None and engine not in ENGINES:
-        raise PlanError(f"{where}: engine '{engine}' is not one of {', '.join(ENGINES)}")
-    if candidate is not None or engine is None:
-        return 1 if candidate is None else candidate
-    for i, c in enumerate(plan.candidates):
-        if c.knobs.engine == engine:
-            return i + 1
-    raise PlanError(f"{where}: this plan has no {engine} candidate; re-run `mla-plan plan --engine {engine}`")
-
-
-def pick_for_engine(plan: Plan, candidate: int, engine: Optional[str], where: str) -> Candidate:
-    """`pick`, refusing a candidate planned for another engine (its knobs mean other things there).
-    `engine=None`: the candidate's own engine."""
-    if engine is not None and engine not in ENGINES:
-        raise PlanError(f"{where}: engine '{engine}' is not one of {', '.join(ENGINES)}")
-    cand = pick(plan, candidate, where)
-    planned = cand.knobs.engine
-    if engine is None or engine == planned:
-        return cand
-    others = [f"#{i + 1}" for i, c in enumerate(plan.candidates) if c.knobs.engine == engine]
-    choose = (f"choose a {engine} candidate ({', '.join(others)} in this plan) or " if others
-              else f"this plan has no {engine} candidate; ")
-    raise PlanError(f"{where}: candidate {candidate} was planned for {planned} (its backend, block size and memory "
-                    f"fraction are {planned}'s); {choose}re-run `mla-plan plan --engine {engine}`")

@@ -17,7 +17,7 @@ from mla_planner.engines.multimodal import images_reason
 from mla_planner.engines.profile import profile
 from mla_planner.specs.attention.kinds import attention_of
 from mla_planner.engines.backends import fp8_checkpoint
-from mla_planner.engines.parallel import uses_deepep, dense_per_rank_applies
+from mla_planner.engines.parallel import dense_per_rank_applies, redundant_experts_problem, uses_deepep
 from mla_planner.engines.compressed_kv import is_compressed
 from mla_planner.engines.compressed_pool import INDEXER_REASON, indexer_choice
 from mla_planner.memory.accounting import evaluate as memory_evaluate, safe_memory_fraction
@@ -94,9 +94,8 @@ def _draft_knobs(spec: ModelSpec, topo: Topology, layout: Layout, engine: str, k
     if pinned.mtp and spec.drafter is None:
         raise Rejected(f"{spec.name} has no MTP layer to draft tokens with{spec.no_mtp_head_why}")
     redundant = pinned.redundant_experts if layout.ep > 1 else 0
-    if redundant and (spec.n_routed_experts + redundant) % layout.ep:
-        raise Rejected(f"{spec.n_routed_experts} experts + {redundant} redundant do not spread evenly over EP "
-                       f"{layout.ep} (the engines place the same number of physical experts on every EP rank)")
+    if redundant_experts_problem(spec, layout, redundant):
+        raise Rejected(redundant_experts_problem(spec, layout, redundant))
     knobs = Knobs(engine=engine, block_size=block, kv_cache_dtype=kv_dtype, memory_fraction=0.9,
                   max_num_seqs=cap, max_num_batched_tokens=chunk_candidates(engine, layout)[0],
                   max_model_len=min(max_len, spec.max_position_embeddings),
