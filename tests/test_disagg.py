@@ -171,3 +171,19 @@ def test_any_trays_of_an_nvl72_rack_form_one_nvlink_instance():
         sub = pool_topology(topo, trays)
         assert sub.domain_gpus == trays * topo.gpus_per_node == sub.total_gpus
     assert pool_topology(topo, 36).domain_gpus == 72        # two racks: NVLink inside each
+
+
+def test_a_closed_loop_runs_at_the_rate_littles_law_gives(h200):
+    """C requests in flight, each spending TTFT + (output - 1) x TPOT in the system: C / that per second."""
+    p, t, d = _pools(h200)
+    held = 2 * d.batch_per_dp_rank
+    s = split(replace(WORK, concurrency=held // 2), p, Layout(tp=8), 1, t, d, Layout(tp=8), 2)
+    assert s.binding == "concurrency" and s.meets_targets
+    assert s.requests_per_s == pytest.approx((held // 2) / (s.ttft_s + 1023 * s.tpot_s), rel=1e-6)
+
+
+def test_prompts_finishing_in_one_forward_queue_on_the_nics(h200):
+    spec, topo, calib, _ = h200
+    one = transfer(spec, topo, Layout(tp=8), Layout(tp=8), "fp8", 4096, calib, False, 16384)
+    four = transfer(spec, topo, Layout(tp=8), Layout(tp=8), "fp8", 4096, calib, False, 16384, packed=4)
+    assert four.seconds == one.seconds and four.exposed_s == pytest.approx(2.5 * one.seconds)

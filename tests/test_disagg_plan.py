@@ -57,6 +57,8 @@ def test_two_nodes_favour_aggregated_serving_and_four_disaggregated(plans):
     best_a = four["candidates"][0]["performance"]["throughput_tokens_per_s_per_gpu"]
     assert two["deployment"]["winner"] == "aggregated"
     assert "cannot balance" in two["deployment"]["why"]
+    busy = two["disaggregated"][0]["performance"]["prefill_utilization"]
+    assert f"its prefill pool is busy {busy:.0%}" in two["deployment"]["why"]     # the idle pool, named
     assert four["deployment"]["winner"] == "disaggregated"
     assert "no prefill chunk" in four["deployment"]["why"]
     # the issue's own numbers: aggregated, DP attention + EP16 serves a few tens of tokens/s per GPU
