@@ -212,11 +212,16 @@ def split(workload: Workload, p: PrefillRate, p_layout: Layout, n_p: int, t: Tra
     if workload.concurrency:
         if held < workload.concurrency:
             overload = max(overload, workload.concurrency / held if held else float("inf"))
-        for _ in range(8):   # Little's law: the rate falls as the queue it causes grows, to the fixed point
-            closed = workload.concurrency / (fixed + wait(most) + (workload.output_len - 1) * d.step.tpot_s)
-            if closed >= most * (1 - 1e-9):
-                break
-            most, binding = closed, "concurrency"
+        rest = fixed + (workload.output_len - 1) * d.step.tpot_s
+
+        def in_flight(rate: float) -> float:     # Little's law at `rate`, its own queue included: grows with it
+            return rate * (rest + wait(rate))
+        if in_flight(most) > workload.concurrency:
+            low, high = 0.0, most
+            for _ in range(100):                 # bisection to the rate that keeps `concurrency` in flight
+                mid = (low + high) / 2
+                low, high = (mid, high) if in_flight(mid) <= workload.concurrency else (low, mid)
+            most, binding = low, "concurrency"
     rho = most * s / ranks
     queue = wait(most)
     gpus = n_p * p_layout.instance_gpus + n_d * d_layout.instance_gpus
