@@ -214,3 +214,10 @@ def test_the_transfer_devices_come_from_the_topologys_hcas_without_ncclss_decora
     assert transfer_devices("mlx5_0,mlx5_1") == ["mlx5_0", "mlx5_1"]
     assert transfer_devices("=mlx5_0:1,=mlx5_3:1") == ["mlx5_0", "mlx5_3"]
     assert transfer_devices("^mlx5_8") == [] and transfer_devices(None) == []
+
+
+def test_the_pods_refuse_a_model_path_relative_to_this_machine(cli, emitted, tmp_path):
+    _, _, out = emitted
+    r = cli("emit", "--plan", str(out / "plan.json"), "-d", "1", "-o", str(tmp_path / "x"), "--model-path",
+            "./DeepSeek-V3")
+    assert r.exit_code == 2 and "relative to this machine" in r.stderr

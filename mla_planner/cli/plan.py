@@ -120,8 +120,8 @@ def plan_cmd(
     workload = workload_from(input_len, output_len, concurrency, request_rate, ttft_ms, tpot_ms, prefix_hit_rate,
                              mtp_acceptance)
     check_draft_tokens(mtp_draft_tokens, mtp)
-    if redundant_experts < 0:
-        raise PlanError(f"--redundant-experts must be 0 or more, got {redundant_experts}")
+    if not 0 <= redundant_experts <= 4096:
+        raise PlanError(f"--redundant-experts must be 0 to 4,096 per MoE layer, got {redundant_experts}")
     pinned = Overrides(block_size=block_size, cuda_graphs=not enforce_eager, mtp=mtp, mtp_draft_tokens=mtp_draft_tokens,
                        images=images, redundant_experts=redundant_experts)
     plan, result, notes, hint = run_plan(model, topology, workload, engine, kv_cache_dtype, layout, calibration,

@@ -83,9 +83,11 @@ def folder_files(plan: Plan, d: DisaggCandidate, index: int, model_path: str, im
     files = _scripts(plan, d, nodes, model_path)
     files["router.sh"] = (_router(d, nodes), True)
     inp = pool_inputs(plan, d.decode, model_path)
-    concurrency = d.decode.knobs.max_num_seqs * d.decode.layout.dp * d.decode.instances
+    held = d.decode.knobs.max_num_seqs * d.decode.layout.dp * d.decode.instances   # what the decode pool holds
+    concurrency = min(held, plan.workload.concurrency) if plan.workload.concurrency else held
     module = vllm if d.engine == "vllm" else sglang
-    files["bench.sh"] = (render("bench.sh.j2", argv=module.bench_argv(inp, concurrency, None),
+    argv = module.bench_argv(inp, concurrency, plan.workload.request_rate_per_s)
+    files["bench.sh"] = (render("bench.sh.j2", argv=argv,
                                 bench_where="any host that reaches the router", num_prompts=4 * concurrency,
                                 title=f"{d.label} behind its router", version=__version__,
                                 engine_label=engine_label(d.engine), port=ROUTER_PORT,

@@ -150,6 +150,9 @@ def manifests(plan: Plan, d: DisaggCandidate, nodes: list[Node], model_path: str
     RDMA device plugin advertises (e.g. rdma/ib, rdma/hca_shared_devices_a), requested once per engine pod."""
     if not model_path:
         raise PlanError("the plan names no model path for the pods; give --model-path")
+    if model_path.startswith((".", "~")):
+        raise PlanError(f"model path {model_path!r} is relative to this machine; the pods need a hub id or an absolute "
+                        "path on their hosts: give --model-path")
     if rdma_resource is not None and not RESOURCE_NAME.fullmatch(rdma_resource):
         raise PlanError(f"--rdma-resource {rdma_resource!r}: expected an extended resource name like rdma/ib "
                         "(a DNS subdomain, a slash, a name)")

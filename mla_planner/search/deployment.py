@@ -14,6 +14,7 @@ from mla_planner.core.errors import PlanError
 from mla_planner.core.units import GiB
 from mla_planner.search.candidate import DisaggCandidate, DisaggPerformance
 from mla_planner.search.disagg import CROSSOVER_NODES, Disaggregated
+from mla_planner.search.ranking import band_warnings
 from mla_planner.specs.knobs import Workload
 
 LIMITS = {"tpot": "the TPOT target", "kv": "its KV pool", "max_num_seqs": "max-num-seqs",
@@ -36,23 +37,10 @@ def record(x: Disaggregated, workload: Workload) -> DisaggCandidate:
         decode_kv_capacity_tokens=d.kv_capacity_tokens, prefill_kv_capacity_tokens=p.kv_capacity_tokens,
         binding=s.binding, meets_targets=s.meets_targets,
         **x.bands)
-    return DisaggCandidate(x.prefill, x.decode, figures, reasons(x, workload), band_warnings(figures, workload))
-
-
-def band_warnings(p: DisaggPerformance, workload: Workload) -> list[str]:
-    """As for an aggregated candidate (search/ranking.py): a target met only inside the band is said."""
-    out = []
-    if not p.meets_targets:
-        return out
-    if workload.tpot_applies and p.tpot_s_high > workload.tpot_ms / 1e3:
-        out.append(f"predicted to meet the {workload.tpot_ms:g} ms TPOT target, but its band ({p.tpot_s_low * 1e3:,.1f}-"
-                   f"{p.tpot_s_high * 1e3:,.1f} ms) reaches past it: the decode step measured up to "
-                   f"{p.tpot_s_high / p.tpot_s - 1:.0%} slower than the model on published runs (mla-plan validate)")
-    if p.ttft_s_high > workload.ttft_ms / 1e3:
-        out.append(f"predicted to meet the {workload.ttft_ms:g} ms TTFT target, but its band reaches past it: "
-                   f"published mean TTFTs were up to {p.ttft_s_high / max(p.ttft_s, 1e-9):.0f}x the model's, so it may "
-                   f"measure up to {p.ttft_s_high * 1e3:,.0f} ms (mla-plan validate)")
-    return out
+    warnings = band_warnings(workload, s.tpot_s, figures.tpot_s_low, figures.tpot_s_high, s.ttft_longest_s,
+                             figures.ttft_s_high * s.ttft_longest_s / s.ttft_s if s.ttft_s else 0.0) \
+        if s.meets_targets else []
+    return DisaggCandidate(x.prefill, x.decode, figures, reasons(x, workload), warnings)
 
 
 def reasons(x: Disaggregated, workload: Workload) -> list[str]:

@@ -23,25 +23,34 @@ def throughput_key(rank_by: str) -> str:
 
 
 def with_bands(option, topo: Topology, workload: Workload):
-    """The option with its bands, and the warning when its TPOT target holds only inside the band."""
+    """The option with its bands, and the warning when a target holds only inside the band."""
     m = option.tuned.metrics
     bands = performance_bands(m, topo)
     warnings = list(option.warnings)
-    target = workload.tpot_ms / 1e3
-    if m.meets_targets and workload.tpot_applies and bands["tpot_s_high"] > target:
-        firm = workload.tpot_ms * m.tpot_s / bands["tpot_s_high"]
-        where = "lies above it" if bands["tpot_s_low"] > target else "reaches past it"
-        warnings.append(f"predicted to meet the {workload.tpot_ms:g} ms TPOT target, but its band "
-                        f"({bands['tpot_s_low'] * 1e3:,.1f}-{bands['tpot_s_high'] * 1e3:,.1f} ms) {where}: the engines "
-                        "measured up to "
-                        f"{bands['tpot_s_high'] / m.tpot_s - 1:.0%} slower than the model on published runs like it "
-                        f"(mla-plan validate); to have {workload.tpot_ms:g} ms measured, plan with --tpot-ms {firm:.0f}")
-    if m.meets_targets and bands["ttft_longest_s_high"] > workload.ttft_ms / 1e3:
-        warnings.append(f"predicted to meet the {workload.ttft_ms:g} ms TTFT target, but its band reaches past it: "
-                        f"published mean TTFTs were up to {bands['ttft_longest_s_high'] / max(m.ttft_longest_s, 1e-9):.0f}x "
-                        f"the model's (it leaves out the server's tokenizing, scheduling and streaming), so it may "
-                        f"measure up to {bands['ttft_longest_s_high'] * 1e3:,.0f} ms (mla-plan validate)")
+    if m.meets_targets:
+        warnings += band_warnings(workload, m.tpot_s, bands["tpot_s_low"], bands["tpot_s_high"], m.ttft_longest_s,
+                                  bands["ttft_longest_s_high"])
     return replace(option, bands=bands, warnings=warnings)
+
+
+def band_warnings(workload: Workload, tpot_s: float, tpot_low: float, tpot_high: float, ttft_s: float,
+                  ttft_high: float) -> list[str]:
+    """What a prediction meeting the targets says where its band (perf/bands.py) reaches past one of them: an
+    aggregated candidate's, or a disaggregated deployment's (search/deployment.py)."""
+    out, target = [], workload.tpot_ms / 1e3
+    if workload.tpot_applies and tpot_high > target:
+        firm = workload.tpot_ms * tpot_s / tpot_high
+        where = "lies above it" if tpot_low > target else "reaches past it"
+        out.append(f"predicted to meet the {workload.tpot_ms:g} ms TPOT target, but its band "
+                   f"({tpot_low * 1e3:,.1f}-{tpot_high * 1e3:,.1f} ms) {where}: the engines measured up to "
+                   f"{tpot_high / tpot_s - 1:.0%} slower than the model on published runs like it "
+                   f"(mla-plan validate); to have {workload.tpot_ms:g} ms measured, plan with --tpot-ms {firm:.0f}")
+    if ttft_high > workload.ttft_ms / 1e3:
+        out.append(f"predicted to meet the {workload.ttft_ms:g} ms TTFT target, but its band reaches past it: "
+                   f"published mean TTFTs were up to {ttft_high / max(ttft_s, 1e-9):.0f}x the model's (it leaves out "
+                   f"the server's tokenizing, scheduling and streaming), so it may measure up to {ttft_high * 1e3:,.0f} "
+                   "ms (mla-plan validate)")
+    return out
 
 
 def rank(options: list, rank_by: str, topo: Topology, workload: Workload) -> list:
