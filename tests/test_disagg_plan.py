@@ -124,3 +124,13 @@ def test_the_p99_prompt_holds_a_disaggregated_deployment_to_the_ttft_target(cli)
         p = d["performance"]
         assert p["ttft_longest_s"] > p["ttft_s"]
         assert not p["meets_targets"] or p["ttft_longest_s"] <= 0.300
+
+
+def test_a_multi_node_plan_without_a_disaggregated_deployment_says_why(cli):
+    data = json.loads(cli("plan", "--json").stdout)             # DeepSeek-V3 on 2 x 8 H100: weights fill a node
+    assert data["disaggregated"] == []
+    assert any(n.startswith("no disaggregated deployment:") and "of one node's GPU memory" in n for n in data["notes"])
+    data = json.loads(cli("plan", "-m", "deepseek-v2-lite", "-t", "2x8xl40s-eth", "--json").stdout)
+    assert any("not joined by RDMA" in n for n in data["notes"])
+    one = json.loads(cli("plan", "-m", "deepseek-v2-lite", "-t", "8xh200", "--json").stdout)
+    assert not any("disaggregated" in n for n in one["notes"])     # one node: nothing to say

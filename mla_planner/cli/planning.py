@@ -10,7 +10,7 @@ from typing import Optional
 from mla_planner.cli.common import check_context, check_images, check_mtp
 from mla_planner.cli.plannable import check_plannable
 from mla_planner.core.errors import PlanError
-from mla_planner.search.disagg import crossover_nodes, search_disaggregated
+from mla_planner.search.disagg import crossover_nodes, none_found_why, search_disaggregated
 from mla_planner.search.mtp import MtpHint, mtp_hint
 from mla_planner.search.plan import to_plan
 from mla_planner.search.planfile import Plan
@@ -61,6 +61,8 @@ def run_plan(model: str, topology: str, workload: Workload, engine: Optional[str
                                      engines, kv, pinned)
                      if found and best is not None and best.meets_targets and rank_by == "per-gpu" else None)
         result = replace(result, disaggregated=found, crossover_nodes=crossover)
+        if not found and topo.nodes > 1:
+            notes += (f"no disaggregated deployment: {none_found_why(loaded.spec, topo)}",)
     hint = mtp_hint(loaded.spec, topo, result.options, workload, calib, pinned)
     notes += (hint.text,) if hint else ()
     return to_plan(loaded.spec, loaded.model_path, topo, workload, result, rank_by=rank_by), result, notes, hint

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
+from math import ceil
 
 from mla_planner.engines.disagg import SENDS_PER_CHUNK, pool_layout_problem, pools_mismatch
 from mla_planner.engines.layouts import launch_problem
@@ -25,13 +26,14 @@ from mla_planner.perf.disagg import (DecodeRate, PoolSplit, PrefillRate, Transfe
                                      prefill_knobs, prefill_rate, split, transfer)
 from mla_planner.search.attention_backend import Rejected
 from mla_planner.search.candidate import Pool
-from mla_planner.search.layouts import candidate_layouts
+from mla_planner.search.layouts import candidate_layouts, min_instance_gpus
 from mla_planner.search.run import kv_dtypes_for
 from mla_planner.search.tuning import Overrides, chunk_candidates, dense_variants, draft_knobs, largest_safe_chunk
 from mla_planner.specs.calibration import Calibration
 from mla_planner.specs.knobs import ENGINES, Workload
 from mla_planner.specs.layout import Layout, rdma_between_nodes
 from mla_planner.specs.model import ModelSpec
+from mla_planner.specs.sizing import weight_bytes_breakdown
 from mla_planner.specs.topology import Topology
 
 KEEP = 5              # disaggregated deployments a plan lists
@@ -81,6 +83,20 @@ def disaggregation_problem(topo: Topology) -> str:
         return ("the nodes are not joined by RDMA (InfiniBand or RoCE): the engines' KV transfer (Mooncake, NIXL) "
                 "sends the prompt's cache over RDMA")
     return ""
+
+
+def none_found_why(spec: ModelSpec, topo: Topology) -> str:
+    """Why a cluster of several nodes lists no disaggregated deployment, in one line."""
+    problem = disaggregation_problem(topo)
+    if problem:
+        return problem
+    nodes = ceil(min_instance_gpus(spec, topo) / topo.gpus_per_node)
+    if 2 * nodes > topo.nodes:
+        return (f"an instance needs at least {nodes} of these nodes for the weights alone, so a prefill and a decode "
+                f"pool need {2 * nodes}; the cluster has {topo.nodes}")
+    share = weight_bytes_breakdown(spec)["total"] / (topo.gpus_per_node * topo.gpu.memory_bytes)
+    return (f"no prefill and decode pool shapes of whole nodes both fit and hand the cache over on {topo.nodes} "
+            f"nodes (the weights alone take {share:.0%} of one node's GPU memory)")
 
 
 def _pool_layouts(spec: ModelSpec, sub: Topology, engine: str) -> list[Layout]:
