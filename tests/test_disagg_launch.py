@@ -187,6 +187,8 @@ def test_an_rdma_device_plugins_resource_is_requested_once_per_engine_pod(cli, e
     (lambda d: d["pools"][1]["layout"].update(pp=2), "pipeline stages are not planned"),
     (lambda d: d["pools"][1].update(instances=9), "more than the topology's 4 nodes"),
     (lambda d: d["pools"][1]["knobs"].update(redundant_experts=3), "do not spread evenly"),
+    (lambda d: d["pools"][1]["knobs"].update(kv_cache_dtype="fp8" if d["pools"][0]["knobs"]["kv_cache_dtype"] ==
+                                             "bf16" else "bf16"), "the same KV cache dtype on both pools"),
 ])
 def test_a_hand_edited_pool_is_refused_in_one_line(cli, emitted, tmp_path, edit, words):
     _, _, out = emitted

@@ -135,13 +135,18 @@ def _metrics(run: dict):
     return evaluate(spec, topo, layout, knobs, workload, load_calibration(None, topo))
 
 
+def _wide_ep_cluster(run: dict) -> Topology:
+    """The published large-scale runs' cluster: `nodes` nodes of 8 `gpu`, one 400 Gb/s InfiniBand NIC per GPU."""
+    return Topology(name=f"{run['nodes']}x8", nodes=run["nodes"], gpus_per_node=8, gpu=run["gpu"],
+                    inter_node={"fabric": "infiniband", "nics_per_node": 8, "nic_gbit_per_s": 400})
+
+
 def _wide_ep_tokens_per_node(run: dict) -> float:
     """Output tokens/s per 8-GPU node of a DP-attention + EP decode over every GPU of the cluster, the dense parts
     on each rank's own tokens as the published recipes run them (SGLang --moe-dense-tp-size 1
     --enable-dp-lm-head, sgl-project/sglang#6017), at the published batch per GPU and context."""
     spec = load_model(run["model"]).spec
-    topo = Topology(name=f"{run['nodes']}x8", nodes=run["nodes"], gpus_per_node=8, gpu=run["gpu"],
-                    inter_node={"fabric": "infiniband", "nics_per_node": 8, "nic_gbit_per_s": 400})
+    topo = _wide_ep_cluster(run)
     gpus = run["nodes"] * 8
     knobs = replace(engine_default_knobs("sglang", spec, topo), dense_per_rank=True)
     step = decode_step(spec, topo, Layout(tp=1, dp=gpus, ep=gpus), knobs, run["batch"], run["context"],
@@ -154,8 +159,7 @@ def _wide_ep_prefill_tokens_per_node(run: dict) -> float:
     dense parts per rank, `tokens_per_device` prompt tokens packed into each rank's forward (perf.disagg.prefill_rate),
     as the published prefill profiles ran it."""
     spec = load_model(run["model"]).spec
-    topo = Topology(name=f"{run['nodes']}x8", nodes=run["nodes"], gpus_per_node=8, gpu=run["gpu"],
-                    inter_node={"fabric": "infiniband", "nics_per_node": 8, "nic_gbit_per_s": 400})
+    topo = _wide_ep_cluster(run)
     gpus = run["nodes"] * 8
     knobs = replace(engine_default_knobs("sglang", spec, topo), dense_per_rank=True,
                     max_num_batched_tokens=run["tokens_per_device"], kv_cache_dtype="bf16")

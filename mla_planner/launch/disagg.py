@@ -19,9 +19,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, replace
 
-from mla_planner.core.errors import PlanError
 from mla_planner.engines.disagg import (ROUTER_PORT, SGLANG_BOOTSTRAP_PORT, SGLANG_TRANSFER_BACKEND, VLLM_CONNECTOR,
-                                        VLLM_NIXL_SIDE_CHANNEL_PORT, pools_mismatch)
+                                        VLLM_NIXL_SIDE_CHANNEL_PORT)
 from mla_planner.launch import a2a
 from mla_planner.launch.build import build
 from mla_planner.launch.command import LaunchInputs, NodeCommand, ShellRef, flag_words
@@ -89,16 +88,8 @@ def _pool_nodes(plan: Plan, pool: Pool, engine: str, offset: int, model_path: st
 
 
 def deployment_nodes(plan: Plan, d: DisaggCandidate, model_path: str | None = None) -> list[Node]:
-    """Every node's command: the prefill pool's nodes, then the decode pool's."""
-    problem = pools_mismatch(d.engine, d.prefill.knobs, d.decode.knobs)
-    if problem:
-        raise PlanError(f"disaggregated deployment {d.label}: {problem}; plan again")
-    if d.prefill.knobs.engine != d.decode.knobs.engine:
-        raise PlanError(f"disaggregated deployment {d.label}: both pools must run one engine")
-    used = d.prefill.instances * d.prefill.nodes_per_instance + d.decode.instances * d.decode.nodes_per_instance
-    if used > plan.topology.nodes:
-        raise PlanError(f"disaggregated deployment {d.label} needs {used} nodes; {plan.topology.name} has "
-                        f"{plan.topology.nodes}")
+    """Every node's command: the prefill pool's nodes, then the decode pool's (the pools as the search made them, or
+    as search/planfile.py checked them on reading a plan file)."""
     prefill = _pool_nodes(plan, d.prefill, d.engine, 0, model_path)
     first_decode = d.prefill.instances * d.prefill.nodes_per_instance
     return prefill + _pool_nodes(plan, d.decode, d.engine, first_decode, model_path)

@@ -60,7 +60,7 @@ def reasons(x: Disaggregated, workload: Workload) -> list[str]:
            f"of the {dec.layout.tp} receiving GPUs) in {t.seconds * 1e3:.1f} ms; TTFT waits for "
            f"{t.exposed_s * 1e3:.1f} ms of it"
            + (" (sent chunk by chunk as the prefill runs)" if t.exposed_s < t.seconds else ""),
-           f"split {x.ratio} (prefill:decode instances, {pre.gpus}:{dec.gpus} GPUs): {s.requests_per_s:,.2f} "
+           f"split {pre.instances}:{dec.instances} (prefill:decode instances, {pre.gpus}:{dec.gpus} GPUs): {s.requests_per_s:,.2f} "
            f"requests/s; the prefill pool is busy {s.prefill_utilization:.0%}, the decode pool "
            f"{s.decode_utilization:.0%}; " + _binding(x, workload),
            f"TTFT {s.ttft_s * 1e3:,.0f} ms = queue {s.queue_s * 1e3:,.0f} + prefill {p.lone_s * 1e3:,.0f} + transfer "

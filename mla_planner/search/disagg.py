@@ -53,11 +53,6 @@ class Disaggregated:
     split: PoolSplit
     bands: dict = field(default_factory=dict)
 
-    @property
-    def ratio(self) -> str:
-        """Prefill : decode instances, and GPUs."""
-        return f"{self.prefill.instances}:{self.decode.instances}"
-
     def key(self, rank_by: str = "per-gpu") -> tuple:
         """Those meeting the targets first, then output tokens/s per GPU (or in all), then the labels."""
         s = self.split

@@ -23,7 +23,7 @@ from mla_planner.core.files import read_mapping
 from mla_planner.core.validation import validate
 from mla_planner.core.jsonout import SCHEMA_VERSION, versioned
 from mla_planner.engines.backends import engine_version
-from mla_planner.engines.disagg import pool_shape_problem
+from mla_planner.engines.disagg import pool_shape_problem, pools_mismatch
 from mla_planner.engines.parallel import dense_per_rank_applies, redundant_experts_problem
 from mla_planner.memory.pp_split import split_problem
 from mla_planner.search.candidate import (CandidateMemory, DisaggCandidate, DisaggPerformance, Performance, Pool,
@@ -234,9 +234,11 @@ def _disaggregated(raw: _DisaggIn, spec: ModelSpec, topo: Topology, where: str, 
                   p.instances, p.nodes_per_instance) for j, p in enumerate(raw.pools)]
     if [p.role for p in pools] != ["prefill", "decode"]:
         raise InputError(where, "expected a prefill pool then a decode pool", f"disaggregated.{i}.pools")
-    if len({(p.knobs.engine, p.knobs.kv_cache_dtype) for p in pools}) > 1:
-        raise InputError(where, "both pools must run one engine with one KV dtype (the cache moves between them "
-                         "as the engine lays it out)", f"disaggregated.{i}.pools")
+    if pools[0].knobs.engine != pools[1].knobs.engine:
+        raise InputError(where, "both pools must run one engine (the cache moves between them as the engine lays it "
+                         "out)", f"disaggregated.{i}.pools")
+    if problem := pools_mismatch(pools[0].knobs.engine, pools[0].knobs, pools[1].knobs):
+        raise InputError(where, problem, f"disaggregated.{i}.pools")
     for j, p in enumerate(pools):
         if problem := pool_shape_problem(p.layout, p.nodes_per_instance, topo.gpus_per_node):
             raise InputError(where, problem, f"disaggregated.{i}.pools.{j}")
