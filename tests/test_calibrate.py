@@ -126,3 +126,29 @@ def test_a_run_is_priced_as_the_server_runs_it(cli, tmp_path, model, topology, e
                        plan.workload.output_len, 0.0)
         predicted = predicted_tpot_s(plan, cand, run, load_calibration(None, plan.topology))
         assert predicted == pytest.approx(cand.performance.tpot_s, rel=0.02), (number, cand.layout.label)
+
+
+def test_calibrate_fits_the_host_time_of_an_eager_candidate(cli, tmp_path):
+    """Without CUDA graphs the per-step cost is the host's time per layer (eager_layer_host_s), which calibrate fits
+    in place of the graph launch gap: a host half as slow as the default's is recovered from two concurrencies."""
+    path = tmp_path / "eager.json"
+    path.write_text(cli("plan", "-m", "deepseek-v2-lite", "-t", "8xh100", "-e", "vllm", "--enforce-eager",
+                        "--tpot-ms", "150", "--json").stdout)
+    plan = read_plan(path)
+    cand = pick(plan, 1, "test")
+    assert not cand.knobs.cuda_graphs
+    true = replace(load_calibration(None, plan.topology), eager_layer_host_s=1.2e-3)
+    files = []
+    for c in (4, 32):
+        run = BenchRun("x", "vllm", plan.model_path, plan.topology.gpu.name, c, 2048, 512, 0.0)
+        record = {"max_concurrency": c, "completed": 4 * c, "total_input_tokens": 4 * c * 2048,
+                  "total_output_tokens": 4 * c * 512, "mean_tpot_ms": predicted_tpot_s(plan, cand, run, true) * 1e3,
+                  "endpoint_type": "openai", "backend": "openai", "model_id": plan.model_path,
+                  "mla_plan_gpu": plan.topology.gpu.name}
+        (tmp_path / f"bench-c{c}.json").write_text(json.dumps(record))
+        files.append(str(tmp_path / f"bench-c{c}.json"))
+    r = cli("calibrate", "--plan", str(path), *files, "-o", str(tmp_path / "cal.yaml"), "--json")
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.stdout)
+    assert "graph_kernel_overhead_s" not in data["factors"]
+    assert data["factors"]["eager_layer_host_s"] == pytest.approx(1.2e-3, rel=0.05)

@@ -40,7 +40,7 @@ def test_precedence_defaults_topology_file(tmp_path):
 
 def test_calibration_file_round_trip_and_gpu_mismatch_note(tmp_path):
     path = tmp_path / "cal.yaml"
-    text = dump_calibration({"kernels_per_layer": 40, "eager_kernel_launch_s": 1.2e-5}, gpu="H200-SXM-141G",
+    text = dump_calibration({"kernels_per_layer": 40, "eager_layer_host_s": 1.2e-3}, gpu="H200-SXM-141G",
                             measurements={"attention_core": {"predicted_s": 1e-4, "measured_s": 1.1e-4}})
     assert yaml.safe_load(text)["format"] == "mla-plan-calibration/1"
     path.write_text(text)
@@ -50,7 +50,7 @@ def test_calibration_file_round_trip_and_gpu_mismatch_note(tmp_path):
     assert cal.kernels_per_layer == load_calibration(None, _topo()).kernels_per_layer
     path.write_text(text.replace("H200-SXM-141G", _topo().gpu.name))
     same = load_calibration(path, _topo())
-    assert same.kernels_per_layer == 40 and same.eager_kernel_launch_s == 1.2e-5 and not same.notes
+    assert same.kernels_per_layer == 40 and same.eager_layer_host_s == 1.2e-3 and not same.notes
 
 
 @pytest.mark.parametrize("body, expect", [

@@ -63,8 +63,8 @@ def test_pinned_block_size_and_eager_are_worked_around_and_warned():
     from mla_planner.search.tuning import Overrides
     spec, topo, calib = setup("deepseek-v3", "8xh200")
     pinned = Overrides(block_size=16, cuda_graphs=False)
-    result = search(spec, topo, Workload(), calib, engines=("vllm",), kv_dtype="fp8",
-                    layouts=[parse_layout("tp=8")], pinned=pinned)
+    result = search(spec, topo, Workload(tpot_ms=400), calib, engines=("vllm",), kv_dtype="fp8",   # eager: ~154 ms
+                    layouts=[parse_layout("tp=8")], pinned=pinned)                         # a token on the host
     option = result.options[0]
     assert option.tuned.knobs.block_size == 16
     assert option.tuned.knobs.attention_backend == "TRITON_MLA"     # FLASHMLA (fp8's first choice) needs 64

@@ -10,8 +10,8 @@ run is priced as the server runs it: bench.sh's in-flight requests spread over t
 max_num_seqs on each.
 
 Two factors explain how mean TPOT moves with the batch and are fitted: a per-step fixed cost (the kernel launch
-gap under CUDA graphs, `graph_kernel_overhead_s`, or `eager_kernel_launch_s` without them: it stands in for the
-engine's host overhead, which costs the same per step) and the routed experts' weight streaming
+gap under CUDA graphs, `graph_kernel_overhead_s`, which stands in for the engine's host overhead, the same per step;
+or without them the host time each layer costs, `eager_layer_host_s`) and the routed experts' weight streaming
 (`moe_hbm_efficiency`, whose cost grows with the experts a batch touches). Each is searched in log space within
 its bounds, by the Nelder-Mead simplex on the mean squared log error of the predicted TPOT; the fitted error is
 reported with the factors.
@@ -32,7 +32,7 @@ from mla_planner.specs.calibration import Calibration
 from mla_planner.specs.knobs import Workload
 
 BOUNDS = {"moe_hbm_efficiency": (0.1, 1.0), "graph_kernel_overhead_s": (0.2e-6, 200e-6),
-          "eager_kernel_launch_s": (1e-6, 500e-6)}
+          "eager_layer_host_s": (1e-5, 2e-2)}
 STEP = 0.3              # the starting simplex: each factor 35 % above its current value (log space)
 TOLERANCE = 1e-5        # stop when the simplex is this small (log space: 0.001 % of each factor)
 MAX_ITERATIONS = 300
@@ -186,14 +186,8 @@ def _nelder_mead(f, start: list[float], lows: list[float], highs: list[float]) -
 
 def fit(plan: Plan, cand: Candidate, runs: list[BenchRun], calib: Calibration) -> Fit:
     notes = check_runs(runs, plan, cand)
-    names = (("graph_kernel_overhead_s",) if cand.knobs.cuda_graphs else ()) + \
+    names = ("graph_kernel_overhead_s" if cand.knobs.cuda_graphs else "eager_layer_host_s",) + \
         (("moe_hbm_efficiency",) if plan.spec.is_moe else ())
-    if not names:
-        raise PlanError("calibrate: an eager (--enforce-eager) dense model has no factor the step model fits here; "
-                        "its step is the CPU's kernel launches (verify measures them)")
-    if not cand.knobs.cuda_graphs:
-        notes.append("an eager candidate: its per-step cost is the CPU's kernel launches, not fitted; only the MoE "
-                     "weight streaming is")
     start = [log(min(max(getattr(calib, n), BOUNDS[n][0]), BOUNDS[n][1])) for n in names]
     best = _nelder_mead(lambda x: _loss(plan, cand, runs, replace(calib, **{n: exp(v) for n, v in zip(names, x)})),
                         start, [log(BOUNDS[n][0]) for n in names], [log(BOUNDS[n][1]) for n in names])

@@ -3,8 +3,8 @@
 sgl-project/sglang#3283 and #2794, ai-dynamo/dynamo#2109 (flag hygiene): flags people add to an already
 block-FP8 DeepSeek checkpoint or "to be safe" that cost a crash or most of the speed. Each finding says why,
 with its source, and what to do instead:
-  eager mode            vLLM --enforce-eager, SGLang --disable-cuda-graph: every decode kernel pays a CPU
-                        launch (priced by the step model: one request's time per token with and without graphs)
+  eager mode            vLLM --enforce-eager, SGLang --disable-cuda-graph: the host dispatches every layer of every
+                        step (priced by the step model: one request's time per token with and without graphs)
   re-quantizing         --quantization on a checkpoint whose config.json already says how it is quantized
                         (sgl-project/sglang#3283: --quantization fp8 on DeepSeek-V3 segfaults; SGLang's AWQ
                         path: an explicit `awq` forces the slow kernels over awq_marlin, awq/awq.py)

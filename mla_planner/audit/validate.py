@@ -37,14 +37,15 @@ from mla_planner.specs.layout import Layout, parse_layout
 from mla_planner.specs.topology import Topology, load_topology
 
 BANDED = ("kv_capacity", "decode_tpot", "ttft")     # the categories the plan's bands come from (perf/bands.py)
-CATEGORIES = ("kv_capacity", "collective", "decode_tpot", "ttft", "decode_throughput", "prefill_throughput")
+CATEGORIES = ("kv_capacity", "collective", "decode_tpot", "eager_tpot", "ttft", "decode_throughput", "prefill_throughput")
 
 
 class Point(BaseModel):
     """One published measurement (data/validation.yaml)."""
     model_config = ConfigDict(extra="forbid")
     id: str
-    category: Literal["kv_capacity", "collective", "decode_tpot", "ttft", "decode_throughput", "prefill_throughput"]
+    category: Literal["kv_capacity", "collective", "decode_tpot", "eager_tpot", "ttft", "decode_throughput",
+                      "prefill_throughput"]
     role: str                 # "held_out" or "fit: <efficiency factor>"
     regime: str
     source: str
@@ -113,8 +114,8 @@ def _collective(run: dict) -> float:
 
 def _mean_tpot(run: dict) -> float:
     """Mean TPOT in ms at `concurrency` requests in flight, as `compare -l LAYOUT --max-num-seqs N` prices it: the
-    engine's defaults, bf16 KV unless told, its default memory fraction (lowered to the safe one where it would run
-    out), targets loose enough not to bind."""
+    engine's defaults (and the run's `cuda_graphs: false` where it ran without them), bf16 KV unless told, its default
+    memory fraction (lowered to the safe one where it would run out), targets loose enough not to bind."""
     return _metrics(run).tpot_s * 1e3
 
 
@@ -130,7 +131,7 @@ def _metrics(run: dict):
     workload = Workload(input_len=run["input_len"], output_len=run["output_len"], tpot_ms=1000.0)
     base = engine_default_knobs(run["engine"], spec, topo, layout.dp, uses_deepep(layout),
                                 kv_cache_dtype=run.get("kv_cache_dtype", "bf16"), max_num_seqs=run["concurrency"],
-                                max_model_len=workload.max_context_len)
+                                max_model_len=workload.max_context_len, cuda_graphs=run.get("cuda_graphs", True))
     knobs, _ = fraction_knobs(spec, topo, layout, base, None)
     return evaluate(spec, topo, layout, knobs, workload, load_calibration(None, topo))
 

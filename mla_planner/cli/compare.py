@@ -125,7 +125,7 @@ def compare_cmd(layouts: Annotated[Optional[list[str]], Opt(
                 kv_cache_dtype: Annotated[str, Opt("--kv-cache-dtype", help="auto (= bf16; a sparse-attention model: the engine's default on the GPU), bf16, fp8 "
                                                             "or fp8_ds_mla.")] = "auto",
                 enforce_eager: Annotated[bool, Opt("--enforce-eager", help="No CUDA graphs "
-                                                            "(each kernel launched from the CPU).")] = False,
+                                                            "(the host dispatches every layer of every step).")] = False,
                 mtp: Annotated[bool, Opt("--mtp", help="Serve with the model's MTP layer drafting a "
                                                   "token per step (speculative decoding; SGLang then defaults "
                                                   "to 48 running requests).")] = False,

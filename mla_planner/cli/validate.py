@@ -17,7 +17,8 @@ BANDS_HEADER = ("# How far the planner's predictions fall from published measure
                 "Written by\n# `mla-plan validate --bands` (tests/test_validate.py holds this file equal to its output); "
                 "read by perf/bands.py.\n")
 TITLES = {"kv_capacity": "KV capacity (tokens the engine logs)", "collective": "Collectives (nccl-tests / rccl-tests)",
-          "decode_tpot": "Decode TPOT (mean ms per output token)", "ttft": "Time to first token (mean ms)",
+          "decode_tpot": "Decode TPOT (mean ms per output token)",
+          "eager_tpot": "Decode without CUDA graphs (ms per output token)", "ttft": "Time to first token (mean ms)",
           "decode_throughput": "Wide-EP decode throughput (tokens/s per node)",
           "prefill_throughput": "Disaggregated prefill throughput (prompt tokens/s per node)"}
 
@@ -98,5 +99,7 @@ def validate_cmd(category: Annotated[Optional[str], Opt(
 
 
 def _coverage_line(coverage: dict) -> str:
+    if not coverage:
+        return "Bands: no held-out point of a banded category was run."
     return ("Bands (plan's low-high, data/bands.yaml), each held-out point against the band of the others "
             "(leave-one-out): " + "; ".join(f"{c} {k}/{n} ({k / n:.0%})" for c, (k, n) in coverage.items()))

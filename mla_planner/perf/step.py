@@ -11,8 +11,8 @@ Per layer on one GPU (named terms that sum to the layer's time):
   launch: kernels_per_layer x graph_kernel_overhead_s (CUDA-graph replay)
 Per stage: its layers + embedding (first) + lm_head and logits gather (last) + the pipeline hand-off; with MTP (or
 DSpark) the last stage also runs the drafter (mtp_draft), every decoding sequence carrying 1 + k query tokens.
-Without CUDA graphs (--enforce-eager) the CPU launches kernels_per_layer x eager_kernel_launch_s per layer;
-the GPU cannot run ahead of it, so the stage takes max(GPU time, CPU launch time).
+Without CUDA graphs (--enforce-eager) the host spends eager_layer_host_s on each layer dispatching it; the GPU
+cannot run ahead of the host, so the stage takes max(GPU time, host time).
 
 Pipeline (vLLM V1 and SGLang keep up to pp micro-batches in flight): the B sequences of a DP rank are split
 into m = min(B, pp) micro-batches. Each sequence runs one step per round; a round takes
@@ -188,8 +188,8 @@ def stage_time(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, ba
     gpu_s = sum(terms.values())
     overhead = launch
     if not knobs.cuda_graphs:
-        cpu_s = (n + (draft_runs(spec, knobs) if last and knobs.mtp else 0)) * calib.kernels_per_layer \
-            * calib.eager_kernel_launch_s       # mtp_draft: one drafter layer per drafted token
+        cpu_s = (n + (draft_runs(spec, knobs) if last and knobs.mtp else 0)) \
+            * calib.eager_layer_host_s          # mtp_draft: one drafter layer per drafted token
         terms["eager_overhead"] = max(0.0, cpu_s - gpu_s)
         overhead += terms["eager_overhead"]
     return StageTime(stage, n, dense, n - dense, terms, comp, net, mem, overhead, sum(terms.values()), attention)
@@ -232,21 +232,19 @@ def forward_stages(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs
     """Layer times by kind and the stage times of one forward pass of `batch` (one micro-batch), over
     `layers_per_stage`, else the knobs' partition, else the engine's own split."""
     split = layers_per_stage or knobs.pp_layer_partition
-    lt, stages = _forward_memo(spec, topo, layout, knobs.engine, knobs.kv_cache_dtype, knobs.cuda_graphs, knobs.mtp,
-                               batch, calib, tuple(split) if split else None, knobs.dense_per_rank,
-                               knobs.mtp_draft_tokens, knobs.attention_backend, knobs.indexer_kv_dtype)
+    read = Knobs(engine=knobs.engine, kv_cache_dtype=knobs.kv_cache_dtype, cuda_graphs=knobs.cuda_graphs,
+                 mtp=knobs.mtp, mtp_draft_tokens=knobs.mtp_draft_tokens, dense_per_rank=knobs.dense_per_rank,
+                 attention_backend=knobs.attention_backend,
+                 indexer_kv_dtype=knobs.indexer_kv_dtype)    # the knobs a forward pass reads: the memo's key
+    lt, stages = _forward_memo(spec, topo, layout, read, batch, calib, tuple(split) if split else None)
     return lt, list(stages)
 
 
 @lru_cache(maxsize=32768)
-def _forward_memo(spec: ModelSpec, topo: Topology, layout: Layout, engine: str, kv_cache_dtype: str,
-                  cuda_graphs: bool, mtp: bool, batch: Batch, calib: Calibration,
-                  split: tuple | None, dense_per_rank: bool = False, mtp_draft_tokens: int = 1,
-                  attention_backend: str | None = None, indexer_kv_dtype: str = "fp8") -> tuple[dict, tuple]:
+def _forward_memo(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, batch: Batch, calib: Calibration,
+                  split: tuple | None) -> tuple[dict, tuple]:
     """forward_stages keyed on the knobs a forward pass reads (a search prices one pass under many chunk sizes)."""
-    knobs = Knobs(engine=engine, kv_cache_dtype=kv_cache_dtype, cuda_graphs=cuda_graphs, mtp=mtp,
-                  mtp_draft_tokens=mtp_draft_tokens, dense_per_rank=dense_per_rank, attention_backend=attention_backend,
-                  indexer_kv_dtype=indexer_kv_dtype)
+    engine, dense_per_rank = knobs.engine, knobs.dense_per_rank
     split = list(split) if split else stage_split(spec, layout, engine)
     w = layer_weights(spec, layout, engine, dense_per_rank)
     att = attention_part(spec, topo, layout, knobs, batch, calib, w)

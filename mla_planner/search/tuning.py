@@ -136,9 +136,9 @@ def _draft_knobs(spec: ModelSpec, topo: Topology, layout: Layout, engine: str, k
                           if kv_dtype == "fp8" else "bf16 (the engine's `auto` for this checkpoint)",
         "prefix_caching": "on: hits skip prefill, and a miss costs only the hash of each full block"
                           + (f"; expected hit rate {workload.prefix_hit_rate:.0%}" if workload.prefix_hit_rate else ""),
-        "cuda_graphs": "on: decode without CUDA graphs pays a CPU launch per kernel (see --enforce-eager's cost)"
-                       if pinned.cuda_graphs else "off, as pinned by --enforce-eager: every decode kernel is "
-                                                  "launched from the CPU",
+        "cuda_graphs": "on: decode without CUDA graphs waits for the host to dispatch every layer (see "
+                       "--enforce-eager's cost)" if pinned.cuda_graphs else
+                       "off, as pinned by --enforce-eager: the host dispatches every layer of every step",
     }
     if knobs.images:
         reasons["images"] = images_reason(engine, spec, knobs.max_num_batched_tokens)

@@ -69,7 +69,7 @@ class Calibration:
     attention_tensor_core_efficiency: float
     # kernel launch
     graph_kernel_overhead_s: float
-    eager_kernel_launch_s: float
+    eager_layer_host_s: float
     kernels_per_layer: int
     origin: dict = field(default_factory=dict, compare=False)
     notes: tuple = ()
