@@ -36,12 +36,12 @@ LinkGBps = Annotated[float, Checked(allow_inf_nan=False, ge=0.1, le=1e5)]
 LatencyUs = Annotated[float, Checked(allow_inf_nan=False, ge=1e-3, le=1e6)]
 Count = Annotated[int, Checked(strict=True, gt=0, le=1_000_000)]
 
-
 # The NVIDIA architectures by compute capability (CUDA C Programming Guide, "Compute Capabilities"), and AMD's by gfx
 # target (ROCm "GPU hardware specifications": gfx942 is MI300X / MI325X, CDNA3; gfx950 is MI355X / MI350X, CDNA4).
+# Blackwell is two families to the engines: sm10x (B200, GB200...) and sm12x (RTX PRO 6000, RTX 50: no sm10x kernels).
 NVIDIA_ARCHS = {"7.0": "volta", "7.5": "turing", "8.0": "ampere", "8.6": "ampere", "8.7": "ampere", "8.9": "ada",
-                "9.0": "hopper", "10.0": "blackwell", "10.3": "blackwell", "11.0": "blackwell", "12.0": "blackwell",
-                "12.1": "blackwell"}
+                "9.0": "hopper", "10.0": "blackwell", "10.3": "blackwell", "11.0": "blackwell",
+                "12.0": "blackwell-sm12x", "12.1": "blackwell-sm12x"}
 AMD_ARCHS = {"gfx90a": "cdna2", "gfx942": "cdna3", "gfx950": "cdna4"}
 
 
@@ -95,7 +95,7 @@ class GPU(BaseModel):
 
     @property
     def arch(self) -> str:
-        """The architecture family: NVIDIA ampere / ada / hopper / blackwell, AMD cdna2 / cdna3 / cdna4."""
+        """The architecture family: NVIDIA ampere / ada / hopper / blackwell / blackwell-sm12x, AMD cdna2 / 3 / 4."""
         if self.vendor == "amd":
             return AMD_ARCHS[self.gfx_arch]
         return NVIDIA_ARCHS[self.compute_capability]
