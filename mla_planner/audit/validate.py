@@ -26,6 +26,7 @@ from mla_planner.engines.parallel import uses_deepep
 from mla_planner.memory.report import memory_report
 from mla_planner.memory.ways_out import fraction_knobs
 from mla_planner.perf.bands import tpot_regime
+from mla_planner.perf.closed_loop import closed_loop_mean_ttft_s, first_wave, recv_wait_s
 from mla_planner.perf.comm import collective
 from mla_planner.perf.disagg import prefill_rate
 from mla_planner.perf.metrics import evaluate
@@ -121,11 +122,26 @@ def _mean_tpot(run: dict) -> float:
 
 def _mean_ttft(run: dict) -> float:
     """Mean TTFT in ms of the same evaluation as `_mean_tpot` (the prefill forward, the decode steps it waits for
-    and its queue; not the server's tokenizing, scheduling and streaming around it)."""
-    return _metrics(run).ttft_s * 1e3
+    and its queue; not the server's tokenizing, scheduling and streaming around it). A run of a closed-loop
+    benchmark that gives its `prompts` (and the server's `prefill_budget`, tokens a prefill forward packs) adds the
+    first wave of `concurrency` prompts sent at once, and an SGLang server's `recv_interval` the wait for its poll
+    of a request that arrives while it decodes (perf.closed_loop)."""
+    spec, topo, layout, knobs, workload, calib = _setting(run)
+    m = evaluate(spec, topo, layout, knobs, workload, calib)
+    steady = m.ttft_s + (recv_wait_s(run["recv_interval"], m.step_s) if run["concurrency"] > 1 and
+                         "recv_interval" in run else 0.0)
+    if "prompts" not in run:
+        return steady * 1e3
+    wave = first_wave(spec, topo, layout, knobs, workload, calib, run["concurrency"], run["prefill_budget"])
+    return closed_loop_mean_ttft_s(steady, wave, run["concurrency"], run["prompts"]) * 1e3
 
 
 def _metrics(run: dict):
+    return evaluate(*_setting(run))
+
+
+def _setting(run: dict) -> tuple:
+    """(spec, topology, layout, knobs, workload, calibration) of a TPOT or TTFT run."""
     spec, topo = load_model(run["model"]).spec, load_topology(run["topology"])
     layout = parse_layout(run["layout"], topo)
     workload = Workload(input_len=run["input_len"], output_len=run["output_len"], tpot_ms=1000.0)
@@ -133,7 +149,7 @@ def _metrics(run: dict):
                                 kv_cache_dtype=run.get("kv_cache_dtype", "bf16"), max_num_seqs=run["concurrency"],
                                 max_model_len=workload.max_context_len, cuda_graphs=run.get("cuda_graphs", True))
     knobs, _ = fraction_knobs(spec, topo, layout, base, None)
-    return evaluate(spec, topo, layout, knobs, workload, load_calibration(None, topo))
+    return spec, topo, layout, knobs, workload, load_calibration(None, topo)
 
 
 def _wide_ep_cluster(run: dict) -> Topology:

@@ -6,7 +6,7 @@ a deployment would measure lies in [predicted / (1 + e_high), predicted / (1 + e
 the inverse (throughput, tokens/s per user, at the same batch) lies in [predicted (1 + e_low), predicted (1 + e_high)].
 A regime with fewer than MIN_POINTS points is widened to its whole category's range: one point gives no spread.
 TTFT's band is wide: the model prices the prefill forward, the decode steps it waits for and its queue, not the
-server's tokenizing, scheduling and streaming around them, and published mean TTFTs are 2-47x its figure.
+server's tokenizing, scheduling and streaming around them, and published mean TTFTs are 1.7-7x its figure.
 The TPOT band's evidence is SGLang TP8 runs of DeepSeek-R1 on one node (data/validation.yaml); other engines,
 layouts and models borrow it.
 """
