@@ -7,8 +7,8 @@ the inverse (throughput, tokens/s per user, at the same batch) lies in [predicte
 A regime with fewer than MIN_POINTS points is widened to its whole category's range: one point gives no spread.
 TTFT's band is wide: the model prices the prefill forward, the decode steps it waits for and its queue, not the
 server's tokenizing, scheduling and streaming around them, and published mean TTFTs are 1.7-7x its figure.
-The TPOT band's evidence is SGLang TP8 runs of DeepSeek-R1 on one node (data/validation.yaml); other engines,
-layouts and models borrow it.
+The TPOT band's evidence is TP8 runs on one node, SGLang's of DeepSeek-R1 and vLLM's of Kimi-K2.5
+(data/validation.yaml); other layouts and models borrow it.
 """
 
 from __future__ import annotations
