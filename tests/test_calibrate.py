@@ -152,3 +152,7 @@ def test_calibrate_fits_the_host_time_of_an_eager_candidate(cli, tmp_path):
     data = json.loads(r.stdout)
     assert "graph_kernel_overhead_s" not in data["factors"]
     assert data["factors"]["eager_layer_host_s"] == pytest.approx(1.2e-3, rel=0.05)
+    # the host-bound runs say nothing of the experts' weight streaming: not fitted, not written
+    assert "moe_hbm_efficiency" not in data["factors"]
+    assert any("moe_hbm_efficiency does not move" in n for n in data["notes"])
+    assert "moe_hbm_efficiency" not in (tmp_path / "cal.yaml").read_text()

@@ -51,3 +51,33 @@ def test_the_mean_weights_the_wave_by_its_share_of_the_prompts(r1_h200):
 def test_polling_every_r_steps_waits_half_of_them():
     assert recv_wait_s(30, 0.02) == pytest.approx(0.3)
     assert recv_wait_s(1, 0.02) == 0.0
+
+
+def test_a_remainder_forward_is_priced_at_its_own_size(r1_h200):
+    """40 prompts under a 32-prompt forward: a full forward of 32, then one of 8, cheaper than a full one."""
+    spec, topo, knobs, calib = r1_h200
+    workload = Workload(input_len=1024, output_len=1024)
+    wave = first_wave(spec, topo, Layout(tp=8), knobs, workload, calib, 40, 32768)
+    assert (wave.prompts_per_forward, wave.forwards) == (32, 2)
+    eight = first_wave(spec, topo, Layout(tp=8), knobs, workload, calib, 8, 32768).mean_ttft_s
+    assert wave.mean_ttft_s == pytest.approx((32 * wave.forward_s + 8 * (wave.forward_s + eight)) / 40)
+
+
+def test_prefix_hits_shrink_what_a_forward_packs(r1_h200):
+    """A prompt half served from the prefix cache computes half its tokens, so twice as many pack a forward."""
+    spec, topo, knobs, calib = r1_h200
+    cold = first_wave(spec, topo, Layout(tp=8), knobs, Workload(input_len=1024, output_len=1024), calib, 64, 32768)
+    warm = first_wave(spec, topo, Layout(tp=8), knobs,
+                      Workload(input_len=1024, output_len=1024, prefix_hit_rate=0.5), calib, 64, 32768)
+    assert (cold.prompts_per_forward, warm.prompts_per_forward) == (32, 64)
+    assert warm.forwards == 1 and warm.mean_ttft_s < cold.mean_ttft_s
+
+
+def test_validate_adds_the_polling_wait_only_while_the_server_decodes(cli):
+    """At one client the server is idle when a request arrives (SGLang polls at once); from two, a request waits for
+    the next poll: the B200 points give the script's --scheduler-recv-interval."""
+    import json
+    rows = {r["id"]: r for r in json.loads(cli("validate", "--category", "ttft", "--json").stdout)["points"]}
+    alone, two = rows["ttft-sglang0512-r1-b200-1k1k-c1"], rows["ttft-sglang0512-r1-b200-1k1k-c2"]
+    assert alone["predicted"] < 30                              # the lone prefill forward only (~24 ms)
+    assert two["predicted"] > alone["predicted"] + 25           # half of 10 decode steps of ~7.5 ms, in 18 of 20

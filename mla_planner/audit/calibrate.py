@@ -122,8 +122,6 @@ def check_runs(runs: list[BenchRun], plan: Plan, cand: Candidate) -> list[str]:
     if len({running_per_dp_rank(cand, r.concurrency) for r in runs}) < 2:
         raise PlanError("calibrate needs results at two or more concurrencies (CONCURRENCY=N ./bench.sh) that run "
                         "different batches on the server (not both above its max_num_seqs)")
-    if len(runs) == 2:
-        notes.append("two results fix two factors exactly: the fitted error says nothing until a third is added")
     return notes
 
 
@@ -149,6 +147,13 @@ def predicted_tpot_s(plan: Plan, cand: Candidate, run: BenchRun, calib: Calibrat
 def _loss(plan, cand, runs, calib) -> float:
     errors = [log(predicted_tpot_s(plan, cand, r, calib) / r.mean_tpot_s) for r in runs]
     return sum(e * e for e in errors) / len(errors)
+
+
+def _moves_nothing(plan, cand, runs, calib, name: str, before: list[float]) -> bool:
+    """Whether changing factor `name` by the simplex's first step leaves every run's predicted TPOT where it was
+    (a host-bound eager step hides the GPU's work): such a factor is not fitted, as the runs say nothing of it."""
+    moved = replace(calib, **{name: getattr(calib, name) * exp(STEP)})
+    return all(abs(predicted_tpot_s(plan, cand, r, moved) / b - 1) < 1e-9 for r, b in zip(runs, before))
 
 
 def _nelder_mead(f, start: list[float], lows: list[float], highs: list[float]) -> list[float]:
@@ -188,12 +193,21 @@ def fit(plan: Plan, cand: Candidate, runs: list[BenchRun], calib: Calibration) -
     notes = check_runs(runs, plan, cand)
     names = ("graph_kernel_overhead_s" if cand.knobs.cuda_graphs else "eager_layer_host_s",) + \
         (("moe_hbm_efficiency",) if plan.spec.is_moe else ())
+    before = [predicted_tpot_s(plan, cand, r, calib) for r in runs]
+    flat = [n for n in names if _moves_nothing(plan, cand, runs, calib, n, before)]
+    names = tuple(n for n in names if n not in flat)
+    notes += [f"{n} does not move the predicted TPOT of these runs (a host-bound step hides it): not fitted, not "
+              "written" for n in flat]
+    if not names:
+        raise PlanError("calibrate: no factor the step model fits moves the predicted TPOT of these runs")
+    if len(runs) <= len(names):
+        notes.append(f"{len(runs)} results fix {len(names)} factors exactly: the fitted error says nothing until "
+                     "another result is added")
     start = [log(min(max(getattr(calib, n), BOUNDS[n][0]), BOUNDS[n][1])) for n in names]
     best = _nelder_mead(lambda x: _loss(plan, cand, runs, replace(calib, **{n: exp(v) for n, v in zip(names, x)})),
                         start, [log(BOUNDS[n][0]) for n in names], [log(BOUNDS[n][1]) for n in names])
     current = {n: exp(v) for n, v in zip(names, best)}
     fitted = replace(calib, **current)
-    before = [predicted_tpot_s(plan, cand, r, calib) for r in runs]
     after = [predicted_tpot_s(plan, cand, r, fitted) for r in runs]
     rms = sqrt(sum(log(a / r.mean_tpot_s) ** 2 for a, r in zip(after, runs)) / len(runs))
     for name, value in current.items():

@@ -37,8 +37,9 @@ from mla_planner.specs.knobs import Workload
 from mla_planner.specs.layout import Layout, parse_layout
 from mla_planner.specs.topology import Topology, load_topology
 
-BANDED = ("kv_capacity", "decode_tpot", "ttft")     # the categories the plan's bands come from (perf/bands.py)
-CATEGORIES = ("kv_capacity", "collective", "decode_tpot", "eager_tpot", "ttft", "decode_throughput", "prefill_throughput")
+BANDED = ("kv_capacity", "decode_tpot", "eager_tpot", "ttft")   # the categories the plan's bands come from (bands.py)
+CATEGORIES = ("kv_capacity", "collective", "decode_tpot", "eager_tpot", "ttft", "decode_throughput",
+              "prefill_throughput")
 
 
 class Point(BaseModel):
@@ -123,16 +124,16 @@ def _mean_tpot(run: dict) -> float:
 def _mean_ttft(run: dict) -> float:
     """Mean TTFT in ms of the same evaluation as `_mean_tpot` (the prefill forward, the decode steps it waits for
     and its queue; not the server's tokenizing, scheduling and streaming around it). A run of a closed-loop
-    benchmark that gives its `prompts` (and the server's `prefill_budget`, tokens a prefill forward packs) adds the
-    first wave of `concurrency` prompts sent at once, and an SGLang server's `recv_interval` the wait for its poll
-    of a request that arrives while it decodes (perf.closed_loop)."""
+    benchmark that gives its `prompts` (and the server's `prefill_budget_tokens`, what a prefill forward packs) adds
+    the first wave of `concurrency` prompts sent at once, and an SGLang server's `recv_interval_steps` the wait for its
+    poll of a request that arrives while it decodes (perf.closed_loop)."""
     spec, topo, layout, knobs, workload, calib = _setting(run)
     m = evaluate(spec, topo, layout, knobs, workload, calib)
-    steady = m.ttft_s + (recv_wait_s(run["recv_interval"], m.step_s) if run["concurrency"] > 1 and
-                         "recv_interval" in run else 0.0)
+    steady = m.ttft_s + (recv_wait_s(run["recv_interval_steps"], m.step_s) if run["concurrency"] > 1 and
+                         "recv_interval_steps" in run else 0.0)
     if "prompts" not in run:
         return steady * 1e3
-    wave = first_wave(spec, topo, layout, knobs, workload, calib, run["concurrency"], run["prefill_budget"])
+    wave = first_wave(spec, topo, layout, knobs, workload, calib, run["concurrency"], run["prefill_budget_tokens"])
     return closed_loop_mean_ttft_s(steady, wave, run["concurrency"], run["prompts"]) * 1e3
 
 

@@ -17,12 +17,15 @@ from typing import Optional
 from mla_planner.core.errors import PlanError, did_you_mean
 from mla_planner.core.files import parse_yaml
 from mla_planner.core.resources import data_dir
-from mla_planner.engines.sparse import compressed_gpu_problem
+from mla_planner.engines.sparse import compressed_gpu_problem, unmodelled_on
 from mla_planner.specs.attention.kinds import attention_of
 from mla_planner.specs.model import ModelSpec
 from mla_planner.specs.topology import GPU
 
 BLOCK_SIZE_CANDIDATES = (1, 16, 32, 64, 128, 256)
+
+
+ARCH_LABELS = {"blackwell": "blackwell (sm10x: B200, B300, GB200, GB300)"}   # the family names' readings in messages
 
 
 @dataclass(frozen=True)
@@ -40,6 +43,7 @@ class Backend:
     pad_heads_multiple: int = 1         # the decode kernel computes the per-rank query heads rounded up to this
     max_padded_heads: int | None = None     # a head count that is not such a multiple must be at most this
     head_counts: tuple[int, ...] = ()   # the only per-rank head counts the kernel takes (empty: any)
+    arch_notes: tuple[tuple[str, str], ...] = ()   # (architecture, why it is not planned there though it starts)
 
     def padded_heads(self, heads: int) -> int:
         """The query heads the decode kernel computes for `heads` real ones per rank (AITER MLA: the next multiple
@@ -92,7 +96,8 @@ def backend(engine: str, name: str) -> Backend:
     e = entries[name]
     return Backend(engine, name, tuple(e["archs"]), tuple(e.get("block_sizes", ())), e.get("multiple_of"),
                    e["fp8_kv"], e["dcp"], e["note"], e.get("multi_token_decode", True), e.get("dcp_varlen", False),
-                   e.get("pad_heads_multiple", 1), e.get("max_padded_heads"), tuple(e.get("head_counts", ())))
+                   e.get("pad_heads_multiple", 1), e.get("max_padded_heads"), tuple(e.get("head_counts", ())),
+                   tuple(e.get("arch_notes", {}).items()))
 
 
 def mtp_verify_problem(b: Backend, dcp: int) -> str:
@@ -116,7 +121,10 @@ def backend_problems(b: Backend, gpu: GPU, kv_dtype: str, dcp: int, block_size: 
     (num_attention_heads / tp x dcp: DCP gathers the group's), checked where given."""
     out = []
     if gpu.arch not in b.archs:
-        out.append(f"{b.name} does not run on {gpu.arch} ({gpu.arch_id}); it needs {'/'.join(b.archs)}")
+        why = dict(b.arch_notes).get(gpu.arch)
+        out.append(f"{b.name} on {gpu.arch} ({gpu.arch_id}): {why}" if why else
+                   f"{b.name} does not run on {gpu.arch} ({gpu.arch_id}); it needs "
+                   + "/".join(ARCH_LABELS.get(a, a) for a in b.archs))
     if kv_dtype == "fp8_ds_mla":   # FlashMLA's sparse-attention format (DeepSeek-V3.2): no dense MLA backend
         out.append(f"{b.name} has no fp8_ds_mla cache (vLLM 0.33's dense MLA backends list auto, bfloat16, fp8 "
                    "and fp8_e4m3 in supported_kv_cache_dtypes; SGLang 0.5.23's --kv-cache-dtype has no such choice)")
@@ -231,13 +239,19 @@ def default_engine(spec: ModelSpec, gpu: GPU) -> str:
 
 
 def gpu_problem(gpu: GPU, spec: Optional[ModelSpec] = None, command: str = "plan") -> str:
-    """Why COMMAND cannot price or run SPEC on `gpu` yet ('' when it can). On AMD Instinct the engines' ROCm paths
+    """Why COMMAND cannot price or run SPEC on `gpu` yet ('' when it can). On an NVIDIA GPU: a sparse or compressed
+    attention whose backends on that architecture the planner does not model (data/backends.yaml `unmodelled`:
+    sm12x's). On AMD Instinct the engines' ROCm paths
     for dense MLA are modelled (the AITER and Triton MLA backends, data/backends.yaml; the ROCm environment,
     data/rocm.yaml); their sparse (DeepSeek-V3.2, GLM-5: vLLM ROCM_AITER_MLA_SPARSE, SGLang's HIP DSA backends) and
     DeepSeek-V4 paths (ROCM_FLASHMLA_SPARSE_DSV4, SGLang's HIP dsv4 backend) are not, and `verify` has never been run
     on ROCm, so those are refused rather than priced with the CUDA backends."""
     if gpu.vendor != "amd":
-        return ""
+        family = attention_of(spec).backend_family if spec is not None else "mla"
+        runs = unmodelled_on(family, gpu)
+        return (f"{spec.name}'s {spec.attention} attention on {gpu.name} ({gpu.arch_id}, {gpu.arch}) runs on backends "
+                f"the planner does not model yet ({runs}), so it refuses rather than price it with another "
+                "architecture's" if runs else "")
     where = f"{gpu.name} is an AMD Instinct GPU ({gpu.arch_id}, {gpu.arch})"
     if gpu.arch not in _table()["vllm"]["auto_priority"]:
         return f"{where}: the engines' MLA backends on {gpu.arch} are not modelled (only cdna3 and cdna4 are)"

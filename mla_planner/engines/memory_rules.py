@@ -227,11 +227,11 @@ def engine_default_knobs(engine: str, spec: ModelSpec, topo: Topology, dp: int =
                          **given) -> Knobs:
     """Knobs as the engine resolves them when a flag is not given (None in `given` means default):
     vLLM 0.33: block 16 (CacheConfig.DEFAULT_BLOCK_SIZE; FLASH_ATTN_MLA on Hopper takes multiples
-    of 16) or 64 on Blackwell (FLASHINFER_MLA rejects 16), max-num-batched-tokens 8192 below 160 GiB
+    of 16) or 64 on sm10x Blackwell (FLASHINFER_MLA rejects 16), max-num-batched-tokens 8192 below 160 GiB
     else 16384, but 256 with the DeepEP low-latency all-to-all under DP + EP (`deepep`;
     SchedulerConfig.DEFAULT_MAX_NUM_BATCHED_TOKENS_FOR_BATCHED_DP), max-num-seqs 1024 capped at that
     budget when not given (engine/arg_utils.py), and a budget below max-num-seqs refused
-    (config/scheduler.py); SGLang: page 1 (fa3) or 64 (trtllm_mla on Blackwell),
+    (config/scheduler.py); SGLang: page 1 (fa3) or 64 (trtllm_mla on sm10x Blackwell),
     chunked-prefill by GPU memory (per DP rank: divided by `dp` under DP attention), max-running-requests
     2048 (its auto floor), but 48 with speculative decoding (MTP; arg_groups/speculative_hook.py
     `_handle_eagle_family`: "Max running requests is reset to 48 for speculative decoding"; for the whole

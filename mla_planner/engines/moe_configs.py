@@ -5,8 +5,9 @@ might be sub-optimal!").
 When the kernel runs (read from the wheels' backend selection):
   vLLM 0.33.0   block-FP8 experts: Triton on Hopper and Ada without expert parallelism (fused_moe/oracle/fp8.py
                 moves TRITON to the front on sm90 for TP; with EP it prefers FlashInfer CUTLASS, and DeepEP's
-                low-latency mode a batched kernel), Marlin on Ampere, TensorRT-LLM's on Blackwell; BF16 experts:
-                Triton everywhere but Blackwell (oracle/unquantized.py), batched Triton under DeepEP.
+                low-latency mode a batched kernel), Marlin on Ampere, TensorRT-LLM's on sm10x Blackwell, DeepGEMM on
+                sm12x (deep_gemm_moe.py `_supports_current_device`: families 100 and 120); BF16 experts: Triton
+                everywhere but sm10x Blackwell (oracle/unquantized.py), batched Triton under DeepEP.
   SGLang 0.5.23 Triton unless DeepEP (then DeepGEMM for FP8; BF16 under DeepEP is left out here), and unless a
                 DeepSeek-V3-family model runs FP8 or BF16 on Blackwell without an all-to-all backend
                 (arg_groups/overrides.py: flashinfer_trtllm).

@@ -164,6 +164,15 @@ def compressed_gpu_problem(engine: str, gpu: GPU) -> str:
     return f"{engine} runs DeepSeek-V4 on {entry['backend']}, which needs {' or '.join(entry['archs'])} GPUs, not {gpu.arch}"
 
 
+def unmodelled_on(family: str, gpu: GPU) -> str:
+    """What the engines run for a sparse ('mla-sparse') or compressed ('mla-compressed') attention family on `gpu`'s
+    architecture where the planner has no model of it (data/backends.yaml `unmodelled`), '' where none is named."""
+    yaml = _backends_yaml()
+    section = yaml["sparse"] if family == "mla-sparse" else yaml["compressed"] if family == "mla-compressed" else {}
+    runs = {engine: entry.get("unmodelled", {}).get(gpu.arch) for engine, entry in section.items()}
+    return "; ".join(f"{engine}: {text}" for engine, text in runs.items() if text)
+
+
 def own_rows(spec: ModelSpec) -> bool:
     """Whether the model's KV rows are its sparse backend's own layout (DSA, DeepSeek-V4): the engine is told
     bf16 or fp8 (`kv_flag`) and turns it into that layout, rather than given the planner's dtype name."""

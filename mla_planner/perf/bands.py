@@ -53,8 +53,12 @@ def band(value: float, errors: tuple[float, float], inverse: bool = False) -> tu
 
 def performance_bands(m, topo: Topology) -> dict[str, float]:
     """`name_low` / `name_high` of every decode figure of the metrics `m` (perf.metrics.Metrics) that a candidate or a
-    compared layout carries; the step errs as the TPOT it sets does."""
+    compared layout carries; the step errs as the TPOT it sets does, and without CUDA graphs also as the published
+    eager runs did (validate's eager_tpot)."""
     errors = error_range("decode_tpot", tpot_regime(m.layout, topo))
+    if not m.memory.knobs.cuda_graphs:     # a host-bound eager step errs as the eager runs did, too
+        eager = error_range("eager_tpot")
+        errors = (min(errors[0], eager[0]), max(errors[1], eager[1]))
     out = {}
     for name, inverse in (("tpot_s", False), ("step_s", False), ("throughput_tokens_per_s", True),
                           ("throughput_tokens_per_s_per_gpu", True), ("tokens_per_s_per_user", True)):

@@ -27,8 +27,8 @@ def warnings_for(spec: ModelSpec, topo: Topology, layout: Layout, tuned: Tuned, 
     out += [w for w in [cross_node_tp_note(layout, topo)] if w]
     if not tuned.knobs.cuda_graphs:
         alone = tuned.metrics.alone_tpot_s * 1e3
-        out.append(f"eager mode (no CUDA graphs): the host dispatches every layer of every step (about 2.5 ms a "
-                   f"layer, published figures 1-5), so one request alone gets {alone:.1f} ms per token")
+        out.append(f"eager mode (no CUDA graphs): the host dispatches every layer of every step (published figures "
+                   f"1-5 ms a layer), so one request alone gets {alone:.1f} ms per token")
     if tuned.knobs.mtp and layout.pp > 1:
         out.append("MTP under pipeline parallelism is a recent path in both engines (vLLM's V2 model runner, "
                    "vllm-project/vllm#46994; SGLang only with SGLANG_ENABLE_PP_SPEC=1, which the scripts export): "
