@@ -79,9 +79,6 @@ def sparse_choice(engine: str, spec: ModelSpec, gpu: GPU, requested: str, heads_
     if wanted == "fp8" and not gpu.has_fp8:
         raise PlanError(f"{gpu.name} (sm{gpu.sm}) has no FP8: {engine} cannot store {spec.name}'s cache in fp8")
     order = rules["auto_priority"].get(gpu.arch)
-    if not order and (runs := rules.get("unmodelled", {}).get(gpu.arch)):
-        raise PlanError(f"{engine} runs {spec.name}'s DeepSeek Sparse Attention on {gpu.name} ({gpu.arch}) with "
-                        f"{runs}, which the planner does not model yet")
     if not order:
         raise PlanError(f"{engine} has no sparse MLA backend for {gpu.name} ({gpu.arch}): it cannot serve "
                         f"{spec.name}'s DeepSeek Sparse Attention there")
@@ -159,8 +156,6 @@ def compressed_gpu_problem(engine: str, gpu: GPU) -> str:
     entry = compressed_backend(engine)
     if gpu.arch in entry["archs"]:
         return ""
-    if runs := entry.get("unmodelled", {}).get(gpu.arch):
-        return f"{engine} runs DeepSeek-V4 on {gpu.arch} with {runs}, which the planner does not model yet"
     return f"{engine} runs DeepSeek-V4 on {entry['backend']}, which needs {' or '.join(entry['archs'])} GPUs, not {gpu.arch}"
 
 

@@ -227,23 +227,25 @@ def stage_split(spec: ModelSpec, layout: Layout, engine: str = "vllm") -> list[i
     return list(stage_layers(spec.num_hidden_layers, layout.pp, engine))
 
 
+FORWARD_KNOBS = ("engine", "kv_cache_dtype", "cuda_graphs", "mtp", "mtp_draft_tokens", "dense_per_rank",
+                 "attention_backend", "indexer_kv_dtype")     # the knobs a forward pass reads: its memo's key
+
+
 def forward_stages(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, batch: Batch,
                    calib: Calibration, layers_per_stage: list[int] | None = None) -> tuple[dict, list]:
     """Layer times by kind and the stage times of one forward pass of `batch` (one micro-batch), over
     `layers_per_stage`, else the knobs' partition, else the engine's own split."""
     split = layers_per_stage or knobs.pp_layer_partition
-    read = Knobs(engine=knobs.engine, kv_cache_dtype=knobs.kv_cache_dtype, cuda_graphs=knobs.cuda_graphs,
-                 mtp=knobs.mtp, mtp_draft_tokens=knobs.mtp_draft_tokens, dense_per_rank=knobs.dense_per_rank,
-                 attention_backend=knobs.attention_backend,
-                 indexer_kv_dtype=knobs.indexer_kv_dtype)    # the knobs a forward pass reads: the memo's key
+    read = tuple(getattr(knobs, name) for name in FORWARD_KNOBS)     # a tuple: cheaper to hash than Knobs
     lt, stages = _forward_memo(spec, topo, layout, read, batch, calib, tuple(split) if split else None)
     return lt, list(stages)
 
 
 @lru_cache(maxsize=32768)
-def _forward_memo(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, batch: Batch, calib: Calibration,
+def _forward_memo(spec: ModelSpec, topo: Topology, layout: Layout, read: tuple, batch: Batch, calib: Calibration,
                   split: tuple | None) -> tuple[dict, tuple]:
     """forward_stages keyed on the knobs a forward pass reads (a search prices one pass under many chunk sizes)."""
+    knobs = Knobs(**dict(zip(FORWARD_KNOBS, read)))
     engine, dense_per_rank = knobs.engine, knobs.dense_per_rank
     split = list(split) if split else stage_split(spec, layout, engine)
     w = layer_weights(spec, layout, engine, dense_per_rank)
