@@ -10,7 +10,7 @@ from dataclasses import replace
 
 import pytest
 
-from mla_planner.engines.compressed_kv import blocks_per_request, in_flight_tokens, vllm_groups
+from mla_planner.engines.compressed_kv import blocks_per_request, in_flight_batches, in_flight_tokens, vllm_groups
 from mla_planner.perf.layer_comm import pp_handoff_s
 from mla_planner.perf.layer_work import Batch
 from mla_planner.specs.calibration import load_calibration
@@ -35,11 +35,25 @@ def test_sglang_keeps_v4s_256_running_requests_under_speculative_decoding(cli):
 
 def test_vllm_keeps_pp_plus_one_batches_in_flight():
     """config/vllm.py max_concurrent_batches: pp + 1 with async scheduling on the V2 model runner (2 at pp 1)."""
-    assert in_flight_tokens(8192) == 2 * 8192 and in_flight_tokens(8192, pp=2) == 3 * 8192
+    assert in_flight_batches() == 2 and in_flight_batches(pp=2) == 3
+    assert in_flight_tokens(8192) == 2 * 8192 and in_flight_tokens(8192, in_flight_batches(pp=2)) == 3 * 8192
     groups = vllm_groups(load_model(FLASH).spec)
     # per sliding group cdiv(W - 1 + F, block) + 1 with F = 3 x 8192: two window groups, C4 and C128 states
     expected = 2 * (-(-(127 + 24576) // 64) + 1) + (-(-(7 + 24576) // 4) + 1) + (-(-(127 + 24576) // 8) + 1)
-    assert blocks_per_request(groups, 131072, 8192, pp=2) == 512 + expected
+    assert blocks_per_request(groups, 131072, 8192, batches=3) == 512 + expected
+
+
+def test_vllm_0_25_reserved_one_batch_per_sliding_group(cli):
+    """vLLM 0.25.0's SlidingWindowSpec.max_admission_blocks_per_request reserved W - 1 + max_num_batched_tokens; 0.26
+    added max_in_flight_tokens (two batches at pp 1), so the same pool holds fewer requests of the same length."""
+    assert in_flight_batches(pp=1, reserves_in_flight=False) == in_flight_batches(pp=4, reserves_in_flight=False) == 1
+    args = ("memory", "-m", FLASH, "-t", "8xb200", "--tp", "8", "-e", "vllm", "--max-num-batched-tokens", "8192",
+            "--json", "--engine-version")
+    old, new = (json.loads(cli(*args, v).stdout)["capacity_rule"] for v in ("0.25.0", "0.26.0"))
+    assert (old["in_flight_batches"], new["in_flight_batches"]) == (1, 2)
+    groups, length = vllm_groups(load_model(FLASH).spec), 1048576     # V4-Flash's max-model-len by default
+    assert old["blocks_per_request"] == blocks_per_request(groups, length, 8192, batches=1)
+    assert new["blocks_per_request"] == blocks_per_request(groups, length, 8192, batches=2) > old["blocks_per_request"]
 
 
 def test_a_pipeline_stage_hands_on_every_hyper_connection_stream():

@@ -33,6 +33,21 @@ def test_engine_rules_by_version():
     assert mid.context_outside_budget and not mid.comms_outside_budget
 
 
+def test_the_sort_based_sampler_is_charged_only_where_vllm_ran_it():
+    """vLLM 0.11.1 made FlashInfer's sampler opt-in (vllm#26859), so its profile run sorts the full logits until the
+    Triton top-k/top-p kernel (vllm#33538, 0.18); 0.11.0 still ran FlashInfer's, SGLang profiles no sampler."""
+    assert [engine_rules("vllm", v).sampler_sorts for v in ("0.10.2", "0.11.0", "0.11.1", "0.17.1", "0.18.0")] == \
+        [False, False, True, True, False]
+    assert not engine_rules("sglang").sampler_sorts
+    topo, layout = load_topology("8xh200"), Layout(tp=8)
+    spec = load_model("kimi-k2.5").spec
+    knobs = replace(engine_default_knobs("vllm", spec, topo), memory_fraction=0.9)
+    peak = {v: memory_report(spec, topo, layout, knobs, engine_version=v).per_gpu[0].terms["activation_peak"]
+            for v in ("0.11.0", "0.11.1")}
+    rows_x_vocab = knobs.max_num_seqs * spec.vocab_size   # the dummy sampler's rows (1,024 by default here)
+    assert peak["0.11.1"] - peak["0.11.0"] == pytest.approx(rows_x_vocab * (28 - 10), rel=1e-6)
+
+
 def test_default_fractions_match_engines_md():
     h200, b200 = load_topology("8xh200"), load_topology("8xb200")
     assert default_memory_fraction("vllm", V3, h200, Layout(tp=8)) == 0.92

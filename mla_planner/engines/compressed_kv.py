@@ -9,7 +9,7 @@ them by type, splits the balanced buckets into groups of `_approximate_gcd` repe
 widest group's page sum (`bytes_per_block`). A request reserves cdiv(L, 256) full blocks plus, per sliding group,
 cdiv(min(W - 1 + in-flight tokens, L), block) + 1 (`SlidingWindowSpec.max_admission_blocks_per_request`), the
 in-flight tokens being 2 x max_num_batched_tokens with async scheduling at PP 1 (config/vllm.py
-`max_in_flight_tokens`). The logged "GPU KV cache size" is num_blocks / blocks per request x max_model_len
+`max_in_flight_tokens`; vLLM 0.25.0 reserved one batch). The logged "GPU KV cache size" is num_blocks / blocks per request x max_model_len
 (v1/core/kv_cache_utils.py `get_kv_cache_capacity`): capacity is set by requests, not by bytes per token.
 
 SGLang (`model_executor/pool_configurator.py` DSV4PoolConfigurator): 256-token pages; a full-token pool whose bytes
@@ -91,16 +91,23 @@ def vllm_groups(spec, index_cache: str = "fp8", window_layers: int = 0,
     return tuple(out)
 
 
-def in_flight_tokens(max_num_batched_tokens: int, pp: int = 1) -> int:
-    """vLLM's `max_in_flight_tokens` (config/vllm.py): pp + 1 batches with async scheduling on the V2 model runner,
-    both its defaults for V4 (`use_v2_model_runner`; 2 batches at pp 1)."""
-    return (pp + 1) * max_num_batched_tokens
+def in_flight_batches(pp: int = 1, reserves_in_flight: bool = True) -> int:
+    """Batches of max_num_batched_tokens a sliding-window group reserves per request. vLLM >= 0.26: its
+    `max_in_flight_tokens` (config/vllm.py), pp + 1 batches with async scheduling on the V2 model runner, both its
+    defaults for V4 (`use_v2_model_runner`; 2 batches at pp 1). vLLM 0.25.0 (`reserves_in_flight` False):
+    `SlidingWindowSpec.max_admission_blocks_per_request` reserved one batch (v1/kv_cache_interface.py)."""
+    return pp + 1 if reserves_in_flight else 1
+
+
+def in_flight_tokens(max_num_batched_tokens: int, batches: int = 2) -> int:
+    """Tokens scheduled but not yet settled that every sliding-window group keeps blocks for (`in_flight_batches`)."""
+    return batches * max_num_batched_tokens
 
 
 def blocks_per_request(groups: tuple[BlockGroup, ...], max_model_len: int, max_num_batched_tokens: int,
-                       pp: int = 1) -> int:
+                       batches: int = 2) -> int:
     """Block ids one request of max_model_len tokens reserves, summed over the groups."""
-    flight = in_flight_tokens(max_num_batched_tokens, pp)
+    flight = in_flight_tokens(max_num_batched_tokens, batches)
     total = 0
     for g in groups:
         if g.window is None:
@@ -120,12 +127,12 @@ class VllmCapacity:
     fits_one: bool              # one request of max_model_len fits beside the null block
 
 
-def vllm_capacity(spec, kv_bytes: float, max_model_len: int, max_num_batched_tokens: int, pp: int = 1,
+def vllm_capacity(spec, kv_bytes: float, max_model_len: int, max_num_batched_tokens: int, batches: int = 2,
                   index_cache: str = "fp8", window_layers: int = 0, stage: range | None = None) -> VllmCapacity:
     groups = vllm_groups(spec, index_cache, window_layers, stage)
     per_block = max(g.page_bytes for g in groups)
     blocks = max(int(kv_bytes // per_block), 0)
-    per_req = blocks_per_request(groups, max_model_len, max_num_batched_tokens, pp)
+    per_req = blocks_per_request(groups, max_model_len, max_num_batched_tokens, batches)
     concurrency = blocks / per_req
     return VllmCapacity(per_block, blocks, per_req, int(concurrency * max_model_len), concurrency,
                         blocks - 1 >= per_req)

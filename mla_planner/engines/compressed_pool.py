@@ -72,14 +72,14 @@ class CompressedPool:
     max_model_len: int
     max_num_batched_tokens: int
     max_running_requests: int
-    pp: int = 1
+    in_flight_batches: int = 2      # batches each sliding-window group reserves (compressed_kv.in_flight_batches)
     draft_layers: int = 0           # the drafter's window-only layers (MTP 1, DSpark 3); > 0: speculative decoding
                                     # (SGLang's larger rings)
     index_cache: str = "fp8"        # the index keys' row, as indexer_kv_dtype: fp8, or mxfp4 (vLLM's FP4 cache)
     query_len: int = 1              # tokens a decoding request runs per step (1 + drafted ones)
 
     def _vllm(self, kv_bytes: float) -> VllmCapacity:
-        return vllm_capacity(self.spec, kv_bytes, self.max_model_len, self.max_num_batched_tokens, self.pp,
+        return vllm_capacity(self.spec, kv_bytes, self.max_model_len, self.max_num_batched_tokens, self.in_flight_batches,
                              self.index_cache, self.draft_layers, self.stage)
 
     def _sglang(self, kv_bytes: float) -> SglangCapacity:
@@ -118,14 +118,14 @@ class CompressedPool:
                             "--swa-full-tokens-ratio; --context-length does not change the pool"}
         cap = self._vllm(kv_bytes)
         groups = vllm_groups(self.spec, self.index_cache, self.draft_layers, self.stage)
-        decoding = blocks_per_request(groups, self.max_model_len, self.query_len, self.pp)
+        decoding = blocks_per_request(groups, self.max_model_len, self.query_len, self.in_flight_batches)
         return {"bytes_per_block": cap.bytes_per_block, "num_blocks": cap.num_blocks,
                 "decode_blocks_per_request": decoding - -(-self.max_model_len // VLLM_BLOCK_TOKENS),
                 "blocks_per_request": cap.blocks_per_request, "concurrent_requests": cap.concurrency,
                 "fits_one_request": cap.fits_one, "marginal_bytes_per_token": cap.bytes_per_block / VLLM_BLOCK_TOKENS,
                 "fixed_blocks_per_request": cap.blocks_per_request - -(-self.max_model_len // VLLM_BLOCK_TOKENS),
-                "in_flight_batches": self.pp + 1,
-                "knob": f"--max-num-batched-tokens (every sliding-window group reserves {self.pp + 1} x it in flight "
+                "in_flight_batches": self.in_flight_batches,
+                "knob": f"--max-num-batched-tokens (every sliding-window group reserves {self.in_flight_batches} x it in flight "
                         "per request) and --max-model-len"}
 
     def longest_len(self, kv_bytes: float, limit: int) -> int:
@@ -138,7 +138,7 @@ class CompressedPool:
         lo, hi = 0, limit
         while lo < hi:
             mid = (lo + hi + 1) // 2
-            if blocks_per_request(groups, mid, self.max_num_batched_tokens, self.pp) <= blocks:
+            if blocks_per_request(groups, mid, self.max_num_batched_tokens, self.in_flight_batches) <= blocks:
                 lo = mid
             else:
                 hi = mid - 1

@@ -53,6 +53,11 @@ class EngineRules:
     comms_outside_budget: bool      # ... and the communicators' buffers too
     expert_group: bool = False      # an MoE model gets an expert-parallel communicator of its own (vLLM >= 0.11:
                                     # distributed/parallel_state.py builds _EP for every MoE model; 0.10.2 did not)
+    sampler_sorts: bool = False     # the profile run's top-k/top-p sorts the full logits (memory.terms): vLLM from
+                                    # 0.11.1 (FlashInfer's sampler made opt-in, vllm-project/vllm#26859) until the
+                                    # Triton top-k/top-p kernel (vllm-project/vllm#33538; in the 0.18.0 API docs)
+    reserves_in_flight: bool = True  # V4 sliding-window groups reserve every in-flight batch (vLLM >= 0.26;
+                                     # engines.compressed_kv.in_flight_batches)
 
 
 def engine_rules(engine: str, version: Optional[str] = None) -> EngineRules:
@@ -65,16 +70,17 @@ def engine_rules(engine: str, version: Optional[str] = None) -> EngineRules:
     version = version or engine_version("vllm")
     release = parse_version(version)
     return EngineRules("vllm", version, graphs_in_budget=release >= (0, 21), context_outside_budget=release >= (0, 9),
-                       comms_outside_budget=release >= (0, 11), expert_group=release >= (0, 11))
+                       comms_outside_budget=release >= (0, 11), expert_group=release >= (0, 11),
+                       sampler_sorts=(0, 11, 1) <= release < (0, 18, 0), reserves_in_flight=release >= (0, 26))
 
 
-def parse_version(version: str) -> tuple[int, int]:
-    """(major, minor) of a release string like `0.8.4`, `0.10.1.post1` or `v0.21.0rc2`; anything else
-    is a user error (it would silently select the oldest accounting)."""
+def parse_version(version: str) -> tuple[int, int, int]:
+    """(major, minor, patch) of a release string like `0.8.4`, `0.10.1.post1` or `v0.21.0rc2` (no patch: 0);
+    anything else is a user error (it would silently select the oldest accounting)."""
     match = re.fullmatch(r"v?(\d+)\.(\d+)(\.\d+)?([.+-]?[0-9A-Za-z]+)*", version.strip())
     if not match:
         raise PlanError(f"--engine-version '{version}': expected a release number like 0.8.4 or 0.33.0")
-    return int(match.group(1)), int(match.group(2))
+    return int(match.group(1)), int(match.group(2)), int(match.group(3)[1:]) if match.group(3) else 0
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from typing import Optional
 from mla_planner.core.reason import Reason
 from mla_planner.core.units import GiB
 from mla_planner.engines.backends import fp8_checkpoint, startup_problems
-from mla_planner.engines.compressed_kv import is_compressed
+from mla_planner.engines.compressed_kv import in_flight_batches, is_compressed
 from mla_planner.engines.compressed_pool import CompressedPool, vllm_buffer_bytes
 from mla_planner.engines.cuda_graphs import capture_plan
 from mla_planner.engines.parallel import deepep_dispatch_tokens, dense_tp
@@ -112,13 +112,14 @@ def _stage(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, rules:
     ffn_tp = dense_tp(layout, rules.engine, "dense_ffn", knobs.dense_per_rank)
     sizes, modes = capture_plan(rules, knobs, topo.gpu, layout)
     pool = CompressedPool(rules.engine, spec, rng, knobs.max_model_len, knobs.max_num_batched_tokens,
-                          knobs.max_num_seqs, layout.pp, mtp_layers, knobs.indexer_kv_dtype,
+                          knobs.max_num_seqs, in_flight_batches(layout.pp, rules.reserves_in_flight), mtp_layers,
+                          knobs.indexer_kv_dtype,
                           decode_query_len(knobs)) \
         if is_compressed(spec) else None
     costs = StageCosts(
         weights_bytes=sum(weights.values()),
-        activation_bytes=mt.activation_peak_bytes(spec, layout, tokens, min(knobs.max_num_seqs, tokens), last, ffn_tp)
-        + profiled_images,
+        activation_bytes=mt.activation_peak_bytes(spec, layout, tokens, min(knobs.max_num_seqs, tokens), last, ffn_tp,
+                                                  rules.sampler_sorts) + profiled_images,
         cuda_graph_bytes=mt.cuda_graph_bytes(spec, layout, sizes, modes, last, ffn_tp),
         nccl_bytes=mt.nccl_buffer_bytes(layout, topo, rules.engine, spec.is_moe and rules.expert_group),
         runtime_bytes=mt.runtime_overhead_bytes(topo.gpu),

@@ -30,6 +30,11 @@ MOE_CHUNK_TOKENS = 32768       # vLLM fused_experts processes at most VLLM_FUSED
                                # (default 32768, vllm/envs.py 0.8.4); the workspace is sized for one chunk
 LOGITS_BYTES_PER_VOCAB_ENTRY = 10  # per sampled row: bf16 gathered logits (2) + fp32 copy (4) + fp32 probs for
                                    # top-p/top-k (4); vLLM v1 Sampler (logits.to(float32), softmax)
+SORT_SAMPLER_BYTES_PER_VOCAB_ENTRY = 28  # the same where top-k/top-p sorts the full logits (vLLM 0.11.1
+    # v1/sample/ops/topk_topp_sampler.py apply_top_k_top_p, run by the profile's dummy sampler with top_k = V - 1,
+    # top_p = 0.9): alive when its scatter allocates are the bf16 logits (2), the fp32 copy (4), the sorted values
+    # (4) and indices (8, int64), the top-k mask (1), the sorted probabilities (4), the top-p mask (1) and the
+    # scattered result (4). A floor: the sort's own temporaries are not counted
 GRAPH_BYTES_PER_CAPTURE = 16 * MiB  # executable-graph overhead per captured batch size: vLLM counts >= 1 MiB per
                                     # graph (gpu_model_runner.profile_cudagraph_memory); a piecewise capture of a
                                     # 61-layer model is ~62 graph pieces, so we take 16 MiB per size (estimate)
@@ -122,15 +127,17 @@ def moe_working_bytes(spec: ModelSpec, layout: Layout, tokens: int) -> float:
     return float(cache13 + cache2 + quantized + shared)
 
 
-def logits_working_bytes(spec: ModelSpec, tp: int, rows: int) -> float:
+def logits_working_bytes(spec: ModelSpec, tp: int, rows: int, sampler_sorts: bool = False) -> float:
     """Logits of the sampled rows on the last stage: the local lm_head output rows x V/tp bf16, then
-    the gathered rows x V x LOGITS_BYTES_PER_VOCAB_ENTRY (bf16 gathered, fp32 logits, fp32 probs)."""
+    the gathered rows x V x LOGITS_BYTES_PER_VOCAB_ENTRY (bf16 gathered, fp32 logits, fp32 probs), or
+    SORT_SAMPLER_BYTES_PER_VOCAB_ENTRY where the engine's top-k/top-p sorts them (`sampler_sorts`)."""
     vocab = spec.vocab_size
-    return float(rows * ceil(vocab / tp) * ACT_BYTES + rows * vocab * LOGITS_BYTES_PER_VOCAB_ENTRY)
+    per_entry = SORT_SAMPLER_BYTES_PER_VOCAB_ENTRY if sampler_sorts else LOGITS_BYTES_PER_VOCAB_ENTRY
+    return float(rows * ceil(vocab / tp) * ACT_BYTES + rows * vocab * per_entry)
 
 
 def activation_peak_bytes(spec: ModelSpec, layout: Layout, tokens: int, logit_rows: int, last: bool,
-                          dense_tp: int | None = None) -> float:
+                          dense_tp: int | None = None, sampler_sorts: bool = False) -> float:
     """Peak transient memory of one forward over `tokens` tokens on one GPU: residual stream
     (RESIDUAL_STREAM_COPIES x T x d bf16) + max(attention, dense FFN, MoE, logits on the last stage)."""
     residual = RESIDUAL_STREAM_COPIES * tokens * spec.hidden_size * ACT_BYTES
@@ -138,7 +145,7 @@ def activation_peak_bytes(spec: ModelSpec, layout: Layout, tokens: int, logit_ro
                dense_ffn_working_bytes(spec, dense_tp or layout.tp, tokens) if spec.num_dense_layers else 0.0,
                moe_working_bytes(spec, layout, tokens)]
     if last:
-        working.append(logits_working_bytes(spec, dense_tp or layout.tp, logit_rows))
+        working.append(logits_working_bytes(spec, dense_tp or layout.tp, logit_rows, sampler_sorts))
     return float(residual + max(working))
 
 
