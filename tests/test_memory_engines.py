@@ -35,8 +35,8 @@ def test_engine_rules_by_version():
 
 def test_the_sort_based_sampler_is_charged_only_where_vllm_ran_it():
     """vLLM 0.11.1 made FlashInfer's sampler opt-in (vllm#26859), so its profile run sorts the full logits until the
-    Triton top-k/top-p kernel (vllm#33538, 0.18); 0.11.0 still ran FlashInfer's, SGLang profiles no sampler."""
-    assert [engine_rules("vllm", v).sampler_sorts for v in ("0.10.2", "0.11.0", "0.11.1", "0.17.1", "0.18.0")] == \
+    Triton top-k/top-p kernel (vllm#33538, 0.17); 0.11.0 still ran FlashInfer's, SGLang profiles no sampler."""
+    assert [engine_rules("vllm", v).sampler_sorts for v in ("0.10.2", "0.11.0", "0.11.1", "0.16.0", "0.17.0")] == \
         [False, False, True, True, False]
     assert not engine_rules("sglang").sampler_sorts
     topo, layout = load_topology("8xh200"), Layout(tp=8)

@@ -55,7 +55,7 @@ class EngineRules:
                                     # distributed/parallel_state.py builds _EP for every MoE model; 0.10.2 did not)
     sampler_sorts: bool = False     # the profile run's top-k/top-p sorts the full logits (memory.terms): vLLM from
                                     # 0.11.1 (FlashInfer's sampler made opt-in, vllm-project/vllm#26859) until the
-                                    # Triton top-k/top-p kernel (vllm-project/vllm#33538; in the 0.18.0 API docs)
+                                    # Triton top-k/top-p kernel (vllm-project/vllm#33538, in 0.17.0: both wheels read)
     reserves_in_flight: bool = True  # V4 sliding-window groups reserve every in-flight batch (vLLM >= 0.26;
                                      # engines.compressed_kv.in_flight_batches)
 
@@ -71,7 +71,7 @@ def engine_rules(engine: str, version: Optional[str] = None) -> EngineRules:
     release = parse_version(version)
     return EngineRules("vllm", version, graphs_in_budget=release >= (0, 21), context_outside_budget=release >= (0, 9),
                        comms_outside_budget=release >= (0, 11), expert_group=release >= (0, 11),
-                       sampler_sorts=(0, 11, 1) <= release < (0, 18, 0), reserves_in_flight=release >= (0, 26))
+                       sampler_sorts=(0, 11, 1) <= release < (0, 17, 0), reserves_in_flight=release >= (0, 26))
 
 
 def parse_version(version: str) -> tuple[int, int, int]:
