@@ -6,7 +6,7 @@ import json
 from dataclasses import replace
 
 import pytest
-from memory_cases import V3, knobs_for, report
+from memory_cases import GiB, V3, knobs_for, report
 
 from mla_planner.core.errors import PlanError
 from mla_planner.engines.cuda_graphs import vllm_capture_sizes
@@ -46,6 +46,24 @@ def test_the_sort_based_sampler_is_charged_only_where_vllm_ran_it():
             for v in ("0.11.0", "0.11.1")}
     rows_x_vocab = knobs.max_num_seqs * spec.vocab_size   # the dummy sampler's rows (1,024 by default here)
     assert peak["0.11.1"] - peak["0.11.0"] == pytest.approx(rows_x_vocab * (28 - 10), rel=1e-6)
+
+
+def test_the_communicator_a_profile_run_creates_is_charged_on_the_stage_that_gathers_logits():
+    """vLLM < 0.26 all-gathers the logits through torch's process group, whose NCCL communicator is created at that
+    first collective inside the profiled window (0.26's CudaCommunicator.all_gather uses pynccl; ROCm keeps torch's):
+    one more TP group, charged to the KV budget, on the last pipeline stage only."""
+    spec, knobs = V3, knobs_for("vllm", load_topology("8xh200"), memory_fraction=0.9)
+    def term(topo, layout, version):
+        r = memory_report(spec, load_topology(topo), layout, knobs, engine_version=version)
+        return [g.terms.get("nccl_profile_run", 0.0) for g in r.per_gpu]
+    group = 1.8 * GiB       # data/platform_memory.yaml `nvlink`
+    assert term("8xh200", Layout(tp=8), "0.25.0") == [pytest.approx(group)]
+    assert term("8xh200", Layout(tp=8), "0.26.0") == [0.0] == term("8xh200", Layout(tp=1, dp=8, ep=8), "0.25.0")
+    assert term("2x8xh100-ib", Layout(tp=8, pp=2), "0.11.1") == [0.0, pytest.approx(group)]
+    assert term("8xmi300x", Layout(tp=8), None)[0] > 0          # vLLM 0.33 on ROCm: torch's all-gather
+    old, new = (memory_report(spec, load_topology("8xh200"), Layout(tp=8), knobs, engine_version=v).kv_capacity_tokens
+                for v in ("0.25.0", "0.26.0"))
+    assert old < new
 
 
 def test_default_fractions_match_engines_md():

@@ -8,12 +8,10 @@ vLLM (`vllm/v1/worker/gpu_worker.py` determine_available_memory, `vllm/v1/core/k
     num_blocks = available // page_size // num_layers,  page_size = block_size x bytes/token/layer
     "GPU KV cache size" = num_blocks x block_size (x dcp), the minimum over workers and PP stages
   Where the GPU context and the communicators' buffers (memory.terms, data/platform_memory.yaml) land, read in the
-  wheels' v1/worker/gpu_worker.py: 0.8.5 charges all non-torch memory (total - free - torch's), the context too;
-  0.9.2 and 0.10.2 snapshot memory after the context but BEFORE init_worker_distributed_environment, so NCCL and
-  custom all-reduce are charged and the context lives in the 1 - utilization margin; 0.11.0 and 0.33.0 snapshot
-  after NCCL init ("Initialize the distributed environment BEFORE taking memory snapshot", vllm-project/vllm#25359),
-  so both live in the margin. >= 0.21: the CUDA-graph estimate is charged (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS
-  default on); before, graphs were captured after sizing the pool.
+  wheels' v1/worker/gpu_worker.py: 0.8.5 charges all non-torch memory, the context too; 0.9.2 and 0.10.2 snapshot
+  after the context but BEFORE init_worker_distributed_environment (NCCL and custom all-reduce charged); 0.11.0 and
+  0.33.0 after NCCL init (vllm-project/vllm#25359), so both live in the 1 - utilization margin. >= 0.21: the
+  CUDA-graph estimate is charged (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS on); before, graphs came after the pool.
 SGLang (`kv_cache_configurator._profile_available_bytes`, `pool_configurator.calculate_pool_sizes`):
     rest = available_after_weights - pre_load_free x (1 - mem_fraction_static)
     max_total_num_tokens = rest // cell_size // page_size x page_size, cell = (d_c + d_r) x layers x bytes
@@ -53,11 +51,12 @@ class EngineRules:
     comms_outside_budget: bool      # ... and the communicators' buffers too
     expert_group: bool = False      # an MoE model gets an expert-parallel communicator of its own (vLLM >= 0.11:
                                     # distributed/parallel_state.py builds _EP for every MoE model; 0.10.2 did not)
-    sampler_sorts: bool = False     # the profile run's top-k/top-p sorts the full logits (memory.terms): vLLM from
-                                    # 0.11.1 (FlashInfer's sampler made opt-in, vllm-project/vllm#26859) until the
-                                    # Triton top-k/top-p kernel (vllm-project/vllm#33538, in 0.17.0: both wheels read)
+    sampler_sorts: bool = False     # the profile run's top-k/top-p sorts the full logits (memory.terms): vLLM 0.11.1
+                                    # (vllm#26859: FlashInfer's sampler opt-in) to 0.16 (vllm#33538's Triton kernel)
     reserves_in_flight: bool = True  # V4 sliding-window groups reserve every in-flight batch (vLLM >= 0.26;
                                      # engines.compressed_kv.in_flight_batches)
+    torch_gather: bool = False      # the profile run's logits all-gather goes through torch's process group, whose NCCL
+                                    # communicator it creates (vLLM < 0.26 on CUDA; ROCm always: memory.terms)
 
 
 def engine_rules(engine: str, version: Optional[str] = None) -> EngineRules:
@@ -71,7 +70,8 @@ def engine_rules(engine: str, version: Optional[str] = None) -> EngineRules:
     release = parse_version(version)
     return EngineRules("vllm", version, graphs_in_budget=release >= (0, 21), context_outside_budget=release >= (0, 9),
                        comms_outside_budget=release >= (0, 11), expert_group=release >= (0, 11),
-                       sampler_sorts=(0, 11, 1) <= release < (0, 17, 0), reserves_in_flight=release >= (0, 26))
+                       sampler_sorts=(0, 11, 1) <= release < (0, 17, 0), reserves_in_flight=release >= (0, 26),
+                       torch_gather=release < (0, 26))
 
 
 def parse_version(version: str) -> tuple[int, int, int]:
@@ -93,6 +93,7 @@ class StageCosts:
     runtime_bytes: float
     slot_bytes: float           # bytes one physical token slot costs this GPU (all its layers)
     a2a_bytes: float = 0.0      # DeepEP buffer, allocated at model init like the weights (memory.terms)
+    profiled_comm_bytes: float = 0.0    # a communicator the profile run creates: charged (memory.terms)
     pool: Optional[CompressedPool] = None   # DeepSeek-V4: the engine's capacity rule instead of bytes per slot
 
 
@@ -119,7 +120,7 @@ def kv_budget_bytes(rules: EngineRules, knobs: Knobs, total_bytes: float, c: Sta
     workers is taken afterwards (memory.evaluate). SGLang: `sglang_rest_bytes`, or `rest_bytes`."""
     if rules.engine == "sglang":
         return sglang_rest_bytes(knobs, total_bytes, c) if rest_bytes is None else rest_bytes
-    charged = c.weights_bytes + c.a2a_bytes + c.activation_bytes
+    charged = c.weights_bytes + c.a2a_bytes + c.activation_bytes + c.profiled_comm_bytes
     charged += c.cuda_graph_bytes if rules.graphs_in_budget and knobs.cuda_graphs else 0.0
     charged += (0.0 if rules.context_outside_budget else c.runtime_bytes) + \
         (0.0 if rules.comms_outside_budget else c.nccl_bytes)

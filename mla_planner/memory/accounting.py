@@ -126,6 +126,8 @@ def _stage(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, rules:
         slot_bytes=pool.marginal_bytes_per_token() if pool else kv_slot_bytes(spec, layout, rng, knobs.kv_cache_dtype,
                                                                               mtp_layers),
         pool=pool,
+        profiled_comm_bytes=mt.profiled_communicator_bytes(layout, topo) if rules.engine == "vllm" and last and (
+            rules.torch_gather or topo.gpu.vendor == "amd") else 0.0,     # only the last stage gathers logits
         a2a_bytes=mt.deepep_buffer_bytes(spec, layout, deepep_dispatch_tokens(
             rules.engine, knobs.max_num_seqs, knobs.max_num_batched_tokens, decode_query_len(knobs))))
     return _Stage(index, kv_layers, weights, costs)
@@ -149,6 +151,8 @@ def _rank(stage: _Stage, knobs: Knobs, rules: EngineRules, total: float, dcp: in
     terms = dict(stage.weights)
     if c.a2a_bytes:
         terms["deepep_buffer"] = c.a2a_bytes
+    if c.profiled_comm_bytes:
+        terms["nccl_profile_run"] = c.profiled_comm_bytes
     terms.update({"activation_peak": c.activation_bytes, "cuda_graph": c.cuda_graph_bytes,
                   "nccl_buffers": c.nccl_bytes, "runtime_overhead": c.runtime_bytes})
     if profile(rules.engine).pool_after_static_fraction:
@@ -244,7 +248,7 @@ def _stage_fraction_bytes(s: _Stage, knobs: Knobs, rules: EngineRules, total: fl
         slack = c.activation_bytes + c.cuda_graph_bytes + sglang_req_to_token_bytes(knobs, knobs.max_num_seqs * 2)
         return c.weights_bytes + c.a2a_bytes + block, slack + ALLOCATOR_MARGIN_BYTES, \
             total - c.runtime_bytes - c.nccl_bytes
-    charged = c.weights_bytes + c.a2a_bytes + c.activation_bytes + block
+    charged = c.weights_bytes + c.a2a_bytes + c.activation_bytes + c.profiled_comm_bytes + block
     outside = ALLOCATOR_MARGIN_BYTES
     for term, outside_budget in ((c.runtime_bytes, rules.context_outside_budget),
                                  (c.nccl_bytes, rules.comms_outside_budget)):

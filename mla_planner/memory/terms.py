@@ -94,6 +94,18 @@ def nccl_buffer_bytes(layout: Layout, topo: Topology, engine: str = "vllm", moe_
     return sum(group_bytes(topo, span) for _, _, span in comm_groups(layout, engine, moe_group)) * GiB
 
 
+def profiled_communicator_bytes(layout: Layout, topo: Topology) -> float:
+    """The NCCL / RCCL communicator a vLLM profile run creates for the TP group, where the logits all-gather goes
+    through torch's process group (engines.memory_rules.EngineRules.torch_gather): vLLM builds that group without
+    binding it to a device (distributed/parallel_state.py, VLLM_DISTRIBUTED_USE_SPLIT_GROUP off), so torch creates
+    its communicator at the group's first collective, `base_device_communicator.all_gather`, inside the profiled
+    window, and vLLM charges it as non-torch memory (vllm-project/vllm#25359: "NCCL buffer allocation shows up as
+    non-torch memory increase during forward pass"). vLLM 0.26.0's CudaCommunicator.all_gather runs its own pynccl
+    communicator instead, except on ROCm. Its size is not logged anywhere found: priced as one group of the TP size
+    (`group_bytes`), an estimate. Zero at TP 1; only the last pipeline stage gathers logits."""
+    return group_bytes(topo, layout.tp) * GiB if layout.tp > 1 else 0.0
+
+
 def attention_working_bytes(spec: ModelSpec, layout: Layout, tokens: int) -> float:
     """MLA prefill in the naive (MHA) form: q [T, H/tp, d_qk], k [T, H/tp, d_qk] (k_nope from wkv_b
     plus the shared k_pe), v [T, H/tp, d_v], o [T, H/tp, d_v], bf16 (vLLM MLACommonImpl._forward_prefill,
