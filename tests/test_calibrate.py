@@ -28,11 +28,12 @@ def plan_path(tmp_path_factory):
     return path
 
 
-def synthetic(plan_path, folder, engine="vllm", model=None, gpu=None, concurrencies=CONCURRENCIES) -> list[str]:
+def synthetic(plan_path, folder, engine="vllm", model=None, gpu=None, concurrencies=CONCURRENCIES,
+              factors=TRUE) -> list[str]:
     """Benchmark results the model itself predicts with the TRUE factors, in the engine's own result format."""
     plan = read_plan(plan_path)
     cand = pick(plan, 1, "test")
-    true = replace(load_calibration(None, plan.topology), **TRUE)
+    true = replace(load_calibration(None, plan.topology), **factors)
     files = []
     for c in concurrencies:
         run = BenchRun("x", engine, plan.model_path, plan.topology.gpu.name, c, 2048, 512, 0.0)
@@ -50,6 +51,20 @@ def synthetic(plan_path, folder, engine="vllm", model=None, gpu=None, concurrenc
             name.write_text(json.dumps(record) + "\n")
         files.append(str(name))
     return files
+
+
+def test_int4_experts_calibrate_their_own_streaming_factor(cli, tmp_path):
+    """Kimi-K2.5's int4 experts run the Marlin W4A16 kernel, priced with int4_moe_hbm_efficiency: that is the factor
+    calibrate fits for them (and the one a synthetic sweep made with it gives back)."""
+    plan_path = tmp_path / "k25.json"
+    plan_path.write_text(cli("plan", "-m", "kimi-k2.5", "-t", "8xh200", "-e", "vllm", "--json").stdout)
+    true = {"int4_moe_hbm_efficiency": 0.45, "graph_kernel_overhead_s": 4e-6}
+    files = synthetic(plan_path, tmp_path, factors=true)
+    data = json.loads(cli("calibrate", "--plan", str(plan_path), *files, "-o", str(tmp_path / "c.yaml"),
+                          "--json").stdout)
+    assert set(data["factors"]) == set(true)
+    for name, value in true.items():
+        assert data["factors"][name] == pytest.approx(value, rel=0.05)
 
 
 def test_calibrate_recovers_known_factors_and_the_plan_applies_them(cli, plan_path, tmp_path):

@@ -193,3 +193,18 @@ def test_moe_collective_follows_the_deepep_rule_and_sglang_head_split():
     lay = Layout(tp=1, dp=8, ep=8)
     assert head_ops(spec, lay, 8, "sglang")[0].bytes * 8 == head_ops(spec, lay, 8, "vllm")[0].bytes
     assert logits_comm(spec, lay, 8, topo, calib, "sglang") > 0 == logits_comm(spec, lay, 8, topo, calib, "vllm")
+
+
+def test_int4_experts_stream_at_their_own_efficiency():
+    """Kimi-K2.5's int4 weight-only experts run the Marlin W4A16 kernel: their op is `w4a16` and its memory side is
+    priced with int4_moe_hbm_efficiency (efficiency.yaml); FP8 experts keep moe_hbm_efficiency."""
+    topo = load_topology("8xh200")
+    calib = load_calibration(None, topo)
+    for model, factor in (("kimi-k2.5", "int4_moe_hbm_efficiency"), ("deepseek-v3", "moe_hbm_efficiency")):
+        spec, layout = load_model(model).spec, Layout(tp=8)
+        ops = ffn_ops(spec, layout, Batch(decode=16, context=2048), layer_weights(spec, layout), True)
+        experts = next(o for o in ops if o.name == "moe.experts")
+        assert experts.hbm_factor == factor
+        mem_s, _ = op_time_s(experts, topo.gpu, calib)
+        assert mem_s == pytest.approx(experts.bytes / (topo.gpu.hbm_bytes_per_s * getattr(calib, factor)))
+    assert calib.int4_moe_hbm_efficiency < calib.moe_hbm_efficiency

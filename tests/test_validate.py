@@ -64,14 +64,15 @@ def test_the_plans_bands_come_from_the_held_out_residuals(cli):
 
 
 def test_a_band_is_what_a_deployment_would_measure():
-    """The model is optimistic on TPOT (nearly every held-out single-node point measured slower), so the band of a
-    predicted TPOT reaches well above it and the band of a predicted throughput well below it; a TP group spanning
-    NVLink domains has one published point, so its band is its category's whole range."""
+    """The model leans optimistic on TPOT (most held-out single-node points measured slower, the vLLM INT4 ones on
+    H200 faster), so the band of a predicted TPOT reaches further above it than below, and the band of a predicted
+    throughput further below; a TP group spanning NVLink domains has one published point, so its band is its
+    category's whole range."""
     from mla_planner.perf.bands import band, error_range
     lo, hi = error_range("decode_tpot", "tp_in_domain")
-    assert lo < 0 and lo < hi < 0.01
+    assert lo < 0 < hi
     tpot_low, tpot_high = band(0.050, (lo, hi))
-    assert tpot_low < tpot_high and tpot_high > 0.060
+    assert tpot_low < 0.050 < tpot_high and tpot_high > 0.060 and tpot_high - 0.050 > 0.050 - tpot_low
     tput_low, tput_high = band(1000.0, (lo, hi), inverse=True)
     assert tput_low < tput_high and tput_low < 850.0
     wide = error_range("decode_tpot", "tp_across_domains")

@@ -12,7 +12,8 @@ max_num_seqs on each.
 Two factors explain how mean TPOT moves with the batch and are fitted: a per-step fixed cost (the kernel launch
 gap under CUDA graphs, `graph_kernel_overhead_s`, which stands in for the engine's host overhead, the same per step;
 or without them the host time each layer costs, `eager_layer_host_s`) and the routed experts' weight streaming
-(`moe_hbm_efficiency`, whose cost grows with the experts a batch touches). Each is searched in log space within
+(`moe_hbm_efficiency`, or `int4_moe_hbm_efficiency` for int4 weight-only experts, whose cost grows with the experts
+a batch touches). Each is searched in log space within
 its bounds, by the Nelder-Mead simplex on the mean squared log error of the predicted TPOT; the fitted error is
 reported with the factors.
 """
@@ -31,8 +32,8 @@ from mla_planner.search.planfile import Candidate, Plan
 from mla_planner.specs.calibration import Calibration
 from mla_planner.specs.knobs import Workload
 
-BOUNDS = {"moe_hbm_efficiency": (0.1, 1.0), "graph_kernel_overhead_s": (0.2e-6, 200e-6),
-          "eager_layer_host_s": (1e-5, 2e-2)}
+BOUNDS = {"moe_hbm_efficiency": (0.1, 1.0), "int4_moe_hbm_efficiency": (0.1, 1.0),
+          "graph_kernel_overhead_s": (0.2e-6, 200e-6), "eager_layer_host_s": (1e-5, 2e-2)}
 STEP = 0.3              # the starting simplex: each factor 35 % above its current value (log space)
 TOLERANCE = 1e-5        # stop when the simplex is this small (log space: 0.001 % of each factor)
 MAX_ITERATIONS = 300
@@ -192,7 +193,8 @@ def _nelder_mead(f, start: list[float], lows: list[float], highs: list[float]) -
 def fit(plan: Plan, cand: Candidate, runs: list[BenchRun], calib: Calibration) -> Fit:
     notes = check_runs(runs, plan, cand)
     names = ("graph_kernel_overhead_s" if cand.knobs.cuda_graphs else "eager_layer_host_s",) + \
-        (("moe_hbm_efficiency",) if plan.spec.is_moe else ())
+        ((("int4_moe_hbm_efficiency" if plan.spec.expert_dtype == "int4" else "moe_hbm_efficiency"),)
+         if plan.spec.is_moe else ())
     before = [predicted_tpot_s(plan, cand, r, calib) for r in runs]
     flat = [n for n in names if _moves_nothing(plan, cand, runs, calib, n, before)]
     names = tuple(n for n in names if n not in flat)

@@ -42,6 +42,14 @@ class Op:
     kind: str = "gemm"     # "gemm" (weights-streaming), "moe" (the routed experts' grouped GEMMs) or "attention"
     precision: str = "bf16"   # the tensor cores it runs on: fp8 / int8 (W8A8 weights), else bf16
 
+    @property
+    def hbm_factor(self) -> str:
+        """The efficiency factor of its memory side: the attention kernel's, the routed experts' (int4 weight-only
+        experts have their own: the Marlin W4A16 kernel streams far below the FP8 grouped GEMMs), or the GEMMs'."""
+        if self.kind == "moe":
+            return "int4_moe_hbm_efficiency" if self.precision == "w4a16" else "moe_hbm_efficiency"
+        return "attention_hbm_efficiency" if self.kind == "attention" else "hbm_efficiency"
+
 
 @dataclass(frozen=True)
 class Batch:
@@ -141,8 +149,8 @@ def tensor_precision(dtype: str) -> str:
     cores where the GPU has them (GPU.tensor_flops_per_s falls back to bf16 elsewhere: vLLM 0.33.0 runs it
     weight-only through Marlin below Blackwell, kernels/linear/nvfp4/marlin.py); MXFP4 (DeepSeek-V4's experts) runs
     with FP8 activations on Blackwell (the mixed-input MMA, at the FP8 rate) and weight-only elsewhere; int4 is
-    taken as weight-only (Marlin / W4A16), bf16 math."""
-    return {"fp8": "fp8", "int8": "int8", "nvfp4": "fp4", "mxfp4": "w4a8"}.get(dtype, "bf16")
+    weight-only (Marlin / W4A16: "w4a16"), bf16 math at a lower HBM efficiency for the experts (perf.step)."""
+    return {"fp8": "fp8", "int8": "int8", "nvfp4": "fp4", "mxfp4": "w4a8", "int4": "w4a16"}.get(dtype, "bf16")
 
 
 def experts_hit(local_experts: float, n_experts: int, top_k: int, tokens: float) -> float:

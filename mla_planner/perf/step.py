@@ -4,7 +4,7 @@ Per layer on one GPU (named terms that sum to the layer's time):
   each op of perf.layer_work (attn.proj, attn.core, ffn.dense | moe.gate, moe.shared, moe.experts):
       roofline max(bytes / (HBM x hbm_efficiency), FLOPs / (peak x tensor_core_efficiency)); the attention
       kernel uses attention_hbm_efficiency / attention_tensor_core_efficiency, the routed experts'
-      grouped GEMMs moe_hbm_efficiency; fp8 / int8 peak for fp8 / int8 weights on a GPU with those tensor
+      grouped GEMMs moe_hbm_efficiency (int4_moe_hbm_efficiency for int4 weight-only experts); fp8 / int8 peak for fp8 / int8 weights on a GPU with those tensor
       cores (GPU.tensor_flops_per_s; Williams et al., "Roofline", CACM 2009; docs/step-model.md section 3)
   each collective of perf.layer_comm (TP all-reduce, EP all-to-all, DP gather/scatter, DCP, Route B), not
       overlapped with compute (vLLM and SGLang run them on the compute stream in decode)
@@ -116,8 +116,7 @@ def step_breakdown_s(d: DecodeStep) -> dict[str, float]:
 def op_time_s(op: Op, gpu: GPU, calib: Calibration) -> tuple[float, float]:
     """(memory-side seconds, math-side seconds) of one op at achievable rates; its time is the max."""
     attn = op.kind == "attention"
-    bw = gpu.hbm_bytes_per_s * {"attention": calib.attention_hbm_efficiency,
-                                "moe": calib.moe_hbm_efficiency}.get(op.kind, calib.hbm_efficiency)
+    bw = gpu.hbm_bytes_per_s * getattr(calib, op.hbm_factor)
     peak = gpu.tensor_flops_per_s(op.precision)
     eff = calib.attention_tensor_core_efficiency if attn else calib.tensor_core_efficiency
     return op.bytes / bw, op.flops / (peak * eff)

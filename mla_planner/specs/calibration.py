@@ -64,6 +64,7 @@ class Calibration:
     # HBM and tensor cores
     hbm_efficiency: float
     moe_hbm_efficiency: float
+    int4_moe_hbm_efficiency: float
     attention_hbm_efficiency: float
     tensor_core_efficiency: float
     attention_tensor_core_efficiency: float

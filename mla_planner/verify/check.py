@@ -108,7 +108,7 @@ def roofline(op: Op, t: Target) -> tuple[float, dict]:
     mem_s, math_s = op_time_s(op, gpu, calib)
     attn = op.kind == "attention"
     if mem_s >= math_s:
-        factor = {"attention": "attention_hbm_efficiency", "moe": "moe_hbm_efficiency"}.get(op.kind, "hbm_efficiency")
+        factor = op.hbm_factor
         return mem_s, {"factor": factor, "amount": op.bytes, "peak": gpu.hbm_bytes_per_s, "bound": "memory"}
     factor = "attention_tensor_core_efficiency" if attn else "tensor_core_efficiency"
     peak = gpu.tensor_flops_per_s(op.precision)
