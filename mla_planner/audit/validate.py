@@ -25,7 +25,7 @@ from mla_planner.engines.memory_rules import default_memory_fraction, engine_def
 from mla_planner.engines.parallel import uses_deepep
 from mla_planner.memory.report import memory_report
 from mla_planner.memory.ways_out import fraction_knobs
-from mla_planner.perf.bands import tpot_regime
+from mla_planner.perf.bands import collective_regime, tpot_regime
 from mla_planner.perf.closed_loop import closed_loop_mean_ttft_s, first_wave, recv_wait_s
 from mla_planner.perf.comm import collective
 from mla_planner.perf.disagg import prefill_rate
@@ -37,7 +37,7 @@ from mla_planner.specs.knobs import Workload
 from mla_planner.specs.layout import Layout, parse_layout
 from mla_planner.specs.topology import Topology, load_topology
 
-BANDED = ("kv_capacity", "decode_tpot", "eager_tpot", "ttft")   # the categories the plan's bands come from (bands.py)
+BANDED = ("kv_capacity", "decode_tpot", "eager_tpot", "ttft", "collective")   # the categories bands.py draws on
 CATEGORIES = ("kv_capacity", "collective", "decode_tpot", "eager_tpot", "ttft", "decode_throughput",
               "prefill_throughput")
 
@@ -76,6 +76,13 @@ class Result:
     def error(self) -> float:
         """Signed relative error, (predicted - published) / published."""
         return self.predicted / self.point.published - 1
+
+    @property
+    def band_error(self) -> float:
+        """The error a band is built from: a collective's as an error in its time (a bus bandwidth's inverted)."""
+        if self.point.category == "collective" and self.point.run.get("what") == "busbw":
+            return self.point.published / self.predicted - 1
+        return self.error
 
 
 @dataclass(frozen=True)
@@ -225,7 +232,9 @@ def summarise(results: list[Result]) -> list[Summary]:
 
 def band_regime(p: Point) -> str:
     """Which band a held-out point informs (perf/bands.py uses the same keys): decode TPOT by whether its TP group
-    spans NVLink domains; the other categories have one band each."""
+    spans NVLink domains, a collective by that and its link; the other categories have one band each."""
+    if p.category == "collective":
+        return collective_regime(load_topology(p.run["topology"]), p.run["gpus"])
     if p.category != "decode_tpot":
         return "all"
     topo = load_topology(p.run["topology"])
@@ -237,7 +246,7 @@ def bands(results: list[Result]) -> dict:
     out: dict = {}
     for r in results:
         if r.point.held_out and r.point.category in BANDED:
-            out.setdefault(r.point.category, {}).setdefault(band_regime(r.point), []).append(r.error)
+            out.setdefault(r.point.category, {}).setdefault(band_regime(r.point), []).append(r.band_error)
     return {cat: {reg: {"error_low": round(min(e), 4), "error_high": round(max(e), 4), "points": len(e)}
                   for reg, e in sorted(regimes.items())} for cat, regimes in sorted(out.items())}
 
@@ -249,9 +258,9 @@ def loo_coverage(results: list[Result]) -> dict:
     held = [r for r in results if r.point.held_out and r.point.category in BANDED]
     regime = {r.point.id: band_regime(r.point) for r in held}
     for r in held:
-        same = [o.error for o in held if o is not r and o.point.category == r.point.category
+        same = [o.band_error for o in held if o is not r and o.point.category == r.point.category
                 and regime[o.point.id] == regime[r.point.id]]
-        others = same or [o.error for o in held if o is not r and o.point.category == r.point.category]
+        others = same or [o.band_error for o in held if o is not r and o.point.category == r.point.category]
         covered, n = out.get(r.point.category, (0, 0))
-        out[r.point.category] = (covered + (min(others) <= r.error <= max(others) if others else 0), n + 1)
+        out[r.point.category] = (covered + (min(others) <= r.band_error <= max(others) if others else 0), n + 1)
     return out

@@ -25,7 +25,7 @@ from mla_planner.cli.plannable import check_plannable
 from mla_planner.core.errors import PlanError
 from mla_planner.engines.parallel import uses_deepep, dense_per_rank_applies
 from mla_planner.memory.ways_out import fraction_knobs, split_note
-from mla_planner.perf.bands import beside, kv_band, performance_bands
+from mla_planner.perf.bands import beside, collective_band, kv_band, performance_bands
 from mla_planner.perf.metrics import Metrics, evaluate
 from mla_planner.perf.step import step_breakdown_s
 from mla_planner.search.planfile import read_plan
@@ -36,8 +36,8 @@ from mla_planner.specs.layout import Layout, parse_layout, query_heads_per_rank
 from mla_planner.specs.model import ModelSpec
 from mla_planner.specs.topology import load_topology
 
-SERVING_ONLY = {"step_s", "tpot_s", "network_wait_share", "decode_network_wait_share", "ttft_s", "ttft_longest_s",
-                "alone_tpot_s"}
+SERVING_ONLY = {"step_s", "collectives_s", "tpot_s", "network_wait_share", "decode_network_wait_share", "ttft_s",
+                "ttft_longest_s", "alone_tpot_s"}
 
 
 def summary(m: Metrics, topo) -> dict:
@@ -47,6 +47,8 @@ def summary(m: Metrics, topo) -> dict:
     if m.concurrency:
         bands = performance_bands(m, topo)
         bands["kv_capacity_tokens_low"], bands["kv_capacity_tokens_high"] = kv_band(m.memory.kv_capacity_tokens)
+        bands["collectives_s_low"], bands["collectives_s_high"] = collective_band(
+            step_breakdown_s(m.decode)["collectives_s"], m.layout, topo)
     return beside(_summary(m), bands)
 
 
@@ -55,7 +57,7 @@ def _summary(m: Metrics) -> dict:
             "concurrency_per_dp_rank": m.concurrency_per_dp_rank, "concurrency_limit": m.concurrency_limit,
             "throughput_tokens_per_s": m.throughput_tokens_per_s,
             "throughput_tokens_per_s_per_gpu": m.throughput_tokens_per_s_per_gpu,
-            "step_s": m.step_s, "tpot_s": m.tpot_s, "tokens_per_s_per_user": m.tokens_per_s_per_user,
+            "step_s": m.step_s, "collectives_s": step_breakdown_s(m.decode)["collectives_s"], "tpot_s": m.tpot_s, "tokens_per_s_per_user": m.tokens_per_s_per_user,
             "network_wait_share": m.network_wait_share, "decode_network_wait_share": m.decode_network_wait_share,
             "memory_utilization": m.memory_utilization,
             "memory_in_use": m.memory_in_use, "ttft_s": m.ttft_s, "ttft_longest_s": m.ttft_longest_s,

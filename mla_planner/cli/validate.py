@@ -13,9 +13,9 @@ from mla_planner.cli.params import Opt
 from mla_planner.core.errors import PlanError
 
 BANDS_HEADER = ("# How far the planner's predictions fall from published measurements, per category and regime: the range "
-                "of\n# (predicted - published) / published over the HELD-OUT points of mla_planner/data/validation.yaml. "
-                "Written by\n# `mla-plan validate --bands` (tests/test_validate.py holds this file equal to its output); "
-                "read by perf/bands.py.\n")
+                "of\n# (predicted - published) / published over the HELD-OUT points of mla_planner/data/validation.yaml "
+                "(a collective's\n# in its time: a bus bandwidth's error inverted). Written by `mla-plan validate --bands` "
+                "(tests/test_validate.py\n# holds this file equal to its output); read by perf/bands.py.\n")
 TITLES = {"kv_capacity": "KV capacity (tokens the engine logs)", "collective": "Collectives (nccl-tests / rccl-tests)",
           "decode_tpot": "Decode TPOT (mean ms per output token)",
           "eager_tpot": "Decode without CUDA graphs (ms per output token)", "ttft": "Time to first token (mean ms)",

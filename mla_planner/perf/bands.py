@@ -8,7 +8,9 @@ A regime with fewer than MIN_POINTS points is widened to its whole category's ra
 TTFT's band is wide: the model prices the prefill forward, the decode steps it waits for and its queue, not the
 server's tokenizing, scheduling and streaming around them, and published mean TTFTs are 1.7-7x its figure.
 The TPOT band's evidence is TP8 runs on one node, SGLang's of DeepSeek-R1 and vLLM's of Kimi-K2.5
-(data/validation.yaml); other layouts and models borrow it.
+(data/validation.yaml); other layouts and models borrow it. Collective times take the nccl-tests / rccl-tests
+residuals (bus bandwidths turned into time errors), by whether the group crosses NVLink domains and, inside one, by
+the link; NVLink inside a node has only the points that set its factors, so it borrows the whole category's range.
 """
 
 from __future__ import annotations
@@ -43,6 +45,13 @@ def tpot_regime(layout: Layout, topo: Topology) -> str:
     return "tp_across_domains" if layout.tp > topo.domain_gpus else "tp_in_domain"
 
 
+def collective_regime(topo: Topology, gpus: int) -> str:
+    """A collective's regime: across NVLink domains (the NICs bound it), else the link inside one."""
+    if gpus > topo.domain_gpus:
+        return "across_domains"
+    return {"xgmi": "xgmi", "pcie": "pcie"}.get(topo.intra_node.kind, "nvlink")
+
+
 def band(value: float, errors: tuple[float, float], inverse: bool = False) -> tuple[float, float]:
     """(low, high) of what would be measured for a predicted `value` (module docstring)."""
     low, high = errors
@@ -66,6 +75,12 @@ def performance_bands(m, topo: Topology) -> dict[str, float]:
     for name in ("ttft_s", "ttft_longest_s"):
         out[f"{name}_low"], out[f"{name}_high"] = band(getattr(m, name), error_range("ttft"))
     return out
+
+
+def collective_band(seconds: float, layout: Layout, topo: Topology) -> tuple[float, float]:
+    """(low, high) of the collective seconds a decode step of `layout` would measure: its widest group (the stage:
+    TP x DP attention, EP over it) sets the regime."""
+    return band(seconds, error_range("collective", collective_regime(topo, layout.stage_gpus)))
 
 
 def kv_band(tokens: int) -> tuple[int, int]:
