@@ -171,3 +171,16 @@ def test_calibrate_fits_the_host_time_of_an_eager_candidate(cli, tmp_path):
     assert "moe_hbm_efficiency" not in data["factors"]
     assert any("moe_hbm_efficiency does not move" in n for n in data["notes"])
     assert "moe_hbm_efficiency" not in (tmp_path / "cal.yaml").read_text()
+
+
+def test_a_calibrated_moe_factor_says_it_does_not_reach_int4_experts(cli, tmp_path):
+    """A calibration file with moe_hbm_efficiency (e.g. from an FP8 model, or written before int4 experts had their
+    own factor) leaves Kimi-K2.5's int4 experts at int4_moe_hbm_efficiency, and the output says so."""
+    cal = tmp_path / "cal.json"
+    cal.write_text(json.dumps({"format": "mla-plan-calibration/1", "efficiency": {"moe_hbm_efficiency": 0.3}}))
+    args = ("compare", "-m", "kimi-k2.5", "-t", "8xh200", "-l", "tp=8", "--json")
+    with_file = json.loads(cli(*args, "--calibration", str(cal)).stdout)["layouts"][0]
+    without = json.loads(cli(*args).stdout)["layouts"][0]
+    assert with_file["tpot_s"] == without["tpot_s"]
+    assert any("does not apply to this model's int4 experts" in n for n in with_file["notes"])
+    assert not any("int4 experts" in n for n in without["notes"])

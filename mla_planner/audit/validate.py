@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from mla_planner.core.errors import PlanError
 from mla_planner.core.files import read_mapping, user_path
 from mla_planner.core.resources import data_dir
+from mla_planner.core.units import GiB
 from mla_planner.core.validation import validate as validated
 from mla_planner.engines.memory_rules import default_memory_fraction, engine_default_knobs
 from mla_planner.engines.parallel import uses_deepep
@@ -38,16 +39,16 @@ from mla_planner.specs.layout import Layout, parse_layout
 from mla_planner.specs.topology import Topology, load_topology
 
 BANDED = ("kv_capacity", "decode_tpot", "eager_tpot", "ttft", "collective")   # the categories bands.py draws on
-CATEGORIES = ("kv_capacity", "collective", "decode_tpot", "eager_tpot", "ttft", "decode_throughput",
-              "prefill_throughput")
+CATEGORIES = ("kv_capacity", "cuda_graph_memory", "collective", "decode_tpot", "eager_tpot", "ttft",
+              "decode_throughput", "prefill_throughput")
 
 
 class Point(BaseModel):
     """One published measurement (data/validation.yaml)."""
     model_config = ConfigDict(extra="forbid")
     id: str
-    category: Literal["kv_capacity", "collective", "decode_tpot", "eager_tpot", "ttft", "decode_throughput",
-                      "prefill_throughput"]
+    category: Literal["kv_capacity", "cuda_graph_memory", "collective", "decode_tpot", "eager_tpot", "ttft",
+                      "decode_throughput", "prefill_throughput"]
     role: str                 # "held_out" or "fit: <efficiency factor>"
     regime: str
     source: str
@@ -102,16 +103,26 @@ def load_points(path: str | None = None) -> tuple[Point, ...]:
     return tuple(validated(PointsFile, read_mapping(where), str(where)).points)
 
 
-def _kv_capacity(run: dict) -> float:
-    """KV tokens as `memory` prices the run: the engine's defaults under the given knobs, and where the run gives no
-    memory fraction the engine's own default at its release (SGLang computes one per GPU and layout)."""
+def _memory(run: dict):
+    """The memory report `memory` gives the run: the engine's defaults under the given knobs, and where the run gives
+    no memory fraction the engine's own default at its release (SGLang computes one per GPU and layout)."""
     spec, topo = load_model(run["model"]).spec, load_topology(run["topology"])
     layout = parse_layout(run["layout"], topo)
     knobs = engine_default_knobs(run["engine"], spec, topo, layout.dp, **run.get("knobs", {}))
     if "memory_fraction" not in run.get("knobs", {}):
         knobs = replace(knobs, memory_fraction=default_memory_fraction(run["engine"], spec, topo, layout, knobs,
                                                                        run.get("engine_version")))
-    return float(memory_report(spec, topo, layout, knobs, engine_version=run.get("engine_version")).kv_capacity_tokens)
+    return memory_report(spec, topo, layout, knobs, engine_version=run.get("engine_version"))
+
+
+def _kv_capacity(run: dict) -> float:
+    """KV tokens as the engine logs them (`memory`)."""
+    return float(_memory(run).kv_capacity_tokens)
+
+
+def _cuda_graph_gib(run: dict) -> float:
+    """CUDA-graph memory of the first GPU in GiB, `memory`'s cuda_graph term (memory.terms.cuda_graph_bytes)."""
+    return _memory(run).per_gpu[0].terms["cuda_graph"] / GiB
 
 
 def _collective(run: dict) -> float:
@@ -193,8 +204,8 @@ def _wide_ep_prefill_tokens_per_node(run: dict) -> float:
     return rate.tokens_per_s / run["nodes"]
 
 
-PREDICT = {"kv_capacity": _kv_capacity, "busbw": _collective, "time_us": _collective, "mean_tpot": _mean_tpot,
-           "mean_ttft": _mean_ttft,
+PREDICT = {"kv_capacity": _kv_capacity, "cuda_graph_gib": _cuda_graph_gib, "busbw": _collective, "time_us": _collective,
+           "mean_tpot": _mean_tpot, "mean_ttft": _mean_ttft,
            "wide_ep_tokens_per_node": _wide_ep_tokens_per_node,
            "wide_ep_prefill_tokens_per_node": _wide_ep_prefill_tokens_per_node}
 

@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 
 from mla_planner.engines.backends import default_engine, int8_checkpoint_problem, mtp_verify_problem, usable_backends
 from mla_planner.specs.attention.kinds import attention_of
-from mla_planner.specs.calibration import load_calibration
+from mla_planner.specs.calibration import int4_experts_note, load_calibration
 from mla_planner.cli.params import Opt
 from mla_planner.cli.common import (DEFAULT_MODEL, DEFAULT_TOPOLOGY, GraphCapOpt, ImagesOpt, JsonOpt, ModelOpt,
                                     MtpAcceptanceOpt, PpPartitionOpt, TopologyOpt, check_acceptance, check_context,
@@ -57,7 +57,8 @@ def _summary(m: Metrics) -> dict:
             "concurrency_per_dp_rank": m.concurrency_per_dp_rank, "concurrency_limit": m.concurrency_limit,
             "throughput_tokens_per_s": m.throughput_tokens_per_s,
             "throughput_tokens_per_s_per_gpu": m.throughput_tokens_per_s_per_gpu,
-            "step_s": m.step_s, "collectives_s": step_breakdown_s(m.decode)["collectives_s"], "tpot_s": m.tpot_s, "tokens_per_s_per_user": m.tokens_per_s_per_user,
+            "step_s": m.step_s, "collectives_s": step_breakdown_s(m.decode)["collectives_s"], "tpot_s": m.tpot_s,
+            "tokens_per_s_per_user": m.tokens_per_s_per_user,
             "network_wait_share": m.network_wait_share, "decode_network_wait_share": m.decode_network_wait_share,
             "memory_utilization": m.memory_utilization,
             "memory_in_use": m.memory_in_use, "ttft_s": m.ttft_s, "ttft_longest_s": m.ttft_longest_s,
@@ -240,7 +241,9 @@ def compare_cmd(layouts: Annotated[Optional[list[str]], Opt(
                 if dense_per_rank and not per_rank else "")
         label = layout.label + (" (dense per rank)" if knobs.dense_per_rank else "")
         ttft = ttft_headroom_note(m.ttft_longest_s, m.meets_targets, workload)
-        notes = cache_notes + [n for n in (start, verify, note, split, capped, moot, ttft) if n] + list(m.notes)
+        int4 = int4_experts_note(calib, spec.expert_dtype)
+        notes = cache_notes + [n for n in (start, verify, note, split, capped, moot, ttft, int4) if n] + \
+            list(m.notes)
         rows.append(summary(m, topo) | {"layout": label, "memory_fraction": knobs.memory_fraction, "notes": notes})
     _show(rows, results, {"model": spec.name, "topology": topo.name, "engine": engine, "workload": asdict(workload)},
           f"{spec.name} on {topo.name} ({engine}), {input_len} in / {output_len} out, TPOT target {tpot_ms:g} ms, "

@@ -30,7 +30,7 @@ ROWS = [("GPUs", "gpus", 1, "{:,.0f}"),
 BANDS = [("band: throughput per GPU (tok/s)", "throughput_tokens_per_s_per_gpu", 1, "{:,.0f}"),
          ("band: time per output token (ms)", "tpot_s", 1e3, "{:,.1f}"),
          ("band: TTFT (ms)", "ttft_s", 1e3, "{:,.0f}"),
-         ("band: collectives of a decode step (ms)", "collectives_s", 1e3, "{:,.2f}"),
+         ("band: comm (collectives) of a decode step (ms)", "collectives_s", 1e3, "{:,.2f}"),
          ("band: KV capacity (tokens)", "kv_capacity_tokens", 1, "{:,.0f}")]
 
 

@@ -16,7 +16,7 @@ from mla_planner.search.plan import to_plan
 from mla_planner.search.planfile import Plan
 from mla_planner.search.run import SearchResult, search
 from mla_planner.search.tuning import Overrides
-from mla_planner.specs.calibration import load_calibration
+from mla_planner.specs.calibration import int4_experts_note, load_calibration
 from mla_planner.specs.catalogue import load_model
 from mla_planner.specs.knobs import ENGINES, Workload
 from mla_planner.specs.layout import layout_problems, parse_layout
@@ -52,7 +52,7 @@ def run_plan(model: str, topology: str, workload: Workload, engine: Optional[str
         raise PlanError(f"--rank-by must be one of {', '.join(RANK_BY)}, got '{rank_by}'")
     result = search(loaded.spec, topo, workload, calib, (engine,) if engine else ENGINES, kv, chosen, pinned=pinned,
                     rank_by=rank_by, model_path=loaded.model_path or None)
-    notes = tuple(calib.notes)
+    notes = tuple(calib.notes) + tuple(n for n in [int4_experts_note(calib, loaded.spec.expert_dtype)] if n)
     if disaggregate and not chosen:   # pinned layouts: the aggregated search of those alone
         engines = (engine,) if engine else ENGINES
         found = search_disaggregated(loaded.spec, topo, workload, calib, engines, kv, pinned, rank_by)

@@ -12,11 +12,14 @@ from mla_planner.cli.common import JsonOpt, columns, guard, print_json
 from mla_planner.cli.params import Opt
 from mla_planner.core.errors import PlanError
 
-BANDS_HEADER = ("# How far the planner's predictions fall from published measurements, per category and regime: the range "
-                "of\n# (predicted - published) / published over the HELD-OUT points of mla_planner/data/validation.yaml "
-                "(a collective's\n# in its time: a bus bandwidth's error inverted). Written by `mla-plan validate --bands` "
-                "(tests/test_validate.py\n# holds this file equal to its output); read by perf/bands.py.\n")
-TITLES = {"kv_capacity": "KV capacity (tokens the engine logs)", "collective": "Collectives (nccl-tests / rccl-tests)",
+BANDS_HEADER = ("# How far the planner's predictions fall from published measurements, per category and regime: "
+                "the range of\n# (predicted - published) / published over the HELD-OUT points of "
+                "mla_planner/data/validation.yaml (a collective's\n# in its time: a bus bandwidth's error inverted). "
+                "Written by `mla-plan validate --bands` (tests/test_validate.py\n# holds this file equal to its "
+                "output); read by perf/bands.py.\n")
+TITLES = {"kv_capacity": "KV capacity (tokens the engine logs)",
+          "cuda_graph_memory": "CUDA-graph memory (GiB per GPU the engine logs)",
+          "collective": "Collectives (nccl-tests / rccl-tests)",
           "decode_tpot": "Decode TPOT (mean ms per output token)",
           "eager_tpot": "Decode without CUDA graphs (ms per output token)", "ttft": "Time to first token (mean ms)",
           "decode_throughput": "Wide-EP decode throughput (tokens/s per node)",

@@ -121,6 +121,16 @@ def load_calibration(path: str | Path | None, topo: Topology) -> Calibration:
     return Calibration(**values, origin=origin, notes=tuple(notes))
 
 
+def int4_experts_note(calib: Calibration, expert_dtype: str) -> str:
+    """Why a calibrated moe_hbm_efficiency does not reach int4 weight-only experts ('' when it does not arise): their
+    grouped GEMMs have their own factor, int4_moe_hbm_efficiency (perf.layer_work.Op.hbm_factor)."""
+    where = calib.origin.get("moe_hbm_efficiency", "")
+    if expert_dtype != "int4" or not where or "int4_moe_hbm_efficiency" in calib.origin:
+        return ""
+    return (f"moe_hbm_efficiency from {where} does not apply to this model's int4 experts: they stream at "
+            "int4_moe_hbm_efficiency (set it there, or run `mla-plan calibrate` on this model)")
+
+
 def dump_calibration(efficiency: dict, gpu: str | None = None, topology: str | None = None,
                      measured_at: str | None = None, tool: str | None = None,
                      measurements: dict | None = None) -> str:
