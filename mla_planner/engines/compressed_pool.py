@@ -79,8 +79,8 @@ class CompressedPool:
     query_len: int = 1              # tokens a decoding request runs per step (1 + drafted ones)
 
     def _vllm(self, kv_bytes: float) -> VllmCapacity:
-        return vllm_capacity(self.spec, kv_bytes, self.max_model_len, self.max_num_batched_tokens, self.in_flight_batches,
-                             self.index_cache, self.draft_layers, self.stage)
+        return vllm_capacity(self.spec, kv_bytes, self.max_model_len, self.max_num_batched_tokens,
+                             self.in_flight_batches, self.index_cache, self.draft_layers, self.stage)
 
     def _sglang(self, kv_bytes: float) -> SglangCapacity:
         return sglang_capacity(self.spec, kv_bytes, self.max_running_requests, bool(self.draft_layers), stage=self.stage)
@@ -125,8 +125,8 @@ class CompressedPool:
                 "fits_one_request": cap.fits_one, "marginal_bytes_per_token": cap.bytes_per_block / VLLM_BLOCK_TOKENS,
                 "fixed_blocks_per_request": cap.blocks_per_request - -(-self.max_model_len // VLLM_BLOCK_TOKENS),
                 "in_flight_batches": self.in_flight_batches,
-                "knob": f"--max-num-batched-tokens (every sliding-window group reserves {self.in_flight_batches} x it in flight "
-                        "per request) and --max-model-len"}
+                "knob": f"--max-num-batched-tokens (every sliding-window group reserves {self.in_flight_batches} x it "
+                        "in flight per request) and --max-model-len"}
 
     def longest_len(self, kv_bytes: float, limit: int) -> int:
         """The longest max-model-len one request can have (vLLM: its blocks fit beside the null block, found by
