@@ -1,17 +1,14 @@
 """How vLLM V1 and SGLang turn a GPU's memory into a KV pool, and their defaults that decide it.
 
-Modelled on the engines' own code (vLLM 0.33.0, SGLang 0.5.23 as published on PyPI; `EngineRules`
-also carries the older vLLM 0.8 accounting that the public vLLM log in vllm-project/vllm#16692 came from):
+Modelled on the engines' own code (vLLM 0.33.0, SGLang 0.5.23 on PyPI; `EngineRules` carries older vLLM releases):
 
 vLLM (`vllm/v1/worker/gpu_worker.py` determine_available_memory, `vllm/v1/core/kv_cache_utils.py`):
     available = total x gpu_memory_utilization - (weights + peak activation + non-torch [+ CUDA graphs])
     num_blocks = available // page_size // num_layers,  page_size = block_size x bytes/token/layer
     "GPU KV cache size" = num_blocks x block_size (x dcp), the minimum over workers and PP stages
-  Where the GPU context and the communicators' buffers (memory.terms, data/platform_memory.yaml) land, read in the
-  wheels' v1/worker/gpu_worker.py: 0.8.5 charges all non-torch memory, the context too; 0.9.2 and 0.10.2 snapshot
-  after the context but BEFORE init_worker_distributed_environment (NCCL and custom all-reduce charged); 0.11.0 and
-  0.33.0 after NCCL init (vllm-project/vllm#25359), so both live in the 1 - utilization margin. >= 0.21: the
-  CUDA-graph estimate is charged (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS on); before, graphs came after the pool.
+  The context and the communicators (memory.terms), by the wheels' gpu_worker.py: 0.8.5 charges all non-torch
+  memory; 0.9.2-0.10.2 snapshot after the context, before NCCL init (communicators charged); 0.11.0-0.33.0 after
+  NCCL init (vllm-project/vllm#25359: both in the margin). >= 0.21 charges the CUDA-graph estimate.
 SGLang (`kv_cache_configurator._profile_available_bytes`, `pool_configurator.calculate_pool_sizes`):
     rest = available_after_weights - pre_load_free x (1 - mem_fraction_static)
     max_total_num_tokens = rest // cell_size // page_size x page_size, cell = (d_c + d_r) x layers x bytes
@@ -36,8 +33,7 @@ from mla_planner.specs.layout import Layout
 from mla_planner.specs.model import ModelSpec
 from mla_planner.specs.topology import GPU, Topology
 
-DRIVER_RESERVE_BYTES = 560 * MiB   # nvidia-smi total minus what torch sees (H100: 81,559 MiB vs 79.10 GiB),
-                                   # for a GPU whose gpus.yaml entry lacks nvidia_smi_mib
+DRIVER_RESERVE_BYTES = 560 * MiB   # nvidia-smi total - torch's (H100: 81,559 MiB vs 79.10 GiB), no nvidia_smi_mib
 VLLM_DEFAULT_UTILIZATION = 0.92    # vLLM's --gpu-memory-utilization default from 0.20.0 (vllm_default_utilization)
 REQ_TO_TOKEN_EXTRA_LEN = 4         # SGLang req_to_token row headroom (get_req_to_token_extra_context_len)
 
@@ -53,10 +49,8 @@ class EngineRules:
                                     # distributed/parallel_state.py builds _EP for every MoE model; 0.10.2 did not)
     sampler_sorts: bool = False     # the profile run's top-k/top-p sorts the full logits (memory.terms): vLLM 0.11.1
                                     # (vllm#26859: FlashInfer's sampler opt-in) to 0.16 (vllm#33538's Triton kernel)
-    reserves_in_flight: bool = True  # V4 sliding-window groups reserve every in-flight batch (vLLM >= 0.26;
-                                     # engines.compressed_kv.in_flight_batches)
-    torch_gather: bool = False      # the profile run's logits all-gather goes through torch's process group, whose NCCL
-                                    # communicator it creates (vLLM < 0.26 on CUDA; ROCm always: memory.terms)
+    reserves_in_flight: bool = True  # V4 window groups reserve each in-flight batch (>= 0.26: compressed_kv)
+    torch_gather: bool = False      # the profile run gathers logits through torch's group on CUDA (< 0.26: memory.terms)
 
 
 def engine_rules(engine: str, version: Optional[str] = None) -> EngineRules:
@@ -72,6 +66,12 @@ def engine_rules(engine: str, version: Optional[str] = None) -> EngineRules:
                        comms_outside_budget=release >= (0, 11), expert_group=release >= (0, 11),
                        sampler_sorts=(0, 11, 1) <= release < (0, 17, 0), reserves_in_flight=release >= (0, 26),
                        torch_gather=release < (0, 26))
+
+
+def profile_run_creates_comm(rules: EngineRules, gpu: GPU) -> bool:
+    """Whether the engine's profile run creates a communicator it charges (memory.terms.profiled_communicator_bytes):
+    vLLM's logits all-gather on torch's group (`torch_gather`), kept on ROCm by 0.33.0's CudaCommunicator.all_gather."""
+    return rules.engine == "vllm" and (rules.torch_gather or gpu.vendor == "amd")
 
 
 def parse_version(version: str) -> tuple[int, int, int]:

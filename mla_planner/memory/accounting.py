@@ -26,7 +26,7 @@ from mla_planner.engines.profile import profile
 from mla_planner.memory import terms as mt
 from mla_planner.memory.results import MemoryReport, RankMemory
 from mla_planner.engines.memory_rules import (EngineRules, StageCosts, activation_tokens, block_size_warning,
-                                              engine_rules, fraction_ceiling,
+                                              engine_rules, fraction_ceiling, profile_run_creates_comm,
                                               kv_budget_bytes, kv_pool, sglang_req_to_token_bytes, sglang_rest_bytes)
 from mla_planner.memory.pp_split import layer_split, split_problem
 from mla_planner.memory.verdict import ALLOCATOR_MARGIN_BYTES, verdict
@@ -126,8 +126,8 @@ def _stage(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, rules:
         slot_bytes=pool.marginal_bytes_per_token() if pool else kv_slot_bytes(spec, layout, rng, knobs.kv_cache_dtype,
                                                                               mtp_layers),
         pool=pool,
-        profiled_comm_bytes=mt.profiled_communicator_bytes(layout, topo) if rules.engine == "vllm" and last and (
-            rules.torch_gather or topo.gpu.vendor == "amd") else 0.0,     # only the last stage gathers logits
+        profiled_comm_bytes=mt.profiled_communicator_bytes(layout, topo)      # only the last stage gathers logits
+        if last and profile_run_creates_comm(rules, topo.gpu) else 0.0,
         a2a_bytes=mt.deepep_buffer_bytes(spec, layout, deepep_dispatch_tokens(
             rules.engine, knobs.max_num_seqs, knobs.max_num_batched_tokens, decode_query_len(knobs))))
     return _Stage(index, kv_layers, weights, costs)
