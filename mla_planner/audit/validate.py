@@ -204,8 +204,8 @@ def _wide_ep_prefill_tokens_per_node(run: dict) -> float:
     return rate.tokens_per_s / run["nodes"]
 
 
-PREDICT = {"kv_capacity": _kv_capacity, "cuda_graph_gib": _cuda_graph_gib, "busbw": _collective, "time_us": _collective,
-           "mean_tpot": _mean_tpot, "mean_ttft": _mean_ttft,
+PREDICT = {"kv_capacity": _kv_capacity, "cuda_graph_gib": _cuda_graph_gib, "busbw": _collective,
+           "time_us": _collective, "mean_tpot": _mean_tpot, "mean_ttft": _mean_ttft,
            "wide_ep_tokens_per_node": _wide_ep_tokens_per_node,
            "wide_ep_prefill_tokens_per_node": _wide_ep_prefill_tokens_per_node}
 
