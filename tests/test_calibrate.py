@@ -184,3 +184,6 @@ def test_a_calibrated_moe_factor_says_it_does_not_reach_int4_experts(cli, tmp_pa
     assert with_file["tpot_s"] == without["tpot_s"]
     assert any("does not apply to this model's int4 experts" in n for n in with_file["notes"])
     assert not any("int4 experts" in n for n in without["notes"])
+    plan = json.loads(cli("plan", "-m", "kimi-k2.5", "-t", "8xh200", "-e", "vllm", "--calibration", str(cal),
+                          "--json").stdout)
+    assert any("does not apply to this model's int4 experts" in n for n in plan["notes"])

@@ -147,6 +147,8 @@ def test_network_env_per_fabric():
     bare = network_env(no_if)
     assert bare.env["NCCL_SOCKET_IFNAME"] == "^lo,docker,veth" and "GLOO_SOCKET_IFNAME" not in bare.env
     assert "GLOO_SOCKET_IFNAME" in bare.notes[0]
+    amd = network_env(load_topology("2x8xmi355x-roce")).env     # the GID index its published RCCL run exported
+    assert amd["NCCL_IB_DISABLE"] == "0" and amd["NCCL_IB_GID_INDEX"] == "1"
 
 
 def test_single_node_instances_get_no_network_env():

@@ -50,7 +50,7 @@ class EngineRules:
     sampler_sorts: bool = False     # the profile run's top-k/top-p sorts the full logits (memory.terms): vLLM 0.11.1
                                     # (vllm#26859: FlashInfer's sampler opt-in) to 0.16 (vllm#33538's Triton kernel)
     reserves_in_flight: bool = True  # V4 window groups reserve each in-flight batch (>= 0.26: compressed_kv)
-    torch_gather: bool = False      # the profile run gathers logits through torch's group on CUDA (< 0.26: memory.terms)
+    torch_gather: bool = False      # the profile run gathers logits on torch's group on CUDA (< 0.26: memory.terms)
 
 
 def engine_rules(engine: str, version: Optional[str] = None) -> EngineRules:
