@@ -159,3 +159,40 @@ def test_vllm_pads_dense_fp8_rows_on_rocm():
     dense_rows = 1536 + 576 + 3072 + 4096 + 7168 + 2 * 18432 // 8     # the three dense layers' FFN, down unpadded
     assert padding("8xmi355x", "vllm") == 256 * (58 * moe_rows + 3 * dense_rows)
     assert padding("8xmi355x", "sglang") == padding("8xh200", "vllm") == 0.0
+
+
+MORI_VLLM = ["vllm", "serve", "deepseek-ai/DeepSeek-R1", "-tp", "1", "-dp", "8", "--enable-expert-parallel",
+             "--all2all-backend", "mori_high_throughput"]
+MORI_SGLANG = ["python", "-m", "sglang.launch_server", "--model-path", "deepseek-ai/DeepSeek-R1", "--tp", "8", "--dp",
+               "8", "--enable-dp-attention", "--moe-a2a-backend", "mori", "--chunked-prefill-size", "131072"]
+
+
+def _findings(cli, topo, argv):
+    return json.loads(cli("lint", "-m", "deepseek-r1", "-t", topo, "--json", "--", *argv).stdout)["findings"]
+
+
+def test_a_mori_command_is_checked_against_what_mori_and_the_engines_assert(cli):
+    """A hand-written MoRI command (AMD's all-to-all) is not refused as DeepEP: lint says the planner does not price
+    it, and checks what would stop it at start: vLLM's AITER fused-MoE assert, the symmetric heap one op needs
+    (memory.terms.mori_heap_bytes: DeepSeek-R1 at EP8 and vLLM's 16,384 tokens per rank, 8.9 GiB, above MoRI's 2 GiB
+    default), SGLang's per-rank dispatch-token assert; on an NVIDIA GPU MoRI is an error."""
+    from mla_planner.audit.lint_rocm import heap_bytes
+    from mla_planner.memory.terms import mori_heap_bytes
+    slot = 5 * 7168 * 2 + 44 * 8 + 5 * (7168 // 128) * 4          # bytes per receivable token, FP8 dispatch
+    need = mori_heap_bytes(load_model("deepseek-r1").spec, 8, 16384)
+    assert need == 8 * 16384 * slot + 4 * 8 * 16384 * (256 // 8)
+    plain = _findings(cli, "8xmi355x", MORI_VLLM)
+    assert not any("DeepEP" in f["text"] for f in plain), plain
+    assert any(f["flag"] == "--all2all-backend" and "not priced" in f["text"] for f in plain)
+    assert any(f["flag"] == "VLLM_ROCM_USE_AITER" and "asserts" in f["text"] for f in plain)
+    assert any(f["flag"] == "MORI_SHMEM_HEAP_SIZE" and f"{need / 2**30:,.1f} GiB" in f["text"] for f in plain)
+    small = _findings(cli, "8xmi355x", ["VLLM_ROCM_USE_AITER=1", "MORI_SHMEM_HEAP_SIZE=4G", *MORI_VLLM])
+    assert any(f["level"] == "error" and f["flag"] == "MORI_SHMEM_HEAP_SIZE" for f in small), small
+    enough = _findings(cli, "8xmi355x", ["VLLM_ROCM_USE_AITER=1", "MORI_SHMEM_HEAP_SIZE=9G", *MORI_VLLM])
+    assert [f["flag"] for f in enough] == ["--all2all-backend"], enough
+    sglang = _findings(cli, "8xmi355x", MORI_SGLANG)          # 131,072 / 8 DP ranks = 16,384 > its 4,096 default
+    assert any(f["flag"] == "SGLANG_MORI_NUM_MAX_DISPATCH_TOKENS_PER_RANK" and "16384" in f["text"] for f in sglang)
+    raised = _findings(cli, "8xmi355x", ["SGLANG_MORI_NUM_MAX_DISPATCH_TOKENS_PER_RANK=16384", *MORI_SGLANG])
+    assert not any(f["flag"] == "SGLANG_MORI_NUM_MAX_DISPATCH_TOKENS_PER_RANK" for f in raised)
+    assert any(f["level"] == "error" and "MoRI is AMD's" in f["text"] for f in _findings(cli, "8xh200", MORI_VLLM))
+    assert (heap_bytes("6G"), heap_bytes("6144M"), heap_bytes("lots")) == (6 * 2**30, 6 * 2**30, None)

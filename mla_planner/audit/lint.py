@@ -109,11 +109,12 @@ def lint(cmd: Command, spec: ModelSpec, topo: Topology, calib: Calibration) -> l
     problems = layout_problems(layout, spec, topo.gpus_per_node, topo.total_gpus)
     out += [Finding("error", "layout", f"{layout.label}: {p}") for p in problems]
     per_rank = cmd.values.get("dense_tp") == "1"
-    deepep = cmd.values.get("a2a") == "deepep" if engine == "sglang" else None
+    a2a = cmd.values.get("a2a", "")
+    deepep = False if a2a.startswith("mori") else (a2a == "deepep" if engine == "sglang" else None)
     if not problems and (problem := engine_layout_problem(spec, topo, layout, engine, per_rank, deepep)):
         out.append(Finding("error", "layout", problem))
     out += [Finding(*f) for f in quantization_findings(cmd.engine, cmd.values.get("quant"), spec, topo.gpu)
-            + rocm_findings(engine, cmd.env, cmd.values, spec, topo.gpu, layout)]
+            + rocm_findings(engine, cmd.env, cmd.values, spec, topo, layout)]
     out += ([Finding(*f) for f in sparse_findings(engine, cmd.values, spec, topo.gpu, layout.dcp,
                                                   spec.num_attention_heads // layout.tp)] if own_rows(spec)
             else _kv_and_backend(cmd, topo, layout, query_heads_per_rank(spec, layout)))

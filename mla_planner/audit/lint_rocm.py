@@ -7,36 +7,57 @@ wrote may not. Without the switch (an exported variable lint cannot see is why t
   SGLang 0.5.23 SGLANG_USE_AITER unset: Triton MoE and FP8 GEMMs (layers/quantization/fp8.py:2962-2972); with no
                 --attention-backend it picks aiter only at 16 or 128 heads per rank, else triton
                 (arg_groups/model_override_base.py:338-347)
-DeepEP is CUDA's: on ROCm the engines' expert all-to-all is MoRI (vLLM all2all.py; SGLang --moe-a2a-backend mori),
-which the planner does not model (under DP + EP engines.parallel.deepep_problem says so for the layout).
+DeepEP is CUDA's: on ROCm the engines' expert all-to-all is MoRI (vLLM --all2all-backend mori_high_throughput |
+mori_low_latency; SGLang --moe-a2a-backend mori), which the planner does not price; a command that asks for it is
+checked against what the engines and MoRI assert at start-up (`mori_findings`):
+  vLLM 0.33.0   gfx942 / gfx950 only (distributed/device_communicators/all2all.py); AITER's fused MoE
+                (fused_moe/config.py: "Mori needs to be used with aiter fused_moe for now"); tokens per rank =
+                --max-num-batched-tokens; the heap is allocated at distributed init, before the memory snapshot,
+                so it sits outside --gpu-memory-utilization
+  SGLang 0.5.23 SGLANG_MORI_NUM_MAX_DISPATCH_TOKENS_PER_RANK (default 4096, srt/environ.py) must hold the per-rank
+                chunked prefill (arg_groups/moe_hook.py asserts it)
+  MoRI          one op's buffers come out of the symmetric heap, MORI_SHMEM_HEAP_SIZE (2 GiB by default, 4 GiB in
+                newer MoRI); too small a heap fails with "Out of symmetric heap memory!" (memory.terms.mori_heap_bytes)
 """
 
 from __future__ import annotations
 
+import re
+
+from mla_planner.core.units import GiB
 from mla_planner.engines.backends import backend
+from mla_planner.engines.memory_rules import engine_default_knobs
 from mla_planner.engines.parallel import uses_deepep
+from mla_planner.memory.terms import mori_heap_bytes
 from mla_planner.specs.layout import Layout
 from mla_planner.specs.model import ModelSpec
-from mla_planner.specs.topology import GPU
+from mla_planner.specs.topology import Topology
 
 SWITCH = {"vllm": "VLLM_ROCM_USE_AITER", "sglang": "SGLANG_USE_AITER"}
+A2A_FLAG = {"vllm": "--all2all-backend", "sglang": "--moe-a2a-backend"}
 ON = ("1", "true", "True", "TRUE")
 SGLANG_OWN_AITER_HEADS = (16, 128)
+MORI_DEFAULT_HEAP_BYTES = 2 * GiB      # MoRI's DEFAULT_SYMMETRIC_HEAP_SIZE (4 GiB in newer releases' static heap)
+SGLANG_MORI_TOKENS_ENV = "SGLANG_MORI_NUM_MAX_DISPATCH_TOKENS_PER_RANK"
+SGLANG_MORI_TOKENS = 4096              # its default (srt/environ.py 0.5.23)
 
 
-def rocm_findings(engine: str, env: dict, values: dict, spec: ModelSpec, gpu: GPU,
+def rocm_findings(engine: str, env: dict, values: dict, spec: ModelSpec, topo: Topology,
                   layout: Layout) -> list[tuple[str, str, str]]:
-    """(level, flag, text) for a command on an AMD GPU ([] on NVIDIA)."""
+    """(level, flag, text) for a command on an AMD GPU; on NVIDIA only a MoRI all-to-all is wrong."""
+    gpu, a2a = topo.gpu, values.get("a2a", "")
+    if a2a.startswith("mori") and gpu.vendor != "amd":
+        return [("error", A2A_FLAG[engine], f"{a2a}: MoRI is AMD's all-to-all, for Instinct gfx942 / gfx950 only; "
+                 "on NVIDIA the engines' EP all-to-all is DeepEP")]
     if gpu.vendor != "amd":
         return []
-    out = []
-    a2a = values.get("a2a", "")
+    out = mori_findings(engine, env, values, spec, topo, layout) if a2a.startswith("mori") else []
     if a2a.startswith("deepep") and not uses_deepep(layout):     # under DP + EP the layout rule says it already
-        out.append(("error", "--all2all-backend" if engine == "vllm" else "--moe-a2a-backend",
+        out.append(("error", A2A_FLAG[engine],
                     f"{a2a}: DeepEP is CUDA's all-to-all; on ROCm the engines run MoRI (mori), which the planner does "
                     "not model yet"))
     switch = SWITCH[engine]
-    if env.get(switch) not in ON:
+    if env.get(switch) not in ON and not (engine == "vllm" and a2a.startswith("mori")):   # mori_findings says it
         what = ("vLLM selects only TRITON_MLA and Triton MoE" if engine == "vllm"
                 else "SGLang runs Triton MoE and FP8 GEMMs")
         block = values.get("block")
@@ -51,3 +72,53 @@ def rocm_findings(engine: str, env: dict, values: dict, spec: ModelSpec, gpu: GP
         out.append(("warn", "--attention-backend", f"not given: SGLang picks aiter only at 16 or 128 query heads per "
                                                    f"rank and runs triton at {heads}; pin --attention-backend aiter"))
     return out
+
+
+def mori_findings(engine: str, env: dict, values: dict, spec: ModelSpec, topo: Topology,
+                  layout: Layout) -> list[tuple[str, str, str]]:
+    """What a command running MoRI needs (module docstring), and that the planner does not price it."""
+    flag, ep = A2A_FLAG[engine], max(layout.ep, layout.stage_gpus) if spec.is_moe else 1
+    out = [("warn", flag, f"{values['a2a']}: MoRI is not priced by the planner: the memory and speed findings leave "
+                          "out its symmetric heap and its dispatch / combine")]
+    defaults = engine_default_knobs(engine, spec, topo, layout.dp)
+    batched = int(values["batched"]) if str(values.get("batched", "")).isdigit() else None
+    if engine == "vllm":
+        if env.get(SWITCH["vllm"]) not in ON:
+            out.append(("warn", SWITCH["vllm"], "not set on this command: vLLM asserts AITER's fused MoE with MoRI "
+                                                "('Mori needs to be used with aiter fused_moe for now'); export "
+                                                "VLLM_ROCM_USE_AITER=1 unless your shell does"))
+        tokens = batched or defaults.max_num_batched_tokens
+    else:
+        tokens = int(env.get(SGLANG_MORI_TOKENS_ENV, SGLANG_MORI_TOKENS))
+        chunk = (batched or defaults.max_num_batched_tokens * layout.dp) // max(layout.dp, 1)
+        if chunk > tokens:
+            out.append(("warn" if SGLANG_MORI_TOKENS_ENV not in env else "error", SGLANG_MORI_TOKENS_ENV,
+                        f"{tokens}: SGLang asserts it holds the per-rank chunked prefill ({chunk} tokens) at start; "
+                        f"export {SGLANG_MORI_TOKENS_ENV}={chunk} (unless your shell does) or lower "
+                        "--chunked-prefill-size"))
+    if spec.is_moe:
+        out += _heap(env, mori_heap_bytes(spec, ep, tokens), tokens)
+    return out
+
+
+def _heap(env: dict, need: float, tokens: int) -> list[tuple[str, str, str]]:
+    """MORI_SHMEM_HEAP_SIZE against one op's need: given and too small, or not given where the default is."""
+    given, want = heap_bytes(env.get("MORI_SHMEM_HEAP_SIZE", "")), f"{-(-need // GiB):.0f}G"
+    if given is not None and given < need:
+        return [("error", "MORI_SHMEM_HEAP_SIZE", f"{given / GiB:,.1f} GiB: one MoRI op at {tokens} tokens per rank "
+                 f"needs {need / GiB:,.1f} GiB of the symmetric heap ('Out of symmetric heap memory!' at start); "
+                 f"set it to {want} or more")]
+    if given is None and need > MORI_DEFAULT_HEAP_BYTES:
+        return [("warn", "MORI_SHMEM_HEAP_SIZE", f"not set: one MoRI op at {tokens} tokens per rank needs "
+                 f"{need / GiB:,.1f} GiB of the symmetric heap, above MoRI's 2 GiB default (4 GiB in newer releases); "
+                 f"export MORI_SHMEM_HEAP_SIZE={want}")]
+    return []
+
+
+def heap_bytes(text: str) -> float | None:
+    """MORI_SHMEM_HEAP_SIZE in bytes ('6G', '6144M', or bytes), None when absent or unreadable."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([GgMmKk]?)[iI]?[Bb]?\s*", text or "")
+    if not match:
+        return None
+    scale = {"g": GiB, "m": 2**20, "k": 2**10, "": 1}[match.group(2).lower()]
+    return float(match.group(1)) * scale

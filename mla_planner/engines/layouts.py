@@ -25,9 +25,11 @@ from mla_planner.specs.topology import Topology
 def engine_layout_problem(spec: ModelSpec, topo: Topology, layout: Layout, engine: str,
                           dense_per_rank: bool = False, deepep: bool | None = None) -> str:
     """The first reason `engine` cannot start `layout` ('' when it can). `deepep`: whether the MoE runs over
-    DeepEP, when a command says so (lint); None: as the plan launches it (engines.parallel.uses_deepep)."""
+    DeepEP, when a command says so (lint; False skips the DeepEP hardware rule); None: as the plan launches it
+    (engines.parallel.uses_deepep)."""
     return (launch_problem(engine, layout, topo.gpus_per_node)
-            or deepep_problem(engine, layout, topo) or deepep_experts_problem(engine, spec, layout)
+            or (deepep_problem(engine, layout, topo) if deepep is not False else "")
+            or deepep_experts_problem(engine, spec, layout)
             or sglang_fp8_dense_problem(spec, layout, engine, dense_per_rank, deepep)
             or sglang_dsa_dcp_problem(spec, layout, engine))
 

@@ -173,6 +173,20 @@ def cuda_graph_bytes(spec: ModelSpec, layout: Layout, capture_sizes: list[int], 
     return float(pool + modes * len(capture_sizes) * GRAPH_BYTES_PER_CAPTURE)
 
 
+def mori_heap_bytes(spec: ModelSpec, ep: int, tokens_per_rank: int) -> float:
+    """MoRI's symmetric-heap need for one dispatch/combine op on one GPU (AMD's MoE all-to-all, the engines' EP path on
+    ROCm). ROCm/mori src/ops/dispatch_combine/dispatch_combine.cpp (EpDispatchCombineHandle::InitializeShmemBuf and
+    InitializeOrderMapBuf), for M = ep x tokens_per_rank receivable tokens: three staging buffers of M x (hidden x 2 B +
+    (4 + 4) B x top-k + scales), two token buffers of M x hidden x 2 B, five weight / index buffers of M x top-k x
+    4 B, two scale buffers, and a 4-byte map of M x local experts. Scales: FP8 dispatch for block-FP8 experts (vLLM
+    all2all_utils.py, SGLang moriep.py), hidden/128 fp32 per token; none for bf16 dispatch. Tokens per rank: vLLM's
+    --max-num-batched-tokens, SGLang's SGLANG_MORI_NUM_MAX_DISPATCH_TOKENS_PER_RANK."""
+    d, k = spec.hidden_size, spec.num_experts_per_tok
+    scales = d // 128 * 4 if spec.expert_dtype == "fp8" else 0
+    m = ep * tokens_per_rank
+    return float(m * (5 * d * ACT_BYTES + 44 * k + 5 * scales) + 4 * m * (spec.n_routed_experts // ep))
+
+
 def deepep_buffer_bytes(spec: ModelSpec, layout: Layout, tokens: int) -> float:
     """DeepEP low-latency RDMA buffer (NVSHMEM, outside torch's allocator) on one GPU:
     4 x experts x tokens x (2 x hidden + hidden/32) bytes: send and receive halves, double-buffered, each
