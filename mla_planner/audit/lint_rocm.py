@@ -89,7 +89,8 @@ def mori_findings(engine: str, env: dict, values: dict, spec: ModelSpec, topo: T
                                                 "VLLM_ROCM_USE_AITER=1 unless your shell does"))
         tokens = batched or defaults.max_num_batched_tokens
     else:
-        tokens = int(env.get(SGLANG_MORI_TOKENS_ENV, SGLANG_MORI_TOKENS))
+        given = str(env.get(SGLANG_MORI_TOKENS_ENV, ""))
+        tokens = int(given) if given.isdigit() else SGLANG_MORI_TOKENS
         chunk = (batched or defaults.max_num_batched_tokens * layout.dp) // max(layout.dp, 1)
         if chunk > tokens:
             out.append(("warn" if SGLANG_MORI_TOKENS_ENV not in env else "error", SGLANG_MORI_TOKENS_ENV,
