@@ -27,6 +27,7 @@ from mla_planner.core.errors import InputError, PlanError
 from mla_planner.core.files import parse_user_data
 from mla_planner.launch.command import GPU_TAG
 from mla_planner.memory.ways_out import fraction_knobs
+from mla_planner.perf.layer_work import Op, tensor_precision
 from mla_planner.perf.metrics import evaluate
 from mla_planner.search.planfile import Candidate, Plan
 from mla_planner.specs.calibration import Calibration
@@ -192,9 +193,9 @@ def _nelder_mead(f, start: list[float], lows: list[float], highs: list[float]) -
 
 def fit(plan: Plan, cand: Candidate, runs: list[BenchRun], calib: Calibration) -> Fit:
     notes = check_runs(runs, plan, cand)
+    experts = Op("moe.experts", 0.0, 0.0, "moe", tensor_precision(plan.spec.expert_dtype))   # as the step prices them
     names = ("graph_kernel_overhead_s" if cand.knobs.cuda_graphs else "eager_layer_host_s",) + \
-        ((("int4_moe_hbm_efficiency" if plan.spec.expert_dtype == "int4" else "moe_hbm_efficiency"),)
-         if plan.spec.is_moe else ())
+        ((experts.hbm_factor,) if plan.spec.is_moe else ())
     before = [predicted_tpot_s(plan, cand, r, calib) for r in runs]
     flat = [n for n in names if _moves_nothing(plan, cand, runs, calib, n, before)]
     names = tuple(n for n in names if n not in flat)

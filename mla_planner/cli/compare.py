@@ -43,13 +43,13 @@ SERVING_ONLY = {"step_s", "collectives_s", "tpot_s", "network_wait_share", "deco
 def summary(m: Metrics, topo) -> dict:
     """The flat numbers of one layout (what the table and --json show), named as `plan`'s JSON names them, each
     decode figure and the KV capacity with its band beside it (perf/bands.py) where the layout serves."""
-    bands = {}
+    figures, bands = _summary(m), {}
     if m.concurrency:
         bands = performance_bands(m, topo)
         bands["kv_capacity_tokens_low"], bands["kv_capacity_tokens_high"] = kv_band(m.memory.kv_capacity_tokens)
-        bands["collectives_s_low"], bands["collectives_s_high"] = collective_band(
-            step_breakdown_s(m.decode)["collectives_s"], m.layout, topo)
-    return beside(_summary(m), bands)
+        bands["collectives_s_low"], bands["collectives_s_high"] = collective_band(figures["collectives_s"], m.layout,
+                                                                                  topo)
+    return beside(figures, bands)
 
 
 def _summary(m: Metrics) -> dict:
