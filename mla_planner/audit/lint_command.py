@@ -35,7 +35,8 @@ FIELDS = {
                "--mem-fraction-static": "fraction", "--max-running-requests": "max_seqs",
                "--chunked-prefill-size": "batched", "--cuda-graph-max-bs-decode": "graph_max_bs",
                "--nnodes": "nnodes", "--node-rank": "node_rank", "--base-gpu-id": "base_gpu",
-               "--ep-num-redundant-experts": "redundant"},
+               "--ep-num-redundant-experts": "redundant", "--dsa-decode-backend": "dsa_decode",
+               "--dsa-prefill-backend": "dsa_prefill"},
 }
 ALIASES = {"-ep": "--enable-expert-parallel"}
 BOOLEAN = {"--language-model-only", "--enforce-eager", "--disable-cuda-graph", "--disable-decode-cuda-graph", "--enable-expert-parallel",

@@ -28,6 +28,7 @@ from mla_planner.core.units import GiB
 from mla_planner.engines.backends import backend
 from mla_planner.engines.memory_rules import engine_default_knobs
 from mla_planner.engines.parallel import uses_deepep
+from mla_planner.engines.sparse import is_sparse, own_rows
 from mla_planner.memory.terms import mori_heap_bytes
 from mla_planner.specs.layout import Layout
 from mla_planner.specs.model import ModelSpec
@@ -60,15 +61,20 @@ def rocm_findings(engine: str, env: dict, values: dict, spec: ModelSpec, topo: T
     if env.get(switch) not in ON and not (engine == "vllm" and a2a.startswith("mori")):   # mori_findings says it
         what = ("vLLM selects only TRITON_MLA and Triton MoE" if engine == "vllm"
                 else "SGLang runs Triton MoE and FP8 GEMMs")
+        if is_sparse(spec):
+            what = (("vLLM's DSA indexer raises RuntimeError on gfx942 (layers/sparse_attn_indexer.py forward_hip)"
+                     if gpu.arch == "cdna3" else "vLLM runs Triton MoE") if engine == "vllm" else
+                    "SGLang runs Triton MoE and FP8 GEMMs and DSA on 1-token pages (no preshuffled index keys)")
         block = values.get("block")
         triton = backend("vllm", "TRITON_MLA")    # the one MLA backend vLLM selects on ROCm without AITER
-        if engine == "vllm" and not values.get("backend") and block and block.isdigit() \
+        if engine == "vllm" and not values.get("backend") and block and block.isdigit() and not own_rows(spec) \
                 and not triton.accepts_block(int(block)):
             what += f" (and TRITON_MLA takes block sizes in multiples of 16: --block-size {block} would not start)"
         out.append(("warn", switch, f"not set on this command: without it {what}, not the AITER kernels the planner "
                                     f"prices; export {switch}=1 (the planner's scripts do) unless your shell does"))
     heads = spec.num_attention_heads // layout.tp
-    if engine == "sglang" and not values.get("backend") and heads not in SGLANG_OWN_AITER_HEADS:
+    if engine == "sglang" and not values.get("backend") and heads not in SGLANG_OWN_AITER_HEADS \
+            and not own_rows(spec):      # DSA / V4: SGLang sets its own sparse backend
         out.append(("warn", "--attention-backend", f"not given: SGLang picks aiter only at 16 or 128 query heads per "
                                                    f"rank and runs triton at {heads}; pin --attention-backend aiter"))
     return out

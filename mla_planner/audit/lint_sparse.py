@@ -1,15 +1,18 @@
 """Findings on a hand-written command for a sparse-attention model: DeepSeek Sparse Attention (DeepSeek-V3.2, GLM-5)
 here, DeepSeek-V4's compressed attention in audit/lint_compressed.py. For DSA, by the
 engines' own rules for it (docs/dsa-engines.md sections 2-3 and 6, data/backends.yaml `sparse`): the KV dtypes
-each accepts, the sparse backends and the GPUs and caches they take, the 64-token blocks. (level, flag, text)
-tuples, as audit/lint.py makes findings of them."""
+each accepts, the sparse backends and the GPUs and caches they take, the block sizes (64 tokens on CUDA, vLLM's
+multiples of 16 on ROCm), SGLang's DSA kernels that run on ROCm (tilelang, triton, aiter: arg_groups/overrides.py
+`_dsa_split_backend_resolution`, SGLang 0.5.23). (level, flag, text) tuples, as audit/lint.py makes findings of
+them."""
 
 from __future__ import annotations
 
 from mla_planner.audit.lint_compressed import compressed_findings
 from mla_planner.core.errors import PlanError
 from mla_planner.engines.compressed_kv import is_compressed
-from mla_planner.engines.sparse import dcp_problem, default_kv_class, kv_class, sparse_backends, sparse_choice
+from mla_planner.engines.sparse import (block_multiple, dcp_problem, default_kv_class, kv_class, sparse_backends,
+                                        sparse_choice)
 from mla_planner.specs.model import ModelSpec
 from mla_planner.specs.topology import GPU
 
@@ -17,7 +20,7 @@ from mla_planner.specs.topology import GPU
 VLLM_KV = {"auto": "auto", "bfloat16": "bf16", "fp8": "fp8", "fp8_e4m3": "fp8", "fp8_ds_mla": "fp8_ds_mla"}
 SGLANG_KV = ("auto", "bf16", "bfloat16", "fp8_e4m3")    # overrides.py: "DeepSeek DSA only supports bf16 ... fp8_e4m3"
 SGLANG_DSA_BACKENDS = ("dsa", "nsa")                    # --attention-backend values of its DSA path
-BLOCK = 64
+SGLANG_HIP_DSA_KERNELS = ("tilelang", "triton", "aiter")  # --dsa-{decode,prefill}-backend values that run on ROCm
 
 
 def sparse_findings(engine: str, values: dict, spec: ModelSpec, gpu: GPU, dcp: int,
@@ -25,6 +28,7 @@ def sparse_findings(engine: str, values: dict, spec: ModelSpec, gpu: GPU, dcp: i
     if is_compressed(spec):
         return compressed_findings(engine, values, spec)
     raw, block = values.get("kv", "auto"), values.get("block")
+    size = block_multiple(engine, gpu)
     out = []
     if engine == "sglang":
         if raw not in SGLANG_KV:
@@ -34,12 +38,12 @@ def sparse_findings(engine: str, values: dict, spec: ModelSpec, gpu: GPU, dcp: i
             out.append(("warn", "--attention-backend", f"{values['backend']}: SGLang's sparse attention runs under "
                         "--attention-backend dsa, which it sets when none is given; pick its kernels with "
                         "--dsa-decode-backend / --dsa-prefill-backend"))
-        if block and block.isdigit() and int(block) != BLOCK:
-            out.append(("warn", "block size", f"--page-size {block}: SGLang forces 64-token pages for DSA"))
-        return out
-    if block and block.isdigit() and int(block) % BLOCK:
-        out.append(("error", "block size", f"--block-size {block}: vLLM's DSA indexer cache takes multiples of "
-                    f"{BLOCK} tokens (v1/attention/backends/mla/indexer.py); it refuses to start"))
+        if block and block.isdigit() and int(block) != size:
+            out.append(("warn", "block size", f"--page-size {block}: SGLang sets {size}-token pages for DSA itself"))
+        return out + _sglang_hip_kernels(values, gpu)
+    if block and block.isdigit() and int(block) % size:
+        out.append(("error", "block size", f"--block-size {block}: vLLM's DSA caches on {gpu.arch} take multiples of "
+                    f"{size} tokens (v1/attention/backends/mla/indexer.py); it refuses to start"))
     if raw not in VLLM_KV:      # fp8_e5m2 has no sparse backend; other values are the parser's to judge
         return out + ([("error", "--kv-cache-dtype", f"{raw}: vLLM's sparse MLA backends take auto, bfloat16, fp8 "
                         "(fp8_e4m3) or fp8_ds_mla")] if raw == "fp8_e5m2" else [])
@@ -47,7 +51,7 @@ def sparse_findings(engine: str, values: dict, spec: ModelSpec, gpu: GPU, dcp: i
     if not name:       # the engine's own pick for this cache and layout, as plan makes it
         try:
             sparse_choice(engine, spec, gpu, "auto" if raw == "auto" else VLLM_KV[raw], heads_per_rank,
-                          int(block) if block and block.isdigit() and not int(block) % BLOCK else None, dcp)
+                          int(block) if block and block.isdigit() and not int(block) % size else None, dcp)
         except PlanError as exc:
             out.append(("error", "--kv-cache-dtype" if dcp == 1 else "--decode-context-parallel-size", str(exc)))
         return out
@@ -68,3 +72,12 @@ def sparse_findings(engine: str, values: dict, spec: ModelSpec, gpu: GPU, dcp: i
         out.append(("error", "--decode-context-parallel-size", f"{name} under dcp={dcp}: {problem}; vLLM refuses "
                     "to start (docs/dsa-engines.md section 6)"))
     return out
+
+
+def _sglang_hip_kernels(values: dict, gpu: GPU) -> list[tuple]:
+    """On ROCm SGLang's DSA kernels are tilelang, triton (its default) or aiter; the others are CUDA's."""
+    if gpu.vendor != "amd":
+        return []
+    flags = (("--dsa-decode-backend", values.get("dsa_decode")), ("--dsa-prefill-backend", values.get("dsa_prefill")))
+    return [("error", flag, f"{value}: a CUDA kernel; SGLang runs DSA on ROCm with {', '.join(SGLANG_HIP_DSA_KERNELS)} "
+             "(triton when not given)") for flag, value in flags if value and value not in SGLANG_HIP_DSA_KERNELS]

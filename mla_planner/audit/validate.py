@@ -26,7 +26,7 @@ from mla_planner.engines.memory_rules import default_memory_fraction, engine_def
 from mla_planner.engines.parallel import uses_deepep
 from mla_planner.memory.report import memory_report
 from mla_planner.memory.ways_out import fraction_knobs
-from mla_planner.perf.bands import collective_regime, tpot_regime
+from mla_planner.perf.bands import PLATFORM_REGIMES, collective_regime, tpot_regime
 from mla_planner.perf.closed_loop import closed_loop_mean_ttft_s, first_wave, recv_wait_s
 from mla_planner.perf.comm import collective
 from mla_planner.perf.disagg import prefill_rate
@@ -264,14 +264,17 @@ def bands(results: list[Result]) -> dict:
 
 def loo_coverage(results: list[Result]) -> dict:
     """{category: (covered, points)}: each held-out point against the band built from the OTHER held-out points of
-    its category and regime (its category's others where its regime has no other), the honest test of a band."""
+    its category and regime (its category's others where its regime has no other, a platform's own regime apart from
+    the rest), the honest test of a band."""
     out: dict = {}
     held = [r for r in results if r.point.held_out and r.point.category in BANDED]
     regime = {r.point.id: band_regime(r.point) for r in held}
     for r in held:
         same = [o.band_error for o in held if o is not r and o.point.category == r.point.category
                 and regime[o.point.id] == regime[r.point.id]]
-        others = same or [o.band_error for o in held if o is not r and o.point.category == r.point.category]
+        platform = regime[r.point.id] in PLATFORM_REGIMES        # as perf.bands.error_range pools a thin regime
+        others = same or [o.band_error for o in held if o is not r and o.point.category == r.point.category
+                          and (regime[o.point.id] in PLATFORM_REGIMES) == platform]
         covered, n = out.get(r.point.category, (0, 0))
         out[r.point.category] = (covered + (min(others) <= r.band_error <= max(others) if others else 0), n + 1)
     return out

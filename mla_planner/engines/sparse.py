@@ -96,7 +96,7 @@ def sparse_choice(engine: str, spec: ModelSpec, gpu: GPU, requested: str, heads_
     if requested == "fp8_ds_mla" and stored != "fp8_ds_mla":
         raise PlanError(f"--kv-cache-dtype fp8_ds_mla: {engine} runs {spec.name} on {gpu.name} with {name}, which "
                         f"keeps fp8 as plain 576-byte rows, not FlashMLA's 656-byte fp8_ds_mla; give fp8")
-    multiple = rules["block_multiple"]
+    multiple = block_multiple(engine, gpu)
     if block_size is not None and (block_size % multiple or rules.get("block_exact") and block_size != multiple):
         takes = f"{multiple}-token pages only" if rules.get("block_exact") else f"multiples of {multiple} tokens only"
         raise PlanError(f"--block-size {block_size}: {engine}'s sparse attention takes {takes}")
@@ -106,6 +106,28 @@ def sparse_choice(engine: str, spec: ModelSpec, gpu: GPU, requested: str, heads_
            f"{row} latent rows and 132-byte index keys, {size}-token blocks (--kv-cache-dtype "
            f"{FLAG_VALUE[engine][stored]})")
     return SparseChoice(name, stored, size, why)
+
+
+def block_multiple(engine: str, gpu: GPU) -> int:
+    """The block (page) size ENGINE's DSA caches take multiples of on `gpu` (its default block): vLLM 64 on CUDA
+    (the indexer's DEEPSEEK_V32_INDEXER backend), 16 on ROCm (ROCM_AITER_MLA_SPARSE and its indexer take 1 or
+    multiples of 16); SGLang 64 (data/backends.yaml `sparse`)."""
+    rules = _table()[engine]
+    return rules.get("block_multiple_by_arch", {}).get(gpu.arch, rules["block_multiple"])
+
+
+def block_reason(engine: str, gpu: GPU) -> str:
+    """Why ENGINE's DSA blocks on `gpu` are `block_multiple` tokens, in words for the plan's reasons."""
+    size = block_multiple(engine, gpu)
+    if _table()[engine].get("block_exact"):
+        return f"{engine} sets {size}-token pages for DeepSeek Sparse Attention itself (another is replaced)"
+    return f"{engine}'s sparse attention and indexer caches take multiples of {size} tokens on {gpu.arch}"
+
+
+def dsa_prefill_backend(engine: str, backend: Optional[str]) -> Optional[str]:
+    """The prefill kernel the plan pins beside a DSA decode BACKEND (`prefill` in data/backends.yaml: SGLang's
+    tilelang on ROCm), None where the engine's own pick stands."""
+    return _table()[engine]["backends"].get(backend or "", {}).get("prefill")
 
 
 def sparse_backends(engine: str) -> dict:

@@ -25,7 +25,7 @@ from typing import Optional
 
 from mla_planner.core.errors import PlanError
 from mla_planner.engines.layouts import PP_SPEC_ENV
-from mla_planner.engines.sparse import is_sparse, kv_flag, own_rows
+from mla_planner.engines.sparse import dsa_prefill_backend, is_sparse, kv_flag, own_rows
 from mla_planner.launch import a2a
 from mla_planner.launch.command import (
     GPU_TAG,
@@ -115,6 +115,8 @@ def sizing_flags(inp: LaunchInputs) -> list[str]:
         ("--disable-radix-cache", not k.prefix_caching),
         ("--attention-backend", None if own_rows(inp.spec) else k.attention_backend),   # V4: --dsv4-attn-backend auto
         ("--dsa-decode-backend", k.attention_backend if is_sparse(inp.spec) else None),   # DSA: the decode kernel
+        ("--dsa-prefill-backend", dsa_prefill_backend("sglang", k.attention_backend)   # ROCm: tilelang too
+         if is_sparse(inp.spec) else None),
         ("--cuda-graph-backend-decode", None if k.cuda_graphs else "disabled"),
         ("--cuda-graph-backend-prefill", None if k.cuda_graphs else "disabled"),
         ("--cuda-graph-max-bs-decode", k.cuda_graph_max_bs if k.cuda_graphs else None),

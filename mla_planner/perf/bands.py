@@ -8,7 +8,9 @@ A regime with fewer than MIN_POINTS points is widened to its whole category's ra
 TTFT's band is wide: the model prices the prefill forward, the decode steps it waits for and its queue, not the
 server's tokenizing, scheduling and streaming around them, and published mean TTFTs are 1.7-7x its figure.
 The TPOT band's evidence is TP8 runs on one node, SGLang's of DeepSeek-R1 and vLLM's of Kimi-K2.5
-(data/validation.yaml); other layouts and models borrow it. Collective times take the nccl-tests / rccl-tests
+(data/validation.yaml); other layouts and models borrow it. AMD Instinct GPUs have a regime of their own, whose
+evidence is SGLang's DeepSeek-R1 sweep on MI325X (1.6-1.9x slower than the model) and GLM-5.1 sweep on MI300X
+(TileLang DSA kernels, 2.7-3.7x). Collective times take the nccl-tests / rccl-tests
 residuals (bus bandwidths turned into time errors), by whether the group crosses NVLink domains and, inside one, by
 the link; NVLink inside a node has only the points that set its factors, so it borrows the whole category's range.
 """
@@ -23,6 +25,7 @@ from mla_planner.specs.layout import Layout
 from mla_planner.specs.topology import Topology
 
 MIN_POINTS = 3
+PLATFORM_REGIMES = ("rocm",)   # a platform's own kernels: they neither lend their range to the others' fallback nor borrow
 
 
 @lru_cache(maxsize=1)
@@ -32,16 +35,22 @@ def _table() -> dict:
 
 def error_range(category: str, regime: str = "all") -> tuple[float, float]:
     """(e_low, e_high) of the held-out residuals of `category` in `regime`, widened to the category's whole range
-    where the regime has fewer than MIN_POINTS points."""
+    where the regime has fewer than MIN_POINTS points (a platform's own regime and the others do not mix there)."""
     regimes = _table()[category]
     entry = regimes.get(regime)
     if entry and entry["points"] >= MIN_POINTS:
         return entry["error_low"], entry["error_high"]
-    return (min(e["error_low"] for e in regimes.values()), max(e["error_high"] for e in regimes.values()))
+    pool = [e for name, e in regimes.items() if (name in PLATFORM_REGIMES) == (regime in PLATFORM_REGIMES)] \
+        or list(regimes.values())
+    return min(e["error_low"] for e in pool), max(e["error_high"] for e in pool)
 
 
 def tpot_regime(layout: Layout, topo: Topology) -> str:
-    """Decode TPOT's regime: whether the TP group spans NVLink domains (its all-reduces cross the NICs)."""
+    """Decode TPOT's regime: on AMD Instinct GPUs their own ("rocm": the engines' ROCm kernels err apart from the
+    CUDA ones the other points ran), else whether the TP group spans NVLink domains (its all-reduces cross the
+    NICs)."""
+    if topo.gpu.vendor == "amd":
+        return "rocm"
     return "tp_across_domains" if layout.tp > topo.domain_gpus else "tp_in_domain"
 
 

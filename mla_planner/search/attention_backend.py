@@ -11,7 +11,7 @@ from mla_planner.engines.backends import (choose_block_size, mtp_verify_problem,
 from mla_planner.engines.layouts import mtp_layout_problem
 from mla_planner.engines.profile import profile
 from mla_planner.engines.compressed_kv import VLLM_BLOCK_TOKENS
-from mla_planner.engines.sparse import compressed_backend, compressed_gpu_problem, sparse_choice
+from mla_planner.engines.sparse import block_reason, compressed_backend, compressed_gpu_problem, sparse_choice
 from mla_planner.specs.attention.kinds import attention_of
 from mla_planner.specs.layout import Layout, query_heads_per_rank
 from mla_planner.specs.model import ModelSpec
@@ -83,7 +83,7 @@ def _sparse(spec: ModelSpec, gpu, layout: Layout, engine: str, kv_class: str, pi
     except PlanError as exc:
         raise Rejected(str(exc)) from None
     block = (f"{choice.block_size} as pinned by --block-size" if pinned_block else
-             f"{choice.block_size}: the sparse attention's indexer cache takes multiples of 64 tokens")
+             f"{choice.block_size}: {block_reason(engine, gpu)}")
     return choice.backend, choice.kv_cache_dtype, choice.block_size, choice.why.removeprefix("KV cache: "), block
 
 
