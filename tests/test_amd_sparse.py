@@ -1,8 +1,9 @@
-"""DeepSeek Sparse Attention on AMD Instinct (issue 20): DeepSeek-V3.2 and GLM-5 plan, emit and lint on ROCm with the
-engines' ROCm DSA paths (vLLM 0.33.0's ROCM_AITER_MLA_SPARSE, which the model's ROCm attention hard-wires; SGLang
+"""Sparse and compressed attention on AMD Instinct (issue 20). DeepSeek-V3.2 and GLM-5 plan, emit and lint on ROCm with
+the engines' ROCm DSA paths (vLLM 0.33.0's ROCM_AITER_MLA_SPARSE, which the model's ROCm attention hard-wires; SGLang
 0.5.23's HIP DSA kernels, tilelang as AMD's recipes pin them), their plain 576-byte fp8 rows (no fp8_ds_mla),
-vLLM's 16-token blocks and AITER's head padding; DeepSeek-V4 on ROCm stays refused. Commands are checked against
-the flags and ROCm backend lists read from the engines' wheels."""
+vLLM's 16-token blocks and AITER's head padding. DeepSeek-V4 runs on vLLM's ROCM_FLASHMLA_SPARSE_DSV4 (FP4 index
+keys on gfx950 only) and SGLang's HIP dsv4 backend (TileLang's decode pads heads to 64 on gfx942, AITER's on gfx950
+does not). Commands are checked against the flags and ROCm backend lists read from the engines' wheels."""
 
 from __future__ import annotations
 
@@ -106,3 +107,46 @@ def test_vllm_dsa_without_aiter_on_gfx942_is_warned(cli):
             "deepseek-ai/DeepSeek-V3.2", "-tp", "8")
     warns = [f for f in json.loads(r.stdout)["findings"] if f["flag"] == "VLLM_ROCM_USE_AITER"]
     assert warns and "RuntimeError on gfx942" in warns[0]["text"], warns
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+@pytest.mark.parametrize("topology", ["8xmi355x", "8xmi300x"])
+def test_deepseek_v4_plans_on_rocm_backends(cli, tmp_path, engine, topology):
+    r = cli("plan", "-m", "deepseek-v4-flash", "-t", topology, "-e", engine, "--json")
+    assert r.exit_code in (0, 1), r.output
+    plan = json.loads(r.stdout)
+    own = {("vllm", "8xmi355x"): "ROCM_FLASHMLA_SPARSE_DSV4", ("vllm", "8xmi300x"): "ROCM_FLASHMLA_SPARSE_DSV4",
+           ("sglang", "8xmi355x"): "aiter_sparse", ("sglang", "8xmi300x"): "tilelang"}[(engine, topology)]
+    fp4 = engine == "vllm" and topology == "8xmi355x"      # vLLM's FP4 index keys: gfx950 only
+    for c in plan["candidates"]:
+        k = c["knobs"]
+        assert (k["attention_backend"], k["kv_cache_dtype"], k["block_size"]) == (own, "fp8_ds_mla", 256), k
+        assert k["indexer_kv_dtype"] == ("mxfp4" if fp4 else "fp8"), k
+    path = tmp_path / "plan.json"
+    path.write_text(r.stdout)
+    saved = read_plan(path)
+    for c in build(launch_inputs(saved, saved.candidates[0], "native"), engine):
+        if c.runs_engine:
+            assert check_command(c.engine_args, engine, GFX[topology], sparse_attention=True,
+                                 model_max_len=saved.spec.max_position_embeddings,
+                                 model_backend="ROCM_FLASHMLA_SPARSE_DSV4" if engine == "vllm" else None) == []
+            assert ("mxfp4" in " ".join(c.argv)) == fp4
+            assert not any(word in " ".join(c.argv) for word in ("FLASHMLA_SPARSE_DSV4 ", "deepep")), c.argv
+
+
+def test_deepseek_v4_head_padding_by_rocm_kernel():
+    """SGLang's TileLang V4 decode (gfx942) pads a TP rank's heads to 64; AITER's (gfx950) and vLLM's ROCm kernels
+    take the heads themselves; CUDA's FlashMLA pads to 64."""
+    v4 = {"compressed": True}
+    assert padded_heads("sglang", "tilelang", 16, **v4) == 64 and padded_heads("sglang", "aiter_sparse", 16, **v4) == 16
+    assert padded_heads("sglang", "tilelang", 16) == 16          # the DSA kernel of the same name does not pad
+    assert padded_heads("vllm", "ROCM_FLASHMLA_SPARSE_DSV4", 16, **v4) == 16
+    assert padded_heads("vllm", "FLASHMLA_SPARSE_DSV4", 16, **v4) == 64
+
+
+def test_lint_refuses_fp4_index_keys_on_gfx942(cli):
+    r = cli("lint", "-m", "deepseek-v4-flash", "-t", "8xmi300x", "--json", "--", "vllm", "serve",
+            "deepseek-ai/DeepSeek-V4-Flash", "-tp", "8", "--block-size", "256", "--kv-cache-dtype", "fp8",
+            "--attention-config", '{"indexer_kv_dtype":"mxfp4"}')
+    findings = json.loads(r.stdout)["findings"]
+    assert r.exit_code == 1 and any(f["flag"] == "--attention-config" and "CDNA4" in f["text"] for f in findings)

@@ -72,3 +72,20 @@ def test_bad_calibration_files_are_one_line_errors(tmp_path, body, expect):
 def test_unknown_topology_efficiency_key_is_rejected():
     with pytest.raises(InputError, match="did you mean 'nic_efficiency'"):
         load_calibration(None, _topo(nic_eficiency=0.9))
+
+
+def test_amd_gpus_take_their_kernels_factors_below_a_topology_and_a_file(tmp_path):
+    """On an AMD topology the three factors AITER's kernel timings set (data/efficiency_vendor.yaml) replace NVIDIA's
+    defaults, with their own sources; an NVIDIA topology keeps the defaults; a topology's mapping and a calibration
+    file still win."""
+    amd = load_calibration(None, load_topology("8xmi355x"))
+    assert (amd.graph_kernel_overhead_s, amd.moe_hbm_efficiency, amd.attention_hbm_efficiency) == (4.5e-6, 0.71, 0.45)
+    assert amd.hbm_efficiency == default_values()["hbm_efficiency"]
+    assert "aiter" in amd.source("moe_hbm_efficiency") and "PR #5456" in amd.source("attention_hbm_efficiency")
+    nvidia = load_calibration(None, load_topology("8xh100"))
+    assert nvidia.moe_hbm_efficiency == default_values()["moe_hbm_efficiency"] and nvidia.origin == {}
+    topo = load_topology("8xmi355x").model_copy(update={"efficiency": {"moe_hbm_efficiency": 0.5}})
+    assert load_calibration(None, topo).moe_hbm_efficiency == 0.5
+    path = tmp_path / "cal.yaml"
+    path.write_text(dump_calibration({"attention_hbm_efficiency": 0.6}, gpu="MI355X-288G"))
+    assert load_calibration(path, load_topology("8xmi355x")).attention_hbm_efficiency == 0.6

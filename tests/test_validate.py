@@ -90,13 +90,13 @@ def test_band_coverage_is_reported_leave_one_out(cli):
 
 
 def test_amd_gpus_have_a_tpot_band_of_their_own():
-    """The published AMD decode sweeps (SGLang's DeepSeek-R1 on MI325X, GLM-5.1 on MI300X) measured 1.6-3.7x the
-    model's TPOT: AMD plans carry that band, NVIDIA plans keep theirs."""
+    """The published AMD decode sweeps (SGLang's DeepSeek-R1 on MI325X, GLM-5.1 on MI300X) measured 1.2-2.7x the
+    model's TPOT even with AMD's kernel factors: AMD plans carry that one-sided band, NVIDIA plans keep theirs."""
     from mla_planner.perf.bands import error_range, tpot_regime
     assert tpot_regime(Layout(tp=8), load_topology("8xmi300x")) == "rocm"
     assert tpot_regime(Layout(tp=8), load_topology("8xh200")) == "tp_in_domain"
     rocm, cuda = error_range("decode_tpot", "rocm"), error_range("decode_tpot", "tp_in_domain")
-    assert rocm[1] < -0.3 and rocm[0] < -0.7
+    assert rocm[1] < -0.1 and rocm[0] < -0.6
     assert cuda[0] > -0.25 and cuda[1] > 0
 
 

@@ -1,6 +1,7 @@
 """Findings on a hand-written command for a DeepSeek-V4 model, by the engines' own rules for its compressed
 attention (docs/dsv4-engines.md, data/backends.yaml `compressed`): the 256-token blocks its indexer demands, the fp8
-rows its FlashMLA backend keeps. (level, flag, text) tuples, as audit/lint.py makes findings of them; what the
+rows its FlashMLA backend keeps (and its ROCm backends, data/backends.yaml `by_arch`; vLLM's FP4 index keys only on
+CDNA4 there). (level, flag, text) tuples, as audit/lint.py makes findings of them; what the
 planner does not model (bf16 rows, other pages) is said as such, never passed as fine."""
 
 from __future__ import annotations
@@ -10,9 +11,12 @@ from mla_planner.engines.compressed_kv import SGLANG_PAGE_TOKENS, VLLM_BLOCK_TOK
 SGLANG_PAGE_MULTIPLE = 128      # pool_configurator.py: "page_size must be multiple of 128 for compressed attention"
 
 
-def compressed_findings(engine: str, values: dict, spec=None) -> list[tuple]:
+def compressed_findings(engine: str, values: dict, spec=None, gpu=None) -> list[tuple]:
     raw, block = values.get("kv", "auto"), values.get("block")
     out = _drafter_findings(engine, values, spec) if spec is not None else []
+    if engine == "vllm" and gpu is not None and gpu.arch == "cdna3" and "mxfp4" in (values.get("attention_config") or ""):
+        out.append(("error", "--attention-config", "indexer_kv_dtype mxfp4 on gfx942: vLLM refuses it (v1/attention/"
+                    "backends/mla/indexer.py: 'on ROCm requires CDNA4 (MI350X/MI355X)'); leave the index keys fp8"))
     if engine == "sglang":
         if block and block.isdigit() and int(block) % SGLANG_PAGE_MULTIPLE:
             out.append(("error", "block size", f"--page-size {block}: SGLang's V4 pools take multiples of "

@@ -26,7 +26,7 @@ SGLANG_HIP_DSA_KERNELS = ("tilelang", "triton", "aiter")  # --dsa-{decode,prefil
 def sparse_findings(engine: str, values: dict, spec: ModelSpec, gpu: GPU, dcp: int,
                     heads_per_rank: int) -> list[tuple]:
     if is_compressed(spec):
-        return compressed_findings(engine, values, spec)
+        return compressed_findings(engine, values, spec, gpu)
     raw, block = values.get("kv", "auto"), values.get("block")
     size = block_multiple(engine, gpu)
     out = []

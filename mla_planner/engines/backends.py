@@ -241,11 +241,10 @@ def default_engine(spec: ModelSpec, gpu: GPU) -> str:
 def gpu_problem(gpu: GPU, spec: Optional[ModelSpec] = None, command: str = "plan") -> str:
     """Why COMMAND cannot price or run SPEC on `gpu` yet ('' when it can). On an NVIDIA GPU: a sparse or compressed
     attention whose backends on that architecture the planner does not model (data/backends.yaml `unmodelled`:
-    sm12x's). On AMD Instinct the engines' ROCm paths for dense MLA (the AITER and Triton MLA backends,
-    data/backends.yaml; the ROCm environment, data/rocm.yaml) and for DeepSeek Sparse Attention (vLLM's
-    ROCM_AITER_MLA_SPARSE, SGLang's HIP triton DSA backends: data/backends.yaml `sparse`) are modelled; DeepSeek-V4's
-    (ROCM_FLASHMLA_SPARSE_DSV4, SGLang's HIP dsv4 backend) are not, and `verify` has never been run on ROCm, so those
-    are refused rather than priced with the CUDA backends."""
+    sm12x's). On AMD Instinct the engines' ROCm paths for dense MLA (the AITER and Triton MLA backends), DeepSeek
+    Sparse Attention (vLLM's ROCM_AITER_MLA_SPARSE, SGLang's HIP DSA kernels) and DeepSeek-V4 (vLLM's
+    ROCM_FLASHMLA_SPARSE_DSV4, SGLang's HIP dsv4 backend) are modelled (data/backends.yaml; the ROCm environment,
+    data/rocm.yaml) on cdna3 and cdna4; `verify` has never been run on ROCm, so it refuses rather than guess."""
     if gpu.vendor != "amd":
         family = attention_of(spec).backend_family if spec is not None else "mla"
         runs = unmodelled_on(family, gpu)
@@ -257,11 +256,6 @@ def gpu_problem(gpu: GPU, spec: Optional[ModelSpec] = None, command: str = "plan
         return f"{where}: the engines' MLA backends on {gpu.arch} are not modelled (only cdna3 and cdna4 are)"
     if command == "verify":
         return f"{where}: verify's kernels and checks have not been run on ROCm yet, so it refuses rather than guess"
-    family = attention_of(spec).backend_family if spec is not None else "mla"
-    if family == "mla-compressed":
-        return (f"{where}: the engines' ROCm backends for {spec.name}'s {spec.attention} attention are not modelled "
-                "yet (dense MLA and DeepSeek Sparse Attention are), so the planner refuses it rather than price it "
-                "with the CUDA backends")
     return ""
 
 

@@ -23,27 +23,36 @@ def engine_defaults(engine: str) -> dict:
     return out
 
 
-INDEXER_REASON = ("mxfp4: the FP4 index-key cache vLLM offers on Blackwell (--attention-config indexer_kv_dtype, "
-                  "the recipes' Blackwell setting): 68-byte keys instead of 132, about 9% more blocks and half the index "
-                  "scan's reads; the indexer then scores FP4 keys, so check accuracy on your traffic")
+MXFP4_INDEXER_ARCHS = ("blackwell", "cdna4")     # where vLLM's V4 indexer keeps FP4 keys (`indexer_choice`)
+
+
+def indexer_reason(gpu) -> str:
+    """Why the plan runs vLLM's FP4 index-key cache on `gpu`, in words for the plan's reasons."""
+    why = ("vLLM's own default on MI350X / MI355X with AITER on (platforms/rocm.py _maybe_default_dsv4_mxfp4_indexer)"
+           if gpu.arch == "cdna4" else "the recipes' Blackwell setting")
+    where = {"blackwell": "Blackwell", "cdna4": "CDNA4"}.get(gpu.arch, gpu.arch)
+    return (f"mxfp4: the FP4 index-key cache vLLM offers on {where} (--attention-config indexer_kv_dtype, {why}): "
+            "68-byte keys instead of 132, about 9% more blocks and half the index scan's reads; the indexer then "
+            "scores FP4 keys, so check accuracy on your traffic")
 
 
 def indexer_choice_flag(spec, engine: str, gpu, value: str) -> str:
     """`memory --indexer-kv-dtype`: fp8 (the engines' default) or mxfp4, which only vLLM offers for DeepSeek-V4, on
-    Blackwell (`indexer_choice`)."""
+    Blackwell and CDNA4 (`indexer_choice`)."""
     if value not in ("fp8", "mxfp4"):
         raise PlanError(f"--indexer-kv-dtype must be fp8 or mxfp4, got '{value}'")
     if value == "mxfp4" and indexer_choice(engine, spec, gpu) != "mxfp4":
-        raise PlanError(f"--indexer-kv-dtype mxfp4: an FP4 index-key cache is vLLM's, for DeepSeek-V4 on Blackwell; "
-                        f"not {engine} with {spec.name} on {gpu.name}")
+        raise PlanError(f"--indexer-kv-dtype mxfp4: an FP4 index-key cache is vLLM's, for DeepSeek-V4 on Blackwell "
+                        f"or CDNA4 (MI350X / MI355X); not {engine} with {spec.name} on {gpu.name}")
     return value
 
 
 def indexer_choice(engine: str, spec, gpu) -> str:
-    """The index-key cache the plan runs DeepSeek-V4 with: mxfp4 with vLLM on Blackwell (its V4 indexer takes it
-    there: v1/attention/backends/mla/indexer.py dsa_indexer_uses_fp4; the DeepSeek-V4 recipes turn the FP4
-    indexer cache on for Blackwell), fp8 elsewhere and for SGLang (whose CUDA pools keep fp8 keys)."""
-    from_arch = engine == "vllm" and gpu.arch == "blackwell"
+    """The index-key cache the plan runs DeepSeek-V4 with: mxfp4 with vLLM on Blackwell and CDNA4 (its V4 indexer
+    takes it there: v1/attention/backends/mla/indexer.py dsa_indexer_uses_fp4; the DeepSeek-V4 recipes turn the FP4
+    indexer cache on for Blackwell, and vLLM turns it on itself on gfx950 with AITER, which the scripts export;
+    gfx942 refuses it), fp8 elsewhere and for SGLang (whose FP4 keys are opt-in: --enable-deepseek-v4-fp4-indexer)."""
+    from_arch = engine == "vllm" and gpu.arch in MXFP4_INDEXER_ARCHS
     return "mxfp4" if is_compressed(spec) and from_arch else "fp8"
 
 

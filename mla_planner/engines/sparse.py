@@ -157,25 +157,34 @@ def dcp_problem(backend: dict, kv_class: str, heads_per_rank: int, dcp: int) -> 
     return ""
 
 
-def padded_heads(engine: str, backend: str, heads_per_rank: int) -> int:
+def padded_heads(engine: str, backend: str, heads_per_rank: int, compressed: bool = False) -> int:
     """The query heads the backend's decode kernel computes for `heads_per_rank` real ones: the first of its
-    `pad_heads` sizes that holds them (FlashMLA sparse, DSA's and DeepSeek-V4's: 64, or 128 above 64), else the
-    heads themselves."""
-    entry = _table()[engine]["backends"].get(backend) or \
-        (compressed_backend(engine) if compressed_backend(engine)["backend"] == backend else {})
+    `pad_heads` sizes that holds them (FlashMLA sparse, DSA's and DeepSeek-V4's: 64, or 128 above 64; TileLang's V4
+    decode on gfx942: 64; AITER's DSA kernel: a multiple of 16), else the heads themselves. `compressed`: BACKEND is
+    one of DeepSeek-V4's (a name such as SGLang's tilelang means a DSA kernel otherwise)."""
+    entry = next((e for e in _compressed_entries(engine) if e["backend"] == backend), {}) if compressed else \
+        _table()[engine]["backends"].get(backend, {})
     sizes = entry.get("pad_heads") or []
     return next((size for size in sizes if heads_per_rank <= size), heads_per_rank)
 
 
-def compressed_backend(engine: str) -> dict:
-    """The attention backend ENGINE runs DeepSeek-V4's compressed attention on (data/backends.yaml `compressed`):
-    its name, GPU architectures, head padding and a note."""
-    return _backends_yaml()["compressed"][engine]
+def compressed_backend(engine: str, gpu: Optional[GPU] = None) -> dict:
+    """The attention backend ENGINE runs DeepSeek-V4's compressed attention on (data/backends.yaml `compressed`), on
+    `gpu`'s architecture where it differs there (ROCm's: `by_arch`): its name, GPU architectures, head padding and
+    a note."""
+    entry = _backends_yaml()["compressed"][engine]
+    return {**entry, **entry.get("by_arch", {}).get(gpu.arch if gpu is not None else "", {})}
+
+
+def _compressed_entries(engine: str) -> list[dict]:
+    """ENGINE's V4 backend and its per-architecture variants."""
+    entry = _backends_yaml()["compressed"][engine]
+    return [entry, *({**entry, **variant} for variant in entry.get("by_arch", {}).values())]
 
 
 def compressed_gpu_problem(engine: str, gpu: GPU) -> str:
     """Why ENGINE's DeepSeek-V4 backend does not run on `gpu` ('' when it does)."""
-    entry = compressed_backend(engine)
+    entry = compressed_backend(engine, gpu)
     if gpu.arch in entry["archs"]:
         return ""
     return f"{engine} runs DeepSeek-V4 on {entry['backend']}, which needs {' or '.join(entry['archs'])} GPUs, not {gpu.arch}"

@@ -36,7 +36,7 @@ def _check_backend(inp: LaunchInputs, engine: str) -> None:
     if k.attention_backend is None:
         return
     if is_compressed(inp.spec):
-        entry = compressed_backend(engine)
+        entry = compressed_backend(engine, inp.topology.gpu)
         if (entry["backend"], k.kv_cache_dtype, k.block_size) != (k.attention_backend, "fp8_ds_mla", VLLM_BLOCK_TOKENS):
             raise PlanError(f"attention backend {k.attention_backend} with a {k.kv_cache_dtype} cache on {k.block_size}-"
                             f"token blocks: {engine} runs DeepSeek-V4 on {entry['backend']} with fp8_ds_mla rows on "

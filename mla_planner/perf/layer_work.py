@@ -182,7 +182,7 @@ def _decode_core(spec: ModelSpec, layout: Layout, knobs: Knobs, batch: Batch) ->
     kind, extra = attention_of(spec), {}
     heads = query_heads_per_rank(spec, layout)
     if (is_sparse(spec) or is_compressed(spec)) and knobs.attention_backend:
-        extra["padded_heads"] = padded_heads(knobs.engine, knobs.attention_backend, heads)
+        extra["padded_heads"] = padded_heads(knobs.engine, knobs.attention_backend, heads, is_compressed(spec))
     elif kind.backend_family == "mla" and knobs.attention_backend:
         extra["padded_heads"] = backend(knobs.engine, knobs.attention_backend).padded_heads(heads)
     if is_compressed(spec):

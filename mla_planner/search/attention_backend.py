@@ -90,7 +90,7 @@ def _sparse(spec: ModelSpec, gpu, layout: Layout, engine: str, kv_class: str, pi
 def _compressed(spec: ModelSpec, engine: str, gpu, layout: Layout, pinned_block: int | None, mtp: bool) -> tuple:
     """DeepSeek-V4: the engine's V4 FlashMLA backend, the 584-byte fp8 rows, 256-token blocks (engines/sparse.py
     `compressed_backend`, engines/compressed_pool.py)."""
-    entry = compressed_backend(engine)
+    entry = compressed_backend(engine, gpu)
     if compressed_gpu_problem(engine, gpu):
         raise Rejected(compressed_gpu_problem(engine, gpu))
     if pinned_block not in (None, VLLM_BLOCK_TOKENS):

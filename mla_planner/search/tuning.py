@@ -19,7 +19,7 @@ from mla_planner.specs.attention.kinds import attention_of
 from mla_planner.engines.backends import fp8_checkpoint
 from mla_planner.engines.parallel import dense_per_rank_applies, redundant_experts_problem, uses_deepep
 from mla_planner.engines.compressed_kv import is_compressed
-from mla_planner.engines.compressed_pool import INDEXER_REASON, indexer_choice
+from mla_planner.engines.compressed_pool import indexer_choice, indexer_reason
 from mla_planner.memory.accounting import evaluate as memory_evaluate, safe_memory_fraction
 from mla_planner.perf.metrics import Metrics, evaluate, tokens_per_request
 from mla_planner.perf.request_times import mean_tpot_s
@@ -153,7 +153,7 @@ def _draft_knobs(spec: ModelSpec, topo: Topology, layout: Layout, engine: str, k
     if dense_per_rank_applies(layout, engine):
         reasons["dense_per_rank"] = dense_reason(spec, layout, dense_per_rank)
     if knobs.indexer_kv_dtype != "fp8":
-        reasons["indexer_kv_dtype"] = INDEXER_REASON
+        reasons["indexer_kv_dtype"] = indexer_reason(topo.gpu)
     if knobs.mtp:
         drafts = f"{knobs.mtp_draft_tokens} token" + ("s" if knobs.mtp_draft_tokens > 1 else "")
         who = "the DSpark draft (its layers once per step)" if spec.drafter == "dspark" else "the MTP layer"

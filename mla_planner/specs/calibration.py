@@ -1,9 +1,11 @@
 """Efficiency factors and fixed overheads of the comm and step models, and where each value came from.
 
-Three layers, later wins:
+Four layers, later wins:
   1. defaults      `mla_planner/data/efficiency.yaml`: every factor with its unit and published source
-  2. topology      the topology file's `efficiency:` mapping (fractions and seconds in (0, 1])
-  3. calibration   a file given with `--calibration FILE`, written by `mla-plan verify --write-calibration`
+  2. vendor        `mla_planner/data/efficiency_vendor.yaml`: the few whose default differs on the topology's GPU
+                   vendor (AMD Instinct's decode kernels), each with the kernel measurements that set it
+  3. topology      the topology file's `efficiency:` mapping (fractions and seconds in (0, 1])
+  4. calibration   a file given with `--calibration FILE`, written by `mla-plan verify --write-calibration`
 
 Calibration file format (YAML or JSON; unknown keys are rejected with a did-you-mean):
 
@@ -35,10 +37,12 @@ from pydantic import BaseModel, ConfigDict
 
 from mla_planner.core.files import read_mapping, user_path
 from mla_planner.core.validation import validate
-from mla_planner.specs.efficiency import check_overrides, default_sources, default_values
+from mla_planner.specs.efficiency import (check_overrides, default_sources, default_values, vendor_sources,
+                                         vendor_values)
 from mla_planner.specs.topology import Topology
 
 FORMAT = "mla-plan-calibration/1"
+VENDOR_ORIGIN = "vendor default: "     # origin of a factor set by data/efficiency_vendor.yaml for the GPU's vendor
 
 
 @dataclass(frozen=True)
@@ -87,6 +91,8 @@ class Calibration:
     def source(self, name: str) -> str:
         """Where the value of `name` came from: the default's published source, or the override's file."""
         where = self.origin.get(name, "default")
+        if where.startswith(VENDOR_ORIGIN):
+            return vendor_sources(where.removeprefix(VENDOR_ORIGIN))[name]
         return default_sources()[name] if where == "default" else where
 
 
@@ -103,8 +109,11 @@ class CalibrationFile(BaseModel):
 
 
 def load_calibration(path: str | Path | None, topo: Topology) -> Calibration:
-    """Defaults, then the topology's `efficiency:` overrides, then the calibration file (if any)."""
+    """Defaults, then those of the topology's GPU vendor (data/efficiency_vendor.yaml), then the topology's
+    `efficiency:` overrides, then the calibration file (if any)."""
     values, origin, notes = dict(default_values()), {}, []
+    for name, value in check_overrides(vendor_values(topo.gpu.vendor), "efficiency_vendor.yaml").items():
+        values[name], origin[name] = value, f"{VENDOR_ORIGIN}{topo.gpu.vendor}"
     for name, value in check_overrides(topo.efficiency, f"topology {topo.name}").items():
         values[name], origin[name] = value, f"topology {topo.name}"
     if path is not None:
@@ -125,7 +134,8 @@ def int4_experts_note(calib: Calibration, expert_dtype: str) -> str:
     """Why a calibrated moe_hbm_efficiency does not reach int4 weight-only experts ('' when it does not arise): their
     grouped GEMMs have their own factor, int4_moe_hbm_efficiency (perf.layer_work.Op.hbm_factor)."""
     where = calib.origin.get("moe_hbm_efficiency", "")
-    if expert_dtype != "int4" or not where or "int4_moe_hbm_efficiency" in calib.origin:
+    if expert_dtype != "int4" or not where or where.startswith(VENDOR_ORIGIN) \
+            or "int4_moe_hbm_efficiency" in calib.origin:
         return ""
     return (f"moe_hbm_efficiency from {where} does not apply to this model's int4 experts: they stream at "
             "int4_moe_hbm_efficiency (set it there, or run `mla-plan calibrate` on this model)")

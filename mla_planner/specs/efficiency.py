@@ -1,6 +1,7 @@
 """The efficiency factors and fixed overheads the comm and step models use: their defaults, units and
-published sources (`mla_planner/data/efficiency.yaml`), and the check every override passes (a topology's
-`efficiency:` mapping, a calibration file)."""
+published sources (`mla_planner/data/efficiency.yaml`), the defaults that differ on one GPU vendor's platform
+(`mla_planner/data/efficiency_vendor.yaml`), and the check every override passes (a topology's `efficiency:`
+mapping, a calibration file)."""
 
 from __future__ import annotations
 
@@ -32,6 +33,20 @@ def default_sources() -> dict[str, str]:
 
 def default_units() -> dict[str, str]:
     return {name: entry["unit"] for name, entry in _defaults_raw().items()}
+
+
+@lru_cache(maxsize=1)
+def _vendor_raw() -> dict:
+    return parse_yaml(data_dir("efficiency_vendor.yaml").read_text(encoding="utf-8"))
+
+
+def vendor_values(vendor: str) -> dict[str, float]:
+    """The factors whose default differs on VENDOR's GPUs (data/efficiency_vendor.yaml), by name; {} for none."""
+    return {name: entry["value"] for name, entry in _vendor_raw().get(vendor, {}).items()}
+
+
+def vendor_sources(vendor: str) -> dict[str, str]:
+    return {name: entry["source"] for name, entry in _vendor_raw().get(vendor, {}).items()}
 
 
 def check_overrides(values: dict, where: str, section: str = "efficiency") -> dict:
