@@ -1,16 +1,19 @@
 """AMD Instinct on both engines (issue 20): plans and launch scripts for dense MLA models on ROCm carry the engines'
 ROCm attention backends (vLLM ROCM_AITER_MLA / TRITON_MLA, SGLang aiter / triton) and the AITER switches the plan
-priced, never a CUDA-only backend or DeepEP; lint flags a CUDA-only backend on an AMD GPU; AITER's head padding is
-priced. Commands are checked against the flags and ROCm backend lists read from the engines' wheels."""
+priced, never a CUDA-only backend or DeepEP (DP attention + EP runs MoRI, AMD's all-to-all); lint flags a CUDA-only
+backend on an AMD GPU; AITER's head padding is priced. Commands are checked against the flags and ROCm backend lists
+read from the engines' wheels."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
-from mla_planner.engines.parser.check import check_command
+import yaml
 
 from mla_planner.engines.backends import backend
+from mla_planner.engines.parser.check import check_command
 from mla_planner.launch.build import build, launch_inputs
 from mla_planner.search.planfile import read_plan
 from mla_planner.specs.attention.kinds import attention_of
@@ -90,10 +93,49 @@ def test_padded_heads_are_priced():
     assert padded.bytes > plain.bytes
 
 
-def test_dp_attention_with_ep_is_refused_on_amd(cli):
-    """DeepEP is CUDA's; the engines' ROCm all-to-all (MoRI) is not modelled, so the layout is not planned."""
-    r = cli("memory", "-m", "kimi-k2", "-t", "8xmi355x", "--tp", "1", "--dp", "8", "--ep", "8")
-    assert r.exit_code == 2 and "MoRI" in r.stderr and r.stderr.count("\n") == 1
+@pytest.mark.parametrize("engine, flag", [("vllm", "--all2all-backend mori_low_latency"),
+                                          ("sglang", "--moe-a2a-backend mori")])
+def test_dp_attention_with_ep_runs_mori_on_amd(cli, tmp_path, engine, flag):
+    """DP attention + EP on AMD is planned with MoRI, the engines' ROCm all-to-all (DeepEP is CUDA's): its heap is a
+    memory term outside the engine's fraction (memory.terms.mori_heap_allocated_bytes, no DeepEP buffer), the
+    scripts pass the MoRI flag, set MORI_SHMEM_HEAP_SIZE to that heap (and SGLang's dispatch tokens to its per-rank
+    chunk), never DeepEP's, and the commands pass the engines' parsers and lint clean."""
+    from mla_planner.memory.terms import mori_heap_allocated_bytes
+    mem = json.loads(cli("memory", "-m", "deepseek-r1", "-t", "8xmi355x", "-e", engine, "--tp", "1", "--dp", "8",
+                         "--ep", "8", "--json").stdout)
+    terms = mem["per_gpu"][0]["terms"] if "per_gpu" in mem else mem["stages"][0]["terms"]
+    assert "deepep_buffer" not in terms and terms["mori_heap"] >= 2 * 2**30
+    r = cli("plan", "-m", "deepseek-r1", "-t", "8xmi355x", "-e", engine, "-l", "tp=1,dp=8,ep=8", "--json")
+    assert r.exit_code in (0, 1), r.output
+    path = tmp_path / "plan.json"
+    path.write_text(r.stdout)
+    saved = read_plan(path)
+    cand = saved.candidates[0]
+    commands = [c for c in build(launch_inputs(saved, cand, "native"), engine) if c.runs_engine]
+    line = " ".join(commands[0].argv)
+    assert flag in line and "deepep" not in line.lower(), line
+    tokens = cand.knobs.max_num_batched_tokens if engine == "vllm" else max(4096, cand.knobs.max_num_batched_tokens)
+    heap = mori_heap_allocated_bytes(saved.spec, cand.layout, tokens)
+    assert commands[0].env["MORI_SHMEM_HEAP_SIZE"] == f"{int(heap // 2**30)}G"
+    if engine == "sglang" and cand.knobs.max_num_batched_tokens > 4096:
+        assert commands[0].env["SGLANG_MORI_NUM_MAX_DISPATCH_TOKENS_PER_RANK"] == str(cand.knobs.max_num_batched_tokens)
+    for c in commands:
+        assert check_command(c.engine_args, engine, "gfx950", model_max_len=saved.spec.max_position_embeddings) == []
+    findings = _findings(cli, "8xmi355x", commands[0].argv)
+    assert not [f for f in findings if f["level"] == "error"], findings
+
+
+def test_mori_across_nodes_needs_rdma(cli, tmp_path):
+    """MoRI reaches the other node's GPUs over its RDMA transport: two MI355X nodes over RoCE plan DP16 + EP16, the
+    same nodes over plain Ethernet refuse it in one line."""
+    r = cli("memory", "-m", "deepseek-r1", "-t", "2x8xmi355x-roce", "--tp", "1", "--dp", "16", "--ep", "16")
+    assert r.exit_code == 0, r.output
+    topo = yaml.safe_load((Path(__file__).resolve().parents[1] / "topologies" / "2x8xmi355x-roce.yaml").read_text())
+    topo["inter_node"] = {**topo["inter_node"], "fabric": "ethernet"}
+    path = tmp_path / "eth.yaml"
+    path.write_text(yaml.safe_dump(topo))
+    r = cli("memory", "-m", "deepseek-r1", "-t", str(path), "--tp", "1", "--dp", "16", "--ep", "16")
+    assert r.exit_code == 2 and "MoRI" in r.stderr and "RDMA" in r.stderr and r.stderr.count("\n") == 1
 
 
 @pytest.mark.parametrize("engine", ["vllm", "sglang"])
@@ -172,8 +214,8 @@ def _findings(cli, topo, argv):
 
 
 def test_a_mori_command_is_checked_against_what_mori_and_the_engines_assert(cli):
-    """A hand-written MoRI command (AMD's all-to-all) is not refused as DeepEP: lint says the planner does not price
-    it, and checks what would stop it at start: vLLM's AITER fused-MoE assert, the symmetric heap one op needs
+    """A hand-written MoRI command (AMD's all-to-all) is not refused as DeepEP: lint checks what would stop it at
+    start: vLLM's AITER fused-MoE assert, the symmetric heap one op needs
     (memory.terms.mori_heap_bytes: DeepSeek-R1 at EP8 and vLLM's 16,384 tokens per rank, 8.9 GiB, above MoRI's 2 GiB
     default), SGLang's per-rank dispatch-token assert; on an NVIDIA GPU MoRI is an error."""
     from mla_planner.audit.lint_rocm import heap_bytes
@@ -183,13 +225,12 @@ def test_a_mori_command_is_checked_against_what_mori_and_the_engines_assert(cli)
     assert need == 8 * 16384 * slot + 4 * 8 * 16384 * (256 // 8)
     plain = _findings(cli, "8xmi355x", MORI_VLLM)
     assert not any("DeepEP" in f["text"] for f in plain), plain
-    assert any(f["flag"] == "--all2all-backend" and "not priced" in f["text"] for f in plain)
     assert any(f["flag"] == "VLLM_ROCM_USE_AITER" and "asserts" in f["text"] for f in plain)
     assert any(f["flag"] == "MORI_SHMEM_HEAP_SIZE" and f"{need / 2**30:,.1f} GiB" in f["text"] for f in plain)
     small = _findings(cli, "8xmi355x", ["VLLM_ROCM_USE_AITER=1", "MORI_SHMEM_HEAP_SIZE=4G", *MORI_VLLM])
     assert any(f["level"] == "error" and f["flag"] == "MORI_SHMEM_HEAP_SIZE" for f in small), small
     enough = _findings(cli, "8xmi355x", ["VLLM_ROCM_USE_AITER=1", "MORI_SHMEM_HEAP_SIZE=9G", *MORI_VLLM])
-    assert [f["flag"] for f in enough] == ["--all2all-backend"], enough
+    assert not [f for f in enough if f["level"] == "error" or "MORI" in f["flag"]], enough
     sglang = _findings(cli, "8xmi355x", MORI_SGLANG)          # 131,072 / 8 DP ranks = 16,384 > its 4,096 default
     assert any(f["flag"] == "SGLANG_MORI_NUM_MAX_DISPATCH_TOKENS_PER_RANK" and "16384" in f["text"] for f in sglang)
     raised = _findings(cli, "8xmi355x", ["SGLANG_MORI_NUM_MAX_DISPATCH_TOKENS_PER_RANK=16384", *MORI_SGLANG])

@@ -35,7 +35,7 @@ from mla_planner.core.errors import PlanError
 from mla_planner.engines.backends import backend, backend_problems
 from mla_planner.engines.layouts import engine_layout_problem
 from mla_planner.engines.sparse import own_rows
-from mla_planner.engines.parallel import uses_deepep
+from mla_planner.engines.parallel import uses_ep_all_to_all
 from mla_planner.perf.step import decode_step
 from mla_planner.search.candidate_warnings import cross_node_tp_note, shared_nic_deepep_note
 from mla_planner.search.attention_backend import Rejected, backend_and_block
@@ -110,7 +110,7 @@ def lint(cmd: Command, spec: ModelSpec, topo: Topology, calib: Calibration) -> l
     out += [Finding("error", "layout", f"{layout.label}: {p}") for p in problems]
     per_rank = cmd.values.get("dense_tp") == "1"
     a2a = cmd.values.get("a2a", "")
-    deepep = False if a2a.startswith("mori") else (a2a == "deepep" if engine == "sglang" else None)
+    deepep = a2a in ("deepep", "mori") if engine == "sglang" else None   # the EP all-to-all (DeepEP, MoRI on AMD)
     if not problems and (problem := engine_layout_problem(spec, topo, layout, engine, per_rank, deepep)):
         out.append(Finding("error", "layout", problem))
     out += [Finding(*f) for f in quantization_findings(cmd.engine, cmd.values.get("quant"), spec, topo.gpu)
@@ -122,7 +122,7 @@ def lint(cmd: Command, spec: ModelSpec, topo: Topology, calib: Calibration) -> l
     if eager_flag(cmd) and not problems:
         out.append(_eager(cmd, spec, topo, layout, calib))
     if not problems:
-        deepep_used = deepep if deepep is not None else uses_deepep(layout)
+        deepep_used = deepep if deepep is not None else uses_ep_all_to_all(layout)
         notes = [cross_node_tp_note(layout, topo), shared_nic_deepep_note(layout, topo) if deepep_used else ""]
         out += [Finding("warn", "layout", n) for n in notes if n]
     return out + _ib_hca(cmd, topo, layout)

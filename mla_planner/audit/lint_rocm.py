@@ -8,8 +8,8 @@ wrote may not. Without the switch (an exported variable lint cannot see is why t
                 --attention-backend it picks aiter only at 16 or 128 heads per rank, else triton
                 (arg_groups/model_override_base.py:338-347)
 DeepEP is CUDA's: on ROCm the engines' expert all-to-all is MoRI (vLLM --all2all-backend mori_high_throughput |
-mori_low_latency; SGLang --moe-a2a-backend mori), which the planner does not price; a command that asks for it is
-checked against what the engines and MoRI assert at start-up (`mori_findings`):
+mori_low_latency; SGLang --moe-a2a-backend mori), which the planner plans under DP attention + EP (launch/a2a.py);
+a command that asks for it is checked against what the engines and MoRI assert at start-up (`mori_findings`):
   vLLM 0.33.0   gfx942 / gfx950 only (distributed/device_communicators/all2all.py); AITER's fused MoE
                 (fused_moe/config.py: "Mori needs to be used with aiter fused_moe for now"); tokens per rank =
                 --max-num-batched-tokens; the heap is allocated at distributed init, before the memory snapshot,
@@ -27,7 +27,8 @@ import re
 from mla_planner.core.units import GiB
 from mla_planner.engines.backends import backend
 from mla_planner.engines.memory_rules import engine_default_knobs
-from mla_planner.engines.parallel import uses_deepep
+from mla_planner.engines.parallel import (MORI_DEFAULT_HEAP_BYTES, SGLANG_MORI_TOKENS, SGLANG_MORI_TOKENS_ENV,
+                                          uses_ep_all_to_all)
 from mla_planner.engines.sparse import is_sparse, own_rows
 from mla_planner.memory.terms import mori_heap_bytes
 from mla_planner.specs.layout import Layout
@@ -38,9 +39,6 @@ SWITCH = {"vllm": "VLLM_ROCM_USE_AITER", "sglang": "SGLANG_USE_AITER"}
 A2A_FLAG = {"vllm": "--all2all-backend", "sglang": "--moe-a2a-backend"}
 ON = ("1", "true", "True", "TRUE")
 SGLANG_OWN_AITER_HEADS = (16, 128)
-MORI_DEFAULT_HEAP_BYTES = 2 * GiB      # MoRI's DEFAULT_SYMMETRIC_HEAP_SIZE (4 GiB in newer releases' static heap)
-SGLANG_MORI_TOKENS_ENV = "SGLANG_MORI_NUM_MAX_DISPATCH_TOKENS_PER_RANK"
-SGLANG_MORI_TOKENS = 4096              # its default (srt/environ.py 0.5.23)
 
 
 def rocm_findings(engine: str, env: dict, values: dict, spec: ModelSpec, topo: Topology,
@@ -53,7 +51,7 @@ def rocm_findings(engine: str, env: dict, values: dict, spec: ModelSpec, topo: T
     if gpu.vendor != "amd":
         return []
     out = mori_findings(engine, env, values, spec, topo, layout) if a2a.startswith("mori") else []
-    if a2a.startswith("deepep") and not uses_deepep(layout):     # under DP + EP the layout rule says it already
+    if a2a.startswith("deepep") and not uses_ep_all_to_all(layout):     # under DP + EP the layout rule says it already
         out.append(("error", A2A_FLAG[engine],
                     f"{a2a}: DeepEP is CUDA's all-to-all; on ROCm the engines run MoRI (mori), which the planner does "
                     "not model yet"))
@@ -82,10 +80,9 @@ def rocm_findings(engine: str, env: dict, values: dict, spec: ModelSpec, topo: T
 
 def mori_findings(engine: str, env: dict, values: dict, spec: ModelSpec, topo: Topology,
                   layout: Layout) -> list[tuple[str, str, str]]:
-    """What a command running MoRI needs (module docstring), and that the planner does not price it."""
-    flag, ep = A2A_FLAG[engine], max(layout.ep, layout.stage_gpus) if spec.is_moe else 1
-    out = [("warn", flag, f"{values['a2a']}: MoRI is not priced by the planner: the memory and speed findings leave "
-                          "out its symmetric heap and its dispatch / combine")]
+    """What a command running MoRI needs (module docstring)."""
+    ep = max(layout.ep, layout.stage_gpus) if spec.is_moe else 1
+    out = []
     defaults = engine_default_knobs(engine, spec, topo, layout.dp)
     batched = int(values["batched"]) if str(values.get("batched", "")).isdigit() else None
     if engine == "vllm":

@@ -2,7 +2,8 @@
 
 The points (mla_planner/data/validation.yaml) say what was measured and how; each is predicted with the functions
 the commands use: `memory.report.memory_report` (KV capacity, as `memory` prints it), `perf.comm.collective` (busbw
-or time, as the step model prices a collective), `perf.metrics.evaluate` at the point's concurrency (mean TPOT, as
+or time, as the step model prices a collective; `perf.layer_comm.ep_all_to_all_s` an EP dispatch or combine),
+`perf.metrics.evaluate` at the point's concurrency (mean TPOT, as
 `compare` prints it) and `perf.step.decode_step` (wide-EP decode). A point whose role is `fit: FACTOR` set that
 factor of data/efficiency.yaml, so its error says nothing about the model; the `held_out` points are the honest
 figure, and the summary keeps the two apart.
@@ -23,13 +24,14 @@ from mla_planner.core.resources import data_dir
 from mla_planner.core.units import GiB
 from mla_planner.core.validation import validate as validated
 from mla_planner.engines.memory_rules import default_memory_fraction, engine_default_knobs
-from mla_planner.engines.parallel import uses_deepep
+from mla_planner.engines.parallel import a2a_library, uses_ep_all_to_all
 from mla_planner.memory.report import memory_report
 from mla_planner.memory.ways_out import fraction_knobs
 from mla_planner.perf.bands import PLATFORM_REGIMES, collective_regime, tpot_regime
 from mla_planner.perf.closed_loop import closed_loop_mean_ttft_s, first_wave, recv_wait_s
 from mla_planner.perf.comm import collective
 from mla_planner.perf.disagg import prefill_rate
+from mla_planner.perf.layer_comm import ep_all_to_all_s
 from mla_planner.perf.metrics import evaluate
 from mla_planner.perf.step import decode_step
 from mla_planner.specs.calibration import load_calibration
@@ -132,6 +134,16 @@ def _collective(run: dict) -> float:
     return cost.busbw_bytes_per_s / 1e9 if run["what"] == "busbw" else cost.time_s * 1e6
 
 
+def _ep_all_to_all(run: dict) -> float:
+    """One EP dispatch or combine in us, as the step model prices it (perf.layer_comm.ep_all_to_all_s) for `tokens` per
+    rank of `model` over `gpus` of `topology`, with the kernels the GPU's engines run (MoRI forwards across nodes)."""
+    spec, topo = load_model(run["model"]).spec, load_topology(run["topology"])
+    dispatch_s, combine_s = ep_all_to_all_s(spec, run["tokens"], run["gpus"], topo, load_calibration(None, topo),
+                                            run.get("fp8_dispatch", True), run["gpus"] > topo.domain_gpus,
+                                            a2a_library(topo.gpu) == "mori")
+    return (dispatch_s if run["phase"] == "dispatch" else combine_s) * 1e6
+
+
 def _mean_tpot(run: dict) -> float:
     """Mean TPOT in ms at `concurrency` requests in flight, as `compare -l LAYOUT --max-num-seqs N` prices it: the
     engine's defaults (and the run's `cuda_graphs: false` where it ran without them), bf16 KV unless told, its default
@@ -164,7 +176,7 @@ def _setting(run: dict) -> tuple:
     spec, topo = load_model(run["model"]).spec, load_topology(run["topology"])
     layout = parse_layout(run["layout"], topo)
     workload = Workload(input_len=run["input_len"], output_len=run["output_len"], tpot_ms=1000.0)
-    base = engine_default_knobs(run["engine"], spec, topo, layout.dp, uses_deepep(layout),
+    base = engine_default_knobs(run["engine"], spec, topo, layout.dp, uses_ep_all_to_all(layout),
                                 kv_cache_dtype=run.get("kv_cache_dtype", "bf16"), max_num_seqs=run["concurrency"],
                                 max_model_len=workload.max_context_len, cuda_graphs=run.get("cuda_graphs", True))
     knobs, _ = fraction_knobs(spec, topo, layout, base, None)
@@ -205,7 +217,7 @@ def _wide_ep_prefill_tokens_per_node(run: dict) -> float:
 
 
 PREDICT = {"kv_capacity": _kv_capacity, "cuda_graph_gib": _cuda_graph_gib, "busbw": _collective,
-           "time_us": _collective, "mean_tpot": _mean_tpot, "mean_ttft": _mean_ttft,
+           "time_us": _collective, "ep_all_to_all_us": _ep_all_to_all, "mean_tpot": _mean_tpot, "mean_ttft": _mean_ttft,
            "wide_ep_tokens_per_node": _wide_ep_tokens_per_node,
            "wide_ep_prefill_tokens_per_node": _wide_ep_prefill_tokens_per_node}
 

@@ -23,7 +23,7 @@ from mla_planner.search.candidate_warnings import ttft_headroom_note
 from mla_planner.engines.memory_rules import SGLANG_SPECULATIVE_MAX_RUNNING, engine_default_knobs
 from mla_planner.cli.plannable import check_plannable
 from mla_planner.core.errors import PlanError
-from mla_planner.engines.parallel import uses_deepep, dense_per_rank_applies
+from mla_planner.engines.parallel import uses_ep_all_to_all, dense_per_rank_applies
 from mla_planner.memory.ways_out import fraction_knobs, split_note
 from mla_planner.perf.bands import beside, collective_band, kv_band, performance_bands
 from mla_planner.perf.metrics import Metrics, evaluate
@@ -219,7 +219,7 @@ def compare_cmd(layouts: Annotated[Optional[list[str]], Opt(
         raise PlanError(f"--pp-layer-partition {pp_layer_partition}: none of the layouts has {stages} pipeline stages")
     for layout in parsed:
         cache, cache_notes = kv_knobs(spec, topo, layout, engine, kv_cache_dtype, block_size)
-        base = engine_default_knobs(engine, spec, topo, layout.dp, uses_deepep(layout), **cache,
+        base = engine_default_knobs(engine, spec, topo, layout.dp, uses_ep_all_to_all(layout), **cache,
                                     cuda_graphs=not enforce_eager, max_num_seqs=seqs,
                                     max_num_batched_tokens=chunk, cuda_graph_max_bs=graphs,
                                     max_model_len=workload.max_context_len, mtp=mtp, images=images,

@@ -13,7 +13,7 @@ from mla_planner.core.errors import PlanError
 from mla_planner.engines.compressed_kv import is_compressed
 from mla_planner.engines.compressed_pool import compressed_choice
 from mla_planner.engines.memory_rules import default_memory_fraction, engine_default_knobs
-from mla_planner.engines.parallel import uses_deepep
+from mla_planner.engines.parallel import uses_ep_all_to_all
 from mla_planner.engines.profile import PROFILES
 from mla_planner.engines.sparse import is_sparse, sparse_choice
 from mla_planner.memory.pp_split import split_problem
@@ -108,7 +108,7 @@ def knobs_from_flags(spec, topo, layout: Layout, engine: str, util: Optional[flo
     """Engine defaults, the user's flags over them, then the memory fraction (given or the engine's, at the
     release modelled)."""
     fraction = fraction_from_flags(engine, util, static)
-    knobs = engine_default_knobs(engine, spec, topo, layout.dp, uses_deepep(layout), **given)
+    knobs = engine_default_knobs(engine, spec, topo, layout.dp, uses_ep_all_to_all(layout), **given)
     if fraction is None:
         fraction = default_memory_fraction(engine, spec, topo, layout, knobs, engine_version)
     return Knobs(**{**asdict(knobs), "memory_fraction": fraction})

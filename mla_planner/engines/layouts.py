@@ -4,7 +4,7 @@ One answer for every command: `plan` rejects the layout for that engine, `compar
 start as priced, `memory` and `verify` refuse it (exit 2). The rules, each with its source:
   vLLM's own layout limits                    `vllm_layout_problem` below     (EP group = tp*dp; a DP rank
                                               whole on one node across nodes)
-  DeepEP on this hardware                     engines.parallel.deepep_problem
+  DeepEP on this hardware                     engines.parallel.a2a_problem
   DeepEP with this checkpoint's experts       engines.parallel.deepep_experts_problem (SGLang, int4 experts)
   FP8 scale blocks split across GPUs          layout.fp8_block_problems covers the splits both engines
                                               share; here SGLang's own under DP attention: its dense MLP and
@@ -16,7 +16,7 @@ start as priced, `memory` and `verify` refuse it (exit 2). The rules, each with 
 from __future__ import annotations
 
 from mla_planner.engines.sparse import is_sparse
-from mla_planner.engines.parallel import deepep_experts_problem, deepep_problem, dense_tp
+from mla_planner.engines.parallel import deepep_experts_problem, a2a_problem, dense_tp
 from mla_planner.specs.layout import Layout
 from mla_planner.specs.model import ModelSpec
 from mla_planner.specs.topology import Topology
@@ -26,9 +26,9 @@ def engine_layout_problem(spec: ModelSpec, topo: Topology, layout: Layout, engin
                           dense_per_rank: bool = False, deepep: bool | None = None) -> str:
     """The first reason `engine` cannot start `layout` ('' when it can). `deepep`: whether the MoE runs over
     DeepEP, when a command says so (lint; False skips the DeepEP hardware rule); None: as the plan launches it
-    (engines.parallel.uses_deepep)."""
+    (engines.parallel.uses_ep_all_to_all)."""
     return (launch_problem(engine, layout, topo.gpus_per_node)
-            or (deepep_problem(engine, layout, topo) if deepep is not False else "")
+            or (a2a_problem(engine, layout, topo) if deepep is not False else "")
             or deepep_experts_problem(engine, spec, layout)
             or sglang_fp8_dense_problem(spec, layout, engine, dense_per_rank, deepep)
             or sglang_dsa_dcp_problem(spec, layout, engine))

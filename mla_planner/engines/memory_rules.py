@@ -12,8 +12,7 @@ vLLM (`vllm/v1/worker/gpu_worker.py` determine_available_memory, `vllm/v1/core/k
 SGLang (`kv_cache_configurator._profile_available_bytes`, `pool_configurator.calculate_pool_sizes`):
     rest = available_after_weights - pre_load_free x (1 - mem_fraction_static)
     max_total_num_tokens = rest // cell_size // page_size x page_size, cell = (d_c + d_r) x layers x bytes
-  then a req_to_token table (max_running_requests + 1) x (context_len + 4) int32 out of the slack.
-"""
+  then a req_to_token table (max_running_requests + 1) x (context_len + 4) int32 out of the slack."""
 
 from __future__ import annotations
 
@@ -92,7 +91,8 @@ class StageCosts:
     nccl_bytes: float
     runtime_bytes: float
     slot_bytes: float           # bytes one physical token slot costs this GPU (all its layers)
-    a2a_bytes: float = 0.0      # DeepEP buffer, allocated at model init like the weights (memory.terms)
+    a2a_bytes: float = 0.0      # DeepEP buffer at model init, charged like the weights; heap_bytes: MoRI's (AMD), outside
+    heap_bytes: float = 0.0     # both engines' budgets (memory.terms)
     profiled_comm_bytes: float = 0.0    # a communicator the profile run creates: charged (memory.terms)
     pool: Optional[CompressedPool] = None   # DeepSeek-V4: the engine's capacity rule instead of bytes per slot
 

@@ -35,7 +35,7 @@ from typing import Optional
 from mla_planner.core.files import parse_yaml
 from mla_planner.core.resources import data_dir
 from mla_planner.engines.backends import engine_version
-from mla_planner.engines.parallel import uses_deepep
+from mla_planner.engines.parallel import uses_ep_all_to_all
 from mla_planner.specs.layout import Layout
 from mla_planner.specs.model import ModelSpec
 from mla_planner.specs.topology import GPU
@@ -95,7 +95,7 @@ def runs_triton_moe(spec: ModelSpec, gpu: GPU, layout: Layout, engine: str) -> b
         return False
     if gpu.vendor == "amd":     # the scripts switch AITER on (data/rocm.yaml): AITER's fused MoE runs, no Triton table
         return False
-    fp8, deepep = spec.expert_dtype == "fp8", uses_deepep(layout)
+    fp8, deepep = spec.expert_dtype == "fp8", uses_ep_all_to_all(layout)
     if engine == "vllm":
         if fp8:
             return gpu.arch in ("hopper", "ada") and layout.ep == 1

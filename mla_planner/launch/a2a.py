@@ -16,6 +16,18 @@ spread over the stage (ep > 1); otherwise it prices the engines' default collect
                  SGLANG_DEEPEP_NUM_MAX_DISPATCH_TOKENS_PER_RANK tokens (srt/environ.py: 128; at most 1024,
                  token_dispatcher/deepep.py), raised here to the decode batch of one DP rank when larger.
 sgl-project/sglang#7888 and #6017: DeepEP and NVSHMEM must be installed; the README says how to fall back.
+
+On AMD Instinct the same layouts run MoRI (engines.parallel.a2a_library), priced as the same all-to-all over
+Infinity Fabric and the NICs (its published EP8 bandwidth, 307-436 GB/s per GPU, is what xgmi_ring_efficiency gives):
+  vLLM 0.33.0    `--all2all-backend mori_low_latency` (one node: MoRI's IntraNode kernel either way; across
+                 nodes its InterNodeV1LL), with AITER's fused MoE (VLLM_ROCM_USE_AITER=1, data/rocm.yaml: vLLM
+                 asserts it, fused_moe/config.py); the op holds --max-num-batched-tokens tokens per rank.
+  SGLang 0.5.23  `--moe-a2a-backend mori` (deepep-mode auto becomes normal: IntraNode up to 8 GPUs, InterNodeV1LL
+                 or V1 above); SGLANG_MORI_NUM_MAX_DISPATCH_TOKENS_PER_RANK (4096) raised to the per-rank chunked
+                 prefill, which SGLang asserts it holds (arg_groups/moe_hook.py), or the decode batch when larger.
+  Both           MORI_SHMEM_HEAP_SIZE set to the heap the memory model prices (memory.terms.mori_heap_allocated_bytes):
+                 one op's need in whole GiB, at least MoRI's 2 GiB default, so the heap is what was planned
+                 whichever MoRI release the image carries (newer ones default to 4 GiB).
 """
 
 from __future__ import annotations
@@ -23,18 +35,24 @@ from __future__ import annotations
 from typing import Optional
 
 from mla_planner.core.errors import PlanError
+from mla_planner.core.units import GiB
 from mla_planner.engines.parallel import (
     DEEPEP_SGLANG_DISPATCH_MAX,
     DEEPEP_SGLANG_DISPATCH_TOKENS,
+    SGLANG_MORI_TOKENS,
+    SGLANG_MORI_TOKENS_ENV,
+    a2a_library,
+    mori_tokens_per_rank,
     sglang_decode_tokens,
-    uses_deepep,
+    uses_ep_all_to_all,
 )
+from mla_planner.memory.terms import mori_heap_allocated_bytes
 from mla_planner.specs.knobs import Knobs, decode_query_len
 from mla_planner.specs.layout import Layout
 from mla_planner.specs.model import ModelSpec
 
-VLLM_BACKEND = "deepep_low_latency"
-SGLANG_BACKEND = "deepep"
+VLLM_BACKEND = {"deepep": "deepep_low_latency", "mori": "mori_low_latency"}
+SGLANG_BACKEND = {"deepep": "deepep", "mori": "mori"}
 SGLANG_DISPATCH_ENV = "SGLANG_DEEPEP_NUM_MAX_DISPATCH_TOKENS_PER_RANK"
 SGLANG_DISPATCH_DEFAULT = DEEPEP_SGLANG_DISPATCH_TOKENS
 SGLANG_DISPATCH_MAX = DEEPEP_SGLANG_DISPATCH_MAX
@@ -42,15 +60,15 @@ SGLANG_DISPATCH_MAX = DEEPEP_SGLANG_DISPATCH_MAX
 
 def priced_as_all_to_all(layout: Layout) -> bool:
     """Whether the step model prices this layout's MoE as an all-to-all over the stage."""
-    return uses_deepep(layout)
+    return uses_ep_all_to_all(layout)
 
 
-def vllm_backend(layout: Layout) -> Optional[str]:
-    return VLLM_BACKEND if priced_as_all_to_all(layout) else None
+def vllm_backend(layout: Layout, gpu) -> Optional[str]:
+    return VLLM_BACKEND[a2a_library(gpu)] if priced_as_all_to_all(layout) else None
 
 
-def sglang_backend(layout: Layout) -> Optional[str]:
-    return SGLANG_BACKEND if priced_as_all_to_all(layout) else None
+def sglang_backend(layout: Layout, gpu) -> Optional[str]:
+    return SGLANG_BACKEND[a2a_library(gpu)] if priced_as_all_to_all(layout) else None
 
 
 def sglang_dispatch_tokens(knobs: Knobs) -> int:
@@ -58,15 +76,29 @@ def sglang_dispatch_tokens(knobs: Knobs) -> int:
     return sglang_decode_tokens(knobs.max_num_seqs, decode_query_len(knobs))
 
 
-def sglang_dispatch_env(layout: Layout, knobs: Knobs) -> dict[str, str]:
-    """{SGLANG_DEEPEP_NUM_MAX_DISPATCH_TOKENS_PER_RANK: n} when the default 128 is too small, else {}."""
-    if sglang_backend(layout) is None:
+def sglang_dispatch_env(layout: Layout, knobs: Knobs, gpu) -> dict[str, str]:
+    """DeepEP: {SGLANG_DEEPEP_NUM_MAX_DISPATCH_TOKENS_PER_RANK: n} when the default 128 is too small; MoRI:
+    {SGLANG_MORI_NUM_MAX_DISPATCH_TOKENS_PER_RANK: n} when its 4096 is; else {}."""
+    if sglang_backend(layout, gpu) is None:
         return {}
+    if a2a_library(gpu) == "mori":
+        tokens = mori_tokens_per_rank("sglang", knobs.max_num_seqs, knobs.max_num_batched_tokens,
+                                      decode_query_len(knobs))
+        return {SGLANG_MORI_TOKENS_ENV: str(tokens)} if tokens > SGLANG_MORI_TOKENS else {}
     tokens = sglang_dispatch_tokens(knobs)
     if tokens > SGLANG_DISPATCH_MAX:
         raise PlanError(f"{layout.label}: a DP rank decodes up to {tokens} tokens per step, but SGLang's DeepEP "
                         f"low-latency dispatch takes at most {SGLANG_DISPATCH_MAX}; lower max_num_seqs")
     return {SGLANG_DISPATCH_ENV: str(tokens)} if tokens > SGLANG_DISPATCH_DEFAULT else {}
+
+
+def mori_heap_env(engine: str, spec: ModelSpec, layout: Layout, knobs: Knobs, gpu) -> dict[str, str]:
+    """{MORI_SHMEM_HEAP_SIZE: "<n>G"}, the heap the memory model prices, where the engine runs MoRI; else {}."""
+    if engine not in ("vllm", "sglang") or a2a_library(gpu) != "mori" or not priced_as_all_to_all(layout):
+        return {}
+    tokens = mori_tokens_per_rank(engine, knobs.max_num_seqs, knobs.max_num_batched_tokens, decode_query_len(knobs))
+    heap = mori_heap_allocated_bytes(spec, layout, tokens)
+    return {"MORI_SHMEM_HEAP_SIZE": f"{int(heap // GiB)}G"} if heap else {}
 
 
 def low_latency_buffer_bytes(spec: ModelSpec, tokens_per_rank: int) -> int:

@@ -10,13 +10,15 @@ from mla_planner import __version__
 from mla_planner.engines.backends import engine_version
 from mla_planner.engines.layouts import PP_SPEC_ENV
 from mla_planner.engines.moe_configs import UNTUNED_LOG
+from mla_planner.engines.parallel import SGLANG_MORI_TOKENS_ENV, a2a_library, mori_tokens_per_rank
 from mla_planner.launch import a2a, sglang, vllm
 from mla_planner.launch.command import LaunchInputs, NodeCommand
 from mla_planner.launch.netcheck import cross_node_all_reduce
 from mla_planner.launch.placement import place
 from mla_planner.launch.render import render
+from mla_planner.memory.terms import mori_heap_allocated_bytes
 from mla_planner.search.planfile import Candidate
-from mla_planner.specs.knobs import tokens_per_step
+from mla_planner.specs.knobs import decode_query_len, tokens_per_step
 from mla_planner.specs.layout import Layout
 
 ENGINE_NAMES = {"vllm": "vLLM", "sglang": "SGLang"}
@@ -167,22 +169,31 @@ def _predicted(inp: LaunchInputs, engine: str, cand: Candidate) -> Optional[dict
 
 
 def _all_to_all(inp: LaunchInputs, engine: str) -> Optional[dict]:
-    """The README's DeepEP section: the flag, its low-latency buffer and the fallback; None without one."""
+    """The README's all-to-all section (DeepEP, or MoRI on AMD): the flag, its buffer or heap and the fallback; None
+    without one."""
+    gpu, library = inp.topology.gpu, a2a_library(inp.topology.gpu)
     if engine == "vllm":
-        backend, flag, tokens = a2a.vllm_backend(inp.layout), "--all2all-backend", inp.knobs.max_num_batched_tokens
+        backend, flag, tokens = a2a.vllm_backend(inp.layout, gpu), "--all2all-backend", inp.knobs.max_num_batched_tokens
         tokens_from = "--max-num-batched-tokens"
         fallback = "vLLM then runs its default allgather_reducescatter"
     else:
-        backend, flag = a2a.sglang_backend(inp.layout), "--moe-a2a-backend"
+        backend, flag = a2a.sglang_backend(inp.layout, gpu), "--moe-a2a-backend"
         tokens = max(a2a.SGLANG_DISPATCH_DEFAULT, a2a.sglang_dispatch_tokens(inp.knobs))
         tokens_from = (f"{a2a.SGLANG_DISPATCH_ENV}: one DP rank's largest decode batch, at least SGLang's "
                        f"{a2a.SGLANG_DISPATCH_DEFAULT}; the normal-mode buffers for prefill come on top")
         fallback = "SGLang then runs its default (none: tokens all-gathered around the MoE)"
     if backend is None:
         return None
-    gib = a2a.low_latency_buffer_bytes(inp.spec, tokens) / 2**30
+    if library == "mori":
+        tokens = mori_tokens_per_rank(engine, inp.knobs.max_num_seqs, inp.knobs.max_num_batched_tokens,
+                                      decode_query_len(inp.knobs))
+        tokens_from = ("--max-num-batched-tokens" if engine == "vllm" else f"{SGLANG_MORI_TOKENS_ENV}: the per-rank "
+                       "chunked prefill, which SGLang asserts it holds, at least its 4096")
+        gib = mori_heap_allocated_bytes(inp.spec, inp.layout, tokens) / 2**30
+    else:
+        gib = a2a.low_latency_buffer_bytes(inp.spec, tokens) / 2**30
     return dict(flag=flag, backend=backend, gib=f"{gib:.1f}", tokens=tokens, tokens_from=tokens_from,
-                fallback=fallback, dispatch="FP8" if inp.topology.gpu.has_fp8 else "BF16")
+                fallback=fallback, dispatch="FP8" if gpu.has_fp8 else "BF16", library=library)
 
 
 def _readme(inp: LaunchInputs, engine: str, commands: list[NodeCommand], candidate: int, warnings: list[str],

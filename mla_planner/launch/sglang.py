@@ -44,9 +44,14 @@ from mla_planner.specs.layout import Layout
 PROGRAM = ["python3", "-m", "sglang.launch_server"]
 KV_CACHE_DTYPES = {"bf16": "bf16", "fp8": "fp8_e4m3"}
 DIST_TIMEOUT_S = 3600   # SGLang DeepSeek FAQ: slow multi-node loads
-A2A_NOTE = (f"MoE all-to-all: --moe-a2a-backend {a2a.SGLANG_BACKEND} needs DeepEP and NVSHMEM on this node (README.md, "
-            "'Expert-parallel all-to-all'). Without them, delete that flag: SGLang falls back to its default "
-            "(none: all-gather around the MoE), which is slower than the plan predicts.")
+A2A_NOTE = {"deepep": "MoE all-to-all: --moe-a2a-backend deepep needs DeepEP and NVSHMEM on this node (README.md, "
+                      "'Expert-parallel all-to-all'). Without them, delete that flag: SGLang falls back to its default "
+                      "(none: all-gather around the MoE), which is slower than the plan predicts.",
+            "mori": "MoE all-to-all: --moe-a2a-backend mori needs MoRI (ROCm/mori, in SGLang's ROCm images) and, "
+                    "across "
+                    "nodes, RDMA NICs MoRI drives (Pensando, Thor2, ConnectX-7). Without it, delete that flag and the "
+                    "MORI_* / SGLANG_MORI_* variables: SGLang falls back to all-gather around the MoE, slower than "
+                    "planned."}
 
 
 def check_expressible(inp: LaunchInputs) -> None:
@@ -99,7 +104,7 @@ def sizing_flags(inp: LaunchInputs) -> list[str]:
         ("--pp-size", L.pp if L.pp > 1 else None),
         ("--attn-dp-size", L.dp if L.dp > 1 else None),
         ("--ep-size", L.ep if L.ep > 1 else None),
-        ("--moe-a2a-backend", a2a.sglang_backend(L)),
+        ("--moe-a2a-backend", a2a.sglang_backend(L, inp.topology.gpu)),
         ("--moe-dense-tp-size", 1 if k.dense_per_rank else None),
         ("--enable-eplb", k.redundant_experts > 0),
         ("--ep-num-redundant-experts", k.redundant_experts or None),
@@ -134,14 +139,16 @@ def node_commands(inp: LaunchInputs) -> list[NodeCommand]:
 
 def _command(inp: LaunchInputs, inst: InstancePlacement, i: int) -> NodeCommand:
     L, ports = inp.layout, inp.ports
-    deepep = a2a.sglang_backend(L) is not None
+    library = a2a.sglang_backend(L, inp.topology.gpu)
+    deepep = library == "deepep"
     e = instance_env("sglang", inp.topology, inst.multi_node, inst.visible_devices, inp.spec.num_hidden_layers,
                      L.pp, inp.pp_partition, deepep)
-    e.env.update(a2a.sglang_dispatch_env(L, inp.knobs))
+    e.env.update(a2a.sglang_dispatch_env(L, inp.knobs, inp.topology.gpu))
+    e.env.update(a2a.mori_heap_env("sglang", inp.spec, L, inp.knobs, inp.topology.gpu))
     if inp.knobs.mtp and L.pp > 1:   # SGLang refuses PP + speculative decoding outside PD prefill without it
         e.env[PP_SPEC_ENV] = "1"
-    if deepep:
-        e.notes.append(A2A_NOTE)
+    if library:
+        e.notes.append(A2A_NOTE[library])
     if L.dp > 1:
         k, (running, chunk) = inp.knobs, server_totals(L, inp.knobs)
         e.notes.append(f"--max-running-requests {running} and --chunked-prefill-size {chunk} are totals over the "

@@ -51,9 +51,15 @@ EPLB_CONFIG = '{"num_redundant_experts":%d}'   # vllm/config/parallel.py EPLBCon
 MTP_CONFIG = '{"method":"%s","num_speculative_tokens":%d}'   # the drafter (mtp, dspark), its tokens per step
 ENGINE_READY_TIMEOUT_S = 3600   # loads of a 671B checkpoint (+ DeepGEMM warm-up, graph capture) outlast the 600 s
                                 # default, on one node too (vllm-project/recipes#381)
-A2A_NOTE = (f"MoE all-to-all: --all2all-backend {a2a.VLLM_BACKEND} needs DeepEP and NVSHMEM on this node (README.md, "
-            "'Expert-parallel all-to-all'). Without them, delete that flag: vLLM falls back to "
-            "allgather_reducescatter, which is slower than the plan predicts.")
+A2A_NOTE = {"deepep_low_latency": "MoE all-to-all: --all2all-backend deepep_low_latency needs DeepEP and NVSHMEM on "
+                                  "this node (README.md, 'Expert-parallel all-to-all'). Without them, delete that "
+                                  "flag: vLLM falls back to allgather_reducescatter, which is slower than the plan "
+                                  "predicts.",
+            "mori_low_latency": "MoE all-to-all: --all2all-backend mori_low_latency needs MoRI (ROCm/mori, in the ROCm "
+                                "vLLM images), AITER's fused MoE (VLLM_ROCM_USE_AITER=1, exported here) and, across "
+                                "nodes, RDMA NICs MoRI drives (Pensando, Thor2, ConnectX-7). Without MoRI, delete that "
+                                "flag and MORI_SHMEM_HEAP_SIZE: vLLM falls back to allgather_reducescatter, slower "
+                                "than planned."}
 
 
 def check_expressible(inp: LaunchInputs) -> None:
@@ -75,7 +81,7 @@ def sizing_flags(inp: LaunchInputs) -> list[str]:
         ("--pipeline-parallel-size", L.pp if L.pp > 1 else None),
         ("--data-parallel-size", L.dp if L.dp > 1 else None),
         ("--enable-expert-parallel", L.ep > 1),
-        ("--all2all-backend", a2a.vllm_backend(L)),
+        ("--all2all-backend", a2a.vllm_backend(L, inp.topology.gpu)),
         ("--enable-eplb", k.redundant_experts > 0),
         ("--eplb-config", EPLB_CONFIG % k.redundant_experts if k.redundant_experts else None),
         ("--decode-context-parallel-size", L.dcp if L.dcp > 1 else None),
@@ -139,12 +145,13 @@ def _command(inp: LaunchInputs, inst: InstancePlacement, node: int, extra: list[
 
 
 def _env(inp: LaunchInputs, inst: InstancePlacement):
-    deepep = a2a.vllm_backend(inp.layout) is not None
+    backend = a2a.vllm_backend(inp.layout, inp.topology.gpu)
     e = instance_env("vllm", inp.topology, inst.multi_node, inst.visible_devices, inp.spec.num_hidden_layers,
-                     inp.layout.pp, inp.pp_partition, deepep)
+                     inp.layout.pp, inp.pp_partition, backend == "deepep_low_latency")
     e.env["VLLM_ENGINE_READY_TIMEOUT_S"] = str(ENGINE_READY_TIMEOUT_S)
-    if deepep:
-        e.notes.append(A2A_NOTE)
+    e.env.update(a2a.mori_heap_env("vllm", inp.spec, inp.layout, inp.knobs, inp.topology.gpu))
+    if backend:
+        e.notes.append(A2A_NOTE[backend])
     return e
 
 

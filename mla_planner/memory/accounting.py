@@ -21,7 +21,7 @@ from mla_planner.engines.backends import fp8_checkpoint, startup_problems
 from mla_planner.engines.compressed_kv import in_flight_batches, is_compressed
 from mla_planner.engines.compressed_pool import CompressedPool, vllm_buffer_bytes
 from mla_planner.engines.cuda_graphs import capture_plan
-from mla_planner.engines.parallel import deepep_dispatch_tokens, dense_tp
+from mla_planner.engines.parallel import deepep_dispatch_tokens, dense_tp, mori_tokens_per_rank
 from mla_planner.engines.profile import profile
 from mla_planner.memory import terms as mt
 from mla_planner.memory.results import MemoryReport, RankMemory
@@ -116,6 +116,9 @@ def _stage(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, rules:
                           knobs.indexer_kv_dtype,
                           decode_query_len(knobs)) \
         if is_compressed(spec) else None
+    deepep, heap = mt.a2a_memory_bytes(spec, layout, topo.gpu, deepep_dispatch_tokens(
+        rules.engine, knobs.max_num_seqs, knobs.max_num_batched_tokens, decode_query_len(knobs)), mori_tokens_per_rank(
+        rules.engine, knobs.max_num_seqs, knobs.max_num_batched_tokens, decode_query_len(knobs)))
     costs = StageCosts(
         weights_bytes=sum(weights.values()),
         activation_bytes=mt.activation_peak_bytes(spec, layout, tokens, min(knobs.max_num_seqs, tokens), last, ffn_tp,
@@ -128,8 +131,7 @@ def _stage(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, rules:
         pool=pool,
         profiled_comm_bytes=mt.profiled_communicator_bytes(layout, topo)      # only the last stage gathers logits
         if last and profile_run_creates_comm(rules, topo.gpu) else 0.0,
-        a2a_bytes=mt.deepep_buffer_bytes(spec, layout, deepep_dispatch_tokens(
-            rules.engine, knobs.max_num_seqs, knobs.max_num_batched_tokens, decode_query_len(knobs))))
+        a2a_bytes=deepep, heap_bytes=heap)
     return _Stage(index, kv_layers, weights, costs)
 
 
@@ -151,6 +153,8 @@ def _rank(stage: _Stage, knobs: Knobs, rules: EngineRules, total: float, dcp: in
     terms = dict(stage.weights)
     if c.a2a_bytes:
         terms["deepep_buffer"] = c.a2a_bytes
+    if c.heap_bytes:
+        terms["mori_heap"] = c.heap_bytes
     if c.profiled_comm_bytes:
         terms["nccl_profile_run"] = c.profiled_comm_bytes
     terms.update({"activation_peak": c.activation_bytes, "cuda_graph": c.cuda_graph_bytes,
@@ -246,10 +250,10 @@ def _stage_fraction_bytes(s: _Stage, knobs: Knobs, rules: EngineRules, total: fl
     block = knobs.block_size * c.slot_bytes
     if profile(rules.engine).pool_after_static_fraction:
         slack = c.activation_bytes + c.cuda_graph_bytes + sglang_req_to_token_bytes(knobs, knobs.max_num_seqs * 2)
-        return c.weights_bytes + c.a2a_bytes + block, slack + ALLOCATOR_MARGIN_BYTES, \
+        return c.weights_bytes + c.a2a_bytes + block, slack + c.heap_bytes + ALLOCATOR_MARGIN_BYTES, \
             total - c.runtime_bytes - c.nccl_bytes
     charged = c.weights_bytes + c.a2a_bytes + c.activation_bytes + c.profiled_comm_bytes + block
-    outside = ALLOCATOR_MARGIN_BYTES
+    outside = ALLOCATOR_MARGIN_BYTES + c.heap_bytes
     for term, outside_budget in ((c.runtime_bytes, rules.context_outside_budget),
                                  (c.nccl_bytes, rules.comms_outside_budget)):
         charged, outside = (charged, outside + term) if outside_budget else (charged + term, outside)

@@ -18,7 +18,7 @@ from math import ceil
 from mla_planner.core.files import parse_yaml
 from mla_planner.core.resources import data_dir
 from mla_planner.core.units import ACT_BYTES, GiB, MiB
-from mla_planner.engines.parallel import uses_deepep
+from mla_planner.engines.parallel import MORI_DEFAULT_HEAP_BYTES, a2a_library, uses_ep_all_to_all
 from mla_planner.specs.attention.kinds import attention_of
 from mla_planner.specs.layout import Layout
 from mla_planner.specs.model import ModelSpec
@@ -187,13 +187,33 @@ def mori_heap_bytes(spec: ModelSpec, ep: int, tokens_per_rank: int) -> float:
     return float(m * (5 * d * ACT_BYTES + 44 * k + 5 * scales) + 4 * m * (spec.n_routed_experts // ep))
 
 
+def mori_heap_allocated_bytes(spec: ModelSpec, layout: Layout, tokens_per_rank: int) -> float:
+    """The symmetric heap MoRI allocates on one GPU under DP attention + EP on AMD (0 otherwise): MORI_SHMEM_HEAP_SIZE,
+    which the planner's scripts set to one op's need (`mori_heap_bytes`, the engines build one op for every MoE layer's
+    shape) rounded up to whole GiB, never below MoRI's 2 GiB default. Outside both engines' budgets: vLLM allocates it
+    at distributed init, before its memory snapshot (v1/worker/gpu_worker.py, like the NCCL buffers); SGLang's EPv1 op
+    (DeepSeek-R1/V3) builds it at the first dispatch, after the KV pool is sized (moriep.py init_mori_op)."""
+    if not (spec.is_moe and uses_ep_all_to_all(layout)):
+        return 0.0
+    need = mori_heap_bytes(spec, layout.ep, tokens_per_rank)
+    return float(max(MORI_DEFAULT_HEAP_BYTES, ceil(need / GiB) * GiB))
+
+
+def a2a_memory_bytes(spec: ModelSpec, layout: Layout, gpu, deepep_tokens: int, mori_tokens: int) -> tuple[float, float]:
+    """(DeepEP's buffer, charged like the weights; MoRI's heap, outside the budget) of the EP all-to-all `gpu`'s
+    engines run (engines.parallel.a2a_library)."""
+    if a2a_library(gpu) == "mori":
+        return 0.0, mori_heap_allocated_bytes(spec, layout, mori_tokens)
+    return deepep_buffer_bytes(spec, layout, deepep_tokens), 0.0
+
+
 def deepep_buffer_bytes(spec: ModelSpec, layout: Layout, tokens: int) -> float:
     """DeepEP low-latency RDMA buffer (NVSHMEM, outside torch's allocator) on one GPU:
     4 x experts x tokens x (2 x hidden + hidden/32) bytes: send and receive halves, double-buffered, each
     holding every expert's slot of bf16 combine messages (2 x hidden) or fp8 dispatch messages with one
     fp32 scale per 128 values. Source: DeepEP `get_low_latency_rdma_size_hint` (csrc/config.hpp
     LowLatencyLayout); sgl-project/sglang PR #28994 lists it among the hidden buffers. Zero without DeepEP."""
-    if not uses_deepep(layout) or not spec.is_moe:
+    if not uses_ep_all_to_all(layout) or not spec.is_moe:
         return 0.0
     d = spec.hidden_size
     return float(4 * spec.n_routed_experts * tokens * (2 * d + d // 32))

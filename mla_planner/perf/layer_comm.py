@@ -26,7 +26,7 @@ to its peer and the receiving stage all-gathering it (`send_tensor_dict(all_gath
 from __future__ import annotations
 
 from mla_planner.core.units import ACT_BYTES
-from mla_planner.engines.parallel import uses_deepep, dense_tp
+from mla_planner.engines.parallel import a2a_library, dense_tp, uses_ep_all_to_all
 from mla_planner.engines.profile import profile
 from mla_planner.perf.comm import collective_time_s
 from mla_planner.perf.node_limited import node_limited_all_to_all_s
@@ -96,21 +96,30 @@ def ffn_comm(spec: ModelSpec, layout: Layout, batch: Batch, topo: Topology, cali
         return {"ffn.all_reduce": _ct("all_reduce", n * d * ACT_BYTES, layout.tp, topo, calib)}
     if layout.dp == 1:
         return {"moe.all_reduce": _ct("all_reduce", n * d * ACT_BYTES, stage, topo, calib)}
-    if uses_deepep(layout):   # the rule the launch follows (launch/a2a.py) and the memory model prices
-        k = spec.num_experts_per_tok
-        rows = n / layout.tp * k
-        dispatch_b = (1 + 4 / 128) if fp8_dispatch else ACT_BYTES
-        if spans and batch.prefill and not batch.decode and profile(engine).deepep_normal_for_prefill:
-            tokens = n / layout.tp      # DeepEP's normal kernels: once per other node over RDMA, then NVLink
-            return {"moe.dispatch": node_limited_all_to_all_s(tokens, d * dispatch_b, k, spec.n_routed_experts,
-                                                              stage, topo, calib),
-                    "moe.combine": node_limited_all_to_all_s(tokens, d * ACT_BYTES, k, spec.n_routed_experts,
-                                                             stage, topo, calib)}
-        return {"moe.dispatch": _ct("all_to_all", rows * d * dispatch_b, stage, topo, calib, spans),
-                "moe.combine": _ct("all_to_all", rows * d * ACT_BYTES, stage, topo, calib, spans)}
+    if uses_ep_all_to_all(layout):   # the rule the launch follows (launch/a2a.py) and the memory model prices
+        forwards = a2a_library(topo.gpu) == "mori" or (batch.prefill and not batch.decode
+                                                        and profile(engine).deepep_normal_for_prefill)
+        dispatch_s, combine_s = ep_all_to_all_s(spec, n / layout.tp, stage, topo, calib, fp8_dispatch, spans, forwards)
+        return {"moe.dispatch": dispatch_s, "moe.combine": combine_s}
     total = layout.dp * n * d * ACT_BYTES
     return {"moe.dp_gather": _ct("all_gather", total, stage, topo, calib, spans),
             "moe.dp_scatter": _ct("reduce_scatter", total, stage, topo, calib, spans)}
+
+
+def ep_all_to_all_s(spec: ModelSpec, tokens: float, gpus: int, topo: Topology, calib: Calibration,
+                    fp8_dispatch: bool, spans: bool, forwards: bool) -> tuple[float, float]:
+    """(dispatch, combine) seconds of the EP all-to-all for `tokens` on each of `gpus` ranks, each token going to its
+    k experts: FP8 dispatch with one fp32 scale per 128 values where the experts take it, BF16 combine. Per expert copy
+    (DeepEP's low-latency kernels, MoRI's IntraNode kernel; comm.py's all-to-all), or where `spans` nodes and the
+    kernels forward (`forwards`: DeepEP's normal kernels, SGLang's prefill; MoRI's InterNodeV1 / V1LL, every batch,
+    whose published EP16 times the node-limited model meets within -36..-3 %, `mla-plan validate`) once per other node
+    over RDMA, then inside the node (perf.node_limited)."""
+    d, k = spec.hidden_size, spec.num_experts_per_tok
+    dispatch_b = (1 + 4 / 128) if fp8_dispatch else ACT_BYTES
+    if spans and forwards:
+        return tuple(node_limited_all_to_all_s(tokens, d * b, k, spec.n_routed_experts, gpus, topo, calib)
+                     for b in (dispatch_b, ACT_BYTES))
+    return tuple(_ct("all_to_all", tokens * k * d * b, gpus, topo, calib, spans) for b in (dispatch_b, ACT_BYTES))
 
 
 def stages_share_node(layout: Layout, stage: int, topo: Topology, engine: str = "sglang") -> bool:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from mla_planner.engines.backends import fp8_checkpoint
 from mla_planner.engines.moe_configs import moe_kernel_config
-from mla_planner.engines.parallel import uses_deepep
+from mla_planner.engines.parallel import uses_ep_all_to_all
 from mla_planner.search.tuning import Tuned
 from mla_planner.specs.knobs import Workload
 from mla_planner.specs.layout import Layout, int4_group_fallbacks
@@ -40,7 +40,7 @@ def warnings_for(spec: ModelSpec, topo: Topology, layout: Layout, tuned: Tuned, 
     kernel = moe_kernel_config(spec, topo.gpu, layout, tuned.knobs.engine)
     if kernel and not kernel.shipped:
         out.append(kernel.advice(model_path or spec.hf_id or spec.name, layout))
-    if uses_deepep(layout) and topo.intra_node.kind == "pcie":
+    if uses_ep_all_to_all(layout) and topo.intra_node.kind == "pcie":
         out.append("DeepEP's low-latency kernels go over the RDMA NICs here (no NVLink; NVSHMEM with IBGDA): run "
                    "DeepEP's test_low_latency.py on the nodes before serving (the emitted README: how to fall back)")
     out += [w for w in [shared_nic_deepep_note(layout, topo)] if w]
@@ -77,7 +77,7 @@ def shared_nic_deepep_note(layout: Layout, topo: Topology) -> str:
     picked the first NIC under DeepEP's high-throughput kernels (deepseek-ai/DeepEP#336, 2 x 8 H800 with 4 CX7
     each), and DeepEP's maintainers said a 4-NIC node "requires some additional configurations" (DeepEP#60)."""
     inter = topo.inter_node
-    if not uses_deepep(layout) or layout.stage_gpus <= topo.gpus_per_node or inter is None \
+    if not uses_ep_all_to_all(layout) or layout.stage_gpus <= topo.gpus_per_node or inter is None \
             or inter.nics_per_node >= topo.gpus_per_node:
         return ""
     per_gpu = topo.nic_gbit_per_s_per_gpu

@@ -81,7 +81,7 @@ def rdma_between_nodes(topo) -> bool:
 
 
 def deepep_runs(topo, stage_gpus: int) -> bool:
-    """Whether both engines' DeepEP can carry a stage's all-to-all (engines.parallel.deepep_problem): NVLink inside
+    """Whether both engines' DeepEP can carry a stage's all-to-all (engines.parallel.a2a_problem): NVLink inside
     a node and RDMA between nodes. Where it cannot, DP attention runs with the MoE tensor-parallel over the
     stage (ep=1: vLLM flattens TP across DP, fused_moe/config.py; SGLang --attn-dp-size without --ep-size)."""
     return topo.intra_node.kind != "pcie" and (stage_gpus <= topo.domain_gpus or rdma_between_nodes(topo))
