@@ -76,14 +76,15 @@ def test_what_each_engine_stores_on_rocm():
 
 def test_rocm_dsa_cache_bytes_and_head_padding():
     """A token costs 576 B of fp8 latent and 132 B of index key per layer on ROCm (78 layers for GLM-5); vLLM's AITER
-    sparse kernel computes GLM-5's 8 heads per TP8 rank as 16, SGLang's tilelang the 8 themselves."""
+    sparse kernel computes GLM-5's 8 heads per TP8 rank as 16, and so does SGLang's tilelang (a power of two, at least
+    16)."""
     spec, topo = load_model("glm-5-fp8").spec, load_topology("8xmi355x")
     knobs = Knobs(engine="sglang", kv_cache_dtype="fp8", block_size=64, attention_backend="tilelang",
                   memory_fraction=0.9, max_model_len=8192)
     report = evaluate(spec, topo, Layout(tp=8), knobs)
     assert report.per_gpu[0].kv_bytes_per_token == 78 * (576 + 132)
     assert padded_heads("vllm", "ROCM_AITER_MLA_SPARSE", 8) == 16
-    assert padded_heads("sglang", "tilelang", 8) == 8
+    assert padded_heads("sglang", "tilelang", 8) == 16 and padded_heads("sglang", "tilelang", 24) == 32
 
 
 @pytest.mark.parametrize("argv, flag, words", [
@@ -139,7 +140,7 @@ def test_deepseek_v4_head_padding_by_rocm_kernel():
     take the heads themselves; CUDA's FlashMLA pads to 64."""
     v4 = {"compressed": True}
     assert padded_heads("sglang", "tilelang", 16, **v4) == 64 and padded_heads("sglang", "aiter_sparse", 16, **v4) == 16
-    assert padded_heads("sglang", "tilelang", 16) == 16          # the DSA kernel of the same name does not pad
+    assert padded_heads("sglang", "tilelang", 48) == 64          # the DSA kernel of the same name: a power of two
     assert padded_heads("vllm", "ROCM_FLASHMLA_SPARSE_DSV4", 16, **v4) == 16
     assert padded_heads("vllm", "FLASHMLA_SPARSE_DSV4", 16, **v4) == 64
 

@@ -7,6 +7,7 @@ import json
 from dataclasses import replace
 
 import pytest
+import yaml
 
 from mla_planner.audit.calibrate import BenchRun, predicted_tpot_s
 from mla_planner.search.planfile import read_plan
@@ -187,3 +188,17 @@ def test_a_calibrated_moe_factor_says_it_does_not_reach_int4_experts(cli, tmp_pa
     plan = json.loads(cli("plan", "-m", "kimi-k2.5", "-t", "8xh200", "-e", "vllm", "--calibration", str(cal),
                           "--json").stdout)
     assert any("does not apply to this model's int4 experts" in n for n in plan["notes"])
+
+
+def test_an_amd_calibration_file_keeps_the_vendor_factors_it_was_fitted_against(cli, tmp_path):
+    """On AMD the fit holds the vendor's kernel factors (data/efficiency_vendor.yaml) fixed; the file carries them
+    beside the fitted ones, so it reads the same if those defaults change later."""
+    plan_path = tmp_path / "r1.json"
+    plan_path.write_text(cli("plan", "-m", "deepseek-r1", "-t", "8xmi355x", "-e", "vllm", "-l", "tp=8",
+                             "--json").stdout)
+    files = synthetic(plan_path, tmp_path, factors={"graph_kernel_overhead_s": 5e-6, "moe_hbm_efficiency": 0.6})
+    out = tmp_path / "c.yaml"
+    assert cli("calibrate", "--plan", str(plan_path), *files, "-o", str(out)).exit_code == 0
+    written = yaml.safe_load(out.read_text())["efficiency"]
+    assert written["attention_hbm_efficiency"] == 0.45          # held at AMD's value, not fitted
+    assert written["graph_kernel_overhead_s"] == pytest.approx(5e-6, rel=0.05)

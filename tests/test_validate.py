@@ -90,7 +90,7 @@ def test_band_coverage_is_reported_leave_one_out(cli):
 
 
 def test_amd_gpus_have_a_tpot_band_of_their_own():
-    """The published AMD decode sweeps (SGLang's DeepSeek-R1 on MI325X, GLM-5.1 on MI300X) measured 1.2-2.7x the
+    """The published AMD decode sweeps (SGLang's DeepSeek-R1 on MI325X, GLM-5.1 on MI300X) measured 1.2-2.8x the
     model's TPOT even with AMD's kernel factors: AMD plans carry that one-sided band, NVIDIA plans keep theirs."""
     from mla_planner.perf.bands import error_range, tpot_regime
     assert tpot_regime(Layout(tp=8), load_topology("8xmi300x")) == "rocm"

@@ -59,10 +59,13 @@ def rocm_findings(engine: str, env: dict, values: dict, spec: ModelSpec, topo: T
     if env.get(switch) not in ON and not (engine == "vllm" and a2a.startswith("mori")):   # mori_findings says it
         what = ("vLLM selects only TRITON_MLA and Triton MoE" if engine == "vllm"
                 else "SGLang runs Triton MoE and FP8 GEMMs")
-        if is_sparse(spec):
-            what = (("vLLM's DSA indexer raises RuntimeError on gfx942 (layers/sparse_attn_indexer.py forward_hip)"
-                     if gpu.arch == "cdna3" else "vLLM runs Triton MoE") if engine == "vllm" else
-                    "SGLang runs Triton MoE and FP8 GEMMs and DSA on 1-token pages (no preshuffled index keys)")
+        if own_rows(spec):       # DSA and DeepSeek-V4: both keep an indexer
+            what = (("vLLM's sparse indexer raises RuntimeError on gfx942 (layers/sparse_attn_indexer.py forward_hip)"
+                     if gpu.arch == "cdna3" else "vLLM runs Triton MoE" + (
+                         " and keeps DeepSeek-V4's index keys fp8, not the FP4 the plan prices (platforms/rocm.py)"
+                         if not is_sparse(spec) else "")) if engine == "vllm" else
+                    "SGLang runs Triton MoE and FP8 GEMMs" + (" and DSA on 1-token pages (no preshuffled index keys)"
+                                                            if is_sparse(spec) else ""))
         block = values.get("block")
         triton = backend("vllm", "TRITON_MLA")    # the one MLA backend vLLM selects on ROCm without AITER
         if engine == "vllm" and not values.get("backend") and block and block.isdigit() and not own_rows(spec) \

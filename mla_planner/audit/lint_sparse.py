@@ -11,8 +11,8 @@ from __future__ import annotations
 from mla_planner.audit.lint_compressed import compressed_findings
 from mla_planner.core.errors import PlanError
 from mla_planner.engines.compressed_kv import is_compressed
-from mla_planner.engines.sparse import (block_multiple, dcp_problem, default_kv_class, kv_class, sparse_backends,
-                                        sparse_choice)
+from mla_planner.engines.sparse import (block_accepted, block_multiple, dcp_problem, default_kv_class, kv_class,
+                                        sparse_backends, sparse_choice)
 from mla_planner.specs.model import ModelSpec
 from mla_planner.specs.topology import GPU
 
@@ -41,7 +41,7 @@ def sparse_findings(engine: str, values: dict, spec: ModelSpec, gpu: GPU, dcp: i
         if block and block.isdigit() and int(block) != size:
             out.append(("warn", "block size", f"--page-size {block}: SGLang sets {size}-token pages for DSA itself"))
         return out + _sglang_hip_kernels(values, gpu)
-    if block and block.isdigit() and int(block) % size:
+    if block and block.isdigit() and not block_accepted(engine, gpu, int(block)):
         out.append(("error", "block size", f"--block-size {block}: vLLM's DSA caches on {gpu.arch} take multiples of "
                     f"{size} tokens (v1/attention/backends/mla/indexer.py); it refuses to start"))
     if raw not in VLLM_KV:      # fp8_e5m2 has no sparse backend; other values are the parser's to judge
@@ -51,7 +51,8 @@ def sparse_findings(engine: str, values: dict, spec: ModelSpec, gpu: GPU, dcp: i
     if not name:       # the engine's own pick for this cache and layout, as plan makes it
         try:
             sparse_choice(engine, spec, gpu, "auto" if raw == "auto" else VLLM_KV[raw], heads_per_rank,
-                          int(block) if block and block.isdigit() and not int(block) % size else None, dcp)
+                          int(block) if block and block.isdigit() and block_accepted(engine, gpu, int(block))
+                          else None, dcp)
         except PlanError as exc:
             out.append(("error", "--kv-cache-dtype" if dcp == 1 else "--decode-context-parallel-size", str(exc)))
         return out

@@ -11,7 +11,7 @@ from mla_planner.audit.calibrate import fit, read_bench
 from mla_planner.cli.common import JsonOpt, check_output_file, columns, guard, print_json
 from mla_planner.cli.params import Arg, Opt
 from mla_planner.core.files import read_text_file
-from mla_planner.specs.calibration import dump_calibration, load_calibration
+from mla_planner.specs.calibration import VENDOR_ORIGIN, dump_calibration, load_calibration
 from mla_planner.search.planfile import read_plan
 from mla_planner.search.pick import pick
 
@@ -48,7 +48,10 @@ def calibrate_cmd(results: Annotated[list[str], Arg(help="bench.sh's result file
                   key=lambda r: r.concurrency)
     calib = load_calibration(None, loaded.topology)
     result = fit(loaded, cand, runs, calib)
-    text = dump_calibration(result.factors, gpu=loaded.topology.gpu.name, topology=loaded.topology.name,
+    # the vendor defaults the fit held fixed go into the file too, so it means the same if those defaults move
+    held = {n: getattr(calib, n) for n, where in calib.origin.items()
+            if where.startswith(VENDOR_ORIGIN) and n not in result.factors}
+    text = dump_calibration({**held, **result.factors}, gpu=loaded.topology.gpu.name, topology=loaded.topology.name,
                             tool="mla-plan calibrate",
                             measurements={r.path: {"concurrency": r.concurrency, "measured_tpot_s": r.mean_tpot_s,
                                                    "predicted_tpot_s": a} for r, a in zip(result.runs, result.after_s)})

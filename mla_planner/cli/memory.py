@@ -83,9 +83,9 @@ def memory_cmd(
         "--dense-per-rank", help="SGLang under DP attention at tp=1: the dense MLP layers and lm_head whole on every "
         "rank (--moe-dense-tp-size 1 --enable-dp-lm-head), not split over the stage.")] = False,
     indexer_kv_dtype: Annotated[str, Opt(
-        "--indexer-kv-dtype", help="DeepSeek-V4 with vLLM: the index-key cache, fp8 (132-byte keys, the engine's "
-        "default) or mxfp4 (68 bytes: --attention-config '{\"indexer_kv_dtype\":\"mxfp4\"}', what `plan` runs on "
-        "Blackwell).")] = "fp8",
+        "--indexer-kv-dtype", help="DeepSeek-V4 with vLLM: the index-key cache, auto (the engine's default: fp8, "
+        "132-byte keys; mxfp4 on MI350X / MI355X with AITER), fp8 or mxfp4 (68 bytes: --attention-config "
+        "'{\"indexer_kv_dtype\":\"mxfp4\"}', what `plan` runs on Blackwell).")] = "auto",
     engine_version: Annotated[Optional[str], Opt(
         "--engine-version", help="Model an older release's accounting, e.g. 0.8.4 (vLLM < 0.10 charged the "
         "CUDA context and NCCL buffers to the budget and captured graphs after it).")] = None,

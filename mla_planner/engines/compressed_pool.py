@@ -37,10 +37,13 @@ def indexer_reason(gpu) -> str:
 
 
 def indexer_choice_flag(spec, engine: str, gpu, value: str) -> str:
-    """`memory --indexer-kv-dtype`: fp8 (the engines' default) or mxfp4, which only vLLM offers for DeepSeek-V4, on
+    """`memory --indexer-kv-dtype`: auto (the engine's own default: fp8, but mxfp4 for vLLM on CDNA4 with AITER on,
+    platforms/rocm.py _maybe_default_dsv4_mxfp4_indexer), fp8, or mxfp4, which only vLLM offers for DeepSeek-V4, on
     Blackwell and CDNA4 (`indexer_choice`)."""
+    if value == "auto":
+        return "mxfp4" if engine == "vllm" and gpu.arch == "cdna4" and is_compressed(spec) else "fp8"
     if value not in ("fp8", "mxfp4"):
-        raise PlanError(f"--indexer-kv-dtype must be fp8 or mxfp4, got '{value}'")
+        raise PlanError(f"--indexer-kv-dtype must be auto, fp8 or mxfp4, got '{value}'")
     if value == "mxfp4" and indexer_choice(engine, spec, gpu) != "mxfp4":
         raise PlanError(f"--indexer-kv-dtype mxfp4: an FP4 index-key cache is vLLM's, for DeepSeek-V4 on Blackwell "
                         f"or CDNA4 (MI350X / MI355X); not {engine} with {spec.name} on {gpu.name}")

@@ -97,12 +97,16 @@ def sparse_choice(engine: str, spec: ModelSpec, gpu: GPU, requested: str, heads_
         raise PlanError(f"--kv-cache-dtype fp8_ds_mla: {engine} runs {spec.name} on {gpu.name} with {name}, which "
                         f"keeps fp8 as plain 576-byte rows, not FlashMLA's 656-byte fp8_ds_mla; give fp8")
     multiple = block_multiple(engine, gpu)
-    if block_size is not None and (block_size % multiple or rules.get("block_exact") and block_size != multiple):
+    if block_size is not None and not block_accepted(engine, gpu, block_size):
         takes = f"{multiple}-token pages only" if rules.get("block_exact") else f"multiples of {multiple} tokens only"
+        takes += " (or 1)" if gpu.arch in rules.get("block_one_archs", []) else ""
         raise PlanError(f"--block-size {block_size}: {engine}'s sparse attention takes {takes}")
     size = block_size or multiple
     row = {"bf16": "1152-byte bf16", "fp8": "576-byte plain fp8", "fp8_ds_mla": "656-byte fp8_ds_mla"}[stored]
-    why = (f"KV cache: {said} is {wanted}, which {engine} selects {name} for ({rules['backends'][name]['note']}): "
+    own = rules["backends"][name].get("engine_default")
+    picks = f"the plan runs {engine} on {name} for (its own default there: {own}; " if own else \
+        f"{engine} selects {name} for ("
+    why = (f"KV cache: {said} is {wanted}, which {picks}{rules['backends'][name]['note']}): "
            f"{row} latent rows and 132-byte index keys, {size}-token blocks (--kv-cache-dtype "
            f"{FLAG_VALUE[engine][stored]})")
     return SparseChoice(name, stored, size, why)
@@ -114,6 +118,16 @@ def block_multiple(engine: str, gpu: GPU) -> int:
     multiples of 16); SGLang 64 (data/backends.yaml `sparse`)."""
     rules = _table()[engine]
     return rules.get("block_multiple_by_arch", {}).get(gpu.arch, rules["block_multiple"])
+
+
+def block_accepted(engine: str, gpu: GPU, block_size: int) -> bool:
+    """Whether ENGINE's DSA caches on `gpu` take `block_size`-token blocks: a multiple of `block_multiple` (exactly it
+    where the engine forces its page), or 1 where the backends list it (vLLM on ROCm: [1, MultipleOf(16)])."""
+    rules = _table()[engine]
+    if block_size == 1 and gpu.arch in rules.get("block_one_archs", []):
+        return True
+    multiple = block_multiple(engine, gpu)
+    return block_size > 0 and not block_size % multiple and not (rules.get("block_exact") and block_size != multiple)
 
 
 def block_reason(engine: str, gpu: GPU) -> str:

@@ -10,7 +10,7 @@ server's tokenizing, scheduling and streaming around them, and published mean TT
 The TPOT band's evidence is TP8 runs on one node, SGLang's of DeepSeek-R1 and vLLM's of Kimi-K2.5
 (data/validation.yaml); other layouts and models borrow it. AMD Instinct GPUs have a regime of their own, whose
 evidence is SGLang's DeepSeek-R1 sweep on MI325X (1.2-1.5x slower than the model) and GLM-5.1 sweep on MI300X
-(TileLang DSA kernels, 1.9-2.7x). Collective times take the nccl-tests / rccl-tests
+(TileLang DSA kernels, 2.0-2.8x). Collective times take the nccl-tests / rccl-tests
 residuals (bus bandwidths turned into time errors), by whether the group crosses NVLink domains and, inside one, by
 the link; NVLink inside a node has only the points that set its factors, so it borrows the whole category's range.
 """

@@ -15,7 +15,8 @@
                    step (k): vLLM --speculative-config '{"method":"mtp","num_speculative_tokens":k}', SGLang
                    --speculative-algorithm EAGLE --speculative-num-steps k --speculative-num-draft-tokens k + 1
   indexer_kv_dtype DeepSeek-V4's index-key cache: fp8, or mxfp4 where vLLM offers it (Blackwell:
-                   --attention-config '{"indexer_kv_dtype":"mxfp4"}', the recipes' FP4 indexer cache)
+                   --attention-config '{"indexer_kv_dtype":"mxfp4"}', the recipes' FP4 indexer cache; CDNA4: its
+                   own default with AITER)
   dense_per_rank   SGLang under DP attention (tp = 1): the dense MLP layers and the lm_head on each DP rank's own
                    tokens (--moe-dense-tp-size 1 --enable-dp-lm-head) instead of split over every GPU of the
                    stage with all ranks' tokens gathered (engines.parallel.dense_tp); vLLM always does the former
@@ -54,7 +55,7 @@ class Knobs:
     pp_layer_partition: Optional[tuple[int, ...]] = None
     cuda_graph_max_bs: Optional[int] = None
     dense_per_rank: bool = False
-    indexer_kv_dtype: str = "fp8"       # DeepSeek-V4's index-key cache: fp8 (132 B) or mxfp4 (68 B, vLLM on Blackwell)
+    indexer_kv_dtype: str = "fp8"       # DeepSeek-V4's index-key cache: fp8 (132 B) or mxfp4 (68 B, vLLM: Blackwell, CDNA4)
     images: bool = False                # a multimodal checkpoint served with image inputs (else text-only): its
                                         # vision encoder on the GPUs and, for vLLM, the encoder's profiled memory
     redundant_experts: int = 0          # EPLB's extra physical copies of routed experts per MoE layer, spread over
