@@ -237,3 +237,20 @@ def test_a_mori_command_is_checked_against_what_mori_and_the_engines_assert(cli)
     assert not any(f["flag"] == "SGLANG_MORI_NUM_MAX_DISPATCH_TOKENS_PER_RANK" for f in raised)
     assert any(f["level"] == "error" and "MoRI is AMD's" in f["text"] for f in _findings(cli, "8xh200", MORI_VLLM))
     assert (heap_bytes("6G"), heap_bytes("6144M"), heap_bytes("lots")) == (6 * 2**30, 6 * 2**30, None)
+
+
+def test_deepep_on_amd_is_an_error_and_mori_plans_keep_vllms_full_budget(cli):
+    """DeepEP named on an AMD command is an error under DP + EP too (the engines run MoRI there); MoRI is not vLLM's
+    batched-DP path, so neither its 256-token default budget nor the DeepEP chunk set applies (vLLM sizes MoRI's op
+    by the budget, whose heap the scripts set outside the fraction); DeepSeek-V4 over MoRI is refused in one line."""
+    argv = ["python", "-m", "sglang.launch_server", "--model-path", "deepseek-ai/DeepSeek-R1", "--tp", "8",
+            "--attn-dp-size", "8", "--ep-size", "8", "--moe-a2a-backend", "deepep"]
+    assert any(f["level"] == "error" and "MoRI" in f["text"] for f in _findings(cli, "8xmi355x", argv))
+    mem = json.loads(cli("memory", "-m", "deepseek-r1", "-t", "8xmi355x", "--tp", "1", "--dp", "8", "--ep", "8",
+                         "--json").stdout)
+    assert mem["knobs"]["max_num_batched_tokens"] == 16384
+    plan = json.loads(cli("plan", "-m", "deepseek-r1", "-t", "8xmi355x", "-e", "vllm", "-l", "tp=1,dp=8,ep=8",
+                          "--json").stdout)
+    assert plan["candidates"][0]["knobs"]["max_num_batched_tokens"] > 1024
+    r = cli("memory", "-m", "deepseek-v4-flash", "-t", "8xmi355x", "--tp", "1", "--dp", "8", "--ep", "8")
+    assert r.exit_code == 2 and "MoRI" in r.stderr and r.stderr.count("\n") == 1

@@ -110,7 +110,7 @@ def lint(cmd: Command, spec: ModelSpec, topo: Topology, calib: Calibration) -> l
     out += [Finding("error", "layout", f"{layout.label}: {p}") for p in problems]
     per_rank = cmd.values.get("dense_tp") == "1"
     a2a = cmd.values.get("a2a", "")
-    deepep = a2a in ("deepep", "mori") if engine == "sglang" else None   # the EP all-to-all (DeepEP, MoRI on AMD)
+    deepep = a2a.startswith(("deepep", "mori")) if a2a or engine == "sglang" else None   # the EP all-to-all given
     if not problems and (problem := engine_layout_problem(spec, topo, layout, engine, per_rank, deepep)):
         out.append(Finding("error", "layout", problem))
     out += [Finding(*f) for f in quantization_findings(cmd.engine, cmd.values.get("quant"), spec, topo.gpu)

@@ -27,8 +27,7 @@ import re
 from mla_planner.core.units import GiB
 from mla_planner.engines.backends import backend
 from mla_planner.engines.memory_rules import engine_default_knobs
-from mla_planner.engines.parallel import (MORI_DEFAULT_HEAP_BYTES, SGLANG_MORI_TOKENS, SGLANG_MORI_TOKENS_ENV,
-                                          uses_ep_all_to_all)
+from mla_planner.engines.parallel import MORI_DEFAULT_HEAP_BYTES, SGLANG_MORI_TOKENS, SGLANG_MORI_TOKENS_ENV
 from mla_planner.engines.sparse import is_sparse, own_rows
 from mla_planner.memory.terms import mori_heap_bytes
 from mla_planner.specs.layout import Layout
@@ -51,10 +50,9 @@ def rocm_findings(engine: str, env: dict, values: dict, spec: ModelSpec, topo: T
     if gpu.vendor != "amd":
         return []
     out = mori_findings(engine, env, values, spec, topo, layout) if a2a.startswith("mori") else []
-    if a2a.startswith("deepep") and not uses_ep_all_to_all(layout):     # under DP + EP the layout rule says it already
-        out.append(("error", A2A_FLAG[engine],
-                    f"{a2a}: DeepEP is CUDA's all-to-all; on ROCm the engines run MoRI (mori), which the planner does "
-                    "not model yet"))
+    if a2a.startswith("deepep"):
+        out.append(("error", A2A_FLAG[engine], f"{a2a}: DeepEP is CUDA's all-to-all; on ROCm the engines run MoRI: "
+                    + ("--all2all-backend mori_low_latency" if engine == "vllm" else "--moe-a2a-backend mori")))
     switch = SWITCH[engine]
     if env.get(switch) not in ON and not (engine == "vllm" and a2a.startswith("mori")):   # mori_findings says it
         what = ("vLLM selects only TRITON_MLA and Triton MoE" if engine == "vllm"

@@ -91,8 +91,8 @@ class StageCosts:
     nccl_bytes: float
     runtime_bytes: float
     slot_bytes: float           # bytes one physical token slot costs this GPU (all its layers)
-    a2a_bytes: float = 0.0      # DeepEP buffer at model init, charged like the weights; heap_bytes: MoRI's (AMD), outside
-    heap_bytes: float = 0.0     # both engines' budgets (memory.terms)
+    a2a_bytes: float = 0.0      # DeepEP buffer at model init, charged like the weights; heap_bytes: MoRI's (AMD),
+    heap_bytes: float = 0.0     # outside both engines' budgets (memory.terms)
     profiled_comm_bytes: float = 0.0    # a communicator the profile run creates: charged (memory.terms)
     pool: Optional[CompressedPool] = None   # DeepSeek-V4: the engine's capacity rule instead of bytes per slot
 
@@ -235,14 +235,13 @@ def engine_default_knobs(engine: str, spec: ModelSpec, topo: Topology, dp: int =
     """Knobs as the engine resolves them when a flag is not given (None in `given` means default):
     vLLM 0.33: block 16 (CacheConfig.DEFAULT_BLOCK_SIZE; FLASH_ATTN_MLA on Hopper takes multiples
     of 16) or 64 on sm10x Blackwell (FLASHINFER_MLA rejects 16), max-num-batched-tokens 8192 below 160 GiB
-    else 16384, but 256 with the DeepEP low-latency all-to-all under DP + EP (`deepep`;
-    SchedulerConfig.DEFAULT_MAX_NUM_BATCHED_TOKENS_FOR_BATCHED_DP), max-num-seqs 1024 capped at that
-    budget when not given (engine/arg_utils.py), and a budget below max-num-seqs refused
-    (config/scheduler.py); SGLang: page 1 (fa3) or 64 (trtllm_mla on sm10x Blackwell),
-    chunked-prefill by GPU memory (per DP rank: divided by `dp` under DP attention), max-running-requests
-    2048 (its auto floor), but 48 with speculative decoding (MTP; arg_groups/speculative_hook.py
-    `_handle_eagle_family`: "Max running requests is reset to 48 for speculative decoding"; for the whole
-    server, each DP-attention rank taking 48 // dp: kv_cache_configurator.py).
+    else 16384, but 256 with the DeepEP low-latency all-to-all under DP + EP (`deepep`, not MoRI's on AMD;
+    SchedulerConfig.DEFAULT_MAX_NUM_BATCHED_TOKENS_FOR_BATCHED_DP), max-num-seqs 1024 capped at that budget when
+    not given (engine/arg_utils.py), and a budget below max-num-seqs refused (config/scheduler.py);
+    SGLang: page 1 (fa3) or 64 (trtllm_mla on sm10x Blackwell), chunked-prefill by GPU memory (per DP rank:
+    divided by `dp` under DP attention), max-running-requests 2048 (its auto floor), but 48 with speculative
+    decoding (MTP; arg_groups/speculative_hook.py `_handle_eagle_family`: "Max running requests is reset to 48
+    for speculative decoding"; for the whole server, each DP rank taking 48 // dp: kv_cache_configurator.py).
     Both: max-model-len = the model's max_position_embeddings, bf16 KV; for DeepSeek-V4 the engines' own V4
     defaults (engines/compressed_kv.engine_defaults: fp8 rows, 256-token blocks, SGLang 256 running requests).
     memory_fraction is vLLM's 0.92 for both engines here: SGLang's default depends on the layout, so the
@@ -253,7 +252,8 @@ def engine_default_knobs(engine: str, spec: ModelSpec, topo: Topology, dp: int =
                     max_num_batched_tokens=max(sglang_chunked_prefill(gpu) // dp, 1))
     else:
         base = dict(block_size=64 if blackwell else 16, max_num_seqs=1024,
-                    max_num_batched_tokens=256 if deepep else 8192 if gpu.memory_bytes < 160 * GiB else 16384)
+                    max_num_batched_tokens=256 if deepep and gpu.vendor != "amd"   # MoRI (AMD): not batched DP
+                    else 8192 if gpu.memory_bytes < 160 * GiB else 16384)
     base.update(engine=engine, kv_cache_dtype="bf16", max_model_len=spec.max_position_embeddings,
                 memory_fraction=VLLM_DEFAULT_UTILIZATION)
     if is_compressed(spec):

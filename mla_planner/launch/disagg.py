@@ -60,7 +60,7 @@ def role_flags(engine: str, role: str, inp: LaunchInputs) -> tuple[list[str], di
     devices = transfer_devices(inter.ib_hca if inter else None)
     hcas = ",".join(devices) or None
     if engine == "sglang":
-        deepep = a2a.sglang_backend(inp.layout, inp.topology.gpu) is not None
+        deepep = a2a.sglang_backend(inp.layout, inp.topology.gpu) == "deepep"   # MoRI: its normal mode, priced
         return flag_words([("--disaggregation-mode", role),
                            ("--disaggregation-transfer-backend", SGLANG_TRANSFER_BACKEND),
                            ("--disaggregation-bootstrap-port", SGLANG_BOOTSTRAP_PORT if role == "prefill" else None),

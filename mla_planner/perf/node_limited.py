@@ -35,5 +35,6 @@ def node_limited_all_to_all_s(tokens: float, token_bytes: float, k: int, experts
     n, g = placement(group_size, topo, True)
     net = net_of(topo, calib)
     rdma_s = tokens * nodes_touched(experts, k, n) * token_bytes / (net.nic_line_bytes_per_s * net.a2a_nic_efficiency)
-    nvlink_s = tokens * k * (g - 1) / g * token_bytes / (net.nvlink_bytes_per_s * calib.nvlink_all_to_all_efficiency)
+    eff = calib.xgmi_ring_efficiency if net.xgmi else calib.nvlink_all_to_all_efficiency    # RCCL's on Infinity Fabric
+    nvlink_s = tokens * k * (g - 1) / g * token_bytes / (net.nvlink_bytes_per_s * eff)
     return net.base_s + net.internode_s + net.first_hop_s + net.net_hop_s + max(rdma_s, nvlink_s)

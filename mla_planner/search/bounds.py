@@ -70,19 +70,19 @@ def _decode_bound(spec, topo, layout, knobs: Knobs, top: int, workload, calib) -
     if workload.concurrency:
         knee = workload.concurrency // (layout.dp * layout.replicas)
         ends += [b for b in (knee, knee + 1) if 1 <= b < top]
-    full = _vllm_budget_knee(layout, knobs, top, workload)     # past it B / (tpot x steps) falls with B
+    full = _vllm_budget_knee(layout, knobs, top, workload, topo.gpu)     # past it B / (tpot x steps) falls with B
     if full < top:   # ... so nothing beyond full + 1 bounds higher: tpot grows, a step's chunks shrink
         ends = [b for b in ends if b <= full] + [b for b in (full, full + 1) if b >= 1]
     points = {p for e in ends for p in (e, layout.pp * (e // layout.pp)) if 1 <= p <= top}
     bound = 0.0
     for b in points:
         d = decode_step(spec, topo, layout, knobs, b, ctx, calib, mtp_acceptance=workload.mtp_acceptance)
-        bound = max(bound, in_flight(b, layout, workload) / (d.tpot_s * _vllm_steps_at_least(layout, knobs, b,
-                                                                                           workload)))
+        steps = _vllm_steps_at_least(layout, knobs, b, workload, topo.gpu)
+        bound = max(bound, in_flight(b, layout, workload) / (d.tpot_s * steps))
     return bound / layout.total_gpus
 
 
-def _vllm_steps_at_least(layout, knobs: Knobs, batch: int, workload) -> float:
+def _vllm_steps_at_least(layout, knobs: Knobs, batch: int, workload, gpu) -> float:
     """A lower bound on vLLM's steps per decode round (perf.request_times.decode_steps): the prompt chunks a DP rank
     needs per round on average, batch x chunks per request / rounds per request (the coupled ranks' E[max] is
     no less), over the chunks one step's budget carries; 1 for SGLang. No prefill is priced, so it is cheap.
@@ -90,7 +90,7 @@ def _vllm_steps_at_least(layout, knobs: Knobs, batch: int, workload) -> float:
     largest tuning may choose (tuning.chunk_candidates), not the draft's."""
     if not profile(knobs.engine).step_budget_caps_prompts:
         return 1.0
-    budget = max(knobs.max_num_batched_tokens, *chunk_candidates(knobs.engine, layout))
+    budget = max(knobs.max_num_batched_tokens, *chunk_candidates(knobs.engine, layout, gpu))
     chunk = chunk_budget(knobs, layout, batch, budget)
     prompt = prompt_misses(workload.input_len, workload.prefix_hit_rate)   # the fewest tuning could prefill
     chunks = ceil(prompt / chunk)
@@ -98,16 +98,16 @@ def _vllm_steps_at_least(layout, knobs: Knobs, batch: int, workload) -> float:
     return decode_steps(batch * chunks / rounds, Prefill(prompt, chunk, chunks, 0.0, 0.0), knobs.engine)
 
 
-def _vllm_budget_knee(layout, knobs: Knobs, top: int, workload) -> int:
+def _vllm_budget_knee(layout, knobs: Knobs, top: int, workload, gpu) -> int:
     """The largest batch <= top at which vLLM still needs one step per round (0 where even one needs more):
     beyond it steps grow about as fast as the batch, so B / (tpot x steps) stops growing, and the bound's
     maximum lies at the knee or just past it rather than at `top`."""
-    if _vllm_steps_at_least(layout, knobs, top, workload) <= 1.0:
+    if _vllm_steps_at_least(layout, knobs, top, workload, gpu) <= 1.0:
         return top
     lo, hi = 0, top
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        lo, hi = (mid, hi) if _vllm_steps_at_least(layout, knobs, mid, workload) <= 1.0 else (lo, mid)
+        lo, hi = (mid, hi) if _vllm_steps_at_least(layout, knobs, mid, workload, gpu) <= 1.0 else (lo, mid)
     return lo
 
 

@@ -113,7 +113,7 @@ def _options(spec, sub, engine, kv, workload, calib, pinned, role: str) -> list[
                 continue
             if role == "prefill":     # every budget the memory fraction allows: a larger one packs more prompts
                 largest = largest_safe_chunk(spec, sub, layout, knobs)   # per forward, a smaller one cuts TTFT
-                for budget in [c for c in chunk_candidates(engine, layout) if c <= largest]:
+                for budget in [c for c in chunk_candidates(engine, layout, sub.gpu) if c <= largest]:
                     pk = prefill_knobs(knobs, budget, workload)
                     rate = prefill_rate(spec, sub, layout, pk, workload, calib)
                     if rate.kv_fits:

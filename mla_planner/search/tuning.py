@@ -17,7 +17,8 @@ from mla_planner.engines.multimodal import images_reason
 from mla_planner.engines.profile import profile
 from mla_planner.specs.attention.kinds import attention_of
 from mla_planner.engines.backends import fp8_checkpoint
-from mla_planner.engines.parallel import dense_per_rank_applies, redundant_experts_problem, uses_ep_all_to_all
+from mla_planner.engines.parallel import (a2a_library, dense_per_rank_applies, redundant_experts_problem,
+                                          uses_ep_all_to_all)
 from mla_planner.engines.compressed_kv import is_compressed
 from mla_planner.engines.compressed_pool import indexer_choice, indexer_reason
 from mla_planner.memory.accounting import evaluate as memory_evaluate, safe_memory_fraction
@@ -97,7 +98,7 @@ def _draft_knobs(spec: ModelSpec, topo: Topology, layout: Layout, engine: str, k
     if redundant_experts_problem(spec, layout, redundant):
         raise Rejected(redundant_experts_problem(spec, layout, redundant))
     knobs = Knobs(engine=engine, block_size=block, kv_cache_dtype=kv_dtype, memory_fraction=0.9,
-                  max_num_seqs=cap, max_num_batched_tokens=chunk_candidates(engine, layout)[0],
+                  max_num_seqs=cap, max_num_batched_tokens=chunk_candidates(engine, layout, topo.gpu)[0],
                   max_model_len=min(max_len, spec.max_position_embeddings),
                   attention_backend=backend_name, prefix_caching=True, cuda_graphs=pinned.cuda_graphs,
                   mtp=bool(pinned.mtp), mtp_draft_tokens=pinned.mtp_draft_tokens or spec.default_draft_tokens,
@@ -106,7 +107,7 @@ def _draft_knobs(spec: ModelSpec, topo: Topology, layout: Layout, engine: str, k
                   redundant_experts=redundant)
     # the fraction is sized for the largest chunk and sequence cap tried, so the final (smaller) knobs stay safe;
     # where that leaves no KV room, for the largest chunk that does (choose_chunk then stays at or below it)
-    chunks = chunk_candidates(engine, layout)
+    chunks = chunk_candidates(engine, layout, topo.gpu)
     for worst in reversed(chunks):
         fraction = safe_memory_fraction(spec, topo, layout, replace(knobs, max_num_batched_tokens=worst))
         if worst == chunks[0] or memory_evaluate(spec, topo, layout, replace(knobs, memory_fraction=fraction)).fits:
@@ -170,16 +171,18 @@ def _seq_cap(layout: Layout, workload: Workload) -> int:
     return MAX_NUM_SEQS_CAP
 
 
-def chunk_candidates(engine: str, layout: Layout) -> tuple[int, ...]:
+def chunk_candidates(engine: str, layout: Layout, gpu) -> tuple[int, ...]:
     """Prefill chunks worth trying. vLLM with DeepEP sizes the all-to-all buffer for the whole token budget
-    (4 x experts x tokens x ~2 x hidden bytes), so there the budget stays small."""
-    return DEEPEP_CHUNKS if profile(engine).deepep_buffer_by_budget and uses_ep_all_to_all(layout) else CHUNK_CANDIDATES
+    (4 x experts x tokens x ~2 x hidden bytes), so there the budget stays small; MoRI's heap (AMD) is outside the
+    budget and sized by the scripts, so it does not."""
+    deepep = uses_ep_all_to_all(layout) and a2a_library(gpu) == "deepep"
+    return DEEPEP_CHUNKS if profile(engine).deepep_buffer_by_budget and deepep else CHUNK_CANDIDATES
 
 
 def largest_safe_chunk(spec, topo, layout, knobs: Knobs) -> int:
     """The largest chunk tried at which the knobs' memory fraction is still safe (the draft sizes it for the
     largest chunk, or a smaller one where the largest leaves no KV room)."""
-    chunks = chunk_candidates(knobs.engine, layout)
+    chunks = chunk_candidates(knobs.engine, layout, topo.gpu)
     for c in reversed(chunks):   # the safe fraction only falls as the chunk grows: the first safe one is the largest
         if safe_memory_fraction(spec, topo, layout, replace(knobs, max_num_batched_tokens=c)) >= \
                 knobs.memory_fraction - 1e-9:
@@ -193,7 +196,7 @@ def choose_chunk(spec, topo, layout, knobs: Knobs, workload: Workload, calib: Ca
     words (the numbers are added once the batch is final, `chunk_reason`); bigger chunks cut TTFT (fewer
     rounds) but stretch the decode steps that carry them (vllm-project/vllm#25290)."""
     target = workload.tpot_ms / 1e3
-    chunks = chunk_candidates(knobs.engine, layout)
+    chunks = chunk_candidates(knobs.engine, layout, topo.gpu)
     best, top, room = chunks[0], largest_safe_chunk(spec, topo, layout, knobs), True
     for chunk in (c for c in chunks if c <= top):
         k = replace(knobs, max_num_batched_tokens=chunk)
