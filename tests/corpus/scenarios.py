@@ -54,6 +54,10 @@ PLANS: dict[str, tuple[list[str], list[list[str]]]] = {
     "plan-v4pro-b200": (["-m", "tests/fixtures/hf/DeepSeek-V4-Pro", "-t", "8xb200"], [["--engine", "sglang"]]),
     "plan-v4flash-dspark-h200": (["-m", "tests/fixtures/hf/DeepSeek-V4-Flash-0731", "-t", "8xh200", "--mtp"], []),
     "plan-r1-nvl72": (["-m", "deepseek-r1", "-t", "gb200-nvl72", "--top", "3"], []),
+    # AMD Instinct, recorded after issue 20's ROCm DSA, V4 and MoRI work (guards them the same way)
+    "plan-r1-mi355x": (["-m", "deepseek-r1", "-t", "8xmi355x", "--top", "3"], [["--engine", "sglang"]]),
+    "plan-glm5fp8-mi300x": (["-m", "glm-5-fp8", "-t", "8xmi300x", "--top", "3"], [["--engine", "sglang"]]),
+    "plan-r1-mori-2xmi355x": (["-m", "deepseek-r1", "-t", "2x8xmi355x-roce", "-l", "tp=1,dp=16,ep=16"], []),
 }
 
 # name -> words after `mla-plan`
@@ -93,6 +97,9 @@ COMMANDS: dict[str, list[str]] = {
                                  "--dp", "8", "-e", "sglang"],
     "show-v4flash": ["show", "-m", "tests/fixtures/hf/DeepSeek-V4-Flash-0731"],
     "show-topology-gb200-nvl72": ["show", "-t", "gb200-nvl72"],
+    "memory-v4flash-mi355x-vllm": ["memory", "-m", "deepseek-v4-flash", "-t", "8xmi355x", "--tp", "8"],
+    "memory-r1-mori-sglang": ["memory", "-m", "deepseek-r1", "-t", "8xmi355x", "--tp", "1", "--dp", "8", "--ep", "8",
+                              "-e", "sglang"],
 }
 MODELS = ["deepseek-v3", "deepseek-r1", "deepseek-v2", "deepseek-v2-lite", "kimi-k2", "llama-3.1-70b"]
 TOPOLOGIES = ["2x8xh100-ib", "2x8xh100-ib-1nic", "2x8xh20-roce", "2x8xh200-ib", "2x8xl40s-eth", "4x8xa100-ib",
