@@ -77,7 +77,8 @@ def test_state_rings_that_take_sglangs_whole_budget_are_named(cli):
 @pytest.mark.parametrize("engine", ["vllm", "sglang"])
 def test_the_engines_refuse_v4_on_a_gpu_their_v4_backend_does_not_run_on(cli, engine):
     d = json.loads(cli("memory", "-m", FLASH, "-t", "2x8xl40s-eth", "-e", engine, "--tp", "8", "--json").stdout)
-    assert not d["fits"] and any("needs hopper or blackwell or cdna3 or cdna4 GPUs, not ada" in r for r in d["blocking_reasons"])
+    assert not d["fits"] and any("needs hopper or blackwell or cdna3 or cdna4 GPUs, not ada" in r
+                                 for r in d["blocking_reasons"])
 
 
 @pytest.mark.parametrize("words, finding", [

@@ -179,8 +179,8 @@ def test_vllm_dp_with_pp_strides_the_expert_group_over_nodes():
 
 
 def test_moe_collective_follows_the_deepep_rule_and_sglang_head_split():
-    """DeepEP all-to-all only when DP attention spreads experts over the whole stage (engines.parallel.uses_ep_all_to_all,
-    the rule launch/a2a.py emits flags by); otherwise DP attention gathers/scatters around the MoE.
+    """The EP all-to-all only when DP attention spreads experts over the whole stage
+    (engines.parallel.uses_ep_all_to_all, the rule launch/a2a.py emits flags by); otherwise DP attention gathers/scatters around the MoE.
     SGLang under DP attention splits lm_head over tp x dp (engines.parallel.dense_tp), so its step gathers
     logits over that group."""
     from mla_planner.perf.layer_comm import ffn_comm, logits_comm

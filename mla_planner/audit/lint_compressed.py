@@ -14,7 +14,8 @@ SGLANG_PAGE_MULTIPLE = 128      # pool_configurator.py: "page_size must be multi
 def compressed_findings(engine: str, values: dict, spec=None, gpu=None) -> list[tuple]:
     raw, block = values.get("kv", "auto"), values.get("block")
     out = _drafter_findings(engine, values, spec) if spec is not None else []
-    if engine == "vllm" and gpu is not None and gpu.arch == "cdna3" and "mxfp4" in (values.get("attention_config") or ""):
+    fp4_keys = "mxfp4" in (values.get("attention_config") or "")
+    if engine == "vllm" and gpu is not None and gpu.arch == "cdna3" and fp4_keys:
         out.append(("error", "--attention-config", "indexer_kv_dtype mxfp4 on gfx942: vLLM refuses it (v1/attention/"
                     "backends/mla/indexer.py: 'on ROCm requires CDNA4 (MI350X/MI355X)'); leave the index keys fp8"))
     if engine == "sglang":

@@ -39,8 +39,8 @@ def deepep_experts_problem(engine: str, spec, layout: Layout, gpu=None) -> str:
     the KV pool is sized (quantization/unquant.py), where the planner prices FP8 dispatch and a heap outside it."""
     if gpu is not None and a2a_library(gpu) == "mori" and uses_ep_all_to_all(layout) \
             and attention_of(spec).backend_family == "mla-compressed":
-        return ("DeepSeek-V4 over MoRI (AMD's all-to-all) is not modelled: vLLM dispatches its MXFP4 experts in FP4 and "
-                "SGLang builds MoRI's EPv2 heap before the KV pool" + NO_FALLBACK)
+        return ("DeepSeek-V4 over MoRI (AMD's all-to-all) is not modelled: vLLM dispatches its MXFP4 experts in FP4 "
+                "and SGLang builds MoRI's EPv2 heap before the KV pool" + NO_FALLBACK)
     if engine == "sglang" and spec.is_moe and spec.expert_dtype == "int4" and uses_ep_all_to_all(layout):
         return ("SGLang 0.5.23 runs int4 experts (AWQ, compressed-tensors W4A16) on its Marlin MoE runner, which "
                 "has no DeepEP path (layers/moe/moe_runner/marlin.py)" + NO_FALLBACK)

@@ -25,7 +25,7 @@ from mla_planner.specs.layout import Layout
 from mla_planner.specs.topology import Topology
 
 MIN_POINTS = 3
-PLATFORM_REGIMES = ("rocm",)   # a platform's own kernels: they neither lend their range to the others' fallback nor borrow
+PLATFORM_REGIMES = ("rocm",)   # a platform's own kernels: neither lend their range to the others' fallback nor borrow
 
 
 @lru_cache(maxsize=1)

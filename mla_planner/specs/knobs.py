@@ -55,7 +55,7 @@ class Knobs:
     pp_layer_partition: Optional[tuple[int, ...]] = None
     cuda_graph_max_bs: Optional[int] = None
     dense_per_rank: bool = False
-    indexer_kv_dtype: str = "fp8"       # DeepSeek-V4's index-key cache: fp8 (132 B) or mxfp4 (68 B, vLLM: Blackwell, CDNA4)
+    indexer_kv_dtype: str = "fp8"       # DeepSeek-V4's index-key cache: fp8 (132 B) or mxfp4 (68 B; vLLM, sm10x/CDNA4)
     images: bool = False                # a multimodal checkpoint served with image inputs (else text-only): its
                                         # vision encoder on the GPUs and, for vLLM, the encoder's profiled memory
     redundant_experts: int = 0          # EPLB's extra physical copies of routed experts per MoE layer, spread over
