@@ -254,3 +254,18 @@ def test_deepep_on_amd_is_an_error_and_mori_plans_keep_vllms_full_budget(cli):
     assert plan["candidates"][0]["knobs"]["max_num_batched_tokens"] > 1024
     r = cli("memory", "-m", "deepseek-v4-flash", "-t", "8xmi355x", "--tp", "1", "--dp", "8", "--ep", "8")
     assert r.exit_code == 2 and "MoRI" in r.stderr and r.stderr.count("\n") == 1
+
+
+def test_disaggregated_serving_on_amd_uses_rocm_images_and_mori_transfer(cli, tmp_path):
+    """Across two MI355X nodes the disaggregated deployment's SGLang pools move the KV cache with MoRI's IO engine
+    (--disaggregation-transfer-backend mori, what AMD's recipes run; Mooncake is the CUDA default), and the
+    Kubernetes manifests use the release's ROCm image for gfx950, never the CUDA one."""
+    out = tmp_path / "d"
+    r = cli("plan", "-m", "deepseek-r1", "-t", "2x8xmi355x-roce", "-e", "sglang", "--emit", str(out))
+    assert r.exit_code == 0, r.output
+    decode = (out / "decode-node-0.sh").read_text()
+    assert "--disaggregation-transfer-backend mori" in decode and "mooncake" not in decode
+    manifest = (out / "k8s-decode.yaml").read_text()
+    assert "lmsysorg/sglang:v0.5.23-rocm720-mi35x" in manifest and "amd.com/gpu" in manifest
+    assert check_command(["--model-path", "deepseek-ai/DeepSeek-R1", "--disaggregation-mode", "decode",
+                          "--disaggregation-transfer-backend", "mori"], "sglang", "gfx950") == []

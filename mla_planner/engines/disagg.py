@@ -7,6 +7,9 @@ SGLang  `--disaggregation-mode prefill|decode`, `--disaggregation-transfer-backe
         (disaggregation/common/conn.py) and refuses a different `--page-size` or `--kv-cache-dtype`; decode PP must
         equal prefill PP or be 1, decode context parallelism 1. KV leaves after each prefill chunk's forward, all
         layers in one batch transfer (disaggregation/prefill.py send_kv_chunk; mooncake/conn.py).
+        On AMD GPUs the transfer backend is `mori` (MoRI's IO engine, disaggregation/mori/conn.py; TransferBackend in
+        disaggregation/utils.py), the one AMD's disaggregated SGLang recipes run (SemiAnalysisAI/InferenceX's MI300X and
+        MI355X disagg configs: MoRI for the EP all-to-all and the KV transfer).
         The router is the separate sglang-router package (`python -m sglang_router.launch_router
         --pd-disaggregation --prefill URL BOOTSTRAP_PORT --decode URL`, sgl-project/sglang docs/advanced_features/
         router.md; the wheel's own test fixture launches it the same way).
@@ -28,7 +31,7 @@ from mla_planner.specs.layout import Layout
 
 MUST_MATCH = {"sglang": ("block_size", "kv_cache_dtype"), "vllm": ("attention_backend", "kv_cache_dtype")}
 SENDS_PER_CHUNK = {"sglang": True, "vllm": False}   # KV leaves after each prefill chunk, or after the whole prompt
-SGLANG_TRANSFER_BACKEND = "mooncake"
+SGLANG_TRANSFER_BACKEND = {"nvidia": "mooncake", "amd": "mori"}    # by GPU vendor
 SGLANG_BOOTSTRAP_PORT = 8998
 VLLM_CONNECTOR = "NixlConnector"
 VLLM_NIXL_SIDE_CHANNEL_PORT = 5600

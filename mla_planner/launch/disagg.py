@@ -62,7 +62,7 @@ def role_flags(engine: str, role: str, inp: LaunchInputs) -> tuple[list[str], di
     if engine == "sglang":
         deepep = a2a.sglang_backend(inp.layout, inp.topology.gpu) == "deepep"   # MoRI: its normal mode, priced
         return flag_words([("--disaggregation-mode", role),
-                           ("--disaggregation-transfer-backend", SGLANG_TRANSFER_BACKEND),
+                           ("--disaggregation-transfer-backend", SGLANG_TRANSFER_BACKEND[inp.topology.gpu.vendor]),
                            ("--disaggregation-bootstrap-port", SGLANG_BOOTSTRAP_PORT if role == "prefill" else None),
                            ("--disaggregation-ib-device", hcas),
                            ("--deepep-mode", ("normal" if role == "prefill" else "low_latency") if deepep else None),

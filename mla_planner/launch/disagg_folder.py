@@ -15,7 +15,7 @@ from mla_planner.core.units import GiB
 from mla_planner.engines.disagg import ROUTER_PORT
 from mla_planner.launch.disagg import Node, deployment_nodes, pool_inputs, router_argv, servers
 from mla_planner.launch.folder import BENCH_TOOLS, VERSION_NOTES, engine_label, node_script
-from mla_planner.launch.k8s import IMAGES, manifests
+from mla_planner.launch.k8s import engine_image, manifests
 from mla_planner.launch.outdir import write_folder
 from mla_planner.launch.placement import place
 from mla_planner.launch.render import render
@@ -116,7 +116,7 @@ def folder_files(plan: Plan, d: DisaggCandidate, index: int, model_path: str, im
         host_ip_how=(f"The scripts read it from interface {inter.socket_ifname} when it is unset." if inter and
                      inter.socket_ifname else "Export it on every node."),
         predicted=_predicted(d), order=order, gpus_per_node=plan.topology.gpus_per_node,
-        image=image or IMAGES[d.engine], router_package=ROUTERS[d.engine], bench_tool=BENCH_TOOLS[d.engine],
+        image=image or engine_image(d.engine, plan.topology.gpu), router_package=ROUTERS[d.engine], bench_tool=BENCH_TOOLS[d.engine],
         input_len=plan.workload.input_len, output_len=plan.workload.output_len, concurrency=concurrency,
         warnings=d.warnings), False)
     files["plan.json"] = (dumps(plan_to_dict(plan), indent=1) + "\n", False)

@@ -24,10 +24,20 @@ from mla_planner.search.candidate import DisaggCandidate
 from mla_planner.search.planfile import Plan
 
 IMAGES = {"vllm": "vllm/vllm-openai:v0.33.0", "sglang": "lmsysorg/sglang:v0.5.23"}   # the releases' own images
+# their ROCm builds, by the projects' naming: vLLM's vllm/vllm-openai-rocm:<version>; SGLang's
+# lmsysorg/sglang:<version>-rocm720-mi30x (MI300X / MI325X, gfx942) or -mi35x (MI350X / MI355X, gfx950)
+ROCM_IMAGES = {"vllm": {"gfx942": "vllm/vllm-openai-rocm:v0.33.0", "gfx950": "vllm/vllm-openai-rocm:v0.33.0"},
+               "sglang": {"gfx942": "lmsysorg/sglang:v0.5.23-rocm720-mi30x",
+                          "gfx950": "lmsysorg/sglang:v0.5.23-rocm720-mi35x"}}
 GPU_RESOURCE = {"nvidia": "nvidia.com/gpu", "amd": "amd.com/gpu"}
 LWS_API = "leaderworkerset.x-k8s.io/v1"
 LWS_NAME = "leaderworkerset.sigs.k8s.io/name"
 RESOURCE_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
+
+
+def engine_image(engine: str, gpu) -> str:
+    """The engine release's container image for `gpu`: the CUDA image, or on AMD the ROCm build for its gfx arch."""
+    return ROCM_IMAGES[engine][gpu.gfx_arch] if gpu.vendor == "amd" else IMAGES[engine]
 
 
 def slug(text: str, limit: int = 40) -> str:
@@ -156,7 +166,7 @@ def manifests(plan: Plan, d: DisaggCandidate, nodes: list[Node], model_path: str
     if rdma_resource is not None and not RESOURCE_NAME.fullmatch(rdma_resource):
         raise PlanError(f"--rdma-resource {rdma_resource!r}: expected an extended resource name like rdma/ib "
                         "(a DNS subdomain, a slash, a name)")
-    image = image or IMAGES[d.engine]
+    image = image or engine_image(d.engine, plan.topology.gpu)
     base = slug(plan.spec.name)
     return {"k8s-prefill.yaml": pool_manifests(plan, base, "prefill", nodes, d.prefill.instances,
                                                d.prefill.nodes_per_instance, image, model_path, rdma_resource),
