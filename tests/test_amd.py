@@ -126,10 +126,16 @@ def test_dp_attention_with_ep_runs_mori_on_amd(cli, tmp_path, engine, flag):
 
 
 def test_mori_across_nodes_needs_rdma(cli, tmp_path):
-    """MoRI reaches the other node's GPUs over its RDMA transport: two MI355X nodes over RoCE plan DP16 + EP16, the
-    same nodes over plain Ethernet refuse it in one line."""
+    """MoRI reaches the other node's GPUs over its RDMA transport: two MI355X nodes over RoCE plan DP16 + EP16 (its
+    GID index set as NCCL's, never NVSHMEM's), the same nodes over plain Ethernet refuse it in one line."""
     r = cli("memory", "-m", "deepseek-r1", "-t", "2x8xmi355x-roce", "--tp", "1", "--dp", "16", "--ep", "16")
     assert r.exit_code == 0, r.output
+    plan = tmp_path / "plan.json"      # MoRI's RDMA variables mirror NCCL's (its own transport reads them)
+    plan.write_text(cli("plan", "-m", "deepseek-r1", "-t", "2x8xmi355x-roce", "-e", "vllm", "-l", "tp=1,dp=16,ep=16",
+                        "--json").stdout)
+    saved = read_plan(plan)
+    env = build(launch_inputs(saved, saved.candidates[0], "native"), "vllm")[-1].env
+    assert env["MORI_IB_GID_INDEX"] == env["NCCL_IB_GID_INDEX"] == "1" and "NVSHMEM_IB_GID_INDEX" not in env
     topo = yaml.safe_load((Path(__file__).resolve().parents[1] / "topologies" / "2x8xmi355x-roce.yaml").read_text())
     topo["inter_node"] = {**topo["inter_node"], "fabric": "ethernet"}
     path = tmp_path / "eth.yaml"

@@ -46,8 +46,9 @@ MNNVL_NOTE = ("The hosts share an NVLink domain: the NVIDIA IMEX service must be
               "Service for NVLink Networks guide); NCCL needs 2.25.2 or later for GB200 multi-node NVLink.")
 
 
-def network_env(topology: Topology, deepep: bool = False) -> NetworkEnv:
-    """Variables for a node of a multi-node instance."""
+def network_env(topology: Topology, a2a: Optional[str] = None) -> NetworkEnv:
+    """Variables for a node of a multi-node instance; `a2a`: the EP all-to-all library it runs across nodes (DeepEP's
+    NVSHMEM, MoRI's own RDMA transport: their variables mirror NCCL's, as AMD's multi-node recipes derive them)."""
     inter = topology.inter_node
     if inter is None:
         return NetworkEnv({})
@@ -72,8 +73,12 @@ def network_env(topology: Topology, deepep: bool = False) -> NetworkEnv:
         ROCE_V2_GID_INDEX if inter.fabric == "roce" else None)
     if gid is not None:
         env["NCCL_IB_GID_INDEX"] = str(gid)
-        if deepep:
+        if a2a == "deepep":
             env["NVSHMEM_IB_GID_INDEX"] = str(gid)
+    if a2a == "mori":    # MoRI reads these itself (ROCm/mori RdmaContext: MORI_RDMA_DEVICES, ...)
+        mori = {"MORI_IB_GID_INDEX": str(gid) if gid is not None else None, "MORI_RDMA_DEVICES": inter.ib_hca,
+                "MORI_SOCKET_IFNAME": inter.socket_ifname}
+        env.update({name: value for name, value in mori.items() if value})
     return NetworkEnv(env, notes)
 
 
@@ -108,7 +113,7 @@ def partition_env(engine: str, layers: int, pp: int, partition: Optional[tuple[i
 
 
 def instance_env(engine: str, topology: Topology, multi_node: bool, visible_devices: Optional[str],
-                 layers: int, pp: int, partition: Optional[tuple[int, ...]], deepep: bool = False) -> NetworkEnv:
+                 layers: int, pp: int, partition: Optional[tuple[int, ...]], a2a: Optional[str] = None) -> NetworkEnv:
     """Everything one command of an instance exports: GPUs, network (multi-node), layer split."""
     env: dict[str, str] = {}
     notes: list[str] = []
@@ -118,7 +123,7 @@ def instance_env(engine: str, topology: Topology, multi_node: bool, visible_devi
     env.update(rocm.env)
     notes += rocm.notes
     if multi_node:
-        net = network_env(topology, deepep)
+        net = network_env(topology, a2a)
         env.update(net.env)
         notes += net.notes
         if topology.nvlink_domain_nodes > 1:

@@ -140,9 +140,8 @@ def node_commands(inp: LaunchInputs) -> list[NodeCommand]:
 def _command(inp: LaunchInputs, inst: InstancePlacement, i: int) -> NodeCommand:
     L, ports = inp.layout, inp.ports
     library = a2a.sglang_backend(L, inp.topology.gpu)
-    deepep = library == "deepep"
     e = instance_env("sglang", inp.topology, inst.multi_node, inst.visible_devices, inp.spec.num_hidden_layers,
-                     L.pp, inp.pp_partition, deepep)
+                     L.pp, inp.pp_partition, library)
     e.env.update(a2a.sglang_dispatch_env(L, inp.knobs, inp.topology.gpu))
     e.env.update(a2a.mori_heap_env("sglang", inp.spec, L, inp.knobs, inp.topology.gpu))
     if inp.knobs.mtp and L.pp > 1:   # SGLang refuses PP + speculative decoding outside PD prefill without it

@@ -24,6 +24,7 @@ from typing import Optional
 
 from mla_planner.core.errors import PlanError
 from mla_planner.engines.layouts import vllm_layout_problem
+from mla_planner.engines.parallel import a2a_library
 from mla_planner.engines.compressed_kv import is_compressed
 from mla_planner.engines.sparse import kv_flag, own_rows
 from mla_planner.launch import a2a
@@ -147,7 +148,7 @@ def _command(inp: LaunchInputs, inst: InstancePlacement, node: int, extra: list[
 def _env(inp: LaunchInputs, inst: InstancePlacement):
     backend = a2a.vllm_backend(inp.layout, inp.topology.gpu)
     e = instance_env("vllm", inp.topology, inst.multi_node, inst.visible_devices, inp.spec.num_hidden_layers,
-                     inp.layout.pp, inp.pp_partition, backend == "deepep_low_latency")
+                     inp.layout.pp, inp.pp_partition, a2a_library(inp.topology.gpu) if backend else None)
     e.env["VLLM_ENGINE_READY_TIMEOUT_S"] = str(ENGINE_READY_TIMEOUT_S)
     e.env.update(a2a.mori_heap_env("vllm", inp.spec, inp.layout, inp.knobs, inp.topology.gpu))
     if backend:
