@@ -17,8 +17,9 @@ spread over the stage (ep > 1); otherwise it prices the engines' default collect
                  token_dispatcher/deepep.py), raised here to the decode batch of one DP rank when larger.
 sgl-project/sglang#7888 and #6017: DeepEP and NVSHMEM must be installed; the README says how to fall back.
 
-On AMD Instinct the same layouts run MoRI (engines.parallel.a2a_library), priced as the same all-to-all over
-Infinity Fabric and the NICs (its published EP8 bandwidth, 307-436 GB/s per GPU, is what xgmi_ring_efficiency gives):
+On AMD Instinct the same layouts run MoRI (engines.parallel.a2a_library), priced per expert inside a node (its
+published EP8 bandwidth, 307-436 GB/s per GPU, is about what xgmi_ring_efficiency gives) and node-limited across nodes
+(perf.layer_comm.ep_all_to_all_s):
   vLLM 0.33.0    `--all2all-backend mori_low_latency` (one node: MoRI's IntraNode kernel either way; across
                  nodes its InterNodeV1LL), with AITER's fused MoE (VLLM_ROCM_USE_AITER=1, data/rocm.yaml: vLLM
                  asserts it, fused_moe/config.py); the op holds --max-num-batched-tokens tokens per rank.
