@@ -145,9 +145,10 @@ def test_deepseek_v4_head_padding_by_rocm_kernel():
     assert padded_heads("vllm", "FLASHMLA_SPARSE_DSV4", 16, **v4) == 64
 
 
-def test_lint_refuses_fp4_index_keys_on_gfx942(cli):
+@pytest.mark.parametrize("given", [["--attention-config", '{"indexer_kv_dtype":"mxfp4"}'],
+                                   ["--attention-config.indexer_kv_dtype", "mxfp4"]])
+def test_lint_refuses_fp4_index_keys_on_gfx942(cli, given):
     r = cli("lint", "-m", "deepseek-v4-flash", "-t", "8xmi300x", "--json", "--", "vllm", "serve",
-            "deepseek-ai/DeepSeek-V4-Flash", "-tp", "8", "--block-size", "256", "--kv-cache-dtype", "fp8",
-            "--attention-config", '{"indexer_kv_dtype":"mxfp4"}')
+            "deepseek-ai/DeepSeek-V4-Flash", "-tp", "8", "--block-size", "256", "--kv-cache-dtype", "fp8", *given)
     findings = json.loads(r.stdout)["findings"]
     assert r.exit_code == 1 and any(f["flag"] == "--attention-config" and "CDNA4" in f["text"] for f in findings)

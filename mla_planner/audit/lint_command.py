@@ -133,6 +133,8 @@ def parse_command(words: list[str]) -> Command:
             cmd.flags.add(flag)
         if flag in FIELDS[engine]:
             cmd.values[FIELDS[engine][flag]] = value
+        elif engine == "vllm" and flag.startswith("--attention-config."):   # vLLM's dotted form of a JSON key
+            cmd.values["attention_config"] = f"{cmd.values.get('attention_config', '')} {flag[19:]}={value}".strip()
         i += 1
     cmd.model = cmd.values.get("model") or (positional[0] if engine == "vllm" and positional else None)
     return cmd
