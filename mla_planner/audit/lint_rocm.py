@@ -55,15 +55,7 @@ def rocm_findings(engine: str, env: dict, values: dict, spec: ModelSpec, topo: T
                     + ("--all2all-backend mori_low_latency" if engine == "vllm" else "--moe-a2a-backend mori")))
     switch = SWITCH[engine]
     if env.get(switch) not in ON and not (engine == "vllm" and a2a.startswith("mori")):   # mori_findings says it
-        what = ("vLLM selects only TRITON_MLA and Triton MoE" if engine == "vllm"
-                else "SGLang runs Triton MoE and FP8 GEMMs")
-        if own_rows(spec):       # DSA and DeepSeek-V4: both keep an indexer
-            what = (("vLLM's sparse indexer raises RuntimeError on gfx942 (layers/sparse_attn_indexer.py forward_hip)"
-                     if gpu.arch == "cdna3" else "vLLM runs Triton MoE" + (
-                         " and keeps DeepSeek-V4's index keys fp8, not the FP4 the plan prices (platforms/rocm.py)"
-                         if not is_sparse(spec) else "")) if engine == "vllm" else
-                    "SGLang runs Triton MoE and FP8 GEMMs" + (" and DSA on 1-token pages (no preshuffled index keys)"
-                                                            if is_sparse(spec) else ""))
+        what = _without_aiter(engine, spec, gpu)
         block = values.get("block")
         triton = backend("vllm", "TRITON_MLA")    # the one MLA backend vLLM selects on ROCm without AITER
         if engine == "vllm" and not values.get("backend") and block and block.isdigit() and not own_rows(spec) \
@@ -77,6 +69,19 @@ def rocm_findings(engine: str, env: dict, values: dict, spec: ModelSpec, topo: T
         out.append(("warn", "--attention-backend", f"not given: SGLang picks aiter only at 16 or 128 query heads per "
                                                    f"rank and runs triton at {heads}; pin --attention-backend aiter"))
     return out
+
+
+def _without_aiter(engine: str, spec: ModelSpec, gpu) -> str:
+    """What the engine runs instead of the AITER kernels the plan prices when its AITER switch is off."""
+    if engine == "sglang":
+        return "SGLang runs Triton MoE and FP8 GEMMs" + (" and DSA on 1-token pages (no preshuffled index keys)"
+                                                         if is_sparse(spec) else "")
+    if not own_rows(spec):
+        return "vLLM selects only TRITON_MLA and Triton MoE"
+    if gpu.arch == "cdna3":     # DSA and DeepSeek-V4 both keep an indexer
+        return "vLLM's sparse indexer raises RuntimeError on gfx942 (layers/sparse_attn_indexer.py forward_hip)"
+    return "vLLM runs Triton MoE" + ("" if is_sparse(spec) else " and keeps DeepSeek-V4's index keys fp8, not the FP4 "
+                                                                "the plan prices (platforms/rocm.py)")
 
 
 def mori_findings(engine: str, env: dict, values: dict, spec: ModelSpec, topo: Topology,

@@ -11,8 +11,8 @@ from __future__ import annotations
 from mla_planner.audit.lint_compressed import compressed_findings
 from mla_planner.core.errors import PlanError
 from mla_planner.engines.compressed_kv import is_compressed
-from mla_planner.engines.sparse import (block_accepted, block_multiple, dcp_problem, default_kv_class, kv_class,
-                                        sparse_backends, sparse_choice)
+from mla_planner.engines.sparse import (block_accepted, block_multiple, block_rule, dcp_problem, default_kv_class,
+                                        kv_class, sparse_backends, sparse_choice)
 from mla_planner.specs.model import ModelSpec
 from mla_planner.specs.topology import GPU
 
@@ -42,8 +42,8 @@ def sparse_findings(engine: str, values: dict, spec: ModelSpec, gpu: GPU, dcp: i
             out.append(("warn", "block size", f"--page-size {block}: SGLang sets {size}-token pages for DSA itself"))
         return out + _sglang_hip_kernels(values, gpu)
     if block and block.isdigit() and not block_accepted(engine, gpu, int(block)):
-        out.append(("error", "block size", f"--block-size {block}: vLLM's DSA caches on {gpu.arch} take multiples of "
-                    f"{size} tokens (v1/attention/backends/mla/indexer.py); it refuses to start"))
+        out.append(("error", "block size", f"--block-size {block}: vLLM's DSA caches on {gpu.arch} take "
+                    f"{block_rule(engine, gpu)} (v1/attention/backends/mla/indexer.py); it refuses to start"))
     if raw not in VLLM_KV:      # fp8_e5m2 has no sparse backend; other values are the parser's to judge
         return out + ([("error", "--kv-cache-dtype", f"{raw}: vLLM's sparse MLA backends take auto, bfloat16, fp8 "
                         "(fp8_e4m3) or fp8_ds_mla")] if raw == "fp8_e5m2" else [])

@@ -27,7 +27,7 @@ from mla_planner.engines.memory_rules import default_memory_fraction, engine_def
 from mla_planner.engines.parallel import a2a_library, uses_ep_all_to_all
 from mla_planner.memory.report import memory_report
 from mla_planner.memory.ways_out import fraction_knobs
-from mla_planner.perf.bands import PLATFORM_REGIMES, collective_regime, tpot_regime
+from mla_planner.perf.bands import collective_regime, same_platform, tpot_regime
 from mla_planner.perf.closed_loop import closed_loop_mean_ttft_s, first_wave, recv_wait_s
 from mla_planner.perf.comm import collective
 from mla_planner.perf.disagg import prefill_rate
@@ -284,9 +284,8 @@ def loo_coverage(results: list[Result]) -> dict:
     for r in held:
         same = [o.band_error for o in held if o is not r and o.point.category == r.point.category
                 and regime[o.point.id] == regime[r.point.id]]
-        platform = regime[r.point.id] in PLATFORM_REGIMES        # as perf.bands.error_range pools a thin regime
         others = same or [o.band_error for o in held if o is not r and o.point.category == r.point.category
-                          and (regime[o.point.id] in PLATFORM_REGIMES) == platform]
+                          and same_platform(regime[o.point.id], regime[r.point.id])]   # as bands.error_range pools
         covered, n = out.get(r.point.category, (0, 0))
         out[r.point.category] = (covered + (min(others) <= r.band_error <= max(others) if others else 0), n + 1)
     return out

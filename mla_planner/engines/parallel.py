@@ -29,6 +29,11 @@ def a2a_library(gpu) -> str:
     return "mori" if gpu.vendor == "amd" else "deepep"
 
 
+def uses_deepep(layout: Layout, gpu) -> bool:
+    """The EP all-to-all runs DeepEP (NVIDIA), whose buffer and limits the engines size by their token budgets."""
+    return uses_ep_all_to_all(layout) and a2a_library(gpu) == "deepep"
+
+
 def deepep_experts_problem(engine: str, spec, layout: Layout, gpu=None) -> str:
     """Why `engine` cannot run this checkpoint's experts behind DeepEP ('' when it can). SGLang 0.5.23 runs
     int4 group-quantized experts (AWQ: layers/quantization/awq/schemes/awq_moe.py; compressed-tensors W4A16:

@@ -96,12 +96,9 @@ def sparse_choice(engine: str, spec: ModelSpec, gpu: GPU, requested: str, heads_
     if requested == "fp8_ds_mla" and stored != "fp8_ds_mla":
         raise PlanError(f"--kv-cache-dtype fp8_ds_mla: {engine} runs {spec.name} on {gpu.name} with {name}, which "
                         f"keeps fp8 as plain 576-byte rows, not FlashMLA's 656-byte fp8_ds_mla; give fp8")
-    multiple = block_multiple(engine, gpu)
     if block_size is not None and not block_accepted(engine, gpu, block_size):
-        takes = f"{multiple}-token pages only" if rules.get("block_exact") else f"multiples of {multiple} tokens only"
-        takes += " (or 1)" if gpu.arch in rules.get("block_one_archs", []) else ""
-        raise PlanError(f"--block-size {block_size}: {engine}'s sparse attention takes {takes}")
-    size = block_size or multiple
+        raise PlanError(f"--block-size {block_size}: {engine}'s sparse attention takes {block_rule(engine, gpu)}")
+    size = block_size or block_multiple(engine, gpu)
     row = {"bf16": "1152-byte bf16", "fp8": "576-byte plain fp8", "fp8_ds_mla": "656-byte fp8_ds_mla"}[stored]
     own = rules["backends"][name].get("engine_default")
     picks = f"the plan runs {engine} on {name} for (its own default there: {own}; " if own else \
@@ -128,6 +125,13 @@ def block_accepted(engine: str, gpu: GPU, block_size: int) -> bool:
         return True
     multiple = block_multiple(engine, gpu)
     return block_size > 0 and not block_size % multiple and not (rules.get("block_exact") and block_size != multiple)
+
+
+def block_rule(engine: str, gpu: GPU) -> str:
+    """The block sizes `block_accepted` takes, in words: "64-token pages only", "multiples of 16 tokens (or 1)"."""
+    rules, size = _table()[engine], block_multiple(engine, gpu)
+    takes = f"{size}-token pages only" if rules.get("block_exact") else f"multiples of {size} tokens only"
+    return takes + (" (or 1)" if gpu.arch in rules.get("block_one_archs", []) else "")
 
 
 def block_reason(engine: str, gpu: GPU) -> str:

@@ -40,9 +40,14 @@ def error_range(category: str, regime: str = "all") -> tuple[float, float]:
     entry = regimes.get(regime)
     if entry and entry["points"] >= MIN_POINTS:
         return entry["error_low"], entry["error_high"]
-    pool = [e for name, e in regimes.items() if (name in PLATFORM_REGIMES) == (regime in PLATFORM_REGIMES)] \
-        or list(regimes.values())
+    pool = [e for name, e in regimes.items() if same_platform(name, regime)] or list(regimes.values())
     return min(e["error_low"] for e in pool), max(e["error_high"] for e in pool)
+
+
+def same_platform(a: str, b: str) -> bool:
+    """Whether two regimes may pool their residuals: a platform's own regime (PLATFORM_REGIMES) only with another
+    platform regime, the rest only with each other."""
+    return (a in PLATFORM_REGIMES) == (b in PLATFORM_REGIMES)
 
 
 def tpot_regime(layout: Layout, topo: Topology) -> str:

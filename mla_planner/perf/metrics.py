@@ -55,7 +55,7 @@ from mla_planner.perf.stalls import chunk_rounds_per_round, coupled_ranks  # noq
 from mla_planner.perf.request_times import (decode_steps, mean_tpot_s, network_wait_share,
                                             operating_batch, serving_round_s, time_in_system_s,
                                             tokens_gained, ttfts_s)
-from mla_planner.engines.parallel import a2a_library, uses_ep_all_to_all
+from mla_planner.engines.parallel import uses_deepep
 from mla_planner.memory.accounting import evaluate as memory_evaluate
 from mla_planner.perf.prefill import Prefill
 from mla_planner.perf.step import DecodeStep, decode_step
@@ -143,7 +143,7 @@ def batch_limit(layout: Layout, knobs: Knobs, mem: MemoryReport, workload: Workl
     if profile(knobs.engine).step_budget_caps_prompts:   # one budget per step: the decodes count against it
         caps.append((knobs.max_num_batched_tokens // decode_query_len(knobs), "max_num_batched_tokens"))
     cap = profile(knobs.engine).deepep_decode_cap
-    if cap and uses_ep_all_to_all(layout) and a2a_library(gpu) == "deepep":   # DeepEP's low-latency dispatch limit
+    if cap and uses_deepep(layout, gpu):   # DeepEP's low-latency dispatch limit
         caps.append((cap // decode_query_len(knobs), "deepep_dispatch"))
     if knobs.cuda_graphs:    # the step model prices graph replay, so the micro-batch stays in the captured range
         caps.append((graph_batch_cap(knobs.engine, gpu, layout, knobs) * layout.pp, "cuda_graphs"))

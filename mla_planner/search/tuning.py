@@ -17,8 +17,7 @@ from mla_planner.engines.multimodal import images_reason
 from mla_planner.engines.profile import profile
 from mla_planner.specs.attention.kinds import attention_of
 from mla_planner.engines.backends import fp8_checkpoint
-from mla_planner.engines.parallel import (a2a_library, dense_per_rank_applies, redundant_experts_problem,
-                                          uses_ep_all_to_all)
+from mla_planner.engines.parallel import dense_per_rank_applies, redundant_experts_problem, uses_deepep
 from mla_planner.engines.compressed_kv import is_compressed
 from mla_planner.engines.compressed_pool import indexer_choice, indexer_reason
 from mla_planner.memory.accounting import evaluate as memory_evaluate, safe_memory_fraction
@@ -175,8 +174,7 @@ def chunk_candidates(engine: str, layout: Layout, gpu) -> tuple[int, ...]:
     """Prefill chunks worth trying. vLLM with DeepEP sizes the all-to-all buffer for the whole token budget
     (4 x experts x tokens x ~2 x hidden bytes), so there the budget stays small; MoRI's heap (AMD) is outside the
     budget and sized by the scripts, so it does not."""
-    deepep = uses_ep_all_to_all(layout) and a2a_library(gpu) == "deepep"
-    return DEEPEP_CHUNKS if profile(engine).deepep_buffer_by_budget and deepep else CHUNK_CANDIDATES
+    return DEEPEP_CHUNKS if profile(engine).deepep_buffer_by_budget and uses_deepep(layout, gpu) else CHUNK_CANDIDATES
 
 
 def largest_safe_chunk(spec, topo, layout, knobs: Knobs) -> int:
