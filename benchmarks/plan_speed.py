@@ -16,6 +16,7 @@ import json
 import os
 import statistics
 import time
+from dataclasses import replace
 
 from mla_planner.search.mtp import mtp_hint
 from mla_planner.search.run import search
@@ -43,18 +44,18 @@ def clear_caches() -> None:
     from mla_planner.perf import comm, request_times, step, layer_work as step_work
     from mla_planner.specs import layout
     from mla_planner.memory import accounting as memory, weights as memory_weights
-    from mla_planner.search import tuning
+    from mla_planner.search import disagg, tuning
     for fn in (comm.collective, layout.weight_key, memory.evaluate, memory.safe_memory_fraction,
                memory_weights._stage_weight_terms, request_times.mean_tpot_s,
                step_work._layer_weights,
-               step._forward_memo, tuning._draft_knobs):
+               step._forward_memo, tuning._draft_knobs, disagg._pairs):
         fn.cache_clear()
 
 
 def time_case(model: str, topology: str, nodes: int | None, repeats: int) -> dict:
     spec, topo = load_model(model).spec, load_topology(topology)
     if nodes:
-        topo = topo.model_copy(update={"nodes": nodes, "name": f"{nodes}x8xh100-ib"})
+        topo = replace(topo, nodes=nodes, name=f"{nodes}x8xh100-ib")
     calib = load_calibration(None, topo)
     search(spec, topo, Workload(), calib)  # warm-up (caches, imports)
     times = []

@@ -9,9 +9,10 @@
 Each command runs as a fresh process RUNS times, output thrown away, and the table gives the median,
 min and max wall seconds: `mla-plan --help`, `--version`, `models`, `topologies`, `show deepseek-v3` and
 `plan` (the built-in default). `python -c pass` is the interpreter's own floor (site-packages' .pth files
-included). For `plan` it also times, in this process, the search the default plan runs - `search(...)`
-and the MTP hint, warm, memo caches cleared before each run, as benchmarks/plan_speed.py does - and
-prints the overhead: median process time - median search time (start-up, parsing, loading, rendering).
+included). For `plan` it also times, in this process, the searches the default plan runs - `search(...)`, the
+disaggregated search and its crossover, the MTP hint - warm, memo caches cleared before each run as
+benchmarks/plan_speed.py clears them, and prints the overhead: median process time - median search time
+(start-up, parsing, loading, rendering).
 
 Wall times on a shared machine move by 20-30 % from one minute to the next. `--instructions` adds what does not:
 the instructions each process executes, counted once under valgrind's callgrind (the same total run after
@@ -105,26 +106,38 @@ def instructions(argv: list[str], env: dict | None = None) -> int | None:
 
 
 def search_times(runs: int) -> list[float]:
-    """The default plan's search (and MTP hint) in this process, warm, as benchmarks/plan_speed.py times it."""
+    """The default plan's searches in this process, warm, memo caches cleared before each run (as
+    benchmarks/plan_speed.py clears them): what cli/planning.run_plan searches for `mla-plan plan` with no
+    arguments - the aggregated search, the disaggregated one and its crossover (2 nodes over InfiniBand), the MTP
+    hint - without loading the files, which count as start-up."""
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import plan_speed   # noqa: E402 - beside this file; imports the planner
+    from mla_planner.search.disagg import crossover_nodes, search_disaggregated
     from mla_planner.search.mtp import mtp_hint
     from mla_planner.search.run import search
     from mla_planner.search.tuning import Overrides
     from mla_planner.specs.calibration import load_calibration
     from mla_planner.specs.catalogue import load_model
-    from mla_planner.specs.knobs import Workload
+    from mla_planner.specs.knobs import ENGINES, Workload
     from mla_planner.specs.topology import load_topology
 
     spec, topo = load_model(DEFAULT_MODEL).spec, load_topology(DEFAULT_TOPOLOGY)
-    calib = load_calibration(None, topo)
-    search(spec, topo, Workload(), calib)          # warm-up (imports, caches)
+    calib, work = load_calibration(None, topo), Workload()
+
+    def plan_searches():
+        result = search(spec, topo, work, calib)
+        found = search_disaggregated(spec, topo, work, calib, ENGINES, None, Overrides(), "per-gpu")
+        best = result.options[0].tuned.metrics if result.options else None
+        if found and best is not None and best.meets_targets:
+            crossover_nodes(spec, topo, work, calib, best.throughput_tokens_per_s_per_gpu, ENGINES, None, Overrides())
+        mtp_hint(spec, topo, result.options, work, calib, Overrides())
+
+    plan_searches()          # warm-up (imports, data files)
     times = []
     for _ in range(runs):
         plan_speed.clear_caches()
         t0 = time.perf_counter()
-        result = search(spec, topo, Workload(), calib)
-        mtp_hint(spec, topo, result.options, Workload(), calib, Overrides())
+        plan_searches()
         times.append(time.perf_counter() - t0)
     return times
 

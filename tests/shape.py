@@ -14,6 +14,10 @@ LAYERS = ("core", "specs", "engines", "memory", "perf", "search", "launch", "aud
 ENTRY_MODULES = ("__init__", "__main__")
 # optional heavy dependencies a function may import where it needs them (verify needs torch; --plot matplotlib)
 HEAVY = ("torch", "numpy", "matplotlib", "triton", "flash_mla")
+# a dependency one module may import at its first use, and why: pydantic validates a user's file (the built-in
+# data is built without it), jinja2 renders launch scripts; `plan` on built-ins without --emit needs neither
+# (together 0.1 s of a 2-core machine's start-up: benchmarks/startup.py)
+DEFERRED = {"core.validation": ("pydantic",), "launch.render": ("jinja2",)}
 LAZY_LOADER = "cli.app"    # the one module that imports by name at run time: the CLI loading its own commands
 MAX_LINES = 300
 
@@ -167,6 +171,8 @@ def _inner_imports(package: str, modules: dict[str, Module]) -> list[str]:
     for name, m in modules.items():
         for t in sorted(m.inner):
             if t.split(".")[0] in HEAVY or t in heavy:
+                continue
+            if t.split(".")[0] in DEFERRED.get(name.split(".", 1)[-1], ()):
                 continue
             out.append(f"{name} imports {t} inside a function (only {', '.join(HEAVY)} and modules that load "
                        "them may be)")

@@ -15,7 +15,7 @@ import yaml
 from mla_planner.engines.backends import backend
 from mla_planner.engines.parser.check import check_command
 from mla_planner.launch.build import build, launch_inputs
-from mla_planner.search.planfile import read_plan
+from mla_planner.search.planfile_read import read_plan
 from mla_planner.specs.attention.kinds import attention_of
 from mla_planner.specs.catalogue import load_model
 from mla_planner.specs.layout import Layout

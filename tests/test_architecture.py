@@ -65,6 +65,14 @@ def test_an_import_inside_a_function_fails_unless_it_loads_torch(tmp_path):
         "and modules that load them may be)"]
 
 
+def test_pydantic_is_deferred_only_where_a_users_file_is_validated(tmp_path):
+    plant(tmp_path, {"core/validation.py": "def v():\n    from pydantic import TypeAdapter\n    return TypeAdapter\n",
+                     "specs/t.py": "def w():\n    import pydantic\n    return pydantic\n"})
+    assert violations(tmp_path, "pkg") == [
+        "pkg.specs.t imports pydantic inside a function (only torch, numpy, matplotlib, triton, flash_mla "
+        "and modules that load them may be)"]
+
+
 def test_an_import_by_name_outside_the_cli_loader_fails(tmp_path):
     plant(tmp_path, {"search/z.py": "import importlib\n\ndef f():\n    return importlib.import_module('pkg.cli.c')\n",
                      "cli/app.py": "import importlib\n\ndef load(m):\n    return importlib.import_module(m)\n"})
@@ -111,3 +119,9 @@ def test_listings_start_without_the_schema_or_engine_tables():
     a helper added to cli/common that pulls engines/backends brought all three back once (0.1 s -> 0.3 s)."""
     heavy = ("pydantic", "rich", "jinja2", "mla_planner.engines.backends", "mla_planner.specs.topology")
     assert [m for m in loaded_after("models") if m in heavy] == []
+
+
+def test_a_plan_on_builtins_loads_neither_pydantic_nor_jinja2():
+    """`mla-plan plan` on the built-in default (the fast start's third target) builds the built-in model, GPU and
+    topology directly and renders no template: pydantic (a user's file) and jinja2 (--emit) stay unloaded."""
+    assert [m for m in loaded_after("plan") if m.split(".")[0] in ("pydantic", "jinja2")] == []

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from mla_planner.engines import backends
-from mla_planner.specs.topology import gpu_table
+from mla_planner.specs.gpu import gpu_table
 
 VLLM = json.load(open("mla_planner/data/engines/vllm-0.33.0.json"))["rules"]["attention_backends"]
 SGLANG = json.load(open("mla_planner/data/engines/sglang-0.5.23.json"))["rules"]["mla_backends"]

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from mla_planner.audit.calibrate import BenchRun, predicted_tpot_s
-from mla_planner.search.planfile import read_plan
+from mla_planner.search.planfile_read import read_plan
 from mla_planner.search.pick import pick
 from mla_planner.specs.calibration import load_calibration
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import yaml
 
@@ -84,7 +86,7 @@ def test_amd_gpus_take_their_kernels_factors_below_a_topology_and_a_file(tmp_pat
     assert "aiter" in amd.source("moe_hbm_efficiency") and "PR #5456" in amd.source("attention_hbm_efficiency")
     nvidia = load_calibration(None, load_topology("8xh100"))
     assert nvidia.moe_hbm_efficiency == default_values()["moe_hbm_efficiency"] and nvidia.origin == {}
-    topo = load_topology("8xmi355x").model_copy(update={"efficiency": {"moe_hbm_efficiency": 0.5}})
+    topo = replace(load_topology("8xmi355x"), efficiency={"moe_hbm_efficiency": 0.5})
     assert load_calibration(None, topo).moe_hbm_efficiency == 0.5
     path = tmp_path / "cal.yaml"
     path.write_text(dump_calibration({"attention_hbm_efficiency": 0.6}, gpu="MI355X-288G"))

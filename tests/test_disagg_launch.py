@@ -13,7 +13,7 @@ from referencing import Registry, Resource
 
 from mla_planner.engines.parser.check import check_command
 from mla_planner.launch.disagg import deployment_nodes
-from mla_planner.search.planfile import read_plan
+from mla_planner.search.planfile_read import read_plan
 
 SCHEMAS = Path(__file__).parent / "fixtures" / "k8s"
 KINDS = {("apps/v1", "Deployment"): "deployment-apps-v1.json", ("v1", "Service"): "service-v1.json",

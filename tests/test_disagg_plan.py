@@ -8,7 +8,7 @@ import pytest
 
 from mla_planner.audit.validate import run_points
 from mla_planner.core.errors import InputError
-from mla_planner.search.planfile import read_plan
+from mla_planner.search.planfile_read import read_plan
 from mla_planner.specs.layout import Layout
 
 ARGS = ("-m", "deepseek-v3", "--input-len", "4096", "--output-len", "1024", "--tpot-ms", "30")

@@ -15,7 +15,7 @@ from mla_planner.engines.parser.check import check_command
 
 from mla_planner.cli.app import app
 from mla_planner.launch.build import build, launch_inputs
-from mla_planner.search.planfile import read_plan
+from mla_planner.search.planfile_read import read_plan
 from mla_planner.specs.attention.compressed import _sum_min, layer_ratios, rows_read
 from mla_planner.specs.attention.kinds import attention_of
 from mla_planner.specs.catalogue import load_model

@@ -37,7 +37,7 @@ def test_no_fp8_line_for_a_bf16_cache_and_sglang_words(cli, tmp_path):
 def test_the_folder_carries_its_plan_for_check_log(cli, tmp_path):
     """The README's check-log command names the plan written into the folder and the candidate it was emitted
     from (a review: with candidate 2 the bare command checked candidate 1's KV pool)."""
-    from mla_planner.search.planfile import read_plan
+    from mla_planner.search.planfile_read import read_plan
     plan_file = tmp_path / "plan.json"
     plan_file.write_text(cli("plan", "-m", "deepseek-v2-lite", "-t", "8xh100", "-e", "vllm", "--json").stdout)
     out = tmp_path / "c2"

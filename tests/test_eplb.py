@@ -11,7 +11,7 @@ from mla_planner.engines.parser.check import check_command
 from mla_planner.launch.build import build, launch_inputs
 from mla_planner.memory.accounting import evaluate
 from mla_planner.search.attention_backend import Rejected
-from mla_planner.search.planfile import read_plan
+from mla_planner.search.planfile_read import read_plan
 from mla_planner.search.tuning import Overrides, draft_knobs
 from mla_planner.specs.knobs import Workload
 from mla_planner.specs.layout import Layout

@@ -63,7 +63,7 @@ def test_sglang_minimums_and_the_block_rule(tmp_path):
     block = load_model(str(snapshot(tmp_path, "Block"))).spec
     channel = load_model(str(snapshot(tmp_path, "Channel"))).spec
     a100 = load_topology("4x8xa100-ib")
-    l40s = load_topology("2x8xl40s-eth").model_copy(update={"nodes": 4, "name": "4x8xl40s-eth"})
+    l40s = replace(load_topology("2x8xl40s-eth"), nodes=4, name="4x8xl40s-eth")
     knobs = engine_default_knobs("sglang", block, a100, max_model_len=8192)
     assert evaluate(block, a100, Layout(tp=16), knobs).fits
     assert not evaluate(block, a100, Layout(tp=8), knobs).fits

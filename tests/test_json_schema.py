@@ -43,7 +43,7 @@ def _bench_files(plan: Path, tmp: Path) -> list[str]:
     """Two bench.sh results for the plan's first candidate, in its engine's result format."""
     if not plan.exists():
         return []
-    from mla_planner.search.planfile import read_plan
+    from mla_planner.search.planfile_read import read_plan
     loaded = read_plan(plan)
     files = []
     vllm, gpu = loaded.candidates[0].knobs.engine == "vllm", loaded.topology.gpu.name

@@ -16,7 +16,7 @@ import pytest
 from mla_planner.engines.parser.check import check_command
 from mla_planner.launch.build import build, launch_inputs
 from mla_planner.memory.accounting import evaluate
-from mla_planner.search.planfile import read_plan
+from mla_planner.search.planfile_read import read_plan
 from mla_planner.specs.catalogue import load_model
 from mla_planner.specs.knobs import Knobs
 from mla_planner.specs.layout import Layout

@@ -138,12 +138,12 @@ def test_network_env_per_fabric():
     assert ib["NCCL_IB_DISABLE"] == "0" and ib["NCCL_SOCKET_IFNAME"] == ib["GLOO_SOCKET_IFNAME"] == "eth0"
     assert ib["NCCL_IB_HCA"].startswith("mlx5_0,") and "NCCL_IB_GID_INDEX" not in ib
     roce = load_topology("2x8xh20-roce")
-    roce_default = roce.model_copy(update={"inter_node": roce.inter_node.model_copy(update={"ib_gid_index": None})})
+    roce_default = replace(roce, inter_node=replace(roce.inter_node, ib_gid_index=None))
     env = network_env(roce_default, a2a="deepep").env
     assert env["NCCL_IB_GID_INDEX"] == "3" and env["NVSHMEM_IB_GID_INDEX"] == "3"
     eth = network_env(load_topology("2x8xl40s-eth"))
     assert eth.env["NCCL_IB_DISABLE"] == "1" and "NET/Socket" in eth.notes[0]
-    no_if = roce.model_copy(update={"inter_node": roce.inter_node.model_copy(update={"socket_ifname": None})})
+    no_if = replace(roce, inter_node=replace(roce.inter_node, socket_ifname=None))
     bare = network_env(no_if)
     assert bare.env["NCCL_SOCKET_IFNAME"] == "^lo,docker,veth" and "GLOO_SOCKET_IFNAME" not in bare.env
     assert "GLOO_SOCKET_IFNAME" in bare.notes[0]

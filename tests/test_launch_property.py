@@ -115,8 +115,8 @@ def test_hostile_values_stay_single_words(scenario, model_path, ifname, hca, hea
     assume(not model_path.startswith("-"))
     topo_name, layout, engine, mode = scenario
     topo = TOPOLOGIES[topo_name]
-    inter = topo.inter_node.model_copy(update={"socket_ifname": ifname, "ib_hca": hca})
-    plan = make_plan(topo.model_copy(update={"inter_node": inter}), layout, Knobs(engine=engine))
+    inter = replace(topo.inter_node, socket_ifname=ifname, ib_hca=hca)
+    plan = make_plan(replace(topo, inter_node=inter), layout, Knobs(engine=engine))
     commands = build(launch_inputs(plan, plan.candidates[0], mode, model_path), engine)
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)

@@ -16,7 +16,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from mla_planner.launch.build import build, launch_inputs  # noqa: E402
-from mla_planner.search.planfile import read_plan  # noqa: E402
+from mla_planner.search.planfile_read import read_plan  # noqa: E402
 from test_launch_golden import SCENARIOS, _plan  # noqa: E402
 
 R1_VLLM = ("vllm", "serve", "deepseek-ai/DeepSeek-R1", "-tp", "8")

@@ -63,7 +63,7 @@ def plans(tmp_path_factory):
     from click.testing import CliRunner
 
     from mla_planner.cli.app import app
-    from mla_planner.search.planfile import read_plan
+    from mla_planner.search.planfile_read import read_plan
     out = {}
     for name, args in {"vllm": ("-m", "deepseek-v3", "-t", "2x8xh100-ib", "-e", "vllm", "-l", "tp=8,pp=2"),
                        "sglang": ("-m", "deepseek-v3", "-t", "8xh200", "-e", "sglang", "-l", "tp=8")}.items():

@@ -4,6 +4,8 @@ stalls and queueing: test_metrics_stalls.py."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from mla_planner.core.errors import PlanError
@@ -84,8 +86,8 @@ def test_seed_network_share_follows_the_nics_per_node():
     base = load_topology("2x8xh100-ib")
     rows = []
     for nics in (1, 2, 4, 8):
-        inter = base.inter_node.model_copy(update={"nics_per_node": nics, "ib_hca": None})
-        rows.append(_seed(WORKLOAD, base.model_copy(update={"inter_node": inter})))
+        inter = replace(base.inter_node, nics_per_node=nics, ib_hca=None)
+        rows.append(_seed(WORKLOAD, replace(base, inter_node=inter)))
     tp16 = [r["tp=16"] for r in rows]
     pp2 = [r["tp=8,pp=2"] for r in rows]
     shares = [m.network_wait_share for m in tp16]

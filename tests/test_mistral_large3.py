@@ -12,7 +12,7 @@ from mla_planner.engines.parser.check import check_command
 
 from mla_planner.core.errors import InputError
 from mla_planner.launch.build import build, launch_inputs
-from mla_planner.search.planfile import read_plan
+from mla_planner.search.planfile_read import read_plan
 from mla_planner.specs.catalogue import load_model
 from mla_planner.specs.mistral import pixtral
 from mla_planner.specs.sizing import kv_bytes_per_token, param_breakdown

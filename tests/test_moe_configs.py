@@ -5,6 +5,7 @@ SGLang 0.5.23 wheels; sgl-project/sglang#4161)."""
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 import pytest
 
@@ -53,7 +54,7 @@ def test_bf16_experts_and_kimi_shapes():
 
 
 def test_vllm_calls_every_h200_an_h200():
-    nvl = gpu("8xh200").model_copy(update={"cuda_name": "NVIDIA H200 NVL"})
+    nvl = replace(gpu("8xh200"), cuda_name="NVIDIA H200 NVL")
     assert "device_name=NVIDIA_H200," in moe_kernel_config(V3, nvl, Layout(tp=8), "vllm").file_name
     assert "device_name=NVIDIA_H200_NVL," in moe_kernel_config(V3, nvl, Layout(tp=8), "sglang").file_name
 

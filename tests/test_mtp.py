@@ -116,7 +116,7 @@ def test_plan_says_what_mtp_would_serve_and_plans_with_it_on_request(cli, tmp_pa
 
 
 def test_a_plan_written_before_the_acceptance_rate_existed_reads_with_the_default(cli, tmp_path):
-    from mla_planner.search.planfile import read_plan
+    from mla_planner.search.planfile_read import read_plan
     data = json.loads(cli("plan", "-m", "deepseek-v2-lite", "-t", "8xh100", "--top", "1", "--json").stdout)
     del data["workload"]["mtp_acceptance"]
     path = tmp_path / "old.json"

@@ -11,7 +11,7 @@ from mla_planner.engines.parser.check import check_command
 
 from mla_planner.launch.build import build, launch_inputs
 from mla_planner.perf.step import decode_step
-from mla_planner.search.planfile import read_plan
+from mla_planner.search.planfile_read import read_plan
 from mla_planner.specs.calibration import load_calibration
 from mla_planner.specs.catalogue import load_model
 from mla_planner.specs.knobs import Knobs, tokens_per_step

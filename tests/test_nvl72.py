@@ -5,6 +5,7 @@ TP / EP / DP attention may span trays, and the launch scripts stay one per 4-GPU
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -26,7 +27,7 @@ def test_a_group_across_trays_is_priced_over_nvlink_not_the_nics():
     """The same 8-GPU all-reduce over two 4-GPU hosts: inside an NVL72 over NVLink, between two ordinary hosts over
     their NICs (several times slower at a bandwidth-bound size)."""
     rack = load_topology("gb200-nvl72")
-    hosts = rack.model_copy(update={"nvlink_domain_nodes": 1})
+    hosts = replace(rack, nvlink_domain_nodes=1)
     nbytes = 64 * 2 ** 20
     over_nvlink = _ct("all_reduce", nbytes, 8, rack, load_calibration(None, rack))
     over_nics = _ct("all_reduce", nbytes, 8, hosts, load_calibration(None, hosts))

@@ -12,7 +12,8 @@ from launch_cases import make_plan
 
 from mla_planner import __version__
 from mla_planner.core.errors import InputError
-from mla_planner.search.planfile import _KnobsIn, _LayoutIn, _WorkloadIn, plan_to_dict, read_plan
+from mla_planner.search.planfile import plan_to_dict
+from mla_planner.search.planfile_read import _KnobsIn, _LayoutIn, _WorkloadIn, read_plan
 from mla_planner.specs.knobs import Knobs, Workload
 from mla_planner.specs.layout import Layout
 

@@ -11,7 +11,7 @@ import pytest
 from mla_planner.engines.cuda_graphs import vllm_default_capture_tokens
 from mla_planner.engines.parser.check import check_command
 from mla_planner.launch.build import build, launch_inputs
-from mla_planner.search.planfile import read_plan
+from mla_planner.search.planfile_read import read_plan
 from mla_planner.specs.topology import load_topology
 
 SM10X_ONLY = ("FLASHINFER_MLA", "CUTLASS_MLA", "FLASHMLA", "FLASH_ATTN_MLA", "trtllm_mla", "fa3", "flashmla")

@@ -24,7 +24,8 @@ from mla_planner.specs.calibration import load_calibration
 from mla_planner.specs.catalogue import load_model
 from mla_planner.specs.knobs import Knobs, Workload
 from mla_planner.specs.layout import Layout
-from mla_planner.specs.topology import gpu_table, load_topology
+from mla_planner.specs.gpu import gpu_table
+from mla_planner.specs.topology import load_topology
 from mla_planner.verify import calibrate, env
 
 ROOT = Path(__file__).resolve().parent.parent

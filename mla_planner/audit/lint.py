@@ -20,9 +20,7 @@ with its source, and what to do instead:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from pydantic import ValidationError
+from dataclasses import dataclass, replace
 
 from mla_planner.audit.lint_engine import engine_findings, env_findings
 from mla_planner.audit.lint_command import KV, Command
@@ -43,7 +41,7 @@ from mla_planner.specs.calibration import Calibration
 from mla_planner.specs.knobs import Knobs
 from mla_planner.specs.layout import Layout, layout_problems, query_heads_per_rank
 from mla_planner.specs.model import ModelSpec
-from mla_planner.specs.topology import InterNode, Topology
+from mla_planner.specs.topology import Topology
 
 @dataclass(frozen=True)
 class Finding:
@@ -135,9 +133,9 @@ def _ib_hca(cmd: Command, topo: Topology, layout: Layout) -> list[Finding]:
     if not hca or topo.inter_node is None or layout.instance_gpus <= topo.gpus_per_node:
         return []
     try:
-        InterNode.model_validate({**topo.inter_node.model_dump(), "ib_hca": hca})
-    except ValidationError as exc:
-        msg = exc.errors()[0]["msg"].removeprefix("Value error, ib_hca ")
+        replace(topo.inter_node, ib_hca=hca)
+    except ValueError as exc:
+        msg = str(exc).removeprefix("ib_hca ")
         return [Finding("warn", "NCCL_IB_HCA", msg.replace("make them agree", f"{topo.name} is priced with "
                                                                  f"{topo.inter_node.nics_per_node} per node"))]
     return []

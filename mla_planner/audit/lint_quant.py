@@ -15,7 +15,7 @@ from typing import Optional
 from mla_planner.engines.backends import int8_checkpoint_problem
 from mla_planner.launch.sglang import int8_flag
 from mla_planner.specs.model import ModelSpec
-from mla_planner.specs.topology import GPU
+from mla_planner.specs.gpu import GPU
 
 # --quantization values that convert an FP8 checkpoint on load (SGLang model_config.py accepts them over fp8)
 REQUANTIZE_OK = {"modelopt_fp4", "nvfp4_online"}

@@ -14,7 +14,7 @@ from mla_planner.engines.compressed_kv import is_compressed
 from mla_planner.engines.sparse import (block_accepted, block_multiple, block_rule, dcp_problem, default_kv_class,
                                         kv_class, sparse_backends, sparse_choice)
 from mla_planner.specs.model import ModelSpec
-from mla_planner.specs.topology import GPU
+from mla_planner.specs.gpu import GPU
 
 # vLLM's --kv-cache-dtype spellings -> the KV class its sparse backends store ("auto": the engine's default)
 VLLM_KV = {"auto": "auto", "bfloat16": "bf16", "fp8": "fp8", "fp8_e4m3": "fp8", "fp8_ds_mla": "fp8_ds_mla"}

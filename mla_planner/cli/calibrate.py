@@ -12,7 +12,7 @@ from mla_planner.cli.common import JsonOpt, check_output_file, columns, guard, p
 from mla_planner.cli.params import Arg, Opt
 from mla_planner.core.files import read_text_file
 from mla_planner.specs.calibration import VENDOR_ORIGIN, dump_calibration, load_calibration
-from mla_planner.search.planfile import read_plan
+from mla_planner.search.planfile_read import read_plan
 from mla_planner.search.pick import pick
 
 

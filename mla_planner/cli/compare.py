@@ -28,7 +28,7 @@ from mla_planner.memory.ways_out import fraction_knobs, split_note
 from mla_planner.perf.bands import beside, collective_band, kv_band, performance_bands
 from mla_planner.perf.metrics import Metrics, evaluate
 from mla_planner.perf.step import step_breakdown_s
-from mla_planner.search.planfile import read_plan
+from mla_planner.search.planfile_read import read_plan
 from mla_planner.search.pick import pick
 from mla_planner.specs.catalogue import load_model
 from mla_planner.specs.knobs import ENGINES, MTP_ACCEPTANCE, Knobs, Workload

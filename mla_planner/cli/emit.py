@@ -17,7 +17,7 @@ from mla_planner.launch.disagg_folder import emit_disaggregated
 from mla_planner.launch.emit import Emitted, emit
 from mla_planner.launch.outdir import FolderNotEmpty
 from mla_planner.launch.shell import one_line
-from mla_planner.search.planfile import read_plan
+from mla_planner.search.planfile_read import read_plan
 from mla_planner.search.pick import engine_candidate
 
 

@@ -18,7 +18,7 @@ from mla_planner.cli.console import console
 from mla_planner.core.errors import InputError
 from mla_planner.core.files import read_text_file
 from mla_planner.search.deployment import pick_disaggregated
-from mla_planner.search.planfile import read_plan
+from mla_planner.search.planfile_read import read_plan
 from mla_planner.search.pick import engine_candidate, pick
 
 MARK = {"ok": "ok", "warn": "WARN", "fail": "FAIL", "absent": "-"}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import Annotated, Optional
 
 from rich.table import Table
@@ -132,7 +133,7 @@ def _render_compressed(c: dict) -> None:
 
 def _show_topology(ref: str, as_json: bool) -> None:
     t = load_topology(ref)
-    data = t.model_dump()
+    data = asdict(t)
     data.update(gpu_arch=t.gpu.arch, gpu_arch_id=t.gpu.arch_id, total_gpus=t.total_gpus, domain_gpus=t.domain_gpus,
                 intra_bytes_per_s=t.intra_bytes_per_s,
                 nic_bytes_per_s_per_node=t.nic_bytes_per_s_per_node, nvls=t.uses_nvls)

@@ -28,7 +28,7 @@ from mla_planner.engines.compressed_kv import is_compressed
 from mla_planner.engines.sparse import is_sparse
 from mla_planner.core.files import path_kind, user_path
 from mla_planner.engines.layouts import engine_layout_problem
-from mla_planner.search.planfile import read_plan
+from mla_planner.search.planfile_read import read_plan
 from mla_planner.search.pick import pick
 from mla_planner.specs.catalogue import load_model
 from mla_planner.specs.knobs import Workload

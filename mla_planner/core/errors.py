@@ -18,6 +18,15 @@ class InputError(PlanError):
         super().__init__(f"{loc}: {message}")
 
 
+class FieldError(ValueError):
+    """A record's check on one of its fields (raised in `__post_init__`): validating a user's file, the field
+    joins the location of the InputError line (core/validation.py); built in code, a plain ValueError."""
+
+    def __init__(self, field: str, message: str):
+        self.field = field
+        super().__init__(message)
+
+
 def did_you_mean(word: str, choices) -> str:
     """A ' (did you mean X?)' suffix when `word` is close to one of `choices`, else ''."""
     close = difflib.get_close_matches(str(word), [str(c) for c in choices], n=1, cutoff=0.6)

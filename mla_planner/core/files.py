@@ -5,8 +5,9 @@ the built-in models load without it (`mla-plan models` starts fast)."""
 from __future__ import annotations
 
 import json
+from functools import lru_cache
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Union, get_args, get_origin, get_type_hints
 
 import yaml
 
@@ -27,6 +28,24 @@ class Checked:
 
     def __repr__(self) -> str:
         return f"Checked({', '.join(f'{k}={v!r}' for k, v in self.constraints.items())})"
+
+
+@lru_cache(maxsize=None)
+def float_fields(kind: type) -> tuple[str, ...]:
+    """The fields of the dataclass KIND typed float (checked or optional floats too)."""
+    hints = get_type_hints(kind)
+    return tuple(name for name, hint in hints.items()
+                 if hint is float or (get_origin(hint) is Union and float in get_args(hint)))
+
+
+def with_floats(record) -> None:
+    """Make RECORD's float fields floats, as pydantic's validation of a user's file does: a record built directly
+    from the package's own YAML (a GPU, a topology) may hold an int there, or text (YAML 1.1 reads `3.35e12`,
+    without a sign in the exponent, as a string). Called from the record's `__post_init__`."""
+    for name in float_fields(type(record)):
+        value = getattr(record, name)
+        if isinstance(value, (int, str)) and not isinstance(value, bool):
+            object.__setattr__(record, name, float(value))
 
 
 # Counts and flags in user files are checked by type, not coerced: `true` is not 1 and "512" is not 512

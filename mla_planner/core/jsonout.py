@@ -30,7 +30,7 @@ def dumps(data: dict, indent: int = 2) -> str:
 
 
 def _jsonable(obj: Any):
-    if hasattr(obj, "model_dump"):
+    if hasattr(obj, "model_dump"):   # a pydantic model (the validation points' records)
         return obj.model_dump()
     if hasattr(obj, "__dataclass_fields__"):
         return asdict(obj)

@@ -1,15 +1,21 @@
 """A mapping read from a user's file, validated into a record (a pydantic model, or a dataclass whose fields
-carry core.files' checked types), and pydantic's first complaint turned into one InputError line."""
+carry core.files' checked types), and pydantic's first complaint turned into one InputError line.
+
+pydantic is imported at the first validation, not with this module: the built-in data (models, GPUs,
+topologies) is built directly, so a plan on built-ins never loads it (about 0.1 s of a 2-core machine's start-up;
+benchmarks/startup.py). tests/shape.py allows this one deferred import.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 from functools import lru_cache
-from typing import Any, get_args
+from typing import TYPE_CHECKING, Any, get_args, get_type_hints
 
-from pydantic import BaseModel, TypeAdapter, ValidationError
+from mla_planner.core.errors import FieldError, InputError, did_you_mean
 
-from mla_planner.core.errors import InputError, did_you_mean
+if TYPE_CHECKING:
+    from pydantic import TypeAdapter, ValidationError
 
 UNKNOWN_FIELD = ("extra_forbidden", "unexpected_keyword_argument")   # a pydantic model's, a dataclass's
 
@@ -17,8 +23,9 @@ UNKNOWN_FIELD = ("extra_forbidden", "unexpected_keyword_argument")   # a pydanti
 def validate(kind: type, data: dict, where: str) -> Any:
     """Build KIND (a pydantic model or a dataclass) from DATA, turning the first validation error into one
     InputError line that names WHERE (the file) and the field."""
+    from pydantic import ValidationError
     try:
-        if isinstance(kind, type) and issubclass(kind, BaseModel):
+        if _is_model(kind):
             return kind.model_validate(data)
         return _adapter(kind).validate_python(data)
     except ValidationError as exc:
@@ -27,7 +34,13 @@ def validate(kind: type, data: dict, where: str) -> Any:
 
 @lru_cache(maxsize=None)
 def _adapter(kind: type) -> TypeAdapter:
+    from pydantic import TypeAdapter
     return TypeAdapter(kind)
+
+
+def _is_model(kind: Any) -> bool:
+    """Whether KIND is a pydantic model class (pydantic's own `model_validate`), not a dataclass."""
+    return isinstance(kind, type) and hasattr(kind, "model_validate") and hasattr(kind, "model_fields")
 
 
 def pydantic_to_input_error(exc: ValidationError, kind: type, where: str) -> InputError:
@@ -37,6 +50,9 @@ def pydantic_to_input_error(exc: ValidationError, kind: type, where: str) -> Inp
         known = field_names(kind, err["loc"][:-1])
         return InputError(where, "unknown field" + did_you_mean(err["loc"][-1], known), loc)
     msg = err["msg"].removeprefix("Value error, ")
+    raised = err.get("ctx", {}).get("error")
+    if isinstance(raised, FieldError):   # a record's own check on one field: name it as pydantic names fields
+        loc = ".".join(p for p in (loc, raised.field) if p)
     return InputError(where, msg, loc)
 
 
@@ -53,8 +69,8 @@ def field_names(kind: type, parents: tuple = ()) -> list[str]:
 
 def _fields(kind: Any) -> dict:
     """name -> annotation of a pydantic model's or a dataclass's fields ({} for anything else)."""
-    if isinstance(kind, type) and issubclass(kind, BaseModel):
+    if _is_model(kind):
         return {name: f.annotation for name, f in kind.model_fields.items()}
-    if dataclasses.is_dataclass(kind):
-        return {f.name: f.type for f in dataclasses.fields(kind)}
+    if dataclasses.is_dataclass(kind):   # annotations are text under `from __future__ import annotations`
+        return {f.name: get_type_hints(kind).get(f.name, f.type) for f in dataclasses.fields(kind)}
     return {}

@@ -20,7 +20,7 @@ from mla_planner.core.resources import data_dir
 from mla_planner.engines.sparse import compressed_gpu_problem, unmodelled_on
 from mla_planner.specs.attention.kinds import attention_of
 from mla_planner.specs.model import ModelSpec
-from mla_planner.specs.topology import GPU
+from mla_planner.specs.gpu import GPU
 
 BLOCK_SIZE_CANDIDATES = (1, 16, 32, 64, 128, 256)
 

@@ -11,7 +11,7 @@ from typing import Optional
 from mla_planner.engines.memory_rules import EngineRules, sglang_cuda_graph_max_bs
 from mla_planner.specs.knobs import Knobs, decode_query_len
 from mla_planner.specs.layout import Layout
-from mla_planner.specs.topology import GPU
+from mla_planner.specs.gpu import GPU
 
 
 def vllm_capture_sizes(knobs: Knobs, gpu: GPU) -> list[int]:

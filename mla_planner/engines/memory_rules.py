@@ -6,9 +6,8 @@ vLLM (`vllm/v1/worker/gpu_worker.py` determine_available_memory, `vllm/v1/core/k
     available = total x gpu_memory_utilization - (weights + peak activation + non-torch [+ CUDA graphs])
     num_blocks = available // page_size // num_layers,  page_size = block_size x bytes/token/layer
     "GPU KV cache size" = num_blocks x block_size (x dcp), the minimum over workers and PP stages
-  The context and the communicators (memory.terms), by the wheels' gpu_worker.py: 0.8.5 charges all non-torch
-  memory; 0.9.2-0.10.2 snapshot after the context, before NCCL init (communicators charged); 0.11.0-0.33.0 after
-  NCCL init (vllm-project/vllm#25359: both in the margin). >= 0.21 charges the CUDA-graph estimate.
+  Context, communicators (memory.terms; gpu_worker.py): 0.8.5 charges all non-torch memory; 0.9.2-0.10.2 snapshot
+  before NCCL init (NCCL charged), 0.11.0-0.33.0 after it (vllm-project/vllm#25359); >= 0.21 charges CUDA graphs.
 SGLang (`kv_cache_configurator._profile_available_bytes`, `pool_configurator.calculate_pool_sizes`):
     rest = available_after_weights - pre_load_free x (1 - mem_fraction_static)
     max_total_num_tokens = rest // cell_size // page_size x page_size, cell = (d_c + d_r) x layers x bytes
@@ -30,7 +29,8 @@ from mla_planner.engines.multimodal import sglang_vlm_factor
 from mla_planner.specs.knobs import Knobs
 from mla_planner.specs.layout import Layout
 from mla_planner.specs.model import ModelSpec
-from mla_planner.specs.topology import GPU, Topology
+from mla_planner.specs.gpu import GPU
+from mla_planner.specs.topology import Topology
 
 DRIVER_RESERVE_BYTES = 560 * MiB   # nvidia-smi total - torch's (H100: 81,559 MiB vs 79.10 GiB), no nvidia_smi_mib
 VLLM_DEFAULT_UTILIZATION = 0.92    # vLLM's --gpu-memory-utilization default from 0.20.0 (vllm_default_utilization)

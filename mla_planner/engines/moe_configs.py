@@ -38,7 +38,7 @@ from mla_planner.engines.backends import engine_version
 from mla_planner.engines.parallel import uses_ep_all_to_all
 from mla_planner.specs.layout import Layout
 from mla_planner.specs.model import ModelSpec
-from mla_planner.specs.topology import GPU
+from mla_planner.specs.gpu import GPU
 
 UNTUNED_LOG = {"vllm": "Using default MoE config",             # what each engine logs without a tuned file
                "sglang": "Using default MoE kernel config"}

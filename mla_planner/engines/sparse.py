@@ -20,7 +20,7 @@ from mla_planner.core.files import parse_yaml
 from mla_planner.core.resources import data_dir
 from mla_planner.specs.attention.kinds import attention_of
 from mla_planner.specs.model import ModelSpec
-from mla_planner.specs.topology import GPU
+from mla_planner.specs.gpu import GPU
 
 FLAG_VALUE = {"vllm": {"bf16": "bfloat16", "fp8": "fp8", "fp8_ds_mla": "fp8"},        # what the engine is told
               "sglang": {"bf16": "bfloat16", "fp8": "fp8_e4m3", "fp8_ds_mla": "fp8_e4m3"}}

@@ -5,17 +5,22 @@ as digits) unless it is `Shell` text this module produced itself: an argv render
 the `argv` filter, or a comment / prose line with its control characters escaped. A model path,
 interface name, HCA list or head address therefore reaches the script as exactly one shell word,
 whatever it contains. Undefined names fail (StrictUndefined). Writing the folder is outdir.py.
+
+jinja2 is imported when the first template is rendered, not with this module: `plan` without `--emit`
+renders none (tests/shape.py allows this one deferred import).
 """
 
 from __future__ import annotations
 
 from functools import lru_cache
-
-import jinja2
+from typing import TYPE_CHECKING
 
 from mla_planner.core.resources import data_dir
 from mla_planner.launch.command import ShellRef
 from mla_planner.launch.shell import Shell, one_line, quote_word
+
+if TYPE_CHECKING:
+    import jinja2
 
 
 def argv_filter(argv: list[str], indent: int = 4) -> Shell:
@@ -56,6 +61,7 @@ def _finalize(value):
 
 @lru_cache(maxsize=1)
 def environment() -> jinja2.Environment:
+    import jinja2
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(data_dir("templates"))),
                              undefined=jinja2.StrictUndefined, finalize=_finalize, autoescape=False,
                              keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True)

@@ -22,7 +22,8 @@ from mla_planner.engines.parallel import MORI_DEFAULT_HEAP_BYTES, a2a_library, u
 from mla_planner.specs.attention.kinds import attention_of
 from mla_planner.specs.layout import Layout
 from mla_planner.specs.model import ModelSpec
-from mla_planner.specs.topology import GPU, Topology
+from mla_planner.specs.gpu import GPU
+from mla_planner.specs.topology import Topology
 
 RESIDUAL_STREAM_COPIES = 3     # hidden_states, residual, and the layer output being formed (vLLM
                                # DeepseekV2DecoderLayer: residual add + RMSNorm keep two, the MLP output a third)

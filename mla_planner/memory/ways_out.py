@@ -176,7 +176,7 @@ def _more_nodes(topo: Topology) -> Topology:
     update: dict = {"nodes": topo.nodes * 2, "name": f"{topo.name}-x2"}
     if topo.inter_node is None:
         update["inter_node"] = InterNode(fabric="infiniband", nics_per_node=topo.gpus_per_node, nic_gbit_per_s=400)
-    return topo.model_copy(update=update)
+    return replace(topo, **update)
 
 
 

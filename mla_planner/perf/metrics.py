@@ -61,7 +61,8 @@ from mla_planner.perf.prefill import Prefill
 from mla_planner.perf.step import DecodeStep, decode_step
 from mla_planner.specs.model import ModelSpec
 from mla_planner.specs.sizing import kv_bytes_per_token, weight_bytes_breakdown
-from mla_planner.specs.topology import GPU, Topology
+from mla_planner.specs.gpu import GPU
+from mla_planner.specs.topology import Topology
 
 
 @dataclass(frozen=True)

@@ -4,9 +4,8 @@ Per layer on one GPU (named terms that sum to the layer's time):
   each op of perf.layer_work (attn.proj, attn.core, ffn.dense | moe.gate, moe.shared, moe.experts):
       roofline max(bytes / (HBM x hbm_efficiency), FLOPs / (peak x tensor_core_efficiency)); the attention
       kernel uses attention_hbm_efficiency / attention_tensor_core_efficiency, the routed experts'
-      grouped GEMMs moe_hbm_efficiency (int4_moe_hbm_efficiency for int4 weight-only experts); fp8 / int8
-      peak for fp8 / int8 weights on a GPU with those tensor cores (GPU.tensor_flops_per_s; Williams et al.,
-      "Roofline", CACM 2009; docs/step-model.md section 3)
+      grouped GEMMs moe_hbm_efficiency (int4_moe_hbm_efficiency for int4 weight-only experts); fp8 / int8 peak
+      for fp8 / int8 weights on GPUs with such tensor cores (GPU.tensor_flops_per_s; Williams et al., "Roofline")
   each collective of perf.layer_comm (TP all-reduce, EP all-to-all, DP gather/scatter, DCP, Route B), not
       overlapped with compute (vLLM and SGLang run them on the compute stream in decode)
   launch: kernels_per_layer x graph_kernel_overhead_s (CUDA-graph replay)
@@ -37,7 +36,8 @@ from mla_planner.specs.layout import Layout
 from mla_planner.specs.model import ModelSpec
 from mla_planner.perf.layer_work import (Batch, LayerWeights, Op, attention_ops, ffn_ops, head_ops, layer_weights,
                                          mtp_proj_ops)
-from mla_planner.specs.topology import GPU, Topology
+from mla_planner.specs.gpu import GPU
+from mla_planner.specs.topology import Topology
 
 
 @dataclass(frozen=True)

@@ -67,7 +67,7 @@ def pool_topology(topo: Topology, nodes: int) -> Topology:
     several, else over the NICs."""
     domain = topo.nvlink_domain_nodes
     inside = domain if nodes % domain == 0 else (nodes if nodes < domain else 1)   # any trays of one rack: NVLink
-    return topo.model_copy(update={"nodes": nodes, "nvlink_domain_nodes": inside})
+    return replace(topo, nodes=nodes, nvlink_domain_nodes=inside)
 
 
 def disaggregation_problem(topo: Topology) -> str:
@@ -188,7 +188,7 @@ def crossover_nodes(spec: ModelSpec, topo: Topology, workload: Workload, calib: 
         return None
     pairs = _pairs(spec, topo, workload, calib, engines, kv_dtype, pinned)
     for nodes in range(2, CROSSOVER_NODES * topo.nodes + 1):
-        more = topo.model_copy(update={"nodes": nodes}) if nodes % topo.nvlink_domain_nodes == 0 else None
+        more = replace(topo, nodes=nodes) if nodes % topo.nvlink_domain_nodes == 0 else None
         if more is None:
             continue
         for engine, kv, p, d in pairs:

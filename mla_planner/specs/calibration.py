@@ -33,7 +33,6 @@ from pathlib import Path
 from typing import Any, Literal, Optional
 
 import yaml
-from pydantic import BaseModel, ConfigDict
 
 from mla_planner.core.files import read_mapping, user_path
 from mla_planner.core.validation import validate
@@ -96,16 +95,17 @@ class Calibration:
         return default_sources()[name] if where == "default" else where
 
 
-class CalibrationFile(BaseModel):
-    """What `--calibration FILE` holds (the edge: validated here, plain `Calibration` inside)."""
-    model_config = ConfigDict(extra="forbid")
+@dataclass(frozen=True, kw_only=True)
+class CalibrationFile:
+    """What `--calibration FILE` holds (the edge: validated by pydantic, plain `Calibration` inside)."""
+    __pydantic_config__ = {"extra": "forbid"}     # read by pydantic when it validates the file
     format: Literal["mla-plan-calibration/1"]
     gpu: Optional[str] = None
     topology: Optional[str] = None
     measured_at: Optional[str] = None
     tool: Optional[str] = None
     efficiency: dict[str, float]
-    measurements: dict[str, Any] = {}
+    measurements: dict[str, Any] = field(default_factory=dict)
 
 
 def load_calibration(path: str | Path | None, topo: Topology) -> Calibration:
@@ -149,5 +149,5 @@ def dump_calibration(efficiency: dict, gpu: str | None = None, topology: str | N
     doc = {"format": FORMAT, "gpu": gpu, "topology": topology, "measured_at": measured_at, "tool": tool,
            "efficiency": dict(efficiency), "measurements": measurements or {}}
     doc = {k: v for k, v in doc.items() if v not in (None, {})} | {"efficiency": dict(efficiency)}
-    CalibrationFile.model_validate(doc)
+    validate(CalibrationFile, doc, "calibration")
     return yaml.safe_dump(doc, sort_keys=False)

@@ -1,145 +1,52 @@
 """Cluster topology: nodes of GPUs, the link inside a node and the fabric between nodes.
 
-Every number carries its unit in its name. The GPU is named from the built-in table
-(`mla_planner/data/gpus.yaml`, each figure with its source) or given inline.
+Every number carries its unit in its name. The GPU is named from the built-in table (specs/gpu.py,
+`mla_planner/data/gpus.yaml`) or given inline.
+
+Frozen dataclasses: a built-in topology is built directly from its file (no pydantic import on the way to a
+plan); a user's file is validated by pydantic on the fields' `Checked` constraints (core/validation.py), and
+tests/test_topology_schema.py holds every built-in equal to its validated self. `__post_init__` checks that the
+fields agree, either way.
 """
 
 from __future__ import annotations
 
+import json
 import re
-
-from functools import cached_property, lru_cache
+from dataclasses import asdict, dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Annotated, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
-
-from mla_planner.core.errors import InputError, PlanError, did_you_mean
-from mla_planner.core.files import Checked, parse_yaml, Flag, NonNegInt, path_kind, read_mapping, user_path
+from mla_planner.core.errors import FieldError, InputError, PlanError, did_you_mean
+from mla_planner.core.files import (Checked, Flag, NonNegInt, parse_yaml, path_kind, read_mapping, user_path,
+                                    with_floats)
 from mla_planner.core.validation import validate
-from mla_planner.core.hashing import HashedByContent
 from mla_planner.core.resources import data_dir
 from mla_planner.specs.efficiency import check_overrides
+from mla_planner.specs.gpu import GPU, LatencyUs, LinkGBps, gpu_table
 
-Strict = ConfigDict(frozen=True, extra="forbid")
-
-# Plausible ranges (units in the names), spanning every GPU and link sold with margin on both sides: they refuse
-# what is not a measurement (NaN, .inf, 1e-300 B/s, 1e30 B of memory: priced, it gave 5.6e25 KV tokens) before
-# it reaches the model. Memory up to 4 TiB per GPU; HBM 10 GB/s - 1 PB/s; dense tensor rates 1 TFLOP/s -
-# 1 EFLOP/s (0: no such tensor cores); links up to 100 TB/s; latencies up to one second.
-MemoryBytes = Annotated[int, Checked(strict=True, ge=2**28, le=2**42)]
-HbmRate = Annotated[float, Checked(allow_inf_nan=False, ge=1e10, le=1e15)]
-FlopRate = Annotated[float, Checked(allow_inf_nan=False, ge=1e12, le=1e18)]
-OptionalFlopRate = Annotated[float, Checked(allow_inf_nan=False, ge=0, le=1e18)]
-LinkRate = Annotated[float, Checked(allow_inf_nan=False, ge=0, le=1e14)]
-LinkGBps = Annotated[float, Checked(allow_inf_nan=False, ge=0.1, le=1e5)]
-LatencyUs = Annotated[float, Checked(allow_inf_nan=False, ge=1e-3, le=1e6)]
-Count = Annotated[int, Checked(strict=True, gt=0, le=1_000_000)]
-
-# The NVIDIA architectures by compute capability (CUDA C Programming Guide, "Compute Capabilities"), and AMD's by gfx
-# target (ROCm "GPU hardware specifications": gfx942 is MI300X / MI325X, CDNA3; gfx950 is MI355X / MI350X, CDNA4).
-# Blackwell is two families to the engines: sm10x (B200, GB200...) and sm12x (RTX PRO 6000, RTX 50: no sm10x kernels).
-NVIDIA_ARCHS = {"7.0": "volta", "7.5": "turing", "8.0": "ampere", "8.6": "ampere", "8.7": "ampere", "8.9": "ada",
-                "9.0": "hopper", "10.0": "blackwell", "10.3": "blackwell", "11.0": "blackwell",
-                "12.0": "blackwell-sm12x", "12.1": "blackwell-sm12x"}
-AMD_ARCHS = {"gfx90a": "cdna2", "gfx942": "cdna3", "gfx950": "cdna4"}
+STRICT = {"extra": "forbid"}     # read by pydantic when it validates a user's file: unknown keys are refused
 
 
-class GPU(BaseModel):
-    model_config = Strict
-    name: str
-    vendor: Literal["nvidia", "amd"] = "nvidia"
-    memory_bytes: MemoryBytes
-    nvidia_smi_mib: Optional[Count] = None   # total as nvidia-smi prints it (SGLang sizes defaults by it)
-    hbm_bytes_per_s: HbmRate
-    bf16_flops_per_s: FlopRate
-    fp8_flops_per_s: OptionalFlopRate = 0.0
-    int8_ops_per_s: OptionalFlopRate = 0.0    # dense INT8 tensor-core rate (W8A8 GEMMs); 0: they run at bf16's
-    fp4_flops_per_s: OptionalFlopRate = 0.0   # dense FP4 tensor-core rate (NVFP4 W4A4); 0: none (Marlin, bf16 math)
-    compute_capability: Optional[str] = Field(None, pattern=r"^\d+\.\d+$")   # NVIDIA: what CUDA reports
-    gfx_arch: Optional[str] = Field(None, pattern=r"^gfx[0-9a-f]+$")           # AMD: the ROCm gfx target
-    nvlink_bytes_per_s: LinkRate = 0.0
-    xgmi_bytes_per_s: LinkRate = 0.0   # AMD Infinity Fabric to its peers, per GPU per direction (all links)
-    cuda_name: Optional[str] = None           # torch.cuda.get_device_name(): what tuned-kernel files are keyed on
-    source: Optional[str] = None
-
-    @model_validator(mode="after")
-    def _fp8_rate_where_fp8_exists(self):
-        if self.vendor == "nvidia":
-            if self.compute_capability is None:
-                raise ValueError("compute_capability is required for an NVIDIA GPU (e.g. \"9.0\" for Hopper)")
-            if self.compute_capability not in NVIDIA_ARCHS:
-                raise ValueError(f"compute_capability {self.compute_capability} is not an NVIDIA architecture (known: "
-                                 f"{', '.join(NVIDIA_ARCHS)}); an AMD Instinct GPU is given as vendor: amd with its "
-                                 "gfx_arch (gfx942: MI300X / MI325X, gfx950: MI355X)")
-            if self.gfx_arch is not None:
-                raise ValueError("gfx_arch is an AMD field; an NVIDIA GPU has a compute_capability")
-        else:
-            if self.gfx_arch not in AMD_ARCHS:
-                raise ValueError(f"gfx_arch {self.gfx_arch} is not an AMD Instinct architecture the planner knows "
-                                 f"({', '.join(AMD_ARCHS)})")
-            if self.compute_capability is not None:
-                raise ValueError("compute_capability is a CUDA figure; an AMD GPU is described by its gfx_arch")
-        if self.sm >= 89 and not self.fp8_flops_per_s:
-            raise ValueError(f"fp8_flops_per_s is missing: a compute capability {self.compute_capability} GPU has FP8 "
-                             "tensor cores; give their dense FP8 FLOP/s (the datasheet's, without sparsity)")
-        return self
-
-    @cached_property
-    def sm(self) -> int:
-        """NVIDIA compute capability as an integer, 9.0 -> 90 (0 for an AMD GPU: no CUDA architecture)."""
-        if self.compute_capability is None:
-            return 0
-        major, minor = self.compute_capability.split(".")
-        return int(major) * 10 + int(minor)
-
-    @property
-    def arch(self) -> str:
-        """The architecture family: NVIDIA ampere / ada / hopper / blackwell / blackwell-sm12x, AMD cdna2 / 3 / 4."""
-        if self.vendor == "amd":
-            return AMD_ARCHS[self.gfx_arch]
-        return NVIDIA_ARCHS[self.compute_capability]
-
-    @property
-    def arch_id(self) -> str:
-        """The architecture as the toolchains name it: sm90, sm100, gfx942."""
-        return self.gfx_arch if self.vendor == "amd" else f"sm{self.sm}"
-
-    @cached_property
-    def has_fp8(self) -> bool:
-        return self.fp8_flops_per_s > 0 and (self.sm >= 89 or self.vendor == "amd")
-
-    def tensor_flops_per_s(self, precision: str) -> float:
-        """Dense peak of a GEMM whose operands are `precision`: fp8 on FP8 tensor cores (sm89+), int8 (W8A8:
-        int8 weights, per-token int8 activations) on INT8 tensor cores where the table gives their rate, else
-        fp4 (NVFP4 W4A4) on FP4 tensor cores where the table gives their rate (Blackwell), w4a8 (MXFP4 weights with
-        FP8 activations: Blackwell's mixed-input tensor-core MMA runs it at the FP8 rate) where the GPU has FP4
-        tensor cores, else bf16 (weight-only formats, FP8 Marlin, int4 and FP4 Marlin, dequantize to bf16 in the
-        kernel)."""
-        if precision == "fp8" and self.has_fp8:
-            return self.fp8_flops_per_s
-        if precision == "int8" and self.int8_ops_per_s:
-            return self.int8_ops_per_s
-        if precision == "fp4" and self.fp4_flops_per_s:
-            return self.fp4_flops_per_s
-        if precision == "w4a8" and self.fp4_flops_per_s and self.has_fp8:
-            return self.fp8_flops_per_s
-        return self.bf16_flops_per_s
-
-
-class IntraNode(BaseModel):
-    model_config = Strict
+@dataclass(frozen=True, kw_only=True)
+class IntraNode:
+    __pydantic_config__ = STRICT
     kind: Literal["nvswitch", "nvlink", "xgmi", "pcie"] = "nvswitch"   # xgmi: AMD Infinity Fabric, a full mesh
     gbytes_per_s: Optional[LinkGBps] = None   # per GPU, per direction; default: the GPU's NVLink or PCIe
     latency_us: LatencyUs = 3.0
     nvls: Optional[Flag] = None                    # NVLink SHARP all-reduce; default on for NVSwitch, SM90+
 
+    def __post_init__(self) -> None:
+        with_floats(self)
+
 
 MAX_NIC_GBIT_PER_S = 3200   # above any NIC sold (ConnectX-8: 800 Gb/s); catches a figure in bits/s
 
 
-class InterNode(BaseModel):
-    model_config = Strict
+@dataclass(frozen=True, kw_only=True)
+class InterNode:
+    __pydantic_config__ = STRICT
     fabric: Literal["infiniband", "roce", "ethernet"]
     nics_per_node: Annotated[int, Checked(strict=True, gt=0, le=64)]
     nic_gbit_per_s: Annotated[float, Checked(allow_inf_nan=False, gt=0)]   # the ceiling below names a unit mistake
@@ -148,23 +55,21 @@ class InterNode(BaseModel):
     ib_hca: Optional[str] = None          # NCCL_IB_HCA, e.g. "mlx5_0,mlx5_1"
     ib_gid_index: Optional[NonNegInt] = None  # NCCL_IB_GID_INDEX (RoCE v2: usually 3)
 
-    @field_validator("nic_gbit_per_s")
-    @classmethod
-    def _gbit(cls, value: float):
-        if value > MAX_NIC_GBIT_PER_S:
-            raise ValueError(f"is in Gb/s per NIC (400 for NDR InfiniBand), at most {MAX_NIC_GBIT_PER_S:,}; got "
-                             f"{value:g} (bits/s?)")
-        return value
+    def __post_init__(self) -> None:
+        with_floats(self)
+        if self.nic_gbit_per_s > MAX_NIC_GBIT_PER_S:
+            raise FieldError("nic_gbit_per_s", f"is in Gb/s per NIC (400 for NDR InfiniBand), at most "
+                             f"{MAX_NIC_GBIT_PER_S:,}; got {self.nic_gbit_per_s:g} (bits/s?)")
+        self._hcas_match_nics()
 
-    @model_validator(mode="after")
-    def _hcas_match_nics(self):
+    def _hcas_match_nics(self) -> None:
         """NCCL_IB_HCA restricts NCCL to the devices it names: exact names (mlx5_0, =mlx5_0, mlx5_0:1) fewer
         than nics_per_node would leave NICs the model prices unused, and more would have NCCL spread over NICs
         the model does not price (a storage or front-end NIC, or a nics_per_node set too low). Ports of one
         device (mlx5_0:1,mlx5_0:2) count once. A prefix (mlx5) or an exclusion (^...) names no count, and is
         left alone."""
         if not self.ib_hca or self.ib_hca.startswith("^"):
-            return self
+            return
         names = [n.strip() for n in self.ib_hca.lstrip("=").split(",") if n.strip()]
         exact = self.ib_hca.startswith("=") or all(re.fullmatch(r"[\w.-]*_\d+(:\d+)?", n) for n in names)
         devices = len({n.split(":")[0] for n in names})
@@ -172,42 +77,44 @@ class InterNode(BaseModel):
             raise ValueError(f"ib_hca names {devices} HCA(s) ({self.ib_hca}) but nics_per_node is "
                              f"{self.nics_per_node}: NCCL would use " + ("only those" if devices < self.nics_per_node
                                                                          else "all of them") + "; make them agree")
-        return self
 
 
-class Topology(HashedByContent):
-    model_config = Strict
+@dataclass(frozen=True, kw_only=True)
+class Topology:
+    __pydantic_config__ = STRICT
     name: str
     description: str = ""
     nodes: Annotated[int, Checked(strict=True, gt=0, le=65_536)]   # hosts (a GB200 NVL72 compute tray is one)
     gpus_per_node: Annotated[int, Checked(strict=True, gt=0, le=1_024)]
     nvlink_domain_nodes: Annotated[int, Checked(strict=True, gt=0, le=1_024)] = 1     # hosts that share one NVLink domain: 18 for a GB200/GB300 NVL72 rack (18
                                         # trays of 4 GPUs on its NVLink switch trays); 1 for an ordinary node
-    gpu: GPU
+    gpu: GPU                            # built in code, a built-in GPU's name is taken too (its table entry)
     intra_node: IntraNode = IntraNode()
     inter_node: Optional[InterNode] = None
-    efficiency: dict[str, float] = {}
+    efficiency: dict[str, float] = field(default_factory=dict)
 
-    @field_validator("gpu", mode="before")
-    @classmethod
-    def _gpu_by_name(cls, value):
-        if isinstance(value, str):
+    def __post_init__(self) -> None:
+        """A GPU named from the table (or nested fields given as mappings, as a built-in file has them) is
+        built, then the fields are checked to agree."""
+        with_floats(self)
+        gpu = self.gpu
+        if isinstance(gpu, str):
             table = gpu_table()
-            if value not in table:
-                raise ValueError(f"unknown GPU '{value}'{did_you_mean(value, table)}; built-in: {', '.join(table)}")
-            return table[value]
-        return value
-
-    @field_validator("efficiency")
-    @classmethod
-    def _fractions(cls, value: dict):
-        for key, frac in value.items():
+            if gpu not in table:
+                raise ValueError(f"unknown GPU '{gpu}'{did_you_mean(gpu, table)}; built-in: {', '.join(table)}")
+            gpu = table[gpu]
+        object.__setattr__(self, "gpu", GPU(**gpu) if isinstance(gpu, dict) else gpu)
+        if isinstance(self.intra_node, dict):
+            object.__setattr__(self, "intra_node", IntraNode(**self.intra_node))
+        if isinstance(self.inter_node, dict):
+            object.__setattr__(self, "inter_node", InterNode(**self.inter_node))
+        object.__setattr__(self, "efficiency", {key: float(frac) for key, frac in self.efficiency.items()})
+        for key, frac in self.efficiency.items():
             if not 0 < frac <= 1:
-                raise ValueError(f"efficiency.{key} must be in (0, 1], got {frac}")
-        return value
+                raise FieldError("efficiency", f"efficiency.{key} must be in (0, 1], got {frac}")
+        self._fabric_when_multinode()
 
-    @model_validator(mode="after")
-    def _fabric_when_multinode(self):
+    def _fabric_when_multinode(self) -> None:
         if self.nodes > 1 and self.inter_node is None:
             raise ValueError("inter_node is required when nodes > 1")
         link = "xgmi_bytes_per_s" if self.intra_node.kind == "xgmi" else "nvlink_bytes_per_s"
@@ -224,7 +131,15 @@ class Topology(HashedByContent):
         if (self.intra_node.kind == "xgmi") != (self.gpu.vendor == "amd"):
             raise ValueError(f"intra_node.kind {self.intra_node.kind} does not go with an {self.gpu.vendor.upper()} GPU "
                              "(xgmi is AMD's Infinity Fabric; NVIDIA GPUs link by nvswitch, nvlink or pcie)")
-        return self
+
+    @cached_property
+    def _content_hash(self) -> int:
+        return hash(json.dumps(asdict(self), sort_keys=True))
+
+    def __hash__(self) -> int:
+        """Equal content, equal hash, computed once: the model functions memoise on the topology
+        (efficiency is a dict)."""
+        return self._content_hash
 
     @property
     def total_gpus(self) -> int:
@@ -273,12 +188,6 @@ class Topology(HashedByContent):
         return self.intra_node.kind == "nvswitch" and self.gpu.sm >= 90
 
 
-@lru_cache(maxsize=1)
-def gpu_table() -> dict[str, GPU]:
-    raw = parse_yaml((data_dir("gpus.yaml")).read_text())
-    return {name: GPU(name=name, **fields) for name, fields in raw.items()}
-
-
 def builtin_topologies() -> dict[str, Path]:
     return {p.stem: p for p in sorted(data_dir("topologies").glob("*.yaml"))}
 
@@ -295,6 +204,21 @@ def load_topology(ref: str) -> Topology:
     elif kind == "missing":
         raise InputError(ref, "not a built-in topology nor an existing file" + did_you_mean(ref, builtin)
                          + f"; built-ins: {', '.join(builtin)}")
-    topo = validate(Topology, read_mapping(path), str(path))
+    if path == builtin.get(ref):   # the package's own file, checked by the tests: built directly
+        topo = Topology(**parse_yaml(path.read_text(encoding="utf-8")))
+    else:
+        topo = validate(Topology, _gpu_named(read_mapping(path), str(path)), str(path))
     check_overrides(topo.efficiency, str(path))
     return topo
+
+
+def _gpu_named(data: dict, where: str) -> dict:
+    """DATA with a built-in GPU's name replaced by its table entry (an unknown name refused at `gpu`)."""
+    name = data.get("gpu")
+    if not isinstance(name, str):
+        return data
+    table = gpu_table()
+    if name not in table:
+        raise InputError(where, f"unknown GPU '{name}'{did_you_mean(name, table)}; built-in: {', '.join(table)}",
+                         "gpu")
+    return {**data, "gpu": table[name]}

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 import torch
 
 from mla_planner.core.errors import PlanError
-from mla_planner.specs.topology import GPU, Topology
+from mla_planner.specs.gpu import GPU
+from mla_planner.specs.topology import Topology
 from mla_planner.verify.check import Check
 
 MEMORY_TOLERANCE = 0.05   # visible memory differs from the table by the driver's reserve (~0.4 %) and
