@@ -120,12 +120,12 @@ def test_collective_times_carry_the_band_of_their_regime(cli):
 
 
 def test_cuda_graph_memory_rows_are_the_memory_models_graph_term(cli):
-    """validate prices a logged graph memory with `memory`'s cuda_graph term for the same run (the miss stays visible:
-    SGLang's graphs are priced several times low, docs/memory.md section 3)."""
+    """validate prices a logged graph memory with `memory`'s cuda_graph term for the same run (docs/memory.md
+    section 1: SGLang before 0.5.0 kept every captured size's logits)."""
     points = [p for p in json.loads(cli("validate", "--json").stdout)["points"] if p["category"] == "cuda_graph_memory"]
     assert points and all(p["role"] == "held_out" and p["unit"] == "GiB" for p in points)
     b200 = next(p for p in points if p["id"] == "graph-sglang-r1-b200x8-tp8ep8")
     d = json.loads(cli("memory", "-m", "deepseek-r1", "-t", "8xb200", "--tp", "8", "--ep", "8", "-e", "sglang",
                        "--engine-version", "0.4.10", "--mem-fraction-static", "0.821", "--max-num-batched-tokens",
-                       "16384", "--cuda-graph-max-bs", "512", "--json").stdout)
+                       "16384", "--cuda-graph-max-bs", "512", "--block-size", "1", "--json").stdout)
     assert b200["predicted"] == pytest.approx(d["per_gpu"][0]["terms"]["cuda_graph"] / 2**30)

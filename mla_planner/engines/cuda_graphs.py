@@ -6,12 +6,19 @@ MiaAI-Lab/DeepSeek-v4-Flash-One-DGX-Spark#7). The memory model charges each capt
 
 from __future__ import annotations
 
+from math import ceil
 from typing import Optional
 
-from mla_planner.engines.memory_rules import EngineRules, sglang_cuda_graph_max_bs
+from mla_planner.engines.backends import usable_backends
+from mla_planner.engines.compressed_kv import is_compressed
+from mla_planner.engines.memory_rules import EngineRules, parse_version, sglang_cuda_graph_max_bs
+from mla_planner.specs.gpu import GPU
 from mla_planner.specs.knobs import Knobs, decode_query_len
 from mla_planner.specs.layout import Layout
-from mla_planner.specs.gpu import GPU
+from mla_planner.specs.model import ModelSpec
+
+INDEX_BYTES = 4           # an int32 page index
+LOGITS_ENTRY_BYTES = 4    # the fp32 logits a decode graph writes
 
 
 def vllm_capture_sizes(knobs: Knobs, gpu: GPU) -> list[int]:
@@ -72,3 +79,41 @@ def capture_plan(rules: EngineRules, knobs: Knobs, gpu: GPU, layout: Layout) -> 
         q = decode_query_len(knobs)
         return [s * q for s in sglang_capture_sizes(knobs, gpu, layout)], sets
     return vllm_capture_sizes(knobs, gpu), (2 if rules.graphs_in_budget else 1) * sets
+
+
+def sglang_graph_buffer_bytes(rules: EngineRules, spec: ModelSpec, knobs: Knobs, gpu: GPU, dcp: int, sizes: list[int],
+                              last: bool) -> float:
+    """Bytes SGLang's decode CUDA graphs keep allocated on one GPU beside the graph pool, for the captured SIZES (in
+    tokens, capture_plan's); 0 for vLLM, whose estimate profiles its own capture. The capture log's "mem usage" is
+    the free memory the graph runner takes (0.5.23 model_runner_components/cuda_graph_setup.py capture_decode_graph),
+    so these count with the pool:
+      logits (last stage): one fp32 [rows, vocab] buffer every captured size writes into, rows the largest size's
+        tokens (sgl-project/sglang PR #8579; 0.5.23 graph_shared_output.py, one per process since PR #29779). Before
+        0.5.0 each captured size kept its own fp32 [rows, vocab] output in the pool (0.4.x cuda_graph_runner.py
+        `output_buffers[bs] = out`, logits_processor.py's `.float()` copy): 4 x vocab x the sum of the sizes' rows.
+        PR #8579 (opened 2025-07-30) reports GLM-4.5-Air TP4's graphs going from 5.16 to 2.89 GB with it; where in
+        0.4.10's post-releases it landed is not established, so releases before 0.5.0 are priced with per-size outputs.
+      page index (every stage): the attention backend's int32 index of every page of the context for each request slot
+        of the largest size (init_cuda_graph_state: FA3's page_table, FlashInfer MLA's kv_indices, the trtllm_mla and
+        flashmla block tables); before 0.5.0 FA3 also kept a copy of it per captured size (flashattention_backend.py
+        `decode_cuda_graph_metadata[bs]`, taken by advanced indexing; PR #8579 reports 0.95 GB "with #8567").
+    DeepSeek-V4's own graph buffers are not priced (its pools are SGLang's V4 code, not these tables)."""
+    if rules.engine != "sglang" or not sizes:
+        return 0.0
+    q = decode_query_len(knobs)
+    per_size = parse_version(rules.version) < (0, 5, 0)
+    logits = LOGITS_ENTRY_BYTES * spec.vocab_size * (sum(sizes) if per_size else max(sizes)) if last else 0
+    if is_compressed(spec):
+        return float(logits)
+    slots = max(sizes) // q + (sum(sizes) // q if per_size and _runs_fa3(knobs, gpu, dcp) else 0)
+    return float(logits + INDEX_BYTES * ceil(knobs.max_model_len / knobs.block_size) * slots)
+
+
+def _runs_fa3(knobs: Knobs, gpu: GPU, dcp: int) -> bool:
+    """Whether SGLang runs FA3 for these knobs: the pinned backend, else the first it would choose that takes the page
+    size (data/backends.yaml auto_priority; FA3 was SGLang's MLA default on Hopper in 0.4.x too: model_runner.py
+    model_specific_adjustment, "We will use FA3 backend on hopper")."""
+    if knobs.attention_backend:
+        return knobs.attention_backend == "fa3"
+    usable = [b for b in usable_backends("sglang", gpu, knobs.kv_cache_dtype, dcp) if b.accepts_block(knobs.block_size)]
+    return bool(usable) and usable[0].name == "fa3"

@@ -160,7 +160,7 @@ def sglang_fraction_ceiling(gpu: GPU) -> float:
     reserves under 10 GiB outside the static pool (memory_hook.handle_gpu_memory_settings:
     reserved_mem = max(reserved_mem, 10 * 1024) MiB). The planner keeps to it: DeepSeek's decode CUDA
     graphs alone have taken 5-6 GB with FA3 (sglang#16143; SGLang docs/advanced_features/hyperparameter_tuning.md:
-    keep 5-8 GB free), more than the graph model here predicts. 1.0 (no ceiling) on smaller GPUs."""
+    keep 5-8 GB free), which the graph model here does not explain. 1.0 (no ceiling) on smaller GPUs."""
     mib = nvidia_smi_mib(gpu)
     return round((mib - SGLANG_RESERVE_FLOOR_MIB) / mib, 3) if mib > SGLANG_FLOOR_ABOVE_MIB else 1.0
 

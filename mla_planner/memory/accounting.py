@@ -20,7 +20,7 @@ from mla_planner.core.units import GiB
 from mla_planner.engines.backends import fp8_checkpoint, startup_problems
 from mla_planner.engines.compressed_kv import in_flight_batches, is_compressed
 from mla_planner.engines.compressed_pool import CompressedPool, vllm_buffer_bytes
-from mla_planner.engines.cuda_graphs import capture_plan
+from mla_planner.engines.cuda_graphs import capture_plan, sglang_graph_buffer_bytes
 from mla_planner.engines.parallel import deepep_dispatch_tokens, dense_tp, mori_tokens_per_rank
 from mla_planner.engines.profile import profile
 from mla_planner.memory import terms as mt
@@ -123,7 +123,8 @@ def _stage(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, rules:
         weights_bytes=sum(weights.values()),
         activation_bytes=mt.activation_peak_bytes(spec, layout, tokens, min(knobs.max_num_seqs, tokens), last, ffn_tp,
                                                   rules.sampler_sorts) + profiled_images,
-        cuda_graph_bytes=mt.cuda_graph_bytes(spec, layout, sizes, modes, last, ffn_tp),
+        cuda_graph_bytes=mt.cuda_graph_bytes(spec, layout, sizes, modes, last, ffn_tp)
+        + sglang_graph_buffer_bytes(rules, spec, knobs, topo.gpu, layout.dcp, sizes, last),
         nccl_bytes=mt.nccl_buffer_bytes(layout, topo, rules.engine, spec.is_moe and rules.expert_group),
         runtime_bytes=mt.runtime_overhead_bytes(topo.gpu),
         slot_bytes=pool.marginal_bytes_per_token() if pool else kv_slot_bytes(spec, layout, rng, knobs.kv_cache_dtype,
