@@ -56,7 +56,7 @@ def test_the_moe_gemm_factor_through_a_calibration_file_meets_the_sweep(cli, tmp
 
 def test_the_one_published_cross_node_tp16_point(cli, tmp_path):
     """tenstorrent/tt-inference-server#356: DeepSeek-R1-0528 FP8 on 2 x 8 H100 with InfiniBand, SGLang (mid-2025),
-    one request, 128 in: 23.1 ms per token. The defaults give 11.4 ms (README, Validation: the 2025 engines were
+    one request, 128 in: 23.1 ms per token. The defaults give 11.9 ms (README, Validation: the 2025 engines were
     ~3x slower on one node too, so the gap is not pinned on the network). If it is the network, a cross-node
     all-reduce inside the engine costs ~95 us more than nccl-tests' hot loop: `internode_latency_s` 110 us
     reproduces the point within 5 %, and then the seed comparison's TP16 spends over half its run in collectives."""
@@ -65,7 +65,7 @@ def test_the_one_published_cross_node_tp16_point(cli, tmp_path):
     args = ("compare", "-m", "deepseek-r1", "-t", "2x8xh100-ib", "-e", "sglang", "-l", "tp=16", "--input-len", "128",
             "--output-len", "128", "--tpot-ms", "1000", "--max-num-seqs", "1", "--json")
     default = json.loads(cli(*args).stdout)["layouts"][0]
-    assert default["tpot_s"] * 1e3 < 0.5 * 23.1
+    assert default["tpot_s"] * 1e3 < 0.55 * 23.1
     cal = tmp_path / "engine-ib.yaml"
     cal.write_text(dump_calibration({"internode_latency_s": 1.1e-4}, gpu="H100-SXM-80G", topology="2x8xh100-ib"))
     slow = json.loads(cli(*args, "--calibration", str(cal)).stdout)["layouts"][0]

@@ -1,10 +1,10 @@
 """Published measurements run through the planner's own code: predicted vs published, per point, category and role.
 
 The points (mla_planner/data/validation.yaml) say what was measured and how; each is predicted with the functions
-the commands use: `memory.report.memory_report` (KV capacity, as `memory` prints it), `perf.comm.collective` (busbw
-or time, as the step model prices a collective; `perf.layer_comm.ep_all_to_all_s` an EP dispatch or combine),
-`perf.metrics.evaluate` at the point's concurrency (mean TPOT, as
-`compare` prints it) and `perf.step.decode_step` (wide-EP decode). A point whose role is `fit: FACTOR` set that
+the commands use: `memory.report.memory_report` (KV capacity, as `memory` prints it), `perf.comm.collective` (NCCL's
+busbw or time; `perf.custom_all_reduce` the engines' own all-reduce kernels, `perf.layer_comm.ep_all_to_all_s` an EP
+dispatch or combine), `perf.metrics.evaluate` at the point's concurrency (mean TPOT, as `compare` prints it) and
+`perf.step.decode_step` (wide-EP decode). A point whose role is `fit: FACTOR` set that
 factor of data/efficiency.yaml, so its error says nothing about the model; the `held_out` points are the honest
 figure, and the summary keeps the two apart.
 """
@@ -30,6 +30,7 @@ from mla_planner.memory.ways_out import fraction_knobs
 from mla_planner.perf.bands import collective_regime, same_platform, tpot_regime
 from mla_planner.perf.closed_loop import closed_loop_mean_ttft_s, first_wave, recv_wait_s
 from mla_planner.perf.comm import collective
+from mla_planner.perf.custom_all_reduce import engine_all_reduce, kernel_time_s
 from mla_planner.perf.disagg import prefill_rate
 from mla_planner.perf.layer_comm import ep_all_to_all_s
 from mla_planner.perf.metrics import evaluate
@@ -49,8 +50,7 @@ class Point(BaseModel):
     """One published measurement (data/validation.yaml)."""
     model_config = ConfigDict(extra="forbid")
     id: str
-    category: Literal["kv_capacity", "cuda_graph_memory", "collective", "decode_tpot", "eager_tpot", "ttft",
-                      "decode_throughput", "prefill_throughput"]
+    category: Literal[CATEGORIES]
     role: str                 # "held_out" or "fit: <efficiency factor>"
     regime: str
     source: str
@@ -132,6 +132,15 @@ def _collective(run: dict) -> float:
     cost = collective(run["kind"], run["bytes"], run["gpus"], topo, load_calibration(None, topo),
                       algorithm=run.get("algorithm"))
     return cost.busbw_bytes_per_s / 1e9 if run["what"] == "busbw" else cost.time_s * 1e6
+
+
+def _engine_all_reduce(run: dict) -> float:
+    """One all-reduce in us as the step model prices it inside a domain (perf.custom_all_reduce): the engines' faster
+    kernel, or the `algorithm` (one_shot, two_shot) the measurement ran."""
+    topo = load_topology(run["topology"])
+    if run.get("algorithm"):
+        return kernel_time_s(run["algorithm"], run["bytes"], topo) * 1e6
+    return engine_all_reduce(run["bytes"], run["gpus"], topo, load_calibration(None, topo))[1] * 1e6
 
 
 def _ep_all_to_all(run: dict) -> float:
@@ -216,9 +225,9 @@ def _wide_ep_prefill_tokens_per_node(run: dict) -> float:
     return rate.tokens_per_s / run["nodes"]
 
 
-PREDICT = {"kv_capacity": _kv_capacity, "cuda_graph_gib": _cuda_graph_gib, "busbw": _collective,
-           "time_us": _collective, "ep_all_to_all_us": _ep_all_to_all, "mean_tpot": _mean_tpot, "mean_ttft": _mean_ttft,
-           "wide_ep_tokens_per_node": _wide_ep_tokens_per_node,
+PREDICT = {"kv_capacity": _kv_capacity, "cuda_graph_gib": _cuda_graph_gib, "busbw": _collective, "time_us": _collective,
+           "engine_all_reduce_us": _engine_all_reduce, "ep_all_to_all_us": _ep_all_to_all, "mean_tpot": _mean_tpot,
+           "mean_ttft": _mean_ttft, "wide_ep_tokens_per_node": _wide_ep_tokens_per_node,
            "wide_ep_prefill_tokens_per_node": _wide_ep_prefill_tokens_per_node}
 
 

@@ -12,7 +12,8 @@ The TPOT band's evidence is TP8 runs on one node, SGLang's of DeepSeek-R1 and vL
 evidence is SGLang's DeepSeek-R1 sweep on MI325X (1.2-1.5x slower than the model) and GLM-5.1 sweep on MI300X
 (TileLang DSA kernels, 2.0-2.8x). Collective times take the nccl-tests / rccl-tests
 residuals (bus bandwidths turned into time errors), by whether the group crosses NVLink domains and, inside one, by
-the link; NVLink inside a node has only the points that set its factors, so it borrows the whole category's range.
+the link: inside an NVLink or Infinity Fabric node the held-out points are the engines' own all-reduce kernels'
+(perf/custom_all_reduce.py, which prices a step's all-reduces there); nccl-tests' NVLink points only set factors.
 """
 
 from __future__ import annotations

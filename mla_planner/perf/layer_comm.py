@@ -29,6 +29,7 @@ from mla_planner.core.units import ACT_BYTES
 from mla_planner.engines.parallel import a2a_library, dense_tp, uses_ep_all_to_all
 from mla_planner.engines.profile import profile
 from mla_planner.perf.comm import collective_time_s
+from mla_planner.perf.custom_all_reduce import engine_all_reduce
 from mla_planner.perf.node_limited import node_limited_all_to_all_s
 from mla_planner.perf.layer_work import Batch, ffn_rows
 from mla_planner.specs.attention.kinds import attention_of
@@ -45,8 +46,14 @@ def _spans(group: int, topo: Topology) -> bool:
 
 def _ct(kind: str, nbytes: float, group: int, topo: Topology, calib: Calibration,
         spans: bool | None = None) -> float:
+    """Seconds of one collective over `group` GPUs; an all-reduce inside a domain as the engines run it (their own
+    kernels below a size cap: perf.custom_all_reduce), everything else as NCCL (perf.comm)."""
     spans = _spans(group, topo) if spans is None else spans
-    return collective_time_s(kind, nbytes, group, topo, calib, spans) if group > 1 else 0.0
+    if group < 2:
+        return 0.0
+    if kind == "all_reduce" and not spans:
+        return engine_all_reduce(nbytes, group, topo, calib)[1]
+    return collective_time_s(kind, nbytes, group, topo, calib, spans)
 
 
 def dp_rank_blocks(layout: Layout, engine: str) -> bool:
