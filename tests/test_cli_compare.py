@@ -132,14 +132,14 @@ def test_a_slower_cross_node_network_through_a_calibration_file(cli, tmp_path):
 def test_slower_expert_gemms_through_a_calibration_file_narrow_the_seed_comparison(cli, tmp_path):
     """The README's caveat: with the routed experts' grouped GEMMs at 60 % of HBM bandwidth (a fit to a published
     SGLang sweep; the default is 84 %), expert reads dominate the step, and a pipeline stage reads its experts
-    once per micro-batch: TP8 x PP2's lead in requests and tokens/s (1.26x with the defaults) goes, to a tie within
-    a few per cent (180 requests against TP16's 182, 3.6k tok/s either), while TP16's network share falls (32.7 %
-    against 35.6 %)."""
+    once per micro-batch: TP8 x PP2's lead in requests and tokens/s (1.33x with the defaults) shrinks to a few per
+    cent (189 requests against 182, 3.8k tok/s against 3.6k), while TP16's network share falls (32.7 % against
+    35.6 %)."""
     cal = tmp_path / "moe.yaml"
     cal.write_text(dump_calibration({"moe_hbm_efficiency": 0.60}, gpu="H100-SXM-80G", topology="2x8xh100-ib"))
     tp16, pp2 = json.loads(cli(*SEED, "--json", "--calibration", str(cal)).stdout)["layouts"]
-    assert 0.9 * tp16["concurrency"] < pp2["concurrency"] < 1.1 * tp16["concurrency"]
-    assert 0.9 * tp16["throughput_tokens_per_s"] < pp2["throughput_tokens_per_s"] < 1.1 * tp16["throughput_tokens_per_s"]
+    assert tp16["concurrency"] <= pp2["concurrency"] < 1.1 * tp16["concurrency"]
+    assert tp16["throughput_tokens_per_s"] <= pp2["throughput_tokens_per_s"] < 1.1 * tp16["throughput_tokens_per_s"]
     assert pp2["step_s"] < tp16["step_s"] and pp2["network_wait_share"] < 0.15
     base = json.loads(cli(*SEED, "--json").stdout)["layouts"]
     assert base[1]["concurrency"] > 1.2 * base[0]["concurrency"] and base[0]["concurrency"] > tp16["concurrency"]

@@ -31,9 +31,9 @@ def test_decode_sizes_run_the_engines_kernels_below_nccls_latency():
     assert kernel == "one_shot" and seconds == pytest.approx(5.8e-6 + one_token / 55.3e9)
     assert seconds < 0.6 * collective("all_reduce", one_token, 8, topo, calib).time_s      # NCCL's ~12 us
     assert engine_all_reduce(4 * MIB, 8, topo, calib)[0] == "two_shot"                      # multimem past ~0.4 MiB
-    big = engine_all_reduce(128 * MIB, 8, topo, calib)                                     # past the 64 MiB cap
+    big = engine_all_reduce(32 * MIB, 8, topo, calib)                                      # past the 16 MiB cap
     assert big[0] not in ("one_shot", "two_shot")
-    assert big[1] == collective("all_reduce", 128 * MIB, 8, topo, calib).time_s
+    assert big[1] == collective("all_reduce", 32 * MIB, 8, topo, calib).time_s
 
 
 def test_the_switch_is_where_two_shot_gets_faster():
@@ -50,7 +50,9 @@ def test_pcie_and_groups_across_nodes_stay_with_nccl():
     across = engine_all_reduce(16 * KIB, 16, two, calib2)
     assert across[1] == collective("all_reduce", 16 * KIB, 16, two, calib2, True).time_s
     rack, calib3 = setting("gb200-nvl72")
-    assert engine_all_reduce(16 * KIB, 16, rack, calib3)[0] == "one_shot"      # trays of one NVLink domain
+    assert engine_all_reduce(16 * KIB, 8, rack, calib3)[0] == "one_shot"       # two trays of one NVLink domain
+    tp16 = engine_all_reduce(16 * KIB, 16, rack, calib3)                      # past the engines' 8-GPU kernels
+    assert tp16[1] == collective("all_reduce", 16 * KIB, 16, rack, calib3, False).time_s
 
 
 def test_amd_prices_its_own_line_and_names_what_it_lacks():
@@ -68,3 +70,18 @@ def test_the_step_models_tp_all_reduce_is_the_engines():
     pcie = replace(topo, intra_node=replace(topo.intra_node, kind="pcie"))
     slow = attention_comm(spec, Layout(tp=8), Batch(4, 2048), pcie, calib)["attn.tp_all_reduce"]
     assert slow == collective("all_reduce", 4 * 7168 * 2, 8, pcie, calib, False).time_s > comm["attn.tp_all_reduce"]
+
+
+def test_fewer_gpus_move_fewer_bytes_and_a_faster_link_moves_them_sooner():
+    """At g GPUs a one-shot GPU reads g - 1 peers' buffers, a two-shot one moves 2 (g - 1) / g of the message: the
+    8-GPU lines' bandwidth terms scale by that; and by the link against H100's 450 GB/s."""
+    h100, _ = setting("8xh100")
+    size = 1 * MIB
+    for kernel, moved in (("one_shot", 1 / 7), ("two_shot", 1 / 1.75)):
+        latency = kernel_time_s(kernel, 0, h100, 2)
+        assert kernel_time_s(kernel, size, h100, 2) - latency == pytest.approx(
+            moved * (kernel_time_s(kernel, size, h100, 8) - latency))
+    b200, _ = setting("8xb200")
+    latency = kernel_time_s("two_shot", 0, b200)
+    assert kernel_time_s("two_shot", size, b200) - latency == pytest.approx((kernel_time_s("two_shot", size, h100)
+                                                                             - latency) / 2)

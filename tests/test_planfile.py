@@ -55,6 +55,12 @@ def test_strict_models_cover_every_field_and_require_it(model, dataclass):
     assert all(f.is_required() for name, f in model.model_fields.items() if name not in optional)
 
 
+def test_a_hand_edited_plan_may_name_a_built_in_gpu(tmp_path):
+    """As a topology file may: the name is the GPU table's entry (specs/topology.py gpu_named)."""
+    back = read_plan(_write(tmp_path, lambda d: d["topology"].update(gpu="H200-SXM-141G")))
+    assert back.topology == PLAN.topology
+
+
 def test_a_plan_without_a_layer_partition_means_the_engines_own_split(tmp_path):
     path = _write(tmp_path, lambda d: [c["knobs"].pop("pp_layer_partition") for c in d["candidates"]])
     assert all(c.knobs.pp_layer_partition is None for c in read_plan(path).candidates)
@@ -93,6 +99,7 @@ def test_a_patch_release_reads_the_file(tmp_path):
      "'replicated' or 'latent-sharded'"),
     (lambda d: d["candidates"][0]["layout"].update(tp=-8), "candidates.0.layout.tp", "greater than 0"),
     (lambda d: d["workload"].update(input_len="2k"), "workload.input_len", "valid integer"),
+    (lambda d: d["topology"].update(gpu="H1000"), "topology.gpu", "unknown GPU 'H1000'"),
 ])
 def test_hand_edits_are_refused_naming_file_and_field(tmp_path, edit, field, words):
     path = _write(tmp_path, edit)

@@ -115,8 +115,8 @@ def test_collective_times_carry_the_band_of_their_regime(cli):
     xgmi, nvlink = error_range("collective", "xgmi"), error_range("collective", "nvlink")
     assert xgmi[0] == pytest.approx(1 / 1.564 - 1, abs=2e-3)     # the 16 MB all-reduce's busbw +56.4 %
     assert xgmi[1] == pytest.approx(8.255 / 6.3 - 1, abs=2e-3)    # the AMD kernel line at 24 KiB (one-stage's range)
-    assert nvlink[0] == pytest.approx(6.985 / 8.20 - 1, abs=2e-3)  # the one-shot line at 64 KiB (a concave curve)
-    assert nvlink[1] == pytest.approx(16.42 / 12.98 - 1, abs=2e-3)  # two GPUs' fused one-shot at 1.6 MiB
+    assert nvlink[0] == pytest.approx(10.18 / 12.98 - 1, abs=2e-3)  # two GPUs' fused one-shot at 1.6 MiB
+    assert nvlink[1] == pytest.approx(28.10 / 27.0 - 1, abs=2e-3)   # multimem at 4 MiB on 8 x H100
     rows = json.loads(cli("compare", "-t", "2x8xh100-ib", "-l", "tp=16", "-l", "tp=8,pp=2", "--json").stdout)["layouts"]
     for r in rows:
         assert r["collectives_s"] == r["step_breakdown_s"]["collectives_s"]

@@ -139,7 +139,7 @@ def _engine_all_reduce(run: dict) -> float:
     kernel, or the `algorithm` (one_shot, two_shot) the measurement ran."""
     topo = load_topology(run["topology"])
     if run.get("algorithm"):
-        return kernel_time_s(run["algorithm"], run["bytes"], topo) * 1e6
+        return kernel_time_s(run["algorithm"], run["bytes"], topo, run["gpus"]) * 1e6
     return engine_all_reduce(run["bytes"], run["gpus"], topo, load_calibration(None, topo))[1] * 1e6
 
 

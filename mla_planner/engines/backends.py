@@ -44,6 +44,7 @@ class Backend:
     max_padded_heads: int | None = None     # a head count that is not such a multiple must be at most this
     head_counts: tuple[int, ...] = ()   # the only per-rank head counts the kernel takes (empty: any)
     arch_notes: tuple[tuple[str, str], ...] = ()   # (architecture, why it is not planned there though it starts)
+    graph_tables: tuple[tuple[int, str, str], ...] = ()   # SGLang's decode graphs' index tables (cuda_graphs.py)
 
     def padded_heads(self, heads: int) -> int:
         """The query heads the decode kernel computes for `heads` real ones per rank (AITER MLA: the next multiple
@@ -97,7 +98,7 @@ def backend(engine: str, name: str) -> Backend:
     return Backend(engine, name, tuple(e["archs"]), tuple(e.get("block_sizes", ())), e.get("multiple_of"),
                    e["fp8_kv"], e["dcp"], e["note"], e.get("multi_token_decode", True), e.get("dcp_varlen", False),
                    e.get("pad_heads_multiple", 1), e.get("max_padded_heads"), tuple(e.get("head_counts", ())),
-                   tuple(e.get("arch_notes", {}).items()))
+                   tuple(e.get("arch_notes", {}).items()), tuple(tuple(t) for t in e.get("graph_tables", ())))
 
 
 def mtp_verify_problem(b: Backend, dcp: int) -> str:

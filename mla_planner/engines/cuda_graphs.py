@@ -9,9 +9,10 @@ from __future__ import annotations
 from math import ceil
 from typing import Optional
 
-from mla_planner.engines.backends import usable_backends
+from mla_planner.engines.backends import Backend, backend, usable_backends
 from mla_planner.engines.compressed_kv import is_compressed
 from mla_planner.engines.memory_rules import EngineRules, parse_version, sglang_cuda_graph_max_bs
+from mla_planner.engines.sparse import is_sparse
 from mla_planner.specs.gpu import GPU
 from mla_planner.specs.knobs import Knobs, decode_query_len
 from mla_planner.specs.layout import Layout
@@ -87,33 +88,48 @@ def sglang_graph_buffer_bytes(rules: EngineRules, spec: ModelSpec, knobs: Knobs,
     tokens, capture_plan's); 0 for vLLM, whose estimate profiles its own capture. The capture log's "mem usage" is
     the free memory the graph runner takes (0.5.23 model_runner_components/cuda_graph_setup.py capture_decode_graph),
     so these count with the pool:
-      logits (last stage): one fp32 [rows, vocab] buffer every captured size writes into, rows the largest size's
-        tokens (sgl-project/sglang PR #8579; 0.5.23 graph_shared_output.py, one per process since PR #29779). Before
-        0.5.0 each captured size kept its own fp32 [rows, vocab] output in the pool (0.4.x cuda_graph_runner.py
-        `output_buffers[bs] = out`, logits_processor.py's `.float()` copy): 4 x vocab x the sum of the sizes' rows.
-        PR #8579 (opened 2025-07-30) reports GLM-4.5-Air TP4's graphs going from 5.16 to 2.89 GB with it; where in
-        0.4.10's post-releases it landed is not established, so releases before 0.5.0 are priced with per-size outputs.
-      page index (every stage): the attention backend's int32 index of every page of the context for each request slot
-        of the largest size (init_cuda_graph_state: FA3's page_table, FlashInfer MLA's kv_indices, the trtllm_mla and
-        flashmla block tables); before 0.5.0 FA3 also kept a copy of it per captured size (flashattention_backend.py
-        `decode_cuda_graph_metadata[bs]`, taken by advanced indexing; PR #8579 reports 0.95 GB "with #8567").
+      logits: one fp32 [rows, vocab] buffer every captured size writes into, rows the largest size's tokens, on every
+        pipeline stage (sgl-project/sglang PR #8579; 0.5.23 graph_shared_output.py, one per process since PR #29779,
+        allocated by each decode graph runner whatever its stage). Before 0.5.0 each captured size kept its own fp32
+        [rows, vocab] output in the pool, on the last stage (0.4.x cuda_graph_runner.py `output_buffers[bs] = out`,
+        logits_processor.py's `.float()` copy): 4 x vocab x the sum of the sizes' rows. PR #8579 (opened
+        2025-07-30) reports GLM-4.5-Air TP4's graphs going from 5.16 to 2.89 GB with it; where in 0.4.10's
+        post-releases it landed is not established, so releases before 0.5.0 are priced with per-size outputs;
+      index tables (every stage): what the attention backend's init_cuda_graph_state allocates for the largest size,
+        data/backends.yaml `graph_tables` (FA3's, FlashMLA's and trtllm_mla's int32 page tables, one entry per page
+        of the context and request; FlashInfer MLA's per token; Triton's int64 per query token; AITER's indices and
+        uint8 mask); with MTP, FA3 keeps three more page tables (draft decode, target verify, draft extend:
+        flashattention_backend.py); before 0.5.0 FA3 also kept a copy per captured size (`decode_cuda_graph_metadata
+        [bs]`; PR #8579 reports 0.95 GB "with #8567"); DeepSeek Sparse Attention keeps a page-size-1 int32 table of
+        [tokens, context] where its fused top-k cannot drop it, on ROCm and with MTP (dsa_backend.py
+        init_cuda_graph_state, dsa_drop_wide_page_table).
     DeepSeek-V4's own graph buffers are not priced (its pools are SGLang's V4 code, not these tables)."""
     if rules.engine != "sglang" or not sizes:
         return 0.0
-    q = decode_query_len(knobs)
     per_size = parse_version(rules.version) < (0, 5, 0)
-    logits = LOGITS_ENTRY_BYTES * spec.vocab_size * (sum(sizes) if per_size else max(sizes)) if last else 0
+    logits = LOGITS_ENTRY_BYTES * spec.vocab_size * (sum(sizes) if per_size else max(sizes))
+    logits = logits if last or not per_size else 0
     if is_compressed(spec):
         return float(logits)
-    slots = max(sizes) // q + (sum(sizes) // q if per_size and _runs_fa3(knobs, gpu, dcp) else 0)
-    return float(logits + INDEX_BYTES * ceil(knobs.max_model_len / knobs.block_size) * slots)
+    q, context = decode_query_len(knobs), knobs.max_model_len
+    pages = ceil(context / knobs.block_size)
+    slots = {"requests": max(sizes) // q, "tokens": max(sizes)}
+    if is_sparse(spec):   # DSA's backend: its page table, and the wide one where the fused top-k cannot drop it
+        wide = INDEX_BYTES * context * slots["tokens"] if gpu.vendor == "amd" or knobs.mtp else 0
+        return float(logits + INDEX_BYTES * pages * slots["requests"] + wide)
+    b = _backend(knobs, gpu, dcp)
+    index = sum(entry * (pages if per == "page" else context) * slots[rows] for entry, per, rows in b.graph_tables)
+    if b.name == "fa3":
+        copies = (3 * slots["requests"] if knobs.mtp else 0) + (sum(sizes) // q if per_size else 0)
+        index += INDEX_BYTES * pages * copies
+    return float(logits + index)
 
 
-def _runs_fa3(knobs: Knobs, gpu: GPU, dcp: int) -> bool:
-    """Whether SGLang runs FA3 for these knobs: the pinned backend, else the first it would choose that takes the page
-    size (data/backends.yaml auto_priority; FA3 was SGLang's MLA default on Hopper in 0.4.x too: model_runner.py
-    model_specific_adjustment, "We will use FA3 backend on hopper")."""
+def _backend(knobs: Knobs, gpu: GPU, dcp: int) -> Backend:
+    """The backend SGLang runs for these knobs: the pinned one, else the first it would choose that takes the page
+    size (data/backends.yaml auto_priority; FA3 was SGLang's MLA default on Hopper in 0.4.x too, FlashInfer on
+    Blackwell: model_runner.py model_specific_adjustment, "We will use FA3 backend on hopper")."""
     if knobs.attention_backend:
-        return knobs.attention_backend == "fa3"
+        return backend("sglang", knobs.attention_backend)
     usable = [b for b in usable_backends("sglang", gpu, knobs.kv_cache_dtype, dcp) if b.accepts_block(knobs.block_size)]
-    return bool(usable) and usable[0].name == "fa3"
+    return usable[0] if usable else backend("sglang", "triton")

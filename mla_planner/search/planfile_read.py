@@ -29,7 +29,7 @@ from mla_planner.search.planfile import Candidate, Plan
 from mla_planner.specs.knobs import ENGINES, KV_DTYPES, MTP_ACCEPTANCE, Knobs, Workload
 from mla_planner.specs.layout import KV_LAYOUTS, Layout
 from mla_planner.specs.model import ModelSpec
-from mla_planner.specs.topology import Topology
+from mla_planner.specs.topology import Topology, gpu_named
 from mla_planner.specs.vision import images_problem
 
 Loose, Strict = ConfigDict(extra="ignore"), ConfigDict(extra="forbid", strict=True)
@@ -156,6 +156,8 @@ def read_plan(path: str | Path) -> Plan:
     where = str(path)
     data = read_mapping(Path(path))
     _check_version(data, where)
+    if isinstance(data.get("topology"), dict):   # a built-in GPU given by name, as a topology file may give it
+        data = {**data, "topology": gpu_named(data["topology"], where, "topology.gpu")}
     raw = validate(_PlanIn, data, where)
     limit = raw.model.spec.max_position_embeddings
     for i, c in enumerate(raw.candidates):

@@ -207,18 +207,18 @@ def load_topology(ref: str) -> Topology:
     if path == builtin.get(ref):   # the package's own file, checked by the tests: built directly
         topo = Topology(**parse_yaml(path.read_text(encoding="utf-8")))
     else:
-        topo = validate(Topology, _gpu_named(read_mapping(path), str(path)), str(path))
+        topo = validate(Topology, gpu_named(read_mapping(path), str(path)), str(path))
     check_overrides(topo.efficiency, str(path))
     return topo
 
 
-def _gpu_named(data: dict, where: str) -> dict:
-    """DATA with a built-in GPU's name replaced by its table entry (an unknown name refused at `gpu`)."""
+def gpu_named(data: dict, where: str, at: str = "gpu") -> dict:
+    """A topology mapping DATA with a built-in GPU's name replaced by its table entry (an unknown name refused at
+    `at`, the field's place in the file): what a user's topology or a plan file gives before it is validated."""
     name = data.get("gpu")
     if not isinstance(name, str):
         return data
     table = gpu_table()
     if name not in table:
-        raise InputError(where, f"unknown GPU '{name}'{did_you_mean(name, table)}; built-in: {', '.join(table)}",
-                         "gpu")
+        raise InputError(where, f"unknown GPU '{name}'{did_you_mean(name, table)}; built-in: {', '.join(table)}", at)
     return {**data, "gpu": table[name]}
