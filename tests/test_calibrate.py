@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 import yaml
 
-from mla_planner.audit.calibrate import BenchRun, predicted_tpot_s
+from mla_planner.audit.calibrate import BenchRun, predicted_tpot_s, predicted_ttft_s
 from mla_planner.search.planfile_read import read_plan
 from mla_planner.search.pick import pick
 from mla_planner.specs.calibration import load_calibration
@@ -30,16 +30,19 @@ def plan_path(tmp_path_factory):
 
 
 def synthetic(plan_path, folder, engine="vllm", model=None, gpu=None, concurrencies=CONCURRENCIES,
-              factors=TRUE) -> list[str]:
-    """Benchmark results the model itself predicts with the TRUE factors, in the engine's own result format."""
+              factors=TRUE, ttft=False) -> list[str]:
+    """Benchmark results the model itself predicts with the TRUE factors, in the engine's own result format (with
+    its mean TTFT where `ttft`)."""
     plan = read_plan(plan_path)
     cand = pick(plan, 1, "test")
     true = replace(load_calibration(None, plan.topology), **factors)
     files = []
     for c in concurrencies:
-        run = BenchRun("x", engine, plan.model_path, plan.topology.gpu.name, c, 2048, 512, 0.0)
+        run = BenchRun("x", engine, plan.model_path, plan.topology.gpu.name, c, 2048, 512, 0.0, 4 * c)
         record = {"max_concurrency": c, "completed": 4 * c, "total_input_tokens": 4 * c * 2048,
                   "total_output_tokens": 4 * c * 512, "mean_tpot_ms": predicted_tpot_s(plan, cand, run, true) * 1e3}
+        if ttft:
+            record["mean_ttft_ms"] = predicted_ttft_s(plan, cand, run, true) * 1e3
         if engine == "vllm":
             record |= {"endpoint_type": "openai", "backend": "openai", "model_id": model or plan.model_path,
                        "mla_plan_gpu": gpu or plan.topology.gpu.name}
@@ -84,6 +87,20 @@ def test_calibrate_recovers_known_factors_and_the_plan_applies_them(cli, plan_pa
     assert cli("plan", "-m", "deepseek-v2-lite", "-t", "8xh100", "--calibration", str(out)).exit_code in (0, 1)
 
 
+def test_calibrate_recovers_the_part_of_a_ttft_outside_the_forwards(cli, plan_path, tmp_path):
+    """Results with a mean TTFT (both engines write mean_ttft_ms) also give ttft_host_s: each run's TTFT priced as the
+    benchmark runs it (its first wave, then the steady state), the constant the rest is."""
+    true = {**TRUE, "ttft_host_s": 0.2}
+    files = synthetic(plan_path, tmp_path, factors=true, ttft=True)
+    data = json.loads(cli("calibrate", "--plan", str(plan_path), *files, "-o", str(tmp_path / "c.yaml"),
+                          "--json").stdout)
+    assert set(data["factors"]) == set(true)
+    for name, value in true.items():
+        assert data["factors"][name] == pytest.approx(value, rel=0.05)
+    assert load_calibration(str(tmp_path / "c.yaml"), read_plan(plan_path).topology).ttft_host_s == \
+        pytest.approx(0.2, rel=0.05)
+
+
 @pytest.mark.parametrize("kind, words", [
     ({"engine": "sglang"}, "a sglang benchmark, but the candidate runs vllm"),
     ({"model": "deepseek-ai/DeepSeek-R1"}, "benchmarks deepseek-ai/DeepSeek-R1, but the plan serves"),
@@ -105,6 +122,8 @@ def test_bad_result_files_are_one_line(cli, plan_path, tmp_path):
                         ('{%s, "max_concurrency": 4, "mean_tpot_ms": NaN}' % base, "mean_tpot_ms is nan"),
                         ('{%s, "max_concurrency": 0, "mean_tpot_ms": 9}' % base, "max_concurrency is 0"),
                         ('{%s, "max_concurrency": 4, "mean_tpot_ms": 9, "model_id": 5}' % base, "expected a string"),
+                        ('{%s, "max_concurrency": 4, "mean_tpot_ms": 9, "mean_ttft_ms": -1}' % base,
+                         "mean_ttft_ms is -1"),
                         ('{"backend": "trt"}', "neither vLLM's")):
         bad.write_text(text)
         r = cli("calibrate", "--plan", str(plan_path), str(bad), str(bad))

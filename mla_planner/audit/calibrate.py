@@ -15,7 +15,10 @@ or without them the host time each layer costs, `eager_layer_host_s`) and the ro
 (`moe_hbm_efficiency`, or `int4_moe_hbm_efficiency` for int4 weight-only experts, whose cost grows with the experts
 a batch touches). Each is searched in log space within
 its bounds, by the Nelder-Mead simplex on the mean squared log error of the predicted TPOT; the fitted error is
-reported with the factors.
+reported with the factors. Where the results carry a mean TTFT (both engines' write `mean_ttft_ms`), the part of it
+outside the forwards (`ttft_host_s`, a constant per request the TTFT adds) is the mean of measured less predicted
+without it, each run's TTFT priced as the benchmark runs it: its first wave of prompts at once, then the steady
+state (perf/closed_loop.py).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from mla_planner.core.errors import InputError, PlanError
 from mla_planner.core.files import parse_user_data
 from mla_planner.launch.command import GPU_TAG
 from mla_planner.memory.ways_out import fraction_knobs
+from mla_planner.perf.closed_loop import closed_loop_mean_ttft_s, first_wave
 from mla_planner.perf.layer_work import Op, tensor_precision
 from mla_planner.perf.metrics import evaluate
 from mla_planner.search.planfile import Candidate, Plan
@@ -34,7 +38,7 @@ from mla_planner.specs.calibration import Calibration
 from mla_planner.specs.knobs import Workload
 
 BOUNDS = {"moe_hbm_efficiency": (0.1, 1.0), "int4_moe_hbm_efficiency": (0.1, 1.0),
-          "graph_kernel_overhead_s": (0.2e-6, 200e-6), "eager_layer_host_s": (1e-5, 2e-2)}
+          "graph_kernel_overhead_s": (0.2e-6, 200e-6), "eager_layer_host_s": (1e-5, 2e-2), "ttft_host_s": (1e-4, 1.0)}
 STEP = 0.3              # the starting simplex: each factor 35 % above its current value (log space)
 TOLERANCE = 1e-5        # stop when the simplex is this small (log space: 0.001 % of each factor)
 MAX_ITERATIONS = 300
@@ -51,6 +55,8 @@ class BenchRun:
     input_len: int
     output_len: int
     mean_tpot_s: float
+    prompts: int = 0                        # the requests the run completed
+    mean_ttft_s: float | None = None        # where the result gives it
 
 
 @dataclass(frozen=True)
@@ -103,9 +109,13 @@ def _run(path: str, data: dict) -> BenchRun:
         if value is not None and not isinstance(value, str):
             raise PlanError(f"{path}: the {name} it names is {value!r}, expected a string")
     done = int(fields["completed"])
+    ttft = data.get("mean_ttft_ms")
+    if ttft is not None and (isinstance(ttft, bool) or not isinstance(ttft, (int, float)) or not isfinite(ttft)
+                             or not 0 < ttft <= MAX_COUNT):
+        raise PlanError(f"{path}: mean_ttft_ms is {ttft!r}, expected a positive number of milliseconds")
     return BenchRun(path, engine, model, gpu, int(fields["max_concurrency"]),
                     round(fields["total_input_tokens"] / done), round(fields["total_output_tokens"] / done),
-                    fields["mean_tpot_ms"] / 1e3)
+                    fields["mean_tpot_ms"] / 1e3, done, ttft / 1e3 if ttft is not None else None)
 
 
 def check_runs(runs: list[BenchRun], plan: Plan, cand: Candidate) -> list[str]:
@@ -133,9 +143,9 @@ def running_per_dp_rank(cand: Candidate, concurrency: int) -> int:
     return min(ceil(concurrency / cand.layout.dp), cand.knobs.max_num_seqs)
 
 
-def predicted_tpot_s(plan: Plan, cand: Candidate, run: BenchRun, calib: Calibration) -> float:
-    """Mean TPOT of one replica with `run.concurrency` requests of the run's lengths in flight, the candidate's knobs
-    and the plan's MTP acceptance."""
+def _setting(plan: Plan, cand: Candidate, run: BenchRun):
+    """(layout, workload, knobs) of one replica with `run.concurrency` requests of the run's lengths in flight, the
+    candidate's knobs and the plan's MTP acceptance."""
     layout = replace(cand.layout, replicas=1)
     workload = Workload(input_len=run.input_len, output_len=run.output_len, tpot_ms=1e6, ttft_ms=1e9,
                         mtp_acceptance=plan.workload.mtp_acceptance)
@@ -143,7 +153,23 @@ def predicted_tpot_s(plan: Plan, cand: Candidate, run: BenchRun, calib: Calibrat
                     max_num_batched_tokens=max(cand.knobs.max_num_batched_tokens, cand.knobs.max_num_seqs),
                     max_model_len=max(cand.knobs.max_model_len, workload.max_context_len))
     knobs, _ = fraction_knobs(plan.spec, plan.topology, layout, knobs, knobs.memory_fraction)
+    return layout, workload, knobs
+
+
+def predicted_tpot_s(plan: Plan, cand: Candidate, run: BenchRun, calib: Calibration) -> float:
+    """Mean TPOT of the run (`_setting`)."""
+    layout, workload, knobs = _setting(plan, cand, run)
     return evaluate(plan.spec, plan.topology, layout, knobs, workload, calib).tpot_s
+
+
+def predicted_ttft_s(plan: Plan, cand: Candidate, run: BenchRun, calib: Calibration) -> float:
+    """Mean TTFT of the run as the benchmark measures it: its first `concurrency` prompts at once, packed into
+    forwards of the server's token budget, then the steady state's TTFT (perf/closed_loop.py)."""
+    layout, workload, knobs = _setting(plan, cand, run)
+    m = evaluate(plan.spec, plan.topology, layout, knobs, workload, calib)
+    wave = first_wave(plan.spec, plan.topology, layout, knobs, workload, calib, run.concurrency,
+                      knobs.max_num_batched_tokens)
+    return closed_loop_mean_ttft_s(m.ttft_s, wave, run.concurrency, max(run.prompts, run.concurrency))
 
 
 def _loss(plan, cand, runs, calib) -> float:
@@ -213,6 +239,11 @@ def fit(plan: Plan, cand: Candidate, runs: list[BenchRun], calib: Calibration) -
     fitted = replace(calib, **current)
     after = [predicted_tpot_s(plan, cand, r, fitted) for r in runs]
     rms = sqrt(sum(log(a / r.mean_tpot_s) ** 2 for a, r in zip(after, runs)) / len(runs))
+    timed = [r for r in runs if r.mean_ttft_s]
+    if timed:   # the TTFT adds ttft_host_s to every prediction: its value is the mean gap without it
+        bare = replace(fitted, ttft_host_s=0.0)
+        gap = sum(r.mean_ttft_s - predicted_ttft_s(plan, cand, r, bare) for r in timed) / len(timed)
+        current["ttft_host_s"] = min(max(gap, BOUNDS["ttft_host_s"][0]), BOUNDS["ttft_host_s"][1])
     for name, value in current.items():
         if min(abs(log(value / b)) for b in BOUNDS[name]) < 0.01:
             notes.append(f"{name} ended at its bound {value:.3g}: the results are not explained within the "

@@ -161,8 +161,8 @@ def _mean_tpot(run: dict) -> float:
 
 
 def _mean_ttft(run: dict) -> float:
-    """Mean TTFT in ms of the same evaluation as `_mean_tpot` (the prefill forward, the decode steps it waits for
-    and its queue; not the server's tokenizing, scheduling and streaming around it). A run of a closed-loop
+    """Mean TTFT in ms of the same evaluation as `_mean_tpot` (the prefill forward, the decode steps it waits for,
+    its queue and the part outside the forwards, `ttft_host_s`). A run of a closed-loop
     benchmark that gives its `prompts` (and the server's `prefill_budget_tokens`, what a prefill forward packs) adds
     the first wave of `concurrency` prompts sent at once, and an SGLang server's `recv_interval_steps` the wait for its
     poll of a request that arrives while it decodes (perf.closed_loop)."""

@@ -29,8 +29,9 @@ def calibrate_cmd(results: Annotated[list[str], Arg(help="bench.sh's result file
     The two factors that set how mean TPOT grows with the batch are fitted to the measured TPOTs: the per-step
     fixed cost (the kernel launch gap, standing in for the engine's host overhead) and the routed experts'
     weight streaming (moe_hbm_efficiency; int4_moe_hbm_efficiency for int4 experts), each within its physical
-    bounds; the fitted error is reported. Results from another model, GPU or engine than the candidate's are
-    refused.
+    bounds; the fitted error is reported. Where the results give a mean TTFT, the part of it outside the forward
+    passes (ttft_host_s: the server's and the client's per-request work) is fitted too. Results from another model,
+    GPU or engine than the candidate's are refused.
 
     Exit status: 0 fitted; 2 bad input.
 

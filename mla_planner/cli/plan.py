@@ -40,7 +40,8 @@ def plan_cmd(
                                                                    "(default: as many as the targets allow).")] = None,
     request_rate: Annotated[Optional[float], Opt("--request-rate", help=(
         "Arrivals per second. Little's law at the targets caps the requests in flight (and sizes max-num-seqs); "
-        "the figures are at the model's own steady state, where in flight = rate x (TTFT + output x TPOT)."))] = None,
+        "the figures are at the model's own steady state, where in flight = rate x (TTFT + output x TPOT), the TTFT "
+        "less the part of it outside the engine."))] = None,
     ttft_ms: Annotated[float, Opt("--ttft-ms", help="Time-to-first-token target, ms (held by the p99 "
                                                      "prompt when --input-len gives percentiles).")] = 3000.0,
     tpot_ms: Annotated[float, Opt("--tpot-ms", help="Time-per-output-token target, ms (50 ms = 20 tok/s "

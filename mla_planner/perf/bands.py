@@ -5,8 +5,8 @@ over the held-out published measurements (`mla-plan validate`). If a new predict
 a deployment would measure lies in [predicted / (1 + e_high), predicted / (1 + e_low)]; a figure that varies as
 the inverse (throughput, tokens/s per user, at the same batch) lies in [predicted (1 + e_low), predicted (1 + e_high)].
 A regime with fewer than MIN_POINTS points is widened to its whole category's range: one point gives no spread.
-TTFT's band is wide: the model prices the prefill forward, the decode steps it waits for and its queue, not the
-server's tokenizing, scheduling and streaming around them, and published mean TTFTs are 1.7-7x its figure.
+TTFT's band is wide: the part outside the forward passes (`ttft_host_s`, the server's tokenizing, scheduling and
+streaming) is one constant fit to one sweep, while published mean TTFTs grow faster with the load than the model's.
 The TPOT band's evidence is TP8 runs on one node, SGLang's of DeepSeek-R1 and vLLM's of Kimi-K2.5
 (data/validation.yaml); other layouts and models borrow it. AMD Instinct GPUs have a regime of their own, whose
 evidence is SGLang's DeepSeek-R1 sweep on MI325X (1.2-1.5x slower than the model) and GLM-5.1 sweep on MI300X

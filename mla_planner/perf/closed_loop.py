@@ -47,7 +47,8 @@ def first_wave(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, wo
                concurrency: int, prompt_budget_tokens: int) -> FirstWave:
     """The C prompts sent at once: per DP rank ceil(C / dp) of them, packed `budget // L` to a forward (the server's
     prompt budget, a DP rank's share of it under SGLang; L the tokens a prompt computes), the last forward holding the
-    rest at its own size; the j-th forward's prompts get their first token when it ends."""
+    rest at its own size; the j-th forward's prompts get their first token when it ends, and the part of a TTFT outside
+    the forwards (calib.ttft_host_s) after it."""
     per_rank = ceil(concurrency / layout.dp)
     budget = prompt_budget_tokens // (layout.dp if knobs.engine == "sglang" else 1)
     tokens = prefill_tokens(workload, knobs)
@@ -63,7 +64,7 @@ def first_wave(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, wo
     for n in sizes:
         clock += full.forward_s if n == k else forward(n).forward_s
         waits += n * clock
-    return FirstWave(k, len(sizes), full.forward_s, waits / per_rank)
+    return FirstWave(k, len(sizes), full.forward_s, waits / per_rank + calib.ttft_host_s)
 
 
 def closed_loop_mean_ttft_s(steady_ttft_s: float, wave: FirstWave, concurrency: int, prompts: int) -> float:

@@ -51,7 +51,7 @@ class PrefillRate:
     prompts_per_forward: int       # prompts one DP rank packs into a forward (1 when a prompt needs several)
     forward_s: float               # a packed forward's time (or a lone long prompt's chunks)
     tokens_per_s: float            # prompt tokens/s of the instance (every DP rank busy)
-    lone_s: float                  # one prompt alone: its latency when the instance is idle
+    lone_s: float                  # one prompt alone: its TTFT when the instance is idle (ttft_host_s included)
     kv_fits: bool                  # whether a DP rank's pool holds the packed prompts' KV until it is sent
     kv_capacity_tokens: int = 0    # a DP rank's KV pool, as the engine logs it
     lone_longest_s: float = 0.0    # the longest (p99) prompt alone: the one held to the TTFT target
@@ -126,8 +126,8 @@ def prefill_rate(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, 
                                                             knobs.block_size)) >= k
     longest = prefill_tokens(workload, knobs, workload.input_len_max or workload.input_len)
     lone_longest = prefill(spec, topo, layout, knobs, longest, calib).ttft_s if longest > tokens else lone.ttft_s
-    return PrefillRate(tokens, k, forward, layout.dp * k * tokens / forward, lone.ttft_s, fits,
-                       mem.kv_capacity_tokens if mem.fits else 0, lone_longest)
+    return PrefillRate(tokens, k, forward, layout.dp * k * tokens / forward, lone.ttft_s + calib.ttft_host_s, fits,
+                       mem.kv_capacity_tokens if mem.fits else 0, lone_longest + calib.ttft_host_s)
 
 
 def transfer(spec: ModelSpec, topo: Topology, prefill_layout: Layout, decode_layout: Layout, kv_dtype: str,

@@ -88,14 +88,16 @@ def first_token_s(spec, topo, layout, knobs, workload, calib, batch: int) -> tup
 
 def ttfts_s(spec, topo, layout, knobs, workload, calib, batch: int) -> tuple[float, float]:
     """(TTFT of the typical prompt, TTFT of the longest (p99) one: its own prefill after the same queue) at
-    `batch` running per DP rank; the second is what the TTFT target holds."""
+    `batch` running per DP rank, each with the part outside the forward passes (calib.ttft_host_s: the server's
+    and client's per-request work, fit to a published sweep); the second is what the TTFT target holds."""
     first, queue = first_token_s(spec, topo, layout, knobs, workload, calib, batch)
     longest = workload.input_len_max or workload.input_len
+    host = calib.ttft_host_s
     if longest <= workload.input_len:
-        return first, first
+        return first + host, first + host
     own = prefill(spec, topo, layout, knobs, prefill_tokens(workload, knobs, longest), calib, batch,
                   workload.mean_decode_context).ttft_s
-    return first, max(first, queue + own)
+    return first + host, max(first, queue + own) + host
 
 
 def serving_round_s(spec: ModelSpec, layout: Layout, batch: int, workload: Workload, d: DecodeStep,

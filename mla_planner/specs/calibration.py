@@ -74,6 +74,7 @@ class Calibration:
     # kernel launch
     graph_kernel_overhead_s: float
     eager_layer_host_s: float
+    ttft_host_s: float                # the part of a request's TTFT outside the forward passes
     kernels_per_layer: int
     origin: dict = field(default_factory=dict, compare=False)
     notes: tuple = ()
