@@ -115,7 +115,10 @@ def test_hostile_values_stay_single_words(scenario, model_path, ifname, hca, hea
     assume(not model_path.startswith("-"))
     topo_name, layout, engine, mode = scenario
     topo = TOPOLOGIES[topo_name]
-    inter = replace(topo.inter_node, socket_ifname=ifname, ib_hca=hca)
+    try:
+        inter = replace(topo.inter_node, socket_ifname=ifname, ib_hca=hca)
+    except ValueError:      # an HCA list the topology itself refuses (e.g. blank: 0 HCAs for 8 NICs) never gets here
+        assume(False)
     plan = make_plan(replace(topo, inter_node=inter), layout, Knobs(engine=engine))
     commands = build(launch_inputs(plan, plan.candidates[0], mode, model_path), engine)
     with tempfile.TemporaryDirectory() as tmp:

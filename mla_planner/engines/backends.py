@@ -89,6 +89,7 @@ def engine_version(engine: str) -> str:
     return _table()[engine]["version"]
 
 
+@lru_cache(maxsize=None)
 def backend(engine: str, name: str) -> Backend:
     entries = _table()[engine]["backends"]
     if name not in entries:
