@@ -35,7 +35,7 @@ def test_a_packed_prefill_forward_runs_each_prompts_attention_apart(h200):
     assert rate.prompts_per_forward == 4
     _, whole = forward_stages(spec, one, layout, knobs, Batch(0, 0, 16384, 0), calib)
     assert rate.forward_s < sum(s.total_s for s in whole)               # less attention than one 16k sequence
-    assert rate.forward_s > 4 * 0.5 * (rate.lone_s - calib.ttft_host_s)   # but far more than one prompt's forward
+    assert rate.forward_s > 4 * 0.5 * rate.lone_s                       # but far more than one prompt's
     assert rate.tokens_per_s == pytest.approx(4 * 4096 / rate.forward_s)
 
 
@@ -45,8 +45,8 @@ def test_a_prompt_longer_than_the_budget_runs_its_chunks_in_turn(h200):
     knobs = replace(draft_knobs(spec, one, layout, "sglang", "fp8", WORK)[0], max_num_batched_tokens=2048)
     rate = prefill_rate(spec, one, layout, knobs, WORK, calib)
     assert rate.prompts_per_forward == 1
-    assert rate.forward_s == pytest.approx(rate.lone_s - calib.ttft_host_s)   # its forward and the part outside it
-    assert rate.tokens_per_s == pytest.approx(4096 / rate.forward_s)
+    assert rate.forward_s == rate.lone_s and rate.host_s == calib.ttft_host_s   # the TTFT adds the part outside
+    assert rate.tokens_per_s == pytest.approx(4096 / rate.lone_s)
 
 
 def test_the_transfer_is_the_cache_each_receiving_gpu_holds_over_its_nic(h200):
@@ -102,14 +102,14 @@ def test_the_split_serves_what_the_binding_pool_allows_with_an_md1_prefill_queue
     rho = s.requests_per_s * per_prompt
     assert s.prefill_utilization == pytest.approx(rho)
     assert s.queue_s == pytest.approx(rho * per_prompt / (2 * (1 - rho)))
-    assert s.ttft_s == pytest.approx(s.queue_s + p.lone_s + t.exposed_s + d.step.step_s)
+    assert s.ttft_s == pytest.approx(s.queue_s + p.lone_s + t.exposed_s + d.step.step_s + p.host_s)
     assert s.throughput_tokens_per_s_per_gpu == pytest.approx(s.requests_per_s * 1024 / 32)
     assert s.meets_targets
 
 
 def test_a_tight_ttft_target_holds_the_prefill_pool_below_full_load(h200):
     p, t, d = _pools(h200)
-    fixed = p.lone_s + t.exposed_s + d.step.step_s
+    fixed = p.lone_s + t.exposed_s + d.step.step_s + p.host_s
     tight = replace(WORK, ttft_ms=(fixed + 0.2 * p.forward_s / p.prompts_per_forward) * 1e3)
     s = split(tight, p, Layout(tp=8), 1, t, d, Layout(tp=8), 8)
     assert s.binding == "prefill"
@@ -174,12 +174,13 @@ def test_any_trays_of_an_nvl72_rack_form_one_nvlink_instance():
 
 
 def test_a_closed_loop_runs_at_the_rate_littles_law_gives(h200):
-    """C requests in flight, each spending TTFT + (output - 1) x TPOT in the system: C / that per second."""
+    """C requests in flight, each spending TTFT + (output - 1) x TPOT in the engines (the TTFT less its part outside
+    them, as for an aggregated deployment): C / that per second."""
     p, t, d = _pools(h200)
     held = 2 * d.batch_per_dp_rank
     s = split(replace(WORK, concurrency=held // 2), p, Layout(tp=8), 1, t, d, Layout(tp=8), 2)
     assert s.binding == "concurrency" and s.meets_targets
-    assert s.requests_per_s == pytest.approx((held // 2) / (s.ttft_s + 1023 * s.tpot_s), rel=1e-6)
+    assert s.requests_per_s == pytest.approx((held // 2) / (s.ttft_s - p.host_s + 1023 * s.tpot_s), rel=1e-6)
 
 
 def test_prompts_finishing_in_one_forward_queue_on_the_nics(h200):

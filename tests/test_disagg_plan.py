@@ -42,7 +42,7 @@ def test_the_plan_lists_both_kinds_with_pools_ratio_and_figures(plans, topo):
             assert perf[name] > 0
             assert perf[f"{name}_low"] <= perf[f"{name}_high"]
         assert perf["ttft_s"] == pytest.approx(perf["queue_s"] + perf["prefill_s"] + perf["transfer_s"]
-                                               + perf["first_step_s"])
+                                               + perf["first_step_s"] + perf["host_s"])
         assert perf["tpot_s"] <= 0.030 + 1e-9
         assert len(d["reasons"]) == 5
     assert data["deployment"]["winner"] in ("aggregated", "disaggregated") and data["deployment"]["why"]

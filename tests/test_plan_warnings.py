@@ -48,13 +48,14 @@ def test_deepep_over_shared_nics_is_warned_about():
 
 
 def test_a_tight_ttft_target_is_warned_about():
-    """The model's TTFT counts the prefill forward only (published SGLang runs measure 120-320 ms more): a met
-    target with less headroom than that is warned about; the 3 s default is not."""
+    """The model's TTFT counts the prefill forward, its queue and one constant for the server (published SGLang runs
+    under load measure up to 250 ms more): a met target with less headroom than that is warned about; the 3 s default
+    is not."""
     spec, topo, calib = setup("deepseek-v3", "8xh200")
     layouts = [parse_layout("tp=8")]
-    tight = search(spec, topo, Workload(ttft_ms=200), calib, engines=("vllm",), layouts=layouts).options[0]
-    assert tight.tuned.metrics.meets_targets and tight.tuned.metrics.ttft_longest_s < 0.2
-    assert any(w.startswith("TTFT target 200 ms") and "bench.sh" in w for w in tight.warnings)
+    tight = search(spec, topo, Workload(ttft_ms=300), calib, engines=("vllm",), layouts=layouts).options[0]
+    assert tight.tuned.metrics.meets_targets and tight.tuned.metrics.ttft_longest_s < 0.3
+    assert any(w.startswith("TTFT target 300 ms") and "bench.sh" in w for w in tight.warnings)
     loose = search(spec, topo, Workload(), calib, engines=("vllm",), layouts=layouts).options[0]
     assert not any(w.startswith("TTFT target") for w in loose.warnings)
 

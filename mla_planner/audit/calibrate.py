@@ -16,14 +16,14 @@ or without them the host time each layer costs, `eager_layer_host_s`) and the ro
 a batch touches). Each is searched in log space within
 its bounds, by the Nelder-Mead simplex on the mean squared log error of the predicted TPOT; the fitted error is
 reported with the factors. Where the results carry a mean TTFT (both engines' write `mean_ttft_ms`), the part of it
-outside the forwards (`ttft_host_s`, a constant per request the TTFT adds) is the mean of measured less predicted
-without it, each run's TTFT priced as the benchmark runs it: its first wave of prompts at once, then the steady
-state (perf/closed_loop.py).
+outside the forwards (`ttft_host_s`, a constant per request the TTFT adds) is measured less predicted without it at
+the lowest concurrency (as data/efficiency.yaml's default was set), each run's TTFT priced as the benchmark runs it:
+its first wave of prompts at once, then the steady state (perf/closed_loop.py).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from math import ceil, exp, isfinite, log, sqrt
 
 from mla_planner.core.errors import InputError, PlanError
@@ -67,6 +67,8 @@ class Fit:
     after_s: list[float]        # ... and with the fitted ones
     rms_log_error: float        # of the fit (exp(x) - 1 ~ the typical relative error)
     notes: list[str]
+    ttft_after_s: list = field(default_factory=list)   # predicted mean TTFT per run with the fitted factors (None:
+                                                       # the result gives no TTFT)
 
 
 MAX_COUNT = 10**15      # above any benchmark's token total or TPOT in ms; a bigger number is not a measurement
@@ -167,8 +169,8 @@ def predicted_ttft_s(plan: Plan, cand: Candidate, run: BenchRun, calib: Calibrat
     forwards of the server's token budget, then the steady state's TTFT (perf/closed_loop.py)."""
     layout, workload, knobs = _setting(plan, cand, run)
     m = evaluate(plan.spec, plan.topology, layout, knobs, workload, calib)
-    wave = first_wave(plan.spec, plan.topology, layout, knobs, workload, calib, run.concurrency,
-                      knobs.max_num_batched_tokens)
+    flag = knobs.max_num_batched_tokens * (layout.dp if knobs.engine == "sglang" else 1)   # launch/sglang.py's x dp
+    wave = first_wave(plan.spec, plan.topology, layout, knobs, workload, calib, run.concurrency, flag)
     return closed_loop_mean_ttft_s(m.ttft_s, wave, run.concurrency, max(run.prompts, run.concurrency))
 
 
@@ -240,12 +242,18 @@ def fit(plan: Plan, cand: Candidate, runs: list[BenchRun], calib: Calibration) -
     after = [predicted_tpot_s(plan, cand, r, fitted) for r in runs]
     rms = sqrt(sum(log(a / r.mean_tpot_s) ** 2 for a, r in zip(after, runs)) / len(runs))
     timed = [r for r in runs if r.mean_ttft_s]
-    if timed:   # the TTFT adds ttft_host_s to every prediction: its value is the mean gap without it
+    if timed:   # every predicted TTFT adds ttft_host_s: it is the gap without it at the lowest load, where the
+        low = min(r.concurrency for r in timed)         # queueing a loaded server adds (priced in part) is least
+        lowest = [r for r in timed if r.concurrency == low]
         bare = replace(fitted, ttft_host_s=0.0)
-        gap = sum(r.mean_ttft_s - predicted_ttft_s(plan, cand, r, bare) for r in timed) / len(timed)
+        gap = sum(r.mean_ttft_s - predicted_ttft_s(plan, cand, r, bare) for r in lowest) / len(lowest)
         current["ttft_host_s"] = min(max(gap, BOUNDS["ttft_host_s"][0]), BOUNDS["ttft_host_s"][1])
+        notes.append(f"ttft_host_s from the run(s) at {low} in flight, the lowest load (the part of a TTFT outside "
+                     "the forwards; higher loads add queueing the model prices only in part)")
     for name, value in current.items():
         if min(abs(log(value / b)) for b in BOUNDS[name]) < 0.01:
             notes.append(f"{name} ended at its bound {value:.3g}: the results are not explained within the "
                          "factors' physical range (another cause: network, scheduler, a different engine build?)")
-    return Fit(dict(current), runs, before, after, rms, notes)
+    final = replace(calib, **current)
+    ttft_after = [predicted_ttft_s(plan, cand, r, final) if r.mean_ttft_s else None for r in runs]
+    return Fit(dict(current), runs, before, after, rms, notes, ttft_after)

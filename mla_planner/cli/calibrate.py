@@ -61,13 +61,19 @@ def calibrate_cmd(results: Annotated[list[str], Arg(help="bench.sh's result file
     if as_json:
         return print_json({"factors": result.factors, "rms_log_error": result.rms_log_error, "notes": result.notes,
                            "runs": [{"file": r.path, "concurrency": r.concurrency, "measured_tpot_s": r.mean_tpot_s,
-                                     "predicted_before_s": b, "predicted_after_s": a}
-                                    for r, b, a in zip(result.runs, result.before_s, result.after_s)],
+                                     "predicted_before_s": b, "predicted_after_s": a,
+                                     "measured_ttft_s": r.mean_ttft_s, "predicted_ttft_after_s": t}
+                                    for r, b, a, t in zip(result.runs, result.before_s, result.after_s,
+                                                          result.ttft_after_s)],
                            "output": str(output) if output else None})
     rows = [[r.path, str(r.concurrency), f"{r.mean_tpot_s * 1e3:.2f}", f"{b * 1e3:.2f}", f"{a * 1e3:.2f}"]
             for r, b, a in zip(result.runs, result.before_s, result.after_s)]
     click.echo(columns(["result", "in flight", "measured ms", "planned ms", "fitted ms"], rows,
                        title=f"Mean TPOT of candidate {candidate} ({cand.layout.label}, {cand.knobs.engine}):\n"))
+    timed = [[r.path, str(r.concurrency), f"{r.mean_ttft_s * 1e3:.0f}", f"{t * 1e3:.0f}"]
+             for r, t in zip(result.runs, result.ttft_after_s) if t is not None]
+    if timed:
+        click.echo(columns(["result", "in flight", "measured ms", "fitted ms"], timed, title="\nMean TTFT:\n"))
     click.echo("\nfitted: " + ", ".join(f"{n} = {v:.4g} (was {getattr(calib, n):.4g})" for n, v in result.factors.items())
                + f"; typical error after the fit {result.rms_log_error:.1%}")
     for note in result.notes:

@@ -71,7 +71,9 @@ def _predicted(d: DisaggCandidate) -> list[str]:
             "prefill chunk in its steps)",
             f"TTFT {p.ttft_s * 1e3:,.0f} ms: {p.queue_s * 1e3:,.0f} ms waiting for a prefill instance, "
             f"{p.prefill_s * 1e3:,.0f} ms of prefill, {p.transfer_s * 1e3:,.1f} ms of KV transfer it waits for, "
-            f"{p.first_step_s * 1e3:,.1f} ms for the first decode step",
+            f"{p.first_step_s * 1e3:,.1f} ms for the first decode step"
+            + (f", {p.host_s * 1e3:,.0f} ms outside the engines (the server and the client around them)"
+               if p.host_s else ""),
             f"KV pool of each decode DP rank: {p.decode_kv_capacity_tokens:,} tokens; each request ships "
             f"{p.transfer_bytes_per_request / GiB:.2f} GiB of KV",
             f"prefill pool busy {p.prefill_utilization:.0%}, decode pool {p.decode_utilization:.0%}"]

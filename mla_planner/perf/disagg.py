@@ -51,10 +51,11 @@ class PrefillRate:
     prompts_per_forward: int       # prompts one DP rank packs into a forward (1 when a prompt needs several)
     forward_s: float               # a packed forward's time (or a lone long prompt's chunks)
     tokens_per_s: float            # prompt tokens/s of the instance (every DP rank busy)
-    lone_s: float                  # one prompt alone: its TTFT when the instance is idle (ttft_host_s included)
+    lone_s: float                  # one prompt alone: its prefill when the instance is idle
     kv_fits: bool                  # whether a DP rank's pool holds the packed prompts' KV until it is sent
     kv_capacity_tokens: int = 0    # a DP rank's KV pool, as the engine logs it
     lone_longest_s: float = 0.0    # the longest (p99) prompt alone: the one held to the TTFT target
+    host_s: float = 0.0            # the part of a TTFT outside the forwards (calib.ttft_host_s)
 
 
 @dataclass(frozen=True)
@@ -126,8 +127,8 @@ def prefill_rate(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, 
                                                             knobs.block_size)) >= k
     longest = prefill_tokens(workload, knobs, workload.input_len_max or workload.input_len)
     lone_longest = prefill(spec, topo, layout, knobs, longest, calib).ttft_s if longest > tokens else lone.ttft_s
-    return PrefillRate(tokens, k, forward, layout.dp * k * tokens / forward, lone.ttft_s + calib.ttft_host_s, fits,
-                       mem.kv_capacity_tokens if mem.fits else 0, lone_longest + calib.ttft_host_s)
+    return PrefillRate(tokens, k, forward, layout.dp * k * tokens / forward, lone.ttft_s, fits,
+                       mem.kv_capacity_tokens if mem.fits else 0, lone_longest, calib.ttft_host_s)
 
 
 def transfer(spec: ModelSpec, topo: Topology, prefill_layout: Layout, decode_layout: Layout, kv_dtype: str,
@@ -189,8 +190,8 @@ def split(workload: Workload, p: PrefillRate, p_layout: Layout, n_p: int, t: Tra
     ranks = n_p * p_layout.dp
     s = p.forward_s / p.prompts_per_forward
     t_longest = t_longest or t
-    fixed = p.lone_s + t.exposed_s + d.step.step_s
-    fixed_longest = max(p.lone_longest_s, p.lone_s) + t_longest.exposed_s + d.step.step_s
+    fixed = p.lone_s + t.exposed_s + d.step.step_s + p.host_s
+    fixed_longest = max(p.lone_longest_s, p.lone_s) + t_longest.exposed_s + d.step.step_s + p.host_s
     budget = workload.ttft_ms / 1e3 - fixed_longest
     rho_ttft = min(RHO_MAX, 2 * budget / (s + 2 * budget)) if budget > 0 else 0.0
     prefill_max = ranks * rho_ttft / s
@@ -212,7 +213,7 @@ def split(workload: Workload, p: PrefillRate, p_layout: Layout, n_p: int, t: Tra
     if workload.concurrency:
         if held < workload.concurrency:
             overload = max(overload, workload.concurrency / held if held else float("inf"))
-        rest = fixed + (workload.output_len - 1) * d.step.tpot_s
+        rest = fixed - p.host_s + (workload.output_len - 1) * d.step.tpot_s   # the engines' own time (Little's law)
 
         def in_flight(rate: float) -> float:     # Little's law at `rate`, its own queue included: grows with it
             return rate * (rest + wait(rate))

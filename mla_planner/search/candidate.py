@@ -147,7 +147,8 @@ class DisaggPerformance:
     queue_s: Figure = None                    # TTFT's parts: the wait for a prefill instance,
     prefill_s: Figure = None                  # the prompt's prefill,
     transfer_s: Figure = None                 # the KV transfer TTFT waits for,
-    first_step_s: Figure = None               # and the decode instance's first step
+    first_step_s: Figure = None               # the decode instance's first step,
+    host_s: Figure = None                     # and the part outside the engines (ttft_host_s)
     transfer_bytes_per_request: Figure = None
     prefill_tokens_per_s_per_instance: Figure = None
     prefill_utilization: Figure = None

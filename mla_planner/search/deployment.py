@@ -30,7 +30,7 @@ def record(x: Disaggregated, workload: Workload) -> DisaggCandidate:
         throughput_tokens_per_s=s.throughput_tokens_per_s,
         throughput_tokens_per_s_per_gpu=s.throughput_tokens_per_s_per_gpu, tpot_s=s.tpot_s, ttft_s=s.ttft_s,
         ttft_longest_s=s.ttft_longest_s,
-        queue_s=s.queue_s, prefill_s=p.lone_s, transfer_s=t.exposed_s, first_step_s=d.step.step_s,
+        queue_s=s.queue_s, prefill_s=p.lone_s, transfer_s=t.exposed_s, first_step_s=d.step.step_s, host_s=p.host_s,
         transfer_bytes_per_request=t.bytes_per_request, prefill_tokens_per_s_per_instance=p.tokens_per_s,
         prefill_utilization=s.prefill_utilization, decode_utilization=s.decode_utilization,
         decode_batch_per_dp_rank=d.batch_per_dp_rank, decode_limit=d.limit,
@@ -64,7 +64,8 @@ def reasons(x: Disaggregated, workload: Workload) -> list[str]:
            f"requests/s; the prefill pool is busy {s.prefill_utilization:.0%}, the decode pool "
            f"{s.decode_utilization:.0%}; " + _binding(x, workload),
            f"TTFT {s.ttft_s * 1e3:,.0f} ms = queue {s.queue_s * 1e3:,.0f} + prefill {p.lone_s * 1e3:,.0f} + transfer "
-           f"{t.exposed_s * 1e3:,.1f} + first decode step {d.step.step_s * 1e3:,.1f} ms"
+           f"{t.exposed_s * 1e3:,.1f} + first decode step {d.step.step_s * 1e3:,.1f} + outside the engines "
+           f"{p.host_s * 1e3:,.0f} ms"
            + (f"; the p99 prompt's {s.ttft_longest_s * 1e3:,.0f} ms, held to the target"
               if s.ttft_longest_s > s.ttft_s + 1e-9 else "")]
     return out

@@ -47,8 +47,8 @@ def band_warnings(workload: Workload, tpot_s: float, tpot_low: float, tpot_high:
                    f"(mla-plan validate); to have {workload.tpot_ms:g} ms measured, plan with --tpot-ms {firm:.0f}")
     if ttft_high > workload.ttft_ms / 1e3:
         out.append(f"predicted to meet the {workload.ttft_ms:g} ms TTFT target, but its band reaches past it: "
-                   f"published mean TTFTs were up to {ttft_high / max(ttft_s, 1e-9):.0f}x the model's (it leaves out "
-                   f"the server's tokenizing, scheduling and streaming), so it may measure up to {ttft_high * 1e3:,.0f} "
+                   f"published mean TTFTs were up to {ttft_high / max(ttft_s, 1e-9):.1f}x the model's (a loaded "
+                   f"server's queueing grows faster than it prices), so it may measure up to {ttft_high * 1e3:,.0f} "
                    "ms (mla-plan validate)")
     return out
 
