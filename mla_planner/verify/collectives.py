@@ -6,7 +6,10 @@ DP attention's all-gather and reduce-scatter, the pipeline hand-off - each with 
 micro-batch of n rows one stage runs). Every rank creates every group of a kind, in the same order, then times the
 groups it belongs to. busbw is nccl-tests' (PERFORMANCE.md): algbw = S / t, x 2(p-1)/p for all-reduce, x (p-1)/p
 for all-gather, reduce-scatter and all-to-all, x 1 for p2p (comm.bus_factor); predicted busbw is
-comm.collective's.
+comm.collective's. These are NCCL's collectives (torch.distributed): the step prices a TP all-reduce inside a node
+with the engines' own kernels instead (perf/custom_all_reduce.py, their published lines), which this does not
+measure, so the factors it writes reach the other collectives and the all-reduces NCCL runs (above the kernels' cap,
+over PCIe, across domains).
 
 A collective that does not finish is a failed check, never a hang: the process group gets the
 timeout (datetime.timedelta; gloo raises on it), and a watchdog thread ends the process with a
