@@ -92,6 +92,17 @@ def test_band_coverage_is_reported_leave_one_out(cli):
     assert ttft["points"] == 19 and ttft["covered"] / ttft["points"] >= 0.8     # two set ttft_host_s
 
 
+def test_an_amd_tp_group_across_nodes_carries_both_bands():
+    """On AMD with TP across nodes both the ROCm kernels' and the cross-node TP's published misses apply: the band is
+    the widest of the two (perf.bands.tpot_errors)."""
+    from mla_planner.perf.bands import error_range, tpot_errors
+    two = load_topology("2x8xmi355x-roce")
+    rocm, across = error_range("decode_tpot", "rocm"), error_range("decode_tpot", "tp_across_domains")
+    assert tpot_errors(Layout(tp=16), two) == (min(rocm[0], across[0]), max(rocm[1], across[1]))
+    assert tpot_errors(Layout(tp=8), two) == rocm
+    assert tpot_errors(Layout(tp=16), load_topology("2x8xh100-ib")) == across
+
+
 def test_amd_gpus_have_a_tpot_band_of_their_own():
     """The published AMD decode sweeps (SGLang's DeepSeek-R1 on MI325X, GLM-5.1 on MI300X) measured 1.2-2.8x the
     model's TPOT even with AMD's kernel factors: AMD plans carry that one-sided band, NVIDIA plans keep theirs."""

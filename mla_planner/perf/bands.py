@@ -10,9 +10,9 @@ streaming) is one constant fit to one sweep, while published mean TTFTs grow fas
 The TPOT band's evidence is TP8 runs on one node, SGLang's of DeepSeek-R1 and vLLM's of Kimi-K2.5
 (data/validation.yaml); other layouts and models borrow it. AMD Instinct GPUs have a regime of their own, whose
 evidence is SGLang's DeepSeek-R1 sweep on MI325X (1.2-1.5x slower than the model) and GLM-5.1 sweep on MI300X
-(TileLang DSA kernels, 2.0-2.8x). Collective times take the nccl-tests / rccl-tests
-residuals (bus bandwidths turned into time errors), by whether the group crosses NVLink domains and, inside one, by
-the link: inside an NVLink or Infinity Fabric node the held-out points are the engines' own all-reduce kernels'
+(TileLang DSA kernels, 2.1-2.7x); an AMD TP group across nodes takes the widest of that and the cross-node TP
+range. Collective times take the nccl-tests / rccl-tests residuals (bus bandwidths turned into time errors), by
+whether the group crosses NVLink domains and, inside one, by the link: inside an NVLink or Infinity Fabric node the held-out points are the engines' own all-reduce kernels'
 (perf/custom_all_reduce.py, which prices a step's all-reduces there); nccl-tests' NVLink points only set factors.
 """
 
@@ -60,6 +60,16 @@ def tpot_regime(layout: Layout, topo: Topology) -> str:
     return "tp_across_domains" if layout.tp > topo.domain_gpus else "tp_in_domain"
 
 
+def tpot_errors(layout: Layout, topo: Topology) -> tuple[float, float]:
+    """Decode TPOT's (e_low, e_high) for `layout`: its regime's, and on AMD with a TP group across nodes the widest of
+    the rocm and tp_across_domains ranges (both apply; neither's evidence covers the two together)."""
+    errors = error_range("decode_tpot", tpot_regime(layout, topo))
+    if topo.gpu.vendor == "amd" and layout.tp > topo.domain_gpus:
+        across = error_range("decode_tpot", "tp_across_domains")
+        errors = (min(errors[0], across[0]), max(errors[1], across[1]))
+    return errors
+
+
 def collective_regime(topo: Topology, gpus: int) -> str:
     """A collective's regime: across NVLink domains (the NICs bound it), else the link inside one."""
     if gpus > topo.domain_gpus:
@@ -79,7 +89,7 @@ def performance_bands(m, topo: Topology) -> dict[str, float]:
     """`name_low` / `name_high` of every decode figure of the metrics `m` (perf.metrics.Metrics) that a candidate or a
     compared layout carries; the step errs as the TPOT it sets does, and without CUDA graphs also as the published
     eager runs did (validate's eager_tpot)."""
-    errors = error_range("decode_tpot", tpot_regime(m.layout, topo))
+    errors = tpot_errors(m.layout, topo)
     if not m.memory.knobs.cuda_graphs:     # a host-bound eager step errs as the eager runs did, too
         eager = error_range("eager_tpot")
         errors = (min(errors[0], eager[0]), max(errors[1], eager[1]))

@@ -21,7 +21,7 @@ from math import ceil
 
 from mla_planner.engines.disagg import SENDS_PER_CHUNK, pool_layout_problem, pools_mismatch
 from mla_planner.engines.layouts import launch_problem
-from mla_planner.perf.bands import band, error_range, tpot_regime
+from mla_planner.perf.bands import band, error_range, tpot_errors
 from mla_planner.perf.disagg import (DecodeRate, PoolSplit, PrefillRate, Transfer, closed_loop_cap, decode_rate,
                                      prefill_knobs, prefill_rate, split, transfer)
 from mla_planner.search.attention_backend import Rejected
@@ -221,7 +221,7 @@ def _splits(spec, topo, workload, calib, engine, kv, p, d) -> list[Disaggregated
 def with_bands(x: Disaggregated, topo: Topology) -> Disaggregated:
     """The deployment's low/high bands (perf/bands.py): throughput and TPOT as the decode step errs (its decode pool
     sets them), TTFT as TTFT does."""
-    tpot_err = error_range("decode_tpot", tpot_regime(x.decode.layout, topo))
+    tpot_err = tpot_errors(x.decode.layout, topo)
     s = x.split
     bands = {}
     for name, value, inverse in (("tpot_s", s.tpot_s, False),
