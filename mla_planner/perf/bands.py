@@ -12,8 +12,9 @@ The TPOT band's evidence is TP8 runs on one node, SGLang's of DeepSeek-R1 and vL
 evidence is SGLang's DeepSeek-R1 sweep on MI325X (1.2-1.5x slower than the model) and GLM-5.1 sweep on MI300X
 (TileLang DSA kernels, 2.1-2.7x); an AMD TP group across nodes takes the widest of that and the cross-node TP
 range. Collective times take the nccl-tests / rccl-tests residuals (bus bandwidths turned into time errors), by
-whether the group crosses NVLink domains and, inside one, by the link: inside an NVLink or Infinity Fabric node the held-out points are the engines' own all-reduce kernels'
-(perf/custom_all_reduce.py, which prices a step's all-reduces there); nccl-tests' NVLink points only set factors.
+whether the group crosses NVLink domains and, inside one, by the link: inside an NVLink or Infinity Fabric node the
+held-out points are the engines' own all-reduce kernels' (perf/custom_all_reduce.py, which prices a step's
+all-reduces there); nccl-tests' NVLink points only set factors.
 """
 
 from __future__ import annotations
