@@ -29,6 +29,7 @@ from math import ceil, exp, isfinite, log, sqrt
 from mla_planner.core.errors import InputError, PlanError
 from mla_planner.core.files import parse_user_data
 from mla_planner.launch.command import GPU_TAG
+from mla_planner.launch.sglang import server_totals
 from mla_planner.memory.ways_out import fraction_knobs
 from mla_planner.perf.closed_loop import closed_loop_mean_ttft_s, first_wave
 from mla_planner.perf.layer_work import Op, tensor_precision
@@ -169,7 +170,7 @@ def predicted_ttft_s(plan: Plan, cand: Candidate, run: BenchRun, calib: Calibrat
     forwards of the server's token budget, then the steady state's TTFT (perf/closed_loop.py)."""
     layout, workload, knobs = _setting(plan, cand, run)
     m = evaluate(plan.spec, plan.topology, layout, knobs, workload, calib)
-    flag = knobs.max_num_batched_tokens * (layout.dp if knobs.engine == "sglang" else 1)   # launch/sglang.py's x dp
+    flag = server_totals(layout, knobs)[1] if knobs.engine == "sglang" else knobs.max_num_batched_tokens  # the flag
     wave = first_wave(plan.spec, plan.topology, layout, knobs, workload, calib, run.concurrency, flag)
     return closed_loop_mean_ttft_s(m.ttft_s, wave, run.concurrency, max(run.prompts, run.concurrency))
 
