@@ -15,9 +15,10 @@ ENTRY_MODULES = ("__init__", "__main__")
 # optional heavy dependencies a function may import where it needs them (verify needs torch; --plot matplotlib)
 HEAVY = ("torch", "numpy", "matplotlib", "triton", "flash_mla")
 # a dependency one module may import at its first use, and why: pydantic validates a user's file (the built-in
-# data is built without it), jinja2 renders launch scripts; `plan` on built-ins without --emit needs neither
-# (together 0.1 s of a 2-core machine's start-up: benchmarks/startup.py)
-DEFERRED = {"core.validation": ("pydantic",), "launch.render": ("jinja2",)}
+# data is built without it), jinja2 renders launch scripts, PyYAML parses a user's file or a built-in one whose
+# parse is not kept yet (core/resources.read_data) and writes YAML; `plan` on built-ins without --emit needs none
+# of them (together 0.12 s of a 2-core machine's start-up: benchmarks/startup.py)
+DEFERRED = {"core.validation": ("pydantic",), "launch.render": ("jinja2",), "core.files": ("yaml",)}
 LAZY_LOADER = "cli.app"    # the one module that imports by name at run time: the CLI loading its own commands
 MAX_LINES = 300
 

@@ -23,6 +23,8 @@ def test_wheel_carries_data_and_runs_outside_the_checkout(tmp_path):
                    "mla_planner/data/models/deepseek-v3.yaml", "mla_planner/data/backends.yaml"):
         assert needed in names
     assert any(n.startswith("mla_planner/templates/") for n in names)
+    # kept parses of the data files (core/resources.read_data) and bytecode belong to one machine, not the wheel
+    assert [n for n in names if "__pycache__" in n] == []
     site = tmp_path / "site"
     zipfile.ZipFile(wheel).extractall(site)
     out = subprocess.run([sys.executable, "-m", "mla_planner.cli", "topologies", "--json"], cwd=tmp_path,

@@ -6,12 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Optional
 
-from rich.console import Console
 from rich.markup import escape
 
 from mla_planner.cli.params import Opt
 from mla_planner.cli.common import JsonOpt, guard, lower_case, print_json, warn_weightless
-from mla_planner.cli.console import console
+from mla_planner.cli.console import console, stderr_console
 from mla_planner.core.errors import PlanError
 from mla_planner.launch.disagg_folder import emit_disaggregated
 from mla_planner.launch.emit import Emitted, emit
@@ -86,7 +85,7 @@ def emit_cmd(plan: Annotated[Path, Opt("--plan", "-p", help="Plan file written b
     cand = loaded.candidates[candidate - 1]
     met = cand.performance is None or cand.performance.meets_targets is not False
     misses = [w for w in cand.warnings if "misses" in w] if not met else []
-    warn = Console(stderr=True, highlight=False)
+    warn = stderr_console()
     if misses:   # written as asked, but said where a person or a script sees it
         warn.print(f"[yellow]warning:[/yellow] candidate {candidate} does not meet the plan's targets: "
                    + escape("; ".join(misses)), soft_wrap=True)

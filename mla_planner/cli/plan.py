@@ -6,7 +6,6 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import click
-import yaml
 
 from mla_planner.engines.backends import default_engine
 from mla_planner.cli.params import Opt
@@ -18,7 +17,7 @@ from mla_planner.cli.options import workload_from
 from mla_planner.cli.plan_render import render_plan
 from mla_planner.cli.planning import run_plan
 from mla_planner.core.errors import PlanError
-from mla_planner.core.files import path_kind
+from mla_planner.core.files import dump_yaml, path_kind
 from mla_planner.launch.disagg_folder import emit_disaggregated
 from mla_planner.launch.emit import emit_plan
 from mla_planner.search.pareto import png_plot
@@ -162,7 +161,7 @@ def plan_cmd(
                                                    engine or default_engine(plan.spec, plan.topology.gpu))
     data["meets_targets"] = meets or disagg_meets
     if as_json or as_yaml:
-        print_json(data) if as_json else click.echo(yaml.safe_dump(data, sort_keys=False), nl=False)
+        print_json(data) if as_json else click.echo(dump_yaml(data), nl=False)
     else:
         render_plan(plan, result, top, explain, is_default,
                     emit if meets and not disagg_wins else None, notes, data.get("nothing_fits", []), rank_by)

@@ -5,12 +5,12 @@ from __future__ import annotations
 from typing import Annotated, Optional
 
 import click
-import yaml
 
 from mla_planner.audit.validate import CATEGORIES, Result, Summary, bands, loo_coverage, run_points, summarise
 from mla_planner.cli.common import JsonOpt, columns, guard, print_json
 from mla_planner.cli.params import Opt
 from mla_planner.core.errors import PlanError
+from mla_planner.core.files import dump_yaml
 
 BANDS_HEADER = ("# How far the planner's predictions fall from published measurements, per category and regime: "
                 "the range of\n# (predicted - published) / published over the HELD-OUT points of "
@@ -80,7 +80,7 @@ def validate_cmd(category: Annotated[Optional[str], Opt(
     results = run_points(points, category)
     summary = summarise(results)
     if as_bands:
-        return click.echo(BANDS_HEADER + yaml.safe_dump(bands(results), sort_keys=True), nl=False)
+        return click.echo(BANDS_HEADER + dump_yaml(bands(results), sort_keys=True), nl=False)
     coverage = loo_coverage(results)
     if as_json:
         return print_json({"points": [{"id": r.point.id, "category": r.point.category, "role": r.point.role,

@@ -12,14 +12,13 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import click
-from rich.console import Console
 from rich.markup import escape
 
 from mla_planner.specs.calibration import load_calibration
 from mla_planner.cli.params import Opt
 from mla_planner.cli.common import (DEFAULT_MODEL, DEFAULT_TOPOLOGY, JsonOpt, ModelOpt, TopologyOpt, check_context,
                                     check_mtp, check_output_file, guard, print_json, lower_case)
-from mla_planner.cli.console import console
+from mla_planner.cli.console import console, stderr_console
 from mla_planner.cli.plannable import check_plannable
 from mla_planner.cli.options import workload_from, knobs_from_flags as memory_knobs, kv_dtype_choice, kv_knobs, positive
 from mla_planner.cli.planning import run_plan
@@ -273,7 +272,7 @@ def verify_cmd(
         leave_gathered_rank()
     if ranks.rank != 0:  # results not gathered (a collective or the gather failed): one line, rank 0 reports its own
         text, status = rank_line(ranks.rank, ranks.world, checks)
-        Console(stderr=True, highlight=False).print(escape(text), soft_wrap=True)
+        stderr_console().print(escape(text), soft_wrap=True)
         raise SystemExit(status)
     raise SystemExit(_report(target, dev, checks, write_cal, as_json))
 
@@ -289,10 +288,9 @@ def _report(target, dev, checks: list, write_cal: Optional[str], as_json: bool) 
     if as_json:
         print_json(report_dict(target, dev, checks, calib) | {"exit_status": status})
         if calib and not calib["written"]:   # scripts read the JSON; a person still sees why on stderr
-            Console(stderr=True, highlight=False).print(f"[red]error:[/red] {escape(calib['reason'])}",
-                                                        soft_wrap=True)
+            stderr_console().print(f"[red]error:[/red] {escape(calib['reason'])}", soft_wrap=True)
         return status
     render(target, describe(dev), checks, calib if calib and calib["written"] else None, console())
     if calib and not calib["written"]:
-        Console(stderr=True, highlight=False).print(f"[red]error:[/red] {escape(calib['reason'])}", soft_wrap=True)
+        stderr_console().print(f"[red]error:[/red] {escape(calib['reason'])}", soft_wrap=True)
     return status

@@ -1,6 +1,8 @@
 """Reading user files: YAML/JSON with safe_load, paths the user typed, and the checked field types the file
 records declare (core/validation.py turns a mapping into a record, with one-line errors). No pydantic here:
-the built-in models load without it (`mla-plan models` starts fast)."""
+the built-in models load without it (`mla-plan models` starts fast). PyYAML is imported where a text is first
+parsed or written (about 10 ms of a 2-core machine's start): a plan on built-ins whose parsed data files are
+kept (core/resources.read_data) never needs it."""
 
 from __future__ import annotations
 
@@ -8,8 +10,6 @@ import json
 from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Union, get_args, get_origin, get_type_hints
-
-import yaml
 
 from mla_planner.core.errors import InputError
 
@@ -57,47 +57,73 @@ PosInt = Annotated[int, Checked(strict=True, gt=0, le=MAX_COUNT)]
 NonNegInt = Annotated[int, Checked(strict=True, ge=0, le=MAX_COUNT)]
 Flag = Annotated[bool, Checked(strict=True)]
 
-# libyaml's parser, where PyYAML was built with it: the same data as yaml.safe_load, ~10x faster (the built-in
-# moe_kernel_configs.yaml: 20 ms -> 1.5 ms), which every CLI call pays for each file it reads.
-_FAST_SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
 
 def parse_yaml(text: str):
-    """yaml.safe_load(TEXT), parsed by libyaml when it can; a text libyaml refuses is parsed again by
-    safe_load, so an error (and the line it names) is exactly safe_load's. For the built-in data files; a
-    user's file goes through `parse_user_data`."""
+    """yaml.safe_load(TEXT), parsed by libyaml where PyYAML was built with it (the same data, ~10x faster: the
+    built-in moe_kernel_configs.yaml 20 ms -> 1.5 ms); a text libyaml refuses is parsed again by safe_load, so an
+    error (and the line it names) is exactly safe_load's. For the built-in data files (core/resources.read_data);
+    a user's file goes through `parse_user_data`."""
+    import yaml
     try:
-        return yaml.load(text, Loader=_FAST_SAFE_LOADER)
+        return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except yaml.YAMLError:
         return yaml.safe_load(text)
 
 
-class _NoAliasLoader(yaml.SafeLoader):
-    """safe_load that refuses YAML aliases (`*name`): a 1 KB file of nested aliases expands to gigabytes of
-    repeated values (the "billion laughs"), and no planner file needs one."""
+def dump_yaml(data, sort_keys: bool = False) -> str:
+    """DATA as YAML (yaml.safe_dump): a plan file, a calibration file, the bands file."""
+    import yaml
+    return yaml.safe_dump(data, sort_keys=sort_keys)
 
-    def compose_node(self, parent, index):
-        if self.check_event(yaml.AliasEvent):
-            event = self.peek_event()
-            raise yaml.composer.ComposerError(None, None, "YAML aliases (*name) are not accepted: write the "
-                                                          "value out", event.start_mark)
-        return super().compose_node(parent, index)
+
+def dump_yaml_documents(documents: list) -> str:
+    """DOCUMENTS as one multi-document YAML text (yaml.safe_dump_all): a Kubernetes manifest."""
+    import yaml
+    return yaml.safe_dump_all(documents, sort_keys=False)
+
+
+@lru_cache(maxsize=None)
+def _no_alias_loader() -> type:
+    """safe_load's loader, refusing YAML aliases (`*name`): a 1 KB file of nested aliases expands to gigabytes of
+    repeated values (the "billion laughs"), and no planner file needs one."""
+    import yaml
+
+    class NoAliasLoader(yaml.SafeLoader):
+        def compose_node(self, parent, index):
+            if self.check_event(yaml.AliasEvent):
+                event = self.peek_event()
+                raise yaml.composer.ComposerError(None, None, "YAML aliases (*name) are not accepted: write the "
+                                                              "value out", event.start_mark)
+            return super().compose_node(parent, index)
+    return NoAliasLoader
 
 
 def parse_user_data(text: str, where: str, as_json: bool):
     """A user's file parsed: JSON (json.loads) or YAML (safe_load without aliases). One InputError for text
     that does not parse, for nesting deeper than Python can walk, and for an alias."""
-    kind = "JSON" if as_json else "YAML"
     try:
-        return _text_only(json.loads(text) if as_json else yaml.load(text, Loader=_NoAliasLoader), where)
+        return _text_only(_parse_json(text, where) if as_json else _parse_user_yaml(text, where), where)
     except RecursionError:
-        raise InputError(where, f"is not usable {kind}: nested too deeply") from None
+        raise InputError(where, f"is not usable {'JSON' if as_json else 'YAML'}: nested too deeply") from None
+
+
+def _parse_json(text: str, where: str):
+    try:
+        return json.loads(text)
+    except ValueError:
+        raise InputError(where, "is not valid JSON") from None
+
+
+def _parse_user_yaml(text: str, where: str):
+    import yaml
+    try:
+        return yaml.load(text, Loader=_no_alias_loader())
     except yaml.composer.ComposerError as exc:
         if "aliases" in str(exc.problem):
             raise InputError(where, f"{exc.problem} (line {exc.problem_mark.line + 1})") from None
-        raise InputError(where, f"is not valid {kind}{_line(exc)}") from None
+        raise InputError(where, f"is not valid YAML{_line(exc)}") from None
     except (yaml.YAMLError, ValueError) as exc:
-        raise InputError(where, f"is not valid {kind}{_line(exc)}") from None
+        raise InputError(where, f"is not valid YAML{_line(exc)}") from None
 
 
 def _text_only(data, where: str):

@@ -15,8 +15,7 @@ from typing import Optional
 
 
 from mla_planner.core.errors import PlanError, did_you_mean
-from mla_planner.core.files import parse_yaml
-from mla_planner.core.resources import data_dir
+from mla_planner.core.resources import data_dir, read_data
 from mla_planner.engines.sparse import compressed_gpu_problem, unmodelled_on
 from mla_planner.specs.attention.kinds import attention_of
 from mla_planner.specs.model import ModelSpec
@@ -82,7 +81,7 @@ def _runs(values: tuple[int, ...]) -> str:
 
 @lru_cache(maxsize=1)
 def _table() -> dict:
-    return parse_yaml(data_dir("backends.yaml").read_text())
+    return read_data(data_dir("backends.yaml"))
 
 
 def engine_version(engine: str) -> str:

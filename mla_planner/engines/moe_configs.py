@@ -32,8 +32,7 @@ from functools import lru_cache
 from typing import Optional
 
 
-from mla_planner.core.files import parse_yaml
-from mla_planner.core.resources import data_dir
+from mla_planner.core.resources import data_dir, read_data
 from mla_planner.engines.backends import engine_version
 from mla_planner.engines.parallel import uses_ep_all_to_all
 from mla_planner.specs.layout import Layout
@@ -77,7 +76,7 @@ class MoeKernelConfig:
 
 @lru_cache(maxsize=1)
 def _shipped() -> dict[str, frozenset]:
-    data = parse_yaml(data_dir("moe_kernel_configs.yaml").read_text(encoding="utf-8"))
+    data = read_data(data_dir("moe_kernel_configs.yaml"))
     return {engine: frozenset(names) for engine, names in data.items()}
 
 

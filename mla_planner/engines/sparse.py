@@ -16,8 +16,7 @@ from functools import lru_cache
 from typing import Optional
 
 from mla_planner.core.errors import PlanError
-from mla_planner.core.files import parse_yaml
-from mla_planner.core.resources import data_dir
+from mla_planner.core.resources import data_dir, read_data
 from mla_planner.specs.attention.kinds import attention_of
 from mla_planner.specs.model import ModelSpec
 from mla_planner.specs.gpu import GPU
@@ -38,7 +37,7 @@ class SparseChoice:
 
 @lru_cache(maxsize=1)
 def _backends_yaml() -> dict:
-    return parse_yaml(data_dir("backends.yaml").read_text())
+    return read_data(data_dir("backends.yaml"))
 
 
 def _table() -> dict:

@@ -7,9 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-import yaml
-
 from mla_planner import __version__
+from mla_planner.core.files import dump_yaml_documents
 from mla_planner.core.jsonout import dumps
 from mla_planner.core.units import GiB
 from mla_planner.engines.disagg import ROUTER_PORT
@@ -97,7 +96,7 @@ def folder_files(plan: Plan, d: DisaggCandidate, index: int, model_path: str, im
                                 concurrency=concurrency, replicas=1, total_concurrency=concurrency, total_rate=""),
                          True)
     for name, objects in manifests(plan, d, nodes, model_path, image, rdma_resource).items():
-        files[name] = (yaml.safe_dump_all(objects, sort_keys=False), False)
+        files[name] = (dump_yaml_documents(objects), False)
     inter = plan.topology.inter_node
     rows = [dict(node=n.node, script=f"{n.role}-node-{n.pool_node}.sh", gpus=n.command.gpus, pool=n.role,
                  what=f"instance {n.command.replica}: " + ("engine ranks and the HTTP API on port "

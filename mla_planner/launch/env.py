@@ -22,8 +22,7 @@ from functools import lru_cache
 from typing import Optional
 
 from mla_planner.core.errors import PlanError
-from mla_planner.core.files import parse_yaml
-from mla_planner.core.resources import data_dir
+from mla_planner.core.resources import data_dir, read_data
 from mla_planner.memory.pp_split import partition_env_name, stage_layers
 from mla_planner.specs.topology import Topology
 
@@ -84,7 +83,7 @@ def network_env(topology: Topology, a2a: Optional[str] = None) -> NetworkEnv:
 
 @lru_cache(maxsize=1)
 def _rocm() -> dict:
-    return parse_yaml(data_dir("rocm.yaml").read_text(encoding="utf-8"))
+    return read_data(data_dir("rocm.yaml"))
 
 
 def rocm_env(engine: str, topology: Topology) -> NetworkEnv:

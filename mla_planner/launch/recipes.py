@@ -5,14 +5,13 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from mla_planner.core.files import parse_yaml
-from mla_planner.core.resources import data_dir
+from mla_planner.core.resources import data_dir, read_data
 from mla_planner.specs.model import ModelSpec
 
 
 @lru_cache(maxsize=1)
 def _table() -> dict:
-    return parse_yaml((data_dir("recipes.yaml")).read_text())
+    return read_data(data_dir("recipes.yaml"))
 
 
 def recipe_key(spec: ModelSpec) -> str:

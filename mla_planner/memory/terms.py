@@ -15,8 +15,7 @@ from __future__ import annotations
 from functools import lru_cache
 from math import ceil
 
-from mla_planner.core.files import parse_yaml
-from mla_planner.core.resources import data_dir
+from mla_planner.core.resources import data_dir, read_data
 from mla_planner.core.units import ACT_BYTES, GiB, MiB
 from mla_planner.engines.parallel import MORI_DEFAULT_HEAP_BYTES, a2a_library, uses_ep_all_to_all
 from mla_planner.specs.attention.kinds import attention_of
@@ -43,7 +42,7 @@ GRAPH_BYTES_PER_CAPTURE = 16 * MiB  # executable-graph overhead per captured bat
 
 @lru_cache(maxsize=1)
 def _platform() -> dict:
-    return parse_yaml(data_dir("platform_memory.yaml").read_text(encoding="utf-8"))
+    return read_data(data_dir("platform_memory.yaml"))
 
 
 def runtime_overhead_bytes(gpu: GPU) -> float:

@@ -21,8 +21,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from mla_planner.core.files import parse_yaml
-from mla_planner.core.resources import data_dir
+from mla_planner.core.resources import data_dir, read_data
 from mla_planner.specs.layout import Layout
 from mla_planner.specs.topology import Topology
 
@@ -32,7 +31,7 @@ PLATFORM_REGIMES = ("rocm",)   # a platform's own kernels: neither lend their ra
 
 @lru_cache(maxsize=1)
 def _table() -> dict:
-    return parse_yaml(data_dir("bands.yaml").read_text(encoding="utf-8"))
+    return read_data(data_dir("bands.yaml"))
 
 
 def error_range(category: str, regime: str = "all") -> tuple[float, float]:

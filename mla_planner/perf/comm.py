@@ -24,8 +24,7 @@ from math import ceil, log2
 
 
 from mla_planner.core.errors import PlanError
-from mla_planner.core.files import parse_yaml
-from mla_planner.core.resources import data_dir
+from mla_planner.core.resources import data_dir, read_data
 from mla_planner.specs.calibration import Calibration
 from mla_planner.specs.topology import Topology
 
@@ -139,7 +138,7 @@ class _Path:
 
 @lru_cache(maxsize=1)
 def _nccl_table() -> dict:
-    return parse_yaml(data_dir("nccl_protocols.yaml").read_text(encoding="utf-8"))
+    return read_data(data_dir("nccl_protocols.yaml"))
 
 
 @lru_cache(maxsize=1)

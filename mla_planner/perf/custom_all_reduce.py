@@ -14,8 +14,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 from mla_planner.core.errors import PlanError
-from mla_planner.core.files import parse_yaml
-from mla_planner.core.resources import data_dir
+from mla_planner.core.resources import data_dir, read_data
 from mla_planner.perf.comm import collective
 from mla_planner.specs.calibration import Calibration
 from mla_planner.specs.topology import Topology
@@ -25,7 +24,7 @@ MEASURED_GPUS = 8     # the GPU count every line of data/custom_all_reduce.yaml 
 
 @lru_cache(maxsize=1)
 def _table() -> dict:
-    return parse_yaml(data_dir("custom_all_reduce.yaml").read_text(encoding="utf-8"))
+    return read_data(data_dir("custom_all_reduce.yaml"))
 
 
 def kernels(topo: Topology) -> dict:

@@ -7,8 +7,7 @@ here. Building them directly keeps pydantic's import (about 0.1 s) off `mla-plan
 
 from __future__ import annotations
 
-from mla_planner.core.files import parse_yaml
-from mla_planner.core.resources import data_dir
+from mla_planner.core.resources import data_dir, read_data
 from mla_planner.specs.model import ModelSpec
 
 
@@ -19,7 +18,7 @@ def builtin_names() -> list[str]:
 def builtin_fields(name: str) -> dict:
     """The built-in spec NAME's fields as its file gives them (package data, parsed as the other built-in data
     files are: libyaml where PyYAML has it)."""
-    return parse_yaml((data_dir("models") / f"{name}.yaml").read_text(encoding="utf-8"))
+    return read_data(data_dir("models") / f"{name}.yaml")
 
 
 def builtin_spec(name: str) -> ModelSpec:

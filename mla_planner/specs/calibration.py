@@ -32,9 +32,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal, Optional
 
-import yaml
-
-from mla_planner.core.files import read_mapping, user_path
+from mla_planner.core.files import dump_yaml, read_mapping, user_path
 from mla_planner.core.validation import validate
 from mla_planner.specs.efficiency import (check_overrides, default_sources, default_values, vendor_sources,
                                          vendor_values)
@@ -151,4 +149,4 @@ def dump_calibration(efficiency: dict, gpu: str | None = None, topology: str | N
            "efficiency": dict(efficiency), "measurements": measurements or {}}
     doc = {k: v for k, v in doc.items() if v not in (None, {})} | {"efficiency": dict(efficiency)}
     validate(CalibrationFile, doc, "calibration")
-    return yaml.safe_dump(doc, sort_keys=False)
+    return dump_yaml(doc)

@@ -9,8 +9,7 @@ import math
 from functools import lru_cache
 
 from mla_planner.core.errors import InputError, did_you_mean
-from mla_planner.core.files import parse_yaml
-from mla_planner.core.resources import data_dir
+from mla_planner.core.resources import data_dir, read_data
 
 
 def factor_names() -> list[str]:
@@ -20,7 +19,7 @@ def factor_names() -> list[str]:
 
 @lru_cache(maxsize=1)
 def _defaults_raw() -> dict:
-    return parse_yaml(data_dir("efficiency.yaml").read_text(encoding="utf-8"))
+    return read_data(data_dir("efficiency.yaml"))
 
 
 def default_values() -> dict[str, float]:
@@ -37,7 +36,7 @@ def default_units() -> dict[str, str]:
 
 @lru_cache(maxsize=1)
 def _vendor_raw() -> dict:
-    return parse_yaml(data_dir("efficiency_vendor.yaml").read_text(encoding="utf-8"))
+    return read_data(data_dir("efficiency_vendor.yaml"))
 
 
 def vendor_values(vendor: str) -> dict[str, float]:

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from functools import cached_property, lru_cache
 from typing import Annotated, Literal, Optional
 
-from mla_planner.core.files import Checked, parse_yaml, with_floats
-from mla_planner.core.resources import data_dir
+from mla_planner.core.files import Checked, with_floats
+from mla_planner.core.resources import data_dir, read_data
 
 # Plausible ranges (units in the names), spanning every GPU and link sold with margin on both sides: they refuse
 # what is not a measurement (NaN, .inf, 1e-300 B/s, 1e30 B of memory: priced, it gave 5.6e25 KV tokens) before
@@ -125,5 +125,5 @@ class GPU:
 @lru_cache(maxsize=1)
 def gpu_table() -> dict[str, GPU]:
     """The built-in GPUs by name (data/gpus.yaml), built directly from the package's own file."""
-    raw = parse_yaml((data_dir("gpus.yaml")).read_text())
+    raw = read_data(data_dir("gpus.yaml"))
     return {name: GPU(name=name, **fields) for name, fields in raw.items()}

@@ -19,10 +19,10 @@ from pathlib import Path
 from typing import Annotated, Literal, Optional
 
 from mla_planner.core.errors import FieldError, InputError, PlanError, did_you_mean
-from mla_planner.core.files import (Checked, Flag, NonNegInt, parse_yaml, path_kind, read_mapping, user_path,
+from mla_planner.core.files import (Checked, Flag, NonNegInt, path_kind, read_mapping, user_path,
                                     with_floats)
 from mla_planner.core.validation import validate
-from mla_planner.core.resources import data_dir
+from mla_planner.core.resources import data_dir, read_data
 from mla_planner.specs.efficiency import check_overrides
 from mla_planner.specs.gpu import GPU, LatencyUs, LinkGBps, gpu_table
 
@@ -205,7 +205,7 @@ def load_topology(ref: str) -> Topology:
         raise InputError(ref, "not a built-in topology nor an existing file" + did_you_mean(ref, builtin)
                          + f"; built-ins: {', '.join(builtin)}")
     if path == builtin.get(ref):   # the package's own file, checked by the tests: built directly
-        topo = Topology(**parse_yaml(path.read_text(encoding="utf-8")))
+        topo = Topology(**read_data(path))
     else:
         topo = validate(Topology, gpu_named(read_mapping(path), str(path)), str(path))
     check_overrides(topo.efficiency, str(path))

@@ -161,7 +161,7 @@ def progress(enabled: bool) -> Iterator[Callable[[str], None]]:
     """A transient line on stderr naming the running section; `enabled=False` yields a no-op. Refreshed
     only when the section changes: an auto-refresh thread takes the GIL from the timed code (it made a
     41 µs CPU matmul read 16 ms) and can delay CUDA launches past the queued work."""
-    err = Console(stderr=True)
+    err = Console(stderr=True, emoji=False)
     if not enabled or not err.is_terminal:   # piped or captured: a transient line only leaves a blank one
         yield lambda section: None
         return
