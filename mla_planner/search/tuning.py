@@ -256,6 +256,7 @@ def tune(spec: ModelSpec, topo: Topology, layout: Layout, engine: str, kv_dtype:
     knobs, m, wider = choose_graph_cap(spec, topo, layout, knobs, workload, calib, m, chunk)
     if wider:
         reasons["cuda_graph_max_bs"] = wider
+    knobs, m = settle_fraction(spec, topo, layout, knobs, workload, calib, m, over_target)
     seqs = max(1, m.capacity_per_dp_rank)
     knobs = replace(knobs, max_num_seqs=seqs)
     # SGLang keeps the chosen (smaller) chunk's activations and the smaller request table outside its static
@@ -274,6 +275,20 @@ def tune(spec: ModelSpec, topo: Topology, layout: Layout, engine: str, kv_dtype:
                                f"{held}") + stall_words(m, spec, layout)
     reasons["memory_fraction"] = fraction_reason(engine, topo.gpu, knobs.memory_fraction)
     return Tuned(knobs, m, reasons, first.capacity_per_dp_rank)
+
+
+def settle_fraction(spec, topo, layout, knobs: Knobs, workload: Workload, calib: Calibration, m: Metrics,
+                    over_target: int) -> tuple[Knobs, Metrics]:
+    """A fraction the draft lifted above vLLM's published ceiling (the longest request did not fit under it with
+    the largest chunk tried) comes back to the ceiling where the chosen, smaller chunk fits under it, and the batch
+    is found again there: the lift is only for a workload that needs it (fraction_reason says so)."""
+    ceiling = safe_memory_fraction(spec, topo, layout, knobs)
+    if knobs.memory_fraction <= ceiling + 1e-9 or \
+            not memory_evaluate(spec, topo, layout, replace(knobs, memory_fraction=ceiling)).fits:
+        return knobs, m
+    settled = replace(knobs, memory_fraction=ceiling)
+    again = evaluate(spec, topo, layout, settled, workload, calib, m.capacity_per_dp_rank, over_target)
+    return (settled, again) if again.capacity_per_dp_rank else (knobs, m)
 
 
 def knobs_chunk(m: Metrics) -> int:
