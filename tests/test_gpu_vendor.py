@@ -55,6 +55,20 @@ def test_what_rocm_does_not_model_yet_is_refused_in_one_line(cli, tmp_path, mode
     assert "AMD Instinct GPU (gfx942, cdna3)" in result.stderr and result.stderr.count("\n") == 1
 
 
+@pytest.mark.parametrize("how", [["--quick"], ["--plan", "PLAN", "--quick"], ["--plan", "PLAN", "--print-launch",
+                                                                            "--head", "10.0.0.1"]])
+def test_verify_refuses_an_amd_plan_however_the_candidate_is_named(cli, tmp_path, how):
+    """Not only a --layout: candidate 1 of a fresh plan, of a plan file, and the torchrun commands for one are refused
+    alike (they ran a rehearsal, and printed the commands, before)."""
+    plan = tmp_path / "plan.json"
+    plan.write_text(cli("plan", "-m", "deepseek-r1", "-t", "8xmi300x", "--no-disagg", "--json").stdout)
+    args = [str(plan) if a == "PLAN" else a for a in how]
+    named = [] if "--plan" in how else ["-m", "deepseek-r1", "-t", "8xmi300x"]
+    result = cli("verify", "--device", "cpu", *named, *args)
+    assert result.exit_code == 2, result.output
+    assert "AMD Instinct GPU (gfx942, cdna3)" in result.stderr and result.stderr.count("\n") == 1
+
+
 @pytest.mark.parametrize("topology, arch", [("4xl4", "NVIDIA sm89, ada"), ("8xb300", "NVIDIA sm103, blackwell"),
                                             ("8xmi300x", "AMD gfx942, cdna3"), ("8xmi355x", "AMD gfx950, cdna4")])
 def test_the_new_built_in_topologies_show_their_gpus(cli, topology, arch):

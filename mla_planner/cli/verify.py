@@ -56,7 +56,9 @@ def candidate_from_options(plan: Optional[str], candidate: int, model: str, topo
     if plan or not layout:
         if plan:
             p, where = read_plan(plan), f"{plan} candidate {candidate}"
+            check_plannable(p.spec, "verify", p.topology.gpu)
         else:
+            check_plannable(load_model(model).spec, "verify", load_topology(topology).gpu)
             p = run_plan(model, topology, Workload(**workload_args), knob_args.get("plan_engine"), None, None,
                          Path(calibration) if calibration else None)[0]
             where = f"candidate {candidate} of the plan for {p.spec.name} on {p.topology.name}"

@@ -23,12 +23,19 @@ from mla_planner.search.candidate import DisaggCandidate
 from mla_planner.search.deployment import pick_disaggregated
 from mla_planner.search.planfile import Plan, plan_to_dict
 
+NETWORK_VARIABLES = ("NCCL_IB", "NCCL_SOCKET", "NCCL_NET", "GLOO_SOCKET", "MORI_RDMA", "MORI_IB", "MORI_SOCKET")
 ROUTERS = {"sglang": "sglang-router", "vllm": "vllm-router"}
-TRANSFER = {"sglang": ("Mooncake, SGLang's default transfer backend, chunk by chunk as the prefill runs",
-                       "the Mooncake transfer engine too (`pip install mooncake-transfer-engine`), which SGLang's "
-                       "disaggregation imports"),
-            "vllm": ("NIXL over UCX, pulled by the decode instance once the prefill is done",
-                     "NIXL too (`pip install nixl`), which vLLM's NixlConnector imports")}
+TRANSFER = {("sglang", "nvidia"): ("Mooncake, SGLang's default transfer backend, chunk by chunk as the prefill runs",
+                                   "the Mooncake transfer engine too (`pip install mooncake-transfer-engine`), which "
+                                   "SGLang's disaggregation imports"),
+            ("sglang", "amd"): ("MoRI's I/O engine, `--disaggregation-transfer-backend mori` as AMD's recipes run "
+                                "SGLang on ROCm, chunk by chunk as the prefill runs",
+                                "MoRI too, which ships in SGLang's ROCm images (github.com/ROCm/mori on your own "
+                                "build)"),
+            ("vllm", "nvidia"): ("NIXL over UCX, pulled by the decode instance once the prefill is done",
+                                 "NIXL too (`pip install nixl`), which vLLM's NixlConnector imports"),
+            ("vllm", "amd"): ("NIXL over UCX, pulled by the decode instance once the prefill is done",
+                              "NIXL too, built with UCX's ROCm support, which vLLM's NixlConnector imports")}
 
 
 def _scripts(plan: Plan, d: DisaggCandidate, nodes: list[Node], model_path: str) -> dict:
@@ -108,10 +115,12 @@ def folder_files(plan: Plan, d: DisaggCandidate, index: int, model_path: str, im
              "When every instance's head answers /health, run router.sh on a host that reaches them all, with "
              "PREFILL_K and DECODE_K set to each instance head's cluster IP.",
              "Run ./bench.sh against the router."]
+    vendor = plan.topology.gpu.vendor
     files["README.md"] = (render(
         "disagg-README.md.j2", title=f"{engine_label(d.engine)}: {d.label} on {plan.topology.name}", candidate=index,
         version=__version__, engine_label=engine_label(d.engine), version_note=VERSION_NOTES[d.engine],
-        model_path=model_path, transfer=TRANSFER[d.engine][0], transfer_install=TRANSFER[d.engine][1],
+        model_path=model_path, transfer=TRANSFER[d.engine, vendor][0], transfer_install=TRANSFER[d.engine, vendor][1],
+        amd=vendor == "amd", network_env=any(k.startswith(NETWORK_VARIABLES) for n in nodes for k in n.command.env),
         nodes=rows, router_port=ROUTER_PORT, needs_head_ip=any("HEAD_IP" in n.command.needs for n in nodes),
         needs_host_ip=any("VLLM_HOST_IP" in n.command.needs for n in nodes),
         host_ip_how=(f"The scripts read it from interface {inter.socket_ifname} when it is unset." if inter and

@@ -67,9 +67,8 @@ def network_env(topology: Topology, a2a: Optional[str] = None) -> NetworkEnv:
         env["NCCL_IB_HCA"] = inter.ib_hca
     else:
         notes.append("The topology names no HCAs: NCCL picks the IB/RoCE devices itself; on hosts with a "
-                     "storage or management NIC too, export NCCL_IB_HCA=<the GPU-facing mlx5 devices> (ibv_devinfo).")
-    gid = inter.ib_gid_index if inter.ib_gid_index is not None else (
-        ROCE_V2_GID_INDEX if inter.fabric == "roce" else None)
+                     "storage or management NIC too, export NCCL_IB_HCA=<the GPU-facing RDMA devices> (ibv_devinfo).")
+    gid = network_gid(inter)
     if gid is not None:
         env["NCCL_IB_GID_INDEX"] = str(gid)
         if a2a == "deepep":
@@ -130,3 +129,12 @@ def instance_env(engine: str, topology: Topology, multi_node: bool, visible_devi
             notes.append(MNNVL_NOTE)
     env.update(partition_env(engine, layers, pp, partition))
     return NetworkEnv(env, notes)
+
+
+def network_gid(inter) -> Optional[int]:
+    """The GID index the scripts export as NCCL_IB_GID_INDEX: the topology's, else RoCE v2's usual 3 on RoCE;
+    None on Ethernet, on InfiniBand unless the topology names one, and without an inter-node fabric."""
+    if inter is None or inter.fabric == "ethernet":
+        return None
+    return inter.ib_gid_index if inter.ib_gid_index is not None else (
+        ROCE_V2_GID_INDEX if inter.fabric == "roce" else None)

@@ -13,6 +13,7 @@ from mla_planner.engines.moe_configs import UNTUNED_LOG
 from mla_planner.engines.parallel import SGLANG_MORI_TOKENS_ENV, a2a_library, mori_tokens_per_rank
 from mla_planner.launch import a2a, sglang, vllm
 from mla_planner.launch.command import LaunchInputs, NodeCommand
+from mla_planner.launch.env import network_gid
 from mla_planner.launch.netcheck import cross_node_all_reduce
 from mla_planner.launch.placement import place
 from mla_planner.launch.render import render
@@ -209,6 +210,7 @@ def _readme(inp: LaunchInputs, engine: str, commands: list[NodeCommand], candida
                   nodes=rows, multi_node=bool(needs), fabric=inter.fabric if inter else "none",
                   needs_head_ip="HEAD_IP" in needs, head_ip=head_address, needs_host_ip="VLLM_HOST_IP" in needs,
                   host_ip_how=host_ip_how, ray=inp.mode == "ray", a2a=_all_to_all(inp, engine), engine=engine,
+                  amd=inp.topology.gpu.vendor == "amd", gid=network_gid(inter),
                   order=_start_order(inp, engine, commands), health=health,
                   bench_tool=BENCH_TOOLS[engine], warnings=warnings, mtp=_mtp(inp, engine), **common)
 
