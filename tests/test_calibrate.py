@@ -3,12 +3,14 @@ written as a calibration file; results from another model, GPU or engine refused
 
 from __future__ import annotations
 
+import errno
 import json
 from dataclasses import replace
 
 import pytest
 import yaml
 
+from mla_planner.core import files as core_files
 from mla_planner.audit.calibrate import BenchRun, predicted_tpot_s, predicted_ttft_s
 from mla_planner.search.planfile_read import read_plan
 from mla_planner.search.pick import pick
@@ -221,3 +223,18 @@ def test_an_amd_calibration_file_keeps_the_vendor_factors_it_was_fitted_against(
     written = yaml.safe_load(out.read_text())["efficiency"]
     assert written["attention_hbm_efficiency"] == 0.45          # held at AMD's value, not fitted
     assert written["graph_kernel_overhead_s"] == pytest.approx(5e-6, rel=0.05)
+
+
+def test_an_output_that_cannot_be_written_is_one_line_and_leaves_nothing(cli, plan_path, tmp_path, monkeypatch):
+    """Found by QA: `-o` where the write fails (a read-only place, a full disk, a file-size limit) printed the fit,
+    then a traceback, and a write failing partway left a cut-off file; now one line, exit 2, and no file at all
+    (core/files.atomic_write). The disk fills here at the write's fsync."""
+    files = synthetic(plan_path, tmp_path)
+
+    def full_disk(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(core_files.os, "fsync", full_disk)
+    r = cli("calibrate", "--plan", str(plan_path), *files, "-o", str(tmp_path / "out.yaml"))
+    assert r.exit_code == 2 and r.stderr == (f"error: --output {tmp_path / 'out.yaml'}: cannot write (No space left on "
+                                             "device); nothing written\n")
+    assert [p.name for p in tmp_path.iterdir() if "out.yaml" in p.name] == []

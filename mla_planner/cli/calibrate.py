@@ -10,7 +10,7 @@ import click
 from mla_planner.audit.calibrate import fit, read_bench
 from mla_planner.cli.common import JsonOpt, check_output_file, columns, guard, print_json
 from mla_planner.cli.params import Arg, Opt
-from mla_planner.core.files import read_text_file
+from mla_planner.core.files import atomic_write, read_text_file
 from mla_planner.specs.calibration import VENDOR_ORIGIN, dump_calibration, load_calibration
 from mla_planner.search.planfile_read import read_plan
 from mla_planner.search.pick import pick
@@ -57,7 +57,7 @@ def calibrate_cmd(results: Annotated[list[str], Arg(help="bench.sh's result file
                             measurements={r.path: {"concurrency": r.concurrency, "measured_tpot_s": r.mean_tpot_s,
                                                    "predicted_tpot_s": a} for r, a in zip(result.runs, result.after_s)})
     if output is not None:
-        output.write_text(text)
+        atomic_write(output, text, "--output")
     if as_json:
         return print_json({"factors": result.factors, "rms_log_error": result.rms_log_error, "notes": result.notes,
                            "runs": [{"file": r.path, "concurrency": r.concurrency, "measured_tpot_s": r.mean_tpot_s,

@@ -162,3 +162,16 @@ def workload_from(input_len: str, output_len: str, concurrency: Optional[int], r
         concurrency = concurrency or max(1, round(in_flight))
     return Workload(inp, out, inp_max, out_max, concurrency, request_rate, ttft_ms, tpot_ms, prefix_hit_rate,
                     mtp_acceptance)
+
+
+def knob_args_of(engine: str, util: Optional[float], static: Optional[float], kv_cache_dtype: str,
+                 block_size: Optional[int], max_model_len: Optional[int], max_num_seqs: Optional[int],
+                 max_num_batched_tokens: Optional[int], mtp: bool, enforce_eager: bool) -> dict:
+    """memory's knob options, checked (verify's --layout takes them: cli/verify.candidate_from_options)."""
+    return dict(engine=engine, util=util, static=static, kv_cache_dtype=kv_dtype_choice(kv_cache_dtype),
+                kv_text=kv_cache_dtype,
+                block_size=positive("--block-size", block_size),
+                max_model_len=positive("--max-model-len", max_model_len),
+                max_num_seqs=positive("--max-num-seqs", max_num_seqs),
+                max_num_batched_tokens=positive("--max-num-batched-tokens", max_num_batched_tokens),
+                mtp=mtp, cuda_graphs=not enforce_eager)

@@ -152,3 +152,11 @@ def wrap(text: str, width: int, indent: str = "") -> str:
         out.append(textwrap.fill(" ".join(para.split()), width, initial_indent=lead, subsequent_indent=lead,
                                  break_on_hyphens=False, break_long_words=False))
     return "\n\n".join(out)
+
+
+def typed_options(ctx: click.Context, names: tuple[str, ...]) -> list[str]:
+    """Which of the options NAMES (parameter names) the user typed, spelled as `--help` shows them: for a command
+    to refuse options the rest of what was given makes it ignore."""
+    by_name = {p.name: p for p in ctx.command.params}
+    return [max(by_name[n].opts, key=len) for n in names
+            if ctx.get_parameter_source(n) == click.core.ParameterSource.COMMANDLINE]

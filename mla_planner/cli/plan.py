@@ -13,7 +13,7 @@ from mla_planner.cli.common import (DEFAULT_MODEL, DEFAULT_TOPOLOGY, ImagesOpt, 
                                     MtpDraftOpt, MtpOpt, check_draft_tokens, check_output_file, guard, print_json,
                                     lower_case)
 from mla_planner.cli.common import warn_weightless
-from mla_planner.cli.options import workload_from
+from mla_planner.cli.options import bounded, workload_from
 from mla_planner.cli.plan_render import render_plan
 from mla_planner.cli.planning import run_plan
 from mla_planner.core.errors import PlanError
@@ -122,7 +122,8 @@ def plan_cmd(
     check_draft_tokens(mtp_draft_tokens, mtp)
     if not 0 <= redundant_experts <= 4096:
         raise PlanError(f"--redundant-experts must be 0 to 4,096 per MoE layer, got {redundant_experts}")
-    pinned = Overrides(block_size=block_size, cuda_graphs=not enforce_eager, mtp=mtp, mtp_draft_tokens=mtp_draft_tokens,
+    pinned = Overrides(block_size=bounded("--block-size", block_size), cuda_graphs=not enforce_eager, mtp=mtp,
+                       mtp_draft_tokens=mtp_draft_tokens,
                        images=images, redundant_experts=redundant_experts)
     plan, result, notes, hint = run_plan(model, topology, workload, engine, kv_cache_dtype, layout, calibration,
                                          pinned, rank_by, not no_disagg)

@@ -39,7 +39,8 @@ def run_plan(model: str, topology: str, workload: Workload, engine: Optional[str
     kv = {"auto": None, None: None, "bf16": "bf16", "fp8": "fp8", "fp8_e4m3": "fp8"}.get(kv_cache_dtype, "bad")
     if kv == "bad":
         raise PlanError(f"--kv-cache-dtype must be auto, bf16 or fp8 (fp8_e4m3), got '{kv_cache_dtype}'")
-    chosen = [parse_layout(text, topo) for text in layouts] if layouts else None
+    # a layout given twice (`-l tp=16 -l tp=16,pp=1`) is searched once
+    chosen = list(dict.fromkeys(parse_layout(text, topo) for text in layouts)) if layouts else None
     if chosen:
         problems = [(lay, layout_problems(lay, loaded.spec, topo.gpus_per_node, topo.total_gpus)) for lay in chosen]
         if all(p for _, p in problems):   # nothing the user asked for can exist: bad input, not "no fit"

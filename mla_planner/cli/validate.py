@@ -75,6 +75,8 @@ def validate_cmd(category: Annotated[Optional[str], Opt(
 
       mla-plan validate --category decode_tpot --json
     """
+    if sum((as_markdown, as_bands, as_json)) > 1:
+        raise PlanError("--markdown, --bands and --json each choose the output: give one of them")
     if category is not None and category not in CATEGORIES:
         raise PlanError(f"--category must be one of {', '.join(CATEGORIES)}, got '{category}'")
     results = run_points(points, category)

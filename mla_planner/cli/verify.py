@@ -15,12 +15,12 @@ import click
 from rich.markup import escape
 
 from mla_planner.specs.calibration import load_calibration
-from mla_planner.cli.params import Opt
+from mla_planner.cli.params import Opt, typed_options
 from mla_planner.cli.common import (DEFAULT_MODEL, DEFAULT_TOPOLOGY, JsonOpt, ModelOpt, TopologyOpt, check_context,
                                     check_mtp, check_output_file, guard, print_json, lower_case)
 from mla_planner.cli.console import console, stderr_console
 from mla_planner.cli.plannable import check_plannable
-from mla_planner.cli.options import workload_from, knobs_from_flags as memory_knobs, kv_dtype_choice, kv_knobs, positive
+from mla_planner.cli.options import workload_from, knob_args_of, knobs_from_flags as memory_knobs, kv_knobs, positive
 from mla_planner.cli.planning import run_plan
 from mla_planner.core.errors import PlanError
 from mla_planner.engines.compressed_kv import is_compressed
@@ -42,6 +42,9 @@ from mla_planner.verify.torchrun import launch_lines
 
 SECTIONS = ("env", "fit", "attention", "gemms", "collectives")
 LAUNCH_ONLY = {"print_launch", "head", "port"}
+KNOB_OPTIONS = ("gpu_memory_utilization", "mem_fraction_static", "kv_cache_dtype", "block_size", "max_model_len",
+                "max_num_seqs", "max_num_batched_tokens", "mtp", "enforce_eager")   # a --layout's knobs
+PLAN_SETS = KNOB_OPTIONS + ("model", "topology", "engine", "input_len", "output_len", "tpot_ms")   # what --plan fixes
 PINNABLE = ("block_size", "max_model_len", "max_num_seqs", "max_num_batched_tokens")   # else as `plan` sets them
 IntOpt = Optional[int]
 
@@ -92,19 +95,6 @@ def candidate_from_options(plan: Optional[str], candidate: int, model: str, topo
         pinned["memory_fraction"] = knobs.memory_fraction
     knobs, notes = as_planned(spec, topo, lay, knobs, workload, calib, pinned)
     return Chosen(spec, topo, lay, knobs, workload, calib, f"--layout {layout}", batch, context, notes)
-
-
-def _knob_args(engine: str, util: Optional[float], static: Optional[float], kv_cache_dtype: str, block_size: IntOpt,
-               max_model_len: IntOpt, max_num_seqs: IntOpt, max_num_batched_tokens: IntOpt, mtp: bool,
-               enforce_eager: bool) -> dict:
-    """memory's knob options, checked, for candidate_from_options."""
-    return dict(engine=engine, util=util, static=static, kv_cache_dtype=kv_dtype_choice(kv_cache_dtype),
-                kv_text=kv_cache_dtype,
-                block_size=positive("--block-size", block_size),
-                max_model_len=positive("--max-model-len", max_model_len),
-                max_num_seqs=positive("--max-num-seqs", max_num_seqs),
-                max_num_batched_tokens=positive("--max-num-batched-tokens", max_num_batched_tokens),
-                mtp=mtp, cuda_graphs=not enforce_eager)
 
 
 def _sections(only: Optional[list[str]]) -> frozenset:
@@ -239,13 +229,16 @@ def verify_cmd(
 
       mla-plan verify --device cpu --quick    (a rehearsal of every check at small shapes)
     """
+    if ignored := typed_options(ctx, PLAN_SETS if plan else () if layout else KNOB_OPTIONS):
+        raise PlanError(f"{', '.join(ignored)}: " + ("the plan file sets these" if plan else "these are a --layout's "
+                        "knobs; a fresh plan chooses its own") + ": give one or the other")
     if device not in ("cuda", "cpu"):      # before torch's import (seconds), not after
         raise PlanError(f"--device must be cuda or cpu, got '{device}'")
     for flag, value in (("--candidate", candidate), ("--batch", batch), ("--context", context), ("--port", port)):
         positive(flag, value)
     if not 0 < timeout_s < 1e6 or (memory_limit_gib is not None and not 0 < memory_limit_gib < 1e6):
         raise PlanError("--timeout and --memory-limit-gib must be > 0")
-    knob_args = _knob_args(engine or "vllm", gpu_memory_utilization, mem_fraction_static, kv_cache_dtype, block_size,
+    knob_args = knob_args_of(engine or "vllm", gpu_memory_utilization, mem_fraction_static, kv_cache_dtype, block_size,
                            max_model_len, max_num_seqs, max_num_batched_tokens, mtp, enforce_eager)
     checked = workload_from(input_len, output_len, None, None, 3000.0, tpot_ms, 0.0)  # plan's checks
     workload_args = dict(input_len=checked.input_len, output_len=checked.output_len, tpot_ms=checked.tpot_ms,

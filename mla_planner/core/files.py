@@ -7,11 +7,14 @@ kept (core/resources.read_data) never needs it."""
 from __future__ import annotations
 
 import json
+import os
+import tempfile
+from contextlib import suppress
 from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Union, get_args, get_origin, get_type_hints
 
-from mla_planner.core.errors import InputError
+from mla_planner.core.errors import InputError, PlanError
 
 
 class Checked:
@@ -205,3 +208,27 @@ def read_text_file(name: str) -> str:
     """A text file the user named (a log, a benchmark result): one clear error for a missing file, a folder, a
     FIFO or device, one too large, or one that cannot be read; undecodable bytes replaced."""
     return read_user_text(user_path(name), name, MAX_TEXT_BYTES, errors="replace")
+
+
+def atomic_write(path: Path, text: str, flag: str) -> None:
+    """Write `text` to a temporary file in path's folder, fsync, then rename over `path`; on any failure
+    the temporary file is removed and `path` is left as it was (PlanError naming FLAG for an OS error: a
+    permission, a full disk, a file-size limit)."""
+    if not path.parent.is_dir():
+        raise PlanError(f"{flag} {path}: folder {path.parent} does not exist")
+    tmp = None
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException as exc:
+        if tmp:
+            with suppress(FileNotFoundError):
+                os.unlink(tmp)
+        if isinstance(exc, OSError):
+            why = exc.strerror or exc
+            raise PlanError(f"{flag} {path}: cannot write ({why}); nothing written") from None
+        raise

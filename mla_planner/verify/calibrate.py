@@ -23,15 +23,13 @@ errored: a run that could not measure everything must not leave a calibration th
 
 from __future__ import annotations
 
-import os
-import tempfile
-from contextlib import suppress
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from mla_planner import __version__
 from mla_planner.core.errors import PlanError
+from mla_planner.core.files import atomic_write
 from mla_planner.specs.calibration import dump_calibration
 
 
@@ -102,29 +100,6 @@ def measurements(checks: list) -> dict:
             for c in checks if c.measured is not None}
 
 
-def atomic_write(path: Path, text: str) -> None:
-    """Write `text` to a temporary file in path's folder, fsync, then rename over `path`; on any failure
-    the temporary file is removed and `path` is left as it was (PlanError for an OS error)."""
-    if not path.parent.is_dir():
-        raise PlanError(f"--write-calibration {path}: folder {path.parent} does not exist")
-    tmp = None
-    try:
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException as exc:
-        if tmp:
-            with suppress(FileNotFoundError):
-                os.unlink(tmp)
-        if isinstance(exc, OSError):
-            why = exc.strerror or exc
-            raise PlanError(f"--write-calibration {path}: cannot write ({why}); nothing written") from None
-        raise
-
-
 def write_calibration(path: str | Path, checks: list, gpu: str, topology: str, device_note: str) -> dict:
     """Write the calibration file from the usable checks; returns {"path", "efficiency", "clipped" (factor ->
     measured value above 1, written as 1), "left_out" (one line per timed check not used, and why)}. PlanError
@@ -144,5 +119,5 @@ def write_calibration(path: str | Path, checks: list, gpu: str, topology: str, d
                                        for name, value in clipped.items()}
     text = dump_calibration(written, gpu=gpu, topology=topology, measured_at=stamp,
                             tool=f"mla-plan verify {__version__} ({device_note})", measurements=evidence)
-    atomic_write(Path(path).expanduser(), text)
+    atomic_write(Path(path).expanduser(), text, "--write-calibration")
     return {"path": str(path), "efficiency": written, "clipped": clipped, "left_out": left_out}
