@@ -17,6 +17,7 @@ from ports import free_port
 
 torch = pytest.importorskip("torch")
 
+from mla_planner.core import files as core_files
 from mla_planner.search import planfile
 from mla_planner.search.candidate import Performance
 from mla_planner.specs.attention.cost import absorbed_core_bytes, absorbed_core_flops
@@ -26,7 +27,7 @@ from mla_planner.specs.knobs import Knobs, Workload
 from mla_planner.specs.layout import Layout
 from mla_planner.specs.gpu import gpu_table
 from mla_planner.specs.topology import load_topology
-from mla_planner.verify import calibrate, env
+from mla_planner.verify import env
 
 ROOT = Path(__file__).resolve().parent.parent
 SMALL = ("--device", "cpu", "--model", "deepseek-v2-lite", "--topology", "8xh200", "--layout", "tp=8", "--quick")
@@ -168,7 +169,7 @@ def test_collective_group_that_never_forms(cli, monkeypatch, tmp_path):
 def test_calibration_write_failure_leaves_nothing(cli, monkeypatch, tmp_path):
     def refuse(src, dst):
         raise OSError(28, "No space left on device")
-    monkeypatch.setattr(calibrate.os, "replace", refuse)
+    monkeypatch.setattr(core_files.os, "replace", refuse)   # core/files.atomic_write writes the file
     cal = tmp_path / "cal.yaml"
     r = cli("verify", *SMALL, "--only", "gemms", "--write-calibration", str(cal))
     assert r.exit_code == 2 and "No space left on device" in r.stderr and "Traceback" not in r.output
