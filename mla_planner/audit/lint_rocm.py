@@ -27,6 +27,7 @@ import re
 from mla_planner.core.units import GiB
 from mla_planner.engines.backends import backend
 from mla_planner.engines.memory_rules import engine_default_knobs
+from mla_planner.engines.profile import AITER_RESERVE_CONTEXT
 from mla_planner.engines.parallel import MORI_DEFAULT_HEAP_BYTES, SGLANG_MORI_TOKENS, SGLANG_MORI_TOKENS_ENV
 from mla_planner.engines.sparse import is_sparse, own_rows
 from mla_planner.memory.terms import mori_heap_bytes
@@ -38,6 +39,7 @@ SWITCH = {"vllm": "VLLM_ROCM_USE_AITER", "sglang": "SGLANG_USE_AITER"}
 A2A_FLAG = {"vllm": "--all2all-backend", "sglang": "--moe-a2a-backend"}
 ON = ("1", "true", "True", "TRUE")
 SGLANG_OWN_AITER_HEADS = (16, 128)
+HONOR = "SGLANG_AITER_HONOR_EXPLICIT_MEM_FRACTION"   # engines/profile.static_fraction_scale
 
 
 def rocm_findings(engine: str, env: dict, values: dict, spec: ModelSpec, topo: Topology,
@@ -64,6 +66,15 @@ def rocm_findings(engine: str, env: dict, values: dict, spec: ModelSpec, topo: T
         out.append(("warn", switch, f"not set on this command: without it {what}, not the AITER kernels the planner "
                                     f"prices; export {switch}=1 (the planner's scripts do) unless your shell does"))
     heads = spec.num_attention_heads // layout.tp
+    aiter = values.get("backend") == "aiter" or (not values.get("backend") and heads in SGLANG_OWN_AITER_HEADS)
+    context = int(values["max_len"]) if str(values.get("max_len", "")).isdigit() else spec.max_position_embeddings
+    if engine == "sglang" and env.get(HONOR) in ON and values.get("fraction") and aiter and not own_rows(spec) \
+            and context > AITER_RESERVE_CONTEXT:
+        out.append(("warn", HONOR, f"set with an explicit --mem-fraction-static at {context:,} tokens of context: "
+                                   "SGLang then sizes its pool at the whole fraction, not the 0.85 of it that keeps "
+                                   "AITER's workspace outside the pool above 8,192 tokens, a reserve its own notes call "
+                                   "load-bearing (a long-context MI355X run ran out of memory without it; "
+                                   "sglang/srt/environ.py); the memory figures here keep the reserve: unset it"))
     if engine == "sglang" and not values.get("backend") and heads not in SGLANG_OWN_AITER_HEADS \
             and not own_rows(spec):      # DSA / V4: SGLang sets its own sparse backend
         out.append(("warn", "--attention-backend", f"not given: SGLang picks aiter only at 16 or 128 query heads per "

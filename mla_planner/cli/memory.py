@@ -41,8 +41,9 @@ def memory_cmd(
     pp: Annotated[int, Opt("--pp", help="Pipeline stages (vLLM -pp, SGLang --pp-size).")] = 1,
     dp: Annotated[int, Opt("--dp", help="Data-parallel attention ranks per stage (vLLM -dp, SGLang "
                                     "--attn-dp-size).")] = 1,
-    ep: Annotated[IntOpt, Opt("--ep", help="Expert parallel size of the MoE (default: tp x dp over "
-                                       "DeepEP when --dp > 1 and the cluster has NVLink and RDMA, else 1: the MoE "
+    ep: Annotated[IntOpt, Opt("--ep", help="Expert parallel size of the MoE (default: tp x dp over the EP "
+                                       "all-to-all - DeepEP on NVIDIA, MoRI on AMD - when --dp > 1 and the cluster has "
+                                       "NVLink / Infinity Fabric inside a node and RDMA between nodes, else 1: the MoE "
                                        "tensor-parallel; vLLM --enable-expert-parallel, SGLang --ep-size).")]
     = None,
     dcp: Annotated[int, Opt("--dcp", help="Decode context parallel size: the tp ranks split each "

@@ -54,13 +54,11 @@ class EngineRules:
 
 def engine_rules(engine: str, version: Optional[str] = None) -> EngineRules:
     """Accounting rules of `engine` at `version` (default: vLLM 0.33.0, SGLang 0.5.23)."""
+    version = version or engine_version(engine)
+    release = parse_version(version)
     if engine == "sglang":
-        version = version or engine_version("sglang")
-        parse_version(version)
         return EngineRules("sglang", version, graphs_in_budget=False, context_outside_budget=True,
                            comms_outside_budget=True)
-    version = version or engine_version("vllm")
-    release = parse_version(version)
     return EngineRules("vllm", version, graphs_in_budget=release >= (0, 21), context_outside_budget=release >= (0, 9),
                        comms_outside_budget=release >= (0, 11), expert_group=release >= (0, 11),
                        sampler_sorts=(0, 11, 1) <= release < (0, 17, 0), reserves_in_flight=release >= (0, 26),
@@ -95,6 +93,7 @@ class StageCosts:
     heap_bytes: float = 0.0     # outside both engines' budgets (memory.terms)
     profiled_comm_bytes: float = 0.0    # a communicator the profile run creates: charged (memory.terms)
     pool: Optional[CompressedPool] = None   # DeepSeek-V4: the engine's capacity rule instead of bytes per slot
+    fraction_scale: float = 1.0     # SGLang's pool at this x its fraction (ROCm's aiter reserve: engines.profile)
 
 
 def kv_pool(rules: EngineRules, knobs: Knobs, total_bytes: float, c: StageCosts, dcp: int,
@@ -130,10 +129,11 @@ def kv_budget_bytes(rules: EngineRules, knobs: Knobs, total_bytes: float, c: Sta
 def sglang_rest_bytes(knobs: Knobs, total_bytes: float, c: StageCosts) -> float:
     """SGLang's KV budget on one GPU: rest = (pre_load - weights) - pre_load x (1 - f). Across GPUs SGLang
     takes the minimum (`_profile_available_bytes` reads free memory with get_available_gpu_memory(
-    distributed=True), "the minimum available memory of all GPUs"), so the rank with the heaviest
-    stage sets every rank's budget: memory.evaluate passes that minimum back in as `rest_bytes`."""
+    distributed=True), "the minimum available memory of all GPUs"), so the rank with the heaviest stage sets every
+    rank's budget: memory.evaluate passes that minimum back in as `rest_bytes`. f as SGLang scales it on ROCm
+    (`fraction_scale`: engines.profile.static_fraction_scale)."""
     pre_load = total_bytes - c.runtime_bytes - c.nccl_bytes
-    return pre_load * knobs.memory_fraction - c.weights_bytes - c.a2a_bytes
+    return pre_load * knobs.memory_fraction * c.fraction_scale - c.weights_bytes - c.a2a_bytes
 
 
 def sglang_req_to_token_bytes(knobs: Knobs, tokens: int) -> float:

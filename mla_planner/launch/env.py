@@ -42,7 +42,8 @@ class NetworkEnv:
 MNNVL_ENV = {"NCCL_MNNVL_ENABLE": "1", "NCCL_CUMEM_ENABLE": "1"}
 MNNVL_NOTE = ("The hosts share an NVLink domain: the NVIDIA IMEX service must be running on every tray of it, with an "
               "IMEX channel (/dev/nvidia-caps-imex-channels) visible to the engine, before the engines start (NVIDIA IMEX "
-              "Service for NVLink Networks guide); NCCL needs 2.25.2 or later for GB200 multi-node NVLink.")
+              "Service for NVLink Networks guide); NCCL needs 2.25.2 or later for multi-node NVLink (the version "
+              "NVIDIA's tuning guide gives for GB200).")
 
 
 def network_env(topology: Topology, a2a: Optional[str] = None) -> NetworkEnv:

@@ -22,7 +22,7 @@ from mla_planner.engines.compressed_kv import in_flight_batches, is_compressed
 from mla_planner.engines.compressed_pool import CompressedPool, vllm_buffer_bytes
 from mla_planner.engines.cuda_graphs import capture_plan, sglang_graph_buffer_bytes
 from mla_planner.engines.parallel import deepep_dispatch_tokens, dense_tp, mori_tokens_per_rank
-from mla_planner.engines.profile import profile
+from mla_planner.engines.profile import profile, static_fraction_scale
 from mla_planner.memory import terms as mt
 from mla_planner.memory.results import MemoryReport, RankMemory
 from mla_planner.engines.memory_rules import (EngineRules, StageCosts, activation_tokens, block_size_warning,
@@ -132,7 +132,7 @@ def _stage(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, rules:
         pool=pool,
         profiled_comm_bytes=mt.profiled_communicator_bytes(layout, topo)      # only the last stage gathers logits
         if last and profile_run_creates_comm(rules, topo.gpu) else 0.0,
-        a2a_bytes=deepep, heap_bytes=heap)
+        a2a_bytes=deepep, heap_bytes=heap, fraction_scale=static_fraction_scale(knobs, topo.gpu, spec, layout))
     return _Stage(index, kv_layers, weights, costs)
 
 
@@ -249,10 +249,11 @@ def _stage_fraction_bytes(s: _Stage, knobs: Knobs, rules: EngineRules, total: fl
     its slack (1 - f) x pre-load holding activations, graphs and the req_to_token table."""
     c = s.costs
     block = knobs.block_size * c.slot_bytes
-    if profile(rules.engine).pool_after_static_fraction:
+    if profile(rules.engine).pool_after_static_fraction:   # the pool at s x f of pre-load memory (s: its ROCm reserve)
         slack = c.activation_bytes + c.cuda_graph_bytes + sglang_req_to_token_bytes(knobs, knobs.max_num_seqs * 2)
-        return c.weights_bytes + c.a2a_bytes + block, slack + c.heap_bytes + ALLOCATOR_MARGIN_BYTES, \
-            total - c.runtime_bytes - c.nccl_bytes
+        base, s = total - c.runtime_bytes - c.nccl_bytes, c.fraction_scale
+        return c.weights_bytes + c.a2a_bytes + block, slack + c.heap_bytes + ALLOCATOR_MARGIN_BYTES - (1 - s) * base, \
+            s * base
     charged = c.weights_bytes + c.a2a_bytes + c.activation_bytes + c.profiled_comm_bytes + block
     outside = ALLOCATOR_MARGIN_BYTES + c.heap_bytes
     for term, outside_budget in ((c.runtime_bytes, rules.context_outside_budget),

@@ -21,12 +21,16 @@ from mla_planner.specs.model import ModelSpec
 MAX_NUM_SEQS_CAP = 1024                         # vLLM 0.33's own default on H100/H200 (vllm/engine/arg_utils.py)
 
 
-def fraction_reason(engine: str, gpu, fraction: float) -> str:
+def fraction_reason(engine: str, gpu, fraction: float, scale: float = 1.0) -> str:
+    """Why the knobs' memory fraction is what it is; `scale`: SGLang's own factor on it (engines.profile.
+    static_fraction_scale: its aiter reserve on ROCm), said where it applies."""
+    reserve = (f"; SGLang's aiter backend sizes its pool at {scale:g} x it ({fraction * scale:.3f}) above 8,192 tokens "
+               "of context, keeping AITER's workspace outside the pool (priced)" if scale != 1.0 else "")
     if engine == "sglang" and fraction == sglang_fraction_ceiling(gpu):
         return (f"{fraction}: the planner's ceiling for SGLang, below what the memory model alone allows: the 10 GiB "
                 "SGLang itself always keeps outside the static pool on this GPU when it sizes the pool (its decode "
                 "CUDA graphs alone have taken 5-6 GB, sglang#16143); SGLang accepts a higher --mem-fraction-static, "
-                "at that risk (mla-plan memory prices any fraction)")
+                "at that risk (mla-plan memory prices any fraction)" + reserve)
     if engine == "vllm" and fraction > VLLM_PUBLISHED_CEILING:
         return (f"{fraction}: above the {VLLM_PUBLISHED_CEILING} published vLLM deployments use, because under it the "
                 "workload's longest request does not fit; it keeps the margin the memory model prices, not the "
@@ -36,7 +40,7 @@ def fraction_reason(engine: str, gpu, fraction: float) -> str:
                 "(vLLM's own recipes on H200 and MI300X), below what the memory model alone allows: the headroom they "
                 "keep covers what it does not price (allocator fragmentation, transient workspaces)")
     return (f"{fraction}: the highest fraction that leaves the activations, CUDA graphs, NCCL buffers and runtime "
-            "the memory model predicts, plus a 2 GiB margin")
+            "the memory model predicts, plus a 2 GiB margin" + reserve)
 
 
 def chunk_reason(chunk: int, m: Metrics, workload: Workload, why: str) -> str:

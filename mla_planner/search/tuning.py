@@ -14,7 +14,7 @@ from math import ceil
 
 from mla_planner.engines.layouts import engine_layout_problem
 from mla_planner.engines.multimodal import images_reason
-from mla_planner.engines.profile import profile
+from mla_planner.engines.profile import profile, static_fraction_scale
 from mla_planner.specs.attention.kinds import attention_of
 from mla_planner.engines.backends import fp8_checkpoint
 from mla_planner.engines.parallel import dense_per_rank_applies, redundant_experts_problem, uses_deepep
@@ -273,7 +273,8 @@ def tune(spec: ModelSpec, topo: Topology, layout: Layout, engine: str, kv_dtype:
             if m.memory.capacity_rule else f"{m.memory.kv_capacity_tokens:,} tokens")
     reasons["max_num_seqs"] = (f"{seqs} per DP rank: limited by {limit_words(m, workload)}; the pool holds "
                                f"{held}") + stall_words(m, spec, layout)
-    reasons["memory_fraction"] = fraction_reason(engine, topo.gpu, knobs.memory_fraction)
+    reasons["memory_fraction"] = fraction_reason(engine, topo.gpu, knobs.memory_fraction,
+                                                 static_fraction_scale(knobs, topo.gpu, spec, layout))
     return Tuned(knobs, m, reasons, first.capacity_per_dp_rank)
 
 
