@@ -25,6 +25,7 @@ from dataclasses import dataclass, replace
 from mla_planner.audit.lint_engine import engine_findings, env_findings
 from mla_planner.audit.lint_command import KV, Command
 from mla_planner.audit.lint_model import model_findings
+from mla_planner.audit.lint_devices import device_findings
 from mla_planner.audit.lint_nodes import sglang_node_findings
 from mla_planner.audit.lint_quant import quantization_findings
 from mla_planner.audit.lint_rocm import rocm_findings
@@ -112,7 +113,7 @@ def lint(cmd: Command, spec: ModelSpec, topo: Topology, calib: Calibration) -> l
     if not problems and (problem := engine_layout_problem(spec, topo, layout, engine, per_rank, deepep)):
         out.append(Finding("error", "layout", problem))
     out += [Finding(*f) for f in quantization_findings(cmd.engine, cmd.values.get("quant"), spec, topo.gpu)
-            + rocm_findings(engine, cmd.env, cmd.values, spec, topo, layout)]
+            + rocm_findings(engine, cmd.env, cmd.values, spec, topo, layout) + device_findings(cmd, layout, topo.gpu)]
     out += ([Finding(*f) for f in sparse_findings(engine, cmd.values, spec, topo.gpu, layout.dcp,
                                                   spec.num_attention_heads // layout.tp)] if own_rows(spec)
             else _kv_and_backend(cmd, topo, layout, query_heads_per_rank(spec, layout)))

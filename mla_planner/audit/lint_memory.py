@@ -26,6 +26,10 @@ def memory_findings(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knob
     where = (f"{FRACTION_WORD[knobs.engine]} {knobs.memory_fraction:.3f}"
              + ("" if fraction_given else " (the engine's default)")
              + f", {knobs.kv_cache_dtype} KV, --max-model-len {knobs.max_model_len:,}")
+    if knobs.memory_fraction <= 0 and not fraction_given:    # SGLang's own formula reserves more than the GPU holds
+        return [("error", "memory", f"{where}: SGLang's own fraction is not positive: its reserve (1.5 MiB a token of "
+                 "--chunked-prefill-size, its CUDA graphs, 1 GiB per 8 ranks; arg_groups/memory_hook.py) exceeds the "
+                 "GPU's memory, so no pool is left; give --mem-fraction-static, or a smaller --chunked-prefill-size")]
     if not report.fits:
         return [("error", "memory", f"does not fit at {where}: {r.text}") for r in report.findings if r.blocks]
     risks = [r.text for r in report.findings if not r.blocks]

@@ -1,0 +1,53 @@
+"""Which GPUs a launch command sees (lint): the visible-device variables against the GPU processes the command
+starts on its node.
+
+  vLLM 0.33.0   on ROCm copies HIP_VISIBLE_DEVICES into CUDA_VISIBLE_DEVICES and raises "Inconsistent GPU
+                visibility env vars" when both are set and differ (vllm/platforms/rocm.py _sync_hip_cuda_env_vars);
+                on one node it starts tp x pp x dp workers, one per visible GPU
+  SGLang 0.5.23 reads only CUDA_VISIBLE_DEVICES for its GPU ids, while the HIP runtime applies HIP_VISIBLE_DEVICES
+                first; on each node it starts tp_per_node x pp_per_node schedulers from --base-gpu-id
+                (audit/lint_nodes.py), times the --dp-size replicas
+Fewer visible GPUs than processes stops start-up (a device ordinal past the visible ones). A command that runs across
+nodes (vLLM's --nnodes, --headless or --data-parallel-size-local) is left alone: its per-node share is not in the
+command's own flags alone."""
+
+from __future__ import annotations
+
+from mla_planner.audit.lint_command import Command
+from mla_planner.specs.layout import Layout
+
+VLLM_ACROSS_NODES = ("--nnodes", "--headless", "--data-parallel-size-local", "--data-parallel-start-rank")
+
+
+def device_findings(cmd: Command, layout: Layout, gpu) -> list[tuple[str, str, str]]:
+    """(level, flag, text): visibility variables that contradict each other, or name fewer GPUs than the command
+    starts processes on this node."""
+    hip, cuda = cmd.env.get("HIP_VISIBLE_DEVICES"), cmd.env.get("CUDA_VISIBLE_DEVICES")
+    out = []
+    if gpu.vendor == "amd" and hip and cuda and hip != cuda:
+        out.append(("error" if cmd.engine == "vllm" else "warn", "HIP_VISIBLE_DEVICES",
+                    f"'{hip}' and CUDA_VISIBLE_DEVICES '{cuda}' differ: " +
+                    ("vLLM 0.33 refuses to start ('Inconsistent GPU visibility env vars', vllm/platforms/rocm.py)"
+                     if cmd.engine == "vllm" else "the HIP runtime applies HIP_VISIBLE_DEVICES, SGLang numbers its "
+                     "GPUs from CUDA_VISIBLE_DEVICES") + ": set one"))
+    shown = [v for v in (hip if gpu.vendor == "amd" else None, cuda) if v is not None]
+    needed = _processes_on_node(cmd, layout)
+    if shown and needed:
+        visible = min(len([d for d in v.split(",") if d.strip()]) for v in shown)
+        if visible < needed:
+            name = "CUDA_VISIBLE_DEVICES" if cuda is not None else "HIP_VISIBLE_DEVICES"
+            out.append(("error", name, f"names {visible} GPU(s), but the command starts {needed} GPU processes on "
+                                       "this node: they cannot all find a device"))
+    return out
+
+
+def _processes_on_node(cmd: Command, layout: Layout) -> int:
+    """GPU processes the command starts on its own node (0: not known from its flags)."""
+    if cmd.engine == "vllm":
+        return 0 if any(f in cmd.args for f in VLLM_ACROSS_NODES) else layout.instance_gpus
+    tp, pp = layout.stage_gpus, layout.pp     # SGLang's --tp-size is the whole group, DP attention included
+    nnodes = int(cmd.values["nnodes"]) if str(cmd.values.get("nnodes", "")).isdigit() else 1
+    if nnodes < 1:
+        return 0
+    base = int(cmd.values["base_gpu"]) if str(cmd.values.get("base_gpu", "")).isdigit() else 0
+    return base + max(pp // nnodes, 1) * (tp // max(nnodes // pp, 1)) * layout.replicas

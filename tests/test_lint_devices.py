@@ -1,0 +1,30 @@
+"""lint's visible-device checks (audit/lint_devices.py): found by QA, a command that named half the GPUs its ranks
+need, or HIP and CUDA visibility that vLLM refuses on ROCm, got "nothing to flag"."""
+
+from __future__ import annotations
+
+import pytest
+
+R1_VLLM = ["vllm", "serve", "deepseek-ai/DeepSeek-R1"]
+R1_SGLANG = ["python3", "-m", "sglang.launch_server", "--model-path", "deepseek-ai/DeepSeek-R1"]
+
+
+@pytest.mark.parametrize("topology, env, command, words", [
+    ("8xmi300x", ["VLLM_ROCM_USE_AITER=1", "HIP_VISIBLE_DEVICES=0,1,2,3", "CUDA_VISIBLE_DEVICES=4,5,6,7"],
+     R1_VLLM + ["-tp", "4"], "ERROR HIP_VISIBLE_DEVICES: '0,1,2,3' and CUDA_VISIBLE_DEVICES '4,5,6,7' differ: vLLM"),
+    ("8xmi300x", ["VLLM_ROCM_USE_AITER=1", "CUDA_VISIBLE_DEVICES=0,1,2,3"], R1_VLLM + ["-tp", "8"],
+     "ERROR CUDA_VISIBLE_DEVICES: names 4 GPU(s), but the command starts 8"),
+    ("8xh200", ["CUDA_VISIBLE_DEVICES=0,1,2,3"], R1_SGLANG + ["--tp", "8"],
+     "ERROR CUDA_VISIBLE_DEVICES: names 4 GPU(s), but the command starts 8"),
+    ("8xh200", ["CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6"], R1_SGLANG + ["--tp", "4", "--base-gpu-id", "4"],
+     "names 7 GPU(s), but the command starts 8"),
+    ("8xmi300x", ["SGLANG_USE_AITER=1", "HIP_VISIBLE_DEVICES=0,1,2,3,4,5,6,7", "CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7"],
+     R1_SGLANG + ["--tp", "8", "--attention-backend", "aiter"], None),
+    ("8xh200", ["CUDA_VISIBLE_DEVICES=0,1,2,3"], R1_VLLM + ["-tp", "4"], None),
+])
+def test_visible_devices_against_the_processes_a_command_starts(cli, topology, env, command, words):
+    result = cli("lint", "-t", topology, "--", *env, *command)
+    if words is None:
+        assert "VISIBLE_DEVICES" not in result.stdout, result.stdout
+    else:
+        assert words in result.stdout and result.exit_code == 1, result.output
