@@ -1,6 +1,9 @@
 """Every user error: one line naming the file and field, exit status 2, never a traceback."""
 
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 import yaml
@@ -157,3 +160,29 @@ def test_verify_device_is_checked_first_and_an_empty_plan_says_why(cli, tmp_path
     failed.write_text(cli("plan", "--tpot-ms", "1", "--json").stdout)
     one_line_error(cli("emit", "--plan", str(failed), "--out", str(tmp_path / "o")), "no candidates",
                    "misses the TPOT target of 1 ms")
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="Linux's /dev/full")
+@pytest.mark.parametrize("args", [["models"], ["plan", "--json"], ["--help"]])
+def test_output_to_a_full_disk_is_one_error_line_not_a_traceback(args):
+    """Found by QA: `> /dev/full` ended every command in an OSError traceback, and a cut-off --json could exit 0."""
+    with open("/dev/full", "w") as full:
+        out = subprocess.run([sys.executable, "-m", "mla_planner.cli", *args], stdout=full, stderr=subprocess.PIPE,
+                             text=True)
+    assert out.returncode == 2
+    assert out.stderr == "error: cannot write the output (No space left on device); what was written is incomplete\n"
+
+
+@pytest.mark.parametrize("address, words", [("10.0.0.1:80", "without a port"), ("::1", "IPv6"),
+                                            ("host name", "expected the head node's host name"),
+                                            ("$(id)", "expected the head node's host name")])
+def test_a_head_address_that_is_not_a_host_is_one_line(cli, tmp_path, address, words):
+    """Found by QA: `10.0.0.1:80` was written as HEAD_IP and became `--dist-init-addr 10.0.0.1:80:5000`."""
+    plan = tmp_path / "plan.json"
+    plan.write_text(cli("plan", "-m", "deepseek-v2-lite", "-t", "2x8xh100-ib", "-l", "tp=16", "--no-disagg",
+                        "--json").stdout)
+    result = cli("emit", "--plan", str(plan), "--out", str(tmp_path / "out"), "--head-address", address)
+    assert result.exit_code == 2 and words in result.stderr and result.stderr.count("\n") == 1
+    assert not (tmp_path / "out").exists()
+    assert cli("emit", "--plan", str(plan), "--out", str(tmp_path / "ok"), "--head-address", "node-0.cluster.local"
+               ).exit_code == 0

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import errno
 import gc
 import importlib
+import os
 import signal
 import sys
 
@@ -49,6 +51,11 @@ SETTINGS = {"lint": {"allow_extra_args": True, "ignore_unknown_options": True}}
 HELP = dict(help_option_names=["-h", "--help"], max_content_width=120)
 
 
+# Writing the report to stdout failed: a full disk, a quota, a file-size limit, an I/O error (a closed pipe ends the
+# process by SIGPIPE instead: main)
+OUTPUT_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO)
+
+
 def load_command(name: str) -> click.Command:
     """The click command of NAME, built from its module's function (imported now). Python's cyclic collector is
     paused for the import: a command's modules build a hundred or so classes and tables that all stay alive, so
@@ -91,13 +98,20 @@ class Commands(click.Group):
         try:
             rv = super().main(args=args, prog_name=prog_name or "mla-plan", complete_var=complete_var,
                               standalone_mode=False, **extra)
+            sys.stdout.flush()      # a full disk or a file-size limit under `> FILE` fails here, not silently at exit
         except click.ClickException as exc:
             where = exc.ctx.command_path if getattr(exc, "ctx", None) else "mla-plan"
             print(f"error: {where}: {' '.join(exc.format_message().split())}", file=sys.stderr)
             sys.exit(exc.exit_code)
-        except click.Abort:
+        except click.Abort:         # Ctrl-C: the shell's 128 + SIGINT, not 1 (plan's "no candidate meets the targets")
             print("error: aborted", file=sys.stderr)
-            sys.exit(1)
+            sys.exit(130)
+        except OSError as exc:
+            if exc.errno not in OUTPUT_ERRNOS:
+                raise
+            sys.stdout = open(os.devnull, "w")    # nothing more to lose at exit, and no second complaint
+            print(f"error: cannot write the output ({exc.strerror}); what was written is incomplete", file=sys.stderr)
+            sys.exit(2)
         if not standalone_mode:
             return rv
         sys.exit(rv if isinstance(rv, int) else 0)

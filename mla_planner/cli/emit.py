@@ -11,6 +11,7 @@ from rich.markup import escape
 from mla_planner.cli.params import Opt
 from mla_planner.cli.common import JsonOpt, guard, lower_case, print_json, warn_weightless
 from mla_planner.cli.console import console, stderr_console
+from mla_planner.cli.options import checked_head_address
 from mla_planner.core.errors import PlanError
 from mla_planner.launch.disagg_folder import emit_disaggregated
 from mla_planner.launch.emit import Emitted, emit
@@ -68,6 +69,7 @@ def emit_cmd(plan: Annotated[Path, Opt("--plan", "-p", help="Plan file written b
     """
     if not out.strip():
         raise PlanError("--out is empty; give the folder to write")
+    head_address = checked_head_address(head_address)
     loaded = read_plan(plan)
     if disaggregated is not None:
         _emit_disaggregated(loaded, disaggregated, out, model_path, image, force, as_json,

@@ -4,6 +4,8 @@ pipeline layer split. Each raises PlanError (one `error:` line, exit 2) on a bad
 
 from __future__ import annotations
 
+import ipaddress
+import re
 from dataclasses import asdict
 from math import inf
 from typing import Optional
@@ -175,3 +177,24 @@ def knob_args_of(engine: str, util: Optional[float], static: Optional[float], kv
                 max_num_seqs=positive("--max-num-seqs", max_num_seqs),
                 max_num_batched_tokens=positive("--max-num-batched-tokens", max_num_batched_tokens),
                 mtp=mtp, cuda_graphs=not enforce_eager)
+
+
+HOST_LABEL = r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+HOST_NAME = re.compile(rf"(?=.{{1,253}}$){HOST_LABEL}(\.{HOST_LABEL})*")
+
+
+def checked_head_address(text: Optional[str]) -> Optional[str]:
+    """--head-address: an IPv4 address or a host name (RFC 1123 labels). Not a port (the scripts add their own:
+    `host:80` became `host:80:5000`), and not IPv6, which the engines' `addr:port` flags would need bracketed."""
+    if text is None:
+        return None
+    try:
+        if ipaddress.ip_address(text).version == 4:
+            return text
+        raise PlanError(f"--head-address {text}: an IPv6 address is not supported (the engines' addr:port flags "
+                        "would need it in brackets); give the head's host name or IPv4 address")
+    except ValueError:
+        pass
+    if not HOST_NAME.fullmatch(text):
+        raise PlanError(f"--head-address {text!r}: expected the head node's host name or IPv4 address, without a port")
+    return text
