@@ -42,3 +42,15 @@ def test_emit_help_examples_run_on_the_plan_help_makes(cli, tmp_path, monkeypatc
     for args in examples:
         r = cli(*args)
         assert r.exit_code == 0, (args, r.output)
+
+
+@pytest.mark.parametrize("command", ["plan", "memory", "compare", "emit", "lint", "check-log", "validate",
+                                     "calibrate", "verify"])
+def test_example_commands_are_printed_whole(cli, command):
+    """Found by QA: --help filled each example into its paragraph, so a long one broke across lines (lint's gained a
+    `\\` mid-line) and pasted as two commands. Every `mla-plan ...` line of the docstring is printed as written."""
+    from mla_planner.cli.app import COMMANDS, load_command
+    doc = load_command(command).callback.__doc__ or ""
+    lines = [line.strip() for line in doc.split("Examples:")[-1].splitlines() if line.strip().startswith("mla-plan ")]
+    shown = [line.strip() for line in cli(command, "--help").stdout.splitlines()]
+    assert lines and all(line in shown for line in lines), (COMMANDS[command], lines)

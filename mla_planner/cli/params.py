@@ -116,7 +116,7 @@ def _default_is_none(fn: Callable, name: str) -> bool:
 class HelpFormatter(click.HelpFormatter):
     """Click's help layout, wrapped without breaking at hyphens: a flag named in a help text
     (--max-running-requests) stays whole, to be read and copied. Paragraphs are kept; a paragraph
-    whose first line is click's no-rewrap mark \\b is printed as written."""
+    whose first line is click's no-rewrap mark \\b, or an example command (`mla-plan ...`), is printed as written."""
 
     def write_text(self, text: str) -> None:
         self.write(wrap(text, self.width, " " * self.current_indent) + "\n")
@@ -147,6 +147,9 @@ def wrap(text: str, width: int, indent: str = "") -> str:
         lines = para.splitlines()
         if lines and lines[0].strip() == "\b":
             out.append("\n".join(indent + line for line in lines[1:]))
+            continue
+        if lines and lines[0].lstrip().startswith("mla-plan "):   # an example command: pasted as printed, never
+            out.append("\n".join(indent + line for line in lines))   # broken across lines a shell would run apart
             continue
         lead = indent + para[:len(para) - len(para.lstrip(" "))]
         out.append(textwrap.fill(" ".join(para.split()), width, initial_indent=lead, subsequent_indent=lead,
