@@ -52,3 +52,9 @@ def test_verify_still_takes_a_layouts_knobs(cli):
     result = cli("verify", "--device", "cpu", "--quick", "-m", "deepseek-v2-lite", "-t", "8xh100", "-l", "tp=8",
                  "--gpu-memory-utilization", "0.9", "--json")
     assert result.exit_code == 0, result.output
+
+
+@pytest.mark.parametrize("text", ["tp=8,tp=16", "tp=8,kv=replicated,kv=latent-sharded"])
+def test_a_layout_key_given_twice_is_refused(cli, text):
+    """`tp=8,tp=16` was planned as tp16 without a word."""
+    one_error(cli("plan", "-l", text), "given twice")

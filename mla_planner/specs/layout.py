@@ -100,6 +100,8 @@ def parse_layout(text: str, topo=None) -> Layout:
         if not sep or key not in names:
             raise PlanError(f"layout '{text}': expected key=value with keys {sorted(names - {'kv_layout'}) + ['kv']}, "
                             f"got '{item}'")
+        if key in values:      # `tp=8,tp=16` was taken as tp=16
+            raise PlanError(f"layout '{text}': {item.partition('=')[0].strip()} is given twice")
         if key == "kv_layout":
             if val not in KV_LAYOUTS:
                 raise PlanError(f"layout '{text}': kv must be one of {', '.join(KV_LAYOUTS)}, got '{val}'")
