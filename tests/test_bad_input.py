@@ -186,3 +186,16 @@ def test_a_head_address_that_is_not_a_host_is_one_line(cli, tmp_path, address, w
     assert not (tmp_path / "out").exists()
     assert cli("emit", "--plan", str(plan), "--out", str(tmp_path / "ok"), "--head-address", "node-0.cluster.local"
                ).exit_code == 0
+
+
+def test_output_folders_expand_the_home_folder_as_inputs_do(cli, tmp_path, monkeypatch):
+    """Found by QA: `--out '~nonexistentuser/x'` made a folder named `~nonexistentuser` (inputs expanded `~`)."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    plan = tmp_path / "plan.json"
+    plan.write_text(cli("plan", "-m", "deepseek-v2-lite", "-t", "8xh100", "--json").stdout)
+    assert cli("emit", "--plan", str(plan), "--out", "~/launch").exit_code == 0
+    assert (tmp_path / "launch" / "README.md").is_file()
+    for args in (["emit", "--plan", str(plan), "--out", "~nonexistentuser/x"],
+                 ["plan", "-m", "deepseek-v2-lite", "-t", "8xh100", "--emit", "~nonexistentuser/x"]):
+        result = cli(*args)
+        assert result.exit_code == 2 and "no such user" in result.stderr and result.stderr.count("\n") == 1

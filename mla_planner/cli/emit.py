@@ -13,6 +13,7 @@ from mla_planner.cli.common import JsonOpt, guard, lower_case, print_json, warn_
 from mla_planner.cli.console import console, stderr_console
 from mla_planner.cli.options import checked_head_address
 from mla_planner.core.errors import PlanError
+from mla_planner.core.files import user_path
 from mla_planner.launch.disagg_folder import emit_disaggregated
 from mla_planner.launch.emit import Emitted, emit
 from mla_planner.launch.outdir import FolderNotEmpty
@@ -69,10 +70,10 @@ def emit_cmd(plan: Annotated[Path, Opt("--plan", "-p", help="Plan file written b
     """
     if not out.strip():
         raise PlanError("--out is empty; give the folder to write")
-    head_address = checked_head_address(head_address)
+    head_address, out_dir = checked_head_address(head_address), user_path(out)   # `~/launch` quoted still means home
     loaded = read_plan(plan)
     if disaggregated is not None:
-        _emit_disaggregated(loaded, disaggregated, out, model_path, image, force, as_json,
+        _emit_disaggregated(loaded, disaggregated, out_dir, model_path, image, force, as_json,
                             candidate is not None or engine is not None or mode != "native" or head_address,
                             rdma_resource)
         return
@@ -80,7 +81,7 @@ def emit_cmd(plan: Annotated[Path, Opt("--plan", "-p", help="Plan file written b
         raise PlanError("--image and --rdma-resource are for the Kubernetes manifests of --disaggregated")
     candidate = engine_candidate(loaded, candidate, engine, "emit")
     try:
-        done = emit(loaded, candidate, engine, Path(out), mode=mode, model_path=model_path,
+        done = emit(loaded, candidate, engine, out_dir, mode=mode, model_path=model_path,
                     head_address=head_address, force=force)
     except FolderNotEmpty as exc:
         raise PlanError(f"--out {exc}, or pass --force to replace an earlier emit's files") from None
@@ -94,17 +95,17 @@ def emit_cmd(plan: Annotated[Path, Opt("--plan", "-p", help="Plan file written b
     if model_path is None:
         warn_weightless(loaded.model_path)
     if as_json:
-        print_json({**emitted_json(done, Path(out)), "meets_targets": not misses})
+        print_json({**emitted_json(done, out_dir), "meets_targets": not misses})
         return
     con = console()
     con.print(f"wrote {len(done.paths)} files to {out}:", markup=False)
     for p in done.paths:
         con.print(f"  {p.name}", markup=False)
-    con.print(f"next: read {Path(out) / 'README.md'} (what to run where, in which order, and the health checks)",
+    con.print(f"next: read {out_dir / 'README.md'} (what to run where, in which order, and the health checks)",
               markup=False)
 
 
-def _emit_disaggregated(loaded, index: int, out: str, model_path, image, force: bool, as_json: bool,
+def _emit_disaggregated(loaded, index: int, out_dir: Path, model_path, image, force: bool, as_json: bool,
                         aggregated_options, rdma_resource=None) -> None:
     if aggregated_options:
         raise PlanError("--candidate, --engine, --mode and --head-address are for aggregated candidates; a "
@@ -112,19 +113,19 @@ def _emit_disaggregated(loaded, index: int, out: str, model_path, image, force: 
     if image is not None and not image.strip():
         raise PlanError("--image is empty")
     try:
-        paths = emit_disaggregated(loaded, index, Path(out), model_path, image, force, rdma_resource)
+        paths = emit_disaggregated(loaded, index, out_dir, model_path, image, force, rdma_resource)
     except FolderNotEmpty as exc:
         raise PlanError(f"--out {exc}, or pass --force to replace an earlier emit's files") from None
     if model_path is None:
         warn_weightless(loaded.model_path)
     if as_json:
-        print_json({"out": out, "disaggregated": index, "files": [str(p) for p in paths]})
+        print_json({"out": str(out_dir), "disaggregated": index, "files": [str(p) for p in paths]})
         return
     con = console()
-    con.print(f"wrote {len(paths)} files to {out}:", markup=False)
+    con.print(f"wrote {len(paths)} files to {out_dir}:", markup=False)
     for p in paths:
         con.print(f"  {p.name}", markup=False)
-    con.print(f"next: read {Path(out) / 'README.md'} (the pools, the router, the start order, Kubernetes)",
+    con.print(f"next: read {out_dir / 'README.md'} (the pools, the router, the start order, Kubernetes)",
               markup=False)
 
 

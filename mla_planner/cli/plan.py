@@ -17,7 +17,7 @@ from mla_planner.cli.options import bounded, workload_from
 from mla_planner.cli.plan_render import render_plan
 from mla_planner.cli.planning import run_plan
 from mla_planner.core.errors import PlanError
-from mla_planner.core.files import dump_yaml, path_kind
+from mla_planner.core.files import dump_yaml, path_kind, user_path
 from mla_planner.launch.disagg_folder import emit_disaggregated
 from mla_planner.launch.emit import emit_plan
 from mla_planner.search.pareto import png_plot
@@ -111,6 +111,7 @@ def plan_cmd(
         raise PlanError("--top must be at least 1")
     if as_json and as_yaml:
         raise PlanError("give --json or --yaml, not both")
+    plot, emit = (user_path(str(p)) if p is not None else None for p in (plot, emit))   # `~/x` quoted means home
     if plot is not None:
         check_output_file(plot, "--plot")
     if emit is not None and path_kind(emit) == "dir" and any(emit.iterdir()):
