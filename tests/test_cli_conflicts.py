@@ -58,3 +58,12 @@ def test_verify_still_takes_a_layouts_knobs(cli):
 def test_a_layout_key_given_twice_is_refused(cli, text):
     """`tp=8,tp=16` was planned as tp16 without a word."""
     one_error(cli("plan", "-l", text), "given twice")
+
+
+def test_compare_refuses_what_its_plan_file_sets(cli, tmp_path):
+    """`compare --plan` compared the plan's candidates whatever -m, --tpot-ms or a NaN fraction said."""
+    plan = tmp_path / "plan.json"
+    plan.write_text(cli("plan", "-m", "deepseek-v2-lite", "-t", "8xh100", "--no-disagg", "--json").stdout)
+    one_error(cli("compare", "--plan", str(plan), "-m", "deepseek-v2-lite", "--tpot-ms", "5",
+                  "--gpu-memory-utilization", "nan"), "--model, --tpot-ms, --gpu-memory-utilization: the plan file")
+    assert cli("compare", "--plan", str(plan), "-c", "1").exit_code == 0

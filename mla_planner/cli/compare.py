@@ -7,10 +7,12 @@ from math import inf
 from pathlib import Path
 from typing import Annotated, Optional
 
+import click
+
 from mla_planner.engines.backends import default_engine, int8_checkpoint_problem, mtp_verify_problem, usable_backends
 from mla_planner.specs.attention.kinds import attention_of
 from mla_planner.specs.calibration import int4_experts_note, load_calibration
-from mla_planner.cli.params import Opt
+from mla_planner.cli.params import Opt, typed_options
 from mla_planner.cli.common import (DEFAULT_MODEL, DEFAULT_TOPOLOGY, GraphCapOpt, ImagesOpt, JsonOpt, ModelOpt,
                                     MtpAcceptanceOpt, PpPartitionOpt, TopologyOpt, check_acceptance, check_context,
                                     check_images, check_mtp, guard, print_json, lower_case)
@@ -36,6 +38,11 @@ from mla_planner.specs.layout import Layout, parse_layout, query_heads_per_rank
 from mla_planner.specs.model import ModelSpec
 from mla_planner.specs.topology import load_topology
 
+# what --plan fixes: its candidates' knobs and its workload (the calibration may still be given)
+PLAN_SETS = ("model", "topology", "engine", "input_len", "output_len", "tpot_ms", "ttft_ms", "kv_cache_dtype",
+             "enforce_eager", "mtp", "mtp_acceptance", "images", "dense_per_rank", "max_num_seqs", "block_size",
+             "max_num_batched_tokens", "pp_layer_partition", "cuda_graph_max_bs", "gpu_memory_utilization",
+             "mem_fraction_static", "memory_fraction")
 SERVING_ONLY = {"step_s", "collectives_s", "tpot_s", "network_wait_share", "decode_network_wait_share", "ttft_s",
                 "ttft_longest_s", "alone_tpot_s"}
 
@@ -110,7 +117,7 @@ def _fraction(engine: str, util: Optional[float], static: Optional[float], alias
 
 
 @guard
-def compare_cmd(layouts: Annotated[Optional[list[str]], Opt(
+def compare_cmd(ctx: click.Context, layouts: Annotated[Optional[list[str]], Opt(
                     "--layout", "-l", help='A layout to compare, e.g. "tp=16" or "tp=8,pp=2" (repeat; the first '
                     'is the baseline for the ratios).')] = None,
                 model: ModelOpt = DEFAULT_MODEL, topology: TopologyOpt = DEFAULT_TOPOLOGY,
@@ -181,6 +188,9 @@ def compare_cmd(layouts: Annotated[Optional[list[str]], Opt(
     if plan is not None:
         if layouts:
             raise PlanError("compare: give --plan (and -c) or --layout, not both")
+        if ignored := typed_options(ctx, PLAN_SETS):
+            raise PlanError(f"{', '.join(ignored)}: the plan file sets these (its candidates' knobs and its "
+                            "workload): give --plan or them, not both")
         return _compare_plan(plan, candidates, calibration, as_json)
     if candidates:
         raise PlanError("compare: --candidate picks from a --plan file")
