@@ -199,3 +199,15 @@ def test_output_folders_expand_the_home_folder_as_inputs_do(cli, tmp_path, monke
                  ["plan", "-m", "deepseek-v2-lite", "-t", "8xh100", "--emit", "~nonexistentuser/x"]):
         result = cli(*args)
         assert result.exit_code == 2 and "no such user" in result.stderr and result.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize("name, text, words", [
+    ("topo.yaml", "name: x\nnodes: 1\nnodes: 2\n", "'nodes' is given twice in one mapping (line 3)"),
+    ("config.json", '{"model_type": "deepseek_v3", "hidden_size": 1, "hidden_size": 7168}',
+     "'hidden_size' is given twice in one object")])
+def test_a_key_given_twice_in_a_users_file_is_refused(cli, tmp_path, name, text, words):
+    """Found by QA: safe_load and json.loads both keep the last of two equal keys without a word."""
+    path = tmp_path / name
+    path.write_text(text)
+    result = cli("show", "-t" if name.endswith(".yaml") else "-m", str(path))
+    assert result.exit_code == 2 and words in result.stderr and result.stderr.count("\n") == 1

@@ -88,7 +88,8 @@ def dump_yaml_documents(documents: list) -> str:
 @lru_cache(maxsize=None)
 def _no_alias_loader() -> type:
     """safe_load's loader, refusing YAML aliases (`*name`): a 1 KB file of nested aliases expands to gigabytes of
-    repeated values (the "billion laughs"), and no planner file needs one."""
+    repeated values (the "billion laughs"), and no planner file needs one; and refusing a key given twice in one
+    mapping, which safe_load resolves silently to the last."""
     import yaml
 
     class NoAliasLoader(yaml.SafeLoader):
@@ -98,7 +99,29 @@ def _no_alias_loader() -> type:
                 raise yaml.composer.ComposerError(None, None, "YAML aliases (*name) are not accepted: write the "
                                                               "value out", event.start_mark)
             return super().compose_node(parent, index)
+
+        def construct_mapping(self, node, deep=False):
+            seen = set()
+            for key_node, _ in node.value:
+                key = (key_node.tag, key_node.value) if isinstance(key_node, yaml.ScalarNode) else None
+                if key is not None and key in seen:
+                    raise DuplicateKey(f"{key[1]!r} is given twice in one mapping (line {key_node.start_mark.line + 1})")
+                seen.add(key)
+            return super().construct_mapping(node, deep)
     return NoAliasLoader
+
+
+class DuplicateKey(ValueError):
+    """A key given twice in one mapping of a user's file (YAML or JSON): refused, not the last one taken."""
+
+
+def _unique_keys(pairs: list) -> dict:
+    """json.loads' object_pairs_hook: the object, or DuplicateKey."""
+    keys = [k for k, _ in pairs]
+    if len(set(keys)) != len(keys):
+        twice = next(k for k in keys if keys.count(k) > 1)
+        raise DuplicateKey(f"{twice!r} is given twice in one object")
+    return dict(pairs)
 
 
 def parse_user_data(text: str, where: str, as_json: bool):
@@ -112,7 +135,9 @@ def parse_user_data(text: str, where: str, as_json: bool):
 
 def _parse_json(text: str, where: str):
     try:
-        return json.loads(text)
+        return json.loads(text, object_pairs_hook=_unique_keys)
+    except DuplicateKey as exc:
+        raise InputError(where, str(exc)) from None
     except ValueError:
         raise InputError(where, "is not valid JSON") from None
 
@@ -121,6 +146,8 @@ def _parse_user_yaml(text: str, where: str):
     import yaml
     try:
         return yaml.load(text, Loader=_no_alias_loader())
+    except DuplicateKey as exc:
+        raise InputError(where, str(exc)) from None
     except yaml.composer.ComposerError as exc:
         if "aliases" in str(exc.problem):
             raise InputError(where, f"{exc.problem} (line {exc.problem_mark.line + 1})") from None
