@@ -96,3 +96,10 @@ def test_a_json_not_named_config_json_plans_but_serves_nothing(cli, tmp_path):
     assert r.exit_code == 2 and "--model-path" in r.output and not (tmp_path / "o").exists()
     ok = cli("emit", "--plan", str(plan), "--out", str(tmp_path / "o"), "--model-path", "/models/v2lite")
     assert ok.exit_code == 0 and "/models/v2lite" in (tmp_path / "o" / "node-0.sh").read_text()
+
+
+def test_a_builtins_hugging_face_id_names_the_builtin(cli):
+    """Found by QA: `-m deepseek-ai/DeepSeek-V3` (what lint reads off a command) was refused as no such file."""
+    by_id = cli("show", "-m", "deepseek-ai/DeepSeek-V3", "--json")
+    assert by_id.exit_code == 0 and by_id.stdout == cli("show", "-m", "deepseek-v3", "--json").stdout
+    assert cli("show", "-m", "deepseek-ai/No-Such-Model").exit_code == 2

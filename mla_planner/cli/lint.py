@@ -19,8 +19,7 @@ from mla_planner.cli.console import console
 from mla_planner.core.errors import PlanError
 from mla_planner.core.files import MAX_COUNT, path_kind, user_path
 from mla_planner.specs.calibration import load_calibration
-from mla_planner.specs.builtin import builtin_names
-from mla_planner.specs.catalogue import load_model
+from mla_planner.specs.catalogue import builtin_by_hf_id, load_model
 from mla_planner.specs.topology import load_topology
 
 LintModelOpt = Annotated[Optional[str], Opt(
@@ -132,8 +131,4 @@ def _builtin_for(served: Optional[str]) -> Optional[str]:
     """The built-in whose HF id the command serves, else the served path itself when it exists here."""
     if not served:
         return None
-    for name in builtin_names():
-        spec = load_model(name).spec
-        if spec.hf_id and spec.hf_id.lower() == served.lower():
-            return name
-    return served if path_kind(user_path(served)) != "missing" else None
+    return builtin_by_hf_id(served) or (served if path_kind(user_path(served)) != "missing" else None)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
 from mla_planner.core.errors import InputError, PlanError, did_you_mean
 from mla_planner.core.files import path_kind, read_mapping, user_path
@@ -69,8 +70,9 @@ def load_model(ref: str) -> LoadedModel:
         path = path.resolve()   # scripts run on other nodes and in other folders: never a relative path
     if kind == "other":
         raise InputError(ref, "is not a regular file (a FIFO, device or socket)")
-    if ref.lower() in builtin_names() and kind == "missing":
-        spec = builtin_spec(ref.lower())
+    name = (ref.lower() if ref.lower() in builtin_names() else builtin_by_hf_id(ref)) if kind == "missing" else None
+    if name:      # a built-in's name, or its Hugging Face id (`deepseek-ai/DeepSeek-V3`) where no such path exists
+        spec = builtin_spec(name)
         return LoadedModel(spec, spec.hf_id or spec.name, "built-in")
     if kind == "dir":
         if path.name == "config.json":
@@ -92,6 +94,11 @@ def load_model(ref: str) -> LoadedModel:
         return LoadedModel(spec, spec.hf_id or spec.name, "spec")
     raise InputError(ref, "not a built-in model, nor an existing file or folder" + did_you_mean(ref, builtin_names())
                      + f"; built-ins: {', '.join(builtin_names())}")
+
+
+def builtin_by_hf_id(ref: str) -> Optional[str]:
+    """The built-in whose Hugging Face id REF is (case aside), else None."""
+    return next((n for n in builtin_names() if (builtin_spec(n).hf_id or "").lower() == ref.lower()), None)
 
 
 def spec_from_mistral_params(path: Path) -> ModelSpec:
