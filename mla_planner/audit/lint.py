@@ -72,6 +72,8 @@ def layout_of(cmd: Command, spec: ModelSpec) -> Layout:
         replicas = 1 if dp > 1 or "dp" in cmd.values else _int(cmd, "dp_size")
         ep = tp if cmd.values.get("a2a") == "deepep" else _int(cmd, "ep")
         tp //= dp                 # whole: _sglang_parallel refuses the command before a layout is built otherwise
+    if min(tp, pp, dp, dcp, ep, replicas) < 1:
+        raise PlanError(f"lint: every parallel size must be at least 1 (tp {tp}, pp {pp}, dp {dp}, dcp {dcp})")
     return Layout(tp=tp, pp=pp, dp=dp, ep=ep if spec.is_moe else 1, dcp=dcp, replicas=replicas)
 
 
@@ -88,6 +90,9 @@ def _sglang_parallel(cmd: Command) -> list[Finding]:
     if "dp" in cmd.values and _int(cmd, "dp_size") > 1:
         out.append(Finding("error", "--attn-dp-size", "SGLang takes --attn-dp-size or --dp-size (with the "
                                                       "deprecated --enable-dp-attention), not both"))
+    if min(tp, dp) < 1:
+        return out + [Finding("error", "--tp-size", f"--tp-size {tp} and {dp} DP-attention ranks: both must be at "
+                                                    "least 1")]
     if tp % dp:
         out.append(Finding("error", "--tp-size", f"--tp-size {tp} is SGLang's whole group (tp*dp): it must be a "
                                                  f"multiple of the {dp} DP-attention ranks"))
@@ -99,12 +104,15 @@ def lint(cmd: Command, spec: ModelSpec, topo: Topology, calib: Calibration) -> l
     planner knows that the engine does not check up front."""
     engine = cmd.engine
     own = [Finding(*f) for f in engine_findings(engine, cmd.args, cmd.env, spec, topo) + env_findings(engine, cmd.env)]
-    out = _sglang_parallel(cmd) + [Finding(*f) for f in sglang_node_findings(cmd.values, topo.gpus_per_node)] \
-        if engine == "sglang" else []
+    try:
+        out = _sglang_parallel(cmd) + [Finding(*f) for f in sglang_node_findings(cmd.values, topo.gpus_per_node)] \
+            if engine == "sglang" else []
+        layout = None if out else layout_of(cmd, spec)
+    except PlanError as exc:   # a parallel size that is not a count: a finding (exit 1), as the engine refuses it
+        out = [Finding("error", "engine", str(exc).removeprefix("lint: "))]
     if out:          # no layout to build; the engine's own parallel rules have said the same where they apply
         return own if any(f.level == "error" for f in own) else own + out
     out = own
-    layout = layout_of(cmd, spec)
     problems = layout_problems(layout, spec, topo.gpus_per_node, topo.total_gpus)
     out += [Finding("error", "layout", f"{layout.label}: {p}") for p in problems]
     per_rank = cmd.values.get("dense_tp") == "1"
