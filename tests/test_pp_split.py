@@ -118,7 +118,7 @@ def test_memory_takes_a_partition_and_suggests_a_better_one(cli):
     assert [g["layers"] for g in given["per_gpu"]] == [32, 29]
     assert given["kv_capacity_tokens"] > own["kv_capacity_tokens"]
     assert not any("would hold" in n for n in given["notes"])
-    for bad, words in (("32,30", "summing to 61"), ("61,0", "at least one"), ("31", "each of the 2 stages"),
+    for bad, words in (("32,30", "summing to 61"), ("61,0", "at least one"), ("31", "names 1 stage(s), the layout has 2"),
                        ("31;30", "comma-separated")):
         r = cli(*base, "--pp-layer-partition", bad)
         assert r.exit_code == 2 and words in r.output and len(r.output.strip().splitlines()) == 1, r.output

@@ -88,8 +88,10 @@ def check_output_file(path: Path, flag: str) -> None:
     """Fail before any work when a file cannot be written there."""
     if path_kind(path) == "dir":
         raise PlanError(f"{flag} {path}: is a folder, expected a file name")
-    if path_kind(path.parent) != "dir":
-        raise PlanError(f"{flag} {path}: folder {path.parent} does not exist")
+    parent = path_kind(path.parent)
+    if parent != "dir":
+        raise PlanError(f"{flag} {path}: " + (f"{path.parent} is a file, not a folder" if parent == "file" else
+                                              f"folder {path.parent} does not exist"))
     if len(path.name.encode()) > 255:
         raise PlanError(f"{flag}: file name longer than 255 bytes")
 

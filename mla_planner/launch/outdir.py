@@ -39,7 +39,7 @@ def write_folder(files: dict[str, tuple[str, bool]], out_dir: Path, force: bool 
 
 def _write(files: dict[str, tuple[str, bool]], out_dir: Path, force: bool) -> list[Path]:
     if out_dir.exists() and not out_dir.is_dir():
-        raise PlanError(f"{out_dir} exists and is not a folder")
+        raise PlanError(f"{out_dir}: a file is there, not a folder: give a folder name for the launch scripts")
     present = sorted(p.name for p in out_dir.iterdir()) if out_dir.exists() else []
     if present and not force:
         raise FolderNotEmpty(f"{out_dir} is not empty; choose an empty folder")

@@ -56,7 +56,10 @@ def split_problem(spec: ModelSpec, layout: Layout, knobs: Knobs) -> str:
     parts = knobs.pp_layer_partition
     if not parts:
         return ""
-    if len(parts) != layout.pp or sum(parts) != spec.num_hidden_layers or min(parts) < 1:
+    if len(parts) != layout.pp:
+        return (f"pipeline partition {','.join(map(str, parts))} names {len(parts)} stage(s), the layout has "
+                f"{layout.pp} (pp {layout.pp})")
+    if sum(parts) != spec.num_hidden_layers or min(parts) < 1:
         return (f"pipeline partition {','.join(map(str, parts))} must give each of the {layout.pp} stages at least "
                 f"one of the model's {spec.num_hidden_layers} decoder layers, summing to {spec.num_hidden_layers}")
     return ""
