@@ -238,3 +238,12 @@ def test_an_output_that_cannot_be_written_is_one_line_and_leaves_nothing(cli, pl
     assert r.exit_code == 2 and r.stderr == (f"error: --output {tmp_path / 'out.yaml'}: cannot write (No space left on "
                                              "device); nothing written\n")
     assert [p.name for p in tmp_path.iterdir() if "out.yaml" in p.name] == []
+
+
+def test_a_result_under_one_token_a_request_is_one_line(cli, plan_path, tmp_path):
+    """Found by QA: 99 output tokens over 200 requests rounded the mean length to 0 and ended in ZeroDivisionError."""
+    files = synthetic(plan_path, tmp_path)
+    record = json.loads(open(files[0]).read()) | {"total_output_tokens": 99, "completed": 200}
+    (tmp_path / "short.json").write_text(json.dumps(record))
+    r = cli("calibrate", "--plan", str(plan_path), str(tmp_path / "short.json"), files[1])
+    assert r.exit_code == 2 and "under one token a request" in r.stderr and r.stderr.count("\n") == 1

@@ -18,3 +18,18 @@ def test_a_bad_parallel_size_is_a_finding(cli, command):
     result = cli("lint", "--", *command)
     assert result.exit_code == 1, result.output
     assert "ERROR" in result.stdout and "Traceback" not in result.output and result.stderr == ""
+
+
+@pytest.mark.parametrize("command, words", [
+    (VLLM + ["-tp", "8", "--gpu-memory-utilization", "0.6", "--max-model-len", "8k"], "nothing to flag"),
+    (VLLM + ["-tp", "8", "--gpu-memory-utilization", "0.6", "--max-model-len", "10M"], "--max-model-len 10,485,760"),
+    (SGLANG + ["--tp", "8", "--mem-fraction-static", "1.5"], "1.5: not a fraction in (0, 1]"),
+    (SGLANG + ["--tp", "8", "--mem-fraction-static", "0"], "0: not a fraction in (0, 1]"),
+    (VLLM + ["-tp", "8", "--block-size", "abc"], "invalid int value: 'abc'")])
+def test_values_as_the_engines_read_them(cli, command, words):
+    """Found by QA: `--max-model-len 8k` was priced at the model's 163,840 (a false error; 10M a false pass),
+    SGLang's fraction 0, 1.5 or nan said nothing, and a block size 'abc' exited 2."""
+    env = ["VLLM_ALLOW_LONG_MAX_MODEL_LEN=1"] if command[0] == "vllm" else []
+    result = cli("lint", "-t", "8xh200", "--", *env, *command)
+    assert words in result.stdout and "Traceback" not in result.output, result.output
+    assert result.exit_code == (0 if words == "nothing to flag" else 1)

@@ -142,6 +142,17 @@ def test_a_kv_dtype_other_than_the_candidates_and_nccl_s_own_verdict(cli, plans,
     assert _run(cli, plan, _log(tmp_path, *sockets))[1]["network"]["status"] == "fail"
 
 
+def test_another_spelling_of_the_candidates_kv_dtype_is_the_same_pool(cli, plans, tmp_path):
+    """Found by QA: a log that wrote the plan's fp8 as fp8_e4m3 (or its BF16 cache as bfloat16 / auto) failed."""
+    plan, cand = plans["vllm"]
+    planned = cand["knobs"]["kv_cache_dtype"]
+    spelling = {"fp8": "fp8_e4m3", "bf16": "bfloat16"}[planned]
+    lines = [ln.replace("kv_cache_dtype=fp8", f"kv_cache_dtype={spelling}")
+             for ln in _vllm_start(cand["memory"]["kv_capacity_tokens"])]
+    code, checks = _run(cli, plan, _log(tmp_path, *lines))
+    assert checks["engine_config"]["status"] == "ok", checks["engine_config"]
+
+
 def test_nccl_finding_no_ib_device_is_a_fallback_not_ib(cli, plans, tmp_path):
     """'NET/IB : No device found.' names the IB plugin but says it is missing: with NCCL then using its socket
     transport (and no 'Using network' verdict logged) the check fails; 'NET/IB : Using [0]mlx5_0...' passes."""

@@ -112,6 +112,10 @@ def _run(path: str, data: dict) -> BenchRun:
         if value is not None and not isinstance(value, str):
             raise PlanError(f"{path}: the {name} it names is {value!r}, expected a string")
     done = int(fields["completed"])
+    for name in ("total_input_tokens", "total_output_tokens"):   # a mean length under a token prices nothing
+        if fields[name] < done:
+            raise PlanError(f"{path}: {name} {fields[name]:,} over {done:,} completed requests is under one token a "
+                            "request: not a result the plan's workload can be held against")
     ttft = data.get("mean_ttft_ms")
     if ttft is not None and (isinstance(ttft, bool) or not isinstance(ttft, (int, float)) or not isfinite(ttft)
                              or not 0 < ttft <= MAX_COUNT):

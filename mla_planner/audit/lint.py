@@ -170,7 +170,10 @@ def _kv_and_backend(cmd: Command, topo: Topology, layout: Layout, heads: int) ->
     kv = KV.get(raw)
     if kv is None:
         return out      # the engine's parser judges unknown values
-    block = _int(cmd, "block", 0) or None
+    try:
+        block = _int(cmd, "block", 0) or None
+    except PlanError:       # not a count: the engine's parser has said so
+        block = None
     name = cmd.values.get("backend")
     if name:
         try:     # vLLM reads the name case-insensitively (AttentionBackendEnum[value.upper()])

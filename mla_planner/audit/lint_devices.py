@@ -44,7 +44,8 @@ def device_findings(cmd: Command, layout: Layout, gpu) -> list[tuple[str, str, s
 def _processes_on_node(cmd: Command, layout: Layout) -> int:
     """GPU processes the command starts on its own node (0: not known from its flags)."""
     if cmd.engine == "vllm":
-        return 0 if any(f in cmd.args for f in VLLM_ACROSS_NODES) else layout.instance_gpus
+        words = {a.split("=", 1)[0].replace("_", "-") for a in cmd.args if a.startswith("--")}   # --nnodes=2 too
+        return 0 if words & set(VLLM_ACROSS_NODES) else layout.instance_gpus
     tp, pp = layout.stage_gpus, layout.pp     # SGLang's --tp-size is the whole group, DP attention included
     nnodes = int(cmd.values["nnodes"]) if str(cmd.values.get("nnodes", "")).isdigit() else 1
     if nnodes < 1:

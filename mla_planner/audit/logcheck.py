@@ -24,6 +24,7 @@ from mla_planner.engines.moe_configs import TUNE_SCRIPT, UNTUNED_LOG, moe_kernel
 from mla_planner.launch.sglang import KV_CACHE_DTYPES as SGLANG_KV_CACHE_DTYPES
 from mla_planner.launch.vllm import KV_CACHE_DTYPES as VLLM_KV_CACHE_DTYPES
 from mla_planner.search.planfile import Candidate, Plan
+from mla_planner.specs.knobs import KV_DTYPE_CHOICES
 
 KV_TOLERANCE = 0.05        # the memory model's tested band against logged pools (docs/memory.md)
 FABRIC = {"infiniband": "an InfiniBand", "roce": "a RoCE", "ethernet": "an Ethernet"}
@@ -118,6 +119,13 @@ def _moe(facts: LogFacts, plan: Plan, cand: Candidate) -> LogCheck:
     return LogCheck("moe_kernels", "warn", f"the engine runs untuned fused-MoE kernels ('{said}'): " + advice)
 
 
+def same_kv(logged: str, planned_flag: str, planned: str) -> bool:
+    """Whether the KV cache dtype an engine logged is the plan's: its flag as emitted, or another spelling of the
+    same storage (fp8 and fp8_e4m3; auto, bfloat16 and bf16 for a BF16 cache: specs/knobs.KV_DTYPE_CHOICES)."""
+    spelled = KV_DTYPE_CHOICES.get(logged.lower(), "bf16" if logged == "bfloat16" else "")
+    return logged == planned_flag or spelled == planned
+
+
 def _vllm_config(facts: LogFacts, cand: Candidate) -> LogCheck:
     """vLLM's engine config line (or its non-default args): eager mode and the KV cache dtype against the plan's
     knobs."""
@@ -130,7 +138,7 @@ def _vllm_config(facts: LogFacts, cand: Candidate) -> LogCheck:
         wrong.append(f"enforce_eager={eager} where the plan has CUDA graphs " + ("on" if cand.knobs.cuda_graphs else
                                                                                   "off"))
     planned_kv = VLLM_KV_CACHE_DTYPES[cand.knobs.kv_cache_dtype]
-    if kv and kv != planned_kv:
+    if kv and not same_kv(kv, planned_kv, cand.knobs.kv_cache_dtype):
         wrong.append(f"kv_cache_dtype={kv} where the plan has {planned_kv}: another KV pool, another candidate")
     if wrong:
         return LogCheck("engine_config", "fail", "; ".join(wrong))
@@ -145,7 +153,7 @@ def _sglang_config(facts: LogFacts, cand: Candidate) -> LogCheck:
     if not kv:
         return LogCheck("engine_config", "absent", "no \"server_args={...'kv_cache_dtype': ...}\" line")
     planned = SGLANG_KV_CACHE_DTYPES[cand.knobs.kv_cache_dtype]
-    if kv != planned:
+    if not same_kv(kv, planned, cand.knobs.kv_cache_dtype):
         return LogCheck("engine_config", "fail", f"kv_cache_dtype={kv} where the plan has {planned}: another "
                                                  "KV pool, another candidate")
     return LogCheck("engine_config", "ok", f"kv_cache_dtype={kv}, as planned (CUDA-graph settings not read)")

@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 import click
 
 from mla_planner.audit.lint import Finding, eager_flag, layout_of, lint
-from mla_planner.audit.lint_command import Command, parse_command
+from mla_planner.audit.lint_command import FIELDS, Command, parse_command
 from mla_planner.audit.lint_memory import memory_findings
 from mla_planner.cli.options import knobs_from_flags, kv_knobs
 from mla_planner.cli.params import Opt
@@ -18,6 +18,8 @@ from mla_planner.cli.plannable import check_plannable
 from mla_planner.cli.console import console
 from mla_planner.core.errors import PlanError
 from mla_planner.core.files import MAX_COUNT, path_kind, user_path
+from mla_planner.engines.parser.tables import load_table
+from mla_planner.engines.parser.values import to_number
 from mla_planner.specs.calibration import load_calibration
 from mla_planner.specs.catalogue import builtin_by_hf_id, load_model
 from mla_planner.specs.topology import load_topology
@@ -85,14 +87,17 @@ def _memory(cmd: Command, spec, topo) -> list[Finding]:
     whole server's: per DP-attention rank they are divided by the ranks, as the planner's knobs are."""
     layout, v = layout_of(cmd, spec), cmd.values
     fraction = _number(v.get("fraction"), float)
+    if cmd.engine == "sglang" and "fraction" in v and (fraction is None or fraction > 1):   # vLLM's parser bounds it
+        return [Finding("error", "--mem-fraction-static", f"{v['fraction']}: not a fraction in (0, 1]; SGLang does not "
+                        "check it: at 0 or below its KV pool is empty, above 1 it asks for more than the GPU holds")]
     try:
         cache, _ = kv_knobs(spec, topo, layout, cmd.engine, v.get("kv", "auto").lower(), _number(v.get("block")))
-        batched, seqs = _number(v.get("batched")), _number(v.get("max_seqs"))
+        batched, seqs = _flag_number(cmd, "batched"), _number(v.get("max_seqs"))
         per_rank = layout.dp if cmd.engine == "sglang" else 1
         knobs = knobs_from_flags(
             spec, topo, layout, cmd.engine, fraction if cmd.engine == "vllm" else None,
             fraction if cmd.engine == "sglang" else None,
-            dict(**cache, max_model_len=_number(v.get("max_len")),
+            dict(**cache, max_model_len=_flag_number(cmd, "max_len"),
                  max_num_seqs=None if seqs is None else max(seqs // per_rank, 1),
                  max_num_batched_tokens=None if batched is None else max(batched // per_rank, 1),
                  cuda_graphs=not eager_flag(cmd), cuda_graph_max_bs=_number(v.get("graph_max_bs")),
@@ -115,6 +120,14 @@ def _redundant(values: dict) -> int:
         return 0
     count = config.get("num_redundant_experts", 0) if isinstance(config, dict) else 0
     return count if isinstance(count, int) and not isinstance(count, bool) and count > 0 else 0
+
+
+def _flag_number(cmd: Command, key: str) -> Optional[int]:
+    """The value of the flag behind KEY as the engine's parser reads it (vLLM's --max-model-len 8k is 8,000, SGLang's
+    --context-length 8Ki 8,192: the flag tables' types), None as `_number`."""
+    flags = [f for f, k in FIELDS[cmd.engine].items() if k == key and f.startswith("--")]
+    kind = load_table(cmd.engine)["flags"].get(flags[0], {}).get("type", "int") if flags else "int"
+    return _number(cmd.values.get(key), lambda raw: to_number(kind, raw))
 
 
 def _number(text: Optional[str], kind=int):

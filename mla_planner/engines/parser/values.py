@@ -63,6 +63,12 @@ _CONVERTERS = {
     "si_iec_int": _sglang_si_iec_int,
 }
 
+def to_number(type_name: str, raw: str):
+    """RAW converted as the engine's parser converts a flag of TYPE_NAME (vLLM's '8k', SGLang's '8Ki'); ValueError
+    where it would refuse it."""
+    return _CONVERTERS.get(type_name, int)(raw)
+
+
 _TYPE_WORDS = {
     "int": "int",
     "float": "float",
