@@ -77,3 +77,12 @@ def test_an_engine_log_that_does_not_say_its_role_needs_pool(cli, plan, tmp_path
     assert r.exit_code == 2 and "give --pool prefill or --pool decode" in r.stderr
     r = cli("check-log", _log(tmp_path, "n2.log", line), "--pool", "decode")
     assert r.exit_code == 2 and "--disaggregated" in r.stderr
+
+
+def test_a_pool_engine_that_refused_to_start_fails(cli, plan, tmp_path):
+    """Found by QA: the start-up refusal that fails check-log without --plan passed with --disaggregated."""
+    path, _ = plan
+    refused = _sglang(1, "decode")[:1] + ["[2026-12-02 10:00:20 DP0 TP0] RuntimeError: Loaded weights leave no GPU "
+                                          "memory for the KV cache. Increase --mem-fraction-static."]
+    code, _, checks = _checks(cli, path, _log(tmp_path, "r.log", *refused))
+    assert code == 1 and checks["startup"]["status"] == "fail"

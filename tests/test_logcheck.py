@@ -153,6 +153,18 @@ def test_another_spelling_of_the_candidates_kv_dtype_is_the_same_pool(cli, plans
     assert checks["engine_config"]["status"] == "ok", checks["engine_config"]
 
 
+def test_an_sglang_log_in_eager_mode_against_a_graphed_plan_fails(cli, plans, tmp_path):
+    """Found by QA: with --plan, SGLang's `disable_cuda_graph=True` was not read (only vLLM's enforce_eager was)."""
+    plan, cand = plans["sglang"]
+    kv = cand["memory"]["kv_capacity_tokens"]
+    line = (f"[2026-12-02 10:00:00] server_args=ServerArgs(model_path='x', kv_cache_dtype='"
+            f"{'fp8_e4m3' if cand['knobs']['kv_cache_dtype'] == 'fp8' else 'auto'}', disable_cuda_graph=True, "
+            "page_size=1)")
+    code, checks = _run(cli, plan, _log(tmp_path, line, f"[2026-12-02 10:01:00 TP0] max_total_num_tokens={kv}, "
+                                                         "chunked_prefill_size=8192"))
+    assert code == 1 and "disable_cuda_graph=True where the plan has CUDA graphs on" in checks["engine_config"]["text"]
+
+
 def test_nccl_finding_no_ib_device_is_a_fallback_not_ib(cli, plans, tmp_path):
     """'NET/IB : No device found.' names the IB plugin but says it is missing: with NCCL then using its socket
     transport (and no 'Using network' verdict logged) the check fails; 'NET/IB : Using [0]mlx5_0...' passes."""

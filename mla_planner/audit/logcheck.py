@@ -147,16 +147,23 @@ def _vllm_config(facts: LogFacts, cand: Candidate) -> LogCheck:
 
 
 def _sglang_config(facts: LogFacts, cand: Candidate) -> LogCheck:
-    """SGLang's 'server_args={...}' start-up line (entrypoints/engine.py): the KV cache dtype against the plan's
-    (CUDA-graph settings fold into a nested record there and are not read)."""
+    """SGLang's 'server_args={...}' start-up line (entrypoints/engine.py): the KV cache dtype against the plan's, and
+    eager mode where the line says `disable_cuda_graph` (0.5.23 folds the graph settings into a nested record)."""
     kv = facts.settings.get("kv_cache_dtype") if facts.engine == "sglang" else None
     if not kv:
         return LogCheck("engine_config", "absent", "no \"server_args={...'kv_cache_dtype': ...}\" line")
-    planned = SGLANG_KV_CACHE_DTYPES[cand.knobs.kv_cache_dtype]
-    if not same_kv(kv, planned, cand.knobs.kv_cache_dtype):
-        return LogCheck("engine_config", "fail", f"kv_cache_dtype={kv} where the plan has {planned}: another "
-                                                 "KV pool, another candidate")
-    return LogCheck("engine_config", "ok", f"kv_cache_dtype={kv}, as planned (CUDA-graph settings not read)")
+    planned, graphs = SGLANG_KV_CACHE_DTYPES[cand.knobs.kv_cache_dtype], facts.settings.get("cuda_graphs")
+    wrong = ([f"kv_cache_dtype={kv} where the plan has {planned}: another KV pool, another candidate"]
+             if not same_kv(kv, planned, cand.knobs.kv_cache_dtype) else [])
+    if graphs is not None and graphs != cand.knobs.cuda_graphs:
+        wrong.append(f"disable_cuda_graph={not graphs} where the plan has CUDA graphs "
+                     + ("on" if cand.knobs.cuda_graphs else "off"))
+    if wrong:
+        return LogCheck("engine_config", "fail", "; ".join(wrong))
+    return LogCheck("engine_config", "ok", f"kv_cache_dtype={kv}" + (f", CUDA graphs {'on' if graphs else 'off'}"
+                                                                    if graphs is not None else
+                                                                    " (CUDA-graph settings not in the line)")
+                    + ", as planned")
 
 
 def _version(facts: LogFacts, plan: Plan) -> LogCheck:

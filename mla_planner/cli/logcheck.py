@@ -113,7 +113,8 @@ def _check_disaggregated(logs: list[str], files: dict, loaded, index: int, pool:
     cand = pool_candidate(d, role or "decode")
     checks = check_log(facts, loaded, cand, files)
     if role is not None and facts.engine:
-        checks.insert(0, role_check(facts, role))
+        start = startup_check(facts)     # an engine that refused to start fails here as it does without --plan
+        checks = [role_check(facts, role)] + checks + ([start] if start.status in ("fail", "warn") else [])
     else:   # bench.sh's output alone: only its result means anything here
         checks = [c for c in checks if c.name == "benchmark"]
     failed = any(c.status == "fail" for c in checks)
