@@ -33,3 +33,15 @@ def test_values_as_the_engines_read_them(cli, command, words):
     result = cli("lint", "-t", "8xh200", "--", *env, *command)
     assert words in result.stdout and "Traceback" not in result.output, result.output
     assert result.exit_code == (0 if words == "nothing to flag" else 1)
+
+
+@pytest.mark.parametrize("env, level", [([], "ERROR"), (["SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1"], "WARN ")])
+def test_a_context_past_the_models_is_what_sglang_makes_of_it(cli, env, level):
+    """SGLang refuses a --context-length above the model's unless its override variable is set, then warns."""
+    result = cli("lint", "-t", "8xh200", "--", *env, *SGLANG, "--tp", "8", "--context-length", "200000")
+    assert f"{level} --context-length: 200,000 tokens is above" in result.stdout
+
+
+def test_a_base_gpu_id_past_the_node_is_told_to_come_down(cli):
+    result = cli("lint", "-t", "8xh200", "--", *SGLANG, "--tp", "8", "--base-gpu-id", "4")
+    assert "ERROR --base-gpu-id:" in result.stdout and "lower --base-gpu-id to at most 0" in result.stdout

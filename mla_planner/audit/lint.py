@@ -125,7 +125,7 @@ def lint(cmd: Command, spec: ModelSpec, topo: Topology, calib: Calibration) -> l
     out += ([Finding(*f) for f in sparse_findings(engine, cmd.values, spec, topo.gpu, layout.dcp,
                                                   spec.num_attention_heads // layout.tp)] if own_rows(spec)
             else _kv_and_backend(cmd, topo, layout, query_heads_per_rank(spec, layout)))
-    out += [Finding(*f) for f in model_findings(engine, cmd.flags, cmd.values, cmd.model, spec)]
+    out += [Finding(*f) for f in model_findings(engine, cmd.flags, cmd.values, cmd.model, spec, cmd.env)]
     if eager_flag(cmd) and not problems:
         out.append(_eager(cmd, spec, topo, layout, calib))
     if not problems:

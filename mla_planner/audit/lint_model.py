@@ -53,12 +53,20 @@ def _tokens(text: str | None) -> int | None:
         return None
 
 
-def model_findings(engine: str, flags: set, values: dict, model: str | None, spec: ModelSpec) -> list[tuple]:
+def model_findings(engine: str, flags: set, values: dict, model: str | None, spec: ModelSpec,
+                   env: dict | None = None) -> list[tuple]:
     out = attention_config_findings(flags, values) if engine == "vllm" else []
     max_len = _tokens(values.get("max_len"))
     if engine == "sglang" and max_len and max_len > spec.max_position_embeddings:   # vLLM: its own rule (lint_engine)
-        out.append(("error", "max_len", f"{max_len:,} tokens is above {spec.name}'s max_position_embeddings "
-                                        f"({spec.max_position_embeddings:,})"))
+        # SGLang 0.5.23 raises ValueError unless SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN, then warns
+        # "may lead to incorrect model outputs or CUDA errors" (configs/model_config.py)
+        allowed = (env or {}).get("SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN") in ("1", "true", "True", "TRUE")
+        out.append(("warn" if allowed else "error", "--context-length",
+                    f"{max_len:,} tokens is above {spec.name}'s max_position_embeddings "
+                    f"({spec.max_position_embeddings:,})" + ("; SGLang starts with a warning (it may give incorrect "
+                                                             "outputs past the trained length)" if allowed else
+                                                             "; SGLang refuses it unless "
+                                                             "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1")))
     multimodal = {"--language-model-only", "--mm-encoder-tp-mode", "--limit-mm-per-prompt"}   # told either way
     if engine == "vllm" and spec.vision_params and not multimodal & flags:
         out.append(("warn", "--language-model-only", f"{spec.name} carries a vision encoder ({spec.vision_params / 1e6:,.0f}M "

@@ -21,10 +21,12 @@ def sglang_node_findings(values: dict, gpus_per_node: int) -> list[tuple]:
     out = []
     per_node = max(pp // nnodes, 1) * (tp // max(nnodes // pp, 1))
     if base + per_node > gpus_per_node:
-        out.append(("error", "--nnodes", f"SGLang starts {per_node} GPU processes on each of --nnodes {nnodes} "
-                                         f"node(s) (tp {tp} x pp {pp}"
+        fix = (f"lower --base-gpu-id to at most {gpus_per_node - per_node}" if per_node <= gpus_per_node else
+               f"give --nnodes {-(-tp * pp // gpus_per_node)} with --node-rank and --dist-init-addr")
+        out.append(("error", "--base-gpu-id" if per_node <= gpus_per_node else "--nnodes",
+                    f"SGLang starts {per_node} GPU processes on each of --nnodes {nnodes} node(s) (tp {tp} x pp {pp}"
                     + (f", from --base-gpu-id {base}" if base else "") + f"), but a node here has {gpus_per_node} "
-                    f"GPUs: give --nnodes {-(-tp * pp // gpus_per_node)} with --node-rank and --dist-init-addr"))
+                    f"GPUs: {fix}"))
     if not 0 <= rank < nnodes:
         out.append(("error", "--node-rank", f"--node-rank {rank} with --nnodes {nnodes}: ranks run 0..{nnodes - 1}"))
     return out

@@ -52,7 +52,7 @@ def lint_cmd(ctx: click.Context, model: LintModelOpt = None, topology: TopologyO
 
       mla-plan lint -t 8xh200 -- vllm serve deepseek-ai/DeepSeek-V3 --tensor-parallel-size 8 --enforce-eager
 
-      mla-plan lint -- python -m sglang.launch_server --model-path deepseek-ai/DeepSeek-R1 --tp 16 \\
+      mla-plan lint -t 8xh200 -- python -m sglang.launch_server --model-path deepseek-ai/DeepSeek-R1 --tp 8 \\
           --quantization fp8 --kv-cache-dtype fp8_e5m2
     """
     if not ctx.args:
