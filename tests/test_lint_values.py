@@ -45,3 +45,12 @@ def test_a_context_past_the_models_is_what_sglang_makes_of_it(cli, env, level):
 def test_a_base_gpu_id_past_the_node_is_told_to_come_down(cli):
     result = cli("lint", "-t", "8xh200", "--", *SGLANG, "--tp", "8", "--base-gpu-id", "4")
     assert "ERROR --base-gpu-id:" in result.stdout and "lower --base-gpu-id to at most 0" in result.stdout
+
+
+@pytest.mark.parametrize("command", [["vllm", "deepseek-ai/DeepSeek-V3", "-tp", "8"],
+                                     ["vllm", "bench", "serve", "--model", "deepseek-ai/DeepSeek-V3"],
+                                     ["python3", "-m", "sglang.bench_serving", "--backend", "sglang"]])
+def test_a_command_that_is_not_a_server_launch_is_one_error_line(cli, command):
+    """Found by QA: `vllm MODEL` (no serve) passed, and benchmark commands were linted as servers."""
+    result = cli("lint", "--", *command)
+    assert result.exit_code == 2 and "is not a server launch" in result.stderr and result.stderr.count("\n") == 1

@@ -55,18 +55,29 @@ class Command:
     args: list = field(default_factory=list)        # the words after the program, as the engine's parser sees them
 
 
+SERVER_MODULES = {"vllm.entrypoints.openai.api_server": "vllm", "sglang.launch_server": "sglang"}
+
+
 def _engine(words: list[str]) -> tuple[str | None, int]:
-    """The engine and where its arguments start, from the program (`vllm serve`, `sglang serve`) or the module
-    (`python -m vllm.entrypoints.openai.api_server`, `python -m sglang.launch_server`), not from paths."""
+    """The engine and where its arguments start, from the program (`vllm serve`, `sglang serve`) or the server
+    module (`python -m vllm.entrypoints.openai.api_server`, `python -m sglang.launch_server`), not from paths.
+    Another subcommand or module of an engine (`vllm bench serve`, `python -m sglang.bench_serving`) is not a
+    server launch: PlanError naming it."""
     program = words[0].rsplit("/", 1)[-1] if words else ""
     if program in ("vllm", "sglang"):
-        return program, (2 if len(words) > 1 and words[1] == "serve" else 1)
+        if len(words) > 1 and words[1] == "serve":
+            return program, 2
+        raise PlanError(f"lint: `{' '.join(words[:2])} ...` is not a server launch: lint reads "
+                        f"`{program} serve MODEL ...`")
     if "-m" in words:
         i = words.index("-m")
         module = words[i + 1] if i + 1 < len(words) else ""
-        for engine in ("vllm", "sglang"):
-            if module == engine or module.startswith(engine + "."):
-                return engine, i + 2
+        if module in SERVER_MODULES:
+            return SERVER_MODULES[module], i + 2
+        if module.split(".")[0] in ("vllm", "sglang"):
+            raise PlanError(f"lint: `python -m {module}` is not a server launch: lint reads `python -m "
+                            + ("vllm.entrypoints.openai.api_server" if module.startswith("vllm") else
+                               "sglang.launch_server") + " ...`")
     return None, 0
 
 
