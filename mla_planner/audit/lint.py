@@ -121,7 +121,8 @@ def lint(cmd: Command, spec: ModelSpec, topo: Topology, calib: Calibration) -> l
     if not problems and (problem := engine_layout_problem(spec, topo, layout, engine, per_rank, deepep)):
         out.append(Finding("error", "layout", problem))
     out += [Finding(*f) for f in quantization_findings(cmd.engine, cmd.values.get("quant"), spec, topo.gpu)
-            + rocm_findings(engine, cmd.env, cmd.values, spec, topo, layout) + device_findings(cmd, layout, topo.gpu)]
+            + rocm_findings(engine, cmd.env, cmd.values, spec, topo, layout)
+            + device_findings(cmd, layout, topo.gpu, topo.gpus_per_node)]
     out += ([Finding(*f) for f in sparse_findings(engine, cmd.values, spec, topo.gpu, layout.dcp,
                                                   spec.num_attention_heads // layout.tp)] if own_rows(spec)
             else _kv_and_backend(cmd, topo, layout, query_heads_per_rank(spec, layout)))

@@ -19,9 +19,11 @@ from mla_planner.specs.layout import Layout
 VLLM_ACROSS_NODES = ("--nnodes", "--headless", "--data-parallel-size-local", "--data-parallel-start-rank")
 
 
-def device_findings(cmd: Command, layout: Layout, gpu) -> list[tuple[str, str, str]]:
+def device_findings(cmd: Command, layout: Layout, gpu, gpus_per_node: int) -> list[tuple[str, str, str]]:
     """(level, flag, text): visibility variables that contradict each other, or name fewer GPUs than the command
-    starts processes on this node."""
+    starts processes on this node; and vLLM's data-parallel ranks all started on one node that cannot hold them
+    (without --data-parallel-size-local, and not across nodes, vLLM 0.33 runs every DP rank locally:
+    engine/arg_utils.py "local DP size defaults to global DP size if not set")."""
     hip, cuda = cmd.env.get("HIP_VISIBLE_DEVICES"), cmd.env.get("CUDA_VISIBLE_DEVICES")
     out = []
     if gpu.vendor == "amd" and hip and cuda and hip != cuda:
@@ -32,6 +34,10 @@ def device_findings(cmd: Command, layout: Layout, gpu) -> list[tuple[str, str, s
                      "GPUs from CUDA_VISIBLE_DEVICES") + ": set one"))
     shown = [v for v in (hip if gpu.vendor == "amd" else None, cuda) if v is not None]
     needed = _processes_on_node(cmd, layout)
+    if cmd.engine == "vllm" and layout.dp > 1 and layout.tp * layout.pp <= gpus_per_node < needed:
+        out.append(("error", "--data-parallel-size", f"{layout.dp} ranks of tp {layout.tp} x pp {layout.pp} all start "
+                    f"on this node ({needed} GPU processes; it has {gpus_per_node}): across nodes give each node "
+                    "--data-parallel-size-local, --data-parallel-start-rank and --data-parallel-address"))
     if shown and needed:
         visible = min(len([d for d in v.split(",") if d.strip()]) for v in shown)
         if visible < needed:
