@@ -63,6 +63,7 @@ def test_backend_block_size_and_layout(cli):
                      "--block-size", "16")
     assert code == 0 and "so TRITON_MLA runs instead" in out["findings"][0]["text"]    # it starts, on a slower kernel
     code, out = lint(cli, "vllm", "serve", "deepseek-ai/DeepSeek-V3", "-tp", "8", "-dp", "2",
+                     "--data-parallel-size-local", "1",        # one DP rank per node (on one node both would start)
                      "--enable-expert-parallel", "--max-model-len", "300000", topology="2x8xh100-ib")
     # tp8 x dp2 with EP16 is legal; vLLM's own rule refuses the length (the engine check, lint_engine)
     assert code == 1 and [f["flag"] for f in out["findings"]] == ["engine"]
