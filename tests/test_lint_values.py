@@ -54,3 +54,11 @@ def test_a_command_that_is_not_a_server_launch_is_one_error_line(cli, command):
     """Found by QA: `vllm MODEL` (no serve) passed, and benchmark commands were linted as servers."""
     result = cli("lint", "--", *command)
     assert result.exit_code == 2 and "is not a server launch" in result.stderr and result.stderr.count("\n") == 1
+
+
+def test_an_sglang_pool_shorter_than_its_context_is_a_warning(cli):
+    """SGLang starts with such a pool and caps each request (managers/tp_worker.py): lint said ERROR and named
+    vLLM's --max-model-len."""
+    result = cli("lint", "-t", "8xh200", "--", *SGLANG, "--tp", "8", "--mem-fraction-static", "0.62")
+    assert result.exit_code == 0 and "WARN  memory: at --mem-fraction-static 0.620" in result.stdout
+    assert "--context-length 163,840" in result.stdout and "--max-model-len" not in result.stdout

@@ -15,6 +15,7 @@ from mla_planner.specs.model import ModelSpec
 from mla_planner.specs.topology import Topology
 
 FRACTION_WORD = {"vllm": "--gpu-memory-utilization", "sglang": "--mem-fraction-static"}
+CONTEXT_WORD = {"vllm": "--max-model-len", "sglang": "--context-length"}
 
 
 def memory_findings(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, fraction_given: bool) -> list[tuple]:
@@ -25,12 +26,14 @@ def memory_findings(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knob
         return []
     where = (f"{FRACTION_WORD[knobs.engine]} {knobs.memory_fraction:.3f}"
              + ("" if fraction_given else " (the engine's default)")
-             + f", {knobs.kv_cache_dtype} KV, --max-model-len {knobs.max_model_len:,}")
+             + f", {knobs.kv_cache_dtype} KV, {CONTEXT_WORD[knobs.engine]} {knobs.max_model_len:,}")
     if knobs.memory_fraction <= 0 and not fraction_given:    # SGLang's own formula reserves more than the GPU holds
         return [("error", "memory", f"{where}: SGLang's own fraction is not positive: its reserve (1.5 MiB a token of "
                  "--chunked-prefill-size, its CUDA graphs, 1 GiB per 8 ranks; arg_groups/memory_hook.py) exceeds the "
                  "GPU's memory, so no pool is left; give --mem-fraction-static, or a smaller --chunked-prefill-size")]
-    if not report.fits:
-        return [("error", "memory", f"does not fit at {where}: {r.text}") for r in report.findings if r.blocks]
+    if not report.fits:    # SGLang starts with a pool shorter than its context and caps requests: a warning here
+        capped = [r for r in report.findings if r.code == "pool_below_context" and knobs.engine == "sglang"]
+        return [("warn", "memory", f"at {where}: {r.text}") if r in capped else
+                ("error", "memory", f"does not fit at {where}: {r.text}") for r in report.findings if r.blocks]
     risks = [r.text for r in report.findings if not r.blocks]
     return [("warn", "memory", f"at {where}: {t}") for t in risks]
