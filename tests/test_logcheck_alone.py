@@ -238,3 +238,12 @@ def test_a_start_up_refusal_is_quoted_from_its_message(cli, tmp_path):
     r = cli("check-log", str(tmp_path / "server.log"), "--json")
     startup = next(c for c in json.loads(r.stdout)["checks"] if c["name"] == "startup")
     assert r.exit_code == 1 and "max seq len (163840), (10.72 GiB KV cache is needed" in startup["text"]
+
+
+def test_a_benchmark_that_produced_nothing_warns(cli, tmp_path):
+    """Found by QA: 0 successful requests and 0 tok/s read as an ok benchmark."""
+    log = tmp_path / "bench.log"
+    log.write_text("============ Serving Benchmark Result ============\nSuccessful requests:                     0\n"
+                   "Output token throughput (tok/s):         0.00\n")
+    result = cli("check-log", str(log))
+    assert "WARN benchmark: bench.sh: 0 output tok/s: no output was produced" in result.stdout

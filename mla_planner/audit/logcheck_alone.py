@@ -167,6 +167,9 @@ def _bench(facts: LogFacts) -> LogCheck:
     words = f"bench.sh: {facts.bench['tok_s']:,.0f} output tok/s"
     if "tpot_ms" in facts.bench:
         words += f", mean TPOT {facts.bench['tpot_ms']:.1f} ms"
+    if facts.bench["tok_s"] <= 0:    # every request failed, or none ran: the result measures nothing
+        return LogCheck("benchmark", "warn", words + ": no output was produced (look at the failed requests and the "
+                                                     "server's log)")
     return LogCheck("benchmark", "ok", words + " (with --plan, held against the plan's prediction)")
 
 
