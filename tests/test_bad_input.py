@@ -211,3 +211,18 @@ def test_a_key_given_twice_in_a_users_file_is_refused(cli, tmp_path, name, text,
     path.write_text(text)
     result = cli("show", "-t" if name.endswith(".yaml") else "-m", str(path))
     assert result.exit_code == 2 and words in result.stderr and result.stderr.count("\n") == 1
+
+
+def test_a_utf16_log_and_a_utf8_bom_config_are_read(cli, tmp_path):
+    """Found by QA: a UTF-16 log (PowerShell's `>`) read as 'no line this command reads'; a JSON file saved with
+    a UTF-8 byte-order mark was not valid JSON."""
+    log = tmp_path / "u16.log"
+    log.write_bytes("INFO 12-02 10:00:00 [kv_cache_utils.py:1087] GPU KV cache size: 1,000 tokens\n".encode("utf-16"))
+    assert "kv_cache" in cli("check-log", str(log), "--json").stdout
+    plan = tmp_path / "plan.json"
+    plan.write_bytes(b"\xef\xbb\xbf" + cli("plan", "-m", "deepseek-v2-lite", "-t", "8xh100", "--json").stdout.encode())
+    assert cli("compare", "--plan", str(plan), "-c", "1").exit_code == 0
+    topo = tmp_path / "t.yaml"
+    topo.write_bytes(b"\xef\xbb\xbf" + b"name: x\nnodes: 1\ngpus_per_node: 8\ngpu: H100-SXM-80G\n"
+                     b"intra_node: {kind: nvswitch}\n")
+    assert cli("show", "-t", str(topo)).exit_code == 0

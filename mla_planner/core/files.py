@@ -214,7 +214,10 @@ def read_user_text(path: Path, where: str, limit: int, errors: str = "strict") -
         if size > limit:
             raise InputError(where, f"is {size / 2**20:,.0f} MiB, more than the {limit / 2**20:,.0f} MiB a "
                                     "reader takes")
-        return path.read_text(encoding="utf-8", errors=errors)
+        data = path.read_bytes()
+        # a UTF-16 file (PowerShell's `>` writes one) says so by its byte-order mark; UTF-8's own mark is dropped
+        encoding = "utf-16" if data[:2] in (b"\xff\xfe", b"\xfe\xff") else "utf-8-sig"
+        return data.decode(encoding, errors=errors)
     except (OSError, UnicodeDecodeError) as exc:
         raise InputError(where, f"cannot be read as UTF-8 text ({exc.__class__.__name__})") from None
 
