@@ -55,3 +55,14 @@ def test_lint_warns_where_a_command_switches_the_reserve_off(cli):
     assert "SGLANG_AITER_HONOR_EXPLICIT_MEM_FRACTION: set with an explicit --mem-fraction-static" in off.stdout
     kept = cli("lint", "-t", "8xmi300x", "--", "SGLANG_USE_AITER=1", *command)
     assert "HONOR" not in kept.stdout
+
+
+@pytest.mark.parametrize("args", [("-m", "llama-3.1-70b", "-t", "8xmi300x", "--tp", "8"),   # GQA: aiter always
+                                  ("-m", "deepseek-r1", "-t", "8xmi300x", "--tp", "4", "--dp", "2")])  # 128 // 8 = 16
+def test_the_reserve_follows_sglangs_own_backend_pick(cli, args):
+    """Found in review: SGLang picks aiter on ROCm for every MHA / GQA model, and for MLA by the KV heads per rank
+    of its whole --tp-size (DP attention included: model_override_base.get_default_attn_backend), not by the query
+    heads per attention-TP rank; the reserve was left out of both cases here."""
+    a = kv_tokens(cli, *args, "--mem-fraction-static", "0.9", "--max-model-len", "8192")
+    b = kv_tokens(cli, *args, "--mem-fraction-static", "0.9", "--max-model-len", "8193")
+    assert b < 0.85 * a

@@ -5,7 +5,7 @@ wrote may not. Without the switch (an exported variable lint cannot see is why t
   vLLM 0.33.0   VLLM_ROCM_USE_AITER unset: the MLA order is TRITON_MLA alone, which takes block sizes in multiples of
                 16 (vllm/platforms/rocm.py:548-551, triton_mla.py:114-121), and the MoE runs Triton's kernels
   SGLang 0.5.23 SGLANG_USE_AITER unset: Triton MoE and FP8 GEMMs (layers/quantization/fp8.py:2962-2972); with no
-                --attention-backend it picks aiter only at 16 or 128 heads per rank, else triton
+                --attention-backend it picks aiter for MLA only at 16 or 128 KV heads per rank, else triton
                 (arg_groups/model_override_base.py:338-347)
 DeepEP is CUDA's: on ROCm the engines' expert all-to-all is MoRI (vLLM --all2all-backend mori_high_throughput |
 mori_low_latency; SGLang --moe-a2a-backend mori), which the planner plans under DP attention + EP (launch/a2a.py);
@@ -27,7 +27,7 @@ import re
 from mla_planner.core.units import GiB
 from mla_planner.engines.backends import backend
 from mla_planner.engines.memory_rules import engine_default_knobs
-from mla_planner.engines.profile import AITER_RESERVE_CONTEXT
+from mla_planner.engines.profile import AITER_RESERVE_CONTEXT, sglang_hip_backend
 from mla_planner.engines.parallel import MORI_DEFAULT_HEAP_BYTES, SGLANG_MORI_TOKENS, SGLANG_MORI_TOKENS_ENV
 from mla_planner.engines.sparse import is_sparse, own_rows
 from mla_planner.memory.terms import mori_heap_bytes
@@ -37,8 +37,13 @@ from mla_planner.specs.topology import Topology
 
 SWITCH = {"vllm": "VLLM_ROCM_USE_AITER", "sglang": "SGLANG_USE_AITER"}
 A2A_FLAG = {"vllm": "--all2all-backend", "sglang": "--moe-a2a-backend"}
-ON = ("1", "true", "True", "TRUE")
-SGLANG_OWN_AITER_HEADS = (16, 128)
+# what each engine reads as on, case aside: vLLM's envs.py `.lower() in ("true", "1")`, SGLang's EnvBool
+# (environ.py) true, 1, yes, y
+ON = {"vllm": ("true", "1"), "sglang": ("true", "1", "yes", "y")}
+
+
+def _on(engine: str, value) -> bool:
+    return str(value).lower() in ON[engine] if value is not None else False
 HONOR = "SGLANG_AITER_HONOR_EXPLICIT_MEM_FRACTION"   # engines/profile.static_fraction_scale
 
 
@@ -56,7 +61,7 @@ def rocm_findings(engine: str, env: dict, values: dict, spec: ModelSpec, topo: T
         out.append(("error", A2A_FLAG[engine], f"{a2a}: DeepEP is CUDA's all-to-all; on ROCm the engines run MoRI: "
                     + ("--all2all-backend mori_low_latency" if engine == "vllm" else "--moe-a2a-backend mori")))
     switch = SWITCH[engine]
-    if env.get(switch) not in ON and not (engine == "vllm" and a2a.startswith("mori")):   # mori_findings says it
+    if not _on(engine, env.get(switch)) and not (engine == "vllm" and a2a.startswith("mori")):   # mori_findings says it
         what = _without_aiter(engine, spec, gpu)
         block = values.get("block")
         triton = backend("vllm", "TRITON_MLA")    # the one MLA backend vLLM selects on ROCm without AITER
@@ -65,20 +70,20 @@ def rocm_findings(engine: str, env: dict, values: dict, spec: ModelSpec, topo: T
             what += f" (and TRITON_MLA takes block sizes in multiples of 16: --block-size {block} would not start)"
         out.append(("warn", switch, f"not set on this command: without it {what}, not the AITER kernels the planner "
                                     f"prices; export {switch}=1 (the planner's scripts do) unless your shell does"))
-    heads = spec.num_attention_heads // layout.tp
-    aiter = values.get("backend") == "aiter" or (not values.get("backend") and heads in SGLANG_OWN_AITER_HEADS)
+    heads, own = max(1, spec.kv_heads // layout.stage_gpus), sglang_hip_backend(spec, layout)
+    aiter = values.get("backend") == "aiter" or (not values.get("backend") and own == "aiter")
     context = int(values["max_len"]) if str(values.get("max_len", "")).isdigit() else spec.max_position_embeddings
-    if engine == "sglang" and env.get(HONOR) in ON and values.get("fraction") and aiter and not own_rows(spec) \
+    if engine == "sglang" and _on(engine, env.get(HONOR)) and values.get("fraction") and aiter and not own_rows(spec) \
             and context > AITER_RESERVE_CONTEXT:
         out.append(("warn", HONOR, f"set with an explicit --mem-fraction-static at {context:,} tokens of context: "
                                    "SGLang then sizes its pool at the whole fraction, not the 0.85 of it that keeps "
-                                   "AITER's workspace outside the pool above 8,192 tokens, a reserve its own notes call "
-                                   "load-bearing (a long-context MI355X run ran out of memory without it; "
+                                   "AITER's workspace outside the pool above 8,192 tokens, a reserve its own notes "
+                                   "call load-bearing (a long-context MI355X run ran out of memory without it; "
                                    "sglang/srt/environ.py); the memory figures here keep the reserve: unset it"))
-    if engine == "sglang" and not values.get("backend") and heads not in SGLANG_OWN_AITER_HEADS \
-            and not own_rows(spec):      # DSA / V4: SGLang sets its own sparse backend
-        out.append(("warn", "--attention-backend", f"not given: SGLang picks aiter only at 16 or 128 query heads per "
-                                                   f"rank and runs triton at {heads}; pin --attention-backend aiter"))
+    if engine == "sglang" and not values.get("backend") and own == "triton":   # DSA / V4 run their own ("")
+        out.append(("warn", "--attention-backend", f"not given: SGLang picks aiter only at 16 or 128 KV heads per "
+                                                   f"rank of --tp-size and runs triton at {heads}; pin "
+                                                   "--attention-backend aiter"))
     return out
 
 
@@ -103,7 +108,7 @@ def mori_findings(engine: str, env: dict, values: dict, spec: ModelSpec, topo: T
     defaults = engine_default_knobs(engine, spec, topo, layout.dp)
     batched = int(values["batched"]) if str(values.get("batched", "")).isdigit() else None
     if engine == "vllm":
-        if env.get(SWITCH["vllm"]) not in ON:
+        if not _on("vllm", env.get(SWITCH["vllm"])):
             out.append(("warn", SWITCH["vllm"], "not set on this command: vLLM asserts AITER's fused MoE with MoRI "
                                                 "('Mori needs to be used with aiter fused_moe for now'); export "
                                                 "VLLM_ROCM_USE_AITER=1 unless your shell does"))

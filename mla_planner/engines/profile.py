@@ -10,7 +10,6 @@ from typing import Optional
 
 from mla_planner.engines.parallel import DEEPEP_SGLANG_DISPATCH_MAX
 from mla_planner.specs.attention.kinds import attention_of
-from mla_planner.specs.layout import query_heads_per_rank
 
 
 @dataclass(frozen=True)
@@ -83,20 +82,32 @@ def profile(engine: str) -> EngineProfile:
 
 AITER_RESERVE_CONTEXT = 8192     # tokens of context above which SGLang keeps AITER's workspace outside its pool
 AITER_RESERVE_SCALE = 0.85
-SGLANG_OWN_AITER_HEADS = (16, 128)   # query heads per rank at which SGLang picks aiter itself on HIP, else triton
-                                     # (0.5.23 sglang/srt/arg_groups/model_override_base.py:338-347)
+SGLANG_OWN_AITER_HEADS = (16, 128)   # KV heads per rank at which SGLang picks aiter itself for MLA on HIP
+
+
+def sglang_hip_backend(spec, layout) -> str:
+    """The attention backend SGLang 0.5.23 runs on a ROCm GPU when --attention-backend is not given
+    (arg_groups/model_override_base.py get_default_attn_backend, 326-347): aiter for MHA / GQA models; for MLA,
+    aiter only at 16 or 128 KV heads per rank of the whole --tp-size group (model_config.get_num_kv_heads: total KV
+    heads // tp_size, at least 1; DP attention is inside --tp-size), else triton. Sparse (DSA) and compressed
+    (DeepSeek-V4) models run their own backends ("")."""
+    family = attention_of(spec).backend_family
+    if family is None:
+        return "aiter"
+    if family != "mla":
+        return ""
+    return "aiter" if max(1, spec.kv_heads // layout.stage_gpus) in SGLANG_OWN_AITER_HEADS else "triton"
 
 
 def static_fraction_scale(knobs, gpu, spec, layout) -> float:
     """The factor SGLang applies to --mem-fraction-static before it sizes its pool: 0.85 under the aiter attention
-    backend (pinned, or SGLang's own pick for MLA on an AMD GPU) with a context above 8,192 tokens, "to reserve
-    non-static workspace" (SGLang 0.5.23 sglang/srt/arg_groups/attention_hook.py:244-268; --context-length is
-    the plan's max_model_len), else 1. It is skipped only with SGLANG_AITER_HONOR_EXPLICIT_MEM_FRACTION and an
-    explicit fraction, which the planner does not set: SGLang's own note calls the reserve "load-bearing" - skipping
-    it ran an MI355X out of memory in long-context aiter serving (67.32 GiB requested, 47.40 GiB free;
-    sglang/srt/environ.py:1064-1071)."""
+    backend (pinned, or SGLang's own pick on an AMD GPU: `sglang_hip_backend`) with a context above 8,192
+    tokens, "to reserve non-static workspace" (SGLang 0.5.23 sglang/srt/arg_groups/attention_hook.py:244-268;
+    --context-length is the plan's max_model_len), else 1. It is skipped only with
+    SGLANG_AITER_HONOR_EXPLICIT_MEM_FRACTION and an explicit fraction, which the planner does not set: SGLang's own
+    note calls the reserve "load-bearing" - skipping it ran an MI355X out of memory in long-context aiter serving
+    (67.32 GiB requested, 47.40 GiB free; sglang/srt/environ.py:1064-1071)."""
     if knobs.engine != "sglang" or gpu.vendor != "amd" or knobs.max_model_len <= AITER_RESERVE_CONTEXT:
         return 1.0
-    own = "aiter" if attention_of(spec).backend_family == "mla" and \
-        query_heads_per_rank(spec, layout) in SGLANG_OWN_AITER_HEADS else ""
-    return AITER_RESERVE_SCALE if (knobs.attention_backend or own) == "aiter" else 1.0
+    running = knobs.attention_backend or sglang_hip_backend(spec, layout)
+    return AITER_RESERVE_SCALE if running == "aiter" else 1.0
