@@ -16,7 +16,11 @@ from __future__ import annotations
 from mla_planner.audit.lint_command import Command
 from mla_planner.specs.layout import Layout
 
-VLLM_ACROSS_NODES = ("--nnodes", "--headless", "--data-parallel-size-local", "--data-parallel-start-rank")
+# flags (and their short aliases, vllm/engine/arg_utils.py) after which a vLLM command's share of GPUs on this node is
+# not tp x pp x dp: across nodes, a per-node DP size, or one DP rank of an external load balancer
+VLLM_ACROSS_NODES = ("--nnodes", "-n", "--headless", "--data-parallel-size-local", "-dpl", "--data-parallel-start-rank",
+                     "-dpr", "--data-parallel-rank", "-dpn", "--data-parallel-external-lb",
+                     "--data-parallel-hybrid-lb", "--data-parallel-multi-port-external-lb")
 
 
 def device_findings(cmd: Command, layout: Layout, gpu, gpus_per_node: int) -> list[tuple[str, str, str]]:
@@ -42,15 +46,16 @@ def device_findings(cmd: Command, layout: Layout, gpu, gpus_per_node: int) -> li
         visible = min(len([d for d in v.split(",") if d.strip()]) for v in shown)
         if visible < needed:
             name = "CUDA_VISIBLE_DEVICES" if cuda is not None else "HIP_VISIBLE_DEVICES"
-            out.append(("error", name, f"names {visible} GPU(s), but the command starts {needed} GPU processes on "
-                                       "this node: they cannot all find a device"))
+            out.append(("error", name, f"names {visible} GPU(s), but the command needs {needed} visible GPUs on "
+                                       "this node (its GPU processes, from --base-gpu-id on): they cannot all find a "
+                                       "device"))
     return out
 
 
 def _processes_on_node(cmd: Command, layout: Layout) -> int:
     """GPU processes the command starts on its own node (0: not known from its flags)."""
     if cmd.engine == "vllm":
-        words = {a.split("=", 1)[0].replace("_", "-") for a in cmd.args if a.startswith("--")}   # --nnodes=2 too
+        words = {a.split("=", 1)[0].replace("_", "-") for a in cmd.args if a.startswith("-")}   # --nnodes=2 too
         return 0 if words & set(VLLM_ACROSS_NODES) else layout.instance_gpus
     tp, pp = layout.stage_gpus, layout.pp     # SGLang's --tp-size is the whole group, DP attention included
     nnodes = int(cmd.values["nnodes"]) if str(cmd.values.get("nnodes", "")).isdigit() else 1
