@@ -2,6 +2,7 @@
 
 import json
 import os
+import resource
 import subprocess
 import sys
 
@@ -226,3 +227,16 @@ def test_a_utf16_log_and_a_utf8_bom_config_are_read(cli, tmp_path):
     topo.write_bytes(b"\xef\xbb\xbf" + b"name: x\nnodes: 1\ngpus_per_node: 8\ngpu: H100-SXM-80G\n"
                      b"intra_node: {kind: nvswitch}\n")
     assert cli("show", "-t", str(topo)).exit_code == 0
+
+
+@pytest.mark.parametrize("unbuffered", ["1", ""])
+def test_output_over_a_file_size_limit_is_one_error_line(tmp_path, unbuffered):
+    """Found in review: with PYTHONUNBUFFERED (containers set it) a short write under a file-size limit left a
+    cut-off --json and exit 0; a buffered writer writes it all or raises, as without the variable."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"} | (
+        {"PYTHONUNBUFFERED": unbuffered} if unbuffered else {})
+    with open(tmp_path / "plan.json", "w") as out:
+        run = subprocess.run([sys.executable, "-m", "mla_planner.cli", "plan", "--json"], stdout=out,
+                             stderr=subprocess.PIPE, text=True, env=env,
+                             preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096)))
+    assert run.returncode == 2 and "cannot write the output (File too large)" in run.stderr

@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import gc
 import importlib
+import io
 import os
 import signal
 import sys
@@ -95,6 +96,11 @@ class Commands(click.Group):
         return name, load_command(name), rest
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        if isinstance(getattr(sys.stdout, "buffer", None), io.FileIO):
+            # unbuffered (python -u, PYTHONUNBUFFERED): a raw write can be short (a file-size limit) and the text
+            # layer drops the rest unseen; a buffered writer writes it all or raises, line by line as before
+            sys.stdout = io.TextIOWrapper(io.BufferedWriter(sys.stdout.buffer), encoding=sys.stdout.encoding,
+                                          errors=sys.stdout.errors, line_buffering=True)
         try:
             rv = super().main(args=args, prog_name=prog_name or "mla-plan", complete_var=complete_var,
                               standalone_mode=False, **extra)
