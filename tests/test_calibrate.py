@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import json
+import os
 from dataclasses import replace
 
 import pytest
@@ -247,3 +248,19 @@ def test_a_result_under_one_token_a_request_is_one_line(cli, plan_path, tmp_path
     (tmp_path / "short.json").write_text(json.dumps(record))
     r = cli("calibrate", "--plan", str(plan_path), str(tmp_path / "short.json"), files[1])
     assert r.exit_code == 2 and "under one token a request" in r.stderr and r.stderr.count("\n") == 1
+
+
+def test_the_calibration_file_keeps_the_usual_mode(cli, plan_path, tmp_path):
+    """Found in review: the atomic write left mkstemp's 0600, so a calibration meant to be shared was unreadable to
+    others; a new file gets 0666 less the umask, a replaced one keeps its mode."""
+    files = synthetic(plan_path, tmp_path)
+    out = tmp_path / "calibration.yaml"
+    umask = os.umask(0o022)
+    try:
+        assert cli("calibrate", "--plan", str(plan_path), *files, "-o", str(out)).exit_code == 0
+        assert out.stat().st_mode & 0o777 == 0o644
+        out.chmod(0o640)
+        assert cli("calibrate", "--plan", str(plan_path), *files, "-o", str(out)).exit_code == 0
+        assert out.stat().st_mode & 0o777 == 0o640
+    finally:
+        os.umask(umask)

@@ -249,6 +249,7 @@ def atomic_write(path: Path, text: str, flag: str) -> None:
     tmp = None
     try:
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        os.fchmod(fd, _file_mode(path))     # mkstemp's 0600 would hide a shared calibration from its other readers
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
             f.flush()
@@ -262,3 +263,14 @@ def atomic_write(path: Path, text: str, flag: str) -> None:
             why = exc.strerror or exc
             raise PlanError(f"{flag} {path}: cannot write ({why}); nothing written") from None
         raise
+
+
+def _file_mode(path: Path) -> int:
+    """The mode a file written over PATH keeps: the replaced file's, else what open() would give (0666 less the
+    umask)."""
+    try:
+        return path.stat().st_mode & 0o7777
+    except OSError:
+        umask = os.umask(0)
+        os.umask(umask)
+        return 0o666 & ~umask
