@@ -132,6 +132,8 @@ def test_a_plan_on_builtins_reads_its_data_without_pyyaml_once_the_parses_are_ke
     """Where Python writes bytecode, the built-in data files' parses are kept too (core/resources.read_data), and
     a later `plan` on built-ins reads them back without importing PyYAML (10 ms of start-up, and 10 ms more to
     parse the files). The first run keeps them; this machine may set PYTHONDONTWRITEBYTECODE, so it is dropped."""
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    if not os.access(ROOT / "mla_planner" / "data", os.W_OK):
+        pytest.skip("a read-only install keeps no parses: every plan parses (and imports PyYAML)")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX")}
     loaded_after("plan", env)
     assert [m for m in loaded_after("plan", env) if m.split(".")[0] == "yaml"] == []

@@ -4,6 +4,7 @@ may break where the cache cannot be written."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 
@@ -86,3 +87,23 @@ def test_a_value_marshal_cannot_hold_is_parsed_each_time(tmp_path, writing):
     path.write_text("measured: 2026-12-02\n")
     assert str(read_data(path)["measured"]) == "2026-12-02"
     assert not kept(path).exists()
+
+
+def test_a_file_changed_in_place_with_its_size_and_time_kept_is_parsed_again(copy_of_gpus, writing):
+    """Found in review: the stamp was size and mtime, which a wheel sets to one date for every file (and `cp -p`
+    keeps): an upgrade that kept a file's size served its old parse. The stamp is the content's CRC-32."""
+    text = copy_of_gpus.read_text()
+    read_data(copy_of_gpus)
+    stat = copy_of_gpus.stat()
+    changed = text.replace("memory_bytes: 84932978278", "memory_bytes: 84932978279", 1)
+    assert changed != text and len(changed) == len(text)
+    copy_of_gpus.write_text(changed)
+    os.utime(copy_of_gpus, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert read_data(copy_of_gpus) == yaml.safe_load(changed)
+
+
+def test_the_cache_follows_pythons_pycache_prefix(copy_of_gpus, writing, monkeypatch, tmp_path):
+    prefix = tmp_path / "prefix"
+    monkeypatch.setattr(sys, "pycache_prefix", str(prefix))
+    read_data(copy_of_gpus)
+    assert not (copy_of_gpus.parent / "__pycache__").exists() and list(prefix.rglob("gpus.yaml.*.marshal"))
