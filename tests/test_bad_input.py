@@ -204,6 +204,7 @@ def test_output_folders_expand_the_home_folder_as_inputs_do(cli, tmp_path, monke
 
 @pytest.mark.parametrize("name, text, words", [
     ("topo.yaml", "name: x\nnodes: 1\nnodes: 2\n", "'nodes' is given twice in one mapping (line 3)"),
+    ("topo.yaml", "name: x\n1: a\n01: b\n", "'01' is given twice in one mapping (line 3)"),   # as they load
     ("config.json", '{"model_type": "deepseek_v3", "hidden_size": 1, "hidden_size": 7168}',
      "'hidden_size' is given twice in one object")])
 def test_a_key_given_twice_in_a_users_file_is_refused(cli, tmp_path, name, text, words):

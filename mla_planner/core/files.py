@@ -102,10 +102,13 @@ def _no_alias_loader() -> type:
 
         def construct_mapping(self, node, deep=False):
             seen = set()
-            for key_node, _ in node.value:
-                key = (key_node.tag, key_node.value) if isinstance(key_node, yaml.ScalarNode) else None
-                if key is not None and key in seen:
-                    raise DuplicateKey(f"{key[1]!r} is given twice in one mapping (line {key_node.start_mark.line + 1})")
+            for key_node, _ in node.value:     # keys compared as they load: 1, 01 and 1.0; true and yes; null, ~
+                if not isinstance(key_node, yaml.ScalarNode):
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                if key in seen:
+                    raise DuplicateKey(f"{key_node.value!r} is given twice in one mapping "
+                                       f"(line {key_node.start_mark.line + 1})")
                 seen.add(key)
             return super().construct_mapping(node, deep)
     return NoAliasLoader
