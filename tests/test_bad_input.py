@@ -176,7 +176,9 @@ def test_output_to_a_full_disk_is_one_error_line_not_a_traceback(args):
 
 @pytest.mark.parametrize("address, words", [("10.0.0.1:80", "without a port"), ("::1", "IPv6"),
                                             ("host name", "expected the head node's host name"),
-                                            ("$(id)", "expected the head node's host name")])
+                                            ("$(id)", "expected the head node's host name"),
+                                            ("010.0.0.1", "expected the head node's host name"),   # inet_aton: 8.0.0.1
+                                            ("10.0.0", "expected the head node's host name")])
 def test_a_head_address_that_is_not_a_host_is_one_line(cli, tmp_path, address, words):
     """Found by QA: `10.0.0.1:80` was written as HEAD_IP and became `--dist-init-addr 10.0.0.1:80:5000`."""
     plan = tmp_path / "plan.json"

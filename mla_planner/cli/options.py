@@ -195,6 +195,6 @@ def checked_head_address(text: Optional[str]) -> Optional[str]:
                         "would need it in brackets); give the head's host name or IPv4 address")
     except ValueError:
         pass
-    if not HOST_NAME.fullmatch(text):
+    if not HOST_NAME.fullmatch(text) or text.rsplit(".", 1)[-1].isdigit():   # 010.0.0.1, 10.0.0: not an IPv4
         raise PlanError(f"--head-address {text!r}: expected the head node's host name or IPv4 address, without a port")
     return text
