@@ -72,8 +72,9 @@ def layout_of(cmd: Command, spec: ModelSpec) -> Layout:
         replicas = 1 if dp > 1 or "dp" in cmd.values else _int(cmd, "dp_size")
         ep = tp if cmd.values.get("a2a") == "deepep" else _int(cmd, "ep")
         tp //= dp                 # whole: _sglang_parallel refuses the command before a layout is built otherwise
-    if min(tp, pp, dp, dcp, ep, replicas) < 1:
-        raise PlanError(f"lint: every parallel size must be at least 1 (tp {tp}, pp {pp}, dp {dp}, dcp {dcp})")
+    sizes = {"tp": tp, "pp": pp, "dp": dp, "dcp": dcp, "ep": ep, "replicas (--dp-size)": replicas}
+    if below := [f"{name} {value}" for name, value in sizes.items() if value < 1]:
+        raise PlanError(f"lint: a parallel size must be at least 1: {', '.join(below)}")
     return Layout(tp=tp, pp=pp, dp=dp, ep=ep if spec.is_moe else 1, dcp=dcp, replicas=replicas)
 
 

@@ -185,7 +185,7 @@ def evaluate(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs,
     capacity = ranks[binding].kv_tokens
     ceiling, no_safe = _safe_fraction(stages, knobs, rules, total, fraction_ceiling(rules.engine, topo.gpu))
     safe = 0.0 if no_safe else ceiling
-    reasons, notes = verdict(ranks, knobs, layout, capacity, safe)
+    reasons, notes = verdict(ranks, knobs, layout, capacity, safe, stages[0].costs.fraction_scale)
     block = block_size_warning(spec, topo.gpu, knobs, layout.dcp)
     reasons += [Reason("block_size", block, blocks=False)] if block else []
     refusals, engine_notes = startup_problems(knobs.engine, spec, topo.gpu, knobs, layout.dcp)

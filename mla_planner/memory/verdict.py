@@ -43,9 +43,14 @@ def _use(safe: float, bound: str) -> str:
 
 
 def verdict(ranks: list[RankMemory], knobs: Knobs, layout: Layout, capacity: int,
-             safe: float) -> tuple[list[Reason], list[str]]:
-    """Why it does not fit or is at risk (Reason.blocks tells which), and notes."""
+            safe: float, fraction_scale: float = 1.0) -> tuple[list[Reason], list[str]]:
+    """Why it does not fit or is at risk (Reason.blocks tells which), and notes; `fraction_scale`: the factor the
+    engine applies to the fraction itself (SGLang's aiter reserve on ROCm: engines.profile.static_fraction_scale)."""
     reasons, notes = [], []
+    if fraction_scale != 1.0:
+        notes.append(f"SGLang's aiter backend sizes its static pool at {fraction_scale:g} x --mem-fraction-static "
+                     f"({knobs.memory_fraction:g} -> {knobs.memory_fraction * fraction_scale:.3f}) above 8,192 tokens "
+                     "of context, keeping AITER's workspace outside it (arg_groups/attention_hook.py); priced here")
     for r in ranks:
         reasons += _stage_reasons(r, knobs, safe)
     if 0 < capacity < knobs.max_model_len:
