@@ -282,7 +282,8 @@ def settle_fraction(spec, topo, layout, knobs: Knobs, workload: Workload, calib:
                     over_target: int) -> tuple[Knobs, Metrics]:
     """A fraction the draft lifted above vLLM's published ceiling (the longest request did not fit under it with
     the largest chunk tried) comes back to the ceiling where the chosen, smaller chunk fits under it, and the batch
-    is found again there: the lift is only for a workload that needs it (fraction_reason says so)."""
+    is found again there: the lift is only for a workload that needs it (fraction_reason says so). SGLang's fraction
+    is never lifted past its ceiling, so for it this changes nothing."""
     ceiling = safe_memory_fraction(spec, topo, layout, knobs)
     if knobs.memory_fraction <= ceiling + 1e-9 or \
             not memory_evaluate(spec, topo, layout, replace(knobs, memory_fraction=ceiling)).fits:
