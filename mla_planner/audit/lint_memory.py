@@ -8,6 +8,7 @@ not a refusal: a warning."""
 
 from __future__ import annotations
 
+from mla_planner.engines.sglang_defaults import sglang_reserve_words
 from mla_planner.memory.accounting import evaluate
 from mla_planner.specs.knobs import Knobs
 from mla_planner.specs.layout import Layout
@@ -28,9 +29,9 @@ def memory_findings(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knob
              + ("" if fraction_given else " (the engine's default)")
              + f", {knobs.kv_cache_dtype} KV, {CONTEXT_WORD[knobs.engine]} {knobs.max_model_len:,}")
     if knobs.memory_fraction <= 0 and not fraction_given:    # SGLang's own formula reserves more than the GPU holds
-        return [("error", "memory", f"{where}: SGLang's own fraction is not positive: its reserve (1.5 MiB a token of "
-                 "--chunked-prefill-size, its CUDA graphs, 1 GiB per 8 ranks; arg_groups/memory_hook.py) exceeds the "
-                 "GPU's memory, so no pool is left; give --mem-fraction-static, or a smaller --chunked-prefill-size")]
+        return [("error", "memory", f"{where}: SGLang's own fraction is not positive: "
+                 f"{sglang_reserve_words(topo.gpu, layout, knobs)}, more than the GPU holds, so no pool is left; give "
+                 "--mem-fraction-static, or a smaller --chunked-prefill-size")]
     if not report.fits:    # SGLang starts with a pool shorter than its context and caps requests: a warning here
         capped = [r for r in report.findings if r.code == "pool_below_context" and knobs.engine == "sglang"]
         return [("warn", "memory", f"at {where}: {r.text}") if r in capped else

@@ -20,6 +20,7 @@ from mla_planner.cli.options import (FRACTION_FLAG, KV_CAPACITY_LABEL, bounded, 
 from mla_planner.core.errors import PlanError
 from mla_planner.engines.layouts import engine_layout_problem
 from mla_planner.engines.parallel import dense_per_rank_applies
+from mla_planner.engines.sglang_defaults import sglang_reserve_words
 from mla_planner.memory.report import memory_report
 from mla_planner.memory.results import MemoryReport
 from mla_planner.specs.catalogue import load_model
@@ -137,9 +138,8 @@ def memory_cmd(
     if engine == "sglang" and gpu_memory_utilization is None and mem_fraction_static is None and \
             knobs.memory_fraction < SGLANG_LOW_DEFAULT:
         report = replace(report, notes=report.notes + [
-            f"--mem-fraction-static {knobs.memory_fraction:g} is SGLang's own default here (memory_hook: under DP "
-            "attention it reserves 3 MiB (4.5 above max_bs 300) x cuda-graph max_bs x dp for the decode graphs, "
-            f"{layout.dp} ranks); pass --mem-fraction-static yourself"
+            f"--mem-fraction-static {knobs.memory_fraction:g} is SGLang's own default here: "
+            f"{sglang_reserve_words(topo.gpu, layout, knobs)}; pass --mem-fraction-static yourself"
             + (f", e.g. the safe {report.safe_fraction:.3f}" if report.safe_fraction else "")])
     data = report_dict(report, spec.name, topo.name)
     print_json(data) if as_json else _render(report, data)

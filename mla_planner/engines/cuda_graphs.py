@@ -11,7 +11,8 @@ from typing import Optional
 
 from mla_planner.engines.backends import Backend, backend, usable_backends
 from mla_planner.engines.compressed_kv import is_compressed
-from mla_planner.engines.memory_rules import EngineRules, parse_version, sglang_cuda_graph_max_bs
+from mla_planner.engines.memory_rules import EngineRules, parse_version
+from mla_planner.engines.sglang_defaults import sglang_cuda_graph_max_bs
 from mla_planner.engines.sparse import is_sparse
 from mla_planner.specs.gpu import GPU
 from mla_planner.specs.knobs import Knobs, decode_query_len

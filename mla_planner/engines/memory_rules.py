@@ -20,19 +20,20 @@ from dataclasses import dataclass
 from typing import Optional
 
 from mla_planner.core.errors import PlanError
-from mla_planner.core.units import GiB, MiB
+from mla_planner.core.units import GiB
 from mla_planner.engines.backends import backend, engine_version, usable_backends
 from mla_planner.engines.compressed_kv import is_compressed
 from mla_planner.engines.compressed_pool import CompressedPool, engine_defaults
 from mla_planner.specs.attention.kinds import attention_of
 from mla_planner.engines.multimodal import sglang_vlm_factor
+from mla_planner.engines.sglang_defaults import (sglang_chunked_prefill, sglang_default_fraction,
+                                                 sglang_fraction_ceiling)
 from mla_planner.specs.knobs import Knobs
 from mla_planner.specs.layout import Layout
 from mla_planner.specs.model import ModelSpec
 from mla_planner.specs.gpu import GPU
 from mla_planner.specs.topology import Topology
 
-DRIVER_RESERVE_BYTES = 560 * MiB   # nvidia-smi total - torch's (H100: 81,559 MiB vs 79.10 GiB), no nvidia_smi_mib
 VLLM_DEFAULT_UTILIZATION = 0.92    # vLLM's --gpu-memory-utilization default from 0.20.0 (vllm_default_utilization)
 REQ_TO_TOKEN_EXTRA_LEN = 4         # SGLang req_to_token row headroom (get_req_to_token_extra_context_len)
 
@@ -143,28 +144,6 @@ def sglang_req_to_token_bytes(knobs: Knobs, tokens: int) -> float:
     return float((reqs + 1) * (knobs.max_model_len + REQ_TO_TOKEN_EXTRA_LEN) * 4)
 
 
-def nvidia_smi_mib(gpu: GPU) -> float:
-    """Total memory in MiB as nvidia-smi prints it (what SGLang's get_nvgpu_memory_capacity reads): the GPU
-    table's figure, else what torch sees plus the usual driver reserve."""
-    if gpu.nvidia_smi_mib:
-        return float(gpu.nvidia_smi_mib)
-    return (gpu.memory_bytes + DRIVER_RESERVE_BYTES) / MiB
-
-
-SGLANG_RESERVE_FLOOR_MIB = 10 * 1024   # memory_hook.py: reserved_mem = max(reserved_mem, 10 * 1024) ...
-SGLANG_FLOOR_ABOVE_MIB = 60 * 1024     # ... on a GPU with more than 60 GiB
-
-
-def sglang_fraction_ceiling(gpu: GPU) -> float:
-    """The highest --mem-fraction-static SGLang 0.5.23 itself ever computes: on a GPU over 60 GiB it never
-    reserves under 10 GiB outside the static pool (memory_hook.handle_gpu_memory_settings:
-    reserved_mem = max(reserved_mem, 10 * 1024) MiB). The planner keeps to it: DeepSeek's decode CUDA
-    graphs alone have taken 5-6 GB with FA3 (sglang#16143; SGLang docs/advanced_features/hyperparameter_tuning.md:
-    keep 5-8 GB free), which the graph model here does not explain. 1.0 (no ceiling) on smaller GPUs."""
-    mib = nvidia_smi_mib(gpu)
-    return round((mib - SGLANG_RESERVE_FLOOR_MIB) / mib, 3) if mib > SGLANG_FLOOR_ABOVE_MIB else 1.0
-
-
 VLLM_PUBLISHED_CEILING = 0.95   # the highest --gpu-memory-utilization published DeepSeek-class vLLM deployments use:
                                 # vLLM's DeepSeek recipe on 8 x H200 ("0.95 to maximize KVCache") and on MI300X,
                                 # InferenceX's Kimi-K2.5 on H200; none above it (docs/memory.md, Safe fraction)
@@ -174,42 +153,6 @@ def fraction_ceiling(engine: str, gpu: GPU) -> float:
     """The highest memory fraction the planner proposes: SGLang's own (its reserve floor), vLLM's published one
     (VLLM_PUBLISHED_CEILING: the headroom published deployments keep, beyond what the memory model prices)."""
     return sglang_fraction_ceiling(gpu) if engine == "sglang" else VLLM_PUBLISHED_CEILING
-
-
-def sglang_chunked_prefill(gpu: GPU) -> int:
-    """SGLang default --chunked-prefill-size by GPU memory (arg_groups/memory_hook.handle_gpu_memory_settings)."""
-    mib = nvidia_smi_mib(gpu)
-    return 2048 if mib < 20 * 1024 else 4096 if mib < 60 * 1024 else 8192 if mib < 160 * 1024 else 16384
-
-
-def sglang_cuda_graph_max_bs(gpu: GPU, tp_size: int) -> int:
-    """SGLang default decode cuda-graph max batch by GPU memory and --tp-size (memory_hook buckets)."""
-    mib = nvidia_smi_mib(gpu)
-    if mib < 20 * 1024:
-        return 8
-    if mib < 60 * 1024:
-        return (48 if mib < 35 * 1024 else 32) if tp_size < 4 else 160
-    return 512 if mib >= 160 * 1024 or tp_size >= 4 else 256
-
-
-def sglang_default_fraction(gpu: GPU, layout: Layout, knobs: Knobs) -> float:
-    """SGLang 0.5.23 computed --mem-fraction-static (memory_hook.handle_gpu_memory_settings), in MiB:
-    reserved = 512 + max(chunked, 2048) x 1.5 + tp x pp / 8 x 1024 + graphs, floored at 10 GiB on
-    > 60 GiB GPUs; graphs = decode max_bs x 2 [+ max_bs x dp x 3 (+ x 1.5 when max_bs > 300) under
-    DP attention] + 1.5 GiB for the MLA prefill graph. f = round((gpu - reserved) / gpu, 3).
-    Reproduces SGLang 0.5.23's own resolved 0.886 (TP8 H200) and 0.758 (TP8, DP attention 8); not modelled:
-    DeepEP (+2 GiB) and speculative-decoding reserves."""
-    mib, tp_size = nvidia_smi_mib(gpu), layout.stage_gpus
-    max_bs = knobs.cuda_graph_max_bs or sglang_cuda_graph_max_bs(gpu, tp_size)
-    chunked = knobs.max_num_batched_tokens * layout.dp     # the server flag: per-DP-rank knob x dp
-    reserved = 512 + max(chunked, 2048) * 1.5 + tp_size * layout.pp / 8 * 1024
-    if knobs.cuda_graphs:
-        reserved += max_bs * 2 + 1.5 * 1024
-        if layout.dp > 1:
-            reserved += max_bs * layout.dp * 3 + (max_bs * layout.dp * 1.5 if max_bs > 300 else 0)
-    if mib > SGLANG_FLOOR_ABOVE_MIB:
-        reserved = max(reserved, SGLANG_RESERVE_FLOOR_MIB)
-    return round((mib - reserved) / mib, 3)
 
 
 def vllm_default_utilization(version: Optional[str] = None) -> float:

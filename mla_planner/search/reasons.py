@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from math import ceil
 
-from mla_planner.engines.memory_rules import VLLM_PUBLISHED_CEILING, sglang_fraction_ceiling
+from mla_planner.engines.memory_rules import VLLM_PUBLISHED_CEILING
+from mla_planner.engines.sglang_defaults import sglang_fraction_ceiling
 from mla_planner.engines.parallel import DEEPEP_SGLANG_DISPATCH_MAX
 from mla_planner.engines.profile import profile
 from mla_planner.memory.accounting import stage_ranges

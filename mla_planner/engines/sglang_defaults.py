@@ -1,0 +1,114 @@
+"""SGLang's own memory defaults: the chunked prefill, the decode CUDA-graph batch and the --mem-fraction-static it
+computes when the flag is not given, each from the GPU's memory as nvidia-smi reports it.
+
+Modelled on SGLang 0.5.23 (`sglang/srt/arg_groups/memory_hook.py`: handle_gpu_memory_settings,
+reserve_for_graph_mb, reserve_for_deepep_a2a_mb). In MiB:
+
+    reserved = 512 + max(chunked, 2048) x 1.5 + tp x pp / 8 x 1024 + graphs, at least 10 GiB on a > 60 GiB GPU,
+               then + 2 GiB for DeepEP's buffers in the decode graphs
+    f        = round((nvidia_smi_MiB - reserved) / nvidia_smi_MiB, 3)
+
+`chunked` is the server's --chunked-prefill-size: the handler runs before the DP-attention one divides it by the
+attention-DP size (parallel_hook.py), so it is the per-rank chunk x dp."""
+
+from __future__ import annotations
+
+from mla_planner.core.units import GiB, MiB
+from mla_planner.engines.parallel import uses_deepep
+from mla_planner.specs.gpu import GPU
+from mla_planner.specs.knobs import Knobs
+from mla_planner.specs.layout import Layout
+
+DRIVER_RESERVE_BYTES = 560 * MiB   # nvidia-smi total - torch's (H100: 81,559 MiB vs 79.10 GiB), no nvidia_smi_mib
+SGLANG_RESERVE_FLOOR_MIB = 10 * 1024   # memory_hook.py: reserved_mem = max(reserved_mem, 10 * 1024) ...
+SGLANG_FLOOR_ABOVE_MIB = 60 * 1024     # ... on a GPU with more than 60 GiB
+SGLANG_DEEPEP_RESERVE_MIB = 2 * 1024   # reserve_for_deepep_a2a_mb: "DeepEP all-to-all buffers captured in the
+                                       # decode graph are real extra allocations, reserved on top of the floor"
+
+
+def nvidia_smi_mib(gpu: GPU) -> float:
+    """Total memory in MiB as nvidia-smi prints it (what SGLang's get_nvgpu_memory_capacity reads): the GPU
+    table's figure, else what torch sees plus the usual driver reserve."""
+    if gpu.nvidia_smi_mib:
+        return float(gpu.nvidia_smi_mib)
+    return (gpu.memory_bytes + DRIVER_RESERVE_BYTES) / MiB
+
+
+def sglang_fraction_ceiling(gpu: GPU) -> float:
+    """The highest --mem-fraction-static SGLang 0.5.23 itself ever computes: on a GPU over 60 GiB it never
+    reserves under 10 GiB outside the static pool (memory_hook.handle_gpu_memory_settings:
+    reserved_mem = max(reserved_mem, 10 * 1024) MiB). The planner keeps to it: DeepSeek's decode CUDA
+    graphs alone have taken 5-6 GB with FA3 (sglang#16143; SGLang docs/advanced_features/hyperparameter_tuning.md:
+    keep 5-8 GB free), which the graph model here does not explain. 1.0 (no ceiling) on smaller GPUs."""
+    mib = nvidia_smi_mib(gpu)
+    return round((mib - SGLANG_RESERVE_FLOOR_MIB) / mib, 3) if mib > SGLANG_FLOOR_ABOVE_MIB else 1.0
+
+
+def sglang_chunked_prefill(gpu: GPU) -> int:
+    """SGLang default --chunked-prefill-size by GPU memory (arg_groups/memory_hook.handle_gpu_memory_settings)."""
+    mib = nvidia_smi_mib(gpu)
+    return 2048 if mib < 20 * 1024 else 4096 if mib < 60 * 1024 else 8192 if mib < 160 * 1024 else 16384
+
+
+def sglang_cuda_graph_max_bs(gpu: GPU, tp_size: int) -> int:
+    """SGLang default decode cuda-graph max batch by GPU memory and --tp-size (memory_hook buckets)."""
+    mib = nvidia_smi_mib(gpu)
+    if mib < 20 * 1024:
+        return 8
+    if mib < 60 * 1024:
+        return (48 if mib < 35 * 1024 else 32) if tp_size < 4 else 160
+    return 512 if mib >= 160 * 1024 or tp_size >= 4 else 256
+
+
+def sglang_reserve_mib(gpu: GPU, layout: Layout, knobs: Knobs) -> dict[str, float]:
+    """The MiB SGLang 0.5.23 keeps outside its static pool when it computes --mem-fraction-static, by term
+    (memory_hook.handle_gpu_memory_settings, reserve_for_graph_mb, reserve_for_deepep_a2a_mb): a 512 MiB constant;
+    1.5 MiB a token of the server's chunked prefill (at least 2,048); 1 GiB per 8 ranks of tp x pp; with CUDA graphs
+    2 MiB a decode-graph request, 1.5 GiB for the MLA prefill graph and, under DP attention, 3 MiB (4.5 above
+    max_bs 300) a request per attention-DP rank; `floor` what lifts the sum to 10 GiB on a GPU over 60 GiB; 2 GiB
+    when the decode graphs run DeepEP."""
+    max_bs = knobs.cuda_graph_max_bs or sglang_cuda_graph_max_bs(gpu, layout.stage_gpus)
+    chunked = knobs.max_num_batched_tokens * layout.dp     # the server flag: per-DP-rank knob x dp
+    terms = {"constant": 512.0, "activations": max(chunked, 2048) * 1.5,
+             "parallel": layout.stage_gpus * layout.pp / 8 * 1024}
+    if knobs.cuda_graphs:
+        terms["decode_graphs"] = max_bs * 2.0
+        terms["prefill_graph"] = 1.5 * 1024
+        if layout.dp > 1:
+            terms["dp_attention_graphs"] = max_bs * layout.dp * (4.5 if max_bs > 300 else 3.0)
+    if nvidia_smi_mib(gpu) > SGLANG_FLOOR_ABOVE_MIB:
+        terms["floor"] = max(SGLANG_RESERVE_FLOOR_MIB - sum(terms.values()), 0.0)
+    if knobs.cuda_graphs and uses_deepep(layout, gpu):
+        terms["deepep"] = float(SGLANG_DEEPEP_RESERVE_MIB)
+    return terms
+
+
+def sglang_default_fraction(gpu: GPU, layout: Layout, knobs: Knobs) -> float:
+    """SGLang 0.5.23's computed --mem-fraction-static: round((GPU MiB - reserved) / GPU MiB, 3), reserved as
+    `sglang_reserve_mib` sums it. Reproduces SGLang 0.5.23's own resolved 0.886 (TP8 H200), 0.843-0.844 (TP8 B200)
+    and 0.74-0.76 (TP8 with DP attention 8). Not modelled: speculative decoding's reserves."""
+    mib = nvidia_smi_mib(gpu)
+    return round((mib - sum(sglang_reserve_mib(gpu, layout, knobs).values())) / mib, 3)
+
+
+RESERVE_WORDS = {"activations": "for activations (1.5 MiB a token of the server's --chunked-prefill-size {chunk:,})",
+                 "dp_attention_graphs": "for the decode graphs under DP attention ({dp_mib:g} MiB a request of "
+                                        "max_bs {max_bs} on each of {dp} attention-DP ranks)",
+                 "decode_graphs": "for the decode graphs (2 MiB a request of max_bs {max_bs})",
+                 "prefill_graph": "for the MLA prefill graph", "parallel": "for {gpus} ranks (1 GiB per 8)",
+                 "deepep": "for DeepEP's buffers in the decode graphs", "floor": "to reach its 10 GiB floor",
+                 "constant": "of constant metadata"}
+
+
+def sglang_reserve_words(gpu: GPU, layout: Layout, knobs: Knobs, terms: int = 2) -> str:
+    """What SGLang's computed fraction keeps out of its pool, its largest `terms` terms named with their GiB,
+    e.g. 'its arg_groups/memory_hook.py reserves 216.0 GiB outside the pool, 192.0 GiB for activations (...), 18.0 GiB
+    for the decode graphs ...', for the lines that explain a low or negative default."""
+    reserve = sglang_reserve_mib(gpu, layout, knobs)
+    largest = sorted(((v, k) for k, v in reserve.items() if v > 0), reverse=True)[:terms]
+    max_bs = knobs.cuda_graph_max_bs or sglang_cuda_graph_max_bs(gpu, layout.stage_gpus)
+    fill = dict(chunk=knobs.max_num_batched_tokens * layout.dp, dp=layout.dp, gpus=layout.stage_gpus * layout.pp,
+                max_bs=max_bs, dp_mib=4.5 if max_bs > 300 else 3)
+    named = ", ".join(f"{v * MiB / GiB:.1f} GiB {RESERVE_WORDS[k].format(**fill)}" for v, k in largest)
+    total_gib = sum(reserve.values()) * MiB / GiB
+    return f"its arg_groups/memory_hook.py reserves {total_gib:.1f} GiB outside the pool, {named}"
