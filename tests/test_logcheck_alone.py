@@ -209,8 +209,8 @@ def test_with_a_plan_the_same_facts_beside_the_checks(cli, tmp_path, vllm_plan):
     code, data, checks = _run(cli, _log(tmp_path, VLLM_033), "--plan", str(vllm_plan))
     assert data["against_plan"] is True and data["candidate"] == 1 and data["engine"] == "vllm"
     assert data["facts"]["settings"]["tp"] == 8 and data["notes"] == []
-    assert [c["name"] for c in data["checks"]] == ["kv_cache", "network", "moe_kernels", "engine_config",
-                                                   "engine_version", "benchmark"]
+    assert [c["name"] for c in data["checks"]] == ["kv_cache", "launch_settings", "network", "moe_kernels",
+                                                   "engine_config", "engine_version", "benchmark"]
     refused = VLLM_033[:3] + ["(EngineCore_DP0 pid=4200) ERROR 12-01 10:02:00 [core.py:1] ValueError: No available "
                               "memory for the cache blocks. Try increasing `gpu_memory_utilization`"]
     code, data, checks = _run(cli, _log(tmp_path, refused), "--plan", str(vllm_plan))

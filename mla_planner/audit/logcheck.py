@@ -16,9 +16,8 @@ note there, never a traceback here.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from mla_planner.audit.logcheck_read import LogFacts, nccl_network
+from mla_planner.audit.logcheck_read import LogCheck, LogFacts, nccl_network
+from mla_planner.audit.logcheck_settings import settings_check
 from mla_planner.engines.backends import engine_version
 from mla_planner.engines.moe_configs import TUNE_SCRIPT, UNTUNED_LOG, moe_kernel_config
 from mla_planner.launch.sglang import KV_CACHE_DTYPES as SGLANG_KV_CACHE_DTYPES
@@ -31,19 +30,13 @@ FABRIC = {"infiniband": "an InfiniBand", "roce": "a RoCE", "ethernet": "an Ether
 BENCH_LOW = 0.7            # the step model has been up to 23 % optimistic (README, Validation): below 0.7x, look
 
 
-@dataclass(frozen=True)
-class LogCheck:
-    name: str
-    status: str        # ok | warn | fail | absent (the log has no line to judge by)
-    text: str
-
-
 def check_log(facts: LogFacts, plan: Plan, cand: Candidate, files: dict[str, str]) -> list[LogCheck]:
     """Every check, in a fixed order; one the log has no line for is 'absent' and says which line to look for.
     FACTS: what logcheck_read.read_log found in all the files together; FILES (name -> text): NCCL's transport
     is judged per file, as each node logs its own."""
     engine = cand.knobs.engine
-    checks = [_kv(facts, engine, cand), _network_per_file(files, plan, cand), _moe(facts, plan, cand)]
+    checks = [_kv(facts, engine, cand), settings_check(facts, plan, cand), _network_per_file(files, plan, cand),
+              _moe(facts, plan, cand)]
     if engine == "vllm":
         checks += [_vllm_config(facts, cand), _version(facts, plan)]
     else:

@@ -11,8 +11,7 @@ request are warnings. A line that does not parse is a note.
 
 from __future__ import annotations
 
-from mla_planner.audit.logcheck import LogCheck
-from mla_planner.audit.logcheck_read import LogFacts
+from mla_planner.audit.logcheck_read import LogCheck, LogFacts
 from mla_planner.core.errors import PlanError
 from mla_planner.engines.backends import engine_version
 from mla_planner.engines.memory_rules import vllm_default_utilization
@@ -21,7 +20,7 @@ from mla_planner.engines.moe_configs import TUNE_OUTPUT, TUNE_SCRIPT, UNTUNED_LO
 NAME = {"vllm": "vLLM", "sglang": "SGLang"}
 # the settings in the order they are shown, with each engine's own name for them
 SHOWN = {"tp": ("tensor_parallel_size", "tp_size"), "pp": ("pipeline_parallel_size", "pp_size"),
-         "dp": ("data_parallel_size", "dp_size"), "dcp": ("decode_context_parallel_size", "dcp_size"),
+         "dp": ("data_parallel_size", "attn_dp_size"), "dcp": ("decode_context_parallel_size", "dcp_size"),
          "ep": ("-", "ep_size"), "max_model_len": ("max_model_len", "context_length"),
          "kv_cache_dtype": ("kv_cache_dtype", "kv_cache_dtype"), "block_size": ("block_size", "page_size"),
          "memory_fraction": ("gpu_memory_utilization", "mem_fraction_static"),

@@ -11,8 +11,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from mla_planner.audit.logcheck import LogCheck
-from mla_planner.audit.logcheck_read import LogFacts
+from mla_planner.audit.logcheck_read import LogCheck, LogFacts
 from mla_planner.core.errors import PlanError
 from mla_planner.search.candidate import CandidateMemory, DisaggCandidate, Performance
 from mla_planner.search.planfile import Candidate

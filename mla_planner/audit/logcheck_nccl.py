@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from typing import Optional
 
-from mla_planner.audit.logcheck import LogCheck
+from mla_planner.audit.logcheck_read import LogCheck
 from mla_planner.launch.build import launch_inputs
 from mla_planner.launch.netcheck import cross_node_all_reduce
 from mla_planner.perf.comm import collective

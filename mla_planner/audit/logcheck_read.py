@@ -97,8 +97,16 @@ KEYS = {"tensor_parallel_size": ("tp", "int"), "tp_size": ("tp", "int"), "pipeli
         "disable_cuda_graph": ("cuda_graphs", "not"), "enable_prefix_caching": ("prefix_caching", "bool"),
         "disable_radix_cache": ("prefix_caching", "not"), "quantization": ("quantization", "str"),
         "max_num_seqs": ("max_num_seqs", "int"), "max_running_requests": ("max_num_seqs", "int"),
-        "disaggregation_mode": ("pd_role", "str"), "kv_role": ("pd_role", "str")}
+        "disaggregation_mode": ("pd_role", "str"), "kv_role": ("pd_role", "str"),
+        "attn_dp_size": ("attn_dp", "int"), "enable_dp_attention": ("dp_attention", "bool")}
 INT_LIMIT = {"max_model_len": 10**9, "block_size": 10**6, "max_num_seqs": 10**7}   # others (the parallel sizes): 10**5
+
+
+@dataclass(frozen=True)
+class LogCheck:
+    name: str
+    status: str        # ok | warn | fail | absent (the log has no line to judge by)
+    text: str
 
 
 @dataclass
@@ -216,10 +224,23 @@ def _settings(text: str, facts: LogFacts) -> None:
     backend = VLLM_BACKEND.search(text) if facts.engine == "vllm" else None
     if backend:
         facts.settings.setdefault("attention_backend", backend.group(1))
+    if facts.engine == "sglang":
+        _sglang_attention_dp(facts.settings)
     m = CONCURRENCY.search(text) if "max_model_len" not in facts.settings else None
     v = CONCURRENCY_VALUE.match(text, m.end()) if m else None
     if v and count(v) <= INT_LIMIT["max_model_len"]:
         facts.settings["max_model_len"] = count(v)
+
+
+def _sglang_attention_dp(settings: dict) -> None:
+    """SGLang's `dp` as the attention-DP size the planner counts: attn_dp_size where logged (0.5.23, whose dp_size
+    counts router replicas: arg_groups/fields/parallel.py), else dp_size under enable_dp_attention (older releases),
+    else 1 where dp_size was logged without it."""
+    attn, dp_attention = settings.pop("attn_dp", None), settings.pop("dp_attention", None)
+    if attn is not None:
+        settings["dp"] = attn
+    elif dp_attention is False and "dp" in settings:
+        settings["dp"] = 1
 
 
 def _setting(facts: LogFacts, key: str, raw: str) -> None:

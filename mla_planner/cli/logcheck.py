@@ -6,12 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Optional
 
-
-from mla_planner.audit.logcheck import LogCheck, check_log
+from mla_planner.audit.logcheck import check_log
 from mla_planner.audit.logcheck_alone import alone_checks, facts_dict, startup_check
 from mla_planner.audit.logcheck_disagg import pool_candidate, pool_of, role_check
 from mla_planner.audit.logcheck_nccl import nccl_tests_check, rows as nccl_rows, table_summary
-from mla_planner.audit.logcheck_read import LogFacts, read_log
+from mla_planner.audit.logcheck_read import LogCheck, LogFacts, read_log
 from mla_planner.cli.params import Opt, Arg
 from mla_planner.cli.common import JsonOpt, guard, print_json
 from mla_planner.cli.console import console
@@ -44,7 +43,8 @@ def check_log_cmd(logs: Annotated[list[str], Arg(help="The engine's log file(s):
     the KV pool it sized, the settings it logged (tp/pp/dp, max_model_len, KV dtype, block size, memory
     fraction, attention backend), untuned fused-MoE kernels, the transports NCCL chose (start with
     NCCL_DEBUG=INFO), a start-up refusal, and bench.sh's tok/s and TPOT. With --plan, also: the KV pool
-    within 5 % of the plan's, NCCL on IB where the plan needs it, eager mode and the KV dtype as planned, the
+    within 5 % of the plan's, the logged layout and sizing settings as the candidate's, NCCL on IB where the plan
+    needs it, eager mode and the KV dtype as planned, the
     vLLM release, bench.sh's result against the prediction, and nccl-tests' all_reduce_perf output against
     the all-reduce the plan prices. A line whose number does not parse is ignored with a note.
 
