@@ -43,7 +43,7 @@ BENCH = {
         "--dataset-name": (str, VLLM_DATASETS), "--num-prompts": (int, None), "--trust-remote-code": (None, None),
         "--random-input-len": (int, None), "--random-output-len": (int, None), "--random-range-ratio": (str, None),
         "--seed": (int, None), "--save-result": (None, None), "--result-filename": (str, None),
-        "--metadata": (str, None)}),
+        "--metadata": (list, None)}),     # nargs="*": KEY=VALUE words up to the next flag
     "sglang": (["python3", "-m", "sglang.benchmark.serving"], {
         # sglang/benchmark/serving.py (it ignores EOS by default: --disable-ignore-eos turns that off)
         "--backend": (str, SGLANG_BACKENDS), "--host": (str, None), "--port": (int, None), "--model": (str, None),
@@ -69,7 +69,7 @@ ENV_SOURCES = {
     "SGLANG_DEEPEP_NUM_MAX_DISPATCH_TOKENS_PER_RANK": "sglang/srt/environ.py in the SGLang 0.5.23 wheel",
     "HEAD_IP": "the scripts' own: the instance head's cluster IP",
     "BENCH_HOST": "bench.sh's own", "BENCH_PORT": "bench.sh's own", "CONCURRENCY": "bench.sh's own",
-    "RESULT": "bench.sh's own", "PROMPTS": "bench.sh's own",
+    "RESULT": "bench.sh's own", "PROMPTS": "bench.sh's own", "REPLICAS": "bench.sh's own",
 }
 # Named in the README only to say they are gone.
 MENTIONED_AS_REMOVED = {"VLLM_ATTENTION_BACKEND": "absent from vllm/envs.py in the 0.33.0 wheel (--attention-backend)"}
@@ -111,10 +111,19 @@ def check_bench(words: list[str], engine: str) -> list[str]:
         if not rest:
             problems.append(f"{flag} has no value")
             break
+        if kind is list:
+            values = [w for w in rest[:next((i for i, w in enumerate(rest) if w.startswith("--")), len(rest))]]
+            rest = rest[len(values):]
+            problems += [f"{flag} {v}: not KEY=VALUE" for v in values if "=" not in v]
+            problems += [f"{flag} {v}: unknown variable" for v in values
+                         for var in re.findall(r"\$\{([A-Z_]+)\}", v) if var not in ENV_SOURCES]
+            continue
         value, rest = rest[0], rest[1:]
         if re.fullmatch(r"\$\{[A-Z_]+\}", value):
             problems += [] if value[2:-1] in ENV_SOURCES else [f"{flag} {value}: unknown variable"]
             continue
+        problems += [f"{flag} {value}: unknown variable" for var in re.findall(r"\$\{([A-Z_]+)\}", value)
+                     if var not in ENV_SOURCES]
         try:
             kind(value)
         except ValueError:

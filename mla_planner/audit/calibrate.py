@@ -28,7 +28,7 @@ from math import ceil, exp, isfinite, log, sqrt
 
 from mla_planner.core.errors import InputError, PlanError
 from mla_planner.core.files import parse_user_data
-from mla_planner.launch.command import GPU_TAG
+from mla_planner.launch.command import GPU_TAG, REPLICAS_TAG
 from mla_planner.launch.sglang import server_totals
 from mla_planner.memory.ways_out import fraction_knobs
 from mla_planner.perf.closed_loop import closed_loop_mean_ttft_s, first_wave
@@ -44,6 +44,8 @@ STEP = 0.3              # the starting simplex: each factor 35 % above its curre
 TOLERANCE = 1e-5        # stop when the simplex is this small (log space: 0.001 % of each factor)
 MAX_ITERATIONS = 300
 MAX_CONCURRENCY = 1_000_000
+MAX_FIT_LOG_ERROR = 0.35    # a fit whose typical error (rms log) stays above this explains nothing: not written
+FALLING = 0.8               # a TPOT below 0.8x the one at a lower load is not the batch's doing (a cold first run?)
 
 
 @dataclass(frozen=True)
@@ -56,8 +58,10 @@ class BenchRun:
     input_len: int
     output_len: int
     mean_tpot_s: float
-    prompts: int = 0                        # the requests the run completed
+    prompts: int = 0                        # the requests the run completed (on one replica)
     mean_ttft_s: float | None = None        # where the result gives it
+    replicas: int | None = None             # behind the endpoint bench.sh loaded (REPLICAS: a balancer); None: unsaid
+    failed: int = 0                         # requests the benchmark counted as failed (vLLM's `failed`)
 
 
 @dataclass(frozen=True)
@@ -89,12 +93,11 @@ def read_bench(path: str, text: str) -> list[BenchRun]:
 
 def _run(path: str, data: dict) -> BenchRun:
     if "endpoint_type" in data:
-        engine, model, gpu = "vllm", data.get("model_id"), data.get(GPU_TAG)
+        engine, model, gpu, replicas = "vllm", data.get("model_id"), data.get(GPU_TAG), data.get(REPLICAS_TAG)
     elif str(data.get("backend", "")).startswith("sglang"):
         info = data.get("server_info") if isinstance(data.get("server_info"), dict) else {}
-        tag = str(data.get("tag") or "")
-        engine, model = "sglang", info.get("model_path")
-        gpu = tag.split("=", 1)[1] if tag.startswith(GPU_TAG + "=") else None
+        tag = dict(p.split("=", 1) for p in str(data.get("tag") or "").split(",") if "=" in p)   # bench.sh's --tag
+        engine, model, gpu, replicas = "sglang", info.get("model_path"), tag.get(GPU_TAG), tag.get(REPLICAS_TAG)
     else:
         raise PlanError(f"{path}: neither vLLM's `vllm bench serve --save-result` JSON nor SGLang's "
                         "`sglang.benchmark.serving --output-file` JSONL")
@@ -111,6 +114,13 @@ def _run(path: str, data: dict) -> BenchRun:
     for name, value in (("model", model), ("GPU", gpu)):
         if value is not None and not isinstance(value, str):
             raise PlanError(f"{path}: the {name} it names is {value!r}, expected a string")
+    if replicas is not None and not (str(replicas).isdigit() and not isinstance(replicas, bool)
+                                     and 0 < int(replicas) <= 10**5):
+        raise PlanError(f"{path}: {REPLICAS_TAG} is {replicas!r}, expected a positive whole number (bench.sh's "
+                        "REPLICAS)")
+    failed = data.get("failed", 0)
+    if isinstance(failed, bool) or not isinstance(failed, int) or not 0 <= failed <= MAX_COUNT:
+        raise PlanError(f"{path}: failed is {failed!r}, expected a whole number of requests")
     done = int(fields["completed"])
     for name in ("total_input_tokens", "total_output_tokens"):   # a mean length under a token prices nothing
         if fields[name] < done:
@@ -120,9 +130,11 @@ def _run(path: str, data: dict) -> BenchRun:
     if ttft is not None and (isinstance(ttft, bool) or not isinstance(ttft, (int, float)) or not isfinite(ttft)
                              or not 0 < ttft <= MAX_COUNT):
         raise PlanError(f"{path}: mean_ttft_ms is {ttft!r}, expected a positive number of milliseconds")
-    return BenchRun(path, engine, model, gpu, int(fields["max_concurrency"]),
+    shared = int(replicas or 1)    # through a balancer: each replica runs its share of the load
+    return BenchRun(path, engine, model, gpu, ceil(int(fields["max_concurrency"]) / shared),
                     round(fields["total_input_tokens"] / done), round(fields["total_output_tokens"] / done),
-                    fields["mean_tpot_ms"] / 1e3, done, ttft / 1e3 if ttft is not None else None)
+                    fields["mean_tpot_ms"] / 1e3, ceil(done / shared), ttft / 1e3 if ttft is not None else None,
+                    int(replicas) if replicas is not None else None, failed)
 
 
 def check_runs(runs: list[BenchRun], plan: Plan, cand: Candidate) -> list[str]:
@@ -138,9 +150,31 @@ def check_runs(runs: list[BenchRun], plan: Plan, cand: Candidate) -> list[str]:
         if r.gpu is None:
             notes.append(f"{r.path} does not name its GPU (bench.sh of an older mla-plan?): taken as "
                          f"{plan.topology.gpu.name}")
+        notes += _load_notes(r, cand)
     if len({running_per_dp_rank(cand, r.concurrency) for r in runs}) < 2:
         raise PlanError("calibrate needs results at two or more concurrencies (CONCURRENCY=N ./bench.sh) that run "
                         "different batches on the server (not both above its max_num_seqs)")
+    return notes
+
+
+def _load_notes(r: BenchRun, cand: Candidate) -> list[str]:
+    """What a run's load says of it: refused where most requests failed or it names more replicas than the candidate
+    runs; a note where some failed, where a balancer split it, or where it does not say and the candidate has
+    several replicas (each 'in flight' below is then per replica)."""
+    shared = r.replicas or 1
+    if r.failed >= r.prompts * shared:
+        raise PlanError(f"{r.path}: {r.failed:,} of its requests failed and {r.prompts * shared:,} completed: "
+                        "the server did not serve this benchmark; see its log (`mla-plan check-log`)")
+    if shared > cand.layout.replicas:
+        raise PlanError(f"{r.path}: ran through {r.replicas} replicas ({REPLICAS_TAG}), but the candidate runs "
+                        f"{cand.layout.replicas}")
+    notes = [f"{r.path}: {r.failed:,} requests failed; the TPOT is the completed ones'"] if r.failed else []
+    if shared > 1:
+        notes.append(f"{r.path} ran through a balancer in front of {r.replicas} replicas: priced as {r.concurrency:,} "
+                     "in flight on each")
+    elif r.replicas is None and cand.layout.replicas > 1:
+        notes.append(f"{r.path} is taken as one replica's load (no {REPLICAS_TAG}: bench.sh of an older mla-plan, "
+                     f"or its own server); through a balancer, run bench.sh with REPLICAS={cand.layout.replicas}")
     return notes
 
 
@@ -177,6 +211,16 @@ def predicted_ttft_s(plan: Plan, cand: Candidate, run: BenchRun, calib: Calibrat
     flag = server_totals(layout, knobs)[1] if knobs.engine == "sglang" else knobs.max_num_batched_tokens  # the flag
     wave = first_wave(plan.spec, plan.topology, layout, knobs, workload, calib, run.concurrency, flag)
     return closed_loop_mean_ttft_s(m.ttft_s, wave, run.concurrency, max(run.prompts, run.concurrency))
+
+
+def falling_notes(runs: list[BenchRun]) -> list[str]:
+    """Runs whose mean TPOT falls well below a run's at a lower load: a bigger batch never decodes faster, so one of
+    the two was not measured as the other (a cold first run with its JIT and graph capture, another server)."""
+    by_load = sorted(runs, key=lambda r: r.concurrency)
+    return [f"mean TPOT falls as the load rises ({a.mean_tpot_s * 1e3:.1f} ms at {a.concurrency:,} in flight, "
+            f"{b.mean_tpot_s * 1e3:.1f} ms at {b.concurrency:,}): was {a.path} a cold first run? rerun it after a "
+            "warm-up" for a, b in zip(by_load, by_load[1:])
+            if b.concurrency > a.concurrency and b.mean_tpot_s < FALLING * a.mean_tpot_s]
 
 
 def _loss(plan, cand, runs, calib) -> float:
@@ -259,6 +303,7 @@ def fit(plan: Plan, cand: Candidate, runs: list[BenchRun], calib: Calibration) -
         if min(abs(log(value / b)) for b in BOUNDS[name]) < 0.01:
             notes.append(f"{name} ended at its bound {value:.3g}: the results are not explained within the "
                          "factors' physical range (another cause: network, scheduler, a different engine build?)")
+    notes += falling_notes(runs)
     final = replace(calib, **current)
     ttft_after = [predicted_ttft_s(plan, cand, r, final) if r.mean_ttft_s else None for r in runs]
     return Fit(dict(current), runs, before, after, rms, notes, ttft_after)

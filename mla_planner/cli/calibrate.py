@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import click
 
-from mla_planner.audit.calibrate import fit, read_bench
+from mla_planner.audit.calibrate import MAX_FIT_LOG_ERROR, fit, read_bench
 from mla_planner.cli.common import JsonOpt, check_output_file, columns, guard, print_json
 from mla_planner.cli.params import Arg, Opt
 from mla_planner.core.files import atomic_write, read_text_file
@@ -33,7 +33,8 @@ def calibrate_cmd(results: Annotated[list[str], Arg(help="bench.sh's result file
     passes (ttft_host_s: the server's and the client's per-request work) is fitted too. Results from another model,
     GPU or engine than the candidate's are refused.
 
-    Exit status: 0 fitted; 2 bad input.
+    Exit status: 0 fitted; 1 the fit does not explain the results (typical error above 35 %: nothing written);
+    2 bad input.
 
     Examples:
 
@@ -56,16 +57,18 @@ def calibrate_cmd(results: Annotated[list[str], Arg(help="bench.sh's result file
                             tool="mla-plan calibrate",
                             measurements={r.path: {"concurrency": r.concurrency, "measured_tpot_s": r.mean_tpot_s,
                                                    "predicted_tpot_s": a} for r, a in zip(result.runs, result.after_s)})
-    if output is not None:
+    explained = result.rms_log_error <= MAX_FIT_LOG_ERROR
+    if output is not None and explained:
         atomic_write(output, text, "--output")
     if as_json:
-        return print_json({"factors": result.factors, "rms_log_error": result.rms_log_error, "notes": result.notes,
+        print_json({"factors": result.factors, "rms_log_error": result.rms_log_error, "notes": result.notes,
                            "runs": [{"file": r.path, "concurrency": r.concurrency, "measured_tpot_s": r.mean_tpot_s,
                                      "predicted_before_s": b, "predicted_after_s": a,
                                      "measured_ttft_s": r.mean_ttft_s, "predicted_ttft_after_s": t}
                                     for r, b, a, t in zip(result.runs, result.before_s, result.after_s,
                                                           result.ttft_after_s)],
-                           "output": str(output) if output else None})
+                           "explained": explained, "output": str(output) if output and explained else None})
+        raise SystemExit(0 if explained else 1)
     rows = [[r.path, str(r.concurrency), f"{r.mean_tpot_s * 1e3:.2f}", f"{b * 1e3:.2f}", f"{a * 1e3:.2f}"]
             for r, b, a in zip(result.runs, result.before_s, result.after_s)]
     click.echo(columns(["result", "in flight", "measured ms", "planned ms", "fitted ms"], rows,
@@ -74,9 +77,15 @@ def calibrate_cmd(results: Annotated[list[str], Arg(help="bench.sh's result file
              for r, t in zip(result.runs, result.ttft_after_s) if t is not None]
     if timed:
         click.echo(columns(["result", "in flight", "measured ms", "fitted ms"], timed, title="\nMean TTFT:\n"))
-    click.echo("\nfitted: " + ", ".join(f"{n} = {v:.4g} (was {getattr(calib, n):.4g})" for n, v in result.factors.items())
+    click.echo("\nfitted: " + ", ".join(f"{n} = {v:.4g} (was {getattr(calib, n):.4g})"
+                                       for n, v in result.factors.items())
                + f"; typical error after the fit {result.rms_log_error:.1%}")
     for note in result.notes:
         click.echo(f"note: {note}")
+    if not explained:
+        click.echo(f"not written: the step model does not explain these results (typical error "
+                   f"{result.rms_log_error:.0%} after the fit, more than {MAX_FIT_LOG_ERROR:.0%}); check the notes "
+                   "above and the server's log (`mla-plan check-log`) before calibrating on them")
+        raise SystemExit(1)
     click.echo(f"written: {output} (plan with --calibration {output})" if output else
                "not written: give -o FILE to keep it\n" + text)

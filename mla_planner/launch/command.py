@@ -20,10 +20,11 @@ from mla_planner.specs.model import ModelSpec
 from mla_planner.specs.topology import Topology
 
 MODES = ("native", "ray")
-FlagValue = Union[None, bool, int, float, str]
+FlagValue = Union[None, bool, int, float, str, tuple]   # a tuple: several words after the flag
 
 
 GPU_TAG = "mla_plan_gpu"    # bench.sh records the GPU in its result file (audit/calibrate.py refuses another GPU's)
+REPLICAS_TAG = "mla_plan_replicas"   # ... and the replicas behind its endpoint (a balancer: calibrate splits the load)
 
 
 class ShellRef(str):
@@ -116,12 +117,15 @@ def format_value(value: FlagValue) -> str:
 
 
 def flag_words(flags: list[tuple[str, FlagValue]]) -> list[str]:
-    """[(flag, value)] -> argv words. None/False: omitted; True: the bare flag; else flag + value."""
+    """[(flag, value)] -> argv words. None/False: omitted; True: the bare flag; a tuple: the flag and each value; else
+    flag + value."""
     words: list[str] = []
     for flag, value in flags:
         if value is None or value is False:
             continue
-        words += [flag] if value is True else [flag, value if isinstance(value, ShellRef) else format_value(value)]
+        values = value if isinstance(value, tuple) else (value,)
+        words += [flag] if value is True else \
+            [flag, *(v if isinstance(v, ShellRef) else format_value(v) for v in values)]
     return words
 
 

@@ -29,6 +29,7 @@ from mla_planner.engines.sparse import dsa_prefill_backend, is_sparse, kv_flag, 
 from mla_planner.launch import a2a
 from mla_planner.launch.command import (
     GPU_TAG,
+    REPLICAS_TAG,
     LaunchInputs,
     NodeCommand,
     ShellRef,
@@ -166,8 +167,9 @@ def _command(inp: LaunchInputs, inst: InstancePlacement, i: int) -> NodeCommand:
 def bench_argv(inp: LaunchInputs, concurrency: int, rate: Optional[float] = None) -> list[str]:
     """`python3 -m sglang.benchmark.serving` (0.5.23 deprecates the old `sglang.bench_serving` path) with
     the workload's fixed lengths: --random-range-ratio 1 (SGLang's default 0 samples lengths in [1, len]), at
-    bench.sh's ${CONCURRENCY}, its result appended to ${RESULT}.jsonl with the GPU in its tag
-    (sglang/benchmark/serving.py --output-file, --tag) for `mla-plan calibrate`."""
+    bench.sh's ${CONCURRENCY}, its result appended to ${RESULT}.jsonl with the GPU and the ${REPLICAS} behind its
+    endpoint in its tag, `mla_plan_gpu=NAME,mla_plan_replicas=N` (sglang/benchmark/serving.py --output-file, --tag)
+    for `mla-plan calibrate`."""
     w = inp.workload
     return ["python3", "-m", "sglang.benchmark.serving"] + flag_words([
         ("--backend", "sglang"), ("--host", ShellRef("BENCH_HOST")), ("--port", ShellRef("BENCH_PORT")),
@@ -175,4 +177,5 @@ def bench_argv(inp: LaunchInputs, concurrency: int, rate: Optional[float] = None
         ("--random-output-len", w.output_len), ("--random-range-ratio", 1.0),
         ("--max-concurrency", ShellRef("CONCURRENCY")), ("--request-rate", rate),
         ("--num-prompts", ShellRef("PROMPTS")),
-        ("--output-file", ShellRef("RESULT", ".jsonl")), ("--tag", f"{GPU_TAG}={inp.topology.gpu.name}")])
+        ("--output-file", ShellRef("RESULT", ".jsonl")),
+        ("--tag", ShellRef("REPLICAS", prefix=f"{GPU_TAG}={inp.topology.gpu.name},{REPLICAS_TAG}="))])

@@ -30,6 +30,7 @@ from mla_planner.engines.sparse import kv_flag, own_rows
 from mla_planner.launch import a2a
 from mla_planner.launch.command import (
     GPU_TAG,
+    REPLICAS_TAG,
     LaunchInputs,
     NodeCommand,
     ShellRef,
@@ -182,8 +183,8 @@ def _ray(inp: LaunchInputs, inst: InstancePlacement) -> list[NodeCommand]:
 def bench_argv(inp: LaunchInputs, concurrency: int, rate: Optional[float] = None) -> list[str]:
     """`vllm bench serve` with the workload's fixed lengths (random dataset, range ratio 0 by default;
     --ignore-eos so every request decodes its full output), at bench.sh's ${CONCURRENCY} (the plan's unless set),
-    its result saved as ${RESULT}.json with the GPU it ran on (vllm/benchmarks/serve.py --save-result,
-    --result-filename, --metadata KEY=VALUE) for `mla-plan calibrate`."""
+    its result saved as ${RESULT}.json with the GPU it ran on and the ${REPLICAS} behind its endpoint
+    (vllm/benchmarks/serve.py --save-result, --result-filename, --metadata KEY=VALUE ...) for `mla-plan calibrate`."""
     w = inp.workload
     return ["vllm", "bench", "serve"] + flag_words([
         ("--model", inp.model_path), ("--host", ShellRef("BENCH_HOST")), ("--port", ShellRef("BENCH_PORT")),
@@ -191,5 +192,5 @@ def bench_argv(inp: LaunchInputs, concurrency: int, rate: Optional[float] = None
         ("--max-concurrency", ShellRef("CONCURRENCY")), ("--request-rate", rate),
         ("--num-prompts", ShellRef("PROMPTS")), ("--ignore-eos", True),
         ("--save-result", True), ("--result-filename", ShellRef("RESULT", ".json")),
-        ("--metadata", f"{GPU_TAG}={inp.topology.gpu.name}"),
+        ("--metadata", (f"{GPU_TAG}={inp.topology.gpu.name}", ShellRef("REPLICAS", prefix=f"{REPLICAS_TAG}="))),
         ("--trust-remote-code", True)])

@@ -9,6 +9,8 @@ BENCH_PORT="${BENCH_PORT:-8000}"
 # Requests in flight: the plan's 2048; for `mla-plan calibrate` run it at two or more, e.g.
 # CONCURRENCY=8 ./bench.sh, then CONCURRENCY=2048 ./bench.sh (each run writes bench-c<N>.json).
 CONCURRENCY="${CONCURRENCY:-2048}"
+# Replicas behind BENCH_HOST: 1 (one server); recorded in the result, so calibrate splits the load among them.
+REPLICAS="${REPLICAS:-1}"
 PROMPTS=$((4 * CONCURRENCY))
 RESULT="bench-c${CONCURRENCY}"
 curl -sf "http://${BENCH_HOST}:${BENCH_PORT}/health" >/dev/null \
@@ -26,5 +28,5 @@ exec vllm bench serve \
     --ignore-eos \
     --save-result \
     --result-filename "${RESULT}".json \
-    --metadata mla_plan_gpu=H200-SXM-141G \
+    --metadata mla_plan_gpu=H200-SXM-141G mla_plan_replicas="${REPLICAS}" \
     --trust-remote-code

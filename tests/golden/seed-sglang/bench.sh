@@ -9,6 +9,8 @@ BENCH_PORT="${BENCH_PORT:-30000}"
 # Requests in flight: the plan's 128; for `mla-plan calibrate` run it at two or more, e.g.
 # CONCURRENCY=8 ./bench.sh, then CONCURRENCY=128 ./bench.sh (each run writes bench-c<N>.jsonl).
 CONCURRENCY="${CONCURRENCY:-128}"
+# Replicas behind BENCH_HOST: 1 (one server); recorded in the result, so calibrate splits the load among them.
+REPLICAS="${REPLICAS:-1}"
 PROMPTS=$((4 * CONCURRENCY))
 RESULT="bench-c${CONCURRENCY}"
 curl -sf "http://${BENCH_HOST}:${BENCH_PORT}/health" >/dev/null \
@@ -26,4 +28,4 @@ exec python3 -m sglang.benchmark.serving \
     --max-concurrency "${CONCURRENCY}" \
     --num-prompts "${PROMPTS}" \
     --output-file "${RESULT}".jsonl \
-    --tag mla_plan_gpu=H100-SXM-80G
+    --tag mla_plan_gpu=H100-SXM-80G,mla_plan_replicas="${REPLICAS}"
