@@ -162,7 +162,7 @@ def test_an_fp8_checkpoint_sglang_cannot_run_does_not_fit_anywhere(cli):
 
 
 def test_sglang_dp_attention_on_two_h100_nodes_is_explained_not_contradicted(cli):
-    """SGLang's own default fraction for DP16 on H100 is 0.309 (its DP-attention graph reserve, and DeepEP's), and the
+    """SGLang's own default fraction for DP16 on H100 is 0.297 (its DP-attention graph reserve, and DeepEP's), and the
     weights (55.1 GiB: under DeepEP SGLang runs the shared experts replicated, models/deepseek_v2.py) with a
     block and the DeepEP buffer need more of the static pool than SGLang's own ceiling gives at any fraction. The
     report says that in those words (it once said '76.4 GiB, more than the GPU's 79.1 GiB' beside a fraction),
@@ -173,7 +173,7 @@ def test_sglang_dp_attention_on_two_h100_nodes_is_explained_not_contradicted(cli
     data = json.loads(r.stdout)
     assert r.exit_code == 1 and data["no_safe_fraction"].startswith(
         "no fraction up to SGLang's own ceiling 0.874 fits: on stage 0 the weights (55.1 GiB per GPU)")
-    assert any(n.startswith("--mem-fraction-static 0.309 is SGLang's own default here") for n in data["notes"])
+    assert any(n.startswith("--mem-fraction-static 0.297 is SGLang's own default here") for n in data["notes"])
     assert any(w.startswith("more nodes: 4 x 8 H100-SXM-80G with pp=2 with --mem-fraction-static")
                for w in data["ways_out"]), data["ways_out"]
 

@@ -3,6 +3,7 @@ another layout fails, another sizing knob warns, and SGLang's resolved values ar
 (its --tp-size spans the attention-DP ranks, 0.5.23's attn_dp_size, the aiter reserve's 0.85 on ROCm)."""
 
 import json
+import shlex
 
 import pytest
 
@@ -32,16 +33,38 @@ def candidate(path):
     return c["layout"], c["knobs"]
 
 
-def sglang_log(layout, knobs, fraction, **override):
-    """SGLang 0.5.23's server_args line for the emitted flags (launch/sglang.py sizing_flags), resolved."""
-    args = {"tp_size": layout["tp"] * layout["dp"], "pp_size": layout["pp"], "dp_size": 1,
-            "attn_dp_size": layout["dp"], "ep_size": layout["ep"], "dcp_size": layout["dcp"],
-            "context_length": knobs["max_model_len"], "page_size": knobs["block_size"],
-            "mem_fraction_static": fraction, "kv_cache_dtype": "auto", **override}
+SERVER_ARGS = {"--tp-size": "tp_size", "--pp-size": "pp_size", "--attn-dp-size": "attn_dp_size",
+               "--ep-size": "ep_size", "--dcp-size": "dcp_size", "--page-size": "page_size",
+               "--context-length": "context_length", "--mem-fraction-static": "mem_fraction_static"}
+
+
+def emitted_server_args(cli, tmp_path, plan) -> dict:
+    """The sizing flags node-0.sh passes SGLang, by the server_args names SGLang logs them under, with SGLang's
+    defaults (1) for the parallel sizes the script leaves out: what the engine's line echoes before it resolves
+    anything (arg_groups/fields)."""
+    out = tmp_path / "launch"
+    assert cli("emit", "--plan", str(plan), "--out", str(out)).exit_code == 0
+    lines = (out / "node-0.sh").read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if "sglang.launch_server" in line)
+    text = ""
+    for line in lines[start:]:
+        text += line.removesuffix("\\") + " "
+        if not line.endswith("\\"):
+            break
+    words = shlex.split(text)
+    args = {"pp_size": 1, "attn_dp_size": 1, "ep_size": 1, "dcp_size": 1}
+    for flag, key in SERVER_ARGS.items():
+        if flag in words:
+            raw = words[words.index(flag) + 1]
+            args[key] = float(raw) if key == "mem_fraction_static" else int(raw)
+    return args
+
+
+def sglang_log(args: dict, **override) -> str:
+    """SGLang 0.5.23's server_args line (entrypoints/engine.py) for these settings, and its pool line."""
+    args = {"model_path": "x", "dp_size": 1, "kv_cache_dtype": "auto", **args, **override}
     return ("[2026-12-02 10:00:00] server_args={" + ", ".join(f"'{k}': {v!r}" for k, v in args.items()) + "}\n"
-            "[2026-12-02 10:01:00 DP0 TP0] max_total_num_tokens=500000, chunked_prefill_size=1024, "
-            f"max_prefill_tokens=16384, max_running_requests={knobs['max_num_seqs']}, context_len="
-            f"{knobs['max_model_len']}\n")
+            "[2026-12-02 10:01:00 DP0 TP0] max_total_num_tokens=500000, chunked_prefill_size=1024\n")
 
 
 def check(cli, tmp_path, plan, text):
@@ -51,33 +74,39 @@ def check(cli, tmp_path, plan, text):
 
 
 def test_the_emitted_dp_attention_command_logs_as_planned(cli, tmp_path, plans):
-    layout, knobs = candidate(plans["sglang-dp"])
-    code, got = check(cli, tmp_path, plans["sglang-dp"], sglang_log(layout, knobs, knobs["memory_fraction"]))
+    """The flags node-0.sh passes, as SGLang logs them: --tp-size 8 spans the 8 attention-DP ranks of tp1 x dp8."""
+    code, got = check(cli, tmp_path, plans["sglang-dp"], sglang_log(emitted_server_args(cli, tmp_path,
+                                                                                        plans["sglang-dp"])))
     assert got["status"] == "ok", got
     assert got["text"].startswith("tp_size=8, pp_size=1, attn_dp_size=8, dcp_size=1, ep_size=8")
+    assert "mem_fraction_static=" in got["text"]
 
 
 def test_another_layout_fails_and_another_fraction_warns(cli, tmp_path, plans):
-    layout, knobs = candidate(plans["sglang-dp"])
-    code, got = check(cli, tmp_path, plans["sglang-dp"], sglang_log(layout, knobs, knobs["memory_fraction"],
-                                                                    attn_dp_size=1, ep_size=1))
+    args = emitted_server_args(cli, tmp_path, plans["sglang-dp"])
+    code, got = check(cli, tmp_path, plans["sglang-dp"], sglang_log(args, attn_dp_size=1, ep_size=1))
     assert code == 1 and got["status"] == "fail"
     assert "attn_dp_size=1 where the plan has 8; ep_size=1 where the plan has 8: another layout" in got["text"]
-    code, got = check(cli, tmp_path, plans["sglang-dp"], sglang_log(layout, knobs, 0.8))
-    assert got["status"] == "warn" and f"mem_fraction_static=0.8 where the plan has {knobs['memory_fraction']:g}" \
-        in got["text"]
+    code, got = check(cli, tmp_path, plans["sglang-dp"], sglang_log(args, mem_fraction_static=0.8))
+    assert got["status"] == "warn"
+    assert f"mem_fraction_static=0.8 where the plan has {args['mem_fraction_static']:g}" in got["text"]
 
 
 def test_sglang_on_rocm_logs_its_fraction_after_the_aiter_reserve(cli, tmp_path, plans):
     """SGLang 0.5.23 multiplies --mem-fraction-static by 0.85 under aiter above 8,192 tokens of context
-    (arg_groups/attention_hook.py) and logs the result; the unscaled flag means the reserve was skipped
-    (SGLANG_AITER_HONOR_EXPLICIT_MEM_FRACTION), which the plan does not price."""
+    (arg_groups/attention_hook.py) and logs the product in full (0.965 x 0.85 = 0.8202499999999999); the unscaled
+    flag means the reserve was skipped (SGLANG_AITER_HONOR_EXPLICIT_MEM_FRACTION), which the plan does not price."""
     layout, knobs = candidate(plans["sglang-mi355x"])
     assert knobs["attention_backend"] == "aiter" and knobs["max_model_len"] > 8192
-    code, got = check(cli, tmp_path, plans["sglang-mi355x"], sglang_log(layout, knobs, knobs["memory_fraction"] * 0.85))
+    args = emitted_server_args(cli, tmp_path, plans["sglang-mi355x"])
+    assert args["mem_fraction_static"] == knobs["memory_fraction"]
+    code, got = check(cli, tmp_path, plans["sglang-mi355x"],
+                      sglang_log(args, mem_fraction_static=args["mem_fraction_static"] * 0.85))
     assert got["status"] == "ok", got
-    code, got = check(cli, tmp_path, plans["sglang-mi355x"], sglang_log(layout, knobs, knobs["memory_fraction"]))
-    assert got["status"] == "warn" and "mem_fraction_static" in got["text"]
+    assert f"mem_fraction_static={knobs['memory_fraction'] * 0.85:.3f}".rstrip("0") in got["text"]
+    code, got = check(cli, tmp_path, plans["sglang-mi355x"], sglang_log(args))
+    assert got["status"] == "warn" and f"(its --mem-fraction-static {knobs['memory_fraction']:g} x 0.85, SGLang's " \
+        "aiter reserve)" in got["text"]
 
 
 def test_a_vllm_log_of_another_tensor_parallel_size_fails(cli, tmp_path, plans):

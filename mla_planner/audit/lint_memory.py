@@ -30,8 +30,8 @@ def memory_findings(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knob
              + f", {knobs.kv_cache_dtype} KV, {CONTEXT_WORD[knobs.engine]} {knobs.max_model_len:,}")
     if knobs.memory_fraction <= 0 and not fraction_given:    # SGLang's own formula reserves more than the GPU holds
         return [("error", "memory", f"{where}: SGLang's own fraction is not positive: "
-                 f"{sglang_reserve_words(topo.gpu, layout, knobs)}, more than the GPU holds, so no pool is left; give "
-                 "--mem-fraction-static, or a smaller --chunked-prefill-size")]
+                 f"{sglang_reserve_words(topo.gpu, layout, knobs, spec)}, more than the GPU holds, so no pool is left; "
+                 "give --mem-fraction-static, or a smaller --chunked-prefill-size")]
     if not report.fits:    # SGLang starts with a pool shorter than its context and caps requests: a warning here
         capped = [r for r in report.findings if r.code == "pool_below_context" and knobs.engine == "sglang"]
         return [("warn", "memory", f"at {where}: {r.text}") if r in capped else

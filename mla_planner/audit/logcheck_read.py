@@ -41,6 +41,7 @@ from typing import Callable, Optional
 COUNT = r"(\d{1,3}(?:,\d{3}){1,5}|\d{1,15})(?![\d,.]?\w)"   # 1,616,640 or 1616640; never 1.5, 1,2, 7e9, 20 digits
 REAL_BODY = r"(\d{1,12}(?:\.\d{1,12})?)"
 REAL = REAL_BODY + r"(?![\w.])"                              # 4000.12; never 1.2.3, "." or "...", 1e400, 5nan
+FRACTION = r"(\d(?:\.\d{1,20})?)"      # a logged fraction in full: SGLang's 0.965 x 0.85 is 0.8202499999999999
 VERSION = r"v?(\d{1,4}\.\d{1,4}[\w.+\-]{0,40})"
 MAX_TOKENS = 10**11         # no GPU pool holds this many tokens: a larger figure is a garbled line
 MAX_RATE = 1e9              # output tok/s of one benchmark
@@ -234,8 +235,8 @@ def _settings(text: str, facts: LogFacts) -> None:
 
 def _sglang_attention_dp(settings: dict) -> None:
     """SGLang's `dp` as the attention-DP size the planner counts: attn_dp_size where logged (0.5.23, whose dp_size
-    counts router replicas: arg_groups/fields/parallel.py), else dp_size under enable_dp_attention (older releases),
-    else 1 where dp_size was logged without it."""
+    counts router replicas: arg_groups/fields/parallel.py), else dp_size where enable_dp_attention is logged true
+    (older releases) or absent, and 1 where it is logged false."""
     attn, dp_attention = settings.pop("attn_dp", None), settings.pop("dp_attention", None)
     if attn is not None:
         settings["dp"] = attn
@@ -254,7 +255,7 @@ def _setting(facts: LogFacts, key: str, raw: str) -> None:
     if kind == "str":
         facts.settings[name] = raw
         return
-    number = re.fullmatch(COUNT if kind == "int" else REAL, raw)
+    number = re.fullmatch(COUNT if kind == "int" else FRACTION if kind == "fraction" else REAL, raw)
     value = (count(number) if kind == "int" else float(number.group(1))) if number else None
     if value is None or not 0 < value <= (1.0 if kind == "fraction" else INT_LIMIT.get(name, 10**5)):
         note(facts, f"ignored the logged {key}={raw[:40]} (not a plausible value)")

@@ -19,7 +19,7 @@ logcheck_read._settings:
 from __future__ import annotations
 
 from mla_planner.audit.logcheck_read import LogCheck, LogFacts
-from mla_planner.engines.profile import static_fraction_scale
+from mla_planner.engines.profile import AITER_RESERVE_SCALE, static_fraction_scale
 from mla_planner.search.planfile import Candidate, Plan
 
 LAYOUT = ("tp", "pp", "dp", "dcp", "ep")
@@ -32,7 +32,7 @@ WORDS = {"vllm": {"tp": "tensor_parallel_size", "pp": "pipeline_parallel_size", 
                     "memory_fraction": "mem_fraction_static"}}
 
 
-def planned_settings(plan: Plan, cand: Candidate) -> dict[str, float]:
+def planned_settings(plan: Plan, cand: Candidate) -> dict[str, object]:
     """What the engine logs when it runs the candidate's emitted command, by the reader's neutral names."""
     L, k = cand.layout, cand.knobs
     if k.engine == "vllm":
@@ -53,7 +53,10 @@ def settings_check(facts: LogFacts, plan: Plan, cand: Candidate) -> LogCheck:
     if not compared:
         return LogCheck("launch_settings", "absent", "the log names none of the layout and sizing settings")
     differ = [n for n in compared if not _same(n, logged[n], planned[n])]
-    words = "; ".join(f"{WORDS[engine][n]}={_fmt(logged[n])} where the plan has {_fmt(planned[n])}" for n in differ)
+    scaled = planned["memory_fraction"] != cand.knobs.memory_fraction    # SGLang's aiter reserve on ROCm
+    words = "; ".join(f"{WORDS[engine][n]}={_fmt(logged[n])} where the plan has {_fmt(planned[n])}"
+                      + (f" (its --mem-fraction-static {_fmt(cand.knobs.memory_fraction)} x {AITER_RESERVE_SCALE:g}, "
+                         "SGLang's aiter reserve)" if n == "memory_fraction" and scaled else "") for n in differ)
     if any(n in LAYOUT for n in differ):
         return LogCheck("launch_settings", "fail", f"{words}: another layout than the candidate's, whose memory and "
                                                    "speed the plan did not price (check --candidate, or the flags)")

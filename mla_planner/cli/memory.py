@@ -139,7 +139,7 @@ def memory_cmd(
             knobs.memory_fraction < SGLANG_LOW_DEFAULT:
         report = replace(report, notes=report.notes + [
             f"--mem-fraction-static {knobs.memory_fraction:g} is SGLang's own default here: "
-            f"{sglang_reserve_words(topo.gpu, layout, knobs)}; pass --mem-fraction-static yourself"
+            f"{sglang_reserve_words(topo.gpu, layout, knobs, spec)}; pass --mem-fraction-static yourself"
             + (f", e.g. the safe {report.safe_fraction:.3f}" if report.safe_fraction else "")])
     data = report_dict(report, spec.name, topo.name)
     print_json(data) if as_json else _render(report, data)

@@ -167,7 +167,7 @@ def default_memory_fraction(engine: str, spec: ModelSpec, topo: Topology, layout
     if engine == "vllm":
         return vllm_default_utilization(version)
     knobs = knobs or engine_default_knobs("sglang", spec, topo, layout.dp)
-    return sglang_default_fraction(topo.gpu, layout, knobs) * sglang_vlm_factor(spec)
+    return sglang_default_fraction(topo.gpu, layout, knobs, spec) * sglang_vlm_factor(spec)
 
 
 SGLANG_SPECULATIVE_MAX_RUNNING = 48

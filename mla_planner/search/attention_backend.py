@@ -17,6 +17,7 @@ from mla_planner.specs.layout import Layout, query_heads_per_rank
 from mla_planner.specs.model import ModelSpec
 
 GQA_DEFAULT_BLOCK = {"vllm": 16, "sglang": 1}   # vLLM CacheConfig.DEFAULT_BLOCK_SIZE; SGLang page size 1
+TRTLLM_MHA_PAGES = (16, 32, 64, 128)   # the page sizes SGLang's trtllm_mha takes, its GQA default on sm10x Blackwell
 
 
 class Rejected(PlanError):
@@ -42,6 +43,12 @@ def attention_choice(spec: ModelSpec, gpu, layout: Layout, engine: str, kv_dtype
     if family == "mla-compressed":
         return _compressed(spec, engine, gpu, layout, pinned_block, mtp)
     # the MLA backend table does not apply (vLLM refuses an MLA backend for a non-MLA model)
+    if engine == "sglang" and gpu.arch == "blackwell" and pinned_block not in TRTLLM_MHA_PAGES:
+        return (None, kv_dtype, TRTLLM_MHA_PAGES[-2],
+                f"the engine's own choice for a {spec.attention.upper()} model: trtllm_mha on sm10x Blackwell "
+                "(SGLang 0.5.23 arg_groups/model_override_base.py)",
+                "64: trtllm_mha moves a page size other than 16, 32, 64 or 128 to 64 (arg_groups/overrides.py)"
+                + (f", not the pinned {pinned_block}" if pinned_block else ""))
     block = pinned_block or GQA_DEFAULT_BLOCK[engine]
     if block % profile(engine).gqa_block_multiple:
         raise Rejected(f"block size {block}: vLLM's FlashAttention and Triton backends take multiples of 16 "
