@@ -12,7 +12,8 @@ import pytest
 import yaml
 
 from mla_planner.core import files as core_files
-from mla_planner.audit.calibrate import BenchRun, predicted_tpot_s, predicted_ttft_s
+from mla_planner.audit.bench_results import BenchRun
+from mla_planner.audit.calibrate import predicted_tpot_s, predicted_ttft_s
 from mla_planner.search.planfile_read import read_plan
 from mla_planner.search.pick import pick
 from mla_planner.specs.calibration import load_calibration

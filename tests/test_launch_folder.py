@@ -124,4 +124,4 @@ def test_bench_loads_one_replica_and_says_how_to_load_all(tmp_path):
     emit_plan(plan, 1, "vllm", tmp_path / "out")
     bench, readme = (tmp_path / "out" / "bench.sh").read_text(), (tmp_path / "out" / "README.md").read_text()
     assert 'CONCURRENCY="${CONCURRENCY:-72}"' in bench and "144 requests in flight in all" in bench
-    assert "run it with `CONCURRENCY=144`" in readme
+    assert "run it with `CONCURRENCY=144 REPLICAS=2`" in readme

@@ -43,3 +43,18 @@ def test_a_reader_closing_the_pipe_early_is_not_read_as_no_candidate():
     cmd = f"{sys.executable} -m mla_planner.cli plan 2>&1 | head -c 20 >/dev/null; echo ${{PIPESTATUS[0]}}"
     out = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=120)
     assert out.stdout.strip() == "141", out.stdout + out.stderr
+
+
+def test_verify_ends_a_closed_pipe_as_the_other_commands_do(tmp_path):
+    """verify keeps SIGPIPE ignored (its torch.distributed sockets must see a closed peer as an error), so a closed
+    stdout came out as Click's exit 1, which verify uses for a failed check; it is 141 now, with nothing on stderr."""
+    import shutil
+    if shutil.which("bash") is None or sys.platform == "win32":
+        import pytest
+        pytest.skip("needs a POSIX shell")
+    err = tmp_path / "stderr"
+    cmd = (f"{sys.executable} -m mla_planner.cli verify --device cpu --quick 2>{err} | head -c 20 >/dev/null; "
+           "echo ${PIPESTATUS[0]}")
+    out = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=300)
+    assert out.stdout.strip() == "141", out.stdout + out.stderr
+    assert err.read_text() == ""

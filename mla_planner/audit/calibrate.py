@@ -1,13 +1,7 @@
-"""Calibration from what users measure: bench.sh's results at two or more concurrencies, fitted to the step model.
-
-bench.sh (launch/vllm.py, launch/sglang.py `bench_argv`) saves each run: vLLM's `vllm bench serve --save-result`
-JSON (vllm/benchmarks/serve.py: `model_id`, `max_concurrency`, `mean_tpot_ms`, `completed`, `total_input_tokens`,
-`total_output_tokens`, the --metadata it was given, and `endpoint_type`, which only vLLM's writes) and SGLang's
-`sglang.benchmark.serving --output-file` JSONL (sglang/benchmark/serving.py: `backend` "sglang", `max_concurrency`,
-`mean_tpot_ms`, ..., `tag`, `server_info` with the server's `model_path`). Each names the GPU bench.sh ran on
-(`mla_plan_gpu=NAME`); a file from another model, GPU or engine than the plan's candidate is refused. Each
-run is priced as the server runs it: bench.sh's in-flight requests spread over the DP ranks, at most the launched
-max_num_seqs on each.
+"""Calibration from what users measure: bench.sh's results at two or more concurrencies (read by
+audit/bench_results.py), fitted to the step model. A file from another model, GPU or engine than the plan's candidate
+is refused. Each run is priced as the server runs it: bench.sh's in-flight requests split among the replicas it names
+behind its endpoint, spread over each one's DP ranks, at most the launched max_num_seqs on each.
 
 Two factors explain how mean TPOT moves with the batch and are fitted: a per-step fixed cost (the kernel launch
 gap under CUDA graphs, `graph_kernel_overhead_s`, which stands in for the engine's host overhead, the same per step;
@@ -24,11 +18,11 @@ its first wave of prompts at once, then the steady state (perf/closed_loop.py).
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from math import ceil, exp, isfinite, log, sqrt
+from math import ceil, exp, log, sqrt
 
-from mla_planner.core.errors import InputError, PlanError
-from mla_planner.core.files import parse_user_data
-from mla_planner.launch.command import GPU_TAG, REPLICAS_TAG
+from mla_planner.audit.bench_results import BenchRun
+from mla_planner.core.errors import PlanError
+from mla_planner.launch.command import REPLICAS_TAG
 from mla_planner.launch.sglang import server_totals
 from mla_planner.memory.ways_out import fraction_knobs
 from mla_planner.perf.closed_loop import closed_loop_mean_ttft_s, first_wave
@@ -43,25 +37,8 @@ BOUNDS = {"moe_hbm_efficiency": (0.1, 1.0), "int4_moe_hbm_efficiency": (0.1, 1.0
 STEP = 0.3              # the starting simplex: each factor 35 % above its current value (log space)
 TOLERANCE = 1e-5        # stop when the simplex is this small (log space: 0.001 % of each factor)
 MAX_ITERATIONS = 300
-MAX_CONCURRENCY = 1_000_000
 MAX_FIT_LOG_ERROR = 0.35    # a fit whose typical error (rms log) stays above this explains nothing: not written
 FALLING = 0.8               # a TPOT below 0.8x the one at a lower load is not the batch's doing (a cold first run?)
-
-
-@dataclass(frozen=True)
-class BenchRun:
-    path: str
-    engine: str
-    model: str | None
-    gpu: str | None
-    concurrency: int
-    input_len: int
-    output_len: int
-    mean_tpot_s: float
-    prompts: int = 0                        # the requests the run completed (on one replica)
-    mean_ttft_s: float | None = None        # where the result gives it
-    replicas: int | None = None             # behind the endpoint bench.sh loaded (REPLICAS: a balancer); None: unsaid
-    failed: int = 0                         # requests the benchmark counted as failed (vLLM's `failed`)
 
 
 @dataclass(frozen=True)
@@ -74,67 +51,6 @@ class Fit:
     notes: list[str]
     ttft_after_s: list = field(default_factory=list)   # predicted mean TTFT per run with the fitted factors (None:
                                                        # the result gives no TTFT)
-
-
-MAX_COUNT = 10**15      # above any benchmark's token total or TPOT in ms; a bigger number is not a measurement
-
-
-def read_bench(path: str, text: str) -> list[BenchRun]:
-    """The bench.sh results `text` (read from `path`) holds: one JSON object, or one per line of a JSONL file."""
-    lines = [line for line in text.strip().splitlines() if line.strip()] if path.endswith(".jsonl") else [text]
-    try:
-        records = [parse_user_data(line, path, as_json=True) for line in lines]
-    except InputError as exc:
-        raise PlanError(f"{path}: not a vLLM or SGLang benchmark result ({exc.message})") from None
-    if not records or not all(isinstance(r, dict) for r in records):
-        raise PlanError(f"{path}: not a vLLM or SGLang benchmark result (JSON object)")
-    return [_run(path, r) for r in records]
-
-
-def _run(path: str, data: dict) -> BenchRun:
-    if "endpoint_type" in data:
-        engine, model, gpu, replicas = "vllm", data.get("model_id"), data.get(GPU_TAG), data.get(REPLICAS_TAG)
-    elif str(data.get("backend", "")).startswith("sglang"):
-        info = data.get("server_info") if isinstance(data.get("server_info"), dict) else {}
-        tag = dict(p.split("=", 1) for p in str(data.get("tag") or "").split(",") if "=" in p)   # bench.sh's --tag
-        engine, model, gpu, replicas = "sglang", info.get("model_path"), tag.get(GPU_TAG), tag.get(REPLICAS_TAG)
-    else:
-        raise PlanError(f"{path}: neither vLLM's `vllm bench serve --save-result` JSON nor SGLang's "
-                        "`sglang.benchmark.serving --output-file` JSONL")
-    fields = {}
-    for name in ("max_concurrency", "completed", "total_input_tokens", "total_output_tokens", "mean_tpot_ms"):
-        value = data.get(name)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= MAX_COUNT or \
-                not isfinite(value) or (name != "mean_tpot_ms" and value != int(value)):
-            raise PlanError(f"{path}: {name} is {value!r}, expected a positive "
-                            + ("number of milliseconds" if name == "mean_tpot_ms" else "whole number"))
-        fields[name] = value
-    if fields["max_concurrency"] > MAX_CONCURRENCY:
-        raise PlanError(f"{path}: max_concurrency {fields['max_concurrency']} is not a benchmark bench.sh runs")
-    for name, value in (("model", model), ("GPU", gpu)):
-        if value is not None and not isinstance(value, str):
-            raise PlanError(f"{path}: the {name} it names is {value!r}, expected a string")
-    if replicas is not None and not (str(replicas).isdigit() and not isinstance(replicas, bool)
-                                     and 0 < int(replicas) <= 10**5):
-        raise PlanError(f"{path}: {REPLICAS_TAG} is {replicas!r}, expected a positive whole number (bench.sh's "
-                        "REPLICAS)")
-    failed = data.get("failed", 0)
-    if isinstance(failed, bool) or not isinstance(failed, int) or not 0 <= failed <= MAX_COUNT:
-        raise PlanError(f"{path}: failed is {failed!r}, expected a whole number of requests")
-    done = int(fields["completed"])
-    for name in ("total_input_tokens", "total_output_tokens"):   # a mean length under a token prices nothing
-        if fields[name] < done:
-            raise PlanError(f"{path}: {name} {fields[name]:,} over {done:,} completed requests is under one token a "
-                            "request: not a result the plan's workload can be held against")
-    ttft = data.get("mean_ttft_ms")
-    if ttft is not None and (isinstance(ttft, bool) or not isinstance(ttft, (int, float)) or not isfinite(ttft)
-                             or not 0 < ttft <= MAX_COUNT):
-        raise PlanError(f"{path}: mean_ttft_ms is {ttft!r}, expected a positive number of milliseconds")
-    shared = int(replicas or 1)    # through a balancer: each replica runs its share of the load
-    return BenchRun(path, engine, model, gpu, ceil(int(fields["max_concurrency"]) / shared),
-                    round(fields["total_input_tokens"] / done), round(fields["total_output_tokens"] / done),
-                    fields["mean_tpot_ms"] / 1e3, ceil(done / shared), ttft / 1e3 if ttft is not None else None,
-                    int(replicas) if replicas is not None else None, failed)
 
 
 def check_runs(runs: list[BenchRun], plan: Plan, cand: Candidate) -> list[str]:

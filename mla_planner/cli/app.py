@@ -73,6 +73,34 @@ def load_command(name: str) -> click.Command:
     return click_command(name, function, HELP | SETTINGS.get(name, {}))
 
 
+class PipeClosed(Exception):
+    """stdout's reader went away (`mla-plan verify | head`)."""
+
+
+class PipeAwareStdout:
+    """verify's stdout: a closed pipe raises PipeClosed, which click does not turn into its exit 1 (an OSError it
+    does), so the command ends with the status SIGPIPE would give it, 141, as the others do (main); verify keeps
+    SIGPIPE ignored for its torch.distributed sockets."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            raise PipeClosed from None
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            raise PipeClosed from None
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)
+
+
 class Commands(click.Group):
     """The commands, loaded when they run: the listing in `--help` shows COMMANDS' summaries. Click's own
     usage errors (unknown option, missing or mistyped value, extra argument) come out as one `error:` line
@@ -101,6 +129,8 @@ class Commands(click.Group):
             # layer drops the rest unseen; a buffered writer writes it all or raises, line by line as before
             sys.stdout = io.TextIOWrapper(io.BufferedWriter(sys.stdout.buffer), encoding=sys.stdout.encoding,
                                           errors=sys.stdout.errors, line_buffering=True)
+        if (sys.argv[1:] if args is None else list(args))[:1] == ["verify"]:
+            sys.stdout = PipeAwareStdout(sys.stdout)
         try:
             rv = super().main(args=args, prog_name=prog_name or "mla-plan", complete_var=complete_var,
                               standalone_mode=False, **extra)
@@ -109,6 +139,9 @@ class Commands(click.Group):
             where = exc.ctx.command_path if getattr(exc, "ctx", None) else "mla-plan"
             print(f"error: {where}: {' '.join(exc.format_message().split())}", file=sys.stderr)
             sys.exit(exc.exit_code)
+        except PipeClosed:
+            sys.stdout = open(os.devnull, "w")    # nothing more to write, and no complaint at exit
+            sys.exit(128 + signal.SIGPIPE if hasattr(signal, "SIGPIPE") else 1)
         except click.Abort:         # Ctrl-C: the shell's 128 + SIGINT, not 1 (plan's "no candidate meets the targets")
             print("error: aborted", file=sys.stderr)
             sys.exit(130)

@@ -7,13 +7,25 @@ from typing import Annotated, Optional
 
 import click
 
-from mla_planner.audit.calibrate import MAX_FIT_LOG_ERROR, fit, read_bench
+from mla_planner.audit.bench_results import read_bench
+from mla_planner.audit.calibrate import MAX_FIT_LOG_ERROR, fit
 from mla_planner.cli.common import JsonOpt, check_output_file, columns, guard, print_json
 from mla_planner.cli.params import Arg, Opt
 from mla_planner.core.files import atomic_write, read_text_file
 from mla_planner.specs.calibration import VENDOR_ORIGIN, dump_calibration, load_calibration
 from mla_planner.search.planfile_read import read_plan
 from mla_planner.search.pick import pick
+
+
+def run_keys(runs) -> list[str]:
+    """A name for each run: its file, and `#2`, `#3`... for the further runs of one SGLang JSONL file (bench.sh
+    appends each run to the file of its concurrency)."""
+    seen: dict[str, int] = {}
+    keys = []
+    for r in runs:
+        seen[r.path] = seen.get(r.path, 0) + 1
+        keys.append(r.path if seen[r.path] == 1 else f"{r.path}#{seen[r.path]}")
+    return keys
 
 
 @guard
@@ -48,15 +60,16 @@ def calibrate_cmd(results: Annotated[list[str], Arg(help="bench.sh's result file
     cand = pick(loaded, candidate, "calibrate")
     runs = sorted((run for name in results for run in read_bench(name, read_text_file(name))),
                   key=lambda r: r.concurrency)
-    calib = load_calibration(None, loaded.topology)
+    calib = load_calibration(None, loaded.topology, loaded.calibration)   # the factors the plan was made with
     result = fit(loaded, cand, runs, calib)
     # the vendor defaults the fit held fixed go into the file too, so it means the same if those defaults move
     held = {n: getattr(calib, n) for n, where in calib.origin.items()
             if where.startswith(VENDOR_ORIGIN) and n not in result.factors}
     text = dump_calibration({**held, **result.factors}, gpu=loaded.topology.gpu.name, topology=loaded.topology.name,
-                            tool="mla-plan calibrate",
-                            measurements={r.path: {"concurrency": r.concurrency, "measured_tpot_s": r.mean_tpot_s,
-                                                   "predicted_tpot_s": a} for r, a in zip(result.runs, result.after_s)})
+                            tool="mla-plan calibrate", model=loaded.spec.name, engine=cand.knobs.engine,
+                            measurements={key: {"concurrency": r.concurrency, "measured_tpot_s": r.mean_tpot_s,
+                                                "predicted_tpot_s": a}
+                                          for key, r, a in zip(run_keys(result.runs), result.runs, result.after_s)})
     explained = result.rms_log_error <= MAX_FIT_LOG_ERROR
     if output is not None and explained:
         atomic_write(output, text, "--output")

@@ -274,7 +274,7 @@ def _compare_plan(path: Path, numbers: Optional[list[int]], calibration: Optiona
     calibration file when given), the first the baseline."""
     p = read_plan(path)
     numbers = numbers or list(range(1, min(3, len(p.candidates)) + 1))
-    calib, results, rows = load_calibration(calibration, p.topology), [], []
+    calib, results, rows = load_calibration(calibration, p.topology, p.calibration), [], []
     for n in numbers:
         cand = pick(p, n, f"{path}")
         m = evaluate(p.spec, p.topology, cand.layout, cand.knobs, p.workload, calib)

@@ -16,7 +16,8 @@ from mla_planner.search.plan import to_plan
 from mla_planner.search.planfile import Plan
 from mla_planner.search.run import SearchResult, search
 from mla_planner.search.tuning import Overrides
-from mla_planner.specs.calibration import int4_experts_note, load_calibration
+from mla_planner.specs.calibration import (calibration_scope_note, int4_experts_note, load_calibration,
+                                          plan_calibration)
 from mla_planner.specs.catalogue import load_model
 from mla_planner.specs.knobs import ENGINES, Workload
 from mla_planner.specs.layout import layout_problems, parse_layout
@@ -53,7 +54,8 @@ def run_plan(model: str, topology: str, workload: Workload, engine: Optional[str
         raise PlanError(f"--rank-by must be one of {', '.join(RANK_BY)}, got '{rank_by}'")
     result = search(loaded.spec, topo, workload, calib, (engine,) if engine else ENGINES, kv, chosen, pinned=pinned,
                     rank_by=rank_by, model_path=loaded.model_path or None)
-    notes = tuple(calib.notes) + tuple(n for n in [int4_experts_note(calib, loaded.spec.expert_dtype)] if n)
+    scope = calibration_scope_note(calib, loaded.spec.name, (engine,) if engine else ENGINES)
+    notes = tuple(calib.notes) + tuple(n for n in [int4_experts_note(calib, loaded.spec.expert_dtype), scope] if n)
     if disaggregate and not chosen:   # pinned layouts: the aggregated search of those alone
         engines = (engine,) if engine else ENGINES
         found = search_disaggregated(loaded.spec, topo, workload, calib, engines, kv, pinned, rank_by)
@@ -66,4 +68,9 @@ def run_plan(model: str, topology: str, workload: Workload, engine: Optional[str
             notes += (f"no disaggregated deployment: {none_found_why(loaded.spec, topo)}",)
     hint = mtp_hint(loaded.spec, topo, result.options, workload, calib, pinned)
     notes += (hint.text,) if hint else ()
-    return to_plan(loaded.spec, loaded.model_path, topo, workload, result, rank_by=rank_by), result, notes, hint
+    plan = replace(to_plan(loaded.spec, loaded.model_path, topo, workload, result, rank_by=rank_by),
+                   calibration=plan_calibration(calib, calibration))
+    if plan.calibration:    # recorded in the plan file, which compare, verify and calibrate then apply too
+        notes = (f"calibration {calibration} applied: " + ", ".join(
+            f"{n} {v:.4g}" for n, v in plan.calibration["efficiency"].items()),) + notes
+    return plan, result, notes, hint

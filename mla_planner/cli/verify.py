@@ -69,7 +69,7 @@ def candidate_from_options(plan: Optional[str], candidate: int, model: str, topo
         perf = cand.performance.concurrency_per_dp_rank if cand.performance else None
         planned_batch = perf if isinstance(perf, int) and perf > 0 else None
         return Chosen(p.spec, p.topology, cand.layout, cand.knobs, p.workload,
-                      load_calibration(calibration, p.topology), where, batch or planned_batch, context)
+                      load_calibration(calibration, p.topology, p.calibration), where, batch or planned_batch, context)
     spec, topo = load_model(model).spec, load_topology(topology)
     check_plannable(spec, "verify", topo.gpu)
     lay = parse_layout(layout, topo)

@@ -42,6 +42,8 @@ class Plan:
     engine_versions: dict = field(default_factory=dict)   # the releases it was planned for (read back from a file)
     disaggregated: list[DisaggCandidate] = field(default_factory=list)   # prefill/decode pools, best first
     choice: Optional[dict] = None        # aggregated or disaggregated, and why (search.deployment.Choice's fields)
+    calibration: dict = field(default_factory=dict)   # the calibration it was made with (specs.calibration.
+                                                      # plan_calibration), which commands reading the file apply
 
 
 def meets_targets(plan: Plan) -> bool:
@@ -69,4 +71,5 @@ def plan_to_dict(plan: Plan) -> dict:
                                           "knobs": asdict(p.knobs)} for p in (d.prefill, d.decode)],
                                "performance": written(d.performance), "reasons": d.reasons, "warnings": d.warnings}
                               for i, d in enumerate(plan.disaggregated)],
-            "deployment": plan.choice or {}})
+            "deployment": plan.choice or {},
+            "calibration": plan.calibration})

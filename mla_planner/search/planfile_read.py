@@ -26,6 +26,7 @@ from mla_planner.memory.pp_split import split_problem
 from mla_planner.search.candidate import (CandidateMemory, DisaggCandidate, DisaggPerformance, Performance, Pool,
                                          Rejection)
 from mla_planner.search.planfile import Candidate, Plan
+from mla_planner.specs.efficiency import check_overrides
 from mla_planner.specs.knobs import ENGINES, KV_DTYPES, MTP_ACCEPTANCE, Knobs, Workload
 from mla_planner.specs.layout import KV_LAYOUTS, Layout
 from mla_planner.specs.model import ModelSpec
@@ -123,6 +124,15 @@ class _ModelIn(BaseModel):
     spec: ModelSpec
 
 
+class _CalibrationIn(BaseModel):
+    """The calibration a plan was made with (specs.calibration.plan_calibration), empty for none."""
+    model_config = Loose
+    source: Optional[str] = None
+    efficiency: dict[str, int | float] = {}     # kernels_per_layer is a count
+    model: Optional[str] = None
+    engine: Optional[str] = None
+
+
 class _PlanIn(BaseModel):
     model_config = Loose
     model: _ModelIn
@@ -131,6 +141,7 @@ class _PlanIn(BaseModel):
     candidates: list[_CandidateIn]
     rejected: list[dict] = []
     disaggregated: list[_DisaggIn] = []
+    calibration: _CalibrationIn = _CalibrationIn()
 
 
 def _check_version(data: dict, where: str) -> None:
@@ -172,7 +183,15 @@ def read_plan(path: str | Path) -> Plan:
     return Plan(raw.model.spec, raw.model.model_path, raw.topology, Workload(**raw.workload.model_dump()), cands,
                 [Rejection.from_file(r) for r in raw.rejected], versions,
                 [_disaggregated(d, raw.model.spec, raw.topology, where, i) for i, d in enumerate(raw.disaggregated)],
-                data.get("deployment") if isinstance(data.get("deployment"), dict) else None)
+                data.get("deployment") if isinstance(data.get("deployment"), dict) else None,
+                _calibration(raw.calibration, where))
+
+
+def _calibration(raw: _CalibrationIn, where: str) -> dict:
+    """The recorded calibration, its factors checked as a calibration file's are (names and ranges)."""
+    if not raw.efficiency:
+        return {}
+    return {**raw.model_dump(), "efficiency": check_overrides(raw.efficiency, where, "calibration.efficiency")}
 
 
 def _disaggregated(raw: _DisaggIn, spec: ModelSpec, topo: Topology, where: str, i: int) -> DisaggCandidate:

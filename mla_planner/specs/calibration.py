@@ -12,6 +12,8 @@ Calibration file format (YAML or JSON; unknown keys are rejected with a did-you-
     format: mla-plan-calibration/1        # required, this exact string
     gpu: H100-SXM-80G                      # optional: GPU the numbers were measured on; on another GPU (or
                                            # "cpu", a rehearsal) the factors are not applied, with a note
+    model: deepseek-v3                     # optional (calibrate writes them): the model and engine fitted; a plan
+    engine: vllm                           # of another applies the factors with a note
     topology: 8xh100                       # optional: where it was measured
     measured_at: "2025-06-01T12:00:00Z"    # optional
     tool: "mla-plan verify 0.1.0"          # optional
@@ -76,6 +78,8 @@ class Calibration:
     kernels_per_layer: int
     origin: dict = field(default_factory=dict, compare=False)
     notes: tuple = ()
+    model: Optional[str] = field(default=None, compare=False)    # the calibration file's model and engine (calibrate's)
+    engine: Optional[str] = field(default=None, compare=False)
 
     def __hash__(self) -> int:
         """The fields' hash, computed once: the step and comm memo caches key on the calibration many
@@ -101,32 +105,69 @@ class CalibrationFile:
     format: Literal["mla-plan-calibration/1"]
     gpu: Optional[str] = None
     topology: Optional[str] = None
+    model: Optional[str] = None
+    engine: Optional[str] = None
     measured_at: Optional[str] = None
     tool: Optional[str] = None
     efficiency: dict[str, float]
     measurements: dict[str, Any] = field(default_factory=dict)
 
 
-def load_calibration(path: str | Path | None, topo: Topology) -> Calibration:
+def load_calibration(path: str | Path | None, topo: Topology, recorded: Optional[dict] = None) -> Calibration:
     """Defaults, then those of the topology's GPU vendor (data/efficiency_vendor.yaml), then the topology's
-    `efficiency:` overrides, then the calibration file (if any)."""
+    `efficiency:` overrides, then the calibration file (if any), else the calibration a plan file recorded
+    (`recorded`: `plan_calibration`'s record, so `compare --plan`, `verify --plan` and `calibrate` price the plan with
+    the factors it was made with)."""
     values, origin, notes = dict(default_values()), {}, []
     for name, value in check_overrides(vendor_values(topo.gpu.vendor), "efficiency_vendor.yaml").items():
         values[name], origin[name] = value, f"{VENDOR_ORIGIN}{topo.gpu.vendor}"
     for name, value in check_overrides(topo.efficiency, f"topology {topo.name}").items():
         values[name], origin[name] = value, f"topology {topo.name}"
+    scope = {}
     if path is not None:
         where = str(path)
         cal = validate(CalibrationFile, read_mapping(user_path(str(path))), where)
         factors = check_overrides(cal.efficiency, where)
+        scope = {"model": cal.model, "engine": cal.engine}
         if cal.gpu and cal.gpu != topo.gpu.name:
             # efficiencies are properties of a GPU: a CPU rehearsal's or another GPU's would mislead the plan
             notes.append(f"calibration {where} was measured on {cal.gpu}, the topology has {topo.gpu.name}: "
                          f"its {len(factors)} factor(s) are not applied")
-            factors = {}
-        for name, value in factors.items():
-            values[name], origin[name] = value, f"calibration {where}"
-    return Calibration(**values, origin=origin, notes=tuple(notes))
+            factors, scope = {}, {}
+    elif recorded:
+        where = f"{recorded.get('source', 'calibration')} (recorded in the plan)"
+        factors = check_overrides(recorded.get("efficiency", {}), where)
+        scope = {"model": recorded.get("model"), "engine": recorded.get("engine")}
+    else:
+        factors, where = {}, ""
+    for name, value in factors.items():
+        values[name], origin[name] = value, f"calibration {where}"
+    return Calibration(**values, origin=origin, notes=tuple(notes), **scope)
+
+
+def plan_calibration(calib: Calibration, path: str | Path | None) -> dict:
+    """What a plan file records of the calibration it was made with (empty for none): the file it came from, the
+    factors applied and the model and engine they were fitted on."""
+    applied = {n: getattr(calib, n) for n, where in calib.origin.items() if where.startswith("calibration ")}
+    if not applied:
+        return {}
+    return {"source": str(path) if path is not None else None, "efficiency": applied, "model": calib.model,
+            "engine": calib.engine}
+
+
+def calibration_scope_note(calib: Calibration, model: str, engines: tuple) -> str:
+    """Why a calibration's factors may not carry over ('' when they were fitted on this model and its engines): the
+    fused-MoE streaming and the per-step cost calibrate fits are properties of a model's kernels on an engine."""
+    others = [e for e in engines if calib.engine and e != calib.engine]
+    if calib.model and calib.model != model:
+        where = f"fitted on {calib.model}" + (f" with {calib.engine}" if calib.engine else "")
+        whom = f"{model}'s candidates"
+    elif others:
+        where, whom = f"fitted with {calib.engine}", f"the {', '.join(others)} candidates"
+    else:
+        return ""
+    return (f"the calibration was {where}; {whom} use its factors as they are (the MoE streaming and per-step cost it "
+            "fits are a model's and an engine's: calibrate on this one to be sure)")
 
 
 def int4_experts_note(calib: Calibration, expert_dtype: str) -> str:
@@ -142,11 +183,11 @@ def int4_experts_note(calib: Calibration, expert_dtype: str) -> str:
 
 def dump_calibration(efficiency: dict, gpu: str | None = None, topology: str | None = None,
                      measured_at: str | None = None, tool: str | None = None,
-                     measurements: dict | None = None) -> str:
+                     measurements: dict | None = None, model: str | None = None, engine: str | None = None) -> str:
     """YAML text of a calibration file in the documented format (validated before writing)."""
     check_overrides(efficiency, "calibration")
-    doc = {"format": FORMAT, "gpu": gpu, "topology": topology, "measured_at": measured_at, "tool": tool,
-           "efficiency": dict(efficiency), "measurements": measurements or {}}
+    doc = {"format": FORMAT, "gpu": gpu, "topology": topology, "model": model, "engine": engine,
+           "measured_at": measured_at, "tool": tool, "efficiency": dict(efficiency), "measurements": measurements or {}}
     doc = {k: v for k, v in doc.items() if v not in (None, {})} | {"efficiency": dict(efficiency)}
     validate(CalibrationFile, doc, "calibration")
     return dump_yaml(doc)

@@ -1,0 +1,95 @@
+"""bench.sh's result files read: vLLM's `vllm bench serve --save-result` JSON (vllm/benchmarks/serve.py: `model_id`,
+`max_concurrency`, `mean_tpot_ms`, `completed`, `failed`, `total_input_tokens`, `total_output_tokens`, the --metadata
+it was given, and `endpoint_type`, which only vLLM's writes) and SGLang's `sglang.benchmark.serving --output-file` JSONL
+(sglang/benchmark/serving.py: `backend` "sglang", `max_concurrency`, `mean_tpot_ms`, ..., `tag`, `server_info` with
+the server's `model_path`). bench.sh names in each the GPU it ran on (`mla_plan_gpu=NAME`) and the replicas behind the
+endpoint it loaded (`mla_plan_replicas=N`: a balancer), in vLLM's metadata or SGLang's tag; every number is checked
+before it is used, and a file that is not such a result is one error line (audit/calibrate.py fits them)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from math import ceil, isfinite
+
+from mla_planner.core.errors import InputError, PlanError
+from mla_planner.core.files import parse_user_data
+from mla_planner.launch.command import GPU_TAG, REPLICAS_TAG
+
+MAX_CONCURRENCY = 1_000_000
+
+
+@dataclass(frozen=True)
+class BenchRun:
+    path: str
+    engine: str
+    model: str | None
+    gpu: str | None
+    concurrency: int
+    input_len: int
+    output_len: int
+    mean_tpot_s: float
+    prompts: int = 0                        # the requests the run completed (on one replica)
+    mean_ttft_s: float | None = None        # where the result gives it
+    replicas: int | None = None             # behind the endpoint bench.sh loaded (REPLICAS: a balancer); None: unsaid
+    failed: int = 0                         # requests the benchmark counted as failed (vLLM's `failed`)
+
+
+MAX_COUNT = 10**15      # above any benchmark's token total or TPOT in ms; a bigger number is not a measurement
+
+
+def read_bench(path: str, text: str) -> list[BenchRun]:
+    """The bench.sh results `text` (read from `path`) holds: one JSON object, or one per line of a JSONL file."""
+    lines = [line for line in text.strip().splitlines() if line.strip()] if path.endswith(".jsonl") else [text]
+    try:
+        records = [parse_user_data(line, path, as_json=True) for line in lines]
+    except InputError as exc:
+        raise PlanError(f"{path}: not a vLLM or SGLang benchmark result ({exc.message})") from None
+    if not records or not all(isinstance(r, dict) for r in records):
+        raise PlanError(f"{path}: not a vLLM or SGLang benchmark result (JSON object)")
+    return [_run(path, r) for r in records]
+
+
+def _run(path: str, data: dict) -> BenchRun:
+    if "endpoint_type" in data:
+        engine, model, gpu, replicas = "vllm", data.get("model_id"), data.get(GPU_TAG), data.get(REPLICAS_TAG)
+    elif str(data.get("backend", "")).startswith("sglang"):
+        info = data.get("server_info") if isinstance(data.get("server_info"), dict) else {}
+        tag = dict(p.split("=", 1) for p in str(data.get("tag") or "").split(",") if "=" in p)   # bench.sh's --tag
+        engine, model, gpu, replicas = "sglang", info.get("model_path"), tag.get(GPU_TAG), tag.get(REPLICAS_TAG)
+    else:
+        raise PlanError(f"{path}: neither vLLM's `vllm bench serve --save-result` JSON nor SGLang's "
+                        "`sglang.benchmark.serving --output-file` JSONL")
+    fields = {}
+    for name in ("max_concurrency", "completed", "total_input_tokens", "total_output_tokens", "mean_tpot_ms"):
+        value = data.get(name)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= MAX_COUNT or \
+                not isfinite(value) or (name != "mean_tpot_ms" and value != int(value)):
+            raise PlanError(f"{path}: {name} is {value!r}, expected a positive "
+                            + ("number of milliseconds" if name == "mean_tpot_ms" else "whole number"))
+        fields[name] = value
+    if fields["max_concurrency"] > MAX_CONCURRENCY:
+        raise PlanError(f"{path}: max_concurrency {fields['max_concurrency']} is not a benchmark bench.sh runs")
+    for name, value in (("model", model), ("GPU", gpu)):
+        if value is not None and not isinstance(value, str):
+            raise PlanError(f"{path}: the {name} it names is {value!r}, expected a string")
+    if replicas is not None and not (str(replicas).isdigit() and not isinstance(replicas, bool)
+                                     and 0 < int(replicas) <= 10**5):
+        raise PlanError(f"{path}: {REPLICAS_TAG} is {replicas!r}, expected a positive whole number (bench.sh's "
+                        "REPLICAS)")
+    failed = data.get("failed", 0)
+    if isinstance(failed, bool) or not isinstance(failed, int) or not 0 <= failed <= MAX_COUNT:
+        raise PlanError(f"{path}: failed is {failed!r}, expected a whole number of requests")
+    done = int(fields["completed"])
+    for name in ("total_input_tokens", "total_output_tokens"):   # a mean length under a token prices nothing
+        if fields[name] < done:
+            raise PlanError(f"{path}: {name} {fields[name]:,} over {done:,} completed requests is under one token a "
+                            "request: not a result the plan's workload can be held against")
+    ttft = data.get("mean_ttft_ms")
+    if ttft is not None and (isinstance(ttft, bool) or not isinstance(ttft, (int, float)) or not isfinite(ttft)
+                             or not 0 < ttft <= MAX_COUNT):
+        raise PlanError(f"{path}: mean_ttft_ms is {ttft!r}, expected a positive number of milliseconds")
+    shared = int(replicas or 1)    # through a balancer: each replica runs its share of the load
+    return BenchRun(path, engine, model, gpu, ceil(int(fields["max_concurrency"]) / shared),
+                    round(fields["total_input_tokens"] / done), round(fields["total_output_tokens"] / done),
+                    fields["mean_tpot_ms"] / 1e3, ceil(done / shared), ttft / 1e3 if ttft is not None else None,
+                    int(replicas) if replicas is not None else None, failed)
