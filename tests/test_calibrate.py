@@ -121,7 +121,11 @@ def test_bad_result_files_are_one_line(cli, plan_path, tmp_path):
     bad = tmp_path / "bench.json"
     base = '"endpoint_type": "openai", "completed": 16, "total_input_tokens": 160, "total_output_tokens": 160'
     for text, words in (("not json", "not a vLLM or SGLang benchmark result"),
-                        ('{"endpoint_type": "openai", "max_concurrency": 4}', "completed is None"),
+                        ('{"endpoint_type": "openai", "max_concurrency": 4}', "completed is missing"),
+                        ('{%s, "max_concurrency": null, "mean_tpot_ms": 9}' % base,
+                         "max_concurrency is null (a run without --max-concurrency"),
+                        ('{%s, "max_concurrency": 4, "mean_tpot_ms": 1e300}' % base, "below 1e+15"),
+                        ("  \n", "empty: not a vLLM or SGLang benchmark result"),
                         ('{%s, "max_concurrency": 4, "mean_tpot_ms": 0}' % base, "mean_tpot_ms is 0"),
                         ('{%s, "max_concurrency": 4, "mean_tpot_ms": NaN}' % base, "mean_tpot_ms is nan"),
                         ('{%s, "max_concurrency": 0, "mean_tpot_ms": 9}' % base, "max_concurrency is 0"),
@@ -132,6 +136,10 @@ def test_bad_result_files_are_one_line(cli, plan_path, tmp_path):
         bad.write_text(text)
         r = cli("calibrate", "--plan", str(plan_path), str(bad), str(bad))
         assert r.exit_code == 2 and words in r.stderr and r.stderr.count("\n") == 1, r.stderr
+    lines = tmp_path / "bench.jsonl"
+    lines.write_text('{"backend": "sglang", "max_concurrency": 4}\n\n{oops\n')
+    r = cli("calibrate", "--plan", str(plan_path), str(lines))
+    assert r.exit_code == 2 and f"{lines} line 3: not a vLLM or SGLang benchmark result" in r.stderr, r.stderr
     r = cli("calibrate", "--plan", str(plan_path), str(tmp_path / "none.json"))
     assert r.exit_code == 2 and "no such file" in r.stderr
 

@@ -99,3 +99,11 @@ def test_bench_sh_records_the_replicas_behind_its_endpoint(cli, plan_path, tmp_p
     plan.write_text(cli("plan", "-m", "deepseek-v2-lite", "-t", "8xh100", "-e", "sglang", "--json").stdout)
     assert cli("emit", "--plan", str(plan), "--out", str(sglang)).exit_code == 0
     assert "--tag mla_plan_gpu=H100-SXM-80G,mla_plan_replicas=\"${REPLICAS}\"" in (sglang / "bench.sh").read_text()
+
+
+def test_a_local_copy_of_the_planned_model_is_the_same_model():
+    from mla_planner.audit.calibrate import same_model
+    assert same_model("/models/DeepSeek-V3", "deepseek-ai/DeepSeek-V3")
+    assert same_model("deepseek-ai/DeepSeek-V3/", "deepseek-ai/deepseek-v3")
+    assert not same_model("/models/DeepSeek-V3-0324", "deepseek-ai/DeepSeek-V3")
+    assert not same_model("someone/DeepSeek-V3", "deepseek-ai/DeepSeek-V3")   # another hub id is another model

@@ -39,17 +39,25 @@ MAX_COUNT = 10**15      # above any benchmark's token total or TPOT in ms; a big
 
 def read_bench(path: str, text: str) -> list[BenchRun]:
     """The bench.sh results `text` (read from `path`) holds: one JSON object, or one per line of a JSONL file."""
-    lines = [line for line in text.strip().splitlines() if line.strip()] if path.endswith(".jsonl") else [text]
-    try:
-        records = [parse_user_data(line, path, as_json=True) for line in lines]
-    except InputError as exc:
-        raise PlanError(f"{path}: not a vLLM or SGLang benchmark result ({exc.message})") from None
-    if not records or not all(isinstance(r, dict) for r in records):
-        raise PlanError(f"{path}: not a vLLM or SGLang benchmark result (JSON object)")
-    return [_run(path, r) for r in records]
+    jsonl = path.endswith(".jsonl")
+    lines = [(i, line) for i, line in enumerate(text.splitlines(), 1) if line.strip()] if jsonl else [(0, text)]
+    if not lines or not text.strip():
+        raise PlanError(f"{path}: empty: not a vLLM or SGLang benchmark result")
+    records = []
+    for number, line in lines:
+        where = f"{path} line {number}" if jsonl else path
+        try:
+            record = parse_user_data(line, path, as_json=True)
+        except InputError as exc:
+            raise PlanError(f"{where}: not a vLLM or SGLang benchmark result ({exc.message})") from None
+        if not isinstance(record, dict):
+            raise PlanError(f"{where}: not a vLLM or SGLang benchmark result (a JSON object)")
+        records.append((where, record))
+    return [_run(path, where, r) for where, r in records]
 
 
-def _run(path: str, data: dict) -> BenchRun:
+def _run(path: str, where: str, data: dict) -> BenchRun:
+    """One result record (`where`: the file, and its line in a JSONL file)."""
     if "endpoint_type" in data:
         engine, model, gpu, replicas = "vllm", data.get("model_id"), data.get(GPU_TAG), data.get(REPLICAS_TAG)
     elif str(data.get("backend", "")).startswith("sglang"):
@@ -57,37 +65,41 @@ def _run(path: str, data: dict) -> BenchRun:
         tag = dict(p.split("=", 1) for p in str(data.get("tag") or "").split(",") if "=" in p)   # bench.sh's --tag
         engine, model, gpu, replicas = "sglang", info.get("model_path"), tag.get(GPU_TAG), tag.get(REPLICAS_TAG)
     else:
-        raise PlanError(f"{path}: neither vLLM's `vllm bench serve --save-result` JSON nor SGLang's "
+        raise PlanError(f"{where}: neither vLLM's `vllm bench serve --save-result` JSON nor SGLang's "
                         "`sglang.benchmark.serving --output-file` JSONL")
     fields = {}
     for name in ("max_concurrency", "completed", "total_input_tokens", "total_output_tokens", "mean_tpot_ms"):
         value = data.get(name)
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= MAX_COUNT or \
                 not isfinite(value) or (name != "mean_tpot_ms" and value != int(value)):
-            raise PlanError(f"{path}: {name} is {value!r}, expected a positive "
-                            + ("number of milliseconds" if name == "mean_tpot_ms" else "whole number"))
+            what = ("a positive " + ("number of milliseconds" if name == "mean_tpot_ms" else "whole number")
+                    + f" below {MAX_COUNT:.0e}")
+            shown = ("missing" if name not in data else "null" + (" (a run without --max-concurrency, which bench.sh "
+                                                                  "always sets)" if name == "max_concurrency" else "")
+                     ) if value is None else repr(value)
+            raise PlanError(f"{where}: {name} is {shown}, expected {what}")
         fields[name] = value
     if fields["max_concurrency"] > MAX_CONCURRENCY:
-        raise PlanError(f"{path}: max_concurrency {fields['max_concurrency']} is not a benchmark bench.sh runs")
+        raise PlanError(f"{where}: max_concurrency {fields['max_concurrency']} is not a benchmark bench.sh runs")
     for name, value in (("model", model), ("GPU", gpu)):
         if value is not None and not isinstance(value, str):
-            raise PlanError(f"{path}: the {name} it names is {value!r}, expected a string")
+            raise PlanError(f"{where}: the {name} it names is {value!r}, expected a string")
     if replicas is not None and not (str(replicas).isdigit() and not isinstance(replicas, bool)
                                      and 0 < int(replicas) <= 10**5):
-        raise PlanError(f"{path}: {REPLICAS_TAG} is {replicas!r}, expected a positive whole number (bench.sh's "
+        raise PlanError(f"{where}: {REPLICAS_TAG} is {replicas!r}, expected a positive whole number (bench.sh's "
                         "REPLICAS)")
     failed = data.get("failed", 0)
     if isinstance(failed, bool) or not isinstance(failed, int) or not 0 <= failed <= MAX_COUNT:
-        raise PlanError(f"{path}: failed is {failed!r}, expected a whole number of requests")
+        raise PlanError(f"{where}: failed is {failed!r}, expected a whole number of requests")
     done = int(fields["completed"])
     for name in ("total_input_tokens", "total_output_tokens"):   # a mean length under a token prices nothing
         if fields[name] < done:
-            raise PlanError(f"{path}: {name} {fields[name]:,} over {done:,} completed requests is under one token a "
+            raise PlanError(f"{where}: {name} {fields[name]:,} over {done:,} completed requests is under one token a "
                             "request: not a result the plan's workload can be held against")
     ttft = data.get("mean_ttft_ms")
     if ttft is not None and (isinstance(ttft, bool) or not isinstance(ttft, (int, float)) or not isfinite(ttft)
                              or not 0 < ttft <= MAX_COUNT):
-        raise PlanError(f"{path}: mean_ttft_ms is {ttft!r}, expected a positive number of milliseconds")
+        raise PlanError(f"{where}: mean_ttft_ms is {ttft!r}, expected a positive number of milliseconds")
     shared = int(replicas or 1)    # through a balancer: each replica runs its share of the load
     return BenchRun(path, engine, model, gpu, ceil(int(fields["max_concurrency"]) / shared),
                     round(fields["total_input_tokens"] / done), round(fields["total_output_tokens"] / done),

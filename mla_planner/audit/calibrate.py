@@ -59,7 +59,7 @@ def check_runs(runs: list[BenchRun], plan: Plan, cand: Candidate) -> list[str]:
     for r in runs:
         if r.engine != cand.knobs.engine:
             raise PlanError(f"{r.path}: a {r.engine} benchmark, but the candidate runs {cand.knobs.engine}")
-        if r.model is not None and r.model.rstrip("/").lower() != plan.model_path.rstrip("/").lower():
+        if r.model is not None and not same_model(r.model, plan.model_path):
             raise PlanError(f"{r.path}: benchmarks {r.model}, but the plan serves {plan.model_path}")
         if r.gpu is not None and r.gpu != plan.topology.gpu.name:
             raise PlanError(f"{r.path}: measured on {r.gpu}, but the plan's GPU is {plan.topology.gpu.name}")
@@ -71,6 +71,14 @@ def check_runs(runs: list[BenchRun], plan: Plan, cand: Candidate) -> list[str]:
         raise PlanError("calibrate needs results at two or more concurrencies (CONCURRENCY=N ./bench.sh) that run "
                         "different batches on the server (not both above its max_num_seqs)")
     return notes
+
+
+def same_model(served: str, planned: str) -> bool:
+    """Whether the benchmark's model is the plan's: the same id or folder, or a local copy of it (a path whose last
+    name is the id's: `/models/DeepSeek-V3` for deepseek-ai/DeepSeek-V3), case aside."""
+    a, b = served.rstrip("/").lower(), planned.rstrip("/").lower()
+    local = any(x.startswith(("/", "./", "../", "~")) for x in (a, b))
+    return a == b or (local and a.rsplit("/", 1)[-1] == b.rsplit("/", 1)[-1])
 
 
 def _load_notes(r: BenchRun, cand: Candidate) -> list[str]:

@@ -147,8 +147,9 @@ def workload_from(input_len: str, output_len: str, concurrency: Optional[int], r
     out, out_max = parse_length(output_len, "--output-len")
     if concurrency is not None and not 1 <= concurrency < 1e9:
         raise PlanError("--concurrency must be a positive number of requests, below a billion")
-    if not (0 < ttft_ms < inf and 0 < tpot_ms < inf):
-        raise PlanError("--ttft-ms and --tpot-ms must be positive, finite milliseconds")
+    for flag, value in (("--ttft-ms", ttft_ms), ("--tpot-ms", tpot_ms)):
+        if not 0 < value < inf:
+            raise PlanError(f"{flag} must be a positive, finite number of milliseconds, got {value:g}")
     if concurrency is not None and request_rate is not None:
         raise PlanError("give --concurrency or --request-rate, not both")
     if not 0 <= prefix_hit_rate < 1:

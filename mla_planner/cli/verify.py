@@ -218,8 +218,9 @@ def verify_cmd(
     collectives, each measured against the planner's prediction, with --write-calibration to feed it back.
 
     Exit status: 0 every judged check passed and attention and the layout's collectives were measured (or a CPU
-    rehearsal, which judges nothing); 1 a check failed or could not run, or NOT VERIFIED (something the plan
-    depends on was not measured); 2 bad input (also --device cuda where torch sees no GPU).
+    rehearsal, which judges no timing); 1 a check failed or could not run (on CPU too: a footprint the memory model
+    says does not fit the GPU is a simulated out-of-memory, failed as the GPU's would be), or NOT VERIFIED
+    (something the plan depends on was not measured); 2 bad input (also --device cuda where torch sees no GPU).
 
     Examples:
 
@@ -236,8 +237,9 @@ def verify_cmd(
         raise PlanError(f"--device must be cuda or cpu, got '{device}'")
     for flag, value in (("--candidate", candidate), ("--batch", batch), ("--context", context), ("--port", port)):
         positive(flag, value)
-    if not 0 < timeout_s < 1e6 or (memory_limit_gib is not None and not 0 < memory_limit_gib < 1e6):
-        raise PlanError("--timeout and --memory-limit-gib must be > 0")
+    for flag, value in (("--timeout", timeout_s), ("--memory-limit-gib", memory_limit_gib)):
+        if value is not None and not 0 < value < 1e6:
+            raise PlanError(f"{flag} must be above 0 and below a million, got {value:g}")
     knob_args = knob_args_of(engine or "vllm", gpu_memory_utilization, mem_fraction_static, kv_cache_dtype, block_size,
                            max_model_len, max_num_seqs, max_num_batched_tokens, mtp, enforce_eager)
     checked = workload_from(input_len, output_len, None, None, 3000.0, tpot_ms, 0.0)  # plan's checks
