@@ -66,7 +66,7 @@ def test_backend_block_size_and_layout(cli):
                      "--data-parallel-size-local", "1",        # one DP rank per node (on one node both would start)
                      "--enable-expert-parallel", "--max-model-len", "300000", topology="2x8xh100-ib")
     # tp8 x dp2 with EP16 is legal; vLLM's own rule refuses the length (the engine check, lint_engine)
-    assert code == 1 and [f["flag"] for f in out["findings"]] == ["engine"]
+    assert code == 1 and [f["flag"] for f in out["findings"]] == ["engine", "--all2all-backend"]
     assert "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1" in out["findings"][0]["text"]
     code, out = lint(cli, "vllm", "serve", "deepseek-ai/DeepSeek-V3", "-tp", "6")
     assert code == 1 and any("not divisible by tp=6" in f["text"] for f in out["findings"])
@@ -169,3 +169,19 @@ def test_deepep_over_shared_nics_is_warned_as_plan_warns(cli):
     code, out = lint(cli, "python", "-m", "sglang.launch_server", "--model-path", "deepseek-ai/DeepSeek-V3", "--tp",
                      "16", "--attn-dp-size", "16", "--moe-a2a-backend", "deepep", *SGLANG_NODE0, topology="2x8xh100-ib")
     assert not any("RDMA NIC" in f["text"] for f in out["findings"])
+
+
+@pytest.mark.parametrize("argv, flag", [
+    (["vllm", "serve", "deepseek-ai/DeepSeek-R1", "-tp", "1", "-dp", "8", "--enable-expert-parallel"],
+     "--all2all-backend"),
+    (["python", "-m", "sglang.launch_server", "--model-path", "deepseek-ai/DeepSeek-R1", "--tp", "8", "--attn-dp-size",
+      "8", "--ep-size", "8"], "--moe-a2a-backend")])
+def test_dp_attention_with_ep_over_the_engines_default_dispatch_is_named(cli, argv, flag):
+    """vLLM 0.33's default all2all backend is allgather_reducescatter (config/parallel.py), SGLang 0.5.23's
+    moe-a2a-backend `none` (arg_groups/fields/exec_.py): both gather every rank's tokens for the experts, where the
+    planner plans and prices DeepEP's low-latency all-to-all (launch/a2a.py); naming it silences the warning."""
+    code, out = lint(cli, *argv, topology="8xh200")
+    found = [f for f in out["findings"] if f["flag"] == flag]
+    assert code == 0 and len(found) == 1 and found[0]["level"] == "warn" and "deepep" in found[0]["text"]
+    named = argv + [flag, "deepep_low_latency" if flag == "--all2all-backend" else "deepep"]
+    assert not [f for f in lint(cli, *named, topology="8xh200")[1]["findings"] if f["flag"] == flag]

@@ -34,7 +34,8 @@ from mla_planner.core.errors import PlanError
 from mla_planner.engines.backends import backend, backend_problems
 from mla_planner.engines.layouts import engine_layout_problem
 from mla_planner.engines.sparse import own_rows
-from mla_planner.engines.parallel import uses_ep_all_to_all
+from mla_planner.engines.parallel import a2a_library, uses_ep_all_to_all
+from mla_planner.launch.a2a import SGLANG_BACKEND, VLLM_BACKEND
 from mla_planner.perf.step import decode_step
 from mla_planner.search.candidate_warnings import cross_node_tp_note, shared_nic_deepep_note
 from mla_planner.search.attention_backend import Rejected, backend_and_block
@@ -134,7 +135,24 @@ def lint(cmd: Command, spec: ModelSpec, topo: Topology, calib: Calibration) -> l
         deepep_used = deepep if deepep is not None else uses_ep_all_to_all(layout)
         notes = [cross_node_tp_note(layout, topo), shared_nic_deepep_note(layout, topo) if deepep_used else ""]
         out += [Finding("warn", "layout", n) for n in notes if n]
+        if uses_ep_all_to_all(layout) and not a2a:
+            out.append(_default_a2a(engine, topo))
     return out + _ib_hca(cmd, topo, layout)
+
+
+DEFAULT_A2A = {"vllm": ("--all2all-backend", "allgather_reducescatter", "vllm/config/parallel.py"),
+               "sglang": ("--moe-a2a-backend", "none", "srt/arg_groups/fields/exec_.py")}
+
+
+def _default_a2a(engine: str, topo: Topology) -> Finding:
+    """DP attention with the experts over the whole stage and no EP all-to-all named: the engine runs its default
+    dispatch, not the all-to-all the planner plans and prices there (launch/a2a.py, perf.layer_comm)."""
+    flag, default, where = DEFAULT_A2A[engine]
+    planned = {"vllm": VLLM_BACKEND, "sglang": SGLANG_BACKEND}[engine][a2a_library(topo.gpu)]
+    name = {"vllm": "vLLM", "sglang": "SGLang"}[engine]
+    return Finding("warn", flag, f"no {flag}: {name} runs its default, {default} ({where}), which moves every "
+                                 f"rank's tokens to every rank for the experts; the planner plans and prices {flag} "
+                                 f"{planned} here, which sends each token to the ranks of its routed experts only")
 
 
 def _ib_hca(cmd: Command, topo: Topology, layout: Layout) -> list[Finding]:
