@@ -19,9 +19,16 @@ FRACTION_WORD = {"vllm": "--gpu-memory-utilization", "sglang": "--mem-fraction-s
 CONTEXT_WORD = {"vllm": "--max-model-len", "sglang": "--context-length"}
 
 
-def memory_findings(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, fraction_given: bool) -> list[tuple]:
+DEFAULT_DISPATCH = (" (priced with the EP all-to-all's buffers, which the engine's default dispatch does not "
+                    "allocate)")
+
+
+def memory_findings(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, fraction_given: bool,
+                    default_dispatch: bool = False) -> list[tuple]:
     """(level, flag, text): each reason the memory model says the command does not fit (error), then its
-    risks (warn), led by the command's fraction and capacity so the line can be checked against `memory`."""
+    risks (warn), led by the command's fraction and capacity so the line can be checked against `memory`.
+    `default_dispatch`: DP attention with EP over the engine's default dispatch, not the all-to-all the memory model
+    prices (lint's a2a finding): a verdict that the all-to-all's buffers could decide is a warning saying so."""
     report = evaluate(spec, topo, layout, knobs)
     if not report.per_gpu:       # the layout cannot exist: lint's layout findings say why
         return []
@@ -34,7 +41,9 @@ def memory_findings(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knob
                  "give --mem-fraction-static, or a smaller --chunked-prefill-size")]
     if not report.fits:    # SGLang starts with a pool shorter than its context and caps requests: a warning here
         capped = [r for r in report.findings if r.code == "pool_below_context" and knobs.engine == "sglang"]
+        unsure = [r for r in report.findings if default_dispatch and r.code != "weights_exceed_gpu"]
         return [("warn", "memory", f"at {where}: {r.text}") if r in capped else
+                ("warn", "memory", f"may not fit at {where}: {r.text}{DEFAULT_DISPATCH}") if r in unsure else
                 ("error", "memory", f"does not fit at {where}: {r.text}") for r in report.findings if r.blocks]
     risks = [r.text for r in report.findings if not r.blocks]
     return [("warn", "memory", f"at {where}: {t}") for t in risks]

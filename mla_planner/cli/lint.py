@@ -107,13 +107,8 @@ def _memory(cmd: Command, spec, topo) -> list[Finding]:
                  and "--language-model-only" not in cmd.flags))
     except PlanError:       # a value the planner does not model: the engine's own checks have judged it
         return []
-    found = [Finding(*f) for f in memory_findings(spec, topo, layout, knobs, fraction is not None)]
-    if uses_ep_all_to_all(layout) and not v.get("a2a"):
-        # the memory model prices the EP all-to-all the planner plans (its buffers, SGLang's reserve for them); this
-        # command runs the engine's default dispatch instead (lint's a2a finding), so its verdict is a warning
-        return [Finding("warn", f.flag, f.text + " (priced with the EP all-to-all's buffers, which the engine's "
-                                                 "default dispatch does not allocate)") for f in found]
-    return found
+    default_dispatch = uses_ep_all_to_all(layout) and not v.get("a2a")    # lint's a2a finding
+    return [Finding(*f) for f in memory_findings(spec, topo, layout, knobs, fraction is not None, default_dispatch)]
 
 
 def _redundant(values: dict) -> int:
