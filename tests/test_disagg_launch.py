@@ -177,9 +177,40 @@ def test_an_rdma_device_plugins_resource_is_requested_once_per_engine_pod(cli, e
     assert schema_errors(lws) == []
     pod = lws["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]
     assert pod["containers"][0]["resources"]["limits"]["rdma/ib"] == 1
+    # the plugin's resource replaces the host's /dev/infiniband, and the README says so (QA)
+    assert "infiniband" not in {v["name"] for v in pod["volumes"]}
+    assert "infiniband" not in {m["name"] for m in pod["containers"][0]["volumeMounts"]}
+    assert "`rdma/ib: 1` per pod, in place of `/dev/infiniband` from the host" in (target / "README.md").read_text()
     r = cli("emit", "--plan", str(out / "plan.json"), "-d", "1", "-o", str(tmp_path / "bad"), "--rdma-resource",
             "rdma ib; rm -rf /")
     assert r.exit_code == 2 and "expected an extended resource name" in r.stderr
+    r = cli("emit", "--plan", str(out / "plan.json"), "-d", "1", "-o", str(tmp_path / "img"), "--image",
+            "my.reg:5000/sglang:v1 $(whoami)")
+    assert r.exit_code == 2 and "expected a container image reference" in r.stderr and not (tmp_path / "img").exists()
+
+
+def test_the_readme_has_the_sections_the_node_scripts_point_to(emitted):
+    """Every pool script that passes the EP all-to-all flag points to README.md's 'Expert-parallel all-to-all'
+    section, and an FP8 KV cache gets the aggregated README's evaluation advice (QA: both were missing)."""
+    engine, plan, out = emitted
+    readme = (out / "README.md").read_text()
+    pointing = [p.name for p in sorted(out.glob("*-node-*.sh")) if "'Expert-parallel all-to-all'" in p.read_text()]
+    assert not pointing or "## Expert-parallel all-to-all (" in readme, pointing
+    if plan.disaggregated[0].decode.knobs.kv_cache_dtype != "bf16":
+        assert "score a small evaluation (a few hundred GSM8K questions)" in readme
+    bench = (out / "bench.sh").read_text()
+    assert "it does not take results measured behind this router" in bench and "run it at two or more" not in bench
+
+
+def test_a_local_checkpoint_must_be_on_the_host(cli, emitted, tmp_path):
+    _, _, out = emitted
+    target = tmp_path / "local"
+    assert cli("emit", "--plan", str(out / "plan.json"), "-d", "1", "-o", str(target), "--model-path",
+               "/models/DeepSeek-V3").exit_code == 0
+    pod = next(yaml.safe_load_all((target / "k8s-decode.yaml").read_text()))["spec"]["leaderWorkerTemplate"][
+        "workerTemplate"]["spec"]
+    assert {v["name"]: v for v in pod["volumes"]}["models"]["hostPath"] == {"path": "/models/DeepSeek-V3",
+                                                                            "type": "Directory"}
 
 
 @pytest.mark.parametrize("edit, words", [

@@ -86,3 +86,31 @@ def test_a_pool_engine_that_refused_to_start_fails(cli, plan, tmp_path):
                                           "memory for the KV cache. Increase --mem-fraction-static."]
     code, _, checks = _checks(cli, path, _log(tmp_path, "r.log", *refused))
     assert code == 1 and checks["startup"]["status"] == "fail"
+
+
+def test_a_log_run_without_disaggregation_fails_its_role_without_being_told_the_pool(cli, plan, tmp_path):
+    """SGLang's disaggregation_mode 'null' and vLLM's kv_role 'kv_both' say the engine is in no pool (QA: read as
+    saying nothing)."""
+    path, d = plan
+    code, data, checks = _checks(cli, path, _log(tmp_path, "n.log", *_sglang(1000, "null")))
+    assert code == 1 and list(checks) == ["pd_role"] and "runs as none, not as a prefill or decode pool" in \
+        checks["pd_role"]["text"]
+
+
+def test_logs_of_both_pools_together_are_refused_naming_each(cli, plan, tmp_path):
+    """Held together against one pool, the other pool's KV pool and settings would fail or pass for the wrong reason
+    (QA: a decode log listed first hid the prefill log's mismatch)."""
+    path, d = plan
+    dec, pre = _log(tmp_path, "dec.log", *_sglang(1000, "decode")), _log(tmp_path, "pre.log", *_sglang(1000, "prefill"))
+    r = cli("check-log", dec, pre, "--plan", str(path), "--disaggregated", "1")
+    assert r.exit_code == 2 and f"decode: {dec}; prefill: {pre}" in r.stderr
+
+
+def test_sglangs_own_out_of_memory_refusal_fails_the_start(cli, plan, tmp_path):
+    """SGLang 0.5.23 model_executor/pool_configurator.py: 'Not enough memory. Please try to increase
+    --mem-fraction-static.' when no KV pool is left."""
+    path, d = plan
+    lines = _sglang(1000, "decode")[:1] + ["RuntimeError: Not enough memory. Please try to increase "
+                                           "--mem-fraction-static. Current value: mem_fraction_static=0.95"]
+    code, _, checks = _checks(cli, path, _log(tmp_path, "oom.log", *lines))
+    assert code == 1 and checks["startup"]["status"] == "fail" and "Not enough memory" in checks["startup"]["text"]

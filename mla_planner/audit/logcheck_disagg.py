@@ -28,19 +28,31 @@ def logged_role(facts: LogFacts) -> Optional[str]:
 
 
 def pool_of(facts: LogFacts, given: Optional[str]) -> Optional[str]:
-    """The pool the logs belong to: `given` (--pool), else the role the engine logged; None for a log with no engine
-    lines (bench.sh's or nccl-tests' alone)."""
+    """The pool the logs belong to: `given` (--pool), else the role the engine logged (`none` or `both` too, which
+    role_check fails); None for a log with no engine lines (bench.sh's or nccl-tests' alone)."""
     if given is not None:
         if given not in ROLES:
             raise PlanError(f"--pool must be prefill or decode, got '{given}'")
         return given
     role = logged_role(facts)
-    if role in ROLES:
+    if role is not None:
         return role
     if facts.engine:
         raise PlanError("the log does not say which pool it ran in (SGLang's disaggregation_mode, vLLM's kv_role): "
                         "give --pool prefill or --pool decode")
     return None
+
+
+def one_pool(files: dict[str, LogFacts]) -> None:
+    """Refuse logs of both pools given together (each would be held against one pool's layout and pool): name which
+    file logged which role."""
+    roles: dict[str, list[str]] = {}
+    for name, facts in files.items():
+        if (role := logged_role(facts)) is not None:
+            roles.setdefault(role, []).append(name)
+    if len(roles) > 1:
+        said = "; ".join(f"{role}: {', '.join(names)}" for role, names in sorted(roles.items()))
+        raise PlanError(f"the logs come from more than one pool ({said}): check one pool's logs at a time")
 
 
 def pool_candidate(d: DisaggCandidate, role: str) -> Candidate:
@@ -61,6 +73,9 @@ def role_check(facts: LogFacts, role: str) -> LogCheck:
     if logged is None:
         return LogCheck("pd_role", "absent", "no disaggregation_mode (SGLang) or kv_role (vLLM) in the logged "
                                              "settings")
+    if role not in ROLES:     # the log's own role, not a pool's: no pool given to hold it against
+        return LogCheck("pd_role", "fail", f"the engine runs as {logged}, not as a prefill or decode pool: check its "
+                                           "--disaggregation-mode / --kv-transfer-config")
     if logged != role:
         return LogCheck("pd_role", "fail", f"the engine runs as {logged}, where this is the plan's {role} pool: "
                                            "check its --disaggregation-mode / --kv-transfer-config")

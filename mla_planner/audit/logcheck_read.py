@@ -24,7 +24,9 @@ a note, never a traceback. The formats, from the engines' own source (the wheels
           "Using default MoE kernel config. ..." (srt/layers/moe/moe_runner/triton_utils/fused_moe_triton_config.py:
           get_moe_configs); "KV pool holds %d tokens, fewer than --context-length %d" (srt/managers/tp_worker.py:
           TpModelWorker.get_worker_info); "Loaded weights leave no GPU memory for the KV cache" (srt/mem_cache/
-          kv_cache_configurator.py:_profile_available_bytes). SGLang does not log its release at start-up;
+          kv_cache_configurator.py:_profile_available_bytes); "Not enough memory. Please try to increase
+          --mem-fraction-static." and "... leaves no room for the full KV pool ..." (srt/model_executor/
+          pool_configurator.py: no pool at all, a V4 SWA cap that leaves none). SGLang does not log its release at start-up;
           `python3 -m sglang.check_env` prints "sglang: 0.5.23" (check_env.py:BaseEnv.check_env), read when present.
   NCCL    with NCCL_DEBUG=INFO: "NCCL version %s"; "Channel %02d/%d : %d[%d] -> %d[%d] via P2P/CUMEM|IPC|direct
           pointer|indirect/..." (src/transport/p2p.cc:p2pSendSetup), "... via SHM/%s/%s" (shm.cc:shmSendSetup),
@@ -78,7 +80,8 @@ BENCH = {"tok_s": (re.compile(r"Output token throughput \(tok/s\):[ \t]{0,200}")
          "tpot_ms": (re.compile(r"Mean TPOT \(ms\):[ \t]{0,200}"), MAX_MS, "a 'Mean TPOT (ms):' line")}
 REFUSED = re.compile(r"No available memory for the cache blocks|KV cache is needed, which is larger than the available "
                      r"KV cache memory|Loaded weights leave no GPU memory for the KV cache|CUDA out of memory|"
-                     r"torch\.OutOfMemoryError")
+                     r"torch\.OutOfMemoryError|Not enough memory\. Please try to increase --mem-fraction-static|"
+                     r"leaves no room for the full KV pool")
 SHORT_POOL = re.compile(r"KV pool holds (\d{1,15}) tokens, fewer than --context-length (\d{1,15})(?!\d)")
 VLLM_BACKEND = re.compile(r"Using (\w{1,40}) (?:attention )?backend out of potential backends")
 SEGMENTS = {"vllm": re.compile(r"Initializing a V1 LLM engine \([^)\n]{0,60}\) with config: |non-default args: \{"),

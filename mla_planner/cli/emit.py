@@ -109,7 +109,8 @@ def _emit_disaggregated(loaded, index: int, out_dir: Path, model_path, image, fo
                         aggregated_options, rdma_resource=None) -> None:
     if aggregated_options:
         raise PlanError("--candidate, --engine, --mode and --head-address are for aggregated candidates; a "
-                        "disaggregated deployment runs its pools' own engine and layouts (--disaggregated alone)")
+                        "disaggregated deployment runs its pools' own engine and layouts (--disaggregated alone; for "
+                        "another engine's deployments, plan with `mla-plan plan -e ENGINE`)")
     if image is not None and not image.strip():
         raise PlanError("--image is empty")
     try:

@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 
 from mla_planner.audit.logcheck import check_log
 from mla_planner.audit.logcheck_alone import alone_checks, facts_dict, startup_check
-from mla_planner.audit.logcheck_disagg import pool_candidate, pool_of, role_check
+from mla_planner.audit.logcheck_disagg import ROLES, one_pool, pool_candidate, pool_of, role_check
 from mla_planner.audit.logcheck_nccl import nccl_tests_check, rows as nccl_rows, table_summary
 from mla_planner.audit.logcheck_read import LogCheck, LogFacts, read_log
 from mla_planner.cli.params import Opt, Arg
@@ -109,9 +109,10 @@ def _check_disaggregated(logs: list[str], files: dict, loaded, index: int, pool:
     if not facts.recognised:
         raise InputError(", ".join(logs), "no vLLM, SGLang or bench.sh line this command reads: pass a pool node's "
                          "output (`./decode-node-0.sh 2>&1 | tee decode-node-0.log`) or bench.sh's")
+    one_pool({name: read_log(body) for name, body in files.items()})
     role = pool_of(facts, pool)
-    cand = pool_candidate(d, role or "decode")
-    checks = check_log(facts, loaded, cand, files)
+    cand = pool_candidate(d, role if role in ROLES else "decode")
+    checks = check_log(facts, loaded, cand, files) if role in ROLES or role is None else []   # none / both: no pool
     if role is not None and facts.engine:
         start = startup_check(facts)     # an engine that refused to start fails here as it does without --plan
         checks = [role_check(facts, role)] + checks + ([start] if start.status in ("fail", "warn") else [])

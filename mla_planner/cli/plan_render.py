@@ -159,8 +159,13 @@ def _launch_hint(plan: Plan, emitted: Optional[Path], emit_refused: bool = False
     if cmd:
         out.print("[bold]Launch #1:[/bold]")
         out.print(cmd, soft_wrap=True, markup=False)
+    disagg = plan.disaggregated[0] if plan.disaggregated else None
     if emitted:
         out.print(f"Per-node launch scripts for #1 written to {emitted}/ (see its README.md).")
+    elif (plan.choice or {}).get("winner") == "disaggregated" and disagg and disagg.performance \
+            and disagg.performance.meets_targets and not emit_refused:
+        out.print("D1 wins: add --emit DIR for its launch folder (both pools' node scripts, the router, Kubernetes "
+                  "manifests); `mla-plan emit --plan FILE` writes #1's instead.")
     elif not cmd and not emit_refused:
         L = best.layout
         what = (f"spans {-(-L.instance_gpus // plan.topology.gpus_per_node)} nodes" if L.instance_gpus >

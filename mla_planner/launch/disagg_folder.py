@@ -13,7 +13,7 @@ from mla_planner.core.jsonout import dumps
 from mla_planner.core.units import GiB
 from mla_planner.engines.disagg import ROUTER_PORT
 from mla_planner.launch.disagg import Node, deployment_nodes, pool_inputs, router_argv, servers
-from mla_planner.launch.folder import BENCH_TOOLS, VERSION_NOTES, engine_label, node_script
+from mla_planner.launch.folder import BENCH_TOOLS, VERSION_NOTES, all_to_all, engine_label, node_script
 from mla_planner.launch.k8s import engine_image, manifests
 from mla_planner.launch.outdir import write_folder
 from mla_planner.launch.placement import place
@@ -100,7 +100,8 @@ def folder_files(plan: Plan, d: DisaggCandidate, index: int, model_path: str, im
                                 title=f"{d.label} behind its router", version=__version__,
                                 engine_label=engine_label(d.engine), port=ROUTER_PORT,
                                 input_len=plan.workload.input_len, output_len=plan.workload.output_len,
-                                concurrency=concurrency, replicas=1, total_concurrency=concurrency, total_rate=""),
+                                concurrency=concurrency, replicas=1, total_concurrency=concurrency, total_rate="",
+                                calibrate=False),
                          True)
     for name, objects in manifests(plan, d, nodes, model_path, image, rdma_resource).items():
         files[name] = (dump_yaml_documents(objects), False)
@@ -128,9 +129,28 @@ def folder_files(plan: Plan, d: DisaggCandidate, index: int, model_path: str, im
         predicted=_predicted(d), order=order, gpus_per_node=plan.topology.gpus_per_node,
         image=image or engine_image(d.engine, plan.topology.gpu), router_package=ROUTERS[d.engine], bench_tool=BENCH_TOOLS[d.engine],
         input_len=plan.workload.input_len, output_len=plan.workload.output_len, concurrency=concurrency,
-        warnings=d.warnings), False)
+        warnings=d.warnings, a2as=_all_to_alls(plan, d, model_path), engine=d.engine, rdma_resource=rdma_resource,
+        multi_node=any(n.command.needs for n in nodes), fp8_kv=d.decode.knobs.kv_cache_dtype != "bf16",
+        bf16_flag=(vllm if d.engine == "vllm" else sglang).KV_CACHE_DTYPES["bf16"]), False)
     files["plan.json"] = (dumps(plan_to_dict(plan), indent=1) + "\n", False)
     return files
+
+
+def _all_to_alls(plan: Plan, d: DisaggCandidate, model_path: str) -> list[dict]:
+    """The README's all-to-all sections (DeepEP, or MoRI on AMD), one per pool that runs one, or one for both where
+    they run the same: what the node scripts' pointer to 'Expert-parallel all-to-all' names."""
+    found = {}
+    for pool in (d.prefill, d.decode):
+        section = all_to_all(pool_inputs(plan, pool, model_path), d.engine)
+        if section is not None:
+            found.setdefault((section["flag"], section["backend"]), []).append((pool.role, section))
+    out = []
+    for pools in found.values():
+        roles = [role for role, _ in pools]
+        scripts = " and ".join(f"{role}-node-K.sh" for role in roles)
+        label = "" if len(found) == 1 else f", {roles[0]} pool"
+        out.append(dict(pools[0][1], scripts=f"every {scripts}", pool=label))
+    return out
 
 
 def emit_disaggregated(plan: Plan, index: int, out_dir: Path, model_path: Optional[str] = None,

@@ -169,7 +169,7 @@ def _predicted(inp: LaunchInputs, engine: str, cand: Candidate) -> Optional[dict
                 untuned_log=UNTUNED_LOG[engine])
 
 
-def _all_to_all(inp: LaunchInputs, engine: str) -> Optional[dict]:
+def all_to_all(inp: LaunchInputs, engine: str) -> Optional[dict]:
     """The README's all-to-all section (DeepEP, or MoRI on AMD): the flag, its buffer or heap and the fallback; None
     without one."""
     gpu, library = inp.topology.gpu, a2a_library(inp.topology.gpu)
@@ -194,7 +194,8 @@ def _all_to_all(inp: LaunchInputs, engine: str) -> Optional[dict]:
     else:
         gib = a2a.low_latency_buffer_bytes(inp.spec, tokens) / 2**30
     return dict(flag=flag, backend=backend, gib=f"{gib:.1f}", tokens=tokens, tokens_from=tokens_from,
-                fallback=fallback, dispatch="FP8" if gpu.has_fp8 else "BF16", library=library)
+                fallback=fallback, dispatch="FP8" if gpu.has_fp8 else "BF16", library=library,
+                scripts="every node-K.sh", pool="")
 
 
 def _readme(inp: LaunchInputs, engine: str, commands: list[NodeCommand], candidate: int, warnings: list[str],
@@ -209,7 +210,7 @@ def _readme(inp: LaunchInputs, engine: str, commands: list[NodeCommand], candida
     return render("README.md.j2", candidate=candidate, version_note=VERSION_NOTES[engine], model_path=inp.model_path,
                   nodes=rows, multi_node=bool(needs), fabric=inter.fabric if inter else "none",
                   needs_head_ip="HEAD_IP" in needs, head_ip=head_address, needs_host_ip="VLLM_HOST_IP" in needs,
-                  host_ip_how=host_ip_how, ray=inp.mode == "ray", a2a=_all_to_all(inp, engine), engine=engine,
+                  host_ip_how=host_ip_how, ray=inp.mode == "ray", a2a=all_to_all(inp, engine), engine=engine,
                   amd=inp.topology.gpu.vendor == "amd", gid=network_gid(inter),
                   order=_start_order(inp, engine, commands), health=health,
                   bench_tool=BENCH_TOOLS[engine], warnings=warnings, mtp=_mtp(inp, engine), **common)

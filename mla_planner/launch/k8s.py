@@ -32,6 +32,9 @@ ROCM_IMAGES = {"vllm": {"gfx942": "vllm/vllm-openai-rocm:v0.33.0", "gfx950": "vl
 GPU_RESOURCE = {"nvidia": "nvidia.com/gpu", "amd": "amd.com/gpu"}
 LWS_API = "leaderworkerset.x-k8s.io/v1"
 LWS_NAME = "leaderworkerset.sigs.k8s.io/name"
+# a container image reference as the distribution spec writes it: [host[:port]/]path[:tag][@digest]
+IMAGE_REFERENCE = re.compile(r"(?:[A-Za-z0-9.-]+(?::[0-9]{1,5})?/)?[a-z0-9]+(?:[._-]+[a-z0-9]+)*(?:/[a-z0-9]+(?:[._-]+"
+                             r"[a-z0-9]+)*)*(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@[a-z0-9]+:[a-f0-9]{32,})?")
 RESOURCE_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
 
 
@@ -84,7 +87,7 @@ def _pod(plan: Plan, c: NodeCommand, worker: bool, image: str, component: str, m
                  "resources": {"limits": limits},
                  "securityContext": {"privileged": True, "capabilities": {"add": ["IPC_LOCK"]}},
                  "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"},
-                                  {"name": "infiniband", "mountPath": "/dev/infiniband"},
+                                  *([] if rdma_resource else [{"name": "infiniband", "mountPath": "/dev/infiniband"}]),
                                   {"name": "models", "mountPath": _model_dir(model_path)}]}
     if c.port is not None:
         container["ports"] = [{"name": "http", "containerPort": c.port}]
@@ -96,9 +99,16 @@ def _pod(plan: Plan, c: NodeCommand, worker: bool, image: str, component: str, m
             "spec": {"hostNetwork": True, "hostIPC": True, "dnsPolicy": "ClusterFirstWithHostNet",
                      "containers": [container],
                      "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory"}},
-                                 {"name": "infiniband", "hostPath": {"path": "/dev/infiniband"}},
-                                 {"name": "models", "hostPath": {"path": _model_dir(model_path),
-                                                                 "type": "DirectoryOrCreate"}}]}}
+                                 # the device plugin's resource gives the pod its RDMA devices; else the host's
+                                 *([] if rdma_resource else [{"name": "infiniband",
+                                                              "hostPath": {"path": "/dev/infiniband"}}]),
+                                 {"name": "models", "hostPath": _model_volume(model_path)}]}}
+
+
+def _model_volume(model_path: str) -> dict:
+    """The weights' hostPath: a local checkpoint must already be there (`Directory`: a missing one stops the pod at
+    once, where `DirectoryOrCreate` would start the engine on an empty folder); the hub cache is made if missing."""
+    return {"path": _model_dir(model_path), "type": "Directory" if model_path.startswith("/") else "DirectoryOrCreate"}
 
 
 def _model_dir(model_path: str) -> str:
@@ -166,6 +176,9 @@ def manifests(plan: Plan, d: DisaggCandidate, nodes: list[Node], model_path: str
     if rdma_resource is not None and not RESOURCE_NAME.fullmatch(rdma_resource):
         raise PlanError(f"--rdma-resource {rdma_resource!r}: expected an extended resource name like rdma/ib "
                         "(a DNS subdomain, a slash, a name)")
+    if image is not None and not IMAGE_REFERENCE.fullmatch(image):
+        raise PlanError(f"--image {image!r}: expected a container image reference like registry:5000/name:tag or "
+                        "name@sha256:... (no spaces or shell characters)")
     image = image or engine_image(d.engine, plan.topology.gpu)
     base = slug(plan.spec.name)
     return {"k8s-prefill.yaml": pool_manifests(plan, base, "prefill", nodes, d.prefill.instances,

@@ -177,8 +177,9 @@ def pick_disaggregated(plan, index: int, where: str) -> DisaggCandidate:
     """Disaggregated deployment `index` of a plan (search.planfile.Plan), 1-based as its table numbers them (D1, D2,
     ...)."""
     if not plan.disaggregated:
-        raise PlanError(f"{where}: the plan has no disaggregated deployment (it needs 2+ nodes joined by RDMA; plan "
-                        "again without --no-disagg)")
+        raise PlanError(f"{where}: the plan has no disaggregated deployment (one needs 2+ nodes joined by RDMA and "
+                        "pools that fit them, and a plan made with --no-disagg or --layout lists none; its notes say "
+                        "why)")
     if not 1 <= index <= len(plan.disaggregated):
         raise PlanError(f"{where}: --disaggregated {index} is out of range 1..{len(plan.disaggregated)}")
     return plan.disaggregated[index - 1]
