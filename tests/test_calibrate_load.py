@@ -107,3 +107,27 @@ def test_a_local_copy_of_the_planned_model_is_the_same_model():
     assert same_model("deepseek-ai/DeepSeek-V3/", "deepseek-ai/deepseek-v3")
     assert not same_model("/models/DeepSeek-V3-0324", "deepseek-ai/DeepSeek-V3")
     assert not same_model("someone/DeepSeek-V3", "deepseek-ai/DeepSeek-V3")   # another hub id is another model
+
+
+def test_the_emitted_plan_names_the_model_path_its_scripts_serve(cli, plan_path, tmp_path):
+    """emit --model-path /data/x serves /data/x, and bench.sh benchmarks it: the folder's plan.json names it too, so
+    calibrate holds those results against the folder's plan (review: refused as another model)."""
+    out = tmp_path / "launch"
+    assert cli("emit", "--plan", str(plan_path), "--out", str(out), "--model-path", "/data/dsv2lite").exit_code == 0
+    assert json.loads((out / "plan.json").read_text())["model"]["model_path"] == "/data/dsv2lite"
+    files = synthetic(plan_path, tmp_path, model="/data/dsv2lite")
+    assert cli("calibrate", "--plan", str(out / "plan.json"), *files).exit_code == 0
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_results_measured_behind_a_disaggregated_router_are_refused(cli, plan_path, tmp_path, engine):
+    files = synthetic(plan_path, tmp_path, engine=engine)
+    for name in files:
+        record = json.loads(open(name).read().splitlines()[0])
+        if engine == "vllm":
+            record["mla_plan_deployment"] = "D1"
+        else:
+            record["tag"] += ",mla_plan_deployment=D1"
+        open(name, "w").write(json.dumps(record) + "\n")
+    r = cli("calibrate", "--plan", str(plan_path), *files)
+    assert r.exit_code == 2 and "measured behind the router of disaggregated deployment D1" in r.stderr

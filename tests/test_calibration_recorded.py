@@ -79,3 +79,17 @@ def test_each_run_of_one_jsonl_file_keeps_its_own_measurement():
     runs = [BenchRun("bench.jsonl", "sglang", None, None, c, 2048, 512, 0.01) for c in (8, 194)] + \
         [BenchRun("other.jsonl", "sglang", None, None, 64, 2048, 512, 0.01)]
     assert run_keys(runs) == ["bench.jsonl", "bench.jsonl#2", "other.jsonl"]
+
+
+def test_calibrate_on_a_calibrated_plan_keeps_the_factors_it_held_fixed(cli, tmp_path):
+    """A plan made with hbm_efficiency 0.6 prices the runs with it; the calibration calibrate writes from that plan
+    carries it beside what it fitted, so the file reproduces its own fit (review finding)."""
+    given = tmp_path / "given.yaml"
+    given.write_text("format: mla-plan-calibration/1\ngpu: H100-SXM-80G\nefficiency:\n  hbm_efficiency: 0.6\n")
+    plan = tmp_path / "plan.json"
+    plan.write_text(cli("plan", "-m", "deepseek-v2-lite", "-t", "8xh100", "-e", "vllm", "--calibration", str(given),
+                        "--json").stdout)
+    files = synthetic(plan, tmp_path)
+    out = tmp_path / "cal.yaml"
+    assert cli("calibrate", "--plan", str(plan), *files, "-o", str(out)).exit_code == 0
+    assert yaml.safe_load(out.read_text())["efficiency"]["hbm_efficiency"] == 0.6

@@ -199,7 +199,8 @@ def test_the_readme_has_the_sections_the_node_scripts_point_to(emitted):
     if plan.disaggregated[0].decode.knobs.kv_cache_dtype != "bf16":
         assert "score a small evaluation (a few hundred GSM8K questions)" in readme
     bench = (out / "bench.sh").read_text()
-    assert "it does not take results measured behind this router" in bench and "run it at two or more" not in bench
+    assert "it refuses results measured behind this router" in bench and "run it at two or more" not in bench
+    assert "mla_plan_deployment=D1" in bench     # what calibrate refuses them by
 
 
 def test_a_local_checkpoint_must_be_on_the_host(cli, emitted, tmp_path):

@@ -116,3 +116,22 @@ def test_an_nvfp4_r1_plans_on_b200(cli, tmp_path):
     assert r.exit_code == 0, r.output
     r = cli("plan", "-m", str(folder), "-t", "8xb200", "--json")
     assert r.exit_code in (0, 1) and json.loads(r.stdout)["candidates"], r.output
+
+
+@pytest.mark.parametrize("engine_argv", [["vllm", "serve", "nvidia/DeepSeek-R1-FP4", "-tp", "8"],
+                                         ["python3", "-m", "sglang.launch_server", "--model-path",
+                                          "nvidia/DeepSeek-R1-FP4", "--tp", "8"]])
+def test_lint_takes_an_fp4_checkpoints_own_method_as_redundant_not_a_contradiction(cli, tmp_path, engine_argv):
+    """--quantization modelopt_fp4 on a ModelOpt NVFP4 checkpoint (QA: it was an error, "contradicts the
+    checkpoint"); the engines read the checkpoint's own quantization_config, so the flag is redundant."""
+    folder = snapshot(tmp_path, {"quant_method": "modelopt", **MODELOPT})
+    r = cli("lint", "-m", str(folder), "-t", "8xb200", "--json", "--", *engine_argv, "--quantization", "modelopt_fp4")
+    found = [f for f in json.loads(r.stdout)["findings"] if f["flag"] == "--quantization"]
+    assert found and found[0]["level"] == "warn" and found[0]["text"].startswith("redundant"), r.output
+    r = cli("lint", "-m", str(folder), "-t", "8xb200", "--json", "--", *engine_argv, "--quantization", "awq")
+    assert any(f["level"] == "error" and "contradicts" in f["text"] for f in json.loads(r.stdout)["findings"])
+
+
+def test_plan_refuses_deepseek_v4s_bf16_rows_as_memory_does(cli):
+    r = cli("plan", "-m", "deepseek-v4-pro", "-t", "8xb200", "--kv-cache-dtype", "bf16")
+    assert r.exit_code == 2 and "DeepSeek-V4's bf16 rows" in r.stderr

@@ -189,3 +189,14 @@ def test_dp_attention_with_ep_over_the_engines_default_dispatch_is_named(cli, ar
     memory = [f for f in out["findings"] if f["flag"] == "memory"]
     assert all(f["level"] == "warn" for f in memory)
     assert all("default dispatch does not allocate" in f["text"] for f in memory if "fit at" in f["text"])
+
+
+def test_an_explicit_default_dispatch_reads_as_the_absent_flag_and_weights_over_the_budget_stay_an_error(cli):
+    """`--moe-a2a-backend none` is SGLang's default: the same warning as no flag; and weights (93.3 GiB a GPU) above
+    the budget a 0.6 fraction leaves are an error whichever dispatch runs (review: exit 0 without the flag)."""
+    argv = ["python", "-m", "sglang.launch_server", "--model-path", "deepseek-ai/DeepSeek-V3", "--tp", "8",
+            "--attn-dp-size", "8", "--ep-size", "8", "--mem-fraction-static", "0.6"]
+    for extra in ([], ["--moe-a2a-backend", "none"]):
+        code, out = lint(cli, *argv, *extra)
+        levels = {f["flag"]: f["level"] for f in out["findings"]}
+        assert code == 1 and levels == {"memory": "error", "--moe-a2a-backend": "warn"}, out

@@ -8,12 +8,13 @@ before it is used, and a file that is not such a result is one error line (audit
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from math import ceil, isfinite
 
 from mla_planner.core.errors import InputError, PlanError
 from mla_planner.core.files import parse_user_data
-from mla_planner.launch.command import GPU_TAG, REPLICAS_TAG
+from mla_planner.launch.command import DEPLOYMENT_TAG, GPU_TAG, REPLICAS_TAG
 
 MAX_CONCURRENCY = 1_000_000
 
@@ -32,6 +33,7 @@ class BenchRun:
     mean_ttft_s: float | None = None        # where the result gives it
     replicas: int | None = None             # behind the endpoint bench.sh loaded (REPLICAS: a balancer); None: unsaid
     failed: int = 0                         # requests the benchmark counted as failed (vLLM's `failed`)
+    completed: int = 0                      # requests it completed, over every replica
 
 
 MAX_COUNT = 10**15      # above any benchmark's token total or TPOT in ms; a bigger number is not a measurement
@@ -58,11 +60,14 @@ def read_bench(path: str, text: str) -> list[BenchRun]:
 
 def _run(path: str, where: str, data: dict) -> BenchRun:
     """One result record (`where`: the file, and its line in a JSONL file)."""
+    tag = dict(p.split("=", 1) for p in str(data.get("tag") or "").split(",") if "=" in p)   # SGLang: bench.sh's --tag
+    if deployment := data.get(DEPLOYMENT_TAG) or tag.get(DEPLOYMENT_TAG):
+        raise PlanError(f"{where}: measured behind the router of disaggregated deployment {deployment}; calibrate "
+                        "fits one aggregated candidate, not a prefill/decode deployment")
     if "endpoint_type" in data:
         engine, model, gpu, replicas = "vllm", data.get("model_id"), data.get(GPU_TAG), data.get(REPLICAS_TAG)
     elif str(data.get("backend", "")).startswith("sglang"):
         info = data.get("server_info") if isinstance(data.get("server_info"), dict) else {}
-        tag = dict(p.split("=", 1) for p in str(data.get("tag") or "").split(",") if "=" in p)   # bench.sh's --tag
         engine, model, gpu, replicas = "sglang", info.get("model_path"), tag.get(GPU_TAG), tag.get(REPLICAS_TAG)
     else:
         raise PlanError(f"{where}: neither vLLM's `vllm bench serve --save-result` JSON nor SGLang's "
@@ -84,8 +89,8 @@ def _run(path: str, where: str, data: dict) -> BenchRun:
     for name, value in (("model", model), ("GPU", gpu)):
         if value is not None and not isinstance(value, str):
             raise PlanError(f"{where}: the {name} it names is {value!r}, expected a string")
-    if replicas is not None and not (str(replicas).isdigit() and not isinstance(replicas, bool)
-                                     and 0 < int(replicas) <= 10**5):
+    if replicas is not None and (isinstance(replicas, bool) or not re.fullmatch(r"[0-9]{1,6}", str(replicas))
+                                 or not 0 < int(replicas) <= 10**5):
         raise PlanError(f"{where}: {REPLICAS_TAG} is {replicas!r}, expected a positive whole number (bench.sh's "
                         "REPLICAS)")
     failed = data.get("failed", 0)
@@ -104,4 +109,4 @@ def _run(path: str, where: str, data: dict) -> BenchRun:
     return BenchRun(path, engine, model, gpu, ceil(int(fields["max_concurrency"]) / shared),
                     round(fields["total_input_tokens"] / done), round(fields["total_output_tokens"] / done),
                     fields["mean_tpot_ms"] / 1e3, ceil(done / shared), ttft / 1e3 if ttft is not None else None,
-                    int(replicas) if replicas is not None else None, failed)
+                    int(replicas) if replicas is not None else None, failed, done)

@@ -86,8 +86,8 @@ def _load_notes(r: BenchRun, cand: Candidate) -> list[str]:
     runs; a note where some failed, where a balancer split it, or where it does not say and the candidate has
     several replicas (each 'in flight' below is then per replica)."""
     shared = r.replicas or 1
-    if r.failed >= r.prompts * shared:
-        raise PlanError(f"{r.path}: {r.failed:,} of its requests failed and {r.prompts * shared:,} completed: "
+    if r.failed and r.failed >= r.completed:
+        raise PlanError(f"{r.path}: {r.failed:,} of its requests failed and {r.completed:,} completed: "
                         "the server did not serve this benchmark; see its log (`mla-plan check-log`)")
     if shared > cand.layout.replicas:
         raise PlanError(f"{r.path}: ran through {r.replicas} replicas ({REPLICAS_TAG}), but the candidate runs "

@@ -135,8 +135,8 @@ def lint(cmd: Command, spec: ModelSpec, topo: Topology, calib: Calibration) -> l
         deepep_used = deepep if deepep is not None else uses_ep_all_to_all(layout)
         notes = [cross_node_tp_note(layout, topo), shared_nic_deepep_note(layout, topo) if deepep_used else ""]
         out += [Finding("warn", "layout", n) for n in notes if n]
-        if uses_ep_all_to_all(layout) and not a2a:
-            out.append(_default_a2a(engine, topo))
+        if default_dispatch(layout, a2a):
+            out.append(_default_a2a(engine, topo, a2a))
     return out + _ib_hca(cmd, topo, layout)
 
 
@@ -144,13 +144,20 @@ DEFAULT_A2A = {"vllm": ("--all2all-backend", "allgather_reducescatter", "vllm/co
                "sglang": ("--moe-a2a-backend", "none", "srt/arg_groups/fields/exec_.py")}
 
 
-def _default_a2a(engine: str, topo: Topology) -> Finding:
+def default_dispatch(layout: Layout, a2a: str) -> bool:
+    """DP attention with the experts over the whole stage on the engine's default expert dispatch (the a2a flag absent
+    or naming that default), not the EP all-to-all the planner plans and its memory model prices there."""
+    return uses_ep_all_to_all(layout) and a2a in ("", *(d for _, d, _ in DEFAULT_A2A.values()))
+
+
+def _default_a2a(engine: str, topo: Topology, a2a: str = "") -> Finding:
     """DP attention with the experts over the whole stage and no EP all-to-all named: the engine runs its default
     dispatch, not the all-to-all the planner plans and prices there (launch/a2a.py, perf.layer_comm)."""
     flag, default, where = DEFAULT_A2A[engine]
     planned = {"vllm": VLLM_BACKEND, "sglang": SGLANG_BACKEND}[engine][a2a_library(topo.gpu)]
     name = {"vllm": "vLLM", "sglang": "SGLang"}[engine]
-    return Finding("warn", flag, f"no {flag}: {name} runs its default, {default} ({where}), which moves every "
+    said = f"{flag} {a2a}: {name}'s default" if a2a else f"no {flag}: {name} runs its default"
+    return Finding("warn", flag, f"{said}, {default} ({where}), which moves every "
                                  f"rank's tokens to every rank for the experts; the planner plans and prices {flag} "
                                  f"{planned} here, which sends each token to the ranks of its routed experts only")
 

@@ -41,7 +41,9 @@ def memory_findings(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knob
                  "give --mem-fraction-static, or a smaller --chunked-prefill-size")]
     if not report.fits:    # SGLang starts with a pool shorter than its context and caps requests: a warning here
         capped = [r for r in report.findings if r.code == "pool_below_context" and knobs.engine == "sglang"]
-        unsure = [r for r in report.findings if default_dispatch and r.code != "weights_exceed_gpu"]
+        weights_over = all(r.weights_bytes >= r.total_bytes * knobs.memory_fraction for r in report.per_gpu)
+        unsure = [r for r in report.findings
+                  if default_dispatch and not weights_over and r.code != "weights_exceed_gpu"]
         return [("warn", "memory", f"at {where}: {r.text}") if r in capped else
                 ("warn", "memory", f"may not fit at {where}: {r.text}{DEFAULT_DISPATCH}") if r in unsure else
                 ("error", "memory", f"does not fit at {where}: {r.text}") for r in report.findings if r.blocks]

@@ -22,10 +22,16 @@ REQUANTIZE_OK = {"modelopt_fp4", "nvfp4_online"}
 
 
 def own_methods(spec: ModelSpec, stored: str) -> set[str]:
-    """The --quantization names of the checkpoint's own method (awq's Marlin and MoE-WNA16 spellings too)."""
+    """The --quantization names of the checkpoint's own method (awq's Marlin and MoE-WNA16 spellings too; ModelOpt's and
+    compressed-tensors' for FP4 storage)."""
     if stored == "int8":
         return {"blockwise_int8"} if spec.int8_block else {"w8a8_int8"}
-    return {"fp8": {"fp8"}, "int4": {"awq", "awq_marlin", "marlin", "moe_wna16"}}.get(stored, set())
+    # compressed-tensors stores int4, FP8 blocks, NVFP4 and MXFP4 alike (specs/quantization.py): the spec keeps the
+    # storage, not the format's name, so its method counts as the checkpoint's own for each of them
+    return {"fp8": {"fp8", "compressed-tensors"},
+            "int4": {"awq", "awq_marlin", "marlin", "moe_wna16", "compressed-tensors"},
+            "nvfp4": {"modelopt_fp4", "modelopt", "compressed-tensors"},
+            "mxfp4": {"mxfp4", "compressed-tensors"}}.get(stored, set())
 
 
 def quantization_findings(engine: str, quant: Optional[str], spec: ModelSpec, gpu: GPU) -> list[tuple[str, str, str]]:

@@ -45,7 +45,8 @@ def calibrate_cmd(results: Annotated[list[str], Arg(help="bench.sh's result file
     passes (ttft_host_s: the server's and the client's per-request work) is fitted too. Results from another model,
     GPU or engine than the candidate's are refused.
 
-    Exit status: 0 fitted; 1 the fit does not explain the results (typical error above 35 %: nothing written);
+    Exit status: 0 fitted; 1 the fit does not explain the results (typical error, the rms of log(predicted /
+    measured), above 0.35, about 42 % off: nothing written);
     2 bad input.
 
     Examples:
@@ -63,8 +64,8 @@ def calibrate_cmd(results: Annotated[list[str], Arg(help="bench.sh's result file
     calib = load_calibration(None, loaded.topology, loaded.calibration)   # the factors the plan was made with
     result = fit(loaded, cand, runs, calib)
     # the vendor defaults the fit held fixed go into the file too, so it means the same if those defaults move
-    held = {n: getattr(calib, n) for n, where in calib.origin.items()
-            if where.startswith(VENDOR_ORIGIN) and n not in result.factors}
+    held = {n: getattr(calib, n) for n, where in calib.origin.items()   # and the plan's own calibration's
+            if where.startswith((VENDOR_ORIGIN, "calibration ")) and n not in result.factors}
     text = dump_calibration({**held, **result.factors}, gpu=loaded.topology.gpu.name, topology=loaded.topology.name,
                             tool="mla-plan calibrate", model=loaded.spec.name, engine=cand.knobs.engine,
                             measurements={key: {"concurrency": r.concurrency, "measured_tpot_s": r.mean_tpot_s,

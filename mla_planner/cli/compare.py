@@ -163,7 +163,9 @@ def compare_cmd(ctx: click.Context, layouts: Annotated[Optional[list[str]], Opt(
                     "value per layout, lowered to the safe fraction when that runs out of memory).")] = None,
                 memory_fraction: Annotated[Optional[float], Opt("--memory-fraction", hidden=True)] = None,
                 calibration: Annotated[Optional[str], Opt("--calibration", help="Calibration file from "
-                                                                   "`mla-plan verify --write-calibration`.")] = None,
+                                                                   "`mla-plan calibrate` or `verify "
+                                                                   "--write-calibration`; with --plan it replaces the "
+                                                                   "calibration the plan recorded.")] = None,
                 plan: Annotated[Optional[Path], Opt(
                     "--plan", "-p", help="Compare a plan file's candidates instead, with their own knobs and the "
                     "plan's workload (pick them with -c; default the first three).")] = None,

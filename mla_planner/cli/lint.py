@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 
 import click
 
-from mla_planner.audit.lint import Finding, eager_flag, layout_of, lint
+from mla_planner.audit.lint import Finding, default_dispatch, eager_flag, layout_of, lint
 from mla_planner.audit.lint_command import FIELDS, Command, parse_command
 from mla_planner.audit.lint_memory import memory_findings
 from mla_planner.cli.options import knobs_from_flags, kv_knobs
@@ -18,7 +18,6 @@ from mla_planner.cli.plannable import check_plannable
 from mla_planner.cli.console import console
 from mla_planner.core.errors import PlanError
 from mla_planner.core.files import MAX_COUNT, path_kind, user_path
-from mla_planner.engines.parallel import uses_ep_all_to_all
 from mla_planner.engines.parser.tables import load_table
 from mla_planner.engines.parser.values import to_number
 from mla_planner.specs.calibration import load_calibration
@@ -107,8 +106,8 @@ def _memory(cmd: Command, spec, topo) -> list[Finding]:
                  and "--language-model-only" not in cmd.flags))
     except PlanError:       # a value the planner does not model: the engine's own checks have judged it
         return []
-    default_dispatch = uses_ep_all_to_all(layout) and not v.get("a2a")    # lint's a2a finding
-    return [Finding(*f) for f in memory_findings(spec, topo, layout, knobs, fraction is not None, default_dispatch)]
+    default = default_dispatch(layout, v.get("a2a", ""))    # lint's a2a finding
+    return [Finding(*f) for f in memory_findings(spec, topo, layout, knobs, fraction is not None, default)]
 
 
 def _redundant(values: dict) -> int:

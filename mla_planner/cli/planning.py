@@ -10,6 +10,8 @@ from typing import Optional
 from mla_planner.cli.common import check_context, check_images, check_mtp
 from mla_planner.cli.plannable import check_plannable
 from mla_planner.core.errors import PlanError
+from mla_planner.engines.compressed_kv import is_compressed
+from mla_planner.engines.compressed_pool import compressed_choice
 from mla_planner.search.disagg import crossover_nodes, none_found_why, search_disaggregated
 from mla_planner.search.mtp import MtpHint, mtp_hint
 from mla_planner.search.plan import to_plan
@@ -40,6 +42,8 @@ def run_plan(model: str, topology: str, workload: Workload, engine: Optional[str
     kv = {"auto": None, None: None, "bf16": "bf16", "fp8": "fp8", "fp8_e4m3": "fp8"}.get(kv_cache_dtype, "bad")
     if kv == "bad":
         raise PlanError(f"--kv-cache-dtype must be auto, bf16 or fp8 (fp8_e4m3), got '{kv_cache_dtype}'")
+    if is_compressed(loaded.spec) and kv is not None:
+        compressed_choice(engine or "vllm", kv, kv_cache_dtype, None)     # bf16 rows refused as `memory` refuses them
     # a layout given twice (`-l tp=16 -l tp=16,pp=1`) is searched once
     chosen = list(dict.fromkeys(parse_layout(text, topo) for text in layouts)) if layouts else None
     if chosen:

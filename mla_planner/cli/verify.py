@@ -195,7 +195,8 @@ def verify_cmd(
     context: Annotated[IntOpt, Opt("--context", help="Tokens per sequence to check (default: input + "
                                             "output / 2).")] = None,
     calibration: Annotated[Optional[str], Opt("--calibration", help="Calibration file for the "
-                                                       "predictions.")] = None,
+                                                       "predictions (default: the one a --plan file recorded, "
+                                                       "if any).")] = None,
     device: Annotated[str, Opt("--device", help="cuda (the GPUs the plan is for) or cpu (a rehearsal at "
                                         "small shapes).")] = "cuda",
     as_json: JsonOpt = False,

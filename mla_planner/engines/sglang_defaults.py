@@ -111,7 +111,7 @@ def prefill_capture_sizes(max_tokens: int) -> list[int]:
 def sglang_default_fraction(gpu: GPU, layout: Layout, knobs: Knobs, spec: ModelSpec) -> float:
     """SGLang 0.5.23's computed --mem-fraction-static: round((GPU MiB - reserved) / GPU MiB, 3), reserved as
     `sglang_reserve_mib` sums it. Reproduces SGLang 0.5.23's own resolved 0.886 (TP8 H200), 0.843-0.844 (TP8 B200)
-    and 0.74-0.76 (TP8 with DP attention 8). Not modelled: speculative decoding's reserves."""
+    and, by its terms, 0.758 with DP attention 8 (0.736 over DeepEP). Not modelled: speculative decoding's reserves."""
     mib = nvidia_smi_mib(gpu)
     return round((mib - sum(sglang_reserve_mib(gpu, layout, knobs, spec).values())) / mib, 3)
 

@@ -24,6 +24,7 @@ FlagValue = Union[None, bool, int, float, str, tuple]   # a tuple: several words
 
 
 GPU_TAG = "mla_plan_gpu"    # bench.sh records the GPU in its result file (audit/calibrate.py refuses another GPU's)
+DEPLOYMENT_TAG = "mla_plan_deployment"   # ... and, behind a prefill/decode router, its deployment (calibrate refuses)
 REPLICAS_TAG = "mla_plan_replicas"   # ... and the replicas behind its endpoint (a balancer: calibrate splits the load)
 
 

@@ -4,6 +4,7 @@ manifests (launch/k8s.py), README.md and the plan itself."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Optional
 
@@ -94,7 +95,7 @@ def folder_files(plan: Plan, d: DisaggCandidate, index: int, model_path: str, im
     held = d.decode.knobs.max_num_seqs * d.decode.layout.dp * d.decode.instances   # what the decode pool holds
     concurrency = min(held, plan.workload.concurrency) if plan.workload.concurrency else held
     module = vllm if d.engine == "vllm" else sglang
-    argv = module.bench_argv(inp, concurrency, plan.workload.request_rate_per_s)
+    argv = module.bench_argv(inp, concurrency, plan.workload.request_rate_per_s, deployment=f"D{index}")
     files["bench.sh"] = (render("bench.sh.j2", argv=argv,
                                 bench_where="any host that reaches the router", num_prompts=4 * concurrency,
                                 title=f"{d.label} behind its router", version=__version__,
@@ -132,7 +133,7 @@ def folder_files(plan: Plan, d: DisaggCandidate, index: int, model_path: str, im
         warnings=d.warnings, a2as=_all_to_alls(plan, d, model_path), engine=d.engine, rdma_resource=rdma_resource,
         multi_node=any(n.command.needs for n in nodes), fp8_kv=d.decode.knobs.kv_cache_dtype != "bf16",
         bf16_flag=(vllm if d.engine == "vllm" else sglang).KV_CACHE_DTYPES["bf16"]), False)
-    files["plan.json"] = (dumps(plan_to_dict(plan), indent=1) + "\n", False)
+    files["plan.json"] = (dumps(plan_to_dict(replace(plan, model_path=model_path)), indent=1) + "\n", False)
     return files
 
 

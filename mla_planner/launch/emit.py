@@ -6,7 +6,7 @@ the placement (claims.py); `emit` renders them (render.py, templates/) and write
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Optional
 
@@ -44,8 +44,9 @@ def emit(plan: Plan, candidate: int, engine: Optional[str], out_dir: Path, mode:
     if head_address is not None and not head_address:
         raise PlanError("--head-address is empty")
     files = folder_files(inp, engine, commands, candidate, cand, head_address)
-    # the plan itself, for `mla-plan check-log ... --plan plan.json --candidate N` (the README says so)
-    files["plan.json"] = (dumps(plan_to_dict(plan), indent=1) + "\n", False)
+    # the plan itself, for `mla-plan check-log ... --plan plan.json --candidate N` (the README says so), naming the
+    # model the folder serves (--model-path), which calibrate holds bench.sh's results against
+    files["plan.json"] = (dumps(plan_to_dict(replace(plan, model_path=inp.model_path)), indent=1) + "\n", False)
     paths = write_folder(files, Path(out_dir), force)
     return Emitted(engine, candidate, paths, commands, bench_argv(inp, engine))
 

@@ -28,6 +28,7 @@ from mla_planner.engines.layouts import PP_SPEC_ENV
 from mla_planner.engines.sparse import dsa_prefill_backend, is_sparse, kv_flag, own_rows
 from mla_planner.launch import a2a
 from mla_planner.launch.command import (
+    DEPLOYMENT_TAG,
     GPU_TAG,
     REPLICAS_TAG,
     LaunchInputs,
@@ -164,7 +165,8 @@ def _command(inp: LaunchInputs, inst: InstancePlacement, i: int) -> NodeCommand:
                        needs=("HEAD_IP",) if inst.multi_node else (), notes=e.notes)
 
 
-def bench_argv(inp: LaunchInputs, concurrency: int, rate: Optional[float] = None) -> list[str]:
+def bench_argv(inp: LaunchInputs, concurrency: int, rate: Optional[float] = None,
+               deployment: Optional[str] = None) -> list[str]:
     """`python3 -m sglang.benchmark.serving` (0.5.23 deprecates the old `sglang.bench_serving` path) with
     the workload's fixed lengths: --random-range-ratio 1 (SGLang's default 0 samples lengths in [1, len]), at
     bench.sh's ${CONCURRENCY}, its result appended to ${RESULT}.jsonl with the GPU and the ${REPLICAS} behind its
@@ -178,4 +180,5 @@ def bench_argv(inp: LaunchInputs, concurrency: int, rate: Optional[float] = None
         ("--max-concurrency", ShellRef("CONCURRENCY")), ("--request-rate", rate),
         ("--num-prompts", ShellRef("PROMPTS")),
         ("--output-file", ShellRef("RESULT", ".jsonl")),
-        ("--tag", ShellRef("REPLICAS", prefix=f"{GPU_TAG}={inp.topology.gpu.name},{REPLICAS_TAG}="))])
+        ("--tag", ShellRef("REPLICAS", prefix=f"{GPU_TAG}={inp.topology.gpu.name},"
+                           + (f"{DEPLOYMENT_TAG}={deployment}," if deployment else "") + f"{REPLICAS_TAG}="))])

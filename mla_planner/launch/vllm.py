@@ -29,6 +29,7 @@ from mla_planner.engines.compressed_kv import is_compressed
 from mla_planner.engines.sparse import kv_flag, own_rows
 from mla_planner.launch import a2a
 from mla_planner.launch.command import (
+    DEPLOYMENT_TAG,
     GPU_TAG,
     REPLICAS_TAG,
     LaunchInputs,
@@ -180,7 +181,8 @@ def _ray(inp: LaunchInputs, inst: InstancePlacement) -> list[NodeCommand]:
     return [head] + workers
 
 
-def bench_argv(inp: LaunchInputs, concurrency: int, rate: Optional[float] = None) -> list[str]:
+def bench_argv(inp: LaunchInputs, concurrency: int, rate: Optional[float] = None,
+               deployment: Optional[str] = None) -> list[str]:
     """`vllm bench serve` with the workload's fixed lengths (random dataset, range ratio 0 by default;
     --ignore-eos so every request decodes its full output), at bench.sh's ${CONCURRENCY} (the plan's unless set),
     its result saved as ${RESULT}.json with the GPU it ran on and the ${REPLICAS} behind its endpoint
@@ -192,5 +194,6 @@ def bench_argv(inp: LaunchInputs, concurrency: int, rate: Optional[float] = None
         ("--max-concurrency", ShellRef("CONCURRENCY")), ("--request-rate", rate),
         ("--num-prompts", ShellRef("PROMPTS")), ("--ignore-eos", True),
         ("--save-result", True), ("--result-filename", ShellRef("RESULT", ".json")),
-        ("--metadata", (f"{GPU_TAG}={inp.topology.gpu.name}", ShellRef("REPLICAS", prefix=f"{REPLICAS_TAG}="))),
+        ("--metadata", (f"{GPU_TAG}={inp.topology.gpu.name}", ShellRef("REPLICAS", prefix=f"{REPLICAS_TAG}="),
+                        *([f"{DEPLOYMENT_TAG}={deployment}"] if deployment else []))),
         ("--trust-remote-code", True)])

@@ -133,7 +133,10 @@ def _draft_knobs(spec: ModelSpec, topo: Topology, layout: Layout, engine: str, k
                             "on a backend that supports it" if kind.latent else "fp8 halves the K/V cache")
                            + "; its accuracy varies by backend and model: score a small eval against bf16 before "
                              "serving (the emitted README says how)")
-                          if kv_dtype == "fp8" else "bf16 (the engine's `auto` for this checkpoint)",
+                          if kv_dtype == "fp8" else
+                          "fp8_ds_mla: the sparse MLA backend this GPU runs stores fp8 rows with their scales whatever "
+                          "the cache was asked for (attention_backend says which and why)"
+                          if knobs.kv_cache_dtype == "fp8_ds_mla" else "bf16 (the engine's `auto` for this checkpoint)",
         "prefix_caching": "on: hits skip prefill, and a miss costs only the hash of each full block"
                           + (f"; expected hit rate {workload.prefix_hit_rate:.0%}" if workload.prefix_hit_rate else ""),
         "cuda_graphs": "on: decode without CUDA graphs waits for the host to dispatch every layer (see "
