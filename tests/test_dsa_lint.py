@@ -37,6 +37,10 @@ def findings(cli, topology, words):
     ("8xh200", SGLANG + ["--kv-cache-dtype", "fp8_e5m2"], {("error", "--kv-cache-dtype")}),
     ("8xh200", SGLANG + ["--attention-backend", "fa3", "--page-size", "1"],
      {("warn", "--attention-backend"), ("warn", "block size")}),
+    # SGLang's DSA decode kernels by architecture (data/backends.yaml): trtllm is Blackwell's, fa3 Hopper's
+    ("8xh200", SGLANG + ["--dsa-decode-backend", "trtllm"], {("error", "--dsa-decode-backend")}),
+    ("8xb200", SGLANG + ["--dsa-decode-backend", "fa3"], {("error", "--dsa-decode-backend")}),
+    ("8xb200", SGLANG + ["--dsa-decode-backend", "trtllm"], set()),
 ])
 def test_sparse_rules(cli, topology, words, expected):
     code, found = findings(cli, topology, words)

@@ -40,7 +40,7 @@ def sparse_findings(engine: str, values: dict, spec: ModelSpec, gpu: GPU, dcp: i
                         "--dsa-decode-backend / --dsa-prefill-backend"))
         if block and block.isdigit() and int(block) != size:
             out.append(("warn", "block size", f"--page-size {block}: SGLang sets {size}-token pages for DSA itself"))
-        return out + _sglang_hip_kernels(values, gpu)
+        return out + _sglang_hip_kernels(values, gpu) + _sglang_decode_arch(values, gpu)
     if block and block.isdigit() and not block_accepted(engine, gpu, int(block)):
         out.append(("error", "block size", f"--block-size {block}: vLLM's DSA caches on {gpu.arch} take "
                     f"{block_rule(engine, gpu)} (v1/attention/backends/mla/indexer.py); it refuses to start"))
@@ -73,6 +73,15 @@ def sparse_findings(engine: str, values: dict, spec: ModelSpec, gpu: GPU, dcp: i
         out.append(("error", "--decode-context-parallel-size", f"{name} under dcp={dcp}: {problem}; vLLM refuses "
                     "to start (docs/dsa-engines.md section 6)"))
     return out
+
+
+def _sglang_decode_arch(values: dict, gpu: GPU) -> list[tuple]:
+    """An NVIDIA --dsa-decode-backend on an architecture its kernel does not run on (data/backends.yaml `archs`:
+    trtllm is Blackwell's, fa3 Hopper's; QA found them passed on the other)."""
+    name, table = values.get("dsa_decode"), sparse_backends("sglang")
+    if gpu.vendor == "amd" or name not in table or gpu.arch in table[name]["archs"]:
+        return []
+    return [("error", "--dsa-decode-backend", f"{name} runs on {'/'.join(table[name]['archs'])}, not {gpu.arch}")]
 
 
 def _sglang_hip_kernels(values: dict, gpu: GPU) -> list[tuple]:
