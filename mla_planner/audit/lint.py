@@ -35,7 +35,7 @@ from mla_planner.engines.backends import backend, backend_problems
 from mla_planner.engines.layouts import engine_layout_problem
 from mla_planner.engines.sparse import own_rows
 from mla_planner.engines.parallel import a2a_library, uses_ep_all_to_all
-from mla_planner.launch.a2a import SGLANG_BACKEND, VLLM_BACKEND
+from mla_planner.launch.a2a import DEFAULT_DISPATCH, SGLANG_BACKEND, VLLM_BACKEND
 from mla_planner.perf.step import decode_step
 from mla_planner.search.candidate_warnings import cross_node_tp_note, shared_nic_deepep_note
 from mla_planner.search.attention_backend import Rejected, backend_and_block
@@ -140,20 +140,16 @@ def lint(cmd: Command, spec: ModelSpec, topo: Topology, calib: Calibration) -> l
     return out + _ib_hca(cmd, topo, layout)
 
 
-DEFAULT_A2A = {"vllm": ("--all2all-backend", "allgather_reducescatter", "vllm/config/parallel.py"),
-               "sglang": ("--moe-a2a-backend", "none", "srt/arg_groups/fields/exec_.py")}
-
-
 def default_dispatch(layout: Layout, a2a: str) -> bool:
     """DP attention with the experts over the whole stage on the engine's default expert dispatch (the a2a flag absent
     or naming that default), not the EP all-to-all the planner plans and its memory model prices there."""
-    return uses_ep_all_to_all(layout) and a2a in ("", *(d for _, d, _ in DEFAULT_A2A.values()))
+    return uses_ep_all_to_all(layout) and a2a in ("", *(d for _, d, _ in DEFAULT_DISPATCH.values()))
 
 
 def _default_a2a(engine: str, topo: Topology, a2a: str = "") -> Finding:
     """DP attention with the experts over the whole stage and no EP all-to-all named: the engine runs its default
     dispatch, not the all-to-all the planner plans and prices there (launch/a2a.py, perf.layer_comm)."""
-    flag, default, where = DEFAULT_A2A[engine]
+    flag, default, where = DEFAULT_DISPATCH[engine]
     planned = {"vllm": VLLM_BACKEND, "sglang": SGLANG_BACKEND}[engine][a2a_library(topo.gpu)]
     name = {"vllm": "vLLM", "sglang": "SGLang"}[engine]
     said = f"{flag} {a2a}: {name}'s default" if a2a else f"no {flag}: {name} runs its default"

@@ -54,6 +54,10 @@ from mla_planner.specs.model import ModelSpec
 
 VLLM_BACKEND = {"deepep": "deepep_low_latency", "mori": "mori_low_latency"}
 SGLANG_BACKEND = {"deepep": "deepep", "mori": "mori"}
+# the expert dispatch each engine runs when no all-to-all is named: every rank's tokens gathered around the MoE
+# (vLLM 0.33 config/parallel.py all2all_backend; SGLang 0.5.23 arg_groups/fields/exec_.py moe_a2a_backend)
+DEFAULT_DISPATCH = {"vllm": ("--all2all-backend", "allgather_reducescatter", "vllm/config/parallel.py"),
+                    "sglang": ("--moe-a2a-backend", "none", "srt/arg_groups/fields/exec_.py")}
 SGLANG_DISPATCH_ENV = "SGLANG_DEEPEP_NUM_MAX_DISPATCH_TOKENS_PER_RANK"
 SGLANG_DISPATCH_DEFAULT = DEEPEP_SGLANG_DISPATCH_TOKENS
 SGLANG_DISPATCH_MAX = DEEPEP_SGLANG_DISPATCH_MAX

@@ -176,13 +176,14 @@ def all_to_all(inp: LaunchInputs, engine: str) -> Optional[dict]:
     if engine == "vllm":
         backend, flag, tokens = a2a.vllm_backend(inp.layout, gpu), "--all2all-backend", inp.knobs.max_num_batched_tokens
         tokens_from = "--max-num-batched-tokens"
-        fallback = "vLLM then runs its default allgather_reducescatter"
+        fallback = f"vLLM then runs its default {a2a.DEFAULT_DISPATCH['vllm'][1]}"
     else:
         backend, flag = a2a.sglang_backend(inp.layout, gpu), "--moe-a2a-backend"
         tokens = max(a2a.SGLANG_DISPATCH_DEFAULT, a2a.sglang_dispatch_tokens(inp.knobs))
         tokens_from = (f"{a2a.SGLANG_DISPATCH_ENV}: one DP rank's largest decode batch, at least SGLang's "
                        f"{a2a.SGLANG_DISPATCH_DEFAULT}; the normal-mode buffers for prefill come on top")
-        fallback = "SGLang then runs its default (none: tokens all-gathered around the MoE)"
+        fallback = (f"SGLang then runs its default ({a2a.DEFAULT_DISPATCH['sglang'][1]}: tokens all-gathered around "
+                    "the MoE)")
     if backend is None:
         return None
     if library == "mori":
