@@ -12,7 +12,7 @@ from typing import Optional
 from mla_planner.engines.backends import Backend, backend, usable_backends
 from mla_planner.engines.compressed_kv import is_compressed
 from mla_planner.engines.memory_rules import EngineRules, parse_version
-from mla_planner.engines.sglang_defaults import sglang_cuda_graph_max_bs
+from mla_planner.engines.sglang_defaults import sglang_decode_max_bs
 from mla_planner.engines.sparse import is_sparse
 from mla_planner.specs.gpu import GPU
 from mla_planner.specs.knobs import Knobs, decode_query_len
@@ -51,7 +51,7 @@ def sglang_capture_sizes(knobs: Knobs, gpu: GPU, layout: Layout) -> list[int]:
     (cuda_graph_hook.generate_decode_cuda_graph_batch_sizes)."""
     if not knobs.cuda_graphs:
         return []
-    top = knobs.cuda_graph_max_bs or sglang_cuda_graph_max_bs(gpu, layout.stage_gpus)
+    top = sglang_decode_max_bs(gpu, layout, knobs)
     sizes = [1, 2, 4, 8, 12] + list(range(16, 257, 8)) + list(range(272, 512, 16)) + list(range(512, top + 1, 32))
     return sorted({s for s in sizes if s <= top} | {top})   # SGLang appends max_bs when it is off the grid
 
@@ -61,10 +61,9 @@ def graph_batch_cap(engine: str, gpu: GPU, layout: Layout, knobs: Optional[Knobs
     for: the knobs' cuda_graph_max_bs, else the engine's default; a larger one runs eagerly, several times
     slower (vllm-project/vllm#16886). vLLM 0.33 counts tokens: 512, 1024 on Blackwell
     (`_set_cudagraph_sizes`, see vllm_capture_sizes), over the 1 + k tokens a request runs with MTP; SGLang
-    0.5.23 counts requests: sglang_cuda_graph_max_bs by GPU memory and TP size."""
+    0.5.23 counts requests: sglang_decode_max_bs."""
     if engine == "sglang":
-        return (knobs.cuda_graph_max_bs if knobs is not None and knobs.cuda_graph_max_bs
-                else sglang_cuda_graph_max_bs(gpu, layout.stage_gpus))
+        return sglang_decode_max_bs(gpu, layout, knobs)
     q = decode_query_len(knobs) if knobs is not None else 1
     return ((knobs.cuda_graph_max_bs if knobs is not None and knobs.cuda_graph_max_bs
              else vllm_default_capture_tokens(gpu)) // q)

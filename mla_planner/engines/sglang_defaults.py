@@ -13,6 +13,8 @@ attention-DP size (parallel_hook.py), so it is the per-rank chunk x dp."""
 
 from __future__ import annotations
 
+from typing import Optional
+
 from mla_planner.core.units import GiB, MiB
 from mla_planner.engines.compressed_kv import is_compressed
 from mla_planner.engines.parallel import uses_deepep
@@ -63,6 +65,13 @@ def sglang_cuda_graph_max_bs(gpu: GPU, tp_size: int) -> int:
     return 512 if mib >= 160 * 1024 or tp_size >= 4 else 256
 
 
+def sglang_decode_max_bs(gpu: GPU, layout: Layout, knobs: Optional[Knobs] = None) -> int:
+    """The largest decode batch SGLang captures a graph for, in requests: --cuda-graph-max-bs-decode (the knob), else
+    its bucket by GPU memory and --tp-size (`sglang_cuda_graph_max_bs`)."""
+    return (knobs.cuda_graph_max_bs if knobs is not None and knobs.cuda_graph_max_bs
+            else sglang_cuda_graph_max_bs(gpu, layout.stage_gpus))
+
+
 def sglang_prefill_graphs(gpu: GPU, layout: Layout, knobs: Knobs, spec: ModelSpec) -> bool:
     """Whether SGLang 0.5.23 captures prefill CUDA graphs by the time it sizes its fraction: its default backend is
     breakable on CUDA and disabled elsewhere (model_executor/cuda_graph_config.default_prefill_backend), and
@@ -79,7 +88,7 @@ def sglang_reserve_mib(gpu: GPU, layout: Layout, knobs: Knobs, spec: ModelSpec) 
     attention-DP rank; with prefill graphs (`sglang_prefill_graphs`) 1.5 GiB for an MLA model or 8 MiB a captured
     prefill size otherwise, and 1 GiB more where they run DeepEP; `floor` what lifts the sum to 10 GiB on a GPU over
     60 GiB; 2 GiB when the decode graphs run DeepEP, on top of the floor."""
-    max_bs = knobs.cuda_graph_max_bs or sglang_cuda_graph_max_bs(gpu, layout.stage_gpus)
+    max_bs = sglang_decode_max_bs(gpu, layout, knobs)
     chunked = knobs.max_num_batched_tokens * layout.dp     # the server flag: per-DP-rank knob x dp
     deepep = uses_deepep(layout, gpu)
     terms = {"constant": 512.0, "activations": max(chunked, 2048) * 1.5,
@@ -132,7 +141,7 @@ def sglang_reserve_words(gpu: GPU, layout: Layout, knobs: Knobs, spec: ModelSpec
     for the decode graphs ...', for the lines that explain a low or negative default."""
     reserve = sglang_reserve_mib(gpu, layout, knobs, spec)
     largest = sorted(((v, k) for k, v in reserve.items() if v > 0), reverse=True)[:terms]
-    max_bs = knobs.cuda_graph_max_bs or sglang_cuda_graph_max_bs(gpu, layout.stage_gpus)
+    max_bs = sglang_decode_max_bs(gpu, layout, knobs)
     fill = dict(chunk=knobs.max_num_batched_tokens * layout.dp, dp=layout.dp, gpus=layout.stage_gpus * layout.pp,
                 max_bs=max_bs, dp_mib=4.5 if max_bs > 300 else 3)
     named = ", ".join(f"{v * MiB / GiB:.1f} GiB {RESERVE_WORDS[k].format(**fill)}" for v, k in largest)
