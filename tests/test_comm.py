@@ -220,9 +220,9 @@ def test_deepep_normal_kernels_cross_rdma_once_per_other_node():
     spec, topo = load_model("deepseek-v3").spec, load_topology("4x8xh200-ib")
     calib, layout = load_calibration(None, topo), Layout(tp=1, dp=32, ep=32)
     prefill = Batch(0, 0, 16384, 0)
-    sglang = ffn_comm(spec, layout, prefill, topo, calib, True, True, "sglang")
-    vllm = ffn_comm(spec, layout, prefill, topo, calib, True, True, "vllm")
+    sglang = ffn_comm(spec, layout, prefill, topo, calib, True, "sglang")
+    vllm = ffn_comm(spec, layout, prefill, topo, calib, True, "vllm")
     assert sglang["moe.dispatch"] < 0.6 * vllm["moe.dispatch"]
     decode = Batch(64, 4096)
-    assert ffn_comm(spec, layout, decode, topo, calib, True, True, "sglang") == \
-        ffn_comm(spec, layout, decode, topo, calib, True, True, "vllm")
+    assert ffn_comm(spec, layout, decode, topo, calib, True, "sglang") == \
+        ffn_comm(spec, layout, decode, topo, calib, True, "vllm")

@@ -187,8 +187,8 @@ def test_moe_collective_follows_the_deepep_rule_and_sglang_head_split():
     from mla_planner.perf.layer_work import Batch, head_ops
     spec, topo = load_model("deepseek-v3").spec, load_topology("2x8xh200-ib")
     calib = load_calibration(None, topo)
-    full = ffn_comm(spec, Layout(tp=1, dp=8, ep=8), Batch(8, 2048), topo, calib, True, True, "sglang")
-    part = ffn_comm(spec, Layout(tp=2, dp=4, ep=4), Batch(8, 2048), topo, calib, True, True, "sglang")
+    full = ffn_comm(spec, Layout(tp=1, dp=8, ep=8), Batch(8, 2048), topo, calib, True, "sglang")
+    part = ffn_comm(spec, Layout(tp=2, dp=4, ep=4), Batch(8, 2048), topo, calib, True, "sglang")
     assert "moe.dispatch" in full and "moe.dp_gather" in part
     lay = Layout(tp=1, dp=8, ep=8)
     assert head_ops(spec, lay, 8, "sglang")[0].bytes * 8 == head_ops(spec, lay, 8, "vllm")[0].bytes

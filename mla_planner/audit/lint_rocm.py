@@ -15,7 +15,8 @@ a command that asks for it is checked against what the engines and MoRI assert a
                 --max-num-batched-tokens; the heap is allocated at distributed init, before the memory snapshot,
                 so it sits outside --gpu-memory-utilization
   SGLang 0.5.23 SGLANG_MORI_NUM_MAX_DISPATCH_TOKENS_PER_RANK (default 4096, srt/environ.py) must hold the per-rank
-                chunked prefill (arg_groups/moe_hook.py asserts it)
+                chunked prefill (arg_groups/moe_hook.py asserts it); DeepSeek-V4 inside one host runs MoRI's EPv2,
+                whose own arena is made before the KV pool (engines.dispatch.uses_mori_epv2): no heap to check
   MoRI          one op's buffers come out of the symmetric heap, MORI_SHMEM_HEAP_SIZE (2 GiB by default, 4 GiB in
                 newer MoRI); too small a heap fails with "Out of symmetric heap memory!" (memory.terms.mori_heap_bytes)
 """
@@ -26,6 +27,7 @@ import re
 
 from mla_planner.core.units import GiB
 from mla_planner.engines.backends import backend
+from mla_planner.engines.dispatch import dispatch_format, uses_mori_epv2
 from mla_planner.engines.memory_rules import engine_default_knobs
 from mla_planner.engines.profile import AITER_RESERVE_CONTEXT, sglang_hip_backend
 from mla_planner.engines.parallel import MORI_DEFAULT_HEAP_BYTES, SGLANG_MORI_TOKENS, SGLANG_MORI_TOKENS_ENV
@@ -122,8 +124,8 @@ def mori_findings(engine: str, env: dict, values: dict, spec: ModelSpec, topo: T
                         f"{tokens}: SGLang asserts it holds the per-rank chunked prefill ({chunk} tokens) at start; "
                         f"export {SGLANG_MORI_TOKENS_ENV}={chunk} (unless your shell does) or lower "
                         "--chunked-prefill-size"))
-    if spec.is_moe:
-        out += _heap(env, mori_heap_bytes(spec, ep, tokens), tokens)
+    if spec.is_moe and not uses_mori_epv2(engine, spec, layout, topo.gpu):     # EPv2 builds its own arena
+        out += _heap(env, mori_heap_bytes(spec, ep, tokens, dispatch_format(engine, spec, topo.gpu)), tokens)
     return out
 
 

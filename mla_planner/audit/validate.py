@@ -148,7 +148,7 @@ def _ep_all_to_all(run: dict) -> float:
     rank of `model` over `gpus` of `topology`, with the kernels the GPU's engines run (MoRI forwards across nodes)."""
     spec, topo = load_model(run["model"]).spec, load_topology(run["topology"])
     dispatch_s, combine_s = ep_all_to_all_s(spec, run["tokens"], run["gpus"], topo, load_calibration(None, topo),
-                                            run.get("fp8_dispatch", True), run["gpus"] > topo.domain_gpus,
+                                            run.get("dispatch", "fp8"), run["gpus"] > topo.domain_gpus,
                                             a2a_library(topo.gpu) == "mori")
     return (dispatch_s if run["phase"] == "dispatch" else combine_s) * 1e6
 

@@ -29,7 +29,7 @@ def engine_layout_problem(spec: ModelSpec, topo: Topology, layout: Layout, engin
     (engines.parallel.uses_ep_all_to_all)."""
     return (launch_problem(engine, layout, topo.gpus_per_node)
             or (a2a_problem(engine, layout, topo) if deepep is not False else "")
-            or deepep_experts_problem(engine, spec, layout, topo.gpu)
+            or deepep_experts_problem(engine, spec, layout)
             or sglang_fp8_dense_problem(spec, layout, engine, dense_per_rank, deepep)
             or sglang_dsa_dcp_problem(spec, layout, engine))
 

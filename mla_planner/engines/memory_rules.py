@@ -90,8 +90,9 @@ class StageCosts:
     nccl_bytes: float
     runtime_bytes: float
     slot_bytes: float           # bytes one physical token slot costs this GPU (all its layers)
-    a2a_bytes: float = 0.0      # DeepEP buffer at model init, charged like the weights; heap_bytes: MoRI's (AMD),
-    heap_bytes: float = 0.0     # outside both engines' budgets (memory.terms)
+    a2a_bytes: float = 0.0      # DeepEP's buffer or SGLang's MoRI EPv2 arena (`a2a_name`), charged like the weights;
+    heap_bytes: float = 0.0     # MoRI's EPv1 heap (AMD), outside both engines' budgets (memory.terms)
+    a2a_name: str = "deepep_buffer"
     profiled_comm_bytes: float = 0.0    # a communicator the profile run creates: charged (memory.terms)
     pool: Optional[CompressedPool] = None   # DeepSeek-V4: the engine's capacity rule instead of bytes per slot
     fraction_scale: float = 1.0     # SGLang's pool at this x its fraction (ROCm's aiter reserve: engines.profile)

@@ -5,7 +5,6 @@ under DP attention."""
 from __future__ import annotations
 
 from mla_planner.core.units import GiB
-from mla_planner.specs.attention.kinds import attention_of
 from mla_planner.specs.layout import Layout, rdma_between_nodes
 
 MORI_DEFAULT_HEAP_BYTES = 2 * GiB     # MoRI's default symmetric heap (vLLM 0.33 all2all.py; 4 GiB in newer MoRI)
@@ -34,18 +33,12 @@ def uses_deepep(layout: Layout, gpu) -> bool:
     return uses_ep_all_to_all(layout) and a2a_library(gpu) == "deepep"
 
 
-def deepep_experts_problem(engine: str, spec, layout: Layout, gpu=None) -> str:
+def deepep_experts_problem(engine: str, spec, layout: Layout) -> str:
     """Why `engine` cannot run this checkpoint's experts behind DeepEP ('' when it can). SGLang 0.5.23 runs
     int4 group-quantized experts (AWQ: layers/quantization/awq/schemes/awq_moe.py; compressed-tensors W4A16:
     compressed_tensors_wNa16_moe.py) on its Marlin MoE runner, registered for the standard dispatch only
     (layers/moe/moe_runner/marlin.py: `register_fused_func("none", "marlin")`, no DeepEP permute), so DP
-    attention + EP over DeepEP has no kernel for them. On AMD, DeepSeek-V4 over MoRI is not modelled: vLLM dispatches
-    its MXFP4 experts in FP4 (all2all_utils.py) and SGLang takes MoRI's EPv2 for it, whose op and heap are built before
-    the KV pool is sized (quantization/unquant.py), where the planner prices FP8 dispatch and a heap outside it."""
-    if gpu is not None and a2a_library(gpu) == "mori" and uses_ep_all_to_all(layout) \
-            and attention_of(spec).backend_family == "mla-compressed":
-        return ("DeepSeek-V4 over MoRI (AMD's all-to-all) is not modelled: vLLM dispatches its MXFP4 experts in FP4 "
-                "and SGLang builds MoRI's EPv2 heap before the KV pool" + NO_FALLBACK)
+    attention + EP over DeepEP has no kernel for them."""
     if engine == "sglang" and spec.is_moe and spec.expert_dtype == "int4" and uses_ep_all_to_all(layout):
         return ("SGLang 0.5.23 runs int4 experts (AWQ, compressed-tensors W4A16) on its Marlin MoE runner, which "
                 "has no DeepEP path (layers/moe/moe_runner/marlin.py)" + NO_FALLBACK)

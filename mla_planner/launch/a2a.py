@@ -102,7 +102,7 @@ def mori_heap_env(engine: str, spec: ModelSpec, layout: Layout, knobs: Knobs, gp
     if engine not in ("vllm", "sglang") or a2a_library(gpu) != "mori" or not priced_as_all_to_all(layout):
         return {}
     tokens = mori_tokens_per_rank(engine, knobs.max_num_seqs, knobs.max_num_batched_tokens, decode_query_len(knobs))
-    heap = mori_heap_allocated_bytes(spec, layout, tokens)
+    heap = mori_heap_allocated_bytes(engine, spec, layout, gpu, tokens)
     return {"MORI_SHMEM_HEAP_SIZE": f"{int(heap // GiB)}G"} if heap else {}
 
 

@@ -116,7 +116,7 @@ def _stage(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, rules:
                           knobs.indexer_kv_dtype,
                           decode_query_len(knobs)) \
         if is_compressed(spec) else None
-    deepep, heap = mt.a2a_memory_bytes(spec, layout, topo.gpu, deepep_dispatch_tokens(
+    a2a_name, a2a, heap = mt.a2a_memory_bytes(rules.engine, spec, layout, topo.gpu, deepep_dispatch_tokens(
         rules.engine, knobs.max_num_seqs, knobs.max_num_batched_tokens, decode_query_len(knobs)), mori_tokens_per_rank(
         rules.engine, knobs.max_num_seqs, knobs.max_num_batched_tokens, decode_query_len(knobs)))
     costs = StageCosts(
@@ -129,10 +129,10 @@ def _stage(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, rules:
         runtime_bytes=mt.runtime_overhead_bytes(topo.gpu),
         slot_bytes=pool.marginal_bytes_per_token() if pool else kv_slot_bytes(spec, layout, rng, knobs.kv_cache_dtype,
                                                                               mtp_layers),
-        pool=pool,
+        pool=pool, a2a_bytes=a2a, heap_bytes=heap, a2a_name=a2a_name,
         profiled_comm_bytes=mt.profiled_communicator_bytes(layout, topo)      # only the last stage gathers logits
         if last and profile_run_creates_comm(rules, topo.gpu) else 0.0,
-        a2a_bytes=deepep, heap_bytes=heap, fraction_scale=static_fraction_scale(knobs, topo.gpu, spec, layout))
+        fraction_scale=static_fraction_scale(knobs, topo.gpu, spec, layout))
     return _Stage(index, kv_layers, weights, costs)
 
 
@@ -153,7 +153,7 @@ def _rank(stage: _Stage, knobs: Knobs, rules: EngineRules, total: float, dcp: in
     pool_bytes, tokens = kv_pool(rules, knobs, total, c, dcp, rest)
     terms = dict(stage.weights)
     if c.a2a_bytes:
-        terms["deepep_buffer"] = c.a2a_bytes
+        terms[c.a2a_name] = c.a2a_bytes
     if c.heap_bytes:
         terms["mori_heap"] = c.heap_bytes
     if c.profiled_comm_bytes:
@@ -285,8 +285,8 @@ def _safe_fraction(stages: list[_Stage], knobs: Knobs, rules: EngineRules, total
         if inside > safe * base and ceiling_binds:   # only SGLang's own ceiling stands in the way
             return safe, (f"no fraction up to SGLang's own ceiling {safe:.3f} fits: on stage {s.index} the weights "
                           f"({s.costs.weights_bytes / gib:,.1f} GiB per GPU) and one KV block"
-                          + (f" with the DeepEP buffer ({s.costs.a2a_bytes / gib:,.1f} GiB)" if s.costs.a2a_bytes
-                             else "")
+                          + (f" with {mt.A2A_WORDS[s.costs.a2a_name]} ({s.costs.a2a_bytes / gib:,.1f} GiB)"
+                             if s.costs.a2a_bytes else "")
                           + f" need {inside / gib:,.1f} GiB of its static pool, more than {safe:.3f} x "
                           f"{base / gib:,.1f} GiB; SGLang keeps at least 10 GiB outside it when it picks the fraction "
                           "itself, so a higher --mem-fraction-static leaves less headroom than its own rule")

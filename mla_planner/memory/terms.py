@@ -17,6 +17,7 @@ from math import ceil
 
 from mla_planner.core.resources import data_dir, read_data
 from mla_planner.core.units import ACT_BYTES, GiB, MiB
+from mla_planner.engines.dispatch import PAYLOAD_BYTES, dispatch_format, scale_bytes_per_token, uses_mori_epv2
 from mla_planner.engines.parallel import MORI_DEFAULT_HEAP_BYTES, a2a_library, uses_ep_all_to_all
 from mla_planner.specs.attention.kinds import attention_of
 from mla_planner.specs.layout import Layout
@@ -173,38 +174,64 @@ def cuda_graph_bytes(spec: ModelSpec, layout: Layout, capture_sizes: list[int], 
     return float(pool + modes * len(capture_sizes) * GRAPH_BYTES_PER_CAPTURE)
 
 
-def mori_heap_bytes(spec: ModelSpec, ep: int, tokens_per_rank: int) -> float:
-    """MoRI's symmetric-heap need for one dispatch/combine op on one GPU (AMD's MoE all-to-all, the engines' EP path on
-    ROCm). ROCm/mori src/ops/dispatch_combine/dispatch_combine.cpp (EpDispatchCombineHandle::InitializeShmemBuf and
-    InitializeOrderMapBuf), for M = ep x tokens_per_rank receivable tokens: three staging buffers of M x (hidden x 2 B +
-    (4 + 4) B x top-k + scales), two token buffers of M x hidden x 2 B, five weight / index buffers of M x top-k x
-    4 B, two scale buffers, and a 4-byte map of M x local experts. Scales: FP8 dispatch for block-FP8 experts (vLLM
-    all2all_utils.py, SGLang moriep.py), hidden/128 fp32 per token; none for bf16 dispatch. Tokens per rank: vLLM's
-    --max-num-batched-tokens, SGLang's SGLANG_MORI_NUM_MAX_DISPATCH_TOKENS_PER_RANK."""
+def mori_heap_bytes(spec: ModelSpec, ep: int, tokens_per_rank: int, fmt: str) -> float:
+    """MoRI's symmetric-heap need for one EPv1 dispatch/combine op on one GPU (AMD's MoE all-to-all, the engines' EP
+    path on ROCm). ROCm/mori src/ops/dispatch_combine/dispatch_combine.cpp (EpDispatchCombineHandle::InitializeShmemBuf
+    and InitializeOrderMapBuf), for M = ep x tokens_per_rank receivable tokens: three staging buffers of M x (hidden x
+    2 B + (4 + 4) B x top-k + scales), two token buffers of M x hidden x 2 B, five weight / index buffers of M x top-k x
+    4 B, two scale buffers, and a 4-byte map of M x local experts. The token buffers are sized for BF16 whatever the
+    dispatch format (both engines pass the BF16 input's size: vLLM all2all_utils.py, SGLang moriep.py
+    max_token_type_size); the scales are the format's (engines.dispatch: hidden/32 bytes for FP8's fp32 per 128 and
+    FP4's e8m0 per 32 alike, none for BF16). Tokens per rank: vLLM's --max-num-batched-tokens, SGLang's
+    SGLANG_MORI_NUM_MAX_DISPATCH_TOKENS_PER_RANK."""
     d, k = spec.hidden_size, spec.num_experts_per_tok
-    scales = d // 128 * 4 if spec.expert_dtype == "fp8" else 0
+    scales = scale_bytes_per_token(fmt, d)
     m = ep * tokens_per_rank
     return float(m * (5 * d * ACT_BYTES + 44 * k + 5 * scales) + 4 * m * (spec.n_routed_experts // ep))
 
 
-def mori_heap_allocated_bytes(spec: ModelSpec, layout: Layout, tokens_per_rank: int) -> float:
-    """The symmetric heap MoRI allocates on one GPU under DP attention + EP on AMD (0 otherwise): MORI_SHMEM_HEAP_SIZE,
-    which the planner's scripts set to one op's need (`mori_heap_bytes`, the engines build one op for every MoE layer's
-    shape) rounded up to whole GiB, never below MoRI's 2 GiB default. Outside both engines' budgets: vLLM allocates it
-    at distributed init, before its memory snapshot (v1/worker/gpu_worker.py, like the NCCL buffers); SGLang's EPv1 op
-    (DeepSeek-R1/V3) builds it at the first dispatch, after the KV pool is sized (moriep.py init_mori_op)."""
-    if not (spec.is_moe and uses_ep_all_to_all(layout)):
+def mori_epv2_arena_bytes(spec: ModelSpec, ep: int, tokens_per_rank: int, fmt: str) -> float:
+    """The cco arena of SGLang's MoRI EPv2 op on one GPU (engines.dispatch.uses_mori_epv2), as SGLang 0.5.23 bounds
+    it (layers/moe/token_dispatcher/moriep.py _epv2_arena_bytes): for every receivable row (ep x tokens_per_rank,
+    SGLANG_MORI_PREALLOC_MAX_RECV_TOKENS unset) the dispatched token in `fmt` (hidden/2 B for FP4), its BF16 combine
+    (hidden x 2 B), its scales padded to 128 B, top-k x 8 B of weights and indices and a 4-byte count, plus 12 B per
+    rank and 12 regions aligned to 256 B. ROCm/mori's EpDispatchCombineConfig gives the receive cap
+    (effective_max_recv = ep x tokens_per_rank by default) and the token sizes. The communicator's window above it
+    only reserves address space (moriep.py _epv2_per_rank_vmm_gb)."""
+    d, k = spec.hidden_size, spec.num_experts_per_tok
+    rows = ep * tokens_per_rank
+    scale_row = -(-scale_bytes_per_token(fmt, d) // 128) * 128
+    per_row = int(d * PAYLOAD_BYTES[fmt]) + d * ACT_BYTES + scale_row + 8 * k + 4
+    return float(rows * per_row + 12 * ep + 12 * 256)
+
+
+def mori_heap_allocated_bytes(engine: str, spec: ModelSpec, layout: Layout, gpu, tokens_per_rank: int) -> float:
+    """The symmetric heap MoRI allocates on one GPU where `engine` runs its EPv1 op under DP attention + EP on AMD (0
+    otherwise, SGLang's EPv2 included): MORI_SHMEM_HEAP_SIZE, which the planner's scripts set to one op's need
+    (`mori_heap_bytes` in the engine's dispatch format; the engines build one op for every MoE layer's shape) rounded
+    up to whole GiB, never below MoRI's 2 GiB default. Outside both engines' budgets: vLLM allocates it at distributed
+    init, before its memory snapshot (v1/worker/gpu_worker.py, like the NCCL buffers); SGLang's EPv1 op (DeepSeek-R1/V3,
+    and V4 across hosts) builds it at the first dispatch, after the KV pool is sized (moriep.py init_mori_op)."""
+    if not (spec.is_moe and uses_ep_all_to_all(layout)) or a2a_library(gpu) != "mori" \
+            or uses_mori_epv2(engine, spec, layout, gpu):
         return 0.0
-    need = mori_heap_bytes(spec, layout.ep, tokens_per_rank)
+    need = mori_heap_bytes(spec, layout.ep, tokens_per_rank, dispatch_format(engine, spec, gpu))
     return float(max(MORI_DEFAULT_HEAP_BYTES, ceil(need / GiB) * GiB))
 
 
-def a2a_memory_bytes(spec: ModelSpec, layout: Layout, gpu, deepep_tokens: int, mori_tokens: int) -> tuple[float, float]:
-    """(DeepEP's buffer, charged like the weights; MoRI's heap, outside the budget) of the EP all-to-all `gpu`'s
-    engines run (engines.parallel.a2a_library)."""
-    if a2a_library(gpu) == "mori":
-        return 0.0, mori_heap_allocated_bytes(spec, layout, mori_tokens)
-    return deepep_buffer_bytes(spec, layout, deepep_tokens), 0.0
+A2A_WORDS = {"deepep_buffer": "the DeepEP buffer", "mori_epv2_arena": "MoRI's EPv2 arena"}
+
+
+def a2a_memory_bytes(engine: str, spec: ModelSpec, layout: Layout, gpu, deepep_tokens: int,
+                     mori_tokens: int) -> tuple[str, float, float]:
+    """(The memory term charged like the weights and its bytes: DeepEP's buffer, or SGLang's MoRI EPv2 arena; the bytes
+    outside the budget: MoRI's EPv1 heap) of the EP all-to-all `gpu`'s engines run (engines.parallel.a2a_library)."""
+    if a2a_library(gpu) != "mori":
+        return "deepep_buffer", deepep_buffer_bytes(spec, layout, deepep_tokens), 0.0
+    if uses_mori_epv2(engine, spec, layout, gpu):
+        fmt = dispatch_format(engine, spec, gpu)
+        return "mori_epv2_arena", mori_epv2_arena_bytes(spec, layout.ep, mori_tokens, fmt), 0.0
+    return "deepep_buffer", 0.0, mori_heap_allocated_bytes(engine, spec, layout, gpu, mori_tokens)
 
 
 def deepep_buffer_bytes(spec: ModelSpec, layout: Layout, tokens: int) -> float:

@@ -13,8 +13,9 @@ decoding query rows, sequences x q_len, q_len = 2 with MTP):
   ffn.dp_gather / ffn.dp_scatter    SGLang under DP attention: its dense MLP splits over tp x dp, so the dp
                           ranks' tokens are all-gathered before it and reduce-scattered after (none with
                           dense_per_rank, --moe-dense-tp-size 1: each rank runs the whole MLP on its tokens)
-  moe.dispatch / moe.combine        DP attention + EP: all-to-all of tokens/tp x k x d, fp8 (1 B + 4 B per
-                          128 scale) to dispatch where the GPU has fp8, bf16 to combine (DeepEP); a prefill
+  moe.dispatch / moe.combine        DP attention + EP: all-to-all of tokens/tp x k x d in the engine's dispatch
+                          format (engines.dispatch: fp8 1 B + 4 B per 128, fp4 0.5 B + 1 B per 32, or bf16), bf16
+                          to combine; a prefill
                           forward on an engine running DeepEP's normal kernels for it, across nodes: each token
                           once per other node over RDMA, then over NVLink (node_limited.node_limited_all_to_all_s)
   moe.dp_gather / moe.dp_scatter    DP attention without EP: all-gather of dp x b x d x 2 B before the MoE,
@@ -26,6 +27,7 @@ to its peer and the receiving stage all-gathering it (`send_tensor_dict(all_gath
 from __future__ import annotations
 
 from mla_planner.core.units import ACT_BYTES
+from mla_planner.engines.dispatch import dispatch_format, wire_bytes_per_value
 from mla_planner.engines.parallel import a2a_library, dense_tp, uses_ep_all_to_all
 from mla_planner.engines.profile import profile
 from mla_planner.perf.comm import collective_time_s
@@ -92,7 +94,7 @@ def attention_comm(spec: ModelSpec, layout: Layout, batch: Batch, topo: Topology
 
 
 def ffn_comm(spec: ModelSpec, layout: Layout, batch: Batch, topo: Topology, calib: Calibration,
-             moe: bool, fp8_dispatch: bool, engine: str = "vllm", dense_per_rank: bool = False) -> dict[str, float]:
+             moe: bool, engine: str = "vllm", dense_per_rank: bool = False) -> dict[str, float]:
     d, n = spec.hidden_size, batch.tokens
     stage, spans = layout.stage_gpus, stage_group_spans(layout, topo, engine)
     if not moe and ffn_rows(layout, engine, "dense_ffn", n, dense_per_rank) > n:
@@ -106,7 +108,8 @@ def ffn_comm(spec: ModelSpec, layout: Layout, batch: Batch, topo: Topology, cali
     if uses_ep_all_to_all(layout):   # the rule the launch follows (launch/a2a.py) and the memory model prices
         forwards = a2a_library(topo.gpu) == "mori" or (batch.prefill and not batch.decode
                                                         and profile(engine).deepep_normal_for_prefill)
-        dispatch_s, combine_s = ep_all_to_all_s(spec, n / layout.tp, stage, topo, calib, fp8_dispatch, spans, forwards)
+        fmt = dispatch_format(engine, spec, topo.gpu)
+        dispatch_s, combine_s = ep_all_to_all_s(spec, n / layout.tp, stage, topo, calib, fmt, spans, forwards)
         return {"moe.dispatch": dispatch_s, "moe.combine": combine_s}
     total = layout.dp * n * d * ACT_BYTES
     return {"moe.dp_gather": _ct("all_gather", total, stage, topo, calib, spans),
@@ -114,15 +117,15 @@ def ffn_comm(spec: ModelSpec, layout: Layout, batch: Batch, topo: Topology, cali
 
 
 def ep_all_to_all_s(spec: ModelSpec, tokens: float, gpus: int, topo: Topology, calib: Calibration,
-                    fp8_dispatch: bool, spans: bool, forwards: bool) -> tuple[float, float]:
+                    dispatch_fmt: str, spans: bool, forwards: bool) -> tuple[float, float]:
     """(dispatch, combine) seconds of the EP all-to-all for `tokens` on each of `gpus` ranks, each token going to its
-    k experts: FP8 dispatch with one fp32 scale per 128 values where the experts take it, BF16 combine. Per expert copy
-    (DeepEP's low-latency kernels, MoRI's IntraNode kernel; comm.py's all-to-all), or where `spans` nodes and the
+    k experts: dispatched in `dispatch_fmt` with its scales (engines.dispatch.wire_bytes_per_value), BF16 combine.
+    Per expert copy (DeepEP's low-latency kernels, MoRI's IntraNode kernel; comm.py's all-to-all), or where `spans` nodes and the
     kernels forward (`forwards`: DeepEP's normal kernels, SGLang's prefill; MoRI's InterNodeV1 / V1LL, every batch,
     whose published EP16 times the node-limited model meets within -36..-3 %, `mla-plan validate`) once per other node
     over RDMA, then inside the node (perf.node_limited)."""
     d, k = spec.hidden_size, spec.num_experts_per_tok
-    dispatch_b = (1 + 4 / 128) if fp8_dispatch else ACT_BYTES
+    dispatch_b = wire_bytes_per_value(dispatch_fmt)
     if spans and forwards:
         return tuple(node_limited_all_to_all_s(tokens, d * b, k, spec.n_routed_experts, gpus, topo, calib)
                      for b in (dispatch_b, ACT_BYTES))

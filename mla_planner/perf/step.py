@@ -143,8 +143,7 @@ def layer_time(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, ba
         terms[op.name] = max(m, f)
         mem_s, math_s = mem_s + m, math_s + f
     compute_s = sum(terms.values())
-    net = {**a_net, **ffn_comm(spec, layout, batch, topo, calib, moe, topo.gpu.has_fp8, knobs.engine,
-                               knobs.dense_per_rank)}
+    net = {**a_net, **ffn_comm(spec, layout, batch, topo, calib, moe, knobs.engine, knobs.dense_per_rank)}
     net = {k: v for k, v in net.items() if v}
     launch_s, network_s = calib.kernels_per_layer * calib.graph_kernel_overhead_s, sum(net.values())
     terms.update(net, launch=launch_s)

@@ -100,6 +100,8 @@ COMMANDS: dict[str, list[str]] = {
     "memory-v4flash-mi355x-vllm": ["memory", "-m", "deepseek-v4-flash", "-t", "8xmi355x", "--tp", "8"],
     "memory-r1-mori-sglang": ["memory", "-m", "deepseek-r1", "-t", "8xmi355x", "--tp", "1", "--dp", "8", "--ep", "8",
                               "-e", "sglang"],
+    "memory-v4flash-mori-epv2-sglang": ["memory", "-m", "deepseek-v4-flash", "-t", "8xmi355x", "--tp", "1", "--dp",
+                                        "8", "--ep", "8", "-e", "sglang"],
 }
 MODELS = ["deepseek-v3", "deepseek-r1", "deepseek-v2", "deepseek-v2-lite", "kimi-k2", "llama-3.1-70b"]
 TOPOLOGIES = ["2x8xh100-ib", "2x8xh100-ib-1nic", "2x8xh20-roce", "2x8xh200-ib", "2x8xl40s-eth", "4x8xa100-ib",
