@@ -35,6 +35,16 @@ def test_missing_file(cli, tmp_path):
 
 def test_unknown_model_name_suggests(cli):
     one_line_error(cli("show", "deepseek-v33"), "did you mean 'deepseek-v3'")
+    one_line_error(cli("show", "deepseek-v4"), "did you mean 'deepseek-v4-flash' or 'deepseek-v4-pro'")
+
+
+@pytest.mark.parametrize("name, words", [("deepseek-v4.1", "kv_source_layer_ids"),
+                                         ("deepseek-ai/DeepSeek-V4.1-Flash", "DeepseekV41ForCausalLM"),
+                                         ("moonshotai/Kimi-K3", "Kimi Delta Attention")])
+def test_a_family_the_planner_cannot_size_is_named_with_why(cli, name, words):
+    """A name of an architecture the engines serve but the planner does not model is refused with the reason, not
+    pointed at a different model ('deepseek-v4.1' used to suggest deepseek-v3.2)."""
+    one_line_error(cli("show", name), "not modelled", words)
 
 
 def test_empty_file(cli, tmp_path):

@@ -28,6 +28,9 @@ class FieldError(ValueError):
 
 
 def did_you_mean(word: str, choices) -> str:
-    """A ' (did you mean X?)' suffix when `word` is close to one of `choices`, else ''."""
-    close = difflib.get_close_matches(str(word), [str(c) for c in choices], n=1, cutoff=0.6)
-    return f" (did you mean '{close[0]}'?)" if close else ""
+    """A ' (did you mean X?)' suffix when `word` begins one or more of `choices` (up to three named: 'deepseek-v4'
+    for its two sizes) or is close to one of them, else ''."""
+    names, low = [str(c) for c in choices], str(word).lower()
+    started = [c for c in names if low and c.lower().startswith(low) and c.lower() != low][:3]
+    close = started or difflib.get_close_matches(str(word), names, n=1, cutoff=0.6)
+    return f" (did you mean {' or '.join(repr(c) for c in close)}?)" if close else ""

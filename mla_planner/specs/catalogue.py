@@ -45,6 +45,9 @@ NOT_MODELLED = {
                                       "per-request recurrent state TP splits); that state is not modelled yet",
 }
 
+# what a user types for them (a name or an HF id, case aside) -> the architecture, so the refusal says why
+NOT_MODELLED_NAMES = {"deepseek-v4.1": "DeepseekV41ForCausalLM", "kimi-k3": "KimiK3ForConditionalGeneration"}
+
 # multimodal architectures whose text model sits in `text_config` (the model_types it may have)
 NESTED_TEXT = {"KimiK25ForConditionalGeneration": {"kimi_k2", "deepseek_v3"}}
 # how each multimodal architecture's vision encoder is counted from its `vision_config`
@@ -92,6 +95,9 @@ def load_model(ref: str) -> LoadedModel:
     if path.suffix in (".yaml", ".yml") or kind == "file":
         spec = validate(ModelSpec, read_mapping(path), str(path))
         return LoadedModel(spec, spec.hf_id or spec.name, "spec")
+    family = next((arch for word, arch in NOT_MODELLED_NAMES.items() if word in ref.lower()), None)
+    if family:
+        raise InputError(ref, f"not modelled: {NOT_MODELLED[family]} ({family})")
     raise InputError(ref, "not a built-in model, nor an existing file or folder" + did_you_mean(ref, builtin_names())
                      + f"; built-ins: {', '.join(builtin_names())}")
 
