@@ -100,3 +100,49 @@ def test_v4_dp_ep_on_mi355x_emits_commands_the_engines_accept(cli, tmp_path, eng
     lint = json.loads(cli("lint", "-m", V4, "-t", "8xmi355x", "--json", "--", *[f"{k}={v}" for k, v in env],
                           *argv).stdout)
     assert not [f for f in lint["findings"] if f["level"] == "error"], lint["findings"]
+
+
+def test_sglangs_epv1_combines_fp4_tokens_in_fp8():
+    """Across hosts (EP16) SGLang falls back to MoRI's EPv1, whose default combine for FP4 weights is MoRI's FP8
+    blockwise one (1 B a value and 56 scales a token); inside a host EPv2 combines in BF16, as vLLM always does."""
+    from mla_planner.engines.dispatch import combine_format, combine_wire_bytes_per_value
+    spec, wide, one = load_model(V4).spec, load_topology("2x8xmi355x-roce"), load_topology("8xmi355x")
+    assert combine_format("sglang", spec, Layout(tp=1, dp=16, ep=16), wide.gpu) == "fp8"
+    assert combine_format("sglang", spec, Layout(tp=1, dp=8, ep=8), one.gpu) == "bf16"
+    assert combine_format("vllm", spec, Layout(tp=1, dp=16, ep=16), wide.gpu) == "bf16"
+    assert combine_wire_bytes_per_value("fp8", 4096) == 1 + 56 * 4 / 4096
+
+
+@pytest.mark.parametrize("env, warned", [([], False), (["SGLANG_MORI_EP_V2=false"], True),
+                                         (["MORI_ENABLE_SDMA=1"], True)])
+def test_lint_asks_for_a_heap_only_where_sglang_runs_epv1(cli, env, warned):
+    """A V4 SGLang command inside one host runs EPv2 (no heap to size), --ep-size given or not (SGLang sets it to the
+    stage's for MoRI); turned off, or with MoRI's SDMA path (EPv1 only), its heap is checked: at 16,384 tokens per
+    rank it needs 5.1 GiB, above MoRI's 2 GiB default."""
+    argv = ["SGLANG_USE_AITER=1", "SGLANG_MORI_NUM_MAX_DISPATCH_TOKENS_PER_RANK=16384", *env, "python", "-m",
+            "sglang.launch_server", "--model-path", "deepseek-ai/DeepSeek-V4-Flash", "--tp", "8", "--dp", "8",
+            "--enable-dp-attention", "--moe-a2a-backend", "mori", "--chunked-prefill-size", "131072"]
+    findings = json.loads(cli("lint", "-m", V4, "-t", "8xmi355x", "--json", "--", *argv).stdout)["findings"]
+    assert any(f["flag"] == "MORI_SHMEM_HEAP_SIZE" for f in findings) == warned, findings
+
+
+def test_disaggregated_pools_on_epv1_and_epv2_each_get_their_section(cli, tmp_path):
+    """With prefill across two hosts (EPv1, its heap) and decode inside one (EPv2, its arena), the README says each
+    pool's own memory and combine format, not one pool's for both."""
+    import yaml
+    topo = yaml.safe_load(open("topologies/2x8xmi355x-roce.yaml"))
+    topo["nodes"], topo["name"] = 3, "3x8xmi355x-roce"
+    path = tmp_path / "3x8.yaml"
+    path.write_text(yaml.safe_dump(topo))
+    r = cli("plan", "-m", V4, "-t", str(path), "-e", "sglang", "--json")
+    assert r.exit_code in (0, 1), r.output
+    plan = tmp_path / "plan.json"
+    plan.write_text(r.stdout)
+    pools = [i for i, d in enumerate(json.loads(r.stdout)["disaggregated"], 1)
+             if sorted(p["layout"]["ep"] for p in d["pools"]) == [8, 16]]
+    assert pools, "no deployment with one pool across hosts and one inside"
+    out = tmp_path / "d"
+    assert cli("emit", "--plan", str(plan), "--disaggregated", str(pools[0]), "--out", str(out)).exit_code == 0
+    readme = (out / "README.md").read_text()
+    assert "MoRI, prefill pool" in readme and "MoRI, decode pool" in readme
+    assert "`mori_heap` term" in readme and "`mori_epv2_arena` term" in readme

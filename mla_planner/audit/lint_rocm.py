@@ -24,6 +24,7 @@ a command that asks for it is checked against what the engines and MoRI assert a
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 from mla_planner.core.units import GiB
 from mla_planner.engines.backends import backend
@@ -124,9 +125,17 @@ def mori_findings(engine: str, env: dict, values: dict, spec: ModelSpec, topo: T
                         f"{tokens}: SGLang asserts it holds the per-rank chunked prefill ({chunk} tokens) at start; "
                         f"export {SGLANG_MORI_TOKENS_ENV}={chunk} (unless your shell does) or lower "
                         "--chunked-prefill-size"))
-    if spec.is_moe and not uses_mori_epv2(engine, spec, layout, topo.gpu):     # EPv2 builds its own arena
+    if spec.is_moe and not _epv2(engine, spec, replace(layout, ep=ep), topo, env):     # EPv2 builds its own arena
         out += _heap(env, mori_heap_bytes(spec, ep, tokens, dispatch_format(engine, spec, topo.gpu)), tokens)
     return out
+
+
+def _epv2(engine: str, spec: ModelSpec, layout: Layout, topo: Topology, env: dict) -> bool:
+    """SGLang runs MoRI's EPv2 (no symmetric heap) for this command: the planner's rule (SGLang sets the EP size to
+    the stage's for MoRI, overrides.py), unless the command turns it off (SGLANG_MORI_EP_V2 false) or asks for
+    MoRI's SDMA path, which is EPv1's only (arg_groups/moe_hook.py _mori_epv2_unsupported_reason)."""
+    return (uses_mori_epv2(engine, spec, layout, topo.gpu) and _on("sglang", env.get("SGLANG_MORI_EP_V2", "1"))
+            and not _on("sglang", env.get("MORI_ENABLE_SDMA", "0")))
 
 
 def _heap(env: dict, need: float, tokens: int) -> list[tuple[str, str, str]]:

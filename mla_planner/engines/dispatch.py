@@ -12,8 +12,10 @@ and BF16 otherwise. Its only ROCm MXFP4 MoE backend is AITER_MXFP4_BF16 (fused_m
 _get_priority_backends), W4A16, so DeepSeek-V4's MXFP4 experts go out in BF16 there.
 SGLang 0.5.23 (layers/moe/token_dispatcher/moriep.py set_quant_config): FP8 for FP8 expert weights, FP4 for
 float4_e2m1fn_x2 ones (DeepSeek-V4's experts on AMD: layers/quantization/fp8.py views them so for AITER's native
-MXFP4 MoE; other MXFP4 methods pass no weight dtype), BF16 otherwise; BF16 combine unless SGLANG_MORI_COMBINE_DTYPE
-says otherwise.
+MXFP4 MoE; other MXFP4 methods pass no weight dtype), BF16 otherwise. The combine comes back in BF16, except on
+SGLang's EPv1 op for FP4 weights (V4 across hosts), whose default combine is MoRI's FP8 blockwise one
+(moriep.py _MoriEPv1DispatcherImplBase._default_combine_dtype): 1 B a value and MORI_FP8_COMBINE_SCALE_DIM (56) scales
+a token (ROCm/mori dispatch_combine.cpp kDefaultFp8BlockwiseScaleDim; priced as fp32, the size of its other scales).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from mla_planner.specs.model import ModelSpec
 
 PAYLOAD_BYTES = {"fp8": 1.0, "fp4": 0.5, "bf16": float(ACT_BYTES)}
 SCALE_BLOCK_AND_BYTES = {"fp8": (128, 4), "fp4": (32, 1), "bf16": (0, 0)}
+MORI_FP8_COMBINE_SCALES = 56     # per token, MoRI's FP8 blockwise combine (MORI_FP8_COMBINE_SCALE_DIM default)
 SGLANG_EPV2_MAX_EP = 8     # arg_groups/moe_hook.py _mori_epv2_unsupported_reason: tp_size > 8 falls back to EPv1
 
 
@@ -42,6 +45,18 @@ def dispatch_format(engine: str, spec: ModelSpec, gpu) -> str:
 
 def _compressed(spec: ModelSpec) -> bool:
     return attention_of(spec).backend_family == "mla-compressed"
+
+
+def combine_format(engine: str, spec: ModelSpec, layout: Layout, gpu) -> str:
+    """The format the experts' outputs come back in: "fp8" on SGLang's MoRI EPv1 op for FP4-dispatched tokens, else
+    "bf16" (module docstring)."""
+    fp4_epv1 = dispatch_format(engine, spec, gpu) == "fp4" and not uses_mori_epv2(engine, spec, layout, gpu)
+    return "fp8" if engine == "sglang" and a2a_library(gpu) == "mori" and fp4_epv1 else "bf16"
+
+
+def combine_wire_bytes_per_value(fmt: str, hidden: int) -> float:
+    """Bytes on the wire per combined value: BF16's 2, or MoRI's FP8 blockwise 1 + 56 x 4 / hidden."""
+    return float(ACT_BYTES) if fmt == "bf16" else 1.0 + MORI_FP8_COMBINE_SCALES * 4 / hidden
 
 
 def scale_bytes_per_token(fmt: str, hidden: int) -> int:

@@ -144,7 +144,8 @@ def _all_to_alls(plan: Plan, d: DisaggCandidate, model_path: str) -> list[dict]:
     for pool in (d.prefill, d.decode):
         section = all_to_all(pool_inputs(plan, pool, model_path), d.engine)
         if section is not None:
-            found.setdefault((section["flag"], section["backend"]), []).append((pool.role, section))
+            key = (section["flag"], section["backend"], section["epv2"], section["gib"], section["combine"])
+            found.setdefault(key, []).append((pool.role, section))   # one section only where they say the same
     out = []
     for pools in found.values():
         roles = [role for role, _ in pools]

@@ -8,7 +8,7 @@ from typing import Optional
 
 from mla_planner import __version__
 from mla_planner.engines.backends import engine_version
-from mla_planner.engines.dispatch import dispatch_format, uses_mori_epv2
+from mla_planner.engines.dispatch import combine_format, dispatch_format, uses_mori_epv2
 from mla_planner.engines.layouts import PP_SPEC_ENV
 from mla_planner.engines.moe_configs import UNTUNED_LOG
 from mla_planner.engines.parallel import SGLANG_MORI_TOKENS_ENV, a2a_library, mori_tokens_per_rank
@@ -192,15 +192,15 @@ def all_to_all(inp: LaunchInputs, engine: str) -> Optional[dict]:
                                       decode_query_len(inp.knobs))
         tokens_from = ("--max-num-batched-tokens" if engine == "vllm" else f"{SGLANG_MORI_TOKENS_ENV}: the per-rank "
                        "chunked prefill, which SGLang asserts it holds, at least its 4096")
-        fmt = dispatch_format(engine, inp.spec, gpu)
+        fmt, back = dispatch_format(engine, inp.spec, gpu), combine_format(engine, inp.spec, inp.layout, gpu)
         epv2 = uses_mori_epv2(engine, inp.spec, inp.layout, gpu)
         gib = (mori_epv2_arena_bytes(inp.spec, inp.layout.ep, tokens, fmt) if epv2 else
                mori_heap_allocated_bytes(engine, inp.spec, inp.layout, gpu, tokens)) / 2**30
     else:
-        fmt, epv2 = dispatch_format(engine, inp.spec, gpu), False
+        fmt, back, epv2 = dispatch_format(engine, inp.spec, gpu), "bf16", False
         gib = a2a.low_latency_buffer_bytes(inp.spec, tokens) / 2**30
     return dict(flag=flag, backend=backend, gib=f"{gib:.1f}", tokens=tokens, tokens_from=tokens_from,
-                fallback=fallback, dispatch=fmt.upper(), library=library, epv2=epv2,
+                fallback=fallback, dispatch=fmt.upper(), combine=back.upper(), library=library, epv2=epv2,
                 scripts="every node-K.sh", pool="")
 
 

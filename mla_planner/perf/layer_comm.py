@@ -15,7 +15,7 @@ decoding query rows, sequences x q_len, q_len = 2 with MTP):
                           dense_per_rank, --moe-dense-tp-size 1: each rank runs the whole MLP on its tokens)
   moe.dispatch / moe.combine        DP attention + EP: all-to-all of tokens/tp x k x d in the engine's dispatch
                           format (engines.dispatch: fp8 1 B + 4 B per 128, fp4 0.5 B + 1 B per 32, or bf16), bf16
-                          to combine; a prefill
+                          to combine (MoRI's fp8 on SGLang's EPv1 for fp4 tokens); a prefill
                           forward on an engine running DeepEP's normal kernels for it, across nodes: each token
                           once per other node over RDMA, then over NVLink (node_limited.node_limited_all_to_all_s)
   moe.dp_gather / moe.dp_scatter    DP attention without EP: all-gather of dp x b x d x 2 B before the MoE,
@@ -27,7 +27,8 @@ to its peer and the receiving stage all-gathering it (`send_tensor_dict(all_gath
 from __future__ import annotations
 
 from mla_planner.core.units import ACT_BYTES
-from mla_planner.engines.dispatch import dispatch_format, wire_bytes_per_value
+from mla_planner.engines.dispatch import (combine_format, combine_wire_bytes_per_value, dispatch_format,
+                                         wire_bytes_per_value)
 from mla_planner.engines.parallel import a2a_library, dense_tp, uses_ep_all_to_all
 from mla_planner.engines.profile import profile
 from mla_planner.perf.comm import collective_time_s
@@ -108,8 +109,8 @@ def ffn_comm(spec: ModelSpec, layout: Layout, batch: Batch, topo: Topology, cali
     if uses_ep_all_to_all(layout):   # the rule the launch follows (launch/a2a.py) and the memory model prices
         forwards = a2a_library(topo.gpu) == "mori" or (batch.prefill and not batch.decode
                                                         and profile(engine).deepep_normal_for_prefill)
-        fmt = dispatch_format(engine, spec, topo.gpu)
-        dispatch_s, combine_s = ep_all_to_all_s(spec, n / layout.tp, stage, topo, calib, fmt, spans, forwards)
+        fmt, back = dispatch_format(engine, spec, topo.gpu), combine_format(engine, spec, layout, topo.gpu)
+        dispatch_s, combine_s = ep_all_to_all_s(spec, n / layout.tp, stage, topo, calib, fmt, spans, forwards, back)
         return {"moe.dispatch": dispatch_s, "moe.combine": combine_s}
     total = layout.dp * n * d * ACT_BYTES
     return {"moe.dp_gather": _ct("all_gather", total, stage, topo, calib, spans),
@@ -117,19 +118,20 @@ def ffn_comm(spec: ModelSpec, layout: Layout, batch: Batch, topo: Topology, cali
 
 
 def ep_all_to_all_s(spec: ModelSpec, tokens: float, gpus: int, topo: Topology, calib: Calibration,
-                    dispatch_fmt: str, spans: bool, forwards: bool) -> tuple[float, float]:
+                    dispatch_fmt: str, spans: bool, forwards: bool, combine_fmt: str = "bf16") -> tuple[float, float]:
     """(dispatch, combine) seconds of the EP all-to-all for `tokens` on each of `gpus` ranks, each token going to its
-    k experts: dispatched in `dispatch_fmt` with its scales (engines.dispatch.wire_bytes_per_value), BF16 combine.
+    k experts: dispatched in `dispatch_fmt` with its scales (engines.dispatch.wire_bytes_per_value), combined in
+    `combine_fmt` (BF16, or MoRI's FP8 blockwise on SGLang's EPv1 for FP4 tokens).
     Per expert copy (DeepEP's low-latency kernels, MoRI's IntraNode kernel; comm.py's all-to-all), or where `spans` nodes and the
     kernels forward (`forwards`: DeepEP's normal kernels, SGLang's prefill; MoRI's InterNodeV1 / V1LL, every batch,
     whose published EP16 times the node-limited model meets within -36..-3 %, `mla-plan validate`) once per other node
     over RDMA, then inside the node (perf.node_limited)."""
     d, k = spec.hidden_size, spec.num_experts_per_tok
-    dispatch_b = wire_bytes_per_value(dispatch_fmt)
+    dispatch_b, combine_b = wire_bytes_per_value(dispatch_fmt), combine_wire_bytes_per_value(combine_fmt, d)
     if spans and forwards:
         return tuple(node_limited_all_to_all_s(tokens, d * b, k, spec.n_routed_experts, gpus, topo, calib)
-                     for b in (dispatch_b, ACT_BYTES))
-    return tuple(_ct("all_to_all", tokens * k * d * b, gpus, topo, calib, spans) for b in (dispatch_b, ACT_BYTES))
+                     for b in (dispatch_b, combine_b))
+    return tuple(_ct("all_to_all", tokens * k * d * b, gpus, topo, calib, spans) for b in (dispatch_b, combine_b))
 
 
 def stages_share_node(layout: Layout, stage: int, topo: Topology, engine: str = "sglang") -> bool:
