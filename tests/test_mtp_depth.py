@@ -113,3 +113,21 @@ def test_dspark_commands_and_memory(cli, tmp_path, engine):
     buffers = [m["per_gpu"][0]["terms"].get("model_buffers", 0) for m in (plain, mem)]   # vLLM's, drafting or not
     assert plain["per_gpu"][0]["weights_bytes"] - buffers[0] + draft == \
         pytest.approx(mem["per_gpu"][0]["weights_bytes"] - buffers[1])
+
+
+def test_memory_and_compare_take_the_draft_depth_and_default_to_the_drafters(cli):
+    """`memory` and `compare` take --mtp-draft-tokens as `plan` does, and without it use the drafter's own depth:
+    DeepSeek-V4-Flash-0731's DSpark block (5), where they used to price one drafted token whatever the checkpoint."""
+    def knobs(*argv):
+        r = cli(*argv, "--json")
+        assert r.exit_code in (0, 1), r.output
+        data = json.loads(r.stdout)
+        return data["knobs"] if "knobs" in data else data["layouts"][0]["knobs"]
+    v4 = ("-m", "deepseek-v4-flash", "-t", "8xb200", "--mtp")
+    assert knobs("memory", *v4, "--tp", "8")["mtp_draft_tokens"] == 5
+    assert knobs("compare", *v4, "-l", "tp=8")["mtp_draft_tokens"] == 5
+    v3 = ("-m", "deepseek-v3", "-t", "8xh200", "--mtp", "--mtp-draft-tokens", "3")
+    assert knobs("memory", *v3, "--tp", "8")["mtp_draft_tokens"] == 3
+    assert knobs("compare", *v3, "-l", "tp=8")["mtp_draft_tokens"] == 3
+    r = cli("memory", "-m", "deepseek-v3", "-t", "8xh200", "--tp", "8", "--mtp-draft-tokens", "3")
+    assert r.exit_code == 2 and "needs --mtp" in r.stderr

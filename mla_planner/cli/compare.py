@@ -14,8 +14,9 @@ from mla_planner.specs.attention.kinds import attention_of
 from mla_planner.specs.calibration import int4_experts_note, load_calibration
 from mla_planner.cli.params import Opt, typed_options
 from mla_planner.cli.common import (DEFAULT_MODEL, DEFAULT_TOPOLOGY, GraphCapOpt, ImagesOpt, JsonOpt, ModelOpt,
-                                    MtpAcceptanceOpt, PpPartitionOpt, TopologyOpt, check_acceptance, check_context,
-                                    check_images, check_mtp, guard, print_json, lower_case)
+                                    MtpAcceptanceOpt, MtpDraftOpt, PpPartitionOpt, TopologyOpt, check_acceptance,
+                                    check_context, check_draft_tokens, check_images, check_mtp, guard, print_json,
+                                    lower_case)
 from mla_planner.cli.compare_render import render, verdict
 from mla_planner.cli.options import (bounded, fraction_from_flags, graph_cap_choice, kv_dtype_choice, kv_knobs,
                                      partition_choice)
@@ -40,8 +41,8 @@ from mla_planner.specs.topology import load_topology
 
 # what --plan fixes: its candidates' knobs and its workload (the calibration may still be given)
 PLAN_SETS = ("model", "topology", "engine", "input_len", "output_len", "tpot_ms", "ttft_ms", "kv_cache_dtype",
-             "enforce_eager", "mtp", "mtp_acceptance", "images", "dense_per_rank", "max_num_seqs", "block_size",
-             "max_num_batched_tokens", "pp_layer_partition", "cuda_graph_max_bs", "gpu_memory_utilization",
+             "enforce_eager", "mtp", "mtp_draft_tokens", "mtp_acceptance", "images", "dense_per_rank", "max_num_seqs",
+             "block_size", "max_num_batched_tokens", "pp_layer_partition", "cuda_graph_max_bs", "gpu_memory_utilization",
              "mem_fraction_static", "memory_fraction")
 SERVING_ONLY = {"step_s", "collectives_s", "tpot_s", "network_wait_share", "decode_network_wait_share", "ttft_s",
                 "ttft_longest_s", "alone_tpot_s"}
@@ -139,6 +140,7 @@ def compare_cmd(ctx: click.Context, layouts: Annotated[Optional[list[str]], Opt(
                 mtp: Annotated[bool, Opt("--mtp", help="Serve with the model's MTP layer drafting a "
                                                   "token per step (speculative decoding; SGLang then defaults "
                                                   "to 48 running requests).")] = False,
+                mtp_draft_tokens: MtpDraftOpt = None,
                 mtp_acceptance: MtpAcceptanceOpt = MTP_ACCEPTANCE,
                 images: ImagesOpt = False,
                 dense_per_rank: Annotated[bool, Opt(
@@ -217,6 +219,7 @@ def compare_cmd(ctx: click.Context, layouts: Annotated[Optional[list[str]], Opt(
                         tpot_ms=tpot_ms, ttft_ms=ttft_ms, mtp_acceptance=mtp_acceptance)
     check_context(spec, workload)
     check_mtp(spec, mtp)
+    check_draft_tokens(mtp_draft_tokens, mtp)
     check_images(spec, images)
     if dense_per_rank and engine != "sglang":
         raise PlanError("--dense-per-rank is SGLang's choice: vLLM always runs the dense parts on each DP rank's "
@@ -235,6 +238,7 @@ def compare_cmd(ctx: click.Context, layouts: Annotated[Optional[list[str]], Opt(
                                     cuda_graphs=not enforce_eager, max_num_seqs=seqs,
                                     max_num_batched_tokens=chunk, cuda_graph_max_bs=graphs,
                                     max_model_len=workload.max_context_len, mtp=mtp, images=images,
+                                    mtp_draft_tokens=mtp_draft_tokens,
                                     pp_layer_partition=partition_choice(pp_layer_partition, spec, layout)
                                     if layout.pp == stages else None)
         per_rank = dense_per_rank and dense_per_rank_applies(layout, engine)

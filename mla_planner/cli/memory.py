@@ -10,8 +10,8 @@ from rich.table import Table
 from mla_planner.engines.backends import default_engine
 from mla_planner.cli.params import Opt
 from mla_planner.cli.common import (DEFAULT_MODEL, DEFAULT_TOPOLOGY, GraphCapOpt, ImagesOpt, JsonOpt, ModelOpt,
-                                    PpPartitionOpt, TopologyOpt, check_images, check_mtp, guard, human_bytes,
-                                    print_json, lower_case)
+                                    MtpDraftOpt, PpPartitionOpt, TopologyOpt, check_draft_tokens, check_images,
+                                    check_mtp, guard, human_bytes, print_json, lower_case)
 from mla_planner.cli.console import console
 from mla_planner.cli.plannable import check_plannable
 from mla_planner.engines.compressed_pool import indexer_choice_flag
@@ -79,6 +79,7 @@ def memory_cmd(
     mtp: Annotated[bool, Opt("--mtp", help="Serve with the MTP draft layer (vLLM --speculative-config, "
                                       "SGLang --speculative-algorithm EAGLE): its weights and KV on the last "
                                       "stage, its CUDA graphs.")] = False,
+    mtp_draft_tokens: MtpDraftOpt = None,
     enforce_eager: Annotated[bool, Opt("--enforce-eager", help="No CUDA graphs (vLLM --enforce-eager, "
                                                 "SGLang --cuda-graph-backend-decode disabled).")] = False,
     dense_per_rank: Annotated[bool, Opt(
@@ -112,6 +113,7 @@ def memory_cmd(
     check_plannable(spec, "memory", topo.gpu)
     engine = engine or default_engine(spec, topo.gpu)
     check_mtp(spec, mtp)
+    check_draft_tokens(mtp_draft_tokens, mtp)
     check_images(spec, images)
     layout = _layout(tp, pp, dp, ep, dcp, kv_layout, topo)
     problems = layout_problems(layout, spec, topo.gpus_per_node, topo.total_gpus)
@@ -122,7 +124,8 @@ def memory_cmd(
                    dict(**cache, max_model_len=_model_len(spec, engine, max_model_len),
                         max_num_seqs=bounded("--max-num-seqs", max_num_seqs),
                         max_num_batched_tokens=bounded("--max-num-batched-tokens", max_num_batched_tokens),
-                        mtp=mtp, images=images, cuda_graphs=not enforce_eager, indexer_kv_dtype=indexer_choice_flag(
+                        mtp=mtp, mtp_draft_tokens=mtp_draft_tokens, images=images, cuda_graphs=not enforce_eager,
+                        indexer_kv_dtype=indexer_choice_flag(
                             spec, engine, topo.gpu, indexer_kv_dtype),
                         cuda_graph_max_bs=graph_cap_choice(cuda_graph_max_bs, enforce_eager),
                         pp_layer_partition=partition_choice(pp_layer_partition, spec, layout)), engine_version)

@@ -203,6 +203,8 @@ def engine_default_knobs(engine: str, spec: ModelSpec, topo: Topology, dp: int =
     if is_compressed(spec):
         base.update(engine_defaults(engine))
     base.update({k: v for k, v in given.items() if v is not None})
+    if base.get("mtp") and given.get("mtp_draft_tokens") is None:   # the drafter's own depth (a DSpark block)
+        base["mtp_draft_tokens"] = spec.default_draft_tokens
     if engine == "sglang" and base.get("mtp") and given.get("max_num_seqs") is None and not is_compressed(spec):
         # (DeepSeek-V4's model hook sets its 256 first, so the speculative hook's 48 never applies: deepseek_v4_hook.py)
         base["max_num_seqs"] = max(SGLANG_SPECULATIVE_MAX_RUNNING // dp, 1)   # the server's, split over DP ranks
