@@ -127,6 +127,20 @@ def test_the_benchmark_result_against_the_plan(cli, plans, tmp_path):
     assert _run(cli, plan, _log(tmp_path, *_vllm_start(kv)))[1]["benchmark"]["status"] == "absent"
 
 
+def test_a_benchmark_through_a_balancer_is_held_against_one_replica(cli, plans, tmp_path):
+    """bench.sh says how many replicas stood behind the endpoint it loaded ('mla-plan bench: REPLICAS=N'): two at
+    1.2x one replica's planned tok/s in all ran at 0.6x each, which contradicts the plan; one at 1.2x does not."""
+    plan, cand = plans["vllm"]
+    planned = cand["performance"]["throughput_tokens_per_s"] / cand["layout"]["replicas"]
+    kv = cand["memory"]["kv_capacity_tokens"]
+    for replicas, status in ((2, "fail"), (1, "ok")):
+        bench = [f"mla-plan bench: REPLICAS={replicas} CONCURRENCY=64",
+                 f"{'Output token throughput (tok/s):':<40} {1.2 * planned:<10.2f}", f"{'Mean TPOT (ms):':<40} 45.00"]
+        checks = _run(cli, plan, _log(tmp_path, *_vllm_start(kv), *bench))[1]
+        assert checks["benchmark"]["status"] == status, checks["benchmark"]
+        assert ("over 2 replicas" in checks["benchmark"]["text"]) == (replicas == 2)
+
+
 def test_a_kv_dtype_other_than_the_candidates_and_nccl_s_own_verdict(cli, plans, tmp_path):
     """The engine ran another candidate's KV dtype; and where NCCL logs 'Using network IB' a stray NET/Socket
     line (its bootstrap) is not a fallback."""

@@ -158,8 +158,11 @@ def test_bench_and_nccl_tests_output_without_a_plan(cli, tmp_path):
     bench = ["============ Serving Benchmark Result ============",
              f"{'Output token throughput (tok/s):':<40} {4000.12:<10.2f}", f"{'Mean TPOT (ms):':<40} {48.2:<10.2f}"]
     code, data, checks = _run(cli, _log(tmp_path, VLLM_033[-1:] + bench))
-    assert code == 0 and data["facts"]["benchmark"] == {"output_tokens_per_s": 4000.12, "mean_tpot_ms": 48.2}
+    assert code == 0 and data["facts"]["benchmark"] == {"output_tokens_per_s": 4000.12, "mean_tpot_ms": 48.2,
+                                                         "replicas": None}
     assert checks["benchmark"]["text"].startswith("bench.sh: 4,000 output tok/s, mean TPOT 48.2 ms")
+    code, data, checks = _run(cli, _log(tmp_path, VLLM_033[-1:] + ["mla-plan bench: REPLICAS=3 CONCURRENCY=96"] + bench))
+    assert data["facts"]["benchmark"]["replicas"] == 3 and "over 3 replicas" in checks["benchmark"]["text"]
     table = ["# Collective test starting: all_reduce_perf",
              "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw",
              "     1048576        262144     float     sum      -1    71.93   14.58   27.34      0    71.50   14.66",

@@ -178,8 +178,11 @@ def _bench(facts: LogFacts, cand: Candidate, plan: Plan) -> LogCheck:
     if got is None or not (perf and perf.throughput_tokens_per_s):
         return LogCheck("benchmark", "absent", "no benchmark result ('Output token throughput (tok/s):'): add "
                                                "bench.sh's output to compare its tok/s and TPOT with the plan")
-    planned = perf.throughput_tokens_per_s / cand.layout.replicas
-    words = f"bench.sh: {got:,.0f} output tok/s against the plan's {planned:,.0f} ({got / planned:.2f}x)"
+    planned, shared = perf.throughput_tokens_per_s / cand.layout.replicas, int(facts.bench.get("replicas") or 1)
+    words = (f"bench.sh: {got:,.0f} output tok/s" + (f" over {shared} replicas, {got / shared:,.0f} each," if shared > 1
+                                                     else "") + f" against the plan's {planned:,.0f} for one")
+    got /= shared                                 # through a balancer: each replica's share is what the plan prices
+    words += f" ({got / planned:.2f}x)"
     if tpot is not None and perf.tpot_s:
         words += f", mean TPOT {tpot:.1f} ms against {perf.tpot_s * 1e3:.1f} ms"
     limit_ms = max(plan.workload.tpot_ms, (perf.tpot_s or 0.0) * 1e3)   # a shortfall candidate's own TPOT

@@ -31,7 +31,8 @@ a note, never a traceback. The formats, from the engines' own source (the wheels
   NCCL    with NCCL_DEBUG=INFO: "NCCL version %s"; "Channel %02d/%d : %d[%d] -> %d[%d] via P2P/CUMEM|IPC|direct
           pointer|indirect/..." (src/transport/p2p.cc:p2pSendSetup), "... via SHM/%s/%s" (shm.cc:shmSendSetup),
           "... [send] via NET/%s/%d/GDRDMA" (net.cc:sendSetup); "Using network IB"; "NET/IB : Using [0]mlx5_0:1/IB"
-  bench   "Output token throughput (tok/s):" and "Mean TPOT (ms):" (vllm/benchmarks/serve.py, sglang/bench_serving.py)
+  bench   "Output token throughput (tok/s):" and "Mean TPOT (ms):" (vllm/benchmarks/serve.py, sglang/bench_serving.py);
+          bench.sh's own "mla-plan bench: REPLICAS=N" (the replicas behind the endpoint it loaded)
 """
 
 from __future__ import annotations
@@ -77,7 +78,8 @@ NCCL_VIA = re.compile(r"\] via (?:P2P/(direct pointer|CUMEM|MNNVL|IPC|indirect)[
                       re.M)
 BENCH = {"tok_s": (re.compile(r"Output token throughput \(tok/s\):[ \t]{0,200}"), MAX_RATE,
                    "an 'Output token throughput (tok/s):' line"),
-         "tpot_ms": (re.compile(r"Mean TPOT \(ms\):[ \t]{0,200}"), MAX_MS, "a 'Mean TPOT (ms):' line")}
+         "tpot_ms": (re.compile(r"Mean TPOT \(ms\):[ \t]{0,200}"), MAX_MS, "a 'Mean TPOT (ms):' line"),
+         "replicas": (re.compile(r"mla-plan bench: REPLICAS="), 1e5, "bench.sh's 'mla-plan bench: REPLICAS=' line")}
 REFUSED = re.compile(r"No available memory for the cache blocks|KV cache is needed, which is larger than the available "
                      r"KV cache memory|Loaded weights leave no GPU memory for the KV cache|CUDA out of memory|"
                      r"torch\.OutOfMemoryError|Not enough memory\. Please try to increase --mem-fraction-static|"

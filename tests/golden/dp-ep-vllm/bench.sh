@@ -15,6 +15,8 @@ PROMPTS=$((4 * CONCURRENCY))
 RESULT="bench-c${CONCURRENCY}"
 curl -sf "http://${BENCH_HOST}:${BENCH_PORT}/health" >/dev/null \
   || { echo "no healthy server at ${BENCH_HOST}:${BENCH_PORT}" >&2; exit 1; }
+# read by `mla-plan check-log`, which holds one replica's share of the throughput against the plan
+echo "mla-plan bench: REPLICAS=${REPLICAS} CONCURRENCY=${CONCURRENCY}"
 
 exec vllm bench serve \
     --model deepseek-ai/DeepSeek-V3 \
