@@ -121,10 +121,10 @@ def ep_all_to_all_s(spec: ModelSpec, tokens: float, gpus: int, topo: Topology, c
                     dispatch_fmt: str, spans: bool, forwards: bool, combine_fmt: str = "bf16") -> tuple[float, float]:
     """(dispatch, combine) seconds of the EP all-to-all for `tokens` on each of `gpus` ranks, each token going to its
     k experts: dispatched in `dispatch_fmt` with its scales (engines.dispatch.wire_bytes_per_value), combined in
-    `combine_fmt` (BF16, or MoRI's FP8 blockwise on SGLang's EPv1 for FP4 tokens).
-    Per expert copy (DeepEP's low-latency kernels, MoRI's IntraNode kernel; comm.py's all-to-all), or where `spans` nodes and the
-    kernels forward (`forwards`: DeepEP's normal kernels, SGLang's prefill; MoRI's InterNodeV1 / V1LL, every batch,
-    whose published EP16 times the node-limited model meets within -36..-3 %, `mla-plan validate`) once per other node
+    `combine_fmt` (BF16, or MoRI's FP8 blockwise on SGLang's EPv1 for FP4 tokens). Per expert copy (DeepEP's
+    low-latency kernels, MoRI's IntraNode kernel; comm.py's all-to-all), or where `spans` nodes and the kernels
+    forward (`forwards`: DeepEP's normal kernels, SGLang's prefill; MoRI's InterNodeV1 / V1LL, every batch, whose
+    published EP16 times the node-limited model meets within -36..-3 %, `mla-plan validate`) once per other node
     over RDMA, then inside the node (perf.node_limited)."""
     d, k = spec.hidden_size, spec.num_experts_per_tok
     dispatch_b, combine_b = wire_bytes_per_value(dispatch_fmt), combine_wire_bytes_per_value(combine_fmt, d)
