@@ -4,6 +4,8 @@ balances the stages' KV pools, and SGLang's one budget for all ranks."""
 from __future__ import annotations
 
 import json
+import re
+import shlex
 from dataclasses import replace
 from itertools import combinations
 from pathlib import Path
@@ -167,3 +169,24 @@ def test_a_split_that_fits_where_the_engines_own_does_not_is_planned(cli, tmp_pa
     assert best["knobs"]["pp_layer_partition"] == [31, 30]
     assert best["memory"]["kv_capacity_tokens"] >= best["knobs"]["max_model_len"]
     assert any(r.startswith("pp_layer_partition: 31,30") and "no room" in r for r in best["reasons"])
+
+
+def test_lint_prices_the_split_the_command_exports(cli, tmp_path):
+    """lint holds a command to the pipeline split its VLLM_PP_LAYER_PARTITION gives: the script `plan --emit` wrote
+    for GLM-5 at tp4·pp2 on 8 x MI300X (41,37: the engine's own 39,39 leaves stage 1 no KV cache) lints clean, the
+    engine's own split does not fit, and a split that does not sum to the layers is the engine's start-up error."""
+    out = tmp_path / "out"
+    assert cli("plan", "-m", "glm-5", "-t", "8xmi300x", "-e", "vllm", "-l", "tp=4,pp=2", "--emit",
+               str(out)).exit_code == 0
+    script = (out / "node-0.sh").read_text()
+    env = dict(re.findall(r"^export (\S+)=(\S+)$", script, re.M))
+    argv = shlex.split(script[script.index("exec ") + 5:].replace("\\\n", " "))
+
+    def findings(split):
+        words = [f"{k}={v}" for k, v in env.items() if k != "VLLM_PP_LAYER_PARTITION"]
+        words += [f"VLLM_PP_LAYER_PARTITION={split}"] if split else []
+        return json.loads(cli("lint", "-m", "glm-5", "-t", "8xmi300x", "--json", "--", *words, *argv).stdout)["findings"]
+    assert not [f for f in findings(env["VLLM_PP_LAYER_PARTITION"]) if f["level"] == "error"]
+    assert any(f["level"] == "error" and f["flag"] == "memory" for f in findings(None))
+    bad = findings("40,37")
+    assert any(f["level"] == "error" and f["flag"] == "VLLM_PP_LAYER_PARTITION" and "78" in f["text"] for f in bad)

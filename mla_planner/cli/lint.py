@@ -11,7 +11,7 @@ import click
 from mla_planner.audit.lint import Finding, default_dispatch, eager_flag, layout_of, lint
 from mla_planner.audit.lint_command import FIELDS, Command, parse_command
 from mla_planner.audit.lint_memory import memory_findings
-from mla_planner.cli.options import knobs_from_flags, kv_knobs
+from mla_planner.cli.options import knobs_from_flags, kv_knobs, partition_choice
 from mla_planner.cli.params import Opt
 from mla_planner.cli.common import DEFAULT_TOPOLOGY, JsonOpt, TopologyOpt, guard, print_json
 from mla_planner.cli.plannable import check_plannable
@@ -19,6 +19,7 @@ from mla_planner.cli.console import console
 from mla_planner.core.errors import PlanError
 from mla_planner.core.files import MAX_COUNT, path_kind, user_path
 from mla_planner.engines.parser.tables import load_table
+from mla_planner.engines.profile import profile
 from mla_planner.engines.parser.values import to_number
 from mla_planner.specs.calibration import load_calibration
 from mla_planner.specs.catalogue import builtin_by_hf_id, load_model
@@ -90,6 +91,11 @@ def _memory(cmd: Command, spec, topo) -> list[Finding]:
     if cmd.engine == "sglang" and "fraction" in v and (fraction is None or fraction > 1):   # vLLM's parser bounds it
         return [Finding("error", "--mem-fraction-static", f"{v['fraction']}: not a fraction in (0, 1]; SGLang does not "
                         "check it: at 0 or below its KV pool is empty, above 1 it asks for more than the GPU holds")]
+    split_env = profile(cmd.engine).pp_partition_env
+    try:
+        split = partition_choice(cmd.env.get(split_env), spec, layout) if layout.pp > 1 else None
+    except PlanError as e:      # the engines refuse a split that does not match the stages and layers at start
+        return [Finding("error", split_env, str(e).replace("--pp-layer-partition", cmd.env[split_env], 1))]
     try:
         cache, _ = kv_knobs(spec, topo, layout, cmd.engine, v.get("kv", "auto").lower(), _number(v.get("block")))
         batched, seqs = _flag_number(cmd, "batched"), _number(v.get("max_seqs"))
@@ -101,7 +107,7 @@ def _memory(cmd: Command, spec, topo) -> list[Finding]:
                  max_num_seqs=None if seqs is None else max(seqs // per_rank, 1),
                  max_num_batched_tokens=None if batched is None else max(batched // per_rank, 1),
                  cuda_graphs=not eager_flag(cmd), cuda_graph_max_bs=_number(v.get("graph_max_bs")),
-                 redundant_experts=_redundant(v) if layout.ep > 1 else 0,
+                 redundant_experts=_redundant(v) if layout.ep > 1 else 0, pp_layer_partition=split,
                  images=cmd.engine == "vllm" and bool(spec.vision_params)     # vLLM builds the encoder unless told
                  and "--language-model-only" not in cmd.flags))
     except PlanError:       # a value the planner does not model: the engine's own checks have judged it
