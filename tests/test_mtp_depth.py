@@ -58,7 +58,7 @@ def test_commands_carry_the_draft_depth_and_the_engines_accept_them(cli, tmp_pat
 
 @pytest.mark.parametrize("args, needle", [
     (("plan", "--mtp-draft-tokens", "3"), "--mtp-draft-tokens needs --mtp"),
-    (("plan", "--mtp", "--mtp-draft-tokens", "0"), "--mtp-draft-tokens must be at least 1"),
+    (("plan", "--mtp", "--mtp-draft-tokens", "0"), "--mtp-draft-tokens must be 1 to 32, got 0"),
 ])
 def test_bad_draft_input_is_one_line(cli, args, needle):
     r = cli(*args)
@@ -131,3 +131,11 @@ def test_memory_and_compare_take_the_draft_depth_and_default_to_the_drafters(cli
     assert knobs("compare", *v3, "-l", "tp=8")["mtp_draft_tokens"] == 3
     r = cli("memory", "-m", "deepseek-v3", "-t", "8xh200", "--tp", "8", "--mtp-draft-tokens", "3")
     assert r.exit_code == 2 and "needs --mtp" in r.stderr
+
+
+@pytest.mark.parametrize("command", [("plan",), ("memory", "--tp", "8"), ("compare", "-l", "tp=8")])
+def test_the_draft_depth_is_bounded(cli, command):
+    """A depth past any drafter's is refused in one line, where a huge one ran plan and compare for minutes (QA)."""
+    r = cli(command[0], "-m", "deepseek-v4-flash", "-t", "8xh200", *command[1:], "--mtp", "--mtp-draft-tokens",
+            "99999999999999999999")
+    assert r.exit_code == 2 and r.stderr.count("\n") == 1 and "1 to 32" in r.stderr
