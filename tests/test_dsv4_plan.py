@@ -148,3 +148,25 @@ def test_prefill_reads_the_index_keys_in_the_cache_they_are_kept_in():
     fp8, fp4 = (kind.prefill_core(spec, layout, "fp8_ds_mla", 4096, 61440, index_cache=c) for c in ("fp8", "mxfp4"))
     assert fp8.bytes - fp4.bytes == pytest.approx(21 / 43 * (65536 // 4) * (132 - 68))   # per layer, averaged
     assert fp8.flops == fp4.flops
+
+
+@pytest.mark.parametrize("topology, engine", [("8xh200", "vllm"), ("8xmi355x", "vllm"), ("8xb200", "sglang")])
+def test_compare_prices_a_v4_layout_as_plan_does(topology, engine):
+    """`compare` given a plan candidate's knobs prices it as `plan` did: the engine's V4 backend (whose head padding
+    the step pays) and the index-key cache the engine defaults to on that GPU (--indexer-kv-dtype), where compare
+    priced unpadded heads and fp8 keys (+10 % tok/s for V4-Flash at tp8 with MTP on 8 x H200: QA)."""
+    run = CliRunner().invoke
+    plan = json.loads(run(app, ["plan", "-m", "deepseek-v4-flash", "-t", topology, "-e", engine, "-l", "tp=8",
+                                "--mtp", "--json"]).stdout)
+    cand = plan["candidates"][0]
+    k, fraction = cand["knobs"], ("--gpu-memory-utilization" if engine == "vllm" else "--mem-fraction-static")
+    argv = ["compare", "-m", "deepseek-v4-flash", "-t", topology, "-e", engine, "-l", "tp=8", "--mtp",
+            "--mtp-draft-tokens", str(k["mtp_draft_tokens"]), "--block-size", str(k["block_size"]),
+            "--max-num-seqs", str(k["max_num_seqs"]), "--max-num-batched-tokens", str(k["max_num_batched_tokens"]),
+            fraction, str(k["memory_fraction"]), "--kv-cache-dtype", k["kv_cache_dtype"],
+            "--indexer-kv-dtype", k["indexer_kv_dtype"], "--json"]
+    if k["cuda_graph_max_bs"]:
+        argv += ["--cuda-graph-max-bs", str(k["cuda_graph_max_bs"])]
+    row = json.loads(run(app, argv).stdout)["layouts"][0]
+    assert row["knobs"]["attention_backend"] == k["attention_backend"]
+    assert row["throughput_tokens_per_s"] == pytest.approx(cand["performance"]["throughput_tokens_per_s"], rel=1e-6)

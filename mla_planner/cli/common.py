@@ -30,7 +30,7 @@ PpPartitionOpt = Annotated[Optional[str], Opt("--pp-layer-partition", help=(
     "several layouts (compare), those with as many stages take it."))]
 GraphCapOpt = Annotated[Optional[int], Opt("--cuda-graph-max-bs", help=(
     "Largest decode batch captured as a CUDA graph, per DP rank (vLLM --max-cudagraph-capture-size, in tokens: "
-    "2 per request with --mtp; SGLang --cuda-graph-max-bs-decode, in requests; default: the engine's, 512 on "
+    "1 + the drafted tokens per request with --mtp; SGLang --cuda-graph-max-bs-decode, in requests; default: the engine's, 512 on "
     "vLLM, by GPU memory and TP on SGLang): every captured size costs graph memory."))]
 MtpOpt = Annotated[bool, Opt("--mtp", help=(
     "Plan every layout with speculative decoding by the model's own MTP layer (DeepSeek-V3/R1: one drafted "
@@ -40,6 +40,10 @@ ImagesOpt = Annotated[bool, Opt("--images", help=(
     "Serve a multimodal checkpoint (Kimi-K2.5) with image inputs; without it, text-only. vLLM then builds the "
     "vision encoder whole on every GPU (--mm-encoder-tp-mode data, its recipe's; no --language-model-only) and its "
     "memory profile holds the encoder's outputs; SGLang builds the encoder either way."))]
+IndexerKvOpt = Annotated[str, Opt("--indexer-kv-dtype", help=(
+    "DeepSeek-V4 with vLLM: the index-key cache, auto (the engine's default: fp8, 132-byte keys; mxfp4 on MI350X / "
+    "MI355X with AITER), fp8 or mxfp4 (68 bytes: --attention-config '{\"indexer_kv_dtype\":\"mxfp4\"}', what `plan` "
+    "runs on Blackwell)."))]
 MtpDraftOpt = Annotated[Optional[int], Opt("--mtp-draft-tokens", help=(
     "With --mtp: tokens drafted per step (vLLM num_speculative_tokens; SGLang --speculative-num-steps, or "
     "--speculative-dspark-block-size for a DSpark draft): the MTP layer drafts them one after another (the recipes "

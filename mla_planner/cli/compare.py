@@ -9,18 +9,18 @@ from typing import Annotated, Optional
 
 import click
 
+from mla_planner.engines.compressed_pool import indexer_choice_flag
 from mla_planner.engines.backends import default_engine, int8_checkpoint_problem, mtp_verify_problem, usable_backends
 from mla_planner.specs.attention.kinds import attention_of
 from mla_planner.specs.calibration import int4_experts_note, load_calibration
 from mla_planner.cli.params import Opt, typed_options
-from mla_planner.cli.common import (DEFAULT_MODEL, DEFAULT_TOPOLOGY, GraphCapOpt, ImagesOpt, JsonOpt, ModelOpt,
-                                    MtpAcceptanceOpt, MtpDraftOpt, PpPartitionOpt, TopologyOpt, check_acceptance,
-                                    check_context, check_draft_tokens, check_images, check_mtp, guard, print_json,
-                                    lower_case)
+from mla_planner.cli.common import (DEFAULT_MODEL, DEFAULT_TOPOLOGY, GraphCapOpt, ImagesOpt, IndexerKvOpt, JsonOpt,
+                                    ModelOpt, MtpAcceptanceOpt, MtpDraftOpt, PpPartitionOpt, TopologyOpt,
+                                    check_acceptance, check_context, check_draft_tokens, check_images, check_mtp,
+                                    guard, print_json, lower_case)
 from mla_planner.cli.compare_render import render, verdict
 from mla_planner.cli.options import (bounded, fraction_from_flags, graph_cap_choice, kv_dtype_choice, kv_knobs,
-                                     partition_choice)
-from mla_planner.cli.options import parse_length
+                                     parse_length, partition_choice)
 from mla_planner.engines.layouts import engine_layout_problem, mtp_layout_problem
 from mla_planner.search.candidate_warnings import ttft_headroom_note
 from mla_planner.engines.memory_rules import SGLANG_SPECULATIVE_MAX_RUNNING, engine_default_knobs
@@ -42,8 +42,8 @@ from mla_planner.specs.topology import load_topology
 # what --plan fixes: its candidates' knobs and its workload (the calibration may still be given)
 PLAN_SETS = ("model", "topology", "engine", "input_len", "output_len", "tpot_ms", "ttft_ms", "kv_cache_dtype",
              "enforce_eager", "mtp", "mtp_draft_tokens", "mtp_acceptance", "images", "dense_per_rank", "max_num_seqs",
-             "block_size", "max_num_batched_tokens", "pp_layer_partition", "cuda_graph_max_bs", "gpu_memory_utilization",
-             "mem_fraction_static", "memory_fraction")
+             "indexer_kv_dtype", "block_size", "max_num_batched_tokens", "pp_layer_partition", "cuda_graph_max_bs",
+             "gpu_memory_utilization", "mem_fraction_static", "memory_fraction")
 SERVING_ONLY = {"step_s", "collectives_s", "tpot_s", "network_wait_share", "decode_network_wait_share", "ttft_s",
                 "ttft_longest_s", "alone_tpot_s"}
 
@@ -137,10 +137,11 @@ def compare_cmd(ctx: click.Context, layouts: Annotated[Optional[list[str]], Opt(
                                                             "or fp8_ds_mla.")] = "auto",
                 enforce_eager: Annotated[bool, Opt("--enforce-eager", help="No CUDA graphs "
                                                             "(the host dispatches every layer of every step).")] = False,
-                mtp: Annotated[bool, Opt("--mtp", help="Serve with the model's MTP layer drafting a "
-                                                  "token per step (speculative decoding; SGLang then defaults "
-                                                  "to 48 running requests).")] = False,
+                mtp: Annotated[bool, Opt("--mtp", help="Serve with the model's own drafter (its MTP layer or "
+                                                  "DSpark draft; speculative decoding; SGLang then defaults to 48 "
+                                                  "running requests, DeepSeek-V4 to its 256).")] = False,
                 mtp_draft_tokens: MtpDraftOpt = None,
+                indexer_kv_dtype: IndexerKvOpt = "auto",
                 mtp_acceptance: MtpAcceptanceOpt = MTP_ACCEPTANCE,
                 images: ImagesOpt = False,
                 dense_per_rank: Annotated[bool, Opt(
@@ -238,7 +239,8 @@ def compare_cmd(ctx: click.Context, layouts: Annotated[Optional[list[str]], Opt(
                                     cuda_graphs=not enforce_eager, max_num_seqs=seqs,
                                     max_num_batched_tokens=chunk, cuda_graph_max_bs=graphs,
                                     max_model_len=workload.max_context_len, mtp=mtp, images=images,
-                                    mtp_draft_tokens=mtp_draft_tokens,
+                                    mtp_draft_tokens=mtp_draft_tokens, indexer_kv_dtype=indexer_choice_flag(
+                                        spec, engine, topo.gpu, indexer_kv_dtype),
                                     pp_layer_partition=partition_choice(pp_layer_partition, spec, layout)
                                     if layout.pp == stages else None)
         per_rank = dense_per_rank and dense_per_rank_applies(layout, engine)
@@ -252,7 +254,8 @@ def compare_cmd(ctx: click.Context, layouts: Annotated[Optional[list[str]], Opt(
         verify = _mtp_verify_note(spec, topo, layout, knobs) if mtp else ""
         capped = (f"SGLang resets --max-running-requests to {SGLANG_SPECULATIVE_MAX_RUNNING} with speculative "
                   "decoding (for the whole server): give --max-num-seqs for more"
-                  if mtp and engine == "sglang" and seqs is None else "")
+                  if mtp and engine == "sglang" and seqs is None
+                  and attention_of(spec).backend_family != "mla-compressed" else "")   # V4's hook sets 256 first
         moot = ("--dense-per-rank does not apply here (DP attention at tp=1 only)"
                 if dense_per_rank and not per_rank else "")
         label = layout.label + (" (dense per rank)" if knobs.dense_per_rank else "")

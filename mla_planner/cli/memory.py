@@ -9,9 +9,9 @@ from rich.table import Table
 
 from mla_planner.engines.backends import default_engine
 from mla_planner.cli.params import Opt
-from mla_planner.cli.common import (DEFAULT_MODEL, DEFAULT_TOPOLOGY, GraphCapOpt, ImagesOpt, JsonOpt, ModelOpt,
-                                    MtpDraftOpt, PpPartitionOpt, TopologyOpt, check_draft_tokens, check_images,
-                                    check_mtp, guard, human_bytes, print_json, lower_case)
+from mla_planner.cli.common import (DEFAULT_MODEL, DEFAULT_TOPOLOGY, GraphCapOpt, ImagesOpt, IndexerKvOpt, JsonOpt,
+                                    ModelOpt, MtpDraftOpt, PpPartitionOpt, TopologyOpt, check_draft_tokens,
+                                    check_images, check_mtp, guard, human_bytes, print_json, lower_case)
 from mla_planner.cli.console import console
 from mla_planner.cli.plannable import check_plannable
 from mla_planner.engines.compressed_pool import indexer_choice_flag
@@ -85,10 +85,7 @@ def memory_cmd(
     dense_per_rank: Annotated[bool, Opt(
         "--dense-per-rank", help="SGLang under DP attention at tp=1: the dense MLP layers and lm_head whole on every "
         "rank (--moe-dense-tp-size 1 --enable-dp-lm-head), not split over the stage.")] = False,
-    indexer_kv_dtype: Annotated[str, Opt(
-        "--indexer-kv-dtype", help="DeepSeek-V4 with vLLM: the index-key cache, auto (the engine's default: fp8, "
-        "132-byte keys; mxfp4 on MI350X / MI355X with AITER), fp8 or mxfp4 (68 bytes: --attention-config "
-        "'{\"indexer_kv_dtype\":\"mxfp4\"}', what `plan` runs on Blackwell).")] = "auto",
+    indexer_kv_dtype: IndexerKvOpt = "auto",
     engine_version: Annotated[Optional[str], Opt(
         "--engine-version", help="Model an older release's accounting, e.g. 0.8.4 (vLLM < 0.10 charged the "
         "CUDA context and NCCL buffers to the budget and captured graphs after it).")] = None,

@@ -17,7 +17,7 @@ from mla_planner.engines.compressed_pool import compressed_choice
 from mla_planner.engines.memory_rules import default_memory_fraction, engine_default_knobs
 from mla_planner.engines.parallel import uses_ep_all_to_all
 from mla_planner.engines.profile import PROFILES
-from mla_planner.engines.sparse import is_sparse, sparse_choice
+from mla_planner.engines.sparse import compressed_backend, is_sparse, sparse_choice
 from mla_planner.memory.pp_split import split_problem
 from mla_planner.specs.knobs import KV_DTYPE_CHOICES, MTP_ACCEPTANCE, Knobs, Workload
 from mla_planner.specs.layout import Layout
@@ -78,8 +78,9 @@ def kv_knobs(spec, topo, layout: Layout, engine: str, kv_text: str, block_size: 
     """The cache knobs from --kv-cache-dtype and --block-size: for a sparse-attention model (DSA) as the engine
     resolves them on this GPU (engines/sparse.py: its default dtype, its backend and what "fp8" becomes there,
     64-token blocks), with the sentence that says so; else the dtype as given (auto = bf16)."""
-    if is_compressed(spec):
-        return compressed_choice(engine, kv_dtype_choice(kv_text), kv_text, bounded("--block-size", block_size))
+    if is_compressed(spec):     # and the engine's V4 backend on this GPU, whose head padding the step prices
+        cache, why = compressed_choice(engine, kv_dtype_choice(kv_text), kv_text, bounded("--block-size", block_size))
+        return {**cache, "attention_backend": compressed_backend(engine, topo.gpu)["backend"]}, why
     if not is_sparse(spec):
         return dict(kv_cache_dtype=kv_dtype_choice(kv_text), block_size=bounded("--block-size", block_size)), []
     kv_dtype_choice(kv_text)      # a value the planner knows at all
