@@ -253,3 +253,9 @@ def test_output_over_a_file_size_limit_is_one_error_line(tmp_path, unbuffered):
                              stderr=subprocess.PIPE, text=True, env=env,
                              preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096)))
     assert run.returncode == 2 and "cannot write the output (File too large)" in run.stderr
+
+
+def test_builtin_names_are_taken_case_aside(cli):
+    """-t 8xH200 is the built-in 8xh200, as -m DeepSeek-V3 is deepseek-v3 (QA: the topology was refused)."""
+    r = cli("memory", "-m", "DeepSeek-R1", "-t", "8xH200", "--tp", "8", "--json")
+    assert r.exit_code == 0 and json.loads(r.stdout)["topology"] == "8xh200"

@@ -128,17 +128,23 @@ def test_the_benchmark_result_against_the_plan(cli, plans, tmp_path):
 
 
 def test_a_benchmark_through_a_balancer_is_held_against_one_replica(cli, plans, tmp_path):
-    """bench.sh says how many replicas stood behind the endpoint it loaded ('mla-plan bench: REPLICAS=N'): two at
-    1.2x one replica's planned tok/s in all ran at 0.6x each, which contradicts the plan; one at 1.2x does not."""
+    """bench.sh says how many replicas stood behind the endpoint it loaded and the load it ran ('mla-plan bench:
+    REPLICAS=N CONCURRENCY=C'): two at 1.2x one replica's planned tok/s in all ran at 0.6x each, which contradicts the
+    plan; one at 1.2x does not; a run at another load per replica than the plan's (calibrate's) is a warning."""
     plan, cand = plans["vllm"]
     planned = cand["performance"]["throughput_tokens_per_s"] / cand["layout"]["replicas"]
     kv = cand["memory"]["kv_capacity_tokens"]
-    for replicas, status in ((2, "fail"), (1, "ok")):
-        bench = [f"mla-plan bench: REPLICAS={replicas} CONCURRENCY=64",
+    lay = cand["layout"]
+    total = json.loads(plan.read_text())["workload"].get("concurrency") or \
+        cand["knobs"]["max_num_seqs"] * lay["dp"] * lay["replicas"]
+    per = -(-total // lay["replicas"])        # bench.sh's load: one replica's share (launch/folder.bench_concurrency)
+    for replicas, concurrency, status in ((2, 2 * per, "fail"), (1, per, "ok"), (1, max(per // 4, 1), "warn")):
+        bench = [f"mla-plan bench: REPLICAS={replicas} CONCURRENCY={concurrency}",
                  f"{'Output token throughput (tok/s):':<40} {1.2 * planned:<10.2f}", f"{'Mean TPOT (ms):':<40} 45.00"]
         checks = _run(cli, plan, _log(tmp_path, *_vllm_start(kv), *bench))[1]
         assert checks["benchmark"]["status"] == status, checks["benchmark"]
         assert ("over 2 replicas" in checks["benchmark"]["text"]) == (replicas == 2)
+    assert f"CONCURRENCY={per}" in checks["benchmark"]["text"]
 
 
 def test_a_kv_dtype_other_than_the_candidates_and_nccl_s_own_verdict(cli, plans, tmp_path):

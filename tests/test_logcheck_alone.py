@@ -159,10 +159,14 @@ def test_bench_and_nccl_tests_output_without_a_plan(cli, tmp_path):
              f"{'Output token throughput (tok/s):':<40} {4000.12:<10.2f}", f"{'Mean TPOT (ms):':<40} {48.2:<10.2f}"]
     code, data, checks = _run(cli, _log(tmp_path, VLLM_033[-1:] + bench))
     assert code == 0 and data["facts"]["benchmark"] == {"output_tokens_per_s": 4000.12, "mean_tpot_ms": 48.2,
-                                                         "replicas": None}
+                                                         "replicas": None, "concurrency": None}
     assert checks["benchmark"]["text"].startswith("bench.sh: 4,000 output tok/s, mean TPOT 48.2 ms")
     code, data, checks = _run(cli, _log(tmp_path, VLLM_033[-1:] + ["mla-plan bench: REPLICAS=3 CONCURRENCY=96"] + bench))
     assert data["facts"]["benchmark"]["replicas"] == 3 and "over 3 replicas" in checks["benchmark"]["text"]
+    for odd in ("REPLICAS=1.5 CONCURRENCY=96", "REPLICAS=0 CONCURRENCY=96", "REPLICAS=abc CONCURRENCY=96"):
+        code, data, checks = _run(cli, _log(tmp_path, VLLM_033[-1:] + [f"mla-plan bench: {odd}"] + bench))
+        assert data["facts"]["benchmark"]["replicas"] is None and "over" not in checks["benchmark"]["text"]
+        assert any("ignored bench.sh's line" in n for n in data["notes"]), odd
     table = ["# Collective test starting: all_reduce_perf",
              "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw",
              "     1048576        262144     float     sum      -1    71.93   14.58   27.34      0    71.50   14.66",

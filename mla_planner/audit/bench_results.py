@@ -17,6 +17,7 @@ from mla_planner.core.files import parse_user_data
 from mla_planner.launch.command import DEPLOYMENT_TAG, GPU_TAG, REPLICAS_TAG
 
 MAX_CONCURRENCY = 1_000_000
+BENCH_RUN = re.compile(r"mla-plan bench: REPLICAS=(\S{0,20}) CONCURRENCY=(\S{0,20})")   # what bench.sh echoes
 
 
 @dataclass(frozen=True)
@@ -110,3 +111,13 @@ def _run(path: str, where: str, data: dict) -> BenchRun:
                     round(fields["total_input_tokens"] / done), round(fields["total_output_tokens"] / done),
                     fields["mean_tpot_ms"] / 1e3, ceil(done / shared), ttft / 1e3 if ttft is not None else None,
                     int(replicas) if replicas is not None else None, failed, done)
+
+
+def bench_run_line(text: str) -> tuple[tuple[int, int] | None, int | None]:
+    """((replicas, requests in flight) from the last line bench.sh echoes before its run, 'mla-plan bench: REPLICAS=N
+    CONCURRENCY=C', or None where either is not a whole number from 1; where that line starts, None without one)."""
+    runs = list(BENCH_RUN.finditer(text))
+    if not runs:
+        return None, None
+    got = [int(g) if g.isdigit() and 0 < int(g) <= MAX_CONCURRENCY else None for g in runs[-1].groups()]
+    return (None if None in got else (got[0], got[1])), runs[-1].start()

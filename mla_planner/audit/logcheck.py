@@ -16,6 +16,8 @@ note there, never a traceback here.
 
 from __future__ import annotations
 
+from math import ceil
+
 from mla_planner.audit.logcheck_read import LogCheck, LogFacts, nccl_network
 from mla_planner.audit.logcheck_settings import settings_check
 from mla_planner.engines.backends import engine_version
@@ -183,6 +185,13 @@ def _bench(facts: LogFacts, cand: Candidate, plan: Plan) -> LogCheck:
                                                      else "") + f" against the plan's {planned:,.0f} for one")
     got /= shared                                 # through a balancer: each replica's share is what the plan prices
     words += f" ({got / planned:.2f}x)"
+    if "concurrency" in facts.bench:      # bench.sh's own line: the load it ran at
+        total = plan.workload.concurrency or cand.knobs.max_num_seqs * cand.layout.dp * cand.layout.replicas
+        ran, want = ceil(facts.bench["concurrency"] / shared), ceil(total / cand.layout.replicas)
+        if ran != want:
+            return LogCheck("benchmark", "warn", f"{words}, but at {ran} requests in flight per replica where the "
+                            f"plan's figures are for {want}: run bench.sh with CONCURRENCY={want * shared} to hold it "
+                            "against the plan (other loads are for `mla-plan calibrate`)")
     if tpot is not None and perf.tpot_s:
         words += f", mean TPOT {tpot:.1f} ms against {perf.tpot_s * 1e3:.1f} ms"
     limit_ms = max(plan.workload.tpot_ms, (perf.tpot_s or 0.0) * 1e3)   # a shortfall candidate's own TPOT

@@ -44,7 +44,7 @@ def facts_dict(facts: LogFacts) -> dict:
             "untuned_moe_lines": facts.untuned_moe, "untuned_moe_configs": facts.moe_files,
             "nccl": {"version": facts.nccl_version, "network": _net_name(facts), "transports": facts.transports},
             "benchmark": ({"output_tokens_per_s": facts.bench.get("tok_s"), "mean_tpot_ms": facts.bench.get("tpot_ms"),
-                           "replicas": int(facts.bench["replicas"]) if "replicas" in facts.bench else None}
+                           "replicas": facts.bench.get("replicas"), "concurrency": facts.bench.get("concurrency")}
                           if facts.bench else None),
             "refused": facts.refused}
 
@@ -166,7 +166,7 @@ def _bench(facts: LogFacts) -> LogCheck:
                                                "bench.sh's output to see its tok/s and TPOT")
     words = f"bench.sh: {facts.bench['tok_s']:,.0f} output tok/s"
     if facts.bench.get("replicas", 1) > 1:
-        words += f" over {facts.bench['replicas']:.0f} replicas behind a balancer"
+        words += f" over {facts.bench['replicas']} replicas behind a balancer"
     if "tpot_ms" in facts.bench:
         words += f", mean TPOT {facts.bench['tpot_ms']:.1f} ms"
     if facts.bench["tok_s"] <= 0:    # every request failed, or none ran: the result measures nothing

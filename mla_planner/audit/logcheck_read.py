@@ -32,7 +32,8 @@ a note, never a traceback. The formats, from the engines' own source (the wheels
           pointer|indirect/..." (src/transport/p2p.cc:p2pSendSetup), "... via SHM/%s/%s" (shm.cc:shmSendSetup),
           "... [send] via NET/%s/%d/GDRDMA" (net.cc:sendSetup); "Using network IB"; "NET/IB : Using [0]mlx5_0:1/IB"
   bench   "Output token throughput (tok/s):" and "Mean TPOT (ms):" (vllm/benchmarks/serve.py, sglang/bench_serving.py);
-          bench.sh's own "mla-plan bench: REPLICAS=N" (the replicas behind the endpoint it loaded)
+          bench.sh's own "mla-plan bench: REPLICAS=N CONCURRENCY=C" (the replicas behind the endpoint it loaded and
+          the requests it kept in flight)
 """
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from typing import Callable, Optional
+
+from mla_planner.audit.bench_results import bench_run_line
 
 COUNT = r"(\d{1,3}(?:,\d{3}){1,5}|\d{1,15})(?![\d,.]?\w)"   # 1,616,640 or 1616640; never 1.5, 1,2, 7e9, 20 digits
 REAL_BODY = r"(\d{1,12}(?:\.\d{1,12})?)"
@@ -78,8 +81,7 @@ NCCL_VIA = re.compile(r"\] via (?:P2P/(direct pointer|CUMEM|MNNVL|IPC|indirect)[
                       re.M)
 BENCH = {"tok_s": (re.compile(r"Output token throughput \(tok/s\):[ \t]{0,200}"), MAX_RATE,
                    "an 'Output token throughput (tok/s):' line"),
-         "tpot_ms": (re.compile(r"Mean TPOT \(ms\):[ \t]{0,200}"), MAX_MS, "a 'Mean TPOT (ms):' line"),
-         "replicas": (re.compile(r"mla-plan bench: REPLICAS="), 1e5, "bench.sh's 'mla-plan bench: REPLICAS=' line")}
+         "tpot_ms": (re.compile(r"Mean TPOT \(ms\):[ \t]{0,200}"), MAX_MS, "a 'Mean TPOT (ms):' line")}
 REFUSED = re.compile(r"No available memory for the cache blocks|KV cache is needed, which is larger than the available "
                      r"KV cache memory|Loaded weights leave no GPU memory for the KV cache|CUDA out of memory|"
                      r"torch\.OutOfMemoryError|Not enough memory\. Please try to increase --mem-fraction-static|"
@@ -181,6 +183,15 @@ def scan(text: str, facts: LogFacts, mark: re.Pattern, value: re.Pattern, parse:
     return found
 
 
+def _bench_run(text: str, facts: LogFacts) -> None:
+    """bench.sh's own line, its last run's (audit/bench_results.bench_run_line), or a note."""
+    got, at = bench_run_line(text)
+    if got:
+        facts.bench["replicas"], facts.bench["concurrency"] = got
+    elif at is not None:
+        note(facts, f"ignored bench.sh's line (REPLICAS, CONCURRENCY: whole numbers from 1): '{excerpt(text, at)}'")
+
+
 def count(m: re.Match, group: int = 1) -> int:
     return int(m.group(group).replace(",", ""))
 
@@ -206,6 +217,7 @@ def read_log(text: str) -> LogFacts:
         got = scan(text, facts, mark, re.compile(REAL), lambda m: float(m.group(1)), limit, what)
         if got:
             facts.bench[name] = got[-1]
+    _bench_run(text, facts)
     if facts.engine:
         m = VERSIONS[facts.engine].search(text)
         facts.version = next((g for g in m.groups() if g), None) if m else None

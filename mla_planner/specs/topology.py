@@ -199,6 +199,7 @@ def load_topology(ref: str) -> Topology:
         raise PlanError(f"the topology is empty: give a built-in name ({', '.join(builtin)}) or a YAML file")
     path = user_path(ref)
     kind = path_kind(path)
+    ref = ref.lower() if kind == "missing" and ref.lower() in builtin else ref   # 8xH200 as models take DeepSeek-V3
     if ref in builtin and kind == "missing":
         path = builtin[ref]
     elif kind == "missing":
