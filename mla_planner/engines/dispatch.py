@@ -8,8 +8,8 @@
 
 vLLM 0.33.0 (model_executor/layers/fused_moe/all2all_utils.py, maybe_make_prepare_finalize): MoRI dispatches FP8
 where the experts' activations are per-token, per-tensor or block quantized, packed FP4 only for MXFP4 W4A4 experts,
-and BF16 otherwise. Its only ROCm MXFP4 MoE backend is AITER_MXFP4_BF16 (fused_moe/oracle/mxfp4.py
-_get_priority_backends), W4A16, so DeepSeek-V4's MXFP4 experts go out in BF16 there.
+and BF16 otherwise. For DeepSeek-V4 on ROCm its MXFP4 MoE backends are AITER_MXFP4_BF16, then TRITON_UNFUSED
+(fused_moe/oracle/mxfp4.py, the DeepseekV4 routing branch), both W4A16, so V4's MXFP4 experts go out in BF16 there.
 SGLang 0.5.23 (layers/moe/token_dispatcher/moriep.py set_quant_config): FP8 for FP8 expert weights, FP4 for
 float4_e2m1fn_x2 ones (DeepSeek-V4's experts on AMD: layers/quantization/fp8.py views them so for AITER's native
 MXFP4 MoE; other MXFP4 methods pass no weight dtype), BF16 otherwise. The combine comes back in BF16, except on
