@@ -22,6 +22,7 @@ from mla_planner.audit.logcheck_read import LogCheck, LogFacts, nccl_network
 from mla_planner.audit.logcheck_settings import settings_check
 from mla_planner.engines.backends import engine_version
 from mla_planner.engines.moe_configs import TUNE_SCRIPT, UNTUNED_LOG, moe_kernel_config
+from mla_planner.launch.folder import deployment_concurrency
 from mla_planner.launch.sglang import KV_CACHE_DTYPES as SGLANG_KV_CACHE_DTYPES
 from mla_planner.launch.vllm import KV_CACHE_DTYPES as VLLM_KV_CACHE_DTYPES
 from mla_planner.search.planfile import Candidate, Plan
@@ -186,8 +187,8 @@ def _bench(facts: LogFacts, cand: Candidate, plan: Plan) -> LogCheck:
     got /= shared                                 # through a balancer: each replica's share is what the plan prices
     words += f" ({got / planned:.2f}x)"
     if "concurrency" in facts.bench:      # bench.sh's own line: the load it ran at
-        total = plan.workload.concurrency or cand.knobs.max_num_seqs * cand.layout.dp * cand.layout.replicas
-        ran, want = ceil(facts.bench["concurrency"] / shared), ceil(total / cand.layout.replicas)
+        total = deployment_concurrency(plan.workload.concurrency, cand.knobs.max_num_seqs, cand.layout)
+        ran, want = ceil(facts.bench["concurrency"] / shared), ceil(total / cand.layout.replicas)   # as bench.sh
         if ran != want:
             return LogCheck("benchmark", "warn", f"{words}, but at {ran} requests in flight per replica where the "
                             f"plan's figures are for {want}: run bench.sh with CONCURRENCY={want * shared} to hold it "

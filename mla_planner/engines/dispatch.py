@@ -50,8 +50,10 @@ def _compressed(spec: ModelSpec) -> bool:
 def combine_format(engine: str, spec: ModelSpec, layout: Layout, gpu) -> str:
     """The format the experts' outputs come back in: "fp8" on SGLang's MoRI EPv1 op for FP4-dispatched tokens, else
     "bf16" (module docstring)."""
+    if engine != "sglang" or a2a_library(gpu) != "mori":        # the common case, asked once a step: answered first
+        return "bf16"
     fp4_epv1 = dispatch_format(engine, spec, gpu) == "fp4" and not uses_mori_epv2(engine, spec, layout, gpu)
-    return "fp8" if engine == "sglang" and a2a_library(gpu) == "mori" and fp4_epv1 else "bf16"
+    return "fp8" if fp4_epv1 else "bf16"
 
 
 def combine_wire_bytes_per_value(fmt: str, hidden: int) -> float:

@@ -8,7 +8,7 @@ from typing import Optional
 
 from mla_planner import __version__
 from mla_planner.engines.backends import engine_version
-from mla_planner.engines.dispatch import combine_format, dispatch_format, uses_mori_epv2
+from mla_planner.engines.dispatch import combine_format, dispatch_format
 from mla_planner.engines.layouts import PP_SPEC_ENV
 from mla_planner.engines.moe_configs import UNTUNED_LOG
 from mla_planner.engines.parallel import SGLANG_MORI_TOKENS_ENV, a2a_library, mori_tokens_per_rank
@@ -18,7 +18,7 @@ from mla_planner.launch.env import network_gid
 from mla_planner.launch.netcheck import cross_node_all_reduce
 from mla_planner.launch.placement import place
 from mla_planner.launch.render import render
-from mla_planner.memory.terms import mori_epv2_arena_bytes, mori_heap_allocated_bytes
+from mla_planner.memory.terms import a2a_memory_bytes
 from mla_planner.search.planfile import Candidate
 from mla_planner.specs.knobs import decode_query_len, tokens_per_step
 from mla_planner.specs.layout import Layout
@@ -102,8 +102,12 @@ def node_script(inp: LaunchInputs, engine: str, node: int, cmds: list[NodeComman
 
 def total_concurrency(inp: LaunchInputs) -> int:
     """Requests in flight over the deployment: the workload's, else every DP rank of every replica full."""
-    L = inp.layout
-    return inp.workload.concurrency or inp.knobs.max_num_seqs * L.dp * L.replicas
+    return deployment_concurrency(inp.workload.concurrency, inp.knobs.max_num_seqs, inp.layout)
+
+
+def deployment_concurrency(workload_concurrency: Optional[int], max_num_seqs: int, layout: Layout) -> int:
+    """`total_concurrency` from its parts (check-log holds a benchmark's load against it)."""
+    return workload_concurrency or max_num_seqs * layout.dp * layout.replicas
 
 
 def bench_concurrency(inp: LaunchInputs) -> int:
@@ -193,9 +197,8 @@ def all_to_all(inp: LaunchInputs, engine: str) -> Optional[dict]:
         tokens_from = ("--max-num-batched-tokens" if engine == "vllm" else f"{SGLANG_MORI_TOKENS_ENV}: the per-rank "
                        "chunked prefill, which SGLang asserts it holds, at least its 4096")
         fmt, back = dispatch_format(engine, inp.spec, gpu), combine_format(engine, inp.spec, inp.layout, gpu)
-        epv2 = uses_mori_epv2(engine, inp.spec, inp.layout, gpu)
-        gib = (mori_epv2_arena_bytes(inp.spec, inp.layout.ep, tokens, fmt) if epv2 else
-               mori_heap_allocated_bytes(engine, inp.spec, inp.layout, gpu, tokens)) / 2**30
+        term, charged, heap = a2a_memory_bytes(engine, inp.spec, inp.layout, gpu, 0, tokens)   # as memory prices it
+        epv2, gib = term == "mori_epv2_arena", (charged + heap) / 2**30
     else:
         fmt, back, epv2 = dispatch_format(engine, inp.spec, gpu), "bf16", False
         gib = a2a.low_latency_buffer_bytes(inp.spec, tokens) / 2**30
