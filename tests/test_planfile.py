@@ -51,7 +51,7 @@ def test_round_trip(tmp_path):
 def test_strict_models_cover_every_field_and_require_it(model, dataclass):
     assert list(model.model_fields) == [f.name for f in fields(dataclass)]
     optional = {"pp_layer_partition", "cuda_graph_max_bs", "dense_per_rank", "mtp_draft_tokens", "indexer_kv_dtype",
-                "images", "mtp_acceptance", "redundant_experts"}   # knobs added after plan files were first written: absent = default                             # (or the DeepSeek-V3 report's rate)
+                "images", "mtp_acceptance", "redundant_experts", "host_overlap"}   # knobs added after plan files were first written: absent = default                             # (or the DeepSeek-V3 report's rate)
     assert all(f.is_required() for name, f in model.model_fields.items() if name not in optional)
 
 

@@ -3,10 +3,10 @@
 The points (mla_planner/data/validation.yaml) say what was measured and how; each is predicted with the functions
 the commands use: `memory.report.memory_report` (KV capacity, as `memory` prints it), `perf.comm.collective` (NCCL's
 busbw or time; `perf.custom_all_reduce` the engines' own all-reduce kernels, `perf.layer_comm.ep_all_to_all_s` an EP
-dispatch or combine), `perf.metrics.evaluate` at the point's concurrency (mean TPOT, as `compare` prints it) and
-`perf.step.decode_step` (wide-EP decode). A point whose role is `fit: FACTOR` set that
-factor of data/efficiency.yaml, so its error says nothing about the model; the `held_out` points are the honest
-figure, and the summary keeps the two apart.
+dispatch or combine), `perf.metrics.evaluate` at the point's concurrency (mean TPOT, as `compare` prints it, with the
+host overlap of the point's `engine_version`) and `perf.step.decode_step` (wide-EP decode). A point whose role is
+`fit: FACTOR` set that factor of data/efficiency.yaml, so its error says nothing about the model; the `held_out`
+points are the honest figure, and the summary keeps the two apart.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from mla_planner.core.units import GiB
 from mla_planner.core.validation import validate as validated
 from mla_planner.engines.memory_rules import default_memory_fraction, engine_default_knobs
 from mla_planner.engines.parallel import a2a_library, uses_ep_all_to_all
+from mla_planner.engines.scheduling import overlaps_host
 from mla_planner.memory.report import memory_report
 from mla_planner.memory.ways_out import fraction_knobs
 from mla_planner.perf.bands import collective_regime, same_platform, tpot_regime
@@ -157,7 +158,7 @@ def _mean_tpot(run: dict) -> float:
     """Mean TPOT in ms at `concurrency` requests in flight, as `compare -l LAYOUT --max-num-seqs N` prices it: the
     engine's defaults (and the run's `cuda_graphs: false` where it ran without them), bf16 KV unless told, its default
     memory fraction (lowered to the safe one where it would run out), targets loose enough not to bind."""
-    return _metrics(run).tpot_s * 1e3
+    return evaluate(*_setting(run)).tpot_s * 1e3
 
 
 def _mean_ttft(run: dict) -> float:
@@ -176,10 +177,6 @@ def _mean_ttft(run: dict) -> float:
     return closed_loop_mean_ttft_s(steady, wave, run["concurrency"], run["prompts"]) * 1e3
 
 
-def _metrics(run: dict):
-    return evaluate(*_setting(run))
-
-
 def _setting(run: dict) -> tuple:
     """(spec, topology, layout, knobs, workload, calibration) of a TPOT or TTFT run."""
     spec, topo = load_model(run["model"]).spec, load_topology(run["topology"])
@@ -188,7 +185,8 @@ def _setting(run: dict) -> tuple:
     base = engine_default_knobs(run["engine"], spec, topo, layout.dp, uses_ep_all_to_all(layout),
                                 kv_cache_dtype=run.get("kv_cache_dtype", "bf16"), max_num_seqs=run["concurrency"],
                                 max_model_len=workload.max_context_len, cuda_graphs=run.get("cuda_graphs", True))
-    knobs, _ = fraction_knobs(spec, topo, layout, base, None)
+    knobs, _ = fraction_knobs(spec, topo, layout, replace(base, host_overlap=overlaps_host(
+        run["engine"], run.get("engine_version"), layout.pp)), None)
     return spec, topo, layout, knobs, workload, load_calibration(None, topo)
 
 

@@ -18,6 +18,7 @@ Pipeline (vLLM V1 and SGLang keep up to pp micro-batches in flight): the B seque
 into m = min(B, pp) micro-batches. Each sequence runs one step per round; a round takes
 round = max(sum of stage times, m x slowest stage) (a micro-batch must cross every stage, and the slowest
 stage serves m micro-batches per round). The engine completes a micro-batch every step = round / m.
+The scheduler's host work (perf/host.py) lengthens a round by what the GPU does not hide, counted with the launch.
 A sequence gains one token per round, or with MTP 1 + a + ... + a^k (knobs.tokens_per_step): tpot = round / that.
 """
 
@@ -29,6 +30,7 @@ from math import ceil
 
 from mla_planner.core.errors import PlanError
 from mla_planner.memory.pp_split import stage_layers
+from mla_planner.perf.host import exposed_host_s, host_round_s
 from mla_planner.perf.layer_comm import attention_comm, embed_comm, ffn_comm, logits_comm, pp_handoff_s
 from mla_planner.specs.calibration import Calibration
 from mla_planner.specs.knobs import MTP_ACCEPTANCE, Knobs, decode_query_len, tokens_per_step
@@ -110,7 +112,7 @@ def mean_network_s(stages: list) -> float:
 
 def step_breakdown_s(d: DecodeStep) -> dict[str, float]:
     """Where one decode step goes, in seconds (sums to step_s) on the round's critical path: the attention kernel,
-    the other kernels (GEMMs, router, lm_head), collectives, launch overhead (graph replay or the eager excess)."""
+    the other kernels (GEMMs, router, lm_head), collectives, launch (graph replay, eager excess, unhidden host work)."""
     return dict(d.split_s)
 
 
@@ -286,14 +288,13 @@ def decode_step(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, b
     With MTP every step verifies 1 + k tokens per sequence and drafts k more (the last stage's `mtp_draft`),
     and a sequence gains `tokens_per_step` tokens on average, so tpot = round / tokens_per_step."""
     B = max(1, int(batch_per_dp_rank))
-    m = min(B, layout.pp)
-    micro = ceil(B / m)
+    m, micro = min(B, layout.pp), ceil(B / min(B, layout.pp))
     batch = Batch(micro, context_len, q_len=decode_query_len(knobs))
     lt, stages = forward_stages(spec, topo, layout, knobs, batch, calib, layers_per_stage)
-    rnd = round_s(stages, m)
-    gained = tokens_per_step(knobs, mtp_acceptance)
-    slow = max(range(len(stages)), key=lambda i: stages[i].total_s)
-    s = stages[slow]
-    split = {k: v / m for k, v in round_split_s(stages, m).items()}
+    gpu_round = round_s(stages, m)
+    host = exposed_host_s(gpu_round, host_round_s(B, calib), knobs.host_overlap)
+    rnd, gained = gpu_round + host, tokens_per_step(knobs, mtp_acceptance)
+    s = stages[slow := max(range(len(stages)), key=lambda i: stages[i].total_s)]
+    split = {k: (v + (host if k == "launch_s" else 0.0)) / m for k, v in round_split_s(stages, m).items()}
     return DecodeStep(B, micro, m, context_len, lt, stages, rnd / m, rnd / gained, s.network_s, s.compute_s,
                       s.memory_s, s.overhead_s, slow, split, rnd, gained)

@@ -75,6 +75,7 @@ class Calibration:
     graph_kernel_overhead_s: float
     eager_layer_host_s: float
     ttft_host_s: float                # the part of a request's TTFT outside the forward passes
+    host_per_request_s: float         # the engine's host work per running request per decode step
     kernels_per_layer: int
     origin: dict = field(default_factory=dict, compare=False)
     notes: tuple = ()

@@ -60,6 +60,8 @@ class Knobs:
                                         # vision encoder on the GPUs and, for vLLM, the encoder's profiled memory
     redundant_experts: int = 0          # EPLB's extra physical copies of routed experts per MoE layer, spread over
                                         # the EP ranks (SGLang --ep-num-redundant-experts, vLLM --eplb-config)
+    host_overlap: bool = True           # the engine runs its host work beside the GPU's (vLLM's async scheduling,
+                                        # SGLang's overlap scheduler; engines/scheduling.py): off with their flags
 
 
 @dataclass(frozen=True)

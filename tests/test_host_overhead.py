@@ -1,0 +1,102 @@
+"""The engine's host work between decode steps (perf/host.py): hidden behind the GPU when the engine overlaps the two
+(vLLM's async scheduling, SGLang's overlap scheduler: engines/scheduling.py), a round's wait when it does not or when
+the host outlasts the GPU; held by validate to each point's engine release, priced by lint for the flags that turn
+the overlap off."""
+
+import json
+from dataclasses import replace
+
+import pytest
+
+from mla_planner.audit.validate import _setting
+from mla_planner.core.errors import PlanError
+from mla_planner.engines.scheduling import overlaps_host
+from mla_planner.perf.host import exposed_host_s, host_round_s
+from mla_planner.perf.step import decode_step, round_s, step_breakdown_s
+from mla_planner.specs.calibration import load_calibration
+from mla_planner.specs.catalogue import load_model
+from mla_planner.specs.knobs import Knobs
+from mla_planner.specs.layout import Layout
+from mla_planner.specs.topology import load_topology
+
+
+@pytest.mark.parametrize("engine, version, pp, overlapped", [
+    ("vllm", None, 1, True), ("vllm", None, 4, True),              # the release the planner targets (0.33)
+    ("vllm", "0.8.4", 1, False), ("vllm", "0.11.1", 1, False),     # before async scheduling by default
+    ("vllm", "0.14.0", 1, True), ("vllm", "0.14.0", 2, False),     # on by default, not yet with PP
+    ("vllm", "0.16.0", 2, True), ("vllm", "v0.21.0rc2", 1, True),
+    ("sglang", "0.3.6", 1, False), ("sglang", "0.4.0", 1, True),   # the overlap scheduler from v0.4
+    ("sglang", "0.5.23", 2, True),                                 # PP's own loop overlaps the results
+])
+def test_which_releases_overlap_their_host_work(engine, version, pp, overlapped):
+    assert overlaps_host(engine, version, pp) is overlapped
+
+
+def test_a_version_that_is_no_release_is_an_error():
+    with pytest.raises(PlanError, match="expected a release number"):
+        overlaps_host("vllm", "latest")
+
+
+def test_overlapped_host_work_costs_only_what_outlasts_the_gpu():
+    assert exposed_host_s(0.030, 0.010, True) == 0.0
+    assert exposed_host_s(0.010, 0.030, True) == pytest.approx(0.020)
+    assert exposed_host_s(0.030, 0.010, False) == 0.010
+
+
+@pytest.fixture(scope="module")
+def r1_h200():
+    topo = load_topology("8xh200")
+    return load_model("deepseek-r1").spec, topo, load_calibration(None, topo)
+
+
+def test_without_the_overlap_every_round_waits_for_all_of_it(r1_h200):
+    spec, topo, calib = r1_h200
+    on = decode_step(spec, topo, Layout(tp=8), Knobs(engine="sglang"), 64, 2048, calib)
+    off = decode_step(spec, topo, Layout(tp=8), Knobs(engine="sglang", host_overlap=False), 64, 2048, calib)
+    assert off.round_s - on.round_s == pytest.approx(host_round_s(64, calib)) == pytest.approx(64 * 21e-6)
+    assert sum(step_breakdown_s(off).values()) == pytest.approx(off.step_s)
+    assert step_breakdown_s(off)["launch_s"] - step_breakdown_s(on)["launch_s"] == pytest.approx(64 * 21e-6)
+
+
+def test_a_large_model_hides_its_host_work_at_any_planned_batch(r1_h200):
+    """R1 at TP8 on H200: 256 requests' host work (5.4 ms) is far inside the GPU's step."""
+    spec, topo, calib = r1_h200
+    free = replace(calib, host_per_request_s=1e-12)
+    for batch in (1, 64, 256):
+        priced = decode_step(spec, topo, Layout(tp=8), Knobs(engine="vllm"), batch, 2048, calib)
+        assert priced.tpot_s == decode_step(spec, topo, Layout(tp=8), Knobs(engine="vllm"), batch, 2048, free).tpot_s
+
+
+def test_a_small_model_at_a_huge_batch_is_host_bound():
+    """DeepSeek-V2-Lite alone on one H200: past ~1,000 requests a step is the scheduler's, not the GPU's."""
+    spec, topo = load_model("deepseek-v2-lite").spec, load_topology("8xh200")
+    calib = load_calibration(None, topo)
+    knobs = Knobs(engine="vllm", kv_cache_dtype="fp8")
+    step = decode_step(spec, topo, Layout(tp=1), knobs, 4096, 2048, calib)
+    gpu = decode_step(spec, topo, Layout(tp=1), knobs, 4096, 2048, replace(calib, host_per_request_s=1e-12))
+    assert gpu.round_s < host_round_s(4096, calib)
+    assert step.round_s == pytest.approx(host_round_s(4096, calib))
+    assert round_s(step.stages, 1) < step.round_s
+
+
+def test_validate_prices_each_point_with_its_release_overlap():
+    run = {"what": "mean_tpot", "model": "deepseek-r1", "topology": "8xh200", "layout": "tp=8", "engine": "vllm",
+           "input_len": 1024, "output_len": 1024, "concurrency": 64}
+    assert _setting(run)[3].host_overlap
+    assert not _setting({**run, "engine_version": "0.8.4"})[3].host_overlap
+    assert _setting({**run, "engine_version": "0.21.0"})[3].host_overlap
+
+
+def lint(cli, *words, topology="8xh200"):
+    r = cli("lint", "-t", topology, "--json", "--", *words)
+    return json.loads(r.stdout)["findings"]
+
+
+def test_lint_prices_the_flags_that_turn_the_overlap_off(cli):
+    (f,) = lint(cli, "vllm", "serve", "deepseek-ai/DeepSeek-V2-Lite", "--no-async-scheduling", "--max-num-seqs", "1024")
+    assert f["level"] == "warn" and f["flag"] == "--no-async-scheduling"
+    assert "1,024 requests running" in f["text"] and "ms per token instead of" in f["text"]
+    assert lint(cli, "vllm", "serve", "deepseek-ai/DeepSeek-V2-Lite", "--no-async-scheduling", "--async-scheduling") == []
+    (f,) = lint(cli, "python", "-m", "sglang.launch_server", "--model-path", "deepseek-ai/DeepSeek-R1", "--tp", "8",
+                "--disable-overlap-schedule")
+    assert f["flag"] == "--disable-overlap-schedule" and "256 requests running" in f["text"]
