@@ -100,3 +100,12 @@ def test_lint_prices_the_flags_that_turn_the_overlap_off(cli):
     (f,) = lint(cli, "python", "-m", "sglang.launch_server", "--model-path", "deepseek-ai/DeepSeek-R1", "--tp", "8",
                 "--disable-overlap-schedule")
     assert f["flag"] == "--disable-overlap-schedule" and "256 requests running" in f["text"]
+
+
+def test_a_host_bound_round_is_named_for_the_user():
+    from mla_planner.search.candidate_warnings import host_bound_note
+    spec, topo = load_model("deepseek-v2-lite").spec, load_topology("8xh200")
+    calib, knobs = load_calibration(None, topo), Knobs(engine="vllm", kv_cache_dtype="fp8")
+    note = host_bound_note(decode_step(spec, topo, Layout(tp=1), knobs, 4096, 2048, calib))
+    assert note.startswith("host-bound: at 4,096 running requests per DP rank") and "86.0 ms a round" in note
+    assert host_bound_note(decode_step(spec, topo, Layout(tp=1), knobs, 64, 2048, calib)) == ""

@@ -1,5 +1,5 @@
-"""What a tuned candidate should warn its user about: TP over nodes, eager mode, MTP under PP, a backend
-swap, an FP8 checkpoint on a GPU without FP8, no tuned MoE kernel config in the wheel, DeepEP over PCIe or over
+"""What a tuned candidate should warn its user about: TP over nodes, eager mode, a host-bound step, MTP under PP,
+a backend swap, an FP8 checkpoint on a GPU without FP8, no tuned MoE kernel config in the wheel, DeepEP over PCIe or over
 shared NICs, idle GPUs, idle DP ranks, memory risks, TTFT and TPOT misses."""
 
 from __future__ import annotations
@@ -7,6 +7,7 @@ from __future__ import annotations
 from mla_planner.engines.backends import fp8_checkpoint
 from mla_planner.engines.moe_configs import moe_kernel_config
 from mla_planner.engines.parallel import uses_ep_all_to_all
+from mla_planner.perf.step import DecodeStep, round_s
 from mla_planner.search.tuning import Tuned
 from mla_planner.specs.knobs import Workload
 from mla_planner.specs.layout import Layout, int4_group_fallbacks
@@ -29,6 +30,7 @@ def warnings_for(spec: ModelSpec, topo: Topology, layout: Layout, tuned: Tuned, 
         alone = tuned.metrics.alone_tpot_s * 1e3
         out.append(f"eager mode (no CUDA graphs): the host dispatches every layer of every step (published figures "
                    f"1-5 ms a layer), so one request alone gets {alone:.1f} ms per token")
+    out += [w for w in [host_bound_note(tuned.metrics.decode)] if w]
     if tuned.knobs.mtp and layout.pp > 1:
         out.append("MTP under pipeline parallelism is a recent path in both engines (vLLM's V2 model runner, "
                    "vllm-project/vllm#46994; SGLang only with SGLANG_ENABLE_PP_SPEC=1, which the scripts export): "
@@ -59,6 +61,18 @@ def warnings_for(spec: ModelSpec, topo: Topology, layout: Layout, tuned: Tuned, 
     out += int4_group_fallbacks(spec, layout)
     out += [w for w in [ttft_headroom_note(tuned.metrics.ttft_longest_s, tuned.metrics.meets_targets, workload)] if w]
     return out
+
+
+def host_bound_note(d: DecodeStep) -> str:
+    """A decode round the scheduler's host work sets rather than the GPUs (perf/host.py): more requests per DP rank
+    add latency there, not tokens/s."""
+    gpu_s = round_s(d.stages, d.micro_batches)
+    if d.round_s <= gpu_s * 1.01:
+        return ""
+    return (f"host-bound: at {d.batch_per_dp_rank:,} running requests per DP rank the scheduler's host work takes "
+            f"{d.round_s * 1e3:.1f} ms a round where the GPUs take {gpu_s * 1e3:.1f} (perf/host.py): more requests per "
+            "rank add latency, not tokens/s; more DP ranks or replicas (each its own scheduler) or a faster host CPU "
+            "serve more")
 
 
 def cross_node_tp_note(layout: Layout, topo: Topology) -> str:
