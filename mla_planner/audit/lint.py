@@ -252,8 +252,9 @@ def _host_waits(cmd: Command, spec: ModelSpec, topo: Topology, layout: Layout, c
     256) running, with the host work overlapped and not."""
     seqs = max(1, int(cmd.values.get("max_seqs") or 256) // (layout.dp if cmd.engine == "sglang" else 1))
     kv = KV.get(cmd.values.get("kv", "auto"), "bf16")
-    ms = [decode_step(spec, topo, layout, Knobs(engine=cmd.engine, kv_cache_dtype=kv, host_overlap=overlap), seqs,
-                      2048, calib).tpot_s * 1e3 for overlap in (True, False)]
+    knobs = Knobs(engine=cmd.engine, kv_cache_dtype=kv, cuda_graphs=not eager_flag(cmd))
+    ms = [decode_step(spec, topo, layout, replace(knobs, host_overlap=overlap), seqs, 2048, calib).tpot_s * 1e3
+          for overlap in (True, False)]
     return Finding("warn", host_overlap_off(cmd, layout),
                    f"host work not overlapped: with {seqs:,} requests running per DP rank every decode step also waits "
                    f"for the scheduler, {ms[1]:.1f} ms per token instead of {ms[0]:.1f} (the step model, "
