@@ -92,6 +92,7 @@ def test_a_patch_release_reads_the_file(tmp_path):
     (_knob("kv_cache_dtype", "int8"), "candidates.0.knobs.kv_cache_dtype", "'bf16', 'fp8' or 'fp8_ds_mla'"),
     (_knob("prefix_caching", "yes"), "candidates.0.knobs.prefix_caching", "valid boolean"),
     (_knob("turbo", True), "candidates.0.knobs.turbo", "unknown field"),
+    (_knob("host_overlap", False), "candidates.0.knobs.host_overlap", "Input should be True"),
     (_knob("pp_layer_partition", [30, 31]), "candidates.0.knobs.pp_layer_partition",
      "pipeline partition 30,31 names 2 stage(s), the layout has 1 (pp 1)"),
     (_knob("pp_layer_partition", [61, 0]), "candidates.0.knobs.pp_layer_partition.1", "greater than 0"),

@@ -5,8 +5,9 @@ block-FP8 DeepSeek checkpoint or "to be safe" that cost a crash or most of the s
 with its source, and what to do instead:
   eager mode            vLLM --enforce-eager, SGLang --disable-cuda-graph: the host dispatches every layer of every
                         step (priced by the step model: one request's time per token with and without graphs)
-  host not overlapped   vLLM --no-async-scheduling, SGLang --disable-overlap-schedule: every decode step waits for
-                        the scheduler's host work (priced: a step at the command's running-request cap, perf/host.py)
+  host not overlapped   audit.lint_host: vLLM --no-async-scheduling, SGLang --disable-overlap-schedule: every decode
+                        step waits for the scheduler's host work (priced: a step at the command's running-request cap
+                        or the engine's default, perf/host.py)
   re-quantizing         --quantization on a checkpoint whose config.json already says how it is quantized
                         (sgl-project/sglang#3283: --quantization fp8 on DeepSeek-V3 segfaults; SGLang's AWQ
                         path: an explicit `awq` forces the slow kernels over awq_marlin, awq/awq.py)
@@ -28,6 +29,7 @@ from mla_planner.audit.lint_engine import engine_findings, env_findings
 from mla_planner.audit.lint_command import KV, Command
 from mla_planner.audit.lint_model import model_findings
 from mla_planner.audit.lint_devices import device_findings
+from mla_planner.audit.lint_host import host_findings
 from mla_planner.audit.lint_nodes import sglang_node_findings
 from mla_planner.audit.lint_quant import quantization_findings
 from mla_planner.audit.lint_rocm import rocm_findings
@@ -35,7 +37,6 @@ from mla_planner.audit.lint_sparse import sparse_findings
 from mla_planner.core.errors import PlanError
 from mla_planner.engines.backends import backend, backend_problems
 from mla_planner.engines.layouts import engine_layout_problem
-from mla_planner.engines.scheduling import OFF_FLAGS
 from mla_planner.engines.sparse import own_rows
 from mla_planner.engines.parallel import a2a_library, uses_ep_all_to_all
 from mla_planner.launch.a2a import DEFAULT_DISPATCH, SGLANG_BACKEND, VLLM_BACKEND
@@ -134,8 +135,8 @@ def lint(cmd: Command, spec: ModelSpec, topo: Topology, calib: Calibration) -> l
     out += [Finding(*f) for f in model_findings(engine, cmd.flags, cmd.values, cmd.model, spec, cmd.env)]
     if eager_flag(cmd) and not problems:
         out.append(_eager(cmd, spec, topo, layout, calib))
-    if host_overlap_off(cmd, layout) and not problems:
-        out.append(_host_waits(cmd, spec, topo, layout, calib))
+    if not problems and not any(f.level == "error" for f in own):
+        out += [Finding(*f) for f in host_findings(cmd, spec, topo, layout, calib, not eager_flag(cmd))]
     if not problems:
         deepep_used = deepep if deepep is not None else uses_ep_all_to_all(layout)
         notes = [cross_node_tp_note(layout, topo), shared_nic_deepep_note(layout, topo) if deepep_used else ""]
@@ -232,31 +233,3 @@ def _eager(cmd: Command, spec: ModelSpec, topo: Topology, layout: Layout, calib:
                                               f"instead of {steps[0]:.1f} (the step model); keep graphs on in "
                                               "production (ai-dynamo/dynamo#2109, sgl-project/sglang#2794)")
 
-
-WHY_OVERLAP = {"vllm": "vLLM v0.14.0 release notes: async scheduling on by default, #27614",
-               "sglang": "lmsys.org/blog/2024-12-04-sglang-v0-4: the zero-overhead batch scheduler"}
-
-
-def host_overlap_off(cmd: Command, layout: Layout) -> str:
-    """The flag that stops the engine overlapping its host work with the GPU ('' when none does; engines/scheduling):
-    vLLM --no-async-scheduling (the later of it and --async-scheduling wins), SGLang --disable-overlap-schedule
-    but not under pipeline parallelism, whose own loop overlaps them either way."""
-    if cmd.engine == "sglang":
-        return OFF_FLAGS["sglang"] if OFF_FLAGS["sglang"] in cmd.flags and layout.pp == 1 else ""
-    given = [w.partition("=")[0] for w in cmd.args if w.partition("=")[0] in ("--async-scheduling", OFF_FLAGS["vllm"])]
-    return OFF_FLAGS["vllm"] if given and given[-1] == OFF_FLAGS["vllm"] else ""
-
-
-def _host_waits(cmd: Command, spec: ModelSpec, topo: Topology, layout: Layout, calib: Calibration) -> Finding:
-    """Priced: a decode step at 2k tokens of context with the command's running-request cap per DP rank (default
-    256) running, with the host work overlapped and not."""
-    seqs = max(1, int(cmd.values.get("max_seqs") or 256) // (layout.dp if cmd.engine == "sglang" else 1))
-    kv = KV.get(cmd.values.get("kv", "auto"), "bf16")
-    knobs = Knobs(engine=cmd.engine, kv_cache_dtype=kv, cuda_graphs=not eager_flag(cmd))
-    ms = [decode_step(spec, topo, layout, replace(knobs, host_overlap=overlap), seqs, 2048, calib).tpot_s * 1e3
-          for overlap in (True, False)]
-    return Finding("warn", host_overlap_off(cmd, layout),
-                   f"host work not overlapped: with {seqs:,} requests running per DP rank every decode step also waits "
-                   f"for the scheduler, {ms[1]:.1f} ms per token instead of {ms[0]:.1f} (the step model, "
-                   f"{calib.host_per_request_s * 1e6:.0f} us of host work per request per step); drop the flag unless "
-                   f"a feature needs it ({WHY_OVERLAP[cmd.engine]})")

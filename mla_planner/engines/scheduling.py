@@ -7,13 +7,19 @@ default from v0.14.0 (release notes: "Async scheduling is now enabled by default
 parallelism; async scheduling with PP followed (#32359, #32618; vLLM's advisory GHSA-v97p-wpxp-px84 dates the V1
 runner's async + PP from 0.16.0), and in 0.33 the V2 model runner keeps it on for every layout the planner emits
 (config/vllm.py: off only for pooling models, ROCm DeepEP high-throughput DBO, some drafters on the V1 runner).
-`--no-async-scheduling` turns it off.
+`--no-async-scheduling` turns it off, and so does the V1 model runner (VLLM_USE_V2_MODEL_RUNNER=0) with pipeline
+parallelism.
 
 SGLang: the overlap ("zero-overhead") scheduler is on by default from v0.4 (lmsys.org/blog/2024-12-04-sglang-v0-4).
 With pipeline parallelism SGLang 0.5.23 sets --disable-overlap-schedule (arg_groups/overrides.py
 _pipeline_parallel_overlap_disable) but runs its own loop, which processes a micro-batch's results while the next
 one computes (managers/scheduler_pp_mixin.py event_loop_pp), so its host work overlaps there too.
 `--disable-overlap-schedule` turns it off.
+
+`overlaps_host` is exact for the releases the planner targets and by release alone before them; older releases had
+more exceptions it does not ask about: SGLang v0.4.0 turned the overlap off under DP attention (server_args.py) and
+with its first speculative-decoding worker, vLLM before v0.14.0 turned async scheduling off with EAGLE / MTP drafting
+(#31998) and its old Ray executor refused it with PP (#40084).
 """
 
 from __future__ import annotations

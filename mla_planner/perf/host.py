@@ -25,3 +25,9 @@ def exposed_host_s(gpu_round_s: float, host_s: float, overlapped: bool) -> float
     """Seconds a round of `gpu_round_s` on the GPUs waits for `host_s` of host work: what outlasts the GPU when
     the engine overlaps the two, all of it when it does not."""
     return max(0.0, host_s - gpu_round_s) if overlapped else host_s
+
+
+def with_host_s(gpu_round_s: float, requests: int, calib: Calibration, overlapped: bool) -> float:
+    """A round of `gpu_round_s` on the GPUs with `requests` running on its scheduler: the GPUs' time and the host work
+    they wait for."""
+    return gpu_round_s + exposed_host_s(gpu_round_s, host_round_s(requests, calib), overlapped)

@@ -3,7 +3,8 @@
 The step's token budget (max_num_batched_tokens) goes to the decoding micro-batch first (1 + k tokens a
 sequence with MTP), the rest to one request's chunk (vLLM's scheduler order); each chunk rides one round, so
 the rounds that carry a chunk are longer than decode-only ones by the `stall` metrics.py spreads over the
-other requests' tokens.
+other requests' tokens (less what the GPUs' idle time for overlapped host work hides: request_times.py). The
+prompt's own rounds wait for the host work (perf/host.py).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from math import ceil
 
+from mla_planner.perf.host import with_host_s
 from mla_planner.perf.layer_work import Batch
 from mla_planner.perf.step import forward_stages, mean_network_s, round_s
 from mla_planner.specs.calibration import Calibration
@@ -25,8 +27,8 @@ class Prefill:
     input_len: int
     chunk_tokens: int
     chunks: int
-    ttft_s: float                  # all chunks, each riding one pipeline round
-    stall_s: float                 # how much longer the decode rounds got while the chunks ran
+    ttft_s: float                  # all chunks, each riding one pipeline round (with the host work it waits for)
+    stall_s: float                 # how much longer the decode rounds got on the GPUs while the chunks ran
     stall_network_s: float = 0.0   # the extra collective seconds the chunks add to a GPU's rounds, averaged
                                    # over the stages (eager: may hide under CPU launches and exceed stall_s)
 
@@ -60,17 +62,22 @@ def prefill(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, input
             return sum(s.total_s for s in st), mean_network_s(st)
         return round_s(st, m, base), mean_network_s(st) - base_net
 
+    def hosted(gpu_s: float) -> float:    # the round as the request waits for it: with the host work (perf/host.py)
+        return with_host_s(gpu_s, decode_batch + 1, calib, knobs.host_overlap) if base else gpu_s
+
     full, rest = divmod(input_len, chunk)
     if full <= 2:
         rounds = [round_at(i * chunk, chunk) for i in range(full)]
-        full_s, full_net = sum(r[0] for r in rounds), sum(r[1] for r in rounds)
+        full_s, full_net, full_ttft = sum(r[0] for r in rounds), sum(r[1] for r in rounds), sum(hosted(r[0])
+                                                                                             for r in rounds)
     else:
         first, last = round_at(0, chunk), round_at((full - 1) * chunk, chunk)
         full_s, full_net = full * (first[0] + last[0]) / 2, full * (first[1] + last[1]) / 2
+        full_ttft = full * (hosted(first[0]) + hosted(last[0])) / 2
     tail = round_at(full * chunk, rest) if rest else (0.0, 0.0)
-    ttft = full_s + tail[0]
     n = full + (1 if rest else 0)
-    return Prefill(input_len, chunk, ceil(input_len / chunk), ttft, ttft - n * base_round, full_net + tail[1])
+    return Prefill(input_len, chunk, ceil(input_len / chunk), full_ttft + (hosted(tail[0]) if rest else 0.0),
+                   full_s + tail[0] - n * base_round, full_net + tail[1])
 
 
 def chunk_budget(knobs: Knobs, layout: Layout, decode_batch: int, budget: int | None = None) -> int:

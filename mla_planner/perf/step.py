@@ -18,8 +18,8 @@ Pipeline (vLLM V1 and SGLang keep up to pp micro-batches in flight): the B seque
 into m = min(B, pp) micro-batches. Each sequence runs one step per round; a round takes
 round = max(sum of stage times, m x slowest stage) (a micro-batch must cross every stage, and the slowest
 stage serves m micro-batches per round). The engine completes a micro-batch every step = round / m.
-The scheduler's host work (perf/host.py) lengthens a round by what the GPU does not hide, counted with the launch.
-A sequence gains one token per round, or with MTP 1 + a + ... + a^k (knobs.tokens_per_step): tpot = round / that.
+The scheduler's host work (perf/host.py) lengthens a round by what the GPU does not hide, counted with the launch;
+a sequence gains one token per round, or with MTP 1 + a + ... + a^k (knobs.tokens_per_step): tpot = round / that.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from math import ceil
 
 from mla_planner.core.errors import PlanError
 from mla_planner.memory.pp_split import stage_layers
-from mla_planner.perf.host import exposed_host_s, host_round_s
+from mla_planner.perf.host import with_host_s
 from mla_planner.perf.layer_comm import attention_comm, embed_comm, ffn_comm, logits_comm, pp_handoff_s
 from mla_planner.specs.calibration import Calibration
 from mla_planner.specs.knobs import MTP_ACCEPTANCE, Knobs, decode_query_len, tokens_per_step
@@ -95,6 +95,7 @@ class DecodeStep:
     split_s: dict = field(default_factory=dict)   # one step on the round's critical path (round_split_s / m)
     round_s: float = 0.0           # every sequence runs one step: m x step_s
     tokens_per_step: float = 1.0   # output tokens a sequence gains per step (> 1 with MTP): tpot = round / this
+    idle_s: float = 0.0            # of round_s, the GPUs idle for overlapped host work: prefill chunks hide there
 
     @property
     def network_share(self) -> float:
@@ -291,10 +292,9 @@ def decode_step(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, b
     m, micro = min(B, layout.pp), ceil(B / min(B, layout.pp))
     batch = Batch(micro, context_len, q_len=decode_query_len(knobs))
     lt, stages = forward_stages(spec, topo, layout, knobs, batch, calib, layers_per_stage)
-    gpu_round = round_s(stages, m)
-    host = exposed_host_s(gpu_round, host_round_s(B, calib), knobs.host_overlap)
-    rnd, gained = gpu_round + host, tokens_per_step(knobs, mtp_acceptance)
+    rnd = with_host_s(gpu_round := round_s(stages, m), B, calib, knobs.host_overlap)
+    gained, host = tokens_per_step(knobs, mtp_acceptance), rnd - gpu_round
     s = stages[slow := max(range(len(stages)), key=lambda i: stages[i].total_s)]
     split = {k: (v + (host if k == "launch_s" else 0.0)) / m for k, v in round_split_s(stages, m).items()}
     return DecodeStep(B, micro, m, context_len, lt, stages, rnd / m, rnd / gained, s.network_s, s.compute_s,
-                      s.memory_s, s.overhead_s, slow, split, rnd, gained)
+                      s.memory_s, s.overhead_s, slow, split, rnd, gained, host if knobs.host_overlap else 0.0)

@@ -71,7 +71,7 @@ class _KnobsIn(BaseModel):
     indexer_kv_dtype: Literal["fp8", "mxfp4"] = "fp8"         # the same
     images: bool = False                                     # the same
     redundant_experts: Annotated[int, Field(ge=0)] = 0       # the same
-    host_overlap: bool = True                                # the same
+    host_overlap: Literal[True] = True                       # the same; the scripts never turn the overlap off
 
 
 class _WorkloadIn(BaseModel):
