@@ -153,10 +153,13 @@ def test_a_host_bound_round_is_named_for_the_user():
     from mla_planner.search.candidate_warnings import host_bound_note
     spec, topo = load_model("deepseek-v2-lite").spec, load_topology("8xh200")
     calib, knobs = load_calibration(None, topo), Knobs(engine="vllm", kv_cache_dtype="fp8")
-    note = host_bound_note(decode_step(spec, topo, Layout(tp=1), knobs, 4096, 2048, calib))
+    step = decode_step(spec, topo, Layout(tp=1), knobs, 4096, 2048, calib)
+    note = host_bound_note(step, step.tpot_s)
     assert note.startswith("host-bound: at 4,096 running requests per DP rank")
     assert f"{4096 * calib.host_per_request_s * 1e3:.1f} ms a round" in note
-    assert host_bound_note(decode_step(spec, topo, Layout(tp=1), knobs, 64, 2048, calib)) == ""
+    assert host_bound_note(step, 2 * step.tpot_s) == ""      # prefill chunks fill the idle time and more
+    small = decode_step(spec, topo, Layout(tp=1), knobs, 64, 2048, calib)
+    assert host_bound_note(small, small.tpot_s) == ""
 
 
 

@@ -30,7 +30,7 @@ def warnings_for(spec: ModelSpec, topo: Topology, layout: Layout, tuned: Tuned, 
         alone = tuned.metrics.alone_tpot_s * 1e3
         out.append(f"eager mode (no CUDA graphs): the host dispatches every layer of every step (published figures "
                    f"1-5 ms a layer), so one request alone gets {alone:.1f} ms per token")
-    out += [w for w in [host_bound_note(tuned.metrics.decode)] if w]
+    out += [w for w in [host_bound_note(tuned.metrics.decode, tuned.metrics.tpot_s)] if w]
     if tuned.knobs.mtp and layout.pp > 1:
         out.append("MTP under pipeline parallelism is a recent path in both engines (vLLM's V2 model runner, "
                    "vllm-project/vllm#46994; SGLang only with SGLANG_ENABLE_PP_SPEC=1, which the scripts export): "
@@ -63,11 +63,12 @@ def warnings_for(spec: ModelSpec, topo: Topology, layout: Layout, tuned: Tuned, 
     return out
 
 
-def host_bound_note(d: DecodeStep) -> str:
-    """A decode round the scheduler's host work sets rather than the GPUs (perf/host.py): more requests per DP rank
-    add latency there, not tokens/s."""
+def host_bound_note(d: DecodeStep, tpot_s: float) -> str:
+    """A decode round the scheduler's host work sets rather than the GPUs (perf/host.py), other requests' prefill
+    chunks included (`tpot_s`, the mean time per token, no longer than the round: they hide in the GPUs' idle time):
+    more requests per DP rank add latency there, not tokens/s."""
     gpu_s = round_s(d.stages, d.micro_batches)
-    if d.round_s <= gpu_s * 1.01:
+    if d.round_s <= gpu_s * 1.01 or tpot_s * d.tokens_per_step > d.round_s * 1.01:
         return ""
     return (f"host-bound: at {d.batch_per_dp_rank:,} running requests per DP rank the scheduler's host work takes "
             f"{d.round_s * 1e3:.1f} ms a round where the GPUs take {gpu_s * 1e3:.1f} (perf/host.py): more requests per "
