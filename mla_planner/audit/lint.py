@@ -29,7 +29,7 @@ from mla_planner.audit.lint_engine import engine_findings, env_findings
 from mla_planner.audit.lint_command import KV, Command
 from mla_planner.audit.lint_model import model_findings
 from mla_planner.audit.lint_devices import device_findings
-from mla_planner.audit.lint_host import host_findings
+from mla_planner.audit.lint_host import host_findings, parsed
 from mla_planner.audit.lint_nodes import sglang_node_findings
 from mla_planner.audit.lint_quant import quantization_findings
 from mla_planner.audit.lint_rocm import rocm_findings
@@ -182,10 +182,11 @@ def _ib_hca(cmd: Command, topo: Topology, layout: Layout) -> list[Finding]:
 def eager_flag(cmd: Command) -> str:
     """The flag that turns decode CUDA graphs off ('' when none does): vLLM --enforce-eager; SGLang
     --disable-cuda-graph (deprecated), --disable-decode-cuda-graph, --cuda-graph-backend-decode disabled."""
+    given = parsed(cmd) or {}       # as the engine's parser reads the words: a unique prefix like --enforce too
     if cmd.engine == "vllm":
-        return "--enforce-eager" if "--enforce-eager" in cmd.flags else ""
+        return "--enforce-eager" if "--enforce-eager" in cmd.flags or given.get("--enforce-eager") else ""
     for flag in ("--disable-cuda-graph", "--disable-decode-cuda-graph"):
-        if flag in cmd.flags:
+        if flag in cmd.flags or given.get(flag):
             return flag
     return "--cuda-graph-backend-decode" if cmd.values.get("graph_decode") == "disabled" else ""
 

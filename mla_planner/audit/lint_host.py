@@ -17,24 +17,35 @@ from mla_planner.engines.parser.parsing import parse_args
 from mla_planner.engines.parser.preprocess import vllm_preprocess
 from mla_planner.engines.parser.values import ParseError
 from mla_planner.engines.scheduling import OFF_FLAGS
+from mla_planner.memory.report import memory_report
 from mla_planner.perf.step import decode_step
 from mla_planner.specs.calibration import Calibration
-from mla_planner.specs.knobs import Knobs
 from mla_planner.specs.layout import Layout
 from mla_planner.specs.model import ModelSpec
 from mla_planner.specs.topology import Topology
 
-WHY_OVERLAP = {"vllm": "vLLM v0.14.0 release notes: async scheduling on by default, #27614",
-               "sglang": "lmsys.org/blog/2024-12-04-sglang-v0-4: the zero-overhead batch scheduler"}
 V1_RUNNER = "VLLM_USE_V2_MODEL_RUNNER"
+WHY_OVERLAP = {"vllm": "vLLM v0.14.0 release notes: async scheduling on by default, #27614",
+               "sglang": "lmsys.org/blog/2024-12-04-sglang-v0-4: the zero-overhead batch scheduler",
+               V1_RUNNER: "vLLM 0.33 config/vllm.py: the V1 model runner runs no async scheduling with pipeline "
+                          "parallelism; the V2 runner, the default, does"}
+CAP_FLAG = {"vllm": "--max-num-seqs", "sglang": "--max-running-requests"}
+DRAFT_FLAG = {"vllm": "--speculative-config", "sglang": "--speculative-algorithm"}
+CONTEXT_TOKENS = 2048       # the context a running request is priced at
 
 
-def host_overlap_off(cmd: Command, layout: Layout) -> str:
-    """The flag or variable that stops the overlap ('' when none does, or when the engine's parser refuses the
-    command: its own finding says why)."""
+def parsed(cmd: Command) -> dict | None:
+    """The command's flags as the engine's parser resolves them (None when the parser refuses the command: the
+    engine's own finding says why)."""
     try:
-        given = parse_args(vllm_preprocess(cmd.args, []) if cmd.engine == "vllm" else cmd.args, cmd.engine)[0]
+        return parse_args(vllm_preprocess(cmd.args, []) if cmd.engine == "vllm" else cmd.args, cmd.engine)[0]
     except ParseError:
+        return None
+
+
+def host_overlap_off(cmd: Command, layout: Layout, given: dict | None) -> str:
+    """The flag or variable that stops the overlap, '' when none does."""
+    if given is None:
         return ""
     if cmd.engine == "sglang":
         return OFF_FLAGS["sglang"] if given.get(OFF_FLAGS["sglang"]) and layout.pp == 1 else ""
@@ -45,21 +56,31 @@ def host_overlap_off(cmd: Command, layout: Layout) -> str:
 
 def host_findings(cmd: Command, spec: ModelSpec, topo: Topology, layout: Layout, calib: Calibration,
                   cuda_graphs: bool) -> list[tuple]:
-    """(level, flag, text): a decode step at 2k tokens of context with the command's running-request cap per DP rank
-    (given: SGLang's --max-running-requests is the server's, split over its DP-attention ranks; else the engine's
-    default, engines.memory_rules.engine_default_knobs), with the host work overlapped and not, with or without
-    `cuda_graphs` as the command runs."""
-    flag = host_overlap_off(cmd, layout)
-    given = cmd.values.get("max_seqs")
-    if not flag or (given is not None and not given.isdigit()) or given == "0":
-        return []     # a cap that is not a count: the engine's parser reports it
-    kv = KV.get(cmd.values.get("kv", "auto"), "bf16")
-    seqs = (max(1, int(given) // (layout.dp if cmd.engine == "sglang" else 1)) if given
-            else engine_default_knobs(cmd.engine, spec, topo, layout.dp).max_num_seqs)
-    knobs = Knobs(engine=cmd.engine, kv_cache_dtype=kv, cuda_graphs=cuda_graphs)
-    ms = [decode_step(spec, topo, layout, replace(knobs, host_overlap=overlap), seqs, 2048, calib).tpot_s * 1e3
-          for overlap in (True, False)]
-    return [("warn", flag, f"host work not overlapped: with {seqs:,} requests running per DP rank every decode step "
+    """(level, flag, text): a decode step at 2k tokens of context with as many requests per DP rank as the command
+    lets run (its cap, a given SGLang --max-running-requests split over the DP-attention ranks, else the engine's
+    default with or without a drafter: engines.memory_rules.engine_default_knobs), no more than the KV pool holds
+    at that context, with the host work overlapped and not; with a drafter, per token gained."""
+    given = parsed(cmd)
+    flag = host_overlap_off(cmd, layout, given)
+    if not flag:
+        return []
+    mtp = bool(given.get(DRAFT_FLAG[cmd.engine])) and spec.drafter is not None and (spec.drafter != "mtp"
+                                                                                    or spec.has_mtp_head)
+    cap = given.get(CAP_FLAG[cmd.engine])
+    knobs = engine_default_knobs(cmd.engine, spec, topo, layout.dp, mtp=mtp,
+                                 kv_cache_dtype=KV.get(cmd.values.get("kv", "auto"), "bf16"),
+                                 cuda_graphs=cuda_graphs and not given.get("--enforce-eager"))
+    seqs = knobs.max_num_seqs
+    if isinstance(cap, int) and cap > 0:
+        seqs = max(1, cap // layout.dp) if cmd.engine == "sglang" else cap
+    pool = memory_report(spec, topo, layout, replace(knobs, max_model_len=CONTEXT_TOKENS))
+    seqs = min(seqs, max(1, pool.kv_capacity_tokens // CONTEXT_TOKENS)) if pool.fits else seqs
+    ms = [decode_step(spec, topo, layout, replace(knobs, host_overlap=overlap), seqs, CONTEXT_TOKENS,
+                      calib).tpot_s * 1e3 for overlap in (True, False)]
+    if ms[1] - ms[0] < 0.05:
+        return []
+    running = f"{seqs:,} request{'s' if seqs > 1 else ''}"
+    return [("warn", flag, f"host work not overlapped: with {running} running per DP rank every decode step "
                            f"also waits for the scheduler, {ms[1]:.1f} ms per token instead of {ms[0]:.1f} (the step "
                            f"model, {calib.host_per_request_s * 1e6:.0f} us of host work per request per step); "
-                           f"drop it unless a feature needs it ({WHY_OVERLAP[cmd.engine]})")]
+                           f"drop it unless a feature needs it ({WHY_OVERLAP.get(flag, WHY_OVERLAP[cmd.engine])})")]

@@ -39,8 +39,7 @@ def mean_tpot_s(spec, topo, layout, knobs, workload, calib, batch: int) -> tuple
     d = decode_step(spec, topo, layout, knobs, batch, ctx, calib, mtp_acceptance=workload.mtp_acceptance)
     p = prefill(spec, topo, layout, knobs, prefill_tokens(workload, knobs), calib, batch, ctx)
     rounds = min(_chunk_rounds(spec, layout, batch, workload, d, p, True), step_chunk_cap(p, knobs.engine))
-    return (d.round_s + hidden_stall_s(rounds * p.stall_s / p.chunks, d)) / tokens_gained(d.tokens_per_step,
-                                                                                       workload), d, p
+    return (d.round_s + hidden_stall_s(rounds, p, d)) / tokens_gained(d.tokens_per_step, workload), d, p
 
 
 def step_chunk_cap(p: Prefill, engine: str) -> float:
@@ -110,14 +109,21 @@ def serving_round_s(spec: ModelSpec, layout: Layout, batch: int, workload: Workl
     takes that many steps (decode_steps), each carrying its budget of prompt work."""
     rounds = _chunk_rounds(spec, layout, batch, workload, d, p)
     steps = decode_steps(rounds, p, engine)
-    return (steps * d.round_s + hidden_stall_s(rounds * p.stall_s / p.chunks, d, steps)) / tokens_gained(
-        d.tokens_per_step, workload), rounds
+    return (steps * d.round_s + hidden_stall_s(rounds, p, d, steps)) / tokens_gained(d.tokens_per_step, workload), \
+        rounds
 
 
-def hidden_stall_s(stall_s: float, d: DecodeStep, steps: float = 1.0) -> float:
-    """What `stall_s` of prefill chunks on the GPUs adds to `steps` decode rounds: the part beyond the time the GPUs
-    sit idle in them for overlapped host work (DecodeStep.idle_s, perf/host.py)."""
-    return max(0.0, stall_s - steps * d.idle_s)
+def hidden_stall_s(chunk_rounds: float, p: Prefill, d: DecodeStep, steps: float = 1.0) -> float:
+    """What `chunk_rounds` prefill chunks of `p` (stall_s / chunks each on the GPUs) add to `steps` rounds of decode
+    step `d`: a chunk rides a round and hides in the time its GPUs sit idle there for overlapped host work
+    (DecodeStep.idle_s, perf/host.py); with fewer chunks than rounds each hides only in its own round, with more they
+    share them all."""
+    if not d.idle_s:
+        return chunk_rounds * p.stall_s / p.chunks
+    chunk_s = p.stall_s / p.chunks
+    if chunk_rounds <= steps:
+        return chunk_rounds * max(0.0, chunk_s - d.idle_s)
+    return max(0.0, chunk_rounds * chunk_s - steps * d.idle_s)
 
 
 def decode_steps(rounds: float, p: Prefill, engine: str) -> float:

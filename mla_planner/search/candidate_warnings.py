@@ -71,8 +71,9 @@ def host_bound_note(d: DecodeStep, tpot_s: float) -> str:
     if d.round_s <= gpu_s * 1.01 or tpot_s * d.tokens_per_step > d.round_s * 1.01:
         return ""
     return (f"host-bound: at {d.batch_per_dp_rank:,} running requests per DP rank the scheduler's host work takes "
-            f"{d.round_s * 1e3:.1f} ms a round where the GPUs take {gpu_s * 1e3:.1f} (perf/host.py): more requests per "
-            "rank add latency, not tokens/s; more DP ranks or replicas (each its own scheduler) or a faster host CPU "
+            f"{d.round_s * 1e3:.1f} ms a round where the GPUs' decode work takes {gpu_s * 1e3:.1f} (other requests' "
+            "prefill chunks fill some of the rest; perf/host.py): more requests per rank add latency, not tokens/s; a "
+            "faster host CPU, or more schedulers (DP ranks or replicas on fewer GPUs each) where the layout allows, "
             "serve more")
 
 
