@@ -129,7 +129,8 @@ def test_lint_leaves_the_overlap_on_alone(cli, words):
 
 
 def test_lint_on_commands_that_keep_or_lose_the_overlap_otherwise(cli):
-    assert [f["flag"] for f in lint(cli, *R1_SGLANG, "--tp", "8", "--disable-overlap")] == ["--disable-overlap-schedule"]
+    flags = [f["flag"] for f in lint(cli, *R1_SGLANG, "--tp", "8", "--disable-overlap")]
+    assert flags == ["--disable-overlap-schedule"]
     # PP sets it itself and overlaps in its own loop
     node = ("--nnodes", "2", "--node-rank", "0", "--dist-init-addr", "10.0.0.1:5000")
     assert lint(cli, *R1_SGLANG, "--tp", "8", "--pp-size", "2", *node, "--disable-overlap-schedule",

@@ -233,4 +233,3 @@ def _eager(cmd: Command, spec: ModelSpec, topo: Topology, layout: Layout, calib:
     return Finding("warn", eager_flag(cmd), f"no CUDA graphs: one request decodes at {steps[1]:.1f} ms per token "
                                               f"instead of {steps[0]:.1f} (the step model); keep graphs on in "
                                               "production (ai-dynamo/dynamo#2109, sgl-project/sglang#2794)")
-

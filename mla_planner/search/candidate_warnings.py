@@ -1,13 +1,13 @@
 """What a tuned candidate should warn its user about: TP over nodes, eager mode, a host-bound step, MTP under PP,
-a backend swap, an FP8 checkpoint on a GPU without FP8, no tuned MoE kernel config in the wheel, DeepEP over PCIe or over
-shared NICs, idle GPUs, idle DP ranks, memory risks, TTFT and TPOT misses."""
+a backend swap, an FP8 checkpoint on a GPU without FP8, no tuned MoE kernel config in the wheel, DeepEP over PCIe or
+over shared NICs, idle GPUs, idle DP ranks, memory risks, TTFT and TPOT misses."""
 
 from __future__ import annotations
 
 from mla_planner.engines.backends import fp8_checkpoint
 from mla_planner.engines.moe_configs import moe_kernel_config
 from mla_planner.engines.parallel import uses_ep_all_to_all
-from mla_planner.perf.step import DecodeStep, round_s
+from mla_planner.perf.step import DecodeStep
 from mla_planner.search.tuning import Tuned
 from mla_planner.specs.knobs import Workload
 from mla_planner.specs.layout import Layout, int4_group_fallbacks
@@ -67,8 +67,8 @@ def host_bound_note(d: DecodeStep, tpot_s: float) -> str:
     """A decode round the scheduler's host work sets rather than the GPUs (perf/host.py), other requests' prefill
     chunks included (`tpot_s`, the mean time per token, no longer than the round: they hide in the GPUs' idle time):
     more requests per DP rank add latency there, not tokens/s."""
-    gpu_s = round_s(d.stages, d.micro_batches)
-    if d.round_s <= gpu_s * 1.01 or tpot_s * d.tokens_per_step > d.round_s * 1.01:
+    gpu_s = d.round_s - d.idle_s
+    if d.idle_s <= 0.01 * gpu_s or tpot_s * d.tokens_per_step > d.round_s * 1.01:
         return ""
     return (f"host-bound: at {d.batch_per_dp_rank:,} running requests per DP rank the scheduler's host work takes "
             f"{d.round_s * 1e3:.1f} ms a round where the GPUs' decode work takes {gpu_s * 1e3:.1f} (other requests' "
