@@ -69,7 +69,7 @@ def host_findings(cmd: Command, spec: ModelSpec, topo: Topology, layout: Layout,
     cap = given.get(CAP_FLAG[cmd.engine])
     knobs = engine_default_knobs(cmd.engine, spec, topo, layout.dp, mtp=mtp,
                                  kv_cache_dtype=KV.get(cmd.values.get("kv", "auto"), "bf16"),
-                                 cuda_graphs=cuda_graphs and not given.get("--enforce-eager"))
+                                 cuda_graphs=cuda_graphs)
     seqs = knobs.max_num_seqs
     if isinstance(cap, int) and cap > 0:
         seqs = max(1, cap // layout.dp) if cmd.engine == "sglang" else cap
