@@ -51,6 +51,8 @@ class EngineRules:
                                     # (vllm#26859: FlashInfer's sampler opt-in) to 0.16 (vllm#33538's Triton kernel)
     reserves_in_flight: bool = True  # V4 window groups reserve each in-flight batch (>= 0.26: compressed_kv)
     torch_gather: bool = False      # the profile run gathers logits on torch's group on CUDA (< 0.26: memory.terms)
+    nvls_at_init: bool = False      # NCCL allocates NVLink SHARP buffers as each communicator is created (vLLM < 0.9:
+                                    # NCCL 2.21.5, data/platform_memory.yaml `nvls`; later NCCL at first use)
 
 
 def engine_rules(engine: str, version: Optional[str] = None) -> EngineRules:
@@ -63,7 +65,7 @@ def engine_rules(engine: str, version: Optional[str] = None) -> EngineRules:
     return EngineRules("vllm", version, graphs_in_budget=release >= (0, 21), context_outside_budget=release >= (0, 9),
                        comms_outside_budget=release >= (0, 11), expert_group=release >= (0, 11),
                        sampler_sorts=(0, 11, 1) <= release < (0, 17, 0), reserves_in_flight=release >= (0, 26),
-                       torch_gather=release < (0, 26))
+                       torch_gather=release < (0, 26), nvls_at_init=release < (0, 9))
 
 
 def profile_run_creates_comm(rules: EngineRules, gpu: GPU) -> bool:

@@ -113,9 +113,7 @@ def _stage(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, rules:
     sizes, modes = capture_plan(rules, knobs, topo.gpu, layout)
     pool = CompressedPool(rules.engine, spec, rng, knobs.max_model_len, knobs.max_num_batched_tokens,
                           knobs.max_num_seqs, in_flight_batches(layout.pp, rules.reserves_in_flight), mtp_layers,
-                          knobs.indexer_kv_dtype,
-                          decode_query_len(knobs)) \
-        if is_compressed(spec) else None
+                          knobs.indexer_kv_dtype, decode_query_len(knobs)) if is_compressed(spec) else None
     a2a_name, a2a, heap = mt.a2a_memory_bytes(rules.engine, spec, layout, topo.gpu, deepep_dispatch_tokens(
         rules.engine, knobs.max_num_seqs, knobs.max_num_batched_tokens, decode_query_len(knobs)), mori_tokens_per_rank(
         rules.engine, knobs.max_num_seqs, knobs.max_num_batched_tokens, decode_query_len(knobs)))
@@ -125,12 +123,13 @@ def _stage(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, rules:
                                                   rules.sampler_sorts) + profiled_images,
         cuda_graph_bytes=mt.cuda_graph_bytes(spec, layout, sizes, modes, last, ffn_tp)
         + sglang_graph_buffer_bytes(rules, spec, knobs, topo.gpu, layout.dcp, sizes, last),
-        nccl_bytes=mt.nccl_buffer_bytes(layout, topo, rules.engine, spec.is_moe and rules.expert_group),
+        nccl_bytes=mt.nccl_buffer_bytes(layout, topo, rules.engine, spec.is_moe and rules.expert_group,
+                                        rules.nvls_at_init),
         runtime_bytes=mt.runtime_overhead_bytes(topo.gpu),
         slot_bytes=pool.marginal_bytes_per_token() if pool else kv_slot_bytes(spec, layout, rng, knobs.kv_cache_dtype,
                                                                               mtp_layers),
         pool=pool, a2a_bytes=a2a, heap_bytes=heap, a2a_name=a2a_name,
-        profiled_comm_bytes=mt.profiled_communicator_bytes(layout, topo)      # only the last stage gathers logits
+        profiled_comm_bytes=mt.profiled_communicator_bytes(layout, topo, rules.nvls_at_init)   # only the last stage
         if last and profile_run_creates_comm(rules, topo.gpu) else 0.0,
         fraction_scale=static_fraction_scale(knobs, topo.gpu, spec, layout))
     return _Stage(index, kv_layers, weights, costs)

@@ -88,14 +88,35 @@ def group_bytes(topo: Topology, span_gpus: int) -> float:
     return min(inside, table["across_nodes"]) if span_gpus > topo.domain_gpus else inside
 
 
-def nccl_buffer_bytes(layout: Layout, topo: Topology, engine: str = "vllm", moe_group: bool = False) -> float:
+def nvls_buffer_bytes(topo: Topology, size: int, span_gpus: int) -> float:
+    """NCCL's NVLink SHARP buffers of one communicator of `size` GPUs spread evenly over `span_gpus` consecutive ones,
+    on each of its GPUs, where NCCL allocates them as the communicator is created (NCCL <= 2.21: engines.memory_rules
+    `nvls_at_init`; src/transport/nvls.cc ncclNvlsSetup at v2.21.5-1, called from init.cc initTransportsRank):
+    channels x 2 directions x (1 MiB of data, NVLS_CHUNKSIZE 128 KiB x NCCL_STEPS 8, + 2 MiB of head and tail,
+    NVLS_MEM_ALIGN_SIZE) x heads, one head per GPU of the communicator on a host (the NVLS graph search).
+    Zero where NCCL keeps NVLS off: no NVLink SHARP (`Topology.uses_nvls`), or at most 2 of the communicator's GPUs
+    on a host (ncclNvlsInit). Channels: the communicator's own count, by GPU (data/platform_memory.yaml `nvls`).
+    Not rounded up to the multicast granularity, which is not published for these GPUs."""
+    stride = max(span_gpus // size, 1)
+    local = min(size, topo.gpus_per_node // stride) if stride <= topo.gpus_per_node else 1
+    if not topo.uses_nvls or local <= 2:
+        return 0.0
+    table = _platform()["nvls"]
+    channels = table["channels"].get(topo.gpu.name, table["channels"]["default"])
+    return float(channels * 2 * table["mib_per_channel_head"] * MiB * local)
+
+
+def nccl_buffer_bytes(layout: Layout, topo: Topology, engine: str = "vllm", moe_group: bool = False,
+                      nvls: bool = False) -> float:
     """NCCL / RCCL communicators + custom all-reduce buffers on one GPU: each of its groups (`comm_groups`) priced by
-    the link it talks over (`group_bytes`; the per-group figures and their evidence: data/platform_memory.yaml).
+    the link it talks over (`group_bytes`; the per-group figures and their evidence: data/platform_memory.yaml),
+    with its NVLink SHARP buffers where NCCL allocates them at creation (`nvls`: `nvls_buffer_bytes`).
     Outside torch's allocator; vLLM's worker comment: 'NCCL operations ... can use a few GB'."""
-    return sum(group_bytes(topo, span) for _, _, span in comm_groups(layout, engine, moe_group)) * GiB
+    return sum(group_bytes(topo, span) * GiB + (nvls_buffer_bytes(topo, size, span) if nvls else 0.0)
+               for _, size, span in comm_groups(layout, engine, moe_group))
 
 
-def profiled_communicator_bytes(layout: Layout, topo: Topology) -> float:
+def profiled_communicator_bytes(layout: Layout, topo: Topology, nvls: bool = False) -> float:
     """The NCCL / RCCL communicator a vLLM profile run creates for the TP group, where the logits all-gather goes
     through torch's process group (engines.memory_rules.EngineRules.torch_gather): vLLM builds that group without
     binding it to a device (distributed/parallel_state.py, VLLM_DISTRIBUTED_USE_SPLIT_GROUP off), so torch creates
@@ -103,8 +124,11 @@ def profiled_communicator_bytes(layout: Layout, topo: Topology) -> float:
     window, and vLLM charges it as non-torch memory (vllm-project/vllm#25359: "NCCL buffer allocation shows up as
     non-torch memory increase during forward pass"). vLLM 0.26.0's CudaCommunicator.all_gather runs its own pynccl
     communicator instead, except on ROCm. Its size is not logged anywhere found: priced as one group of the TP size
-    (`group_bytes`), an estimate. Zero at TP 1; only the last pipeline stage gathers logits."""
-    return group_bytes(topo, layout.tp) * GiB if layout.tp > 1 else 0.0
+    (`group_bytes`), an estimate, with its NVLink SHARP buffers where NCCL allocates them at creation (`nvls`).
+    Zero at TP 1; only the last pipeline stage gathers logits."""
+    if layout.tp <= 1:
+        return 0.0
+    return group_bytes(topo, layout.tp) * GiB + (nvls_buffer_bytes(topo, layout.tp, layout.tp) if nvls else 0.0)
 
 
 def attention_working_bytes(spec: ModelSpec, layout: Layout, tokens: int) -> float:
