@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Optional
 
 from mla_planner.core.errors import PlanError
+from mla_planner.core.resources import data_dir, read_data
 from mla_planner.core.units import GiB
 from mla_planner.engines.backends import backend, engine_version, usable_backends
 from mla_planner.engines.compressed_kv import is_compressed
@@ -51,8 +53,8 @@ class EngineRules:
                                     # (vllm#26859: FlashInfer's sampler opt-in) to 0.16 (vllm#33538's Triton kernel)
     reserves_in_flight: bool = True  # V4 window groups reserve each in-flight batch (>= 0.26: compressed_kv)
     torch_gather: bool = False      # the profile run gathers logits on torch's group on CUDA (< 0.26: memory.terms)
-    nvls_at_init: bool = False      # NCCL allocates NVLink SHARP buffers as each communicator is created (vLLM < 0.9:
-                                    # NCCL 2.21.5, data/platform_memory.yaml `nvls`; later NCCL at first use)
+    nvls_at_init_mib: float = 0.0   # MiB per channel and head of the NVLink SHARP buffers NCCL allocates as each
+                                    # communicator is created (vLLM < 0.9: data/platform_memory.yaml `nvls`; 0: none)
 
 
 def engine_rules(engine: str, version: Optional[str] = None) -> EngineRules:
@@ -65,7 +67,18 @@ def engine_rules(engine: str, version: Optional[str] = None) -> EngineRules:
     return EngineRules("vllm", version, graphs_in_budget=release >= (0, 21), context_outside_budget=release >= (0, 9),
                        comms_outside_budget=release >= (0, 11), expert_group=release >= (0, 11),
                        sampler_sorts=(0, 11, 1) <= release < (0, 17, 0), reserves_in_flight=release >= (0, 26),
-                       torch_gather=release < (0, 26), nvls_at_init=release < (0, 9))
+                       torch_gather=release < (0, 26), nvls_at_init_mib=nvls_at_init_mib(release))
+
+
+@lru_cache(maxsize=None)
+def nvls_at_init_mib(release: tuple[int, int, int]) -> float:
+    """MiB per channel and head of the NVLink SHARP buffers the NCCL that vLLM `release` ran allocates as each
+    communicator is created (data/platform_memory.yaml `nvls.at_init`: by the NCCL of each torch vLLM pinned); 0.0 from
+    the release whose NCCL allocates them at first use."""
+    for row in read_data(data_dir("platform_memory.yaml"))["nvls"]["at_init"]:
+        if release < parse_version(row["before_vllm"]):
+            return float(row["mib_per_channel_head"])
+    return 0.0
 
 
 def profile_run_creates_comm(rules: EngineRules, gpu: GPU) -> bool:

@@ -124,12 +124,12 @@ def _stage(spec: ModelSpec, topo: Topology, layout: Layout, knobs: Knobs, rules:
         cuda_graph_bytes=mt.cuda_graph_bytes(spec, layout, sizes, modes, last, ffn_tp)
         + sglang_graph_buffer_bytes(rules, spec, knobs, topo.gpu, layout.dcp, sizes, last),
         nccl_bytes=mt.nccl_buffer_bytes(layout, topo, rules.engine, spec.is_moe and rules.expert_group,
-                                        rules.nvls_at_init),
+                                        rules.nvls_at_init_mib),
         runtime_bytes=mt.runtime_overhead_bytes(topo.gpu),
         slot_bytes=pool.marginal_bytes_per_token() if pool else kv_slot_bytes(spec, layout, rng, knobs.kv_cache_dtype,
                                                                               mtp_layers),
         pool=pool, a2a_bytes=a2a, heap_bytes=heap, a2a_name=a2a_name,
-        profiled_comm_bytes=mt.profiled_communicator_bytes(layout, topo, rules.nvls_at_init)   # only the last stage
+        profiled_comm_bytes=mt.profiled_communicator_bytes(layout, topo, rules.nvls_at_init_mib)   # only the last stage
         if last and profile_run_creates_comm(rules, topo.gpu) else 0.0,
         fraction_scale=static_fraction_scale(knobs, topo.gpu, spec, layout))
     return _Stage(index, kv_layers, weights, costs)

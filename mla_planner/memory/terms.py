@@ -60,14 +60,16 @@ def comm_groups(layout: Layout, engine: str = "vllm", moe_group: bool = False) -
     vLLM: attention TP (tp > 1), pipeline (pp > 1: the stages' GPUs, tp x pp), DCP (inside TP), the DP group (dp > 1)
     and, for an MoE model (`moe_group`: vLLM >= 0.11), the expert group over tp x dp, which vLLM builds for every MoE
     model (distributed/parallel_state.py: _EP, a communicator for each group larger than one GPU,
-    device_communicators/cuda_communicator.py). SGLang: one TP group over tp x dp (under DP attention the
-    attention-TP subgroups have no communicator of their own), pipeline and DCP."""
+    device_communicators/cuda_communicator.py); vLLM numbers its ranks DP-major, then PP, then TP (parallel_state.py
+    `all_ranks` reshaped to (dp, pp, tp)), so a DP group's GPUs lie tp x pp apart. SGLang: one TP group over tp x dp
+    (under DP attention the attention-TP subgroups have no communicator of their own), pipeline and DCP."""
     stage = layout.tp * layout.dp
     if engine == "sglang":
         groups = [("tp", stage, stage), ("pp", layout.pp, stage * layout.pp), ("dcp", layout.dcp, layout.tp)]
     else:
+        ep_span = (layout.dp - 1) * layout.pp * layout.tp + layout.tp     # one stage's TP blocks of every DP rank
         groups = [("tp", layout.tp, layout.tp), ("pp", layout.pp, layout.tp * layout.pp), ("dcp", layout.dcp, layout.tp),
-                  ("dp", layout.dp, stage), ("ep", stage if moe_group else 1, stage)]
+                  ("dp", layout.dp, stage * layout.pp), ("ep", stage if moe_group else 1, ep_span)]
     return [(name, size, span) for name, size, span in groups if size > 1]
 
 
@@ -88,35 +90,40 @@ def group_bytes(topo: Topology, span_gpus: int) -> float:
     return min(inside, table["across_nodes"]) if span_gpus > topo.domain_gpus else inside
 
 
-def nvls_buffer_bytes(topo: Topology, size: int, span_gpus: int) -> float:
+def nvls_buffer_bytes(topo: Topology, size: int, span_gpus: int, mib_per_channel_head: float) -> float:
     """NCCL's NVLink SHARP buffers of one communicator of `size` GPUs spread evenly over `span_gpus` consecutive ones,
-    on each of its GPUs, where NCCL allocates them as the communicator is created (NCCL <= 2.21: engines.memory_rules
-    `nvls_at_init`; src/transport/nvls.cc ncclNvlsSetup at v2.21.5-1, called from init.cc initTransportsRank):
-    channels x 2 directions x (1 MiB of data, NVLS_CHUNKSIZE 128 KiB x NCCL_STEPS 8, + 2 MiB of head and tail,
-    NVLS_MEM_ALIGN_SIZE) x heads, one head per GPU of the communicator on a host (the NVLS graph search).
+    on each of its GPUs, where NCCL allocates them as the communicator is created (engines.memory_rules
+    `nvls_at_init_mib`, the MiB per channel and head of that NCCL release; src/transport/nvls.cc ncclNvlsSetup at
+    v2.21.5-1, called from init.cc initTransportsRank): channels x 2 directions x `mib_per_channel_head` x heads.
+    Heads: on one host, one per GPU of the communicator there (the NVLS graph search); across hosts, the GPU:NIC pairs
+    the search finds, at most the NICs of a node (search.cc; connect.cc takes the least over nodes). Channels: the
+    communicator's own count, by GPU on one host, NIC-bound across hosts (data/platform_memory.yaml `nvls`).
     Zero where NCCL keeps NVLS off: no NVLink SHARP (`Topology.uses_nvls`), or at most 2 of the communicator's GPUs
-    on a host (ncclNvlsInit). Channels: the communicator's own count, by GPU (data/platform_memory.yaml `nvls`).
-    Not rounded up to the multicast granularity, which is not published for these GPUs."""
+    on a host (ncclNvlsInit counts the communicator's GPUs there). Not rounded up to the multicast granularity (not
+    published for these GPUs), and the NVLS trees' network buffers across hosts are not counted."""
     stride = max(span_gpus // size, 1)
     local = min(size, topo.gpus_per_node // stride) if stride <= topo.gpus_per_node else 1
-    if not topo.uses_nvls or local <= 2:
+    if not topo.uses_nvls or local <= 2 or mib_per_channel_head <= 0:
         return 0.0
-    table = _platform()["nvls"]
-    channels = table["channels"].get(topo.gpu.name, table["channels"]["default"])
-    return float(channels * 2 * table["mib_per_channel_head"] * MiB * local)
+    table = _platform()["nvls"]["channels"]
+    across = span_gpus > topo.gpus_per_node and topo.inter_node is not None
+    channels = table["across_nodes"] if across else table.get(topo.gpu.name, table["default"])
+    heads = min(local, topo.inter_node.nics_per_node) if across else local
+    return float(channels * 2 * mib_per_channel_head * MiB * heads)
 
 
 def nccl_buffer_bytes(layout: Layout, topo: Topology, engine: str = "vllm", moe_group: bool = False,
-                      nvls: bool = False) -> float:
+                      nvls_mib: float = 0.0) -> float:
     """NCCL / RCCL communicators + custom all-reduce buffers on one GPU: each of its groups (`comm_groups`) priced by
     the link it talks over (`group_bytes`; the per-group figures and their evidence: data/platform_memory.yaml),
-    with its NVLink SHARP buffers where NCCL allocates them at creation (`nvls`: `nvls_buffer_bytes`).
+    with its NVLink SHARP buffers where NCCL allocates them at creation (`nvls_mib` per channel and head:
+    `nvls_buffer_bytes`).
     Outside torch's allocator; vLLM's worker comment: 'NCCL operations ... can use a few GB'."""
-    return sum(group_bytes(topo, span) * GiB + (nvls_buffer_bytes(topo, size, span) if nvls else 0.0)
+    return sum(group_bytes(topo, span) * GiB + nvls_buffer_bytes(topo, size, span, nvls_mib)
                for _, size, span in comm_groups(layout, engine, moe_group))
 
 
-def profiled_communicator_bytes(layout: Layout, topo: Topology, nvls: bool = False) -> float:
+def profiled_communicator_bytes(layout: Layout, topo: Topology, nvls_mib: float = 0.0) -> float:
     """The NCCL / RCCL communicator a vLLM profile run creates for the TP group, where the logits all-gather goes
     through torch's process group (engines.memory_rules.EngineRules.torch_gather): vLLM builds that group without
     binding it to a device (distributed/parallel_state.py, VLLM_DISTRIBUTED_USE_SPLIT_GROUP off), so torch creates
@@ -124,11 +131,11 @@ def profiled_communicator_bytes(layout: Layout, topo: Topology, nvls: bool = Fal
     window, and vLLM charges it as non-torch memory (vllm-project/vllm#25359: "NCCL buffer allocation shows up as
     non-torch memory increase during forward pass"). vLLM 0.26.0's CudaCommunicator.all_gather runs its own pynccl
     communicator instead, except on ROCm. Its size is not logged anywhere found: priced as one group of the TP size
-    (`group_bytes`), an estimate, with its NVLink SHARP buffers where NCCL allocates them at creation (`nvls`).
+    (`group_bytes`), an estimate, with its NVLink SHARP buffers where NCCL allocates them at creation (`nvls_mib`).
     Zero at TP 1; only the last pipeline stage gathers logits."""
     if layout.tp <= 1:
         return 0.0
-    return group_bytes(topo, layout.tp) * GiB + (nvls_buffer_bytes(topo, layout.tp, layout.tp) if nvls else 0.0)
+    return group_bytes(topo, layout.tp) * GiB + nvls_buffer_bytes(topo, layout.tp, layout.tp, nvls_mib)
 
 
 def attention_working_bytes(spec: ModelSpec, layout: Layout, tokens: int) -> float:
