@@ -111,9 +111,8 @@ def test_a_slower_cross_node_network_through_a_calibration_file(cli, tmp_path):
     """The seed scenario with a measured cross-node latency instead of the NCCL-derived default: if a
     2-3 MB decode all-reduce over the two nodes takes ~150 us (internode_latency_s 70 us, the kind of figure
     `verify --write-calibration` writes on such a cluster; the default network gives ~95 us), the model gives
-    TP16 172 requests, a 41.4 ms step and 45.3 % network wait over the run, while TP8xPP2 (all-reduces
-    inside the node) stays at 10 % and ahead on all five metrics. The default network gives 36.8 %
-    (test_metrics)."""
+    TP16 159 requests, a 42.0 ms step and 44.1 % network wait over the run, while TP8xPP2 (all-reduces
+    inside the node) stays at 10 % and ahead on all five metrics. The default network gives 35.6 %."""
     cal = tmp_path / "slow-ib.yaml"
     cal.write_text(dump_calibration({"internode_latency_s": 7.0e-5}, gpu="H100-SXM-80G", topology="2x8xh100-ib"))
     r = cli(*SEED, "--json", "--calibration", str(cal))

@@ -146,6 +146,21 @@ def test_engine_version_must_be_a_release_number():
     assert engine_rules("vllm", "1.0").graphs_in_budget  # a 1.x release is newer than 0.21, not older
 
 
+def test_releases_outside_what_is_modelled_are_refused_or_named(cli):
+    """vLLM before 0.8 (the V0 engine) and SGLang before 0.4 are refused; an SGLang before 0.5.3 needs its fraction
+    given (its default came from older rules); a release newer than the planner's is priced as that one, said so."""
+    for engine, version in (("vllm", "0.7.3"), ("sglang", "0.3.6")):
+        with pytest.raises(PlanError, match=f"{engine} releases before"):
+            engine_rules(engine, version)
+    old = cli("memory", "-t", "8xh200", "-e", "sglang", "--engine-version", "0.4.6")
+    assert old.exit_code == 2 and "--mem-fraction-static" in old.output and "Traceback" not in old.output
+    assert cli("memory", "-t", "8xh200", "-e", "sglang", "--engine-version", "0.4.6",
+               "--mem-fraction-static", "0.81").exit_code == 0
+    new = cli("memory", "-t", "8xh200", "--engine-version", " 0.34.0 ")
+    assert new.exit_code == 0 and "vllm 0.34.0 is newer than 0.33.0" in " ".join(new.output.split())
+    assert cli("memory", "-t", "8xh200", "--engine-version", "").exit_code == 2
+
+
 def test_block_size_no_backend_accepts_is_a_warning_naming_the_legal_sizes():
     r = report("8xh200", Layout(tp=8), block_size=17)
     assert r.fits  # a warning, not a verdict

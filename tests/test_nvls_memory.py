@@ -1,5 +1,5 @@
-"""NCCL's NVLink SHARP buffers in vLLM's memory (memory.terms.nvls_buffer_bytes): sized by the rule of the NCCL each
-vLLM release ran where NCCL allocates them as each communicator is created (vLLM < 0.9), absent where NVLS is off."""
+"""NCCL's NVLink SHARP buffers in vLLM's memory (memory.terms.nvls_buffer_bytes): sized by the rule of the NCCL
+vLLM 0.8 ran, which allocates them as each communicator is created, and absent where NVLS is off."""
 
 from dataclasses import replace
 
@@ -20,7 +20,6 @@ def test_the_size_is_channels_x_2_x_the_mib_per_channel_head_x_the_communicators
     h100, h800 = load_topology("8xh100"), load_topology("4x8xh800-roce")
     assert nvls_buffer_bytes(h100, 8, 8, NCCL_2_21) == 24 * 2 * 3 * MiB * 8        # 1.125 GiB
     assert nvls_buffer_bytes(h100, 4, 4, NCCL_2_21) == 24 * 2 * 3 * MiB * 4
-    assert nvls_buffer_bytes(h100, 8, 8, 6) == 2 * nvls_buffer_bytes(h100, 8, 8, NCCL_2_21)   # NCCL 2.20's 4 MiB
     assert nvls_buffer_bytes(h800, 8, 8, NCCL_2_21) == 16 * 2 * 3 * MiB * 8        # 0.75 GiB
 
 
@@ -57,10 +56,10 @@ def test_a_vllm_dp_groups_gpus_lie_tp_x_pp_apart():
 
 
 def test_the_mib_per_channel_head_follows_the_nccl_each_vllm_release_ran():
-    """vLLM <= 0.6.3 ran NCCL 2.20.5 (4 MiB + 2 MiB), 0.6.4-0.8.x NCCL 2.21.5 (1 MiB + 2 MiB), both at creation;
-    0.9.0's NCCL 2.26.2 allocates at first use; SGLang turns NVLS off."""
-    versions = ("0.6.3", "0.6.4", "0.8.4", "0.8.5", "0.9.0", "0.11.1", "0.33.0")
-    assert [engine_rules("vllm", v).nvls_at_init_mib for v in versions] == [6, 3, 3, 3, 0, 0, 0]
+    """vLLM 0.8.x ran NCCL 2.21.5 (1 MiB + 2 MiB at creation); 0.9.0's NCCL 2.26.2 allocates at first use; SGLang
+    turns NVLS off."""
+    versions = ("0.8.0", "0.8.4", "0.8.5", "0.9.0", "0.11.1", "0.33.0")
+    assert [engine_rules("vllm", v).nvls_at_init_mib for v in versions] == [3, 3, 3, 0, 0, 0]
     assert engine_rules("sglang", "0.4.3").nvls_at_init_mib == 0
     h100, layout = load_topology("8xh100"), Layout(tp=8)
     nvls = nvls_buffer_bytes(h100, 8, 8, NCCL_2_21)

@@ -122,8 +122,10 @@ def parse_command(words: list[str]) -> Command:
     env, words = _prefix_env(words)
     engine, start = _engine(words)
     if engine is None:
+        quoted = len(words) == 1 and " " in words[0]     # the whole command passed as one quoted word
         raise PlanError("lint: expected a vLLM or SGLang launch command after --, like "
-                        "`vllm serve deepseek-ai/DeepSeek-V3 --tensor-parallel-size 8 ...`")
+                        "`vllm serve deepseek-ai/DeepSeek-V3 --tensor-parallel-size 8 ...`"
+                        + ("; it came as one quoted word: give its words unquoted after --" if quoted else ""))
     cmd, rest, positional, i = Command(engine, None, env=env, args=words[start:]), words[start:], [], 0
     while i < len(rest):
         word = rest[i]

@@ -56,7 +56,8 @@ def _kv(facts: LogFacts, engine: str, cand: Candidate) -> LogCheck:
         return LogCheck("kv_cache", "fail", f"this is {other}'s log, but the candidate runs {engine}: check "
                                             "--candidate (or --engine when emitting)")
     if not logged:
-        return LogCheck("kv_cache", "absent", f"no {line} line: is this the log of an engine that finished starting?")
+        return LogCheck("kv_cache", "absent", f"no readable {line} line: is this the log of an engine that finished "
+                                              "starting?")
     low = min(logged)   # each engine core / DP rank logs its own pool; the smallest binds
     if not planned:
         return LogCheck("kv_cache", "absent", f"the engine holds {low:,} tokens; the plan has no KV figure to hold "

@@ -90,7 +90,7 @@ def _kv(facts: LogFacts) -> LogCheck:
     tokens = facts.kv()
     if not tokens:
         line = "'max_total_num_tokens=N'" if facts.engine == "sglang" else "'GPU KV cache size: N tokens'"
-        return LogCheck("kv_cache", "absent", f"no {line} line")
+        return LogCheck("kv_cache", "absent", f"no readable {line} line")
     words = f"the engine holds {min(tokens):,} KV tokens"
     if len(tokens) > 1:
         words += f" (the smallest of {len(tokens)} pools: each engine core or DP rank logs its own)"

@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 from rich.table import Table
 
-from mla_planner.engines.backends import default_engine
+from mla_planner.engines.backends import default_engine, engine_version as planner_release
 from mla_planner.cli.params import Opt
 from mla_planner.cli.common import (DEFAULT_MODEL, DEFAULT_TOPOLOGY, GraphCapOpt, ImagesOpt, IndexerKvOpt, JsonOpt,
                                     ModelOpt, MtpDraftOpt, PpPartitionOpt, TopologyOpt, check_draft_tokens,
@@ -19,6 +19,7 @@ from mla_planner.cli.options import (FRACTION_FLAG, KV_CAPACITY_LABEL, bounded, 
                                      kv_knobs, partition_choice, positive)
 from mla_planner.core.errors import PlanError
 from mla_planner.engines.layouts import engine_layout_problem
+from mla_planner.engines.memory_rules import engine_rules, parse_version
 from mla_planner.engines.parallel import dense_per_rank_applies
 from mla_planner.engines.sglang_defaults import sglang_reserve_words
 from mla_planner.memory.report import memory_report
@@ -87,8 +88,10 @@ def memory_cmd(
         "rank (--moe-dense-tp-size 1 --enable-dp-lm-head), not split over the stage.")] = False,
     indexer_kv_dtype: IndexerKvOpt = "auto",
     engine_version: Annotated[Optional[str], Opt(
-        "--engine-version", help="Model an older release's accounting, e.g. 0.8.4 (vLLM < 0.10 charged the "
-        "CUDA context and NCCL buffers to the budget and captured graphs after it).")] = None,
+        "--engine-version", help="Model an older release's accounting: vLLM from 0.8.0 (e.g. 0.8.4: vLLM < 0.10 "
+        "charged the CUDA context and NCCL buffers to the budget and captured graphs after it), SGLang from 0.4.0 "
+        "(before 0.5.3 with --mem-fraction-static given). Default: the release the planner reads (vLLM 0.33.0, "
+        "SGLang 0.5.23); a newer one is priced as that.")] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Per-GPU memory and the KV capacity the engine will report, with a FITS / DOES NOT FIT verdict.
@@ -109,6 +112,7 @@ def memory_cmd(
     spec, topo = load_model(model).spec, load_topology(topology)
     check_plannable(spec, "memory", topo.gpu)
     engine = engine or default_engine(spec, topo.gpu)
+    engine_version, version_notes = release_choice(engine, engine_version)
     check_mtp(spec, mtp)
     check_draft_tokens(mtp_draft_tokens, mtp)
     check_images(spec, images)
@@ -134,7 +138,7 @@ def memory_cmd(
     if problem := engine_layout_problem(spec, topo, layout, engine, knobs.dense_per_rank):
         raise PlanError(f"layout {layout.label} cannot start on {engine}: {problem}")
     report = memory_report(spec, topo, layout, knobs, engine_version)
-    report = replace(report, notes=cache_notes + report.notes)
+    report = replace(report, notes=version_notes + cache_notes + report.notes)
     if engine == "sglang" and gpu_memory_utilization is None and mem_fraction_static is None and \
             knobs.memory_fraction < SGLANG_LOW_DEFAULT:
         report = replace(report, notes=report.notes + [
@@ -145,6 +149,20 @@ def memory_cmd(
     print_json(data) if as_json else _render(report, data)
     if not report.fits:
         raise SystemExit(1)
+
+
+def release_choice(engine: str, version: Optional[str]) -> tuple[Optional[str], list[str]]:
+    """--engine-version as given, stripped and checked (a release number; not older than the planner models:
+    engine_rules), with a note where it is newer than the release the planner reads and is priced as that one."""
+    if version is None:
+        return None, []
+    version = version.strip()
+    engine_rules(engine, version)
+    newest = planner_release(engine)
+    if parse_version(version) > parse_version(newest):
+        return version, [f"{engine} {version} is newer than {newest}, the release the planner reads: priced with "
+                         f"{newest}'s accounting"]
+    return version, []
 
 
 def _layout(tp: int, pp: int, dp: int, ep: Optional[int], dcp: int, kv_layout: str, topo) -> Layout:

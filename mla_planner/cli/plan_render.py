@@ -39,8 +39,9 @@ def candidates_table(plan: Plan, top: int, rank_by: str = "per-gpu") -> Table:
     unit = "output tokens/s in all (the cluster's GPUs in use)" if total else "output tokens/s per GPU"
     title = (f"Best candidates: {unit}, those meeting the targets first" if meets_targets(plan)
              else f"Closest candidates (none meets the targets): {unit}")
-    t = Table("#", Column("layout", no_wrap=True), Column("engine", no_wrap=True), "KV",
-              *(Column(h, justify="right") for h in heads), title=title)
+    # the figures never wrap (a cut number reads as another number); a long layout label folds instead
+    t = Table("#", Column("layout", overflow="fold"), Column("engine", no_wrap=True), "KV",
+              *(Column(h, justify="right", no_wrap=True) for h in heads), title=title)
     key = throughput_key(rank_by)
     for i, c in enumerate(plan.candidates[:top], 1):
         p, k = c.performance, c.knobs
@@ -95,9 +96,9 @@ def render_plan(plan: Plan, result: SearchResult, top: int, explain: bool, is_de
               "instance / DP rank")
     for reason in best.reasons:
         out.print(f"  - {reason}")
-    tie = _tie(plan, rank_by)
-    if tie:
-        out.print(tie, markup=False)
+    for line in (_tie(plan, rank_by), _band_aside(plan, top, rank_by)):
+        if line:
+            out.print(line, markup=False)
     render_disaggregated(plan, top, rank_by)
     _warnings(plan, top)
     _launch_hint(plan, emitted, any(n.startswith("--emit") for n in notes))
@@ -140,6 +141,19 @@ def _tie(plan: Plan, rank_by: str = "per-gpu") -> str:
             f"{unit} of the best prediction among them (the range the model's errors on published runs allow, "
             "`mla-plan validate`); they are ordered by the pessimistic end of the band, and the order among them is "
             "not a predicted win.")
+
+
+def _band_aside(plan: Plan, top: int, rank_by: str = "per-gpu") -> str:
+    """Say so where a shown figure lies outside its own band: the band is the held-out errors' spread around the
+    figure (perf.bands), which leans one way where the model has erred one way on published runs of that kind."""
+    key, rows = throughput_key(rank_by), {"below": [], "above": []}
+    for i, c in enumerate(plan.candidates[:top], 1):
+        tput, low, high = (getattr(c.performance, key + end) for end in ("", "_low", "_high"))
+        if low is not None and high is not None and not low <= tput <= high:
+            rows["below" if tput > high else "above"].append(f"#{i}")
+    return " ".join(f"Band: {', '.join(r)} lie{'s' if len(r) == 1 else ''} outside {'its' if len(r) == 1 else 'their'} "
+                    f"band: published runs of that kind measured {side} what the model predicts, so the band, not the "
+                    "figure, is where such runs have landed (docs/json.md)." for side, r in rows.items() if r)
 
 
 def _warnings(plan: Plan, top: int) -> None:

@@ -57,10 +57,24 @@ class EngineRules:
                                     # communicator is created (vLLM < 0.9: data/platform_memory.yaml `nvls`; 0: none)
 
 
+OLDEST_RELEASE = {"vllm": "0.8.0", "sglang": "0.4.0"}   # the first whose accounting the rules below model: vLLM
+# 0.8.0 made the V1 engine the default (its V0 engine profiled and allocated the KV cache otherwise); SGLang's earliest
+# release with DeepSeek-V3 MLA serving is 0.4 (the validation's oldest logs are 0.4.3)
+SGLANG_FRACTION_RULE = "0.5.3"   # the first SGLang whose default --mem-fraction-static is the reserve rule
+# (server_args.py `_handle_gpu_memory_settings`) that `sglang_default_fraction` prices at 0.5.23: 0.4.3-0.4.7 picked
+# 0.79-0.88 by TP size (0.4.6-0.4.7 otherwise on GPUs above 80 GiB), 0.4.8-0.5.2 reserved by GPU size (each
+# release's server_args.py, read in its wheel)
+
+
 def engine_rules(engine: str, version: Optional[str] = None) -> EngineRules:
-    """Accounting rules of `engine` at `version` (default: vLLM 0.33.0, SGLang 0.5.23)."""
+    """Accounting rules of `engine` at `version` (default: vLLM 0.33.0, SGLang 0.5.23); a release older than
+    OLDEST_RELEASE is refused (its accounting is not modelled)."""
     version = version or engine_version(engine)
     release = parse_version(version)
+    if release < parse_version(OLDEST_RELEASE[engine]):
+        raise PlanError(f"--engine-version {version}: {engine} releases before {OLDEST_RELEASE[engine]} are not "
+                        "modelled" + (" (vLLM 0.8.0 made the V1 engine, whose memory accounting the planner follows, "
+                                      "the default)" if engine == "vllm" else ""))
     if engine == "sglang":
         return EngineRules("sglang", version, graphs_in_budget=False, context_outside_budget=True,
                            comms_outside_budget=True)
@@ -182,6 +196,10 @@ def default_memory_fraction(engine: str, spec: ModelSpec, topo: Topology, layout
     --mem-fraction-static (`sglang_default_fraction`) for its default chunked prefill and graphs."""
     if engine == "vllm":
         return vllm_default_utilization(version)
+    if version and parse_version(version) < parse_version(SGLANG_FRACTION_RULE):
+        raise PlanError(f"SGLang {version.strip()} computed its default --mem-fraction-static by an older rule than "
+                        f"the one the planner prices (from {SGLANG_FRACTION_RULE}); pass --mem-fraction-static (the "
+                        "server log's 'mem_fraction_static=')")
     knobs = knobs or engine_default_knobs("sglang", spec, topo, layout.dp)
     return sglang_default_fraction(topo.gpu, layout, knobs, spec) * sglang_vlm_factor(spec)
 
