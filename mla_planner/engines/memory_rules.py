@@ -101,6 +101,7 @@ def profile_run_creates_comm(rules: EngineRules, gpu: GPU) -> bool:
     return rules.engine == "vllm" and (rules.torch_gather or gpu.vendor == "amd")
 
 
+@lru_cache(maxsize=256)
 def parse_version(version: str) -> tuple[int, int, int]:
     """(major, minor, patch) of a release string like `0.8.4`, `0.10.1.post1` or `v0.21.0rc2` (no patch: 0);
     anything else is a user error (it would silently select the oldest accounting)."""

@@ -101,9 +101,11 @@ def nvls_buffer_bytes(topo: Topology, size: int, span_gpus: int, mib_per_channel
     Zero where NCCL keeps NVLS off: no NVLink SHARP (`Topology.uses_nvls`), or at most 2 of the communicator's GPUs
     on a host (ncclNvlsInit counts the communicator's GPUs there). Not rounded up to the multicast granularity (not
     published for these GPUs), and the NVLS trees' network buffers across hosts are not counted."""
+    if mib_per_channel_head <= 0:
+        return 0.0
     stride = max(span_gpus // size, 1)
     local = min(size, topo.gpus_per_node // stride) if stride <= topo.gpus_per_node else 1
-    if not topo.uses_nvls or local <= 2 or mib_per_channel_head <= 0:
+    if not topo.uses_nvls or local <= 2:
         return 0.0
     table = _platform()["nvls"]["channels"]
     across = span_gpus > topo.gpus_per_node and topo.inter_node is not None
