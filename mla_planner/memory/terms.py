@@ -61,8 +61,8 @@ def comm_groups(layout: Layout, engine: str = "vllm", moe_group: bool = False) -
     and, for an MoE model (`moe_group`: vLLM >= 0.11), the expert group over tp x dp, which vLLM builds for every MoE
     model (distributed/parallel_state.py: _EP, a communicator for each group larger than one GPU,
     device_communicators/cuda_communicator.py); vLLM numbers its ranks DP-major, then PP, then TP (parallel_state.py
-    `all_ranks` reshaped to (dp, pp, pcp, tp)), so a DP group's GPUs lie tp x pp apart. SGLang: one TP group over tp x dp
-    (under DP attention the attention-TP subgroups have no communicator of their own), pipeline and DCP."""
+    `all_ranks` reshaped to (dp, pp, pcp, tp)), so a DP group's GPUs lie tp x pp apart. SGLang: one TP group over
+    tp x dp (under DP attention the attention-TP subgroups have no communicator of their own), pipeline and DCP."""
     stage = layout.tp * layout.dp
     if engine == "sglang":
         groups = [("tp", stage, stage), ("pp", layout.pp, stage * layout.pp), ("dcp", layout.dcp, layout.tp)]
